@@ -1,0 +1,425 @@
+//! The `kok.dev/v1alpha1` custom resources and every name kok writes into the meta-cluster, defined once.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of kok's custom resources.
+pub const GROUP: &str = "kok.dev";
+/// API version of kok's custom resources.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of kok's custom resources.
+pub const API_VERSION: &str = "kok.dev/v1alpha1";
+/// Field manager used for every server-side apply.
+pub const FIELD_MANAGER: &str = "kok";
+/// Namespace used when `--namespace` is not given.
+pub const DEFAULT_NAMESPACE: &str = "kok-system";
+
+/// Standard label naming the tool that manages an object.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`] on everything kok writes.
+pub const MANAGED_BY: &str = "kok";
+/// Label carrying the cluster directory name an object belongs to.
+pub const LABEL_CLUSTER: &str = "kok.dev/cluster";
+/// Label carrying an operation id (on ClusterOperations and their Jobs).
+pub const LABEL_OPERATION: &str = "kok.dev/operation";
+/// Label carrying the ClusterOperation name on Jobs.
+pub const LABEL_CLUSTER_OPERATION: &str = "kok.dev/cluster-operation";
+/// Label telling which input file a content-addressed ConfigMap holds (`hosts` or `vars`).
+pub const LABEL_CONTENT: &str = "kok.dev/content";
+/// Label set to `"true"` on a ConfigMap while it is its Cluster's current input.
+pub const LABEL_CURRENT: &str = "kok.dev/current";
+/// Annotation with the source revision in Flux's format: `<branch>@sha1:<sha>`.
+pub const ANNOTATION_REVISION: &str = "kok.dev/revision";
+/// Annotation with the cluster directory path inside the repository.
+pub const ANNOTATION_SOURCE_PATH: &str = "kok.dev/source-path";
+/// Annotation with the sha256 of the rendered object; equal hash, no write.
+pub const ANNOTATION_CONTENT_HASH: &str = "kok.dev/content-hash";
+/// Name of the ConfigMap data key holding `hosts.yml`.
+pub const HOSTS_KEY: &str = "hosts.yml";
+/// Name of the ConfigMap data key holding `vars.yml`.
+pub const VARS_KEY: &str = "vars.yml";
+/// Key of the private key inside an ssh-auth Secret.
+pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
+/// Secret type kok accepts for `sshAuthSecret` (Opaque with [`SSH_PRIVATE_KEY`] is accepted too).
+pub const SSH_AUTH_SECRET_TYPE: &str = "kubernetes.io/ssh-auth";
+
+/// Runner image used when neither the operation, cluster.yml nor kok.yml names one.
+pub const DEFAULT_IMAGE: &str = "quay.io/kubespray/kubespray:v2.27.0";
+/// Finished operations kept per cluster when `historyLimit` is not set.
+pub const DEFAULT_HISTORY_LIMIT: u32 = 20;
+
+/// The labels every object kok writes for `cluster` carries.
+pub fn common_labels(cluster: &str) -> std::collections::BTreeMap<String, String> {
+    [(LABEL_MANAGED_BY, MANAGED_BY), (LABEL_CLUSTER, cluster)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Label selector matching everything kok manages.
+pub fn managed_selector() -> String {
+    format!("{LABEL_MANAGED_BY}={MANAGED_BY}")
+}
+
+/// Reference to a ConfigMap in the same namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapRef {
+    /// Name of the ConfigMap, in the namespace of the referring object.
+    pub name: String,
+}
+
+/// Reference to a Secret in the same namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// Name of the Secret (type kubernetes.io/ssh-auth, key ssh-privatekey), in the namespace of the referring object.
+    pub name: String,
+}
+
+/// Defaults applied to every operation of a cluster, from cluster.yml over kok.yml.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunDefaults {
+    /// Runner image used by operations that do not name one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// ServiceAccount the Job's pod runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+    /// Compute resources of the runner container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Deadline in seconds for operations that do not set their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+    /// Finished operations kept per cluster (default 20); older ones are deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_limit: Option<u32>,
+}
+
+/// Where a Cluster's desired state came from.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSource {
+    /// Path of the cluster directory inside the repository, e.g. `clusters/prod-bj`.
+    pub path: String,
+    /// Revision last materialized, in the form `<branch>@sha1:<sha>`.
+    pub revision: String,
+}
+
+/// A cluster managed from one directory of the git repository.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "kok.dev",
+    version = "v1alpha1",
+    kind = "Cluster",
+    plural = "clusters",
+    namespaced,
+    status = "ClusterStatus",
+    shortname = "kokcluster",
+    category = "kok",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.observedRevision"}"#,
+    printcolumn = r#"{"name":"Last operation","type":"string","jsonPath":".status.lastOperation.summary"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// Content-addressed ConfigMap holding the current hosts.yml.
+    pub hosts_conf_ref: ConfigMapRef,
+    /// Content-addressed ConfigMap holding the current vars.yml.
+    pub vars_conf_ref: ConfigMapRef,
+    /// Secret with the ssh private key ansible uses; kok only checks that it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_auth_ref: Option<SecretRef>,
+    /// Defaults for this cluster's operations, from cluster.yml over kok.yml.
+    #[serde(default)]
+    pub defaults: RunDefaults,
+    /// Repository path and revision this spec was rendered from.
+    pub source: ClusterSource,
+}
+
+/// Summary of one operation, as shown on its Cluster.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationSummary {
+    /// Name of the ClusterOperation.
+    pub name: String,
+    /// Operation id from operations.yml.
+    pub id: String,
+    /// Phase of the operation when the Cluster was last reconciled.
+    pub phase: Phase,
+    /// `<id>: <phase>`, for printer columns.
+    pub summary: String,
+}
+
+/// Observed state of a Cluster.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Ready, Reconciling and Stalled conditions, with reasons.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Revision whose content the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_revision: Option<String>,
+    /// Generation of the spec the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The most recently started (or queued) operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_operation: Option<OperationSummary>,
+    /// Number of operations per phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operations: Option<OperationCounts>,
+}
+
+/// Count of a cluster's operations by phase.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationCounts {
+    /// Operations waiting for their turn.
+    pub pending: u32,
+    /// Operations whose Job is running.
+    pub running: u32,
+    /// Operations that finished successfully (within the history limit).
+    pub succeeded: u32,
+    /// Operations that failed or were canceled (within the history limit).
+    pub failed: u32,
+}
+
+/// How an operation's action is run.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionType {
+    /// `ansible-playbook` runs the action as a playbook.
+    #[default]
+    Playbook,
+    /// The action is an executable script run directly.
+    Shell,
+}
+
+impl ActionType {
+    /// The spelling used in operations.yml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionType::Playbook => "playbook",
+            ActionType::Shell => "shell",
+        }
+    }
+}
+
+/// A step run before or after an operation's action, in the same pod.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Hook {
+    /// Playbook path inside the runner image, or a script for `type: shell`.
+    pub action: String,
+    /// `playbook` (default) or `shell`.
+    #[serde(rename = "type", default)]
+    pub action_type: ActionType,
+    /// Arguments appended to the command line, never interpreted by a shell.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+}
+
+/// Where an operation came from in git.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationSource {
+    /// Full sha of the commit that introduced this operation; its commit status goes there.
+    pub commit: String,
+    /// Revision in the form `<branch>@sha1:<sha>`.
+    pub revision: String,
+    /// Path of the cluster directory inside the repository.
+    pub path: String,
+}
+
+/// One run of an operation from a cluster's operations.yml.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "kok.dev",
+    version = "v1alpha1",
+    kind = "ClusterOperation",
+    plural = "clusteroperations",
+    namespaced,
+    status = "ClusterOperationStatus",
+    shortname = "clusterops",
+    shortname = "clusterop",
+    category = "kok",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster"}"#,
+    printcolumn = r#"{"name":"Action","type":"string","jsonPath":".spec.action"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Started","type":"date","jsonPath":".status.startTime"}"#,
+    printcolumn = r#"{"name":"Duration","type":"string","jsonPath":".status.duration"}"#,
+    printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".spec.source.commit"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterOperationSpec {
+    /// Name of the Cluster (and cluster directory) this operation runs on.
+    pub cluster: String,
+    /// Operation id from operations.yml.
+    pub id: String,
+    /// sha256 (hex) of the canonical JSON of the operations.yml entry; part of the run's identity.
+    pub digest: String,
+    /// Playbook path inside the runner image, or a script for `type: shell`.
+    pub action: String,
+    /// `playbook` (default) or `shell`.
+    #[serde(rename = "type", default)]
+    pub action_type: ActionType,
+    /// Arguments appended to the command line, never interpreted by a shell.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+    /// Runner image, resolved from the operation, cluster.yml, kok.yml or the default.
+    pub image: String,
+    /// Steps run before the action in the same pod; the first failure stops the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_hooks: Vec<Hook>,
+    /// Steps run after a successful action in the same pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_hooks: Vec<Hook>,
+    /// Deadline of the Job in seconds; the Job fails with DeadlineExceeded past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+    /// ServiceAccount the Job's pod runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+    /// Compute resources of the runner container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// ConfigMap with the hosts.yml pinned by the commit that created this run.
+    pub hosts_conf_ref: ConfigMapRef,
+    /// ConfigMap with the vars.yml pinned by the commit that created this run.
+    pub vars_conf_ref: ConfigMapRef,
+    /// Secret with the ssh private key, mounted at /auth/ssh-privatekey.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_auth_ref: Option<SecretRef>,
+    /// Commit, revision and path this run came from.
+    pub source: OperationSource,
+    /// Sort key of this run in its cluster's queue: commit order, then file order.
+    pub queue_position: String,
+    /// Cron expression from operations.yml; the operation runs again at each firing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    /// For a scheduled run: the firing time (RFC 3339) it was created for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_time: Option<String>,
+}
+
+/// Life-cycle phase of a ClusterOperation.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Phase {
+    /// Created, not yet considered by the controller.
+    #[default]
+    Pending,
+    /// Waiting for an earlier operation of the same cluster, a Job slot or its Secret.
+    Queued,
+    /// Its Job exists and has not finished.
+    Running,
+    /// The Job completed.
+    Succeeded,
+    /// The Job failed, hit its deadline, or was deleted while running.
+    Failed,
+    /// Removed from operations.yml before it started.
+    Canceled,
+}
+
+impl Phase {
+    /// Succeeded, Failed and Canceled never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed | Phase::Canceled)
+    }
+
+    /// The spelling used in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Queued => "Queued",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+            Phase::Canceled => "Canceled",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// State of a commit status, in kok's own terms; each sink maps it to its forge's words.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusState {
+    /// Queued, not started.
+    Pending,
+    /// Running (GitHub and Gitea show pending; GitLab shows running).
+    Running,
+    /// Finished successfully.
+    Success,
+    /// Failed or canceled.
+    Failure,
+    /// The input was invalid.
+    Error,
+}
+
+/// A commit status, as desired or as last delivered.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitStatus {
+    /// Status context, e.g. `kok/prod-bj/add-node7`.
+    pub context: String,
+    /// State of the status.
+    pub state: StatusState,
+    /// Human-readable description.
+    pub description: String,
+    /// Link shown with the status, from `--status-url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_url: Option<String>,
+}
+
+/// Observed state of a ClusterOperation.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterOperationStatus {
+    /// Pending, Queued, Running, Succeeded, Failed or Canceled.
+    #[serde(default)]
+    pub phase: Phase,
+    /// Name of the Job running this operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_ref: Option<String>,
+    /// When the Job started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the operation reached a terminal phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+    /// Wall time from start to end, e.g. `3m12s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// Why the operation is in its phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The commit status that should be on the source commit now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_status: Option<CommitStatus>,
+    /// The commit status last delivered to the sink; never sent twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<CommitStatus>,
+    /// Delivery attempts of the desired status that failed so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_attempts: Option<u32>,
+}
+
+/// The CustomResourceDefinitions of kok, in a stable order.
+pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    vec![Cluster::crd(), ClusterOperation::crd()]
+}

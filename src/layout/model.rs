@@ -1,0 +1,128 @@
+//! Typed model of the repository contract: what a parsed and validated cluster directory holds.
+
+use crate::api::{ActionType, Hook, RunDefaults};
+
+/// Severity of a [`Diagnostic`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Refuses the cluster: nothing of it is materialized.
+    Error,
+    /// Reported, but the cluster is still valid.
+    Warning,
+}
+
+/// One problem found in the repository, located in a file.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct Diagnostic {
+    /// Path relative to the repository root, e.g. `clusters/prod-bj/hosts.yml`.
+    pub path: String,
+    /// 1-based line; 0 when the problem is about the file or directory as a whole.
+    pub line: usize,
+    /// 1-based column; 0 when unknown.
+    pub column: usize,
+    /// Error or warning.
+    pub severity: Severity,
+    /// What is wrong and what to do about it.
+    pub message: String,
+    /// Cluster directory name the problem belongs to; `None` for repo-wide files (kok.yml).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+}
+
+impl std::fmt::Display for Diagnostic {
+    /// `path:line:col: message`, with `warning: ` before warnings.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}: ", self.path, self.line, self.column)?;
+        if self.severity == Severity::Warning {
+            f.write_str("warning: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Settings from cluster.yml merged over kok.yml (cluster.yml wins per key).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settings {
+    /// Name of an existing `kubernetes.io/ssh-auth` Secret in kok's namespace.
+    pub ssh_auth_secret: Option<String>,
+    /// Defaults for the cluster's operations.
+    pub defaults: RunDefaults,
+}
+
+/// One entry of operations.yml, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operation {
+    /// Unique id in the file (DNS-1123 label, at most 30 characters).
+    pub id: String,
+    /// Playbook path or script.
+    pub action: String,
+    /// Playbook or shell.
+    pub action_type: ActionType,
+    /// Argument vector appended to the command.
+    pub extra_args: Vec<String>,
+    /// Image override.
+    pub image: Option<String>,
+    /// Steps before the action.
+    pub pre_hooks: Vec<Hook>,
+    /// Steps after the action.
+    pub post_hooks: Vec<Hook>,
+    /// Deadline override in seconds (> 0).
+    pub active_deadline_seconds: Option<i64>,
+    /// Cron expression (6 fields, seconds first).
+    pub schedule: Option<String>,
+    /// Counter; bumping it changes the digest and so makes a new run.
+    pub rerun: Option<u64>,
+    /// The entry exactly as written, as JSON; its canonical form is hashed into the digest.
+    pub entry: serde_json::Value,
+    /// 1-based line of the entry in operations.yml.
+    pub line: usize,
+    /// 0-based position of the entry in operations.yml (file order).
+    pub index: usize,
+}
+
+/// An ansible inventory as far as kok needs to understand it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inventory {
+    /// Every host name defined anywhere in the inventory, sorted.
+    pub hosts: std::collections::BTreeSet<String>,
+    /// Every group name (including `all`), sorted.
+    pub groups: std::collections::BTreeSet<String>,
+}
+
+/// A cluster directory that passed validation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterDir {
+    /// Directory name = cluster name (DNS-1123 label, at most 40 characters).
+    pub name: String,
+    /// Directory path relative to the repository root, e.g. `clusters/prod-bj`.
+    pub path: String,
+    /// hosts.yml byte for byte.
+    pub hosts_yml: String,
+    /// vars.yml byte for byte.
+    pub vars_yml: String,
+    /// What hosts.yml defines.
+    pub inventory: Inventory,
+    /// operations.yml entries in file order (empty when the file is absent).
+    pub operations: Vec<Operation>,
+    /// cluster.yml merged over kok.yml.
+    pub settings: Settings,
+}
+
+/// The result of parsing a repository: valid clusters, and every problem found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Parsed {
+    /// Clusters without errors, sorted by name.
+    pub clusters: Vec<ClusterDir>,
+    /// Names of cluster directories that had errors (and so materialize nothing), sorted.
+    pub invalid: Vec<String>,
+    /// Errors and warnings, sorted by path, line and column.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Parsed {
+    /// True when at least one diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(|d| d.severity == Severity::Error)
+    }
+}

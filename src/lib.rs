@@ -1,0 +1,20 @@
+//! kok: git in, cluster operations out, statuses back.
+//!
+//! - [`layout`] parses and validates the repository contract (pure).
+//! - [`source`] fetches the git repository, polls cheaply and diffs commits into changed clusters.
+//! - [`materialize`] renders clusters into desired objects (pure) and applies/prunes them.
+//! - [`api`] holds the CRD types and every shared constant.
+//! - [`controller`] turns ClusterOperations into ansible Jobs, one at a time per cluster.
+//! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
+//! - [`server`] is the HTTP listener: health, metrics, webhooks.
+//! - [`cli`] wires the subcommands; `main.rs` only parses arguments and calls it.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod cli;
+pub mod controller;
+pub mod layout;
+pub mod materialize;
+pub mod report;
+pub mod server;
+pub mod source;

@@ -1,0 +1,1 @@
+//! materialize (in progress).

@@ -1,0 +1,1 @@
+//! The HTTP listener: /healthz, /readyz, /metrics and /hooks/<provider>.
