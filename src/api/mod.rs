@@ -1,6 +1,9 @@
 //! The `kok.dev/v1alpha1` custom resources and every name kok writes into the meta-cluster, defined once.
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -90,8 +93,9 @@ pub struct RunDefaults {
     /// ServiceAccount the Job's pod runs as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
-    /// Compute resources of the runner container.
+    /// Compute resources of the runner container (`requests` and `limits`, e.g. `cpu: 500m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "resources_schema")]
     pub resources: Option<ResourceRequirements>,
     /// Deadline in seconds for operations that do not set their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,8 +122,10 @@ pub struct ClusterSource {
     version = "v1alpha1",
     kind = "Cluster",
     plural = "clusters",
+    doc = "A cluster managed by kok from one directory of the git repository: its current inventory, vars and defaults.",
     namespaced,
     status = "ClusterStatus",
+    derive = "PartialEq",
     shortname = "kokcluster",
     category = "kok",
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -163,6 +169,7 @@ pub struct OperationSummary {
 pub struct ClusterStatus {
     /// Ready, Reconciling and Stalled conditions, with reasons.
     #[serde(default)]
+    #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
     /// Revision whose content the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,8 +253,10 @@ pub struct OperationSource {
     version = "v1alpha1",
     kind = "ClusterOperation",
     plural = "clusteroperations",
+    doc = "One run of an operation from a cluster's operations.yml, with its inputs pinned to the commit that created it.",
     namespaced,
     status = "ClusterOperationStatus",
+    derive = "PartialEq",
     shortname = "clusterops",
     shortname = "clusterop",
     category = "kok",
@@ -288,8 +297,9 @@ pub struct ClusterOperationSpec {
     /// ServiceAccount the Job's pod runs as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
-    /// Compute resources of the runner container.
+    /// Compute resources of the runner container (`requests` and `limits`, e.g. `cpu: 500m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "resources_schema")]
     pub resources: Option<ResourceRequirements>,
     /// ConfigMap with the hosts.yml pinned by the commit that created this run.
     pub hosts_conf_ref: ConfigMapRef,
@@ -417,9 +427,81 @@ pub struct ClusterOperationStatus {
     pub report_attempts: Option<u32>,
 }
 
-/// The CustomResourceDefinitions of kok, in a stable order.
-pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
-{
+/// The CustomResourceDefinitions of kok, in a stable order (Cluster, then ClusterOperation).
+///
+/// The schemas are the derived ones with OpenAPI formats Kubernetes does not know (`uint32`, ...)
+/// removed, so installing them raises no "unrecognized format" warnings; `minimum: 0` stays.
+pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![Cluster::crd(), ClusterOperation::crd()]
+    let mut crds = vec![Cluster::crd(), ClusterOperation::crd()];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|v| v.open_api_v3_schema.as_mut())
+            {
+                strip_unknown_formats(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// Integer and number formats the Kubernetes API server recognizes; others are dropped from CRDs.
+const KNOWN_NUMERIC_FORMATS: [&str; 4] = ["int32", "int64", "float", "double"];
+
+fn strip_unknown_formats(schema: &mut JSONSchemaProps) {
+    let numeric = matches!(schema.type_.as_deref(), Some("integer" | "number"));
+    if numeric
+        && schema
+            .format
+            .as_deref()
+            .is_some_and(|f| !KNOWN_NUMERIC_FORMATS.contains(&f))
+    {
+        schema.format = None;
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        strip_unknown_formats(child);
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(child)) => strip_unknown_formats(child),
+        Some(JSONSchemaPropsOrArray::Schemas(children)) => {
+            children.iter_mut().for_each(strip_unknown_formats)
+        }
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(child)) = schema.additional_properties.as_mut() {
+        strip_unknown_formats(child);
+    }
+}
+
+/// Schema of `resources`: `requests` and `limits` maps of quantities, without the long upstream docs.
+fn resources_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let quantities = |what: &str| {
+        serde_json::json!({
+            "type": "object",
+            "description": what,
+            "additionalProperties": {
+                "description": "A quantity such as `500m`, `2`, or `4Gi`.",
+                "x-kubernetes-int-or-string": true
+            }
+        })
+    };
+    schemars::json_schema!({
+        "type": "object",
+        "nullable": true,
+        "properties": {
+            "limits": quantities("Most of each resource the container may use, e.g. `cpu: \"2\"`, `memory: 4Gi`."),
+            "requests": quantities("Resources reserved for the container, e.g. `cpu: 500m`, `memory: 1Gi`.")
+        }
+    })
+}
+
+/// Schema of `conditions`: the standard Condition list, a map keyed by `type` for server-side apply.
+fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<Condition>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    schema
 }

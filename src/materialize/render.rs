@@ -1,0 +1,659 @@
+//! Pure rendering: a validated cluster directory and a revision → the desired objects of that cluster.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+
+use super::hash::content_hash;
+use super::names::{config_map_name, operation_digest, operation_name, revision_string, ContentKind};
+use crate::api::{
+    common_labels, Cluster, ClusterOperation, ClusterOperationSpec, ClusterSource, ClusterSpec, ConfigMapRef,
+    OperationSource, SecretRef, ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH,
+    DEFAULT_IMAGE, DEFAULT_NAMESPACE, LABEL_CONTENT, LABEL_OPERATION,
+};
+use crate::layout::{ClusterDir, Operation};
+
+/// The commit that introduced an operation entry in its current form, and its place in the range
+/// of commits being reconciled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attribution {
+    /// Full sha of the commit; the operation's commit status goes there.
+    pub commit: String,
+    /// 0-based position of that commit in the reconciled range, oldest first. Operations queue by
+    /// this index, then by their position in operations.yml.
+    pub commit_index: usize,
+}
+
+/// Everything rendering needs besides the cluster directory itself. Rendering is a pure function
+/// of a [`ClusterDir`] and this context: no clock, no I/O, no randomness.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderContext {
+    /// Namespace of every object (kok's `--namespace`).
+    pub namespace: String,
+    /// Short name of the branch or tag being reconciled (`main`); the first half of revisions.
+    pub ref_name: String,
+    /// Full sha of the commit being rendered.
+    pub commit: String,
+    /// Commit that introduced each operation, keyed by `(cluster, operation id)`. Operations without
+    /// an entry are attributed to [`RenderContext::commit`] with commit index 0.
+    pub attribution: BTreeMap<(String, String), Attribution>,
+    /// Leading part of every `queuePosition` rendered with this context. Positions compare as
+    /// strings, so callers that render successive ranges must use fixed-width, increasing values
+    /// (e.g. a zero-padded counter); `kok render` uses `"0"`.
+    pub queue_base: String,
+}
+
+impl RenderContext {
+    /// A context for `commit` of `ref_name` in `namespace`, without attribution and with queue base `"0"`.
+    pub fn new(namespace: impl Into<String>, ref_name: impl Into<String>, commit: impl Into<String>) -> Self {
+        RenderContext {
+            namespace: namespace.into(),
+            ref_name: ref_name.into(),
+            commit: commit.into(),
+            attribution: BTreeMap::new(),
+            queue_base: "0".to_string(),
+        }
+    }
+
+    /// Records that operation `id` of `cluster` was introduced by `attribution`.
+    pub fn attribute(&mut self, cluster: &str, id: &str, attribution: Attribution) {
+        self.attribution
+            .insert((cluster.to_string(), id.to_string()), attribution);
+    }
+
+    /// `<ref>@sha1:<commit>` of the rendered commit.
+    pub fn revision(&self) -> String {
+        revision_string(&self.ref_name, &self.commit)
+    }
+
+    /// The attribution of an operation, defaulting to the rendered commit at index 0.
+    pub fn attribution_of(&self, cluster: &str, id: &str) -> Attribution {
+        self.attribution
+            .get(&(cluster.to_string(), id.to_string()))
+            .cloned()
+            .unwrap_or_else(|| Attribution {
+                commit: self.commit.clone(),
+                commit_index: 0,
+            })
+    }
+}
+
+impl Default for RenderContext {
+    /// Namespace `kok-system`, ref `main`, the all-zero commit.
+    fn default() -> Self {
+        RenderContext::new(DEFAULT_NAMESPACE, "main", ZERO_SHA)
+    }
+}
+
+/// The commit sha used when there is no commit (a directory that is not a git work tree).
+pub const ZERO_SHA: &str = "0000000000000000000000000000000000000000";
+
+/// The desired objects of one cluster directory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredCluster {
+    /// Cluster name (= directory name).
+    pub name: String,
+    /// Directory path inside the repository, e.g. `clusters/prod-bj`.
+    pub path: String,
+    /// The content-addressed ConfigMaps: hosts first, then vars.
+    pub config_maps: Vec<ConfigMap>,
+    /// The Cluster object.
+    pub cluster: Cluster,
+    /// One ClusterOperation per operations.yml entry, in file order.
+    pub operations: Vec<ClusterOperation>,
+}
+
+impl DesiredCluster {
+    /// Every object as JSON, in the order written by `kok render`: ConfigMaps, Cluster, operations.
+    pub fn objects(&self) -> Result<Vec<serde_json::Value>, RenderError> {
+        let mut out = Vec::with_capacity(self.config_maps.len() + 1 + self.operations.len());
+        for cm in &self.config_maps {
+            out.push(to_json(cm, &self.name)?);
+        }
+        out.push(to_json(&self.cluster, &self.name)?);
+        for op in &self.operations {
+            out.push(to_json(op, &self.name)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Failures of turning rendered objects into text.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// An object of a cluster could not be serialized to JSON.
+    #[error("serializing an object of cluster {cluster} to JSON failed: {source}")]
+    ToJson {
+        /// Cluster name.
+        cluster: String,
+        /// What serde_json reported.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An object of a cluster could not be serialized to YAML.
+    #[error("serializing an object of cluster {cluster} to YAML failed: {source}")]
+    ToYaml {
+        /// Cluster name.
+        cluster: String,
+        /// What serde_yaml reported.
+        #[source]
+        source: serde_yaml::Error,
+    },
+}
+
+fn to_json<T: Serialize>(obj: &T, cluster: &str) -> Result<serde_json::Value, RenderError> {
+    serde_json::to_value(obj).map_err(|source| RenderError::ToJson {
+        cluster: cluster.to_string(),
+        source,
+    })
+}
+
+/// Renders every cluster, in the order given (the parser sorts them by name).
+pub fn render_all(clusters: &[ClusterDir], ctx: &RenderContext) -> Vec<DesiredCluster> {
+    clusters.iter().map(|c| render_cluster(c, ctx)).collect()
+}
+
+/// Renders one validated cluster directory into its desired objects (DESIGN.md §2):
+///
+/// - ConfigMaps `<cluster>-hosts-<sha8>` and `<cluster>-vars-<sha8>` holding the files byte for
+///   byte under `hosts.yml` / `vars.yml`, `immutable: true`, labelled with `kok.dev/content`;
+/// - the Cluster `<cluster>` pointing at them, with the ssh Secret, defaults and source;
+/// - one ClusterOperation `<cluster>-<id>-<digest8>` per entry, pinning the same ConfigMaps, with
+///   its image resolved (operation > cluster.yml > kok.yml > [`DEFAULT_IMAGE`]), its deadline
+///   (operation > defaults), its source commit from the context's attribution and a queue position.
+///
+/// Every object carries the common labels, `kok.dev/revision`, `kok.dev/source-path` and
+/// `kok.dev/content-hash`. ClusterOperations carry the revision of their attributed commit, so an
+/// unchanged operation renders the same bytes at every later commit.
+pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredCluster {
+    let revision = ctx.revision();
+    let hosts = config_map(cluster, ctx, ContentKind::Hosts, &cluster.hosts_yml, &revision);
+    let vars = config_map(cluster, ctx, ContentKind::Vars, &cluster.vars_yml, &revision);
+    let hosts_ref = ConfigMapRef {
+        name: hosts.metadata.name.clone().unwrap_or_default(),
+    };
+    let vars_ref = ConfigMapRef {
+        name: vars.metadata.name.clone().unwrap_or_default(),
+    };
+    let ssh_auth_ref = cluster
+        .settings
+        .ssh_auth_secret
+        .as_ref()
+        .map(|name| SecretRef { name: name.clone() });
+
+    let mut cluster_obj = Cluster::new(
+        &cluster.name,
+        ClusterSpec {
+            hosts_conf_ref: hosts_ref.clone(),
+            vars_conf_ref: vars_ref.clone(),
+            ssh_auth_ref: ssh_auth_ref.clone(),
+            defaults: cluster.settings.defaults.clone(),
+            source: ClusterSource {
+                path: cluster.path.clone(),
+                revision: revision.clone(),
+            },
+        },
+    );
+    cluster_obj.metadata = metadata(
+        &cluster.name,
+        cluster,
+        ctx,
+        common_labels(&cluster.name),
+        &revision,
+    );
+    stamp(&mut cluster_obj);
+
+    let operations = cluster
+        .operations
+        .iter()
+        .map(|op| {
+            let pins = Pins {
+                hosts: &hosts_ref,
+                vars: &vars_ref,
+                ssh: ssh_auth_ref.as_ref(),
+            };
+            cluster_operation(cluster, op, ctx, &pins)
+        })
+        .collect();
+
+    DesiredCluster {
+        name: cluster.name.clone(),
+        path: cluster.path.clone(),
+        config_maps: vec![hosts, vars],
+        cluster: cluster_obj,
+        operations,
+    }
+}
+
+/// The references an operation pins.
+struct Pins<'a> {
+    hosts: &'a ConfigMapRef,
+    vars: &'a ConfigMapRef,
+    ssh: Option<&'a SecretRef>,
+}
+
+fn config_map(
+    cluster: &ClusterDir,
+    ctx: &RenderContext,
+    kind: ContentKind,
+    content: &str,
+    revision: &str,
+) -> ConfigMap {
+    let name = config_map_name(&cluster.name, kind, content);
+    let mut labels = common_labels(&cluster.name);
+    labels.insert(LABEL_CONTENT.to_string(), kind.as_str().to_string());
+    let mut cm = ConfigMap {
+        metadata: metadata(&name, cluster, ctx, labels, revision),
+        data: Some(BTreeMap::from([(
+            kind.data_key().to_string(),
+            content.to_string(),
+        )])),
+        immutable: Some(true),
+        ..ConfigMap::default()
+    };
+    stamp(&mut cm);
+    cm
+}
+
+fn cluster_operation(
+    cluster: &ClusterDir,
+    op: &Operation,
+    ctx: &RenderContext,
+    pins: &Pins<'_>,
+) -> ClusterOperation {
+    let digest = operation_digest(&op.entry);
+    let name = operation_name(&cluster.name, &op.id, &digest);
+    let attribution = ctx.attribution_of(&cluster.name, &op.id);
+    let revision = revision_string(&ctx.ref_name, &attribution.commit);
+    let defaults = &cluster.settings.defaults;
+    let image = op
+        .image
+        .clone()
+        .or_else(|| defaults.image.clone())
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
+
+    let mut obj = ClusterOperation::new(
+        &name,
+        ClusterOperationSpec {
+            cluster: cluster.name.clone(),
+            id: op.id.clone(),
+            digest,
+            action: op.action.clone(),
+            action_type: op.action_type,
+            extra_args: op.extra_args.clone(),
+            image,
+            pre_hooks: op.pre_hooks.clone(),
+            post_hooks: op.post_hooks.clone(),
+            active_deadline_seconds: op.active_deadline_seconds.or(defaults.active_deadline_seconds),
+            service_account: defaults.service_account.clone(),
+            resources: defaults.resources.clone(),
+            hosts_conf_ref: pins.hosts.clone(),
+            vars_conf_ref: pins.vars.clone(),
+            ssh_auth_ref: pins.ssh.cloned(),
+            source: OperationSource {
+                commit: attribution.commit.clone(),
+                revision: revision.clone(),
+                path: cluster.path.clone(),
+            },
+            queue_position: queue_position(&ctx.queue_base, attribution.commit_index, op.index),
+            schedule: op.schedule.clone(),
+            scheduled_time: None,
+        },
+    );
+    let mut labels = common_labels(&cluster.name);
+    labels.insert(LABEL_OPERATION.to_string(), op.id.clone());
+    obj.metadata = metadata(&name, cluster, ctx, labels, &revision);
+    stamp(&mut obj);
+    obj
+}
+
+/// `<queue_base>.<commit_index:06>.<file_index:04>`: sorts by commit order, then file order.
+pub fn queue_position(queue_base: &str, commit_index: usize, file_index: usize) -> String {
+    format!("{queue_base}.{commit_index:06}.{file_index:04}")
+}
+
+fn metadata(
+    name: &str,
+    cluster: &ClusterDir,
+    ctx: &RenderContext,
+    labels: BTreeMap<String, String>,
+    revision: &str,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(ctx.namespace.clone()),
+        labels: Some(labels),
+        annotations: Some(BTreeMap::from([
+            (ANNOTATION_REVISION.to_string(), revision.to_string()),
+            (ANNOTATION_SOURCE_PATH.to_string(), cluster.path.clone()),
+        ])),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Sets the `kok.dev/content-hash` annotation of `obj` to [`content_hash`] of the object.
+fn stamp<K: kube::Resource + Serialize>(obj: &mut K) {
+    // Serializing these objects to JSON cannot fail: every map is keyed by strings and no field is
+    // a float. Should it ever fail, the annotation is left out and the apply layer writes the object.
+    if let Ok(hash) = content_hash(&*obj) {
+        obj.meta_mut()
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(ANNOTATION_CONTENT_HASH.to_string(), hash);
+    }
+}
+
+/// The desired objects of `clusters` as one YAML stream, each document starting with `---`, in
+/// the order of [`DesiredCluster::objects`] cluster after cluster. Same input, same bytes.
+pub fn to_yaml_stream(clusters: &[DesiredCluster]) -> Result<String, RenderError> {
+    let mut out = String::new();
+    for desired in clusters {
+        let yaml = |obj: &dyn erased::Yaml| {
+            obj.to_yaml().map_err(|source| RenderError::ToYaml {
+                cluster: desired.name.clone(),
+                source,
+            })
+        };
+        for cm in &desired.config_maps {
+            push_doc(&mut out, yaml(cm)?);
+        }
+        push_doc(&mut out, yaml(&desired.cluster)?);
+        for op in &desired.operations {
+            push_doc(&mut out, yaml(op)?);
+        }
+    }
+    Ok(out)
+}
+
+fn push_doc(out: &mut String, doc: String) {
+    out.push_str("---\n");
+    out.push_str(&doc);
+}
+
+mod erased {
+    //! Object-safe YAML serialization, so one closure serializes every object type.
+
+    /// Serializes `self` to a YAML document (without the leading `---`).
+    pub(super) trait Yaml {
+        fn to_yaml(&self) -> Result<String, serde_yaml::Error>;
+    }
+
+    impl<T: serde::Serialize> Yaml for T {
+        fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
+            serde_yaml::to_string(self)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ActionType, Hook, RunDefaults, HOSTS_KEY, LABEL_CLUSTER, LABEL_MANAGED_BY, VARS_KEY};
+    use crate::layout::{Inventory, Settings};
+    use serde_json::json;
+
+    const SHA: &str = "1111111111111111111111111111111111111111";
+
+    fn op(id: &str, index: usize, entry: serde_json::Value) -> Operation {
+        Operation {
+            id: id.to_string(),
+            action: entry["action"].as_str().unwrap_or("cluster.yml").to_string(),
+            action_type: ActionType::Playbook,
+            extra_args: entry["extraArgs"]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+                .unwrap_or_default(),
+            image: entry["image"].as_str().map(str::to_string),
+            pre_hooks: vec![],
+            post_hooks: vec![],
+            active_deadline_seconds: entry["activeDeadlineSeconds"].as_i64(),
+            schedule: None,
+            rerun: entry["rerun"].as_u64(),
+            entry,
+            line: index + 1,
+            index,
+        }
+    }
+
+    fn cluster() -> ClusterDir {
+        ClusterDir {
+            name: "prod-bj".to_string(),
+            path: "clusters/prod-bj".to_string(),
+            hosts_yml: "all:\n  hosts:\n    node1: {}\n".to_string(),
+            vars_yml: "# comment kept\nkube_version: v1.33.1\n".to_string(),
+            inventory: Inventory::default(),
+            operations: vec![
+                op("install", 0, json!({"id": "install", "action": "cluster.yml"})),
+                op(
+                    "add-node7",
+                    1,
+                    json!({"id": "add-node7", "action": "scale.yml", "extraArgs": ["--limit=node7"],
+                           "image": "example.com/kubespray:v1", "activeDeadlineSeconds": 60}),
+                ),
+            ],
+            settings: Settings {
+                ssh_auth_secret: Some("prod-bj-ssh".to_string()),
+                defaults: RunDefaults {
+                    image: Some("registry.local/kubespray:v2".to_string()),
+                    service_account: Some("ansible".to_string()),
+                    active_deadline_seconds: Some(3600),
+                    ..RunDefaults::default()
+                },
+            },
+        }
+    }
+
+    fn ctx() -> RenderContext {
+        RenderContext::new("kok-system", "main", SHA)
+    }
+
+    #[test]
+    fn config_maps_hold_the_files_byte_for_byte_and_are_immutable() {
+        let desired = render_cluster(&cluster(), &ctx());
+        let [hosts, vars] = &desired.config_maps[..] else {
+            panic!("two ConfigMaps expected")
+        };
+        assert_eq!(hosts.data.as_ref().unwrap()[HOSTS_KEY], cluster().hosts_yml);
+        assert_eq!(vars.data.as_ref().unwrap()[VARS_KEY], cluster().vars_yml);
+        assert_eq!(hosts.immutable, Some(true));
+        assert_eq!(vars.immutable, Some(true));
+        assert_eq!(
+            hosts.metadata.name.as_deref(),
+            Some(config_map_name("prod-bj", ContentKind::Hosts, &cluster().hosts_yml).as_str())
+        );
+        assert_eq!(hosts.metadata.labels.as_ref().unwrap()[LABEL_CONTENT], "hosts");
+        assert_eq!(vars.metadata.labels.as_ref().unwrap()[LABEL_CONTENT], "vars");
+    }
+
+    #[test]
+    fn every_object_carries_labels_revision_path_hash_and_namespace() {
+        let desired = render_cluster(&cluster(), &ctx());
+        for obj in desired.objects().unwrap() {
+            let meta = &obj["metadata"];
+            assert_eq!(meta["namespace"], "kok-system");
+            assert_eq!(meta["labels"][LABEL_MANAGED_BY], "kok");
+            assert_eq!(meta["labels"][LABEL_CLUSTER], "prod-bj");
+            assert_eq!(
+                meta["annotations"][ANNOTATION_REVISION],
+                format!("main@sha1:{SHA}")
+            );
+            assert_eq!(meta["annotations"][ANNOTATION_SOURCE_PATH], "clusters/prod-bj");
+            assert_eq!(
+                meta["annotations"][ANNOTATION_CONTENT_HASH]
+                    .as_str()
+                    .unwrap()
+                    .len(),
+                64
+            );
+        }
+    }
+
+    #[test]
+    fn content_hash_annotation_matches_the_object_it_is_on() {
+        let desired = render_cluster(&cluster(), &ctx());
+        let annotated =
+            desired.cluster.metadata.annotations.as_ref().unwrap()[ANNOTATION_CONTENT_HASH].clone();
+        assert_eq!(content_hash(&desired.cluster).unwrap(), annotated);
+    }
+
+    #[test]
+    fn cluster_points_at_the_current_config_maps_and_the_ssh_secret() {
+        let desired = render_cluster(&cluster(), &ctx());
+        let spec = &desired.cluster.spec;
+        assert_eq!(desired.cluster.metadata.name.as_deref(), Some("prod-bj"));
+        assert_eq!(
+            Some(&spec.hosts_conf_ref.name),
+            desired.config_maps[0].metadata.name.as_ref()
+        );
+        assert_eq!(
+            Some(&spec.vars_conf_ref.name),
+            desired.config_maps[1].metadata.name.as_ref()
+        );
+        assert_eq!(spec.ssh_auth_ref.as_ref().unwrap().name, "prod-bj-ssh");
+        assert_eq!(spec.source.revision, format!("main@sha1:{SHA}"));
+        assert_eq!(spec.defaults.service_account.as_deref(), Some("ansible"));
+    }
+
+    #[test]
+    fn operations_pin_inputs_and_resolve_image_and_deadline() {
+        let desired = render_cluster(&cluster(), &ctx());
+        let [install, scale] = &desired.operations[..] else {
+            panic!("two operations expected")
+        };
+        assert_eq!(
+            install.spec.image, "registry.local/kubespray:v2",
+            "cluster default image"
+        );
+        assert_eq!(
+            scale.spec.image, "example.com/kubespray:v1",
+            "operation image wins"
+        );
+        assert_eq!(install.spec.active_deadline_seconds, Some(3600));
+        assert_eq!(scale.spec.active_deadline_seconds, Some(60));
+        assert_eq!(scale.spec.extra_args, vec!["--limit=node7"]);
+        for op in [install, scale] {
+            assert_eq!(op.spec.hosts_conf_ref, desired.cluster.spec.hosts_conf_ref);
+            assert_eq!(op.spec.vars_conf_ref, desired.cluster.spec.vars_conf_ref);
+            assert_eq!(op.spec.ssh_auth_ref, desired.cluster.spec.ssh_auth_ref);
+            assert_eq!(op.spec.service_account.as_deref(), Some("ansible"));
+            assert_eq!(op.spec.source.commit, SHA);
+            assert_eq!(op.metadata.labels.as_ref().unwrap()[LABEL_OPERATION], op.spec.id);
+        }
+        assert_eq!(
+            install.metadata.name.as_deref(),
+            Some(format!("prod-bj-install-{}", &install.spec.digest[..8]).as_str())
+        );
+    }
+
+    #[test]
+    fn image_falls_back_to_the_default_runner_image() {
+        let mut c = cluster();
+        c.settings.defaults.image = None;
+        let desired = render_cluster(&c, &ctx());
+        assert_eq!(desired.operations[0].spec.image, DEFAULT_IMAGE);
+    }
+
+    #[test]
+    fn hooks_and_schedule_are_carried_over() {
+        let mut c = cluster();
+        c.operations[0].pre_hooks = vec![Hook {
+            action: "ping.yml".into(),
+            action_type: ActionType::Playbook,
+            extra_args: vec![],
+        }];
+        c.operations[0].schedule = Some("0 0 3 * * *".into());
+        let desired = render_cluster(&c, &ctx());
+        assert_eq!(desired.operations[0].spec.pre_hooks[0].action, "ping.yml");
+        assert_eq!(
+            desired.operations[0].spec.schedule.as_deref(),
+            Some("0 0 3 * * *")
+        );
+    }
+
+    #[test]
+    fn queue_positions_sort_by_commit_then_file_order() {
+        let mut ctx = ctx();
+        ctx.attribute(
+            "prod-bj",
+            "install",
+            Attribution {
+                commit: "a".repeat(40),
+                commit_index: 2,
+            },
+        );
+        ctx.attribute(
+            "prod-bj",
+            "add-node7",
+            Attribution {
+                commit: "b".repeat(40),
+                commit_index: 1,
+            },
+        );
+        let desired = render_cluster(&cluster(), &ctx);
+        let [install, scale] = &desired.operations[..] else {
+            panic!("two operations expected")
+        };
+        assert!(scale.spec.queue_position < install.spec.queue_position);
+        assert_eq!(install.spec.source.commit, "a".repeat(40));
+        assert_eq!(
+            install.spec.source.revision,
+            format!("main@sha1:{}", "a".repeat(40))
+        );
+        assert_eq!(
+            install.metadata.annotations.as_ref().unwrap()[ANNOTATION_REVISION],
+            format!("main@sha1:{}", "a".repeat(40))
+        );
+        assert_eq!(queue_position("0", 1, 12), "0.000001.0012");
+        assert!(queue_position("0", 0, 10) > queue_position("0", 0, 9));
+    }
+
+    #[test]
+    fn an_unchanged_attributed_operation_renders_the_same_at_a_later_commit() {
+        let mut first = ctx();
+        first.attribute(
+            "prod-bj",
+            "install",
+            Attribution {
+                commit: SHA.into(),
+                commit_index: 0,
+            },
+        );
+        let mut later = first.clone();
+        later.commit = "2".repeat(40);
+        let a = render_cluster(&cluster(), &first);
+        let b = render_cluster(&cluster(), &later);
+        assert_eq!(a.operations[0], b.operations[0]);
+        assert_ne!(a.cluster, b.cluster, "the Cluster follows the rendered revision");
+    }
+
+    #[test]
+    fn reordering_keys_in_an_entry_keeps_the_operation_name() {
+        let mut c = cluster();
+        let a = render_cluster(&c, &ctx()).operations[1].metadata.name.clone();
+        c.operations[1].entry = json!({"activeDeadlineSeconds": 60, "image": "example.com/kubespray:v1",
+            "extraArgs": ["--limit=node7"], "action": "scale.yml", "id": "add-node7"});
+        let b = render_cluster(&c, &ctx()).operations[1].metadata.name.clone();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn rendering_is_deterministic_to_the_byte() {
+        let a = to_yaml_stream(&render_all(&[cluster()], &ctx())).unwrap();
+        let b = to_yaml_stream(&render_all(&[cluster()], &ctx())).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            a.matches("---\n").count(),
+            5,
+            "2 ConfigMaps, 1 Cluster, 2 ClusterOperations"
+        );
+    }
+
+    #[test]
+    fn yaml_stream_has_no_status_and_keeps_multiline_files_readable() {
+        let yaml = to_yaml_stream(&render_all(&[cluster()], &ctx())).unwrap();
+        assert!(!yaml.contains("status:"), "{yaml}");
+        assert!(yaml.contains("# comment kept"), "{yaml}");
+    }
+}
