@@ -40,6 +40,10 @@ pub const ANNOTATION_REVISION: &str = "kok.dev/revision";
 pub const ANNOTATION_SOURCE_PATH: &str = "kok.dev/source-path";
 /// Annotation with the sha256 of the rendered object; equal hash, no write.
 pub const ANNOTATION_CONTENT_HASH: &str = "kok.dev/content-hash";
+/// Annotation on a scheduled ClusterOperation: the last cron firing (RFC 3339) a run was created for.
+pub const ANNOTATION_LAST_FIRED: &str = "kok.dev/last-fired";
+/// Name of the ConfigMap holding the last reconciled commit.
+pub const STATE_CONFIG_MAP: &str = "kok-state";
 /// Name of the ConfigMap data key holding `hosts.yml`.
 pub const HOSTS_KEY: &str = "hosts.yml";
 /// Name of the ConfigMap data key holding `vars.yml`.
