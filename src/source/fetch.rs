@@ -1,0 +1,540 @@
+//! The bare cache and its network side: one-round-trip ref listing, fetch of one ref, re-creation
+//! of a corrupt cache, and the timeout watchdog.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use git2::{AutotagOption, Direction, ErrorClass, FetchOptions, Oid, RemoteCallbacks, Repository};
+use tracing::{debug, info, instrument, warn};
+
+use super::auth::{self, AuthLog, SharedLog};
+use super::url::{cache_dir_name, redact, RemoteUrl};
+use super::{ChangeSet, GitTree, SourceConfig, SourceError, SOURCE_REF};
+
+/// The outcome of [`Source::poll`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Poll {
+    /// The ref still points at the last commit; nothing was fetched or written.
+    Unchanged {
+        /// The commit the ref points at (= the `last` given).
+        commit: Oid,
+    },
+    /// The ref moved (or there was no last commit); the new commit is in the cache.
+    Changed {
+        /// The commit the ref now points at.
+        commit: Oid,
+    },
+}
+
+impl Poll {
+    /// The commit the ref points at.
+    pub fn commit(&self) -> Oid {
+        match self {
+            Poll::Unchanged { commit } | Poll::Changed { commit } => *commit,
+        }
+    }
+}
+
+/// One remote, its configured ref and its bare cache. Blocking: own it from one thread (or call it
+/// from `spawn_blocking`).
+pub struct Source {
+    config: SourceConfig,
+    remote: RemoteUrl,
+    cache_path: PathBuf,
+    repo: Repository,
+    resolved_ref: Option<String>,
+    fetches: u64,
+    listings: u64,
+    pending: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("url", &redact(&self.config.url))
+            .field("reference", &self.config.reference)
+            .field("cache", &self.cache_path)
+            .finish()
+    }
+}
+
+/// What the network thread returns.
+enum NetOutcome {
+    Listed(Vec<(String, Oid)>),
+    Fetched,
+}
+
+impl Source {
+    /// Opens (or creates) the bare cache for `config.url` under `config.cache_dir`. A cache that cannot
+    /// be opened is deleted and created again.
+    pub fn open(config: SourceConfig) -> Result<Source, SourceError> {
+        let remote = RemoteUrl::parse(&config.url)?;
+        let cache_path = config.cache_dir.join(cache_dir_name(remote.as_str()));
+        let repo = open_or_create(&cache_path)?;
+        Ok(Source {
+            config,
+            remote,
+            cache_path,
+            repo,
+            resolved_ref: None,
+            fetches: 0,
+            listings: 0,
+            pending: None,
+        })
+    }
+
+    /// The bare cache repository (read-only use: trees, blobs, commits).
+    pub fn repository(&self) -> &Repository {
+        &self.repo
+    }
+
+    /// Where the bare cache lives.
+    pub fn cache_path(&self) -> &Path {
+        &self.cache_path
+    }
+
+    /// The remote as configured, classified.
+    pub fn remote(&self) -> &RemoteUrl {
+        &self.remote
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SourceConfig {
+        &self.config
+    }
+
+    /// How many fetches this source made (a no-op poll makes none).
+    pub fn fetch_count(&self) -> u64 {
+        self.fetches
+    }
+
+    /// How many ref listings this source made.
+    pub fn listing_count(&self) -> u64 {
+        self.listings
+    }
+
+    /// The full name the configured ref resolved to on the remote (after the first poll).
+    pub fn resolved_ref(&self) -> Option<&str> {
+        self.resolved_ref.as_deref()
+    }
+
+    /// Flux-style revision for `commit`: `<branch or tag>@sha1:<sha>`.
+    pub fn revision(&self, commit: Oid) -> String {
+        let name = self.resolved_ref.as_deref().unwrap_or(&self.config.reference);
+        let short = name
+            .strip_prefix("refs/heads/")
+            .or_else(|| name.strip_prefix("refs/tags/"))
+            .unwrap_or(name);
+        format!("{short}@sha1:{commit}")
+    }
+
+    /// Asks the remote where the ref points (one round trip) and fetches only when it moved away from
+    /// `last` (or when `last` is `None`). Returns the commit the ref points at.
+    #[instrument(skip(self), fields(url = %redact(&self.config.url), reference = %self.config.reference))]
+    pub fn poll(&mut self, last: Option<Oid>) -> Result<Poll, SourceError> {
+        let heads = self.list_remote()?;
+        let (name, listed) =
+            resolve(&self.config.reference, &heads).ok_or_else(|| SourceError::RefNotFound {
+                reference: self.config.reference.clone(),
+                url: redact(&self.config.url),
+                looked_for: candidates(&self.config.reference).join(", "),
+            })?;
+        self.resolved_ref = Some(name.clone());
+        if Some(listed) == last {
+            debug!(commit = %listed, "ref unchanged");
+            return Ok(Poll::Unchanged { commit: listed });
+        }
+        let commit = self.fetch_ref(&name)?;
+        info!(%commit, "fetched");
+        Ok(Poll::Changed { commit })
+    }
+
+    /// Fetches the ref unconditionally (e.g. for a periodic full resync) and returns its commit.
+    pub fn fetch(&mut self) -> Result<Oid, SourceError> {
+        self.poll(None).map(|p| p.commit())
+    }
+
+    /// Resolves `rev` (a sha, short sha, `refs/kok/source~2`, ...) to a commit in the cache.
+    pub fn resolve_commit(&self, rev: &str) -> Result<Oid, SourceError> {
+        let spec = if rev == "source" || rev.is_empty() {
+            SOURCE_REF
+        } else {
+            rev
+        };
+        self.repo
+            .revparse_single(spec)
+            .and_then(|o| o.peel_to_commit())
+            .map(|c| c.id())
+            .map_err(|e| SourceError::RevisionNotFound {
+                rev: rev.to_string(),
+                url: redact(&self.config.url),
+                message: e.message().to_string(),
+            })
+    }
+
+    /// A [`crate::layout::TreeReader`] over `commit`'s tree.
+    pub fn tree(&self, commit: Oid) -> Result<GitTree<'_>, SourceError> {
+        GitTree::at_commit(&self.repo, commit)
+    }
+
+    /// Clusters added, changed and removed between `old` and `new` under `root`; see [`super::diff`].
+    pub fn diff(&self, old: Option<Oid>, new: Oid, root: &str) -> Result<ChangeSet, SourceError> {
+        super::diff::diff(&self.repo, old, new, root)
+    }
+
+    fn list_remote(&mut self) -> Result<Vec<(String, Oid)>, SourceError> {
+        self.listings += 1;
+        match self.network(None)? {
+            NetOutcome::Listed(heads) => Ok(heads),
+            NetOutcome::Fetched => Ok(Vec::new()),
+        }
+    }
+
+    fn fetch_ref(&mut self, name: &str) -> Result<Oid, SourceError> {
+        let mut recreated = false;
+        loop {
+            self.fetches += 1;
+            let result = self
+                .network(Some(name.to_string()))
+                .and_then(|_| self.fetched_commit());
+            match result {
+                Ok(commit) => return Ok(commit),
+                Err(SourceError::Git { what, source }) if is_local_failure(&source) => {
+                    let message = format!("{what}: {}", source.message());
+                    if recreated {
+                        return Err(SourceError::CacheCorrupt {
+                            path: self.cache_path.clone(),
+                            message,
+                        });
+                    }
+                    warn!(cache = %self.cache_path.display(), %message, "git cache unusable, re-creating it");
+                    self.recreate()?;
+                    recreated = true;
+                }
+                Err(other) => return Err(other),
+            }
+        }
+    }
+
+    fn fetched_commit(&self) -> Result<Oid, SourceError> {
+        let reference = self
+            .repo
+            .find_reference(SOURCE_REF)
+            .map_err(SourceError::git(format!(
+                "read {SOURCE_REF} in the cache {}",
+                self.cache_path.display()
+            )))?;
+        let commit = reference.peel_to_commit().map_err(SourceError::git(format!(
+            "read the fetched commit in the cache {}",
+            self.cache_path.display()
+        )))?;
+        // Make sure the tree is readable too: a damaged pack shows here rather than later.
+        commit.tree().map_err(SourceError::git(format!(
+            "read the fetched tree in the cache {}",
+            self.cache_path.display()
+        )))?;
+        Ok(commit.id())
+    }
+
+    fn recreate(&mut self) -> Result<(), SourceError> {
+        let _ = std::fs::remove_dir_all(&self.cache_path);
+        self.repo = init_bare(&self.cache_path)?;
+        Ok(())
+    }
+
+    /// Runs a listing (`refname == None`) or a fetch of `refname` on a helper thread, waiting at most
+    /// the configured timeout.
+    fn network(&mut self, refname: Option<String>) -> Result<NetOutcome, SourceError> {
+        let url = redact(&self.config.url);
+        if let Some(handle) = &self.pending {
+            if !handle.is_finished() {
+                return Err(SourceError::Busy { url });
+            }
+            self.pending = None;
+        }
+        let what = match &refname {
+            None => "list refs of".to_string(),
+            Some(name) => format!("fetch {name} from"),
+        };
+        let timeout = self.config.timeout;
+        let deadline = Instant::now() + timeout;
+        let (tx, rx) = mpsc::channel();
+        let job = NetJob {
+            remote: self.remote.clone(),
+            credentials: self.config.credentials.clone(),
+            cache_path: self.cache_path.clone(),
+            refname,
+            deadline,
+        };
+        let handle = std::thread::Builder::new()
+            .name("kok-git".to_string())
+            .spawn(move || {
+                let _ = tx.send(job.run());
+            })
+            .map_err(|e| SourceError::Remote {
+                what: what.clone(),
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+        match rx.recv_timeout(timeout) {
+            Ok(result) => {
+                let _ = handle.join();
+                result.map_err(|failure| failure.into_error(&what, &url, timeout.as_secs().max(1)))
+            }
+            Err(_) => {
+                self.pending = Some(handle);
+                Err(SourceError::Timeout {
+                    what,
+                    url,
+                    seconds: timeout.as_secs().max(1),
+                })
+            }
+        }
+    }
+}
+
+/// A network failure, with what the callbacks recorded.
+struct NetFailure {
+    error: git2::Error,
+    log: AuthLog,
+    timed_out: bool,
+}
+
+impl NetFailure {
+    fn into_error(self, what: &str, url: &str, seconds: u64) -> SourceError {
+        let NetFailure {
+            error,
+            log,
+            timed_out,
+        } = self;
+        if let Some(e) = log.host_key {
+            return e;
+        }
+        if let Some(e) = log.read_error {
+            return e;
+        }
+        if timed_out {
+            return SourceError::Timeout {
+                what: what.to_string(),
+                url: url.to_string(),
+                seconds,
+            };
+        }
+        let auth_failure = error.code() == git2::ErrorCode::Auth
+            || (!log.tried.is_empty()
+                && (error.class() == ErrorClass::Ssh
+                    || error.message().contains("authentication")
+                    || error.message().contains("credentials")));
+        if auth_failure {
+            return SourceError::AuthFailed {
+                url: url.to_string(),
+                tried: if log.tried.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    log.tried.join(", ")
+                },
+                message: error.message().to_string(),
+            };
+        }
+        if is_local_failure(&error) {
+            return SourceError::Git {
+                what: format!("{what} {url} into the cache"),
+                source: error,
+            };
+        }
+        SourceError::Remote {
+            what: what.to_string(),
+            url: url.to_string(),
+            message: error.message().to_string(),
+        }
+    }
+}
+
+/// Everything the network thread needs, owned.
+struct NetJob {
+    remote: RemoteUrl,
+    credentials: super::Credentials,
+    cache_path: PathBuf,
+    refname: Option<String>,
+    deadline: Instant,
+}
+
+impl NetJob {
+    fn run(self) -> Result<NetOutcome, NetFailure> {
+        let log: SharedLog = Arc::new(Mutex::new(AuthLog::default()));
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let result = self.run_inner(&log, &timed_out);
+        result.map_err(|error| NetFailure {
+            error,
+            log: std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner())),
+            timed_out: timed_out.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    fn callbacks(
+        &self,
+        log: &SharedLog,
+        timed_out: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> RemoteCallbacks<'static> {
+        let mut callbacks = RemoteCallbacks::new();
+        auth::install(&mut callbacks, &self.remote, &self.credentials, log.clone());
+        let deadline = self.deadline;
+        let flag = timed_out.clone();
+        callbacks.transfer_progress(move |_| {
+            let alive = Instant::now() < deadline;
+            if !alive {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            alive
+        });
+        let flag = timed_out.clone();
+        callbacks.sideband_progress(move |_| {
+            let alive = Instant::now() < deadline;
+            if !alive {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            alive
+        });
+        callbacks
+    }
+
+    fn run_inner(
+        &self,
+        log: &SharedLog,
+        timed_out: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<NetOutcome, git2::Error> {
+        let repo = Repository::open_bare(&self.cache_path)?;
+        let mut remote = repo.remote_anonymous(self.remote.as_str())?;
+        match &self.refname {
+            None => {
+                let connection =
+                    remote.connect_auth(Direction::Fetch, Some(self.callbacks(log, timed_out)), None)?;
+                let heads = connection
+                    .list()?
+                    .iter()
+                    .map(|h| (h.name().to_string(), h.oid()))
+                    .collect();
+                Ok(NetOutcome::Listed(heads))
+            }
+            Some(name) => {
+                let mut options = FetchOptions::new();
+                options.remote_callbacks(self.callbacks(log, timed_out));
+                options.download_tags(AutotagOption::None);
+                options.update_fetchhead(false);
+                let refspec = format!("+{name}:{SOURCE_REF}");
+                remote.fetch(&[refspec.as_str()], Some(&mut options), None)?;
+                Ok(NetOutcome::Fetched)
+            }
+        }
+    }
+}
+
+/// True for errors of the local store (as opposed to network, authentication or remote errors).
+fn is_local_failure(error: &git2::Error) -> bool {
+    matches!(
+        error.class(),
+        ErrorClass::Odb
+            | ErrorClass::Object
+            | ErrorClass::Reference
+            | ErrorClass::Repository
+            | ErrorClass::Zlib
+            | ErrorClass::Indexer
+            | ErrorClass::Tree
+            | ErrorClass::Filesystem
+            | ErrorClass::Config
+    )
+}
+
+/// The names the configured ref may stand for, in the order they are tried.
+fn candidates(reference: &str) -> Vec<String> {
+    if reference.starts_with("refs/") || reference == "HEAD" {
+        vec![reference.to_string()]
+    } else {
+        vec![
+            format!("refs/heads/{reference}"),
+            format!("refs/tags/{reference}"),
+        ]
+    }
+}
+
+/// Finds the configured ref in a listing: (full name, commit it points at, peeled for tags).
+fn resolve(reference: &str, heads: &[(String, Oid)]) -> Option<(String, Oid)> {
+    for name in candidates(reference) {
+        let peeled = format!("{name}^{{}}");
+        if let Some((_, oid)) = heads.iter().find(|(n, _)| *n == peeled) {
+            return Some((name, *oid));
+        }
+        if let Some((_, oid)) = heads.iter().find(|(n, _)| *n == name) {
+            return Some((name, *oid));
+        }
+    }
+    None
+}
+
+fn open_or_create(path: &Path) -> Result<Repository, SourceError> {
+    if path.exists() {
+        match Repository::open_bare(path) {
+            Ok(repo) if repo.is_bare() => return Ok(repo),
+            Ok(_) => warn!(cache = %path.display(), "git cache is not a bare repository, re-creating it"),
+            Err(e) => {
+                warn!(cache = %path.display(), error = %e.message(), "git cache unusable, re-creating it")
+            }
+        }
+        std::fs::remove_dir_all(path).map_err(|e| SourceError::CacheInit {
+            path: path.to_path_buf(),
+            message: format!("could not remove the unusable cache: {e}"),
+        })?;
+    }
+    init_bare(path)
+}
+
+fn init_bare(path: &Path) -> Result<Repository, SourceError> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| SourceError::CacheInit {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    }
+    Repository::init_bare(path).map_err(|e| SourceError::CacheInit {
+        path: path.to_path_buf(),
+        message: e.message().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oid(n: u8) -> Oid {
+        Oid::from_bytes(&[n; 20]).unwrap()
+    }
+
+    #[test]
+    fn branch_names_resolve_to_heads_before_tags() {
+        let heads = vec![
+            ("refs/tags/main".to_string(), oid(2)),
+            ("refs/heads/main".to_string(), oid(1)),
+        ];
+        assert_eq!(
+            resolve("main", &heads),
+            Some(("refs/heads/main".to_string(), oid(1)))
+        );
+    }
+
+    #[test]
+    fn annotated_tags_resolve_to_the_peeled_commit() {
+        let heads = vec![
+            ("refs/tags/v1".to_string(), oid(3)),
+            ("refs/tags/v1^{}".to_string(), oid(4)),
+        ];
+        assert_eq!(resolve("v1", &heads), Some(("refs/tags/v1".to_string(), oid(4))));
+        assert_eq!(
+            resolve("refs/tags/v1", &heads),
+            Some(("refs/tags/v1".to_string(), oid(4)))
+        );
+        assert_eq!(resolve("v2", &heads), None);
+    }
+}
