@@ -1,19 +1,35 @@
 //! The repository contract: parse and validate a tree into typed cluster directories (pure, reads only through [`TreeReader`]).
+//!
+//! [`parse_repo`] reads `kok.yml` and every cluster directory under the root; [`parse_clusters`] reads only
+//! some of them. Every problem becomes a [`Diagnostic`] with a path, line and column; a cluster with any
+//! error lands in [`Parsed::invalid`] and the others are unaffected.
 
-mod model;
-mod reader;
+mod diag;
+mod disk;
+mod inventory;
+pub mod model;
+mod names;
+mod operations;
+pub mod reader;
+mod repo;
+mod scaledown;
+mod settings;
+mod yaml;
 
+pub use disk::DiskTree;
 pub use model::*;
+pub use names::{did_you_mean, dns1123_label_problem, is_dns1123_label, is_dns1123_subdomain, is_host_name};
+pub use operations::{schedule_problem, HOOK_KEYS, MAX_OPERATION_ID, OPERATION_KEYS};
 pub use reader::*;
+pub use repo::{
+    parse_clusters, parse_repo, parse_repo_settings, CLUSTER_FILES, CLUSTER_YML, HOSTS_YML, KOK_YML,
+    MAX_CLUSTER_NAME, OPERATIONS_YML, VARS_YML,
+};
+pub use scaledown::{host_references, unknown_hosts, HostRef};
+pub use settings::{is_quantity, merge_settings, SETTINGS_KEYS};
 
 /// Largest file the parser accepts (1 MiB).
 pub const MAX_FILE_SIZE: u64 = 1 << 20;
 
 /// Default root directory of the cluster directories.
 pub const DEFAULT_ROOT: &str = "clusters";
-
-/// Parses every cluster directory under `root` (and `kok.yml` at the top of the tree).
-pub fn parse_repo(reader: &dyn TreeReader, root: &str) -> Parsed {
-    let _ = (reader, root);
-    Parsed::default()
-}

@@ -1,0 +1,291 @@
+//! hosts.yml: the ansible inventory's shape (`all` → groups of hosts/children/vars), host names, group cycles.
+
+use std::collections::BTreeMap;
+
+use super::diag::{parse_yaml, FileDiags};
+use super::names::{hint, is_group_name, is_host_name};
+use super::yaml::Node;
+use super::Inventory;
+
+/// What a group may hold.
+const GROUP_KEYS: &[&str] = &["hosts", "children", "vars"];
+
+/// Parses and validates hosts.yml. Returns the hosts and groups it defines (possibly partial when errors
+/// were reported), or `None` when it could not be read as YAML at all.
+pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<Inventory> {
+    let root = parse_yaml(text, diags).ok()?;
+    let mut walk = Walk::default();
+    let Some(root) = root else {
+        diags.error_at(1, 1, "hosts.yml is empty: write an inventory starting with `all:` and at least one host");
+        return Some(walk.inventory);
+    };
+    let Some(top) = root.as_map() else {
+        diags.error(
+            &root,
+            format!("hosts.yml must be a mapping starting with `all:`, not {}", root.type_name()),
+        );
+        return Some(walk.inventory);
+    };
+    let mut all = None;
+    for (key, value) in top {
+        match key.as_str() {
+            Some("all") => all = Some((key, value)),
+            _ => {
+                let name = key.scalar_text().unwrap_or_default();
+                diags.error(
+                    key,
+                    format!(
+                        "unknown top-level key \"{name}\": hosts.yml holds only `all:`; \
+                         move group \"{name}\" under all.children"
+                    ),
+                );
+            }
+        }
+    }
+    let Some((all_key, all_value)) = all else {
+        diags.error(&root, "hosts.yml has no `all:` group: put every host and group under `all:`");
+        return Some(walk.inventory);
+    };
+    walk.inventory.groups.insert("all".to_string());
+    walk.group("all", all_value, diags);
+    walk.report_cycles(diags);
+    if walk.inventory.hosts.is_empty() {
+        diags.error(
+            all_key,
+            "the inventory defines no host: add at least one under all.hosts or under a group's hosts",
+        );
+    }
+    Some(walk.inventory)
+}
+
+/// One parent → child edge of the group graph, with the position of the child's key.
+struct Edge {
+    child: String,
+    line: usize,
+    col: usize,
+}
+
+#[derive(Default)]
+struct Walk {
+    inventory: Inventory,
+    edges: BTreeMap<String, Vec<Edge>>,
+}
+
+impl Walk {
+    fn group(&mut self, name: &str, node: &Node, diags: &mut FileDiags<'_>) {
+        if node.is_null() {
+            return;
+        }
+        let Some(entries) = node.as_map() else {
+            diags.error(
+                node,
+                format!("group \"{name}\" must be a mapping of hosts, children and vars, not {}", node.type_name()),
+            );
+            return;
+        };
+        for (key, value) in entries {
+            match key.as_str() {
+                Some("hosts") => self.hosts(name, value, diags),
+                Some("children") => self.children(name, value, diags),
+                Some("vars") => {
+                    if !value.is_null() && value.as_map().is_none() {
+                        diags.error(
+                            value,
+                            format!("vars of group \"{name}\" must be a mapping, not {}", value.type_name()),
+                        );
+                    }
+                }
+                _ => {
+                    let given = key.scalar_text().unwrap_or_default();
+                    let mut msg = format!(
+                        "group \"{name}\" may only hold hosts, children and vars, not \"{given}\"{}",
+                        hint(&given, GROUP_KEYS)
+                    );
+                    if !msg.ends_with('?') {
+                        msg.push_str(&format!(
+                            "; put a host under {name}.hosts, a group under {name}.children, a variable under {name}.vars"
+                        ));
+                    }
+                    diags.error(key, msg);
+                }
+            }
+        }
+    }
+
+    fn hosts(&mut self, group: &str, node: &Node, diags: &mut FileDiags<'_>) {
+        if node.is_null() {
+            return;
+        }
+        let Some(entries) = node.as_map() else {
+            diags.error(
+                node,
+                format!(
+                    "hosts of group \"{group}\" must be a mapping with one host name per key (`node1:`), not {}",
+                    node.type_name()
+                ),
+            );
+            return;
+        };
+        for (key, value) in entries {
+            let host = key.scalar_text().unwrap_or_default();
+            if !is_host_name(&host) {
+                diags.error(
+                    key,
+                    format!("host \"{host}\" is not a valid host name: use letters, digits, '-', '.', '_'"),
+                );
+                continue;
+            }
+            if !value.is_null() && value.as_map().is_none() {
+                diags.error(
+                    value,
+                    format!("variables of host \"{host}\" must be a mapping, not {}", value.type_name()),
+                );
+            }
+            self.inventory.hosts.insert(host);
+        }
+    }
+
+    fn children(&mut self, parent: &str, node: &Node, diags: &mut FileDiags<'_>) {
+        if node.is_null() {
+            return;
+        }
+        let Some(entries) = node.as_map() else {
+            diags.error(
+                node,
+                format!(
+                    "children of group \"{parent}\" must be a mapping with one group name per key, not {}",
+                    node.type_name()
+                ),
+            );
+            return;
+        };
+        for (key, value) in entries {
+            let child = key.scalar_text().unwrap_or_default();
+            if !is_group_name(&child) {
+                diags.error(
+                    key,
+                    format!("group \"{child}\" is not a valid group name: use letters, digits, '-', '.', '_'"),
+                );
+                continue;
+            }
+            self.inventory.groups.insert(child.clone());
+            self.edges.entry(parent.to_string()).or_default().push(Edge {
+                child: child.clone(),
+                line: key.line,
+                col: key.col,
+            });
+            self.group(&child, value, diags);
+        }
+    }
+
+    /// Reports every group cycle once, at the entry that closes it.
+    fn report_cycles(&self, diags: &mut FileDiags<'_>) {
+        let mut done = std::collections::BTreeSet::new();
+        let mut reported = std::collections::BTreeSet::new();
+        let mut path: Vec<String> = Vec::new();
+        for start in self.edges.keys() {
+            self.visit(start, &mut path, &mut done, &mut reported, diags);
+        }
+    }
+
+    fn visit(
+        &self,
+        group: &str,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+        reported: &mut std::collections::BTreeSet<Vec<String>>,
+        diags: &mut FileDiags<'_>,
+    ) {
+        if done.contains(group) {
+            return;
+        }
+        path.push(group.to_string());
+        for edge in self.edges.get(group).map(Vec::as_slice).unwrap_or_default() {
+            if let Some(pos) = path.iter().position(|g| *g == edge.child) {
+                let mut members = path[pos..].to_vec();
+                members.sort();
+                if reported.insert(members) {
+                    let cycle = path[pos..].iter().chain([&edge.child]).cloned().collect::<Vec<_>>().join(" -> ");
+                    diags.error_at(
+                        edge.line,
+                        edge.col,
+                        format!(
+                            "group cycle {cycle}: a group cannot contain itself; remove \"{}\" from the children of \"{group}\"",
+                            edge.child
+                        ),
+                    );
+                }
+            } else {
+                self.visit(&edge.child, path, done, reported, diags);
+            }
+        }
+        path.pop();
+        done.insert(group.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Diagnostic;
+
+    fn check(text: &str) -> (Option<Inventory>, Vec<Diagnostic>) {
+        let mut out = Vec::new();
+        let inv = parse_inventory(text, &mut FileDiags::new("hosts.yml", None, &mut out));
+        (inv, out)
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        check(text).1.iter().map(|d| format!("{}:{}: {}", d.line, d.column, d.message)).collect()
+    }
+
+    #[test]
+    fn a_kubespray_inventory_yields_its_hosts_and_groups() {
+        let text = "all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n    node2:\n  children:\n    \
+                    kube_control_plane:\n      hosts:\n        node1:\n    kube_node:\n      hosts:\n        node2:\n    \
+                    k8s_cluster:\n      children:\n        kube_control_plane:\n        kube_node:\n";
+        let (inv, diags) = check(text);
+        assert_eq!(diags, vec![]);
+        let inv = inv.unwrap();
+        assert_eq!(inv.hosts.iter().collect::<Vec<_>>(), ["node1", "node2"]);
+        assert_eq!(inv.groups.iter().collect::<Vec<_>>(), ["all", "k8s_cluster", "kube_control_plane", "kube_node"]);
+    }
+
+    #[test]
+    fn the_inventory_must_start_with_all() {
+        assert_eq!(errors("nodes:\n  hosts:\n    a:\n")[0], "1:1: unknown top-level key \"nodes\": hosts.yml holds only `all:`; move group \"nodes\" under all.children");
+        assert!(errors("nodes:\n  hosts:\n    a:\n")[1].contains("has no `all:` group"));
+        assert!(errors("- a\n")[0].contains("must be a mapping starting with `all:`, not a list"));
+    }
+
+    #[test]
+    fn groups_hold_only_hosts_children_and_vars() {
+        let errs = errors("all:\n  hosts:\n    a:\n  host:\n    b:\n");
+        assert_eq!(errs, ["4:3: group \"all\" may only hold hosts, children and vars, not \"host\"; did you mean \"hosts\"?"]);
+    }
+
+    #[test]
+    fn host_names_with_spaces_are_refused() {
+        let errs = errors("all:\n  hosts:\n    a:\n    node 7:\n");
+        assert_eq!(errs, ["4:5: host \"node 7\" is not a valid host name: use letters, digits, '-', '.', '_'"]);
+    }
+
+    #[test]
+    fn group_cycles_are_refused_and_named() {
+        let errs = errors("all:\n  hosts:\n    a:\n  children:\n    x:\n      children:\n        y:\n          children:\n            x:\n");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("9:13: group cycle x -> y -> x"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn an_inventory_without_hosts_is_refused() {
+        let errs = errors("all:\n  children:\n    g:\n");
+        assert_eq!(errs, ["1:1: the inventory defines no host: add at least one under all.hosts or under a group's hosts"]);
+    }
+
+    #[test]
+    fn hosts_as_a_list_are_refused_with_the_expected_shape() {
+        let errs = errors("all:\n  hosts:\n    - a\n");
+        assert!(errs[0].starts_with("3:5: hosts of group \"all\" must be a mapping"), "{errs:?}");
+    }
+}

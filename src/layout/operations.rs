@@ -1,0 +1,485 @@
+//! operations.yml: the operations list, their hooks, and the cron schedules the scheduler will accept.
+
+use std::collections::HashMap;
+
+use super::diag::{deny_unknown_keys, get, parse_yaml, FileDiags};
+use super::names::dns1123_label_problem;
+use super::yaml::{Kind, Node};
+use super::scaledown::unknown_hosts;
+use super::{Inventory, Operation};
+use crate::api::{ActionType, Hook};
+
+/// Keys an operation entry may hold.
+pub const OPERATION_KEYS: &[&str] = &[
+    "id",
+    "action",
+    "type",
+    "extraArgs",
+    "image",
+    "preHooks",
+    "postHooks",
+    "activeDeadlineSeconds",
+    "schedule",
+    "rerun",
+];
+
+/// Keys a hook may hold.
+pub const HOOK_KEYS: &[&str] = &["action", "type", "extraArgs"];
+
+/// Longest operation id.
+pub const MAX_OPERATION_ID: usize = 30;
+
+/// Why `schedule` is not a cron expression the scheduler accepts (6 fields, seconds first); `None` when valid.
+pub fn schedule_problem(schedule: &str) -> Option<String> {
+    let parsed = croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Required)
+        .dom_and_dow(true)
+        .build()
+        .parse(schedule);
+    match parsed {
+        Ok(_) => None,
+        Err(err) => {
+            let fields = schedule.split_whitespace().count();
+            Some(if fields == 5 {
+                format!(
+                    "schedule \"{schedule}\" has 5 fields; kok's cron has 6, seconds first: write \"0 {schedule}\""
+                )
+            } else {
+                format!(
+                    "schedule \"{schedule}\" is not a valid cron expression ({err}): use 6 fields, seconds first, \
+                     e.g. \"0 0 3 * * *\" for 03:00 every day"
+                )
+            })
+        }
+    }
+}
+
+/// Parses and validates operations.yml. Returns the operations that could be read (only meaningful when no
+/// error was reported). With `inventory`, warns about hosts named in extraArgs that it lacks.
+pub(crate) fn parse_operations(
+    text: &str,
+    inventory: Option<&Inventory>,
+    diags: &mut FileDiags<'_>,
+) -> Vec<Operation> {
+    let Ok(root) = parse_yaml(text, diags) else {
+        return Vec::new();
+    };
+    let Some(root) = root else {
+        return Vec::new();
+    };
+    let Some(items) = root.as_seq() else {
+        diags.error(
+            &root,
+            format!(
+                "operations.yml must be a list of operations (`- id: install` ...), not {}",
+                root.type_name()
+            ),
+        );
+        return Vec::new();
+    };
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut ops = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        if let Some(op) = parse_operation(index, item, inventory, diags) {
+            if let Some(first) = seen.get(&op.id) {
+                let id_node = item.as_map().and_then(|m| get(m, "id")).unwrap_or(item);
+                diags.error(
+                    id_node,
+                    format!(
+                        "operation id \"{}\" is already used on line {first}: ids are unique in a file; \
+                         bump `rerun` on the first entry to run it again",
+                        op.id
+                    ),
+                );
+            } else {
+                seen.insert(op.id.clone(), op.line);
+            }
+            ops.push(op);
+        }
+    }
+    ops
+}
+
+fn parse_operation(
+    index: usize,
+    item: &Node,
+    inventory: Option<&Inventory>,
+    diags: &mut FileDiags<'_>,
+) -> Option<Operation> {
+    let Some(map) = item.as_map() else {
+        diags.error(
+            item,
+            format!("operation #{} must be a mapping (`- id: ...`), not {}", index + 1, item.type_name()),
+        );
+        return None;
+    };
+    deny_unknown_keys(map, OPERATION_KEYS, "operation", diags);
+    let id = match get(map, "id") {
+        None => {
+            diags.error(item, format!("operation #{} has no id: add `id: <name>` (unique in this file)", index + 1));
+            None
+        }
+        Some(node) => match node.as_str() {
+            None => {
+                diags.error(node, format!("operation id must be a string, not {}: quote it", node.type_name()));
+                None
+            }
+            Some(id) => match dns1123_label_problem(id, MAX_OPERATION_ID) {
+                Some(problem) => {
+                    diags.error(
+                        node,
+                        format!(
+                            "operation id \"{id}\" is not a DNS-1123 label of at most {MAX_OPERATION_ID} characters: \
+                             {problem}"
+                        ),
+                    );
+                    None
+                }
+                None => Some(id.to_string()),
+            },
+        },
+    };
+    let what = id.as_ref().map_or_else(|| format!("operation #{}", index + 1), |id| format!("operation \"{id}\""));
+    let step = parse_step(item, map, &what, inventory, diags);
+    let image = get(map, "image").and_then(|node| non_empty_string(node, "image", &what, diags));
+    let pre_hooks = get(map, "preHooks").map(|n| parse_hooks(n, "preHooks", &what, inventory, diags)).unwrap_or_default();
+    let post_hooks = get(map, "postHooks").map(|n| parse_hooks(n, "postHooks", &what, inventory, diags)).unwrap_or_default();
+    let active_deadline_seconds = get(map, "activeDeadlineSeconds").and_then(|node| match node.kind {
+        Kind::Int(n) if n > 0 => Some(n),
+        _ => {
+            diags.error(
+                node,
+                format!("activeDeadlineSeconds of {what} must be an integer greater than 0 (seconds), e.g. 7200"),
+            );
+            None
+        }
+    });
+    let rerun = get(map, "rerun").and_then(|node| match node.kind {
+        Kind::Int(n) if n >= 0 => u64::try_from(n).ok(),
+        _ => {
+            diags.error(node, format!("rerun of {what} must be a non-negative integer: bump it to run again"));
+            None
+        }
+    });
+    let schedule = get(map, "schedule").and_then(|node| match node.as_str() {
+        Some(s) => match schedule_problem(s) {
+            Some(problem) => {
+                diags.error(node, problem);
+                None
+            }
+            None => Some(s.to_string()),
+        },
+        None => {
+            diags.error(
+                node,
+                format!("schedule of {what} must be a cron expression in quotes, e.g. \"0 0 3 * * *\""),
+            );
+            None
+        }
+    });
+    let step = step?;
+    Some(Operation {
+        id: id?,
+        action: step.action,
+        action_type: step.action_type,
+        extra_args: step.extra_args,
+        image,
+        pre_hooks,
+        post_hooks,
+        active_deadline_seconds,
+        schedule,
+        rerun,
+        entry: item.to_json(),
+        line: item.line,
+        index,
+    })
+}
+
+/// Reads action, type and extraArgs, shared by operations and hooks.
+fn parse_step(
+    item: &Node,
+    map: &[(Node, Node)],
+    what: &str,
+    inventory: Option<&Inventory>,
+    diags: &mut FileDiags<'_>,
+) -> Option<Hook> {
+    let action_type = match get(map, "type") {
+        None => Some(ActionType::Playbook),
+        Some(node) => match node.as_str() {
+            Some("playbook") => Some(ActionType::Playbook),
+            Some("shell") => Some(ActionType::Shell),
+            _ => {
+                let given = node.scalar_text().unwrap_or_default();
+                diags.error(
+                    node,
+                    format!("type \"{given}\" of {what} is not known: use `playbook` (the default) or `shell`"),
+                );
+                None
+            }
+        },
+    };
+    let action = match get(map, "action") {
+        None => {
+            diags.error(item, format!("{what} has no action: add `action: <playbook.yml>`"));
+            None
+        }
+        Some(node) => non_empty_string(node, "action", what, diags),
+    };
+    if let (Some(action), Some(ActionType::Playbook), Some(node)) = (&action, action_type, get(map, "action")) {
+        if action.starts_with('/') || action.split('/').any(|part| part == "..") {
+            diags.error(
+                node,
+                format!(
+                    "playbook action \"{action}\" of {what} must be a relative path inside the runner image \
+                     without `..` (e.g. `cluster.yml`); use `type: shell` to run a script by absolute path"
+                ),
+            );
+        }
+    }
+    let extra_args = match get(map, "extraArgs") {
+        None => Some(Vec::new()),
+        Some(node) => string_list(node, what, diags),
+    };
+    if let (Some(inventory), Some(args), Some(items)) =
+        (inventory, &extra_args, get(map, "extraArgs").and_then(Node::as_seq))
+    {
+        for host in unknown_hosts(args, inventory) {
+            if let Some(at) = items.get(host.arg) {
+                diags.warn(
+                    at,
+                    format!(
+                        "{what} names host \"{}\" (\"{}\") that hosts.yml does not define: check the name, or keep \
+                         the host in hosts.yml until the operation has run and remove it in a later commit",
+                        host.name, args[host.arg]
+                    ),
+                );
+            }
+        }
+    }
+    Some(Hook { action: action?, action_type: action_type?, extra_args: extra_args? })
+}
+
+fn string_list(node: &Node, what: &str, diags: &mut FileDiags<'_>) -> Option<Vec<String>> {
+    if node.is_null() {
+        return Some(Vec::new());
+    }
+    let Some(items) = node.as_seq() else {
+        let example = node.as_str().map_or_else(
+            || "[\"--limit=node7\"]".to_string(),
+            |s| format!("[{}]", s.split_whitespace().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ")),
+        );
+        diags.error(
+            node,
+            format!(
+                "extraArgs of {what} must be a list (an argv list, never split by a shell), not {}: \
+                 write extraArgs: {example}",
+                node.type_name()
+            ),
+        );
+        return None;
+    };
+    let mut args = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for arg in items {
+        match arg.as_str() {
+            Some(s) => args.push(s.to_string()),
+            None => {
+                ok = false;
+                diags.error(
+                    arg,
+                    format!("extraArgs of {what} must hold strings, not {}: quote the value", arg.type_name()),
+                );
+            }
+        }
+    }
+    ok.then_some(args)
+}
+
+fn non_empty_string(node: &Node, key: &str, what: &str, diags: &mut FileDiags<'_>) -> Option<String> {
+    match node.as_str() {
+        Some(s) if !s.trim().is_empty() => Some(s.to_string()),
+        _ => {
+            diags.error(node, format!("{key} of {what} must be a non-empty string"));
+            None
+        }
+    }
+}
+
+fn parse_hooks(
+    node: &Node,
+    key: &str,
+    what: &str,
+    inventory: Option<&Inventory>,
+    diags: &mut FileDiags<'_>,
+) -> Vec<Hook> {
+    if node.is_null() {
+        return Vec::new();
+    }
+    let Some(items) = node.as_seq() else {
+        diags.error(
+            node,
+            format!("{key} of {what} must be a list of hooks (`- action: ping.yml`), not {}", node.type_name()),
+        );
+        return Vec::new();
+    };
+    let mut hooks = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let hook_what = format!("{key}[{i}] of {what}");
+        let Some(map) = item.as_map() else {
+            diags.error(item, format!("{hook_what} must be a mapping (`- action: ping.yml`), not {}", item.type_name()));
+            continue;
+        };
+        for (k, _) in map {
+            if let Some(name @ ("image" | "activeDeadlineSeconds")) = k.as_str() {
+                diags.error(
+                    k,
+                    format!(
+                        "{name} is not allowed in a hook: hooks run in the operation's pod; set {name} on the operation"
+                    ),
+                );
+            } else if let Some(name @ ("id" | "schedule" | "rerun" | "preHooks" | "postHooks")) = k.as_str() {
+                diags.error(k, format!("{name} is not allowed in a hook: only action, type and extraArgs are"));
+            }
+        }
+        let unknown: Vec<(Node, Node)> = map
+            .iter()
+            .filter(|(k, _)| !matches!(
+                k.as_str(),
+                Some("image" | "activeDeadlineSeconds" | "id" | "schedule" | "rerun" | "preHooks" | "postHooks")
+            ))
+            .cloned()
+            .collect();
+        deny_unknown_keys(&unknown, HOOK_KEYS, "hook", diags);
+        if let Some(hook) = parse_step(item, map, &hook_what, inventory, diags) {
+            hooks.push(hook);
+        }
+    }
+    hooks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Diagnostic;
+
+    fn check(text: &str) -> (Vec<Operation>, Vec<Diagnostic>) {
+        let mut out = Vec::new();
+        let ops = parse_operations(text, None, &mut FileDiags::new("operations.yml", None, &mut out));
+        (ops, out)
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        check(text).1.iter().map(|d| format!("{}:{}: {}", d.line, d.column, d.message)).collect()
+    }
+
+    #[test]
+    fn a_full_operation_is_read_with_its_entry_as_json() {
+        let text = "- id: scale\n  action: scale.yml\n  extraArgs: [\"--limit=node7\"]\n  image: img:1\n  \
+                    preHooks: [{action: ping.yml}]\n  postHooks:\n    - {action: info.sh, type: shell, extraArgs: [-v]}\n  \
+                    activeDeadlineSeconds: 7200\n  schedule: \"0 0 3 * * *\"\n  rerun: 2\n";
+        let (ops, diags) = check(text);
+        assert_eq!(diags, vec![]);
+        let op = &ops[0];
+        assert_eq!(op.id, "scale");
+        assert_eq!(op.extra_args, ["--limit=node7"]);
+        assert_eq!(op.pre_hooks[0].action, "ping.yml");
+        assert_eq!(op.post_hooks[0].action_type, ActionType::Shell);
+        assert_eq!((op.active_deadline_seconds, op.rerun, op.line, op.index), (Some(7200), Some(2), 1, 0));
+        assert_eq!(op.entry["activeDeadlineSeconds"], serde_json::json!(7200));
+        assert_eq!(op.entry["preHooks"], serde_json::json!([{"action": "ping.yml"}]));
+    }
+
+    #[test]
+    fn operations_yml_must_be_a_list_and_may_be_empty() {
+        assert!(errors("id: x\n")[0].contains("must be a list of operations"));
+        assert_eq!(check("").0, vec![]);
+        assert_eq!(check("[]\n").1, vec![]);
+    }
+
+    #[test]
+    fn an_operation_without_id_is_refused() {
+        assert_eq!(errors("- action: a.yml\n"), ["1:3: operation #1 has no id: add `id: <name>` (unique in this file)"]);
+    }
+
+    #[test]
+    fn a_repeated_id_names_the_line_of_the_first() {
+        let errs = errors("- id: a\n  action: a.yml\n- id: a\n  action: b.yml\n");
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].starts_with("3:7: operation id \"a\" is already used on line 1"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn ids_must_be_short_dns_labels() {
+        assert!(errors("- id: Install\n  action: a.yml\n")[0].contains("uppercase"));
+        let long = format!("- id: {}\n  action: a.yml\n", "a".repeat(31));
+        assert!(errors(&long)[0].contains("31 characters"));
+    }
+
+    #[test]
+    fn type_must_be_playbook_or_shell() {
+        assert!(errors("- id: a\n  action: a.yml\n  type: bash\n")[0].starts_with("3:9: type \"bash\""));
+    }
+
+    #[test]
+    fn actions_must_be_non_empty_and_playbooks_relative_without_dotdot() {
+        assert!(errors("- id: a\n  action: ''\n")[0].contains("non-empty"));
+        assert!(errors("- id: a\n")[0].contains("has no action"));
+        assert!(errors("- id: a\n  action: /etc/x.yml\n")[0].contains("relative path"));
+        assert!(errors("- id: a\n  action: ../x.yml\n")[0].contains("without `..`"));
+        assert_eq!(errors("- id: a\n  action: /bin/run.sh\n  type: shell\n"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn extra_args_as_a_string_gets_an_argv_hint() {
+        let errs = errors("- id: a\n  action: a.yml\n  extraArgs: --limit=node7 -v\n");
+        assert!(errs[0].contains("argv list"), "{}", errs[0]);
+        assert!(errs[0].contains("[\"--limit=node7\", \"-v\"]"), "{}", errs[0]);
+        assert!(errors("- id: a\n  action: a.yml\n  extraArgs: [5]\n")[0].contains("must hold strings"));
+    }
+
+    #[test]
+    fn hooks_have_the_operation_shape_minus_id_schedule_rerun_and_hooks() {
+        let errs = errors("- id: a\n  action: a.yml\n  preHooks:\n    - {id: x, action: p.yml}\n    - {}\n");
+        assert!(errs[0].starts_with("4:8: id is not allowed in a hook"), "{errs:?}");
+        assert!(errs[1].contains("preHooks[1] of operation \"a\" has no action"), "{errs:?}");
+        assert!(errors("- id: a\n  action: a.yml\n  postHooks: {action: x}\n")[0].contains("must be a list of hooks"));
+        assert!(errors("- id: a\n  action: a.yml\n  postHooks: [{action: x, extra: 1}]\n")[0].contains("unknown key \"extra\" in hook"));
+    }
+
+    #[test]
+    fn schedules_use_six_field_cron_with_seconds() {
+        assert_eq!(schedule_problem("0 0 3 * * *"), None);
+        assert!(schedule_problem("0 3 * * *").unwrap().contains("write \"0 0 3 * * *\""));
+        assert!(schedule_problem("every day").unwrap().contains("not a valid cron expression"));
+        assert!(schedule_problem("0 0 25 * * *").is_some());
+        assert!(errors("- id: a\n  action: a.yml\n  schedule: 5\n")[0].contains("in quotes"));
+    }
+
+    #[test]
+    fn deadline_and_rerun_are_checked() {
+        assert!(errors("- id: a\n  action: a.yml\n  activeDeadlineSeconds: 0\n")[0].contains("greater than 0"));
+        assert!(errors("- id: a\n  action: a.yml\n  activeDeadlineSeconds: '60'\n")[0].contains("greater than 0"));
+        assert!(errors("- id: a\n  action: a.yml\n  rerun: -1\n")[0].contains("non-negative"));
+        assert!(errors("- id: a\n  action: a.yml\n  image: ''\n")[0].contains("image of operation \"a\" must be a non-empty"));
+    }
+
+    #[test]
+    fn unknown_operation_keys_are_denied_with_a_hint() {
+        let errs = errors("- id: a\n  action: a.yml\n  extra_args: []\n");
+        assert_eq!(errs, ["3:3: unknown key \"extra_args\" in operation; did you mean \"extraArgs\"?"]);
+    }
+
+    #[test]
+    fn hosts_missing_from_the_inventory_are_warned_about() {
+        let inventory = Inventory { hosts: ["node1".to_string()].into(), groups: ["all".to_string()].into() };
+        let text = "- id: rm\n  action: remove-node.yml\n  extraArgs: [-e, node=node7]\n  \
+                    postHooks: [{action: x.yml, extraArgs: [--limit=node1]}]\n";
+        let mut out = Vec::new();
+        let ops = parse_operations(text, Some(&inventory), &mut FileDiags::new("operations.yml", None, &mut out));
+        assert_eq!(ops.len(), 1);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].severity, crate::layout::Severity::Warning);
+        assert_eq!((out[0].line, out[0].column), (3, 19));
+        assert!(out[0].message.starts_with("operation \"rm\" names host \"node7\" (\"node=node7\")"), "{}", out[0].message);
+    }
+}

@@ -1,0 +1,334 @@
+//! Walking a repository tree: kok.yml, the cluster root, each cluster directory and its four files.
+
+use std::collections::BTreeMap;
+
+use super::diag::{parse_yaml, read_text, FileDiags};
+use super::inventory::parse_inventory;
+use super::names::{dns1123_label_problem, hint};
+use super::operations::parse_operations;
+use super::settings::{merge_settings, parse_settings};
+use super::{ClusterDir, Diagnostic, EntryKind, Parsed, Settings, Severity, TreeReader};
+
+/// Name of the repo-wide settings file at the top of the tree.
+pub const KOK_YML: &str = "kok.yml";
+/// The inventory file of a cluster directory (required).
+pub const HOSTS_YML: &str = "hosts.yml";
+/// The variables file of a cluster directory (required).
+pub const VARS_YML: &str = "vars.yml";
+/// The operations file of a cluster directory (optional).
+pub const OPERATIONS_YML: &str = "operations.yml";
+/// The settings file of a cluster directory (optional).
+pub const CLUSTER_YML: &str = "cluster.yml";
+/// Every file kok reads in a cluster directory.
+pub const CLUSTER_FILES: &[&str] = &[HOSTS_YML, VARS_YML, OPERATIONS_YML, CLUSTER_YML];
+/// Longest cluster directory name.
+pub const MAX_CLUSTER_NAME: usize = 40;
+
+/// Parses every cluster directory under `root` (default [`super::DEFAULT_ROOT`]) and `kok.yml` at the top
+/// of the tree. A missing root is an error (on the root's path, belonging to no cluster); an empty root is
+/// fine. Hidden entries (`.name`) and plain files under the root are ignored. Errors in kok.yml make every
+/// cluster invalid, since their settings cannot be known; those diagnostics have `cluster: None`.
+pub fn parse_repo(reader: &dyn TreeReader, root: &str) -> Parsed {
+    let root = normalize_root(root);
+    let mut out = Vec::new();
+    let base = repo_settings(reader, &mut out);
+    let mut parsed = Parsed::default();
+    let shown_root = if root.is_empty() { "." } else { root.as_str() };
+    let mut names = Vec::new();
+    {
+        let mut d = FileDiags::new(shown_root, None, &mut out);
+        match reader.kind(&root) {
+            Ok(Some(EntryKind::Dir)) => match reader.list(&root) {
+                Ok(entries) => {
+                    for entry in entries.into_iter().filter(|e| !e.name.starts_with('.')) {
+                        match entry.kind {
+                            EntryKind::Dir | EntryKind::Symlink => names.push(entry.name),
+                            EntryKind::File | EntryKind::Other => {}
+                        }
+                    }
+                }
+                Err(err) => d.error_at(0, 0, format!("could not list the cluster directories: {err}")),
+            },
+            Ok(None) => d.error_at(
+                0,
+                0,
+                format!(
+                    "directory \"{shown_root}\" not found: create it with one directory per cluster, \
+                     or point --path at the directory that holds them"
+                ),
+            ),
+            Ok(Some(EntryKind::Symlink)) => d.error_at(
+                0,
+                0,
+                "the cluster root is a symbolic link: kok does not follow links; commit the directory itself",
+            ),
+            Ok(Some(_)) => d.error_at(0, 0, "the cluster root is not a directory: point --path at a directory"),
+            Err(err) => d.error_at(0, 0, format!("could not read the cluster root: {err}")),
+        }
+    }
+    for name in names {
+        parse_cluster(reader, &root, &name, base.as_ref(), &mut parsed, &mut out);
+    }
+    finish(parsed, out)
+}
+
+/// Parses only the cluster directories `names` under `root` (and kok.yml), for incremental updates.
+/// A named directory that does not exist (or is not a directory) is simply absent from the result.
+pub fn parse_clusters(reader: &dyn TreeReader, root: &str, names: &[String]) -> Parsed {
+    let root = normalize_root(root);
+    let mut out = Vec::new();
+    let base = repo_settings(reader, &mut out);
+    let mut parsed = Parsed::default();
+    let mut names: Vec<&String> = names.iter().collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let path = join(&root, name);
+        if name.is_empty() || name.contains('/') {
+            continue;
+        }
+        if let Ok(Some(EntryKind::Dir | EntryKind::Symlink)) = reader.kind(&path) {
+            parse_cluster(reader, &root, name, base.as_ref(), &mut parsed, &mut out);
+        }
+    }
+    finish(parsed, out)
+}
+
+/// Reads and validates kok.yml alone (defaults when absent); `Err` holds its error diagnostics.
+pub fn parse_repo_settings(reader: &dyn TreeReader) -> Result<Settings, Vec<Diagnostic>> {
+    let mut out = Vec::new();
+    match repo_settings(reader, &mut out) {
+        Some(settings) => Ok(settings),
+        None => Err(out),
+    }
+}
+
+/// kok.yml's settings, or `None` when it has errors (reported into `out`).
+fn repo_settings(reader: &dyn TreeReader, out: &mut Vec<Diagnostic>) -> Option<Settings> {
+    let before = error_count(out);
+    let mut settings = Settings::default();
+    if let Ok(Some(_)) = reader.kind("kok.yaml") {
+        FileDiags::new("kok.yaml", None, out)
+            .error_at(0, 0, "kok reads kok.yml, not kok.yaml: rename the file to kok.yml");
+    }
+    let mut d = FileDiags::new(KOK_YML, None, out);
+    match reader.kind(KOK_YML) {
+        Ok(None) => {}
+        Ok(Some(EntryKind::File)) => {
+            if let Some(text) = read_text(reader, &mut d) {
+                settings = parse_settings(&text, KOK_YML, &mut d);
+            }
+        }
+        Ok(Some(kind)) => d.error_at(0, 0, not_a_file(kind)),
+        Err(err) => d.error_at(0, 0, format!("could not read the file: {err}")),
+    }
+    (error_count(out) == before).then_some(settings)
+}
+
+fn not_a_file(kind: EntryKind) -> String {
+    match kind {
+        EntryKind::Symlink => {
+            "file is a symbolic link: kok does not follow links; commit the file itself in its place".to_string()
+        }
+        _ => "must be a regular file: replace it with a file".to_string(),
+    }
+}
+
+fn error_count(out: &[Diagnostic]) -> usize {
+    out.iter().filter(|d| d.severity == Severity::Error).count()
+}
+
+fn normalize_root(root: &str) -> String {
+    let trimmed = root.trim_matches('/');
+    let trimmed = trimmed.strip_prefix("./").unwrap_or(trimmed);
+    if trimmed == "." {
+        String::new()
+    } else {
+        trimmed.to_string()
+    }
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn finish(mut parsed: Parsed, mut out: Vec<Diagnostic>) -> Parsed {
+    parsed.clusters.sort_by(|a, b| a.name.cmp(&b.name));
+    parsed.invalid.sort();
+    parsed.invalid.dedup();
+    out.sort();
+    out.dedup();
+    parsed.diagnostics = out;
+    parsed
+}
+
+/// Parses one cluster directory; a valid one lands in `parsed.clusters`, an invalid one in `parsed.invalid`.
+fn parse_cluster(
+    reader: &dyn TreeReader,
+    root: &str,
+    name: &str,
+    base: Option<&Settings>,
+    parsed: &mut Parsed,
+    out: &mut Vec<Diagnostic>,
+) {
+    let before = error_count(out);
+    let dir = join(root, name);
+    let cluster = Some(name);
+    let mut files: BTreeMap<&str, String> = BTreeMap::new();
+    {
+        let mut d = FileDiags::new(dir.clone(), cluster, out);
+        if let Some(problem) = dns1123_label_problem(name, MAX_CLUSTER_NAME) {
+            d.error_at(
+                0,
+                0,
+                format!(
+                    "cluster directory name \"{name}\" is not a DNS-1123 label of at most {MAX_CLUSTER_NAME} \
+                     characters: {problem}; rename the directory"
+                ),
+            );
+        }
+        match reader.kind(&dir) {
+            Ok(Some(EntryKind::Dir)) => {}
+            Ok(Some(EntryKind::Symlink)) => {
+                d.error_at(
+                    0,
+                    0,
+                    "cluster directory is a symbolic link: kok does not follow links; commit the directory itself",
+                );
+                parsed.invalid.push(name.to_string());
+                return;
+            }
+            _ => {
+                d.error_at(0, 0, "cluster directory could not be read: it is not a directory");
+                parsed.invalid.push(name.to_string());
+                return;
+            }
+        }
+    }
+    let entries = match reader.list(&dir) {
+        Ok(entries) => entries,
+        Err(err) => {
+            FileDiags::new(dir.clone(), cluster, out).error_at(0, 0, format!("could not list the directory: {err}"));
+            parsed.invalid.push(name.to_string());
+            return;
+        }
+    };
+    for entry in &entries {
+        let path = join(&dir, &entry.name);
+        let mut d = FileDiags::new(path, cluster, out);
+        if let Some(known) = CLUSTER_FILES.iter().find(|f| **f == entry.name) {
+            if entry.kind == EntryKind::File {
+                if let Some(text) = read_text(reader, &mut d) {
+                    files.insert(*known, text);
+                }
+            } else {
+                d.error_at(0, 0, not_a_file(entry.kind));
+            }
+        } else if entry.kind == EntryKind::Symlink {
+            d.error_at(0, 0, not_a_file(entry.kind));
+        } else if entry.kind == EntryKind::Dir && matches!(entry.name.as_str(), "group_vars" | "host_vars") {
+            d.error_at(
+                0,
+                0,
+                format!(
+                    "kok does not read {}/: put group variables in vars.yml and host variables under the host \
+                     in hosts.yml",
+                    entry.name
+                ),
+            );
+        } else if entry.kind == EntryKind::File {
+            if let Some(stem) = entry.name.strip_suffix(".yaml") {
+                let wanted = format!("{stem}.yml");
+                if CLUSTER_FILES.contains(&wanted.as_str()) {
+                    d.error_at(0, 0, format!("kok reads {wanted}, not {}: rename the file to {wanted}", entry.name));
+                    continue;
+                }
+            }
+            if entry.name.ends_with(".yml") || entry.name.ends_with(".yaml") {
+                let mut msg = format!(
+                    "unknown file in a cluster directory: kok reads only {}",
+                    CLUSTER_FILES.join(", ")
+                );
+                msg.push_str(&hint(&entry.name, CLUSTER_FILES));
+                d.error_at(0, 0, msg);
+            }
+        }
+    }
+
+    let mut inventory = None;
+    match files.get(HOSTS_YML) {
+        Some(text) => {
+            let mut d = FileDiags::new(join(&dir, HOSTS_YML), cluster, out);
+            let start = d.error_count();
+            let inv = parse_inventory(text, &mut d);
+            if d.error_count() == start {
+                inventory = inv;
+            }
+        }
+        None if !entries.iter().any(|e| e.name == HOSTS_YML) => {
+            FileDiags::new(join(&dir, HOSTS_YML), cluster, out).error_at(
+                0,
+                0,
+                "missing: every cluster directory needs hosts.yml, its ansible inventory (all: hosts/children)",
+            );
+        }
+        None => {}
+    }
+    match files.get(VARS_YML) {
+        Some(text) => check_vars(text, &mut FileDiags::new(join(&dir, VARS_YML), cluster, out)),
+        None if !entries.iter().any(|e| e.name == VARS_YML) => {
+            FileDiags::new(join(&dir, VARS_YML), cluster, out).error_at(
+                0,
+                0,
+                "missing: every cluster directory needs vars.yml, a mapping of variables (write `{}` for none)",
+            );
+        }
+        None => {}
+    }
+    let operations = files
+        .get(OPERATIONS_YML)
+        .map(|text| {
+            parse_operations(text, inventory.as_ref(), &mut FileDiags::new(join(&dir, OPERATIONS_YML), cluster, out))
+        })
+        .unwrap_or_default();
+    let cluster_settings = files
+        .get(CLUSTER_YML)
+        .map(|text| parse_settings(text, CLUSTER_YML, &mut FileDiags::new(join(&dir, CLUSTER_YML), cluster, out)))
+        .unwrap_or_default();
+
+    let valid = error_count(out) == before;
+    match (valid, base, inventory, files.remove(HOSTS_YML), files.remove(VARS_YML)) {
+        (true, Some(base), Some(inventory), Some(hosts_yml), Some(vars_yml)) => {
+            parsed.clusters.push(ClusterDir {
+                name: name.to_string(),
+                path: dir,
+                hosts_yml,
+                vars_yml,
+                inventory,
+                operations,
+                settings: merge_settings(base, &cluster_settings),
+            });
+        }
+        _ => parsed.invalid.push(name.to_string()),
+    }
+}
+
+/// vars.yml must be a YAML mapping (an empty file is not: `-e @vars.yml` needs one).
+fn check_vars(text: &str, d: &mut FileDiags<'_>) {
+    match parse_yaml(text, d) {
+        Err(()) => {}
+        Ok(None) => d.error_at(1, 1, "vars.yml is empty: write `{}` when the cluster has no variables"),
+        Ok(Some(root)) if root.is_null() => {
+            d.error(&root, "vars.yml is empty: write `{}` when the cluster has no variables")
+        }
+        Ok(Some(root)) if root.as_map().is_none() => d.error(
+            &root,
+            format!("vars.yml must be a mapping of variable names to values, not {}", root.type_name()),
+        ),
+        Ok(Some(_)) => {}
+    }
+}

@@ -1,0 +1,237 @@
+//! cluster.yml and kok.yml: run settings, validated, and merged per key (cluster.yml wins).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::diag::{deny_unknown_keys, get, parse_yaml, FileDiags};
+use super::names::is_dns1123_subdomain;
+use super::yaml::{Kind, Node};
+use super::Settings;
+
+/// Keys cluster.yml and kok.yml may hold.
+pub const SETTINGS_KEYS: &[&str] =
+    &["sshAuthSecret", "image", "serviceAccount", "resources", "activeDeadlineSeconds", "historyLimit"];
+
+/// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
+pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) -> Settings {
+    let mut settings = Settings::default();
+    let Ok(Some(root)) = parse_yaml(text, diags) else {
+        return settings;
+    };
+    if root.is_null() {
+        return settings;
+    }
+    let Some(map) = root.as_map() else {
+        diags.error(
+            &root,
+            format!("{file} must be a mapping of settings ({}), not {}", SETTINGS_KEYS.join(", "), root.type_name()),
+        );
+        return settings;
+    };
+    deny_unknown_keys(map, SETTINGS_KEYS, file, diags);
+    settings.ssh_auth_secret = get(map, "sshAuthSecret").and_then(|node| {
+        subdomain(node, "sshAuthSecret", "the name of a kubernetes.io/ssh-auth Secret in kok's namespace", diags)
+    });
+    settings.defaults.image = get(map, "image").and_then(|node| match node.as_str() {
+        Some(s) if !s.trim().is_empty() => Some(s.to_string()),
+        _ => {
+            diags.error(node, "image must be a non-empty string, e.g. quay.io/kubespray/kubespray:v2.27.0");
+            None
+        }
+    });
+    settings.defaults.service_account = get(map, "serviceAccount")
+        .and_then(|node| subdomain(node, "serviceAccount", "the name of a ServiceAccount in kok's namespace", diags));
+    settings.defaults.resources = get(map, "resources").and_then(|node| resources(node, diags));
+    settings.defaults.active_deadline_seconds = get(map, "activeDeadlineSeconds").and_then(|node| match node.kind {
+        Kind::Int(n) if n > 0 => Some(n),
+        _ => {
+            diags.error(node, "activeDeadlineSeconds must be an integer greater than 0 (seconds), e.g. 7200");
+            None
+        }
+    });
+    settings.defaults.history_limit = get(map, "historyLimit").and_then(|node| match node.kind {
+        Kind::Int(n) if n >= 1 => u32::try_from(n).ok().or_else(|| {
+            diags.error(node, "historyLimit is too large: keep it below 4294967296");
+            None
+        }),
+        _ => {
+            diags.error(node, "historyLimit must be an integer of at least 1 (finished operations kept per cluster)");
+            None
+        }
+    });
+    settings
+}
+
+/// `over` merged over `base`, key by key (a key set in `over` wins).
+pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
+    let (b, o) = (&base.defaults, &over.defaults);
+    Settings {
+        ssh_auth_secret: over.ssh_auth_secret.clone().or_else(|| base.ssh_auth_secret.clone()),
+        defaults: crate::api::RunDefaults {
+            image: o.image.clone().or_else(|| b.image.clone()),
+            service_account: o.service_account.clone().or_else(|| b.service_account.clone()),
+            resources: o.resources.clone().or_else(|| b.resources.clone()),
+            active_deadline_seconds: o.active_deadline_seconds.or(b.active_deadline_seconds),
+            history_limit: o.history_limit.or(b.history_limit),
+        },
+    }
+}
+
+fn subdomain(node: &Node, key: &str, what: &str, diags: &mut FileDiags<'_>) -> Option<String> {
+    match node.as_str() {
+        Some(s) if is_dns1123_subdomain(s) => Some(s.to_string()),
+        Some(s) => {
+            diags.error(
+                node,
+                format!(
+                    "{key} \"{s}\" is not a valid Kubernetes name: {what} uses lowercase letters, digits, '-' and '.'"
+                ),
+            );
+            None
+        }
+        None => {
+            diags.error(node, format!("{key} must be a string: {what}"));
+            None
+        }
+    }
+}
+
+fn resources(node: &Node, diags: &mut FileDiags<'_>) -> Option<ResourceRequirements> {
+    let Some(map) = node.as_map() else {
+        diags.error(
+            node,
+            format!("resources must be a mapping with requests and limits (e.g. requests: {{cpu: 500m, memory: 1Gi}}), not {}", node.type_name()),
+        );
+        return None;
+    };
+    deny_unknown_keys(map, &["requests", "limits"], "resources", diags);
+    let requests = get(map, "requests").and_then(|n| quantities(n, "requests", diags));
+    let limits = get(map, "limits").and_then(|n| quantities(n, "limits", diags));
+    Some(ResourceRequirements { claims: None, limits, requests })
+}
+
+fn quantities(node: &Node, key: &str, diags: &mut FileDiags<'_>) -> Option<BTreeMap<String, Quantity>> {
+    let Some(map) = node.as_map() else {
+        diags.error(node, format!("resources.{key} must be a mapping like {{cpu: 500m, memory: 1Gi}}"));
+        return None;
+    };
+    let mut out = BTreeMap::new();
+    for (name, value) in map {
+        let name_text = name.scalar_text().unwrap_or_default();
+        let name_ok = !name_text.is_empty()
+            && name_text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'/' | b'_'));
+        if !name_ok {
+            diags.error(name, format!("\"{name_text}\" is not a resource name: use e.g. cpu, memory, ephemeral-storage"));
+            continue;
+        }
+        let text = match &value.kind {
+            Kind::Str(s) => s.clone(),
+            Kind::Int(i) => i.to_string(),
+            Kind::Float(f) => f.clone(),
+            _ => String::new(),
+        };
+        if is_quantity(&text) {
+            out.insert(name_text, Quantity(text));
+        } else {
+            diags.error(
+                value,
+                format!(
+                    "resources.{key}.{name_text} \"{text}\" is not a Kubernetes quantity: write e.g. 500m, 2, 1Gi, 512Mi"
+                ),
+            );
+        }
+    }
+    Some(out)
+}
+
+/// True when `s` looks like a Kubernetes quantity: a decimal number with an optional suffix
+/// (`m`, `k`, `M`, `G`, `T`, `P`, `E`, `Ki` ... `Ei`, or an exponent like `e3`).
+pub fn is_quantity(s: &str) -> bool {
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let digits_end = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (number, suffix) = s.split_at(digits_end);
+    let number_ok = !number.is_empty()
+        && number != "."
+        && number.matches('.').count() <= 1
+        && number.bytes().any(|b| b.is_ascii_digit());
+    let suffix_ok = matches!(
+        suffix,
+        "" | "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
+    ) || suffix
+        .strip_prefix(['e', 'E'])
+        .map(|exp| exp.strip_prefix(['+', '-']).unwrap_or(exp))
+        .is_some_and(|exp| !exp.is_empty() && exp.bytes().all(|b| b.is_ascii_digit()));
+    number_ok && suffix_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Diagnostic;
+
+    fn check(text: &str) -> (Settings, Vec<Diagnostic>) {
+        let mut out = Vec::new();
+        let s = parse_settings(text, "cluster.yml", &mut FileDiags::new("cluster.yml", None, &mut out));
+        (s, out)
+    }
+
+    fn first_error(text: &str) -> String {
+        let (_, d) = check(text);
+        d.first().map(|d| format!("{}:{}: {}", d.line, d.column, d.message)).unwrap_or_default()
+    }
+
+    #[test]
+    fn every_setting_is_read() {
+        let text = "sshAuthSecret: prod-ssh\nimage: img:1\nserviceAccount: runner\nresources:\n  requests: {cpu: 500m, memory: 1Gi}\n  limits: {cpu: 2}\nactiveDeadlineSeconds: 600\nhistoryLimit: 5\n";
+        let (s, d) = check(text);
+        assert_eq!(d, vec![]);
+        assert_eq!(s.ssh_auth_secret.as_deref(), Some("prod-ssh"));
+        assert_eq!(s.defaults.service_account.as_deref(), Some("runner"));
+        let res = s.defaults.resources.unwrap();
+        assert_eq!(res.requests.unwrap()["memory"], Quantity("1Gi".into()));
+        assert_eq!(res.limits.unwrap()["cpu"], Quantity("2".into()));
+        assert_eq!((s.defaults.active_deadline_seconds, s.defaults.history_limit), (Some(600), Some(5)));
+    }
+
+    #[test]
+    fn an_invalid_secret_name_is_refused() {
+        assert!(first_error("sshAuthSecret: Prod_SSH\n").starts_with("1:16: sshAuthSecret \"Prod_SSH\" is not a valid Kubernetes name"));
+    }
+
+    #[test]
+    fn unknown_settings_are_errors_with_a_hint() {
+        assert_eq!(first_error("sshSecret: x\n"), "1:1: unknown key \"sshSecret\" in cluster.yml; did you mean \"sshAuthSecret\"?");
+    }
+
+    #[test]
+    fn numbers_and_quantities_are_checked() {
+        assert!(first_error("activeDeadlineSeconds: -5\n").contains("greater than 0"));
+        assert!(first_error("historyLimit: 0\n").contains("at least 1"));
+        assert!(first_error("resources: {requests: {memory: lots}}\n").contains("not a Kubernetes quantity"));
+        assert!(first_error("resources: {request: {}}\n").contains("did you mean \"requests\""));
+        assert!(first_error("serviceAccount: Runner\n").contains("not a valid Kubernetes name"));
+        assert!(first_error("- a\n").contains("must be a mapping of settings"));
+    }
+
+    #[test]
+    fn quantities_are_validated_loosely() {
+        for ok in ["1", "500m", "1Gi", "0.5", "1e3", "+2", "128974848", "1.5G"] {
+            assert!(is_quantity(ok), "{ok}");
+        }
+        for bad in ["", "lots", "1GB", "Gi", ".", "1..2", "1e"] {
+            assert!(!is_quantity(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cluster_settings_win_per_key_over_repo_settings() {
+        let (base, _) = check("sshAuthSecret: base\nimage: base:1\nhistoryLimit: 3\n");
+        let (over, _) = check("image: over:2\n");
+        let merged = merge_settings(&base, &over);
+        assert_eq!(merged.ssh_auth_secret.as_deref(), Some("base"));
+        assert_eq!(merged.defaults.image.as_deref(), Some("over:2"));
+        assert_eq!(merged.defaults.history_limit, Some(3));
+    }
+}

@@ -1,0 +1,377 @@
+//! A position-aware YAML tree: every node knows its line and column, duplicate keys are found.
+
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+use yaml_rust2::Yaml;
+
+/// Most nodes alias expansion may create in one file (guards against "billion laughs" documents).
+const MAX_NODES: usize = 200_000;
+
+/// A problem found while reading YAML, with its 1-based position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Problem {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub col: usize,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// One YAML node and where it starts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Node {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub col: usize,
+    /// The value.
+    pub kind: Kind,
+}
+
+/// The value of a [`Node`], with scalars resolved by the YAML 1.2 core schema.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Kind {
+    /// `null`, `~` or nothing.
+    Null,
+    /// `true` / `false`.
+    Bool(bool),
+    /// An integer that fits in i64.
+    Int(i64),
+    /// A float, as written.
+    Float(String),
+    /// A string (quoted, or plain and not another type).
+    Str(String),
+    /// A sequence.
+    Seq(Vec<Node>),
+    /// A mapping, entries in file order (duplicates kept, and reported by [`parse`]).
+    Map(Vec<(Node, Node)>),
+}
+
+/// A parsed file: its single document (`None` when the file holds none) and its duplicate keys.
+#[derive(Debug)]
+pub(crate) struct Doc {
+    /// The document's root node.
+    pub root: Option<Node>,
+    /// One problem per duplicate key, at the second occurrence.
+    pub duplicates: Vec<Problem>,
+}
+
+impl Node {
+    /// The entries when this is a mapping.
+    pub fn as_map(&self) -> Option<&[(Node, Node)]> {
+        match &self.kind {
+            Kind::Map(entries) => Some(entries),
+            _ => None,
+        }
+    }
+
+    /// The items when this is a sequence.
+    pub fn as_seq(&self) -> Option<&[Node]> {
+        match &self.kind {
+            Kind::Seq(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// The string when this is a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// True for `null`, `~` and empty values.
+    pub fn is_null(&self) -> bool {
+        matches!(self.kind, Kind::Null)
+    }
+
+    /// The text of a scalar as a key or name: strings as is, other scalars as written; `None` for collections.
+    pub fn scalar_text(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Null => Some(String::new()),
+            Kind::Bool(b) => Some(b.to_string()),
+            Kind::Int(i) => Some(i.to_string()),
+            Kind::Float(f) => Some(f.clone()),
+            Kind::Str(s) => Some(s.clone()),
+            Kind::Seq(_) | Kind::Map(_) => None,
+        }
+    }
+
+    /// A short description of the node's type for messages ("a string", "a list", ...).
+    pub fn type_name(&self) -> &'static str {
+        match &self.kind {
+            Kind::Null => "empty",
+            Kind::Bool(_) => "a boolean",
+            Kind::Int(_) => "an integer",
+            Kind::Float(_) => "a number",
+            Kind::Str(_) => "a string",
+            Kind::Seq(_) => "a list",
+            Kind::Map(_) => "a mapping",
+        }
+    }
+
+    /// The node as JSON, typed as YAML resolved it; mapping keys become strings, the last duplicate wins.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value;
+        match &self.kind {
+            Kind::Null => Value::Null,
+            Kind::Bool(b) => Value::Bool(*b),
+            Kind::Int(i) => Value::from(*i),
+            Kind::Float(text) => Yaml::Real(text.clone())
+                .as_f64()
+                .and_then(serde_json::Number::from_f64)
+                .map_or_else(|| Value::String(text.clone()), Value::Number),
+            Kind::Str(s) => Value::String(s.clone()),
+            Kind::Seq(items) => Value::Array(items.iter().map(Node::to_json).collect()),
+            Kind::Map(entries) => Value::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.scalar_text().unwrap_or_else(|| k.to_json().to_string()), v.to_json()))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn count(&self) -> usize {
+        match &self.kind {
+            Kind::Seq(items) => 1 + items.iter().map(Node::count).sum::<usize>(),
+            Kind::Map(entries) => 1 + entries.iter().map(|(k, v)| k.count() + v.count()).sum::<usize>(),
+            _ => 1,
+        }
+    }
+}
+
+/// Parses `text` as one YAML document. Syntax errors (and a second document) are returned as `Err`.
+pub(crate) fn parse(text: &str) -> Result<Doc, Problem> {
+    let mut builder = Builder::default();
+    let mut parser = Parser::new_from_str(text);
+    let loaded = parser.load(&mut builder, true);
+    if let Some(problem) = builder.failure.take() {
+        return Err(problem);
+    }
+    if let Err(err) = loaded {
+        let mark = err.marker();
+        return Err(Problem {
+            line: mark.line(),
+            col: mark.col() + 1,
+            message: format!("YAML syntax error: {}: fix the YAML syntax here", err.info()),
+        });
+    }
+    let mut docs = builder.docs.into_iter();
+    let root = docs.next();
+    if let Some(second) = docs.next() {
+        return Err(Problem {
+            line: second.line,
+            col: second.col,
+            message: "a second YAML document starts here: kok reads one document per file; remove the `---` \
+                      separator and merge the documents"
+                .to_string(),
+        });
+    }
+    Ok(Doc { root, duplicates: builder.duplicates })
+}
+
+/// A collection under construction.
+enum Open {
+    Seq { line: usize, col: usize, items: Vec<Node>, anchor: usize },
+    Map { line: usize, col: usize, entries: Vec<(Node, Node)>, pending: Option<Node>, anchor: usize },
+}
+
+/// Builds [`Node`]s from the parser's events.
+#[derive(Default)]
+struct Builder {
+    stack: Vec<Open>,
+    docs: Vec<Node>,
+    anchors: std::collections::HashMap<usize, Node>,
+    duplicates: Vec<Problem>,
+    expanded: usize,
+    failure: Option<Problem>,
+}
+
+impl Builder {
+    fn push(&mut self, node: Node) {
+        match self.stack.last_mut() {
+            None => self.docs.push(node),
+            Some(Open::Seq { items, .. }) => items.push(node),
+            Some(Open::Map { entries, pending, line, col, .. }) => match pending.take() {
+                None => {
+                    // The first key tells where a block mapping starts (its start event comes later).
+                    if entries.is_empty() && (node.line, node.col) < (*line, *col) {
+                        (*line, *col) = (node.line, node.col);
+                    }
+                    *pending = Some(node);
+                }
+                Some(key) => {
+                    if let Some(first) = entries.iter().find(|(k, _)| same_key(k, &key)) {
+                        self.duplicates.push(Problem {
+                            line: key.line,
+                            col: key.col,
+                            message: format!(
+                                "duplicate key \"{}\": it is already defined on line {}; keep only one",
+                                key.scalar_text().unwrap_or_default(),
+                                first.0.line
+                            ),
+                        });
+                    }
+                    entries.push((key, node));
+                }
+            },
+        }
+    }
+
+    fn finish(&mut self, node: Node, anchor: usize) {
+        if anchor > 0 {
+            self.anchors.insert(anchor, node.clone());
+        }
+        self.push(node);
+    }
+}
+
+fn same_key(a: &Node, b: &Node) -> bool {
+    match (&a.kind, &b.kind) {
+        (Kind::Seq(_) | Kind::Map(_), _) | (_, Kind::Seq(_) | Kind::Map(_)) => false,
+        (x, y) => x == y,
+    }
+}
+
+fn scalar(value: String, style: TScalarStyle, tag: Option<&yaml_rust2::parser::Tag>) -> Kind {
+    let plain = style == TScalarStyle::Plain;
+    let forced_str = tag.is_some_and(|t| t.suffix == "str" || t.suffix.ends_with(":str"));
+    if !plain || forced_str {
+        return Kind::Str(value);
+    }
+    match Yaml::from_str(&value) {
+        Yaml::Null => Kind::Null,
+        Yaml::Boolean(b) => Kind::Bool(b),
+        Yaml::Integer(i) => Kind::Int(i),
+        Yaml::Real(r) => Kind::Float(r),
+        _ => Kind::Str(value),
+    }
+}
+
+impl MarkedEventReceiver for Builder {
+    fn on_event(&mut self, ev: Event, mark: Marker) {
+        if self.failure.is_some() {
+            return;
+        }
+        let (line, col) = (mark.line(), mark.col() + 1);
+        match ev {
+            Event::Scalar(value, style, anchor, tag) => {
+                let kind = scalar(value, style, tag.as_ref());
+                self.finish(Node { line, col, kind }, anchor);
+            }
+            Event::SequenceStart(anchor, _) => {
+                self.stack.push(Open::Seq { line, col, items: Vec::new(), anchor });
+            }
+            Event::MappingStart(anchor, _) => {
+                self.stack.push(Open::Map { line, col, entries: Vec::new(), pending: None, anchor });
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                let (node, anchor) = match self.stack.pop() {
+                    Some(Open::Seq { line, col, items, anchor }) => {
+                        (Node { line, col, kind: Kind::Seq(items) }, anchor)
+                    }
+                    Some(Open::Map { line, col, entries, anchor, .. }) => {
+                        (Node { line, col, kind: Kind::Map(entries) }, anchor)
+                    }
+                    None => return,
+                };
+                self.finish(node, anchor);
+            }
+            Event::Alias(id) => {
+                let Some(target) = self.anchors.get(&id).cloned() else {
+                    self.failure = Some(Problem {
+                        line,
+                        col,
+                        message: "alias to an unknown anchor: define the anchor (&name) before using it"
+                            .to_string(),
+                    });
+                    return;
+                };
+                self.expanded += target.count();
+                if self.expanded > MAX_NODES {
+                    self.failure = Some(Problem {
+                        line,
+                        col,
+                        message: format!(
+                            "aliases expand to more than {MAX_NODES} nodes: write the values out or use fewer aliases"
+                        ),
+                    });
+                    return;
+                }
+                self.push(Node { line, col, kind: target.kind });
+            }
+            Event::Nothing
+            | Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart
+            | Event::DocumentEnd => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(text: &str) -> Node {
+        parse(text).unwrap().root.unwrap()
+    }
+
+    #[test]
+    fn nodes_carry_one_based_lines_and_columns() {
+        let node = root("a: 1\nb:\n  - x\n");
+        let entries = node.as_map().unwrap();
+        assert_eq!((node.line, node.col), (1, 1));
+        assert_eq!((entries[1].0.line, entries[1].0.col), (2, 1));
+        let item = &entries[1].1.as_seq().unwrap()[0];
+        assert_eq!((item.line, item.col), (3, 5));
+    }
+
+    #[test]
+    fn syntax_errors_report_line_and_column() {
+        let err = parse("a: b: c\n").unwrap_err();
+        assert_eq!((err.line, err.col), (1, 5));
+        assert!(err.message.contains("mapping values are not allowed"), "{}", err.message);
+    }
+
+    #[test]
+    fn duplicate_keys_are_reported_at_the_second_occurrence_naming_the_first() {
+        let doc = parse("a: 1\nb: 2\na: 3\n").unwrap();
+        assert_eq!(doc.duplicates.len(), 1);
+        assert_eq!((doc.duplicates[0].line, doc.duplicates[0].col), (3, 1));
+        assert!(doc.duplicates[0].message.contains("already defined on line 1"));
+    }
+
+    #[test]
+    fn scalars_keep_their_yaml_types_in_json() {
+        let json = root("i: 7\nf: 1.5\nb: true\nn: ~\ns: '7'\nt: !!str 8\nl: [x]\n").to_json();
+        assert_eq!(json, serde_json::json!({"i": 7, "f": 1.5, "b": true, "n": null, "s": "7", "t": "8", "l": ["x"]}));
+    }
+
+    #[test]
+    fn empty_and_comment_only_files_have_no_document() {
+        assert!(parse("").unwrap().root.is_none());
+        assert!(parse("# nothing\n").unwrap().root.is_none());
+    }
+
+    #[test]
+    fn a_second_document_is_refused() {
+        let err = parse("a: 1\n---\nb: 2\n").unwrap_err();
+        assert_eq!(err.line, 3);
+        assert!(err.message.contains("second YAML document"));
+    }
+
+    #[test]
+    fn aliases_are_expanded_and_bombs_refused() {
+        let node = root("a: &x [1, 2]\nb: *x\n");
+        assert_eq!(node.to_json(), serde_json::json!({"a": [1, 2], "b": [1, 2]}));
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..8 {
+            bomb.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n", p = i - 1));
+        }
+        assert!(parse(&bomb).unwrap_err().message.contains("aliases expand"));
+    }
+}
