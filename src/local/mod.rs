@@ -1,0 +1,25 @@
+//! Local mode's kubelet: runs kok's Jobs as host processes and keeps one log file per operation.
+//!
+//! - [`runner`] watches kok's Jobs, runs each one once on the host and reports its status the way the Job
+//!   controller does.
+//! - [`volumes`] materializes a Job's ConfigMap, Secret and projected volumes into a private directory and maps
+//!   in-container paths (`/conf/hosts.yml`) onto it.
+//! - [`checkout`] exports a commit's tree, so actions kept in the repository run as pinned.
+//! - [`logs`] names, writes and finds the per-operation log files that `kok logs` prints.
+//! - [`status`] builds the Job status patches (pure).
+
+use std::path::{Path, PathBuf};
+
+pub mod checkout;
+pub mod logs;
+pub mod runner;
+pub mod status;
+pub mod volumes;
+
+/// State directory used by local mode when `--state-dir` is not given, relative to the working directory.
+pub const DEFAULT_STATE_DIR: &str = ".kok";
+
+/// The directory holding the per-operation log files inside `state_dir`.
+pub fn logs_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("logs")
+}

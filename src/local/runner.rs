@@ -1,0 +1,829 @@
+//! The local Job runner: plays the kubelet and the Job controller for kok's Jobs, running each as a host process.
+//!
+//! It watches the Jobs labelled `app.kubernetes.io/managed-by=kok` in one namespace. A Job that is neither
+//! finished nor started is run once:
+//!
+//! 1. its status gets `startTime` and `active: 1` (status subresource), as the Job controller would set;
+//! 2. its volumes are written to a private directory ([`super::volumes`]), removed afterwards whatever happens;
+//! 3. the working directory is `--workdir`, or by default a fresh export of the Job's `KOK_COMMIT` from the
+//!    repository ([`super::checkout`]), so actions kept in the repository run as pinned. The container's
+//!    `workingDir` names a directory inside the runner image, which local mode replaces, so it is not used;
+//! 4. the container's `command` + `args` run directly (no shell unless the command is one), in their own
+//!    process group, with the runner's environment minus its `KOK_*` variables, then the Job's env, then
+//!    `KOK_CONF_DIR` / `KOK_AUTH_DIR` pointing at the host copies of `/conf` and `/auth`. Arguments and env
+//!    values that point into a mount are rewritten to the host copy (see [`super::volumes`]);
+//! 5. stdout and stderr share one pipe, so the log file (`<state dir>/logs/<operation>.log`) has them in the
+//!    order they were written, line by line;
+//! 6. `activeDeadlineSeconds`, counted from `startTime`, is enforced by sending SIGTERM to the process group,
+//!    then SIGKILL after the pod's grace period (at most 30 s);
+//! 7. the status is finished the way the Job controller does (see [`super::status`]): exit 0 is `Complete`,
+//!    another exit `Failed`/`BackoffLimitExceeded`, the deadline `Failed`/`DeadlineExceeded`. When the process
+//!    exits, what is left of its process group is killed, as a container's teardown would.
+//!
+//! One attempt is a promise (DESIGN.md §1.4): a Job found *started but unfinished* by a runner that did not
+//! start it lost its process when kok stopped. It is not run again; it is marked `Failed` with reason
+//! `RunnerRestarted` and a message saying to bump `rerun`. When the runner stops (its `shutdown` future
+//! completes) it kills the processes it runs and leaves their Jobs as they are, for the next start to report.
+//! A Job deleted while it runs has its process killed.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, PodSpec, Secret};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, ResourceExt};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use super::logs::{self, LogWriter};
+use super::status::{self, Outcome};
+use super::volumes::{self, Materialized, Sources};
+use crate::api::{managed_selector, LABEL_CLUSTER, LABEL_CLUSTER_OPERATION, LABEL_OPERATION};
+use crate::controller::job::{AUTH_DIR, CONF_DIR, CONTAINER_NAME, ENV_AUTH_DIR, ENV_COMMIT, ENV_CONF_DIR};
+
+/// Field manager of the runner's status writes.
+pub const FIELD_MANAGER: &str = "kok-local-runner";
+/// Longest wait between SIGTERM and SIGKILL, whatever the pod's `terminationGracePeriodSeconds`.
+const MAX_GRACE: Duration = Duration::from_secs(30);
+/// How long the log is given to drain after the process group is gone.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Attempts at writing a finished status before giving up.
+const STATUS_ATTEMPTS: u32 = 8;
+
+/// Where actions run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Workdir {
+    /// Always in this directory (`--workdir`).
+    Fixed(PathBuf),
+    /// In a fresh export of the Job's `KOK_COMMIT` from this git repository (bare or not).
+    Checkout {
+        /// The repository holding the commits.
+        repo_path: PathBuf,
+    },
+}
+
+/// Settings of the local runner.
+#[derive(Clone, Debug)]
+pub struct RunnerConfig {
+    /// Namespace whose Jobs are run.
+    pub namespace: String,
+    /// State directory; logs go to `<state_dir>/logs/<operation>.log`.
+    pub state_dir: PathBuf,
+    /// Where actions run.
+    pub workdir: Workdir,
+    /// Most Jobs running at once (at least 1).
+    pub max_parallel: usize,
+}
+
+/// Errors that stop the runner.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The state directory could not be created.
+    #[error("could not create the state directory {path}: {source}")]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a Job could not be run; becomes the message of a `RunnerSetupFailed` status (never holds Secret content).
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    #[error("could not read {kind} {name:?}: {source}")]
+    Fetch {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the Job has no pod spec or no container")]
+    NoContainer,
+    #[error("the container has no command; the local runner cannot use an image's entrypoint")]
+    NoCommand,
+    #[error(transparent)]
+    Volumes(#[from] volumes::Error),
+    #[error("the Job has no {ENV_COMMIT} env, so there is no commit to check out; pass --workdir")]
+    NoCommit,
+    #[error(transparent)]
+    Checkout(#[from] super::checkout::Error),
+    #[error("the checkout task failed: {0}")]
+    CheckoutTask(#[from] tokio::task::JoinError),
+    #[error("env {name}: {problem}")]
+    Env { name: String, problem: String },
+    #[error("could not open the log file {path}: {source}")]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "could not start {program:?} in {cwd}: {source}; install it on this machine or fix the operation"
+    )]
+    Spawn {
+        program: String,
+        cwd: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a running Job is stopped from outside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// The runner is stopping.
+    Shutdown,
+    /// The Job was deleted.
+    Deleted,
+}
+
+struct Ctx {
+    client: Client,
+    jobs: Api<Job>,
+    cfg: RunnerConfig,
+    slots: Semaphore,
+}
+
+/// Runs kok's Jobs in `cfg.namespace` on this machine until `shutdown` completes; then kills the processes it
+/// runs and returns once they are gone.
+pub async fn run(client: Client, cfg: RunnerConfig, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    let logs_dir = super::logs_dir(&cfg.state_dir);
+    std::fs::create_dir_all(&logs_dir).map_err(|source| Error::StateDir {
+        path: logs_dir.clone(),
+        source,
+    })?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &cfg.namespace);
+    let ctx = Arc::new(Ctx {
+        client,
+        jobs: jobs.clone(),
+        slots: Semaphore::new(cfg.max_parallel.max(1)),
+        cfg,
+    });
+    info!(namespace = %ctx.cfg.namespace, "local Job runner started");
+
+    let stream = watcher(jobs, watcher::Config::default().labels(&managed_selector())).default_backoff();
+    tokio::pin!(stream);
+    tokio::pin!(shutdown);
+
+    // Jobs this runner has taken: started, or reported as lost. Never considered again.
+    let mut taken: HashSet<String> = HashSet::new();
+    // Stop signals of the Jobs whose tasks are still going, by uid.
+    let mut running: HashMap<String, watch::Sender<Option<Stop>>> = HashMap::new();
+    let mut listed: HashSet<String> = HashSet::new();
+    let mut tasks: JoinSet<String> = JoinSet::new();
+
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(done) = tasks.join_next() => {
+                match done {
+                    Ok(uid) => { running.remove(&uid); }
+                    Err(err) => warn!(%err, "a Job task ended abnormally"),
+                }
+            }
+            event = stream.next() => match event {
+                Some(Ok(watcher::Event::Apply(job))) => consider(&ctx, job, &mut taken, &mut running, &mut tasks),
+                Some(Ok(watcher::Event::InitApply(job))) => {
+                    if let Some(uid) = job.uid() {
+                        listed.insert(uid);
+                    }
+                    consider(&ctx, job, &mut taken, &mut running, &mut tasks);
+                }
+                Some(Ok(watcher::Event::Init)) => listed.clear(),
+                Some(Ok(watcher::Event::InitDone)) => {
+                    for (uid, stop) in &running {
+                        if !listed.contains(uid) {
+                            let _ = stop.send(Some(Stop::Deleted));
+                        }
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(job))) => {
+                    if let Some(stop) = job.uid().and_then(|uid| running.get(&uid)) {
+                        info!(job = %job.name_any(), "Job deleted while running: killing its process");
+                        let _ = stop.send(Some(Stop::Deleted));
+                    }
+                }
+                Some(Err(err)) => warn!(%err, "watching Jobs failed; retrying"),
+                None => break,
+            },
+        }
+    }
+
+    info!(running = running.len(), "local Job runner stopping");
+    for stop in running.values() {
+        let _ = stop.send(Some(Stop::Shutdown));
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(err) = done {
+            warn!(%err, "a Job task ended abnormally");
+        }
+    }
+    Ok(())
+}
+
+fn consider(
+    ctx: &Arc<Ctx>,
+    job: Job,
+    taken: &mut HashSet<String>,
+    running: &mut HashMap<String, watch::Sender<Option<Stop>>>,
+    tasks: &mut JoinSet<String>,
+) {
+    let Some(uid) = job.uid() else { return };
+    if taken.contains(&uid) || status::is_finished(&job) {
+        return;
+    }
+    if job.spec.as_ref().and_then(|s| s.suspend) == Some(true) {
+        debug!(job = %job.name_any(), "Job is suspended; not running it");
+        return;
+    }
+    taken.insert(uid.clone());
+    let (stop_tx, stop_rx) = watch::channel(None);
+    running.insert(uid.clone(), stop_tx);
+    let ctx = ctx.clone();
+    match status::start_time(&job) {
+        Some(start) => {
+            tasks.spawn(async move {
+                report_lost(&ctx, &job, start, stop_rx).await;
+                uid
+            });
+        }
+        None => {
+            tasks.spawn(async move {
+                run_job(&ctx, &job, stop_rx).await;
+                uid
+            });
+        }
+    }
+}
+
+/// What the header and the log file of a Job are named after.
+fn identity(job: &Job) -> logs::Header {
+    let label = |key: &str| job.labels().get(key).cloned().unwrap_or_default();
+    let operation = Some(label(LABEL_CLUSTER_OPERATION))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| job.name_any());
+    let commit = container(job)
+        .and_then(|c| c.env.as_ref())
+        .and_then(|env| env.iter().find(|v| v.name == ENV_COMMIT))
+        .and_then(|v| v.value.clone())
+        .unwrap_or_default();
+    logs::Header {
+        start: String::new(),
+        job: job.name_any(),
+        operation,
+        cluster: label(LABEL_CLUSTER),
+        id: label(LABEL_OPERATION),
+        commit,
+    }
+}
+
+fn pod_spec(job: &Job) -> Option<&PodSpec> {
+    job.spec.as_ref().and_then(|s| s.template.spec.as_ref())
+}
+
+/// The container the runner runs: the one named like kok's, else the first.
+fn container(job: &Job) -> Option<&Container> {
+    let containers = &pod_spec(job)?.containers;
+    containers
+        .iter()
+        .find(|c| c.name == CONTAINER_NAME)
+        .or_else(|| containers.first())
+}
+
+/// Marks a Job whose process a previous runner lost as failed, and says so in its log.
+async fn report_lost(ctx: &Ctx, job: &Job, start: jiff::Timestamp, stop: watch::Receiver<Option<Stop>>) {
+    let name = job.name_any();
+    warn!(job = %name, "Job was started by an earlier run of kok and did not finish; marking it failed");
+    let id = identity(job);
+    let path = logs::log_path(&ctx.cfg.state_dir, &id.operation);
+    let now = jiff::Timestamp::now();
+    let note = format!("kok: {}", status::MESSAGE_RUNNER_RESTARTED);
+    let end = logs::end_line(&now.to_string(), "Failed", status::REASON_RUNNER_RESTARTED, None);
+    if let Err(err) = LogWriter::open(&path, Vec::new()).and_then(|mut w| {
+        w.write_line(note.as_bytes())
+            .and_then(|()| w.write_line(end.as_bytes()))
+    }) {
+        warn!(job = %name, path = %path.display(), %err, "could not append to the log file");
+    }
+    let outcome = Outcome::failed(status::REASON_RUNNER_RESTARTED, status::MESSAGE_RUNNER_RESTARTED);
+    write_finished(ctx, &name, &outcome, start, stop).await;
+}
+
+/// Writes the finished status, retrying for a while; gives up when the Job is gone or the runner stops.
+async fn write_finished(
+    ctx: &Ctx,
+    name: &str,
+    outcome: &Outcome,
+    start: jiff::Timestamp,
+    stop: watch::Receiver<Option<Stop>>,
+) {
+    let patch = status::finished(outcome, start, jiff::Timestamp::now());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let mut delay = Duration::from_millis(200);
+    for attempt in 1..=STATUS_ATTEMPTS {
+        match ctx.jobs.patch_status(name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                info!(job = %name, outcome = ?outcome, "Job finished");
+                return;
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                debug!(job = %name, "Job is gone; its status is not written");
+                return;
+            }
+            Err(err) => {
+                warn!(job = %name, attempt, %err, "could not write the Job's finished status");
+                if stop.borrow().is_some() {
+                    return;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Runs one Job from start to finished status.
+async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) {
+    let name = job.name_any();
+    let permit = tokio::select! {
+        permit = ctx.slots.acquire() => permit,
+        _ = stop.wait_for(Option::is_some) => return,
+    };
+    let Ok(_permit) = permit else { return };
+
+    let start = jiff::Timestamp::now();
+    let started_at = tokio::time::Instant::now();
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    if let Err(err) = ctx
+        .jobs
+        .patch_status(&name, &params, &Patch::Merge(&status::started(start)))
+        .await
+    {
+        // Not started: a later event (or the next start of kok) considers it again only if it is still new.
+        warn!(job = %name, %err, "could not mark the Job started; not running it");
+        return;
+    }
+    info!(job = %name, "running Job on this machine");
+
+    let mut id = identity(job);
+    id.start = start.to_string();
+    let log_path = logs::log_path(&ctx.cfg.state_dir, &id.operation);
+    let deadline = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map(|s| started_at + Duration::from_secs(s));
+
+    let outcome = match prepare(ctx, job).await {
+        Err(err) => {
+            let message = format!("the local runner could not start the Job: {err}");
+            warn!(job = %name, %message, "Job setup failed");
+            append_failure(&log_path, &id, &message);
+            Outcome::failed(status::REASON_RUNNER_SETUP_FAILED, message)
+        }
+        Ok(prepared) => match execute(&name, prepared, &log_path, &id, deadline, &mut stop).await {
+            Some(outcome) => outcome,
+            None => return,
+        },
+    };
+    write_finished(ctx, &name, &outcome, start, stop).await;
+}
+
+fn append_failure(path: &Path, id: &logs::Header, message: &str) {
+    let result = LogWriter::open(path, Vec::new()).and_then(|mut w| {
+        w.write_line(id.line(Path::new("-"), &[]).as_bytes())?;
+        w.write_line(format!("kok: {message}").as_bytes())?;
+        let end = logs::end_line(
+            &jiff::Timestamp::now().to_string(),
+            "Failed",
+            status::REASON_RUNNER_SETUP_FAILED,
+            None,
+        );
+        w.write_line(end.as_bytes())
+    });
+    if let Err(err) = result {
+        warn!(path = %path.display(), %err, "could not write the log file");
+    }
+}
+
+/// A Job ready to run: its private directory, working directory, argv and env.
+struct Prepared {
+    dir: Materialized,
+    cwd: PathBuf,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    redactions: Vec<String>,
+    grace: Duration,
+}
+
+async fn fetch_sources(ctx: &Ctx, pod: &PodSpec) -> Result<Sources, SetupError> {
+    let refs = volumes::references(pod);
+    let mut sources = Sources::default();
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    for name in refs.config_maps {
+        let found = cms.get_opt(&name).await.map_err(|source| SetupError::Fetch {
+            kind: "ConfigMap",
+            name: name.clone(),
+            source,
+        })?;
+        if let Some(cm) = found {
+            sources.config_maps.insert(name, cm);
+        }
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    for name in refs.secrets {
+        let found = secrets.get_opt(&name).await.map_err(|source| SetupError::Fetch {
+            kind: "Secret",
+            name: name.clone(),
+            source,
+        })?;
+        if let Some(secret) = found {
+            sources.secrets.insert(name, secret);
+        }
+    }
+    Ok(sources)
+}
+
+async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, SetupError> {
+    let pod = pod_spec(job).ok_or(SetupError::NoContainer)?;
+    let container = container(job).ok_or(SetupError::NoContainer)?;
+    let mut argv: Vec<String> = container
+        .command
+        .iter()
+        .flatten()
+        .chain(container.args.iter().flatten())
+        .cloned()
+        .collect();
+    if argv.is_empty() {
+        return Err(SetupError::NoCommand);
+    }
+    let sources = fetch_sources(ctx, pod).await?;
+    let plan = volumes::plan(pod, container, &sources)?;
+    let mut redactions = volumes::redactions(&plan);
+    let dir = volumes::materialize(&std::env::temp_dir(), &job.name_any(), &plan)?;
+
+    let cwd = match &ctx.cfg.workdir {
+        Workdir::Fixed(path) => path.clone(),
+        Workdir::Checkout { repo_path } => {
+            let commit = identity(job).commit;
+            if commit.is_empty() {
+                return Err(SetupError::NoCommit);
+            }
+            let dest = dir.root().join("checkout");
+            let repo = repo_path.clone();
+            let target = dest.clone();
+            tokio::task::spawn_blocking(move || super::checkout::export(&repo, &commit, &target)).await??;
+            dest
+        }
+    };
+
+    let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| !k.starts_with("KOK_")).collect();
+    for var in container.env.iter().flatten() {
+        let (value, secret) = env_value(job, pod, var, &sources)?;
+        if secret && value.trim().len() >= 8 {
+            redactions.push(value.trim().to_string());
+        }
+        env.push((var.name.clone(), dir.rewrite(&value)));
+    }
+    for (mount, var) in [(CONF_DIR, ENV_CONF_DIR), (AUTH_DIR, ENV_AUTH_DIR)] {
+        if let Some(host) = dir.host_dir(mount) {
+            env.push((var.to_string(), host.display().to_string()));
+        }
+    }
+    for arg in argv.iter_mut() {
+        *arg = dir.rewrite(arg);
+    }
+    if argv[0].contains('/') && Path::new(&argv[0]).is_relative() {
+        argv[0] = cwd.join(&argv[0]).display().to_string();
+    }
+    let grace = pod
+        .termination_grace_period_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(MAX_GRACE, |s| Duration::from_secs(s).min(MAX_GRACE));
+    Ok(Prepared {
+        dir,
+        cwd,
+        argv,
+        env,
+        redactions,
+        grace,
+    })
+}
+
+/// The value of one env var, and whether it came from a Secret.
+fn env_value(
+    job: &Job,
+    pod: &PodSpec,
+    var: &EnvVar,
+    sources: &Sources,
+) -> Result<(String, bool), SetupError> {
+    let problem = |p: String| SetupError::Env {
+        name: var.name.clone(),
+        problem: p,
+    };
+    let Some(from) = &var.value_from else {
+        return Ok((var.value.clone().unwrap_or_default(), false));
+    };
+    if let Some(field) = &from.field_ref {
+        let path = field.field_path.as_str();
+        let template_meta = job.spec.as_ref().and_then(|s| s.template.metadata.as_ref());
+        let map_key = |prefix: &str, map: Option<&BTreeMap<String, String>>| {
+            let key = path.strip_prefix(prefix)?.strip_suffix("']")?;
+            Some(map.and_then(|m| m.get(key)).cloned().unwrap_or_default())
+        };
+        let value = match path {
+            "metadata.name" => Some(job.name_any()),
+            "metadata.namespace" => Some(job.namespace().unwrap_or_default()),
+            "metadata.uid" => Some(job.uid().unwrap_or_default()),
+            "spec.serviceAccountName" => Some(pod.service_account_name.clone().unwrap_or_default()),
+            "spec.nodeName" => Some("localhost".to_string()),
+            "status.hostIP" | "status.podIP" => Some("127.0.0.1".to_string()),
+            _ => map_key("metadata.labels['", template_meta.and_then(|m| m.labels.as_ref())).or_else(|| {
+                map_key(
+                    "metadata.annotations['",
+                    template_meta.and_then(|m| m.annotations.as_ref()),
+                )
+            }),
+        };
+        return value
+            .map(|v| (v, false))
+            .ok_or_else(|| problem(format!("fieldRef {path} is not supported by the local runner")));
+    }
+    if let Some(r) = &from.config_map_key_ref {
+        let value = sources
+            .config_maps
+            .get(&r.name)
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|d| d.get(&r.key))
+            .cloned();
+        return match value {
+            Some(v) => Ok((v, false)),
+            None if r.optional == Some(true) => Ok((String::new(), false)),
+            None => Err(problem(format!("ConfigMap {:?} has no key {:?}", r.name, r.key))),
+        };
+    }
+    if let Some(r) = &from.secret_key_ref {
+        let value = sources
+            .secrets
+            .get(&r.name)
+            .and_then(|s| s.data.as_ref())
+            .and_then(|d| d.get(&r.key))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+        return match value {
+            Some(v) => Ok((v, true)),
+            None if r.optional == Some(true) => Ok((String::new(), true)),
+            None => Err(problem(format!("Secret {:?} has no key {:?}", r.name, r.key))),
+        };
+    }
+    Err(problem(
+        "only value, fieldRef, configMapKeyRef and secretKeyRef are supported by the local runner"
+            .to_string(),
+    ))
+}
+
+/// Sends `signal` to the process group `pgid`; a group that is already gone is fine.
+fn signal_group(pgid: Option<u32>, signal: rustix::process::Signal) {
+    let Some(pid) = pgid
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return;
+    };
+    if let Err(err) = rustix::process::kill_process_group(pid, signal) {
+        if err != rustix::io::Errno::SRCH {
+            warn!(pgid = pid.as_raw_nonzero().get(), %err, "could not signal a Job's process group");
+        }
+    }
+}
+
+/// Runs the prepared command to its end. `None` when the Job must not get a finished status (runner stopping,
+/// Job deleted).
+async fn execute(
+    name: &str,
+    prepared: Prepared,
+    log_path: &Path,
+    id: &logs::Header,
+    deadline: Option<tokio::time::Instant>,
+    stop: &mut watch::Receiver<Option<Stop>>,
+) -> Option<Outcome> {
+    let Prepared {
+        dir,
+        cwd,
+        argv,
+        env,
+        redactions,
+        grace,
+    } = prepared;
+    let writer = match LogWriter::open(log_path, redactions) {
+        Ok(w) => Arc::new(Mutex::new(w)),
+        Err(source) => {
+            let err = SetupError::Log {
+                path: log_path.to_path_buf(),
+                source,
+            };
+            return Some(Outcome::failed(
+                status::REASON_RUNNER_SETUP_FAILED,
+                format!("the local runner could not start the Job: {err}"),
+            ));
+        }
+    };
+    let log = |line: &str| {
+        if let Ok(mut w) = writer.lock() {
+            if let Err(err) = w.write_line(line.as_bytes()) {
+                warn!(path = %log_path.display(), %err, "could not write the log file");
+            }
+        }
+    };
+    log(&id.line(&cwd, &argv));
+
+    let spawned = (|| {
+        let (reader, out) = std::io::pipe()?;
+        let err = out.try_clone()?;
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(&cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = cmd.spawn()?;
+        // `cmd` holds the pipe's write ends until dropped: drop it so the reader sees the end.
+        drop(cmd);
+        Ok::<_, std::io::Error>((child, reader))
+    })();
+    let (mut child, reader) = match spawned {
+        Ok(x) => x,
+        Err(source) => {
+            let err = SetupError::Spawn {
+                program: argv[0].clone(),
+                cwd: cwd.clone(),
+                source,
+            };
+            let message = format!("the local runner could not start the Job: {err}");
+            log(&format!("kok: {message}"));
+            log(&logs::end_line(
+                &jiff::Timestamp::now().to_string(),
+                "Failed",
+                status::REASON_RUNNER_SETUP_FAILED,
+                None,
+            ));
+            return Some(Outcome::failed(status::REASON_RUNNER_SETUP_FAILED, message));
+        }
+    };
+    let pgid = child.id();
+
+    let drain = {
+        let writer = writer.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            let mut reader = std::io::BufReader::new(reader);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if let Ok(mut w) = writer.lock() {
+                            let _ = w.write_line(&line);
+                        }
+                    }
+                }
+            }
+        })
+    };
+
+    enum End {
+        Exited(std::io::Result<std::process::ExitStatus>),
+        Deadline,
+        Stopped(Stop),
+    }
+    let sleep_deadline = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    let end = tokio::select! {
+        status = child.wait() => End::Exited(status),
+        () = sleep_deadline => End::Deadline,
+        stopped = stop.wait_for(Option::is_some) => End::Stopped(stopped.ok().and_then(|s| *s).unwrap_or(Stop::Shutdown)),
+    };
+    let exit = match end {
+        End::Exited(ref status) => {
+            // What is left of the group goes with the "container".
+            signal_group(pgid, rustix::process::Signal::KILL);
+            Some(status.as_ref().ok().copied())
+        }
+        End::Deadline | End::Stopped(_) => {
+            signal_group(pgid, rustix::process::Signal::TERM);
+            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                signal_group(pgid, rustix::process::Signal::KILL);
+            }
+            let _ = child.wait().await;
+            signal_group(pgid, rustix::process::Signal::KILL);
+            None
+        }
+    };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
+        warn!(job = %name, "output of the Job's process did not end; the log may miss its last lines");
+    }
+
+    let now = jiff::Timestamp::now().to_string();
+    let (outcome, result) = match (end, exit) {
+        (End::Exited(_), Some(Some(status))) if status.success() => {
+            log(&logs::end_line(
+                &now,
+                "Succeeded",
+                status::REASON_COMPLETIONS_REACHED,
+                status.code(),
+            ));
+            (Some(Outcome::Succeeded), "succeeded")
+        }
+        (End::Exited(_), Some(Some(status))) => {
+            log(&logs::end_line(
+                &now,
+                "Failed",
+                status::REASON_BACKOFF_LIMIT_EXCEEDED,
+                status.code(),
+            ));
+            (
+                Some(Outcome::failed(
+                    status::REASON_BACKOFF_LIMIT_EXCEEDED,
+                    status::MESSAGE_BACKOFF_LIMIT_EXCEEDED,
+                )),
+                "failed",
+            )
+        }
+        (End::Exited(_), _) => {
+            log(&logs::end_line(
+                &now,
+                "Failed",
+                status::REASON_BACKOFF_LIMIT_EXCEEDED,
+                None,
+            ));
+            (
+                Some(Outcome::failed(
+                    status::REASON_BACKOFF_LIMIT_EXCEEDED,
+                    status::MESSAGE_BACKOFF_LIMIT_EXCEEDED,
+                )),
+                "failed",
+            )
+        }
+        (End::Deadline, _) => {
+            log("kok: the Job ran longer than its activeDeadlineSeconds; its processes were killed");
+            log(&logs::end_line(
+                &now,
+                "Failed",
+                status::REASON_DEADLINE_EXCEEDED,
+                None,
+            ));
+            (
+                Some(Outcome::failed(
+                    status::REASON_DEADLINE_EXCEEDED,
+                    status::MESSAGE_DEADLINE_EXCEEDED,
+                )),
+                "deadline exceeded",
+            )
+        }
+        (End::Stopped(Stop::Deleted), _) => {
+            log("kok: the Job was deleted while it ran; its processes were killed");
+            log(&logs::end_line(&now, "Deleted", "-", None));
+            (None, "deleted")
+        }
+        (End::Stopped(Stop::Shutdown), _) => {
+            log("kok: kok stopped while the Job ran; its processes were killed");
+            log(&logs::end_line(
+                &now,
+                "Interrupted",
+                status::REASON_RUNNER_RESTARTED,
+                None,
+            ));
+            (None, "interrupted")
+        }
+    };
+    if let Err(err) = dir.remove() {
+        warn!(job = %name, %err, "could not remove the Job's private directory");
+    }
+    info!(job = %name, result, "Job process ended");
+    outcome
+}
