@@ -1,1 +1,5 @@
-//! controller (in progress).
+//! The embedded controller: ClusterOperations become ansible Jobs, one at a time per cluster.
+
+pub mod job;
+pub mod queue;
+pub mod schedule;

@@ -1,0 +1,415 @@
+//! The Job that runs one ClusterOperation, and its entry script: pure functions from the operation to objects.
+//!
+//! A plain playbook without hooks runs as an argv array, no shell involved:
+//! `ansible-playbook -i /conf/hosts.yml -e @/conf/vars.yml [--private-key /auth/ssh-privatekey] -b <action> <extraArgs...>`.
+//! With hooks, or with `type: shell`, the container runs `/bin/sh -c <entry script>`; the script quotes every
+//! argument, runs pre-hooks, the action and post-hooks in order and stops at the first failure. A `shell` step
+//! runs `/bin/sh <action> <extraArgs...>`: the action is a script file inside the runner image.
+//! The script reads its directories from `KOK_CONF_DIR` (default `/conf`) and `KOK_AUTH_DIR` (default `/auth`),
+//! so the same script runs outside a pod.
+//!
+//! Security: the pod runs the image's user (kubespray's image runs as root and needs it), with privilege
+//! escalation off, every capability dropped and the runtime's default seccomp profile; the service account
+//! token is mounted only when the operation names a service account.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapProjection, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec,
+    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount, VolumeProjection,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use crate::api::{
+    common_labels, ActionType, ClusterOperation, Hook, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH,
+    HOSTS_KEY, LABEL_CLUSTER_OPERATION, LABEL_OPERATION, SSH_PRIVATE_KEY, VARS_KEY,
+};
+use crate::materialize::{shorten_name, MAX_NAME_LEN};
+
+/// Prefix of every Job name.
+pub const JOB_PREFIX: &str = "kok-";
+/// Directory where hosts.yml and vars.yml are mounted.
+pub const CONF_DIR: &str = "/conf";
+/// Directory where the ssh key is mounted.
+pub const AUTH_DIR: &str = "/auth";
+/// Environment variable overriding [`CONF_DIR`] in the entry script.
+pub const ENV_CONF_DIR: &str = "KOK_CONF_DIR";
+/// Environment variable overriding [`AUTH_DIR`] in the entry script.
+pub const ENV_AUTH_DIR: &str = "KOK_AUTH_DIR";
+/// Environment variable with the cluster name.
+pub const ENV_CLUSTER: &str = "KOK_CLUSTER";
+/// Environment variable with the operation id.
+pub const ENV_OPERATION: &str = "KOK_OPERATION";
+/// Environment variable with the commit the operation came from.
+pub const ENV_COMMIT: &str = "KOK_COMMIT";
+/// Name of the runner container.
+pub const CONTAINER_NAME: &str = "ansible";
+/// Mode of the mounted ssh key: readable by its owner only (0400).
+pub const KEY_MODE: i32 = 0o400;
+/// Pod condition the Job fails on at once (eviction, preemption, node drain).
+pub const DISRUPTION_CONDITION: &str = "DisruptionTarget";
+/// `ansible-playbook`, as looked up on `PATH`.
+pub const ANSIBLE_PLAYBOOK: &str = "ansible-playbook";
+/// Shell used for the entry script and for `type: shell` steps.
+pub const SHELL: &str = "/bin/sh";
+
+/// Settings of every Job that do not come from the operation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobConfig {
+    /// Resources used when the operation sets none: requests 500m CPU and 512Mi memory, limit 2Gi memory
+    /// (a kubespray run holds the inventory and facts of every host in memory).
+    pub default_resources: ResourceRequirements,
+}
+
+impl Default for JobConfig {
+    fn default() -> Self {
+        let quantities = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect::<BTreeMap<_, _>>()
+        };
+        JobConfig {
+            default_resources: ResourceRequirements {
+                requests: Some(quantities(&[("cpu", "500m"), ("memory", "512Mi")])),
+                limits: Some(quantities(&[("memory", "2Gi")])),
+                ..ResourceRequirements::default()
+            },
+        }
+    }
+}
+
+/// The name of the Job running the ClusterOperation named `operation`: `kok-<operation>`, cut and given an
+/// 8-hex hash suffix when longer than 63 characters (a Job's name becomes a label value on its pods).
+pub fn job_name(operation: &str) -> String {
+    shorten_name(&format!("{JOB_PREFIX}{operation}"), MAX_NAME_LEN)
+}
+
+/// Quotes `arg` for a POSIX shell: single quotes around it, each `'` written as `'\''`.
+pub fn shell_quote(arg: &str) -> String {
+    let mut out = String::with_capacity(arg.len() + 2);
+    out.push('\'');
+    for c in arg.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// One command the Job runs: a pre-hook, the action or a post-hook.
+#[derive(Clone, Copy, Debug)]
+struct Step<'a> {
+    action: &'a str,
+    action_type: ActionType,
+    extra_args: &'a [String],
+}
+
+impl<'a> From<&'a Hook> for Step<'a> {
+    fn from(hook: &'a Hook) -> Self {
+        Step {
+            action: &hook.action,
+            action_type: hook.action_type,
+            extra_args: &hook.extra_args,
+        }
+    }
+}
+
+fn main_step(op: &ClusterOperation) -> Step<'_> {
+    Step {
+        action: &op.spec.action,
+        action_type: op.spec.action_type,
+        extra_args: &op.spec.extra_args,
+    }
+}
+
+/// The argv of a plain playbook run, with the fixed in-pod paths.
+pub fn playbook_argv(op: &ClusterOperation) -> Vec<String> {
+    let mut argv = vec![
+        ANSIBLE_PLAYBOOK.to_string(),
+        "-i".to_string(),
+        format!("{CONF_DIR}/{HOSTS_KEY}"),
+        "-e".to_string(),
+        format!("@{CONF_DIR}/{VARS_KEY}"),
+    ];
+    if op.spec.ssh_auth_ref.is_some() {
+        argv.push("--private-key".to_string());
+        argv.push(format!("{AUTH_DIR}/{SSH_PRIVATE_KEY}"));
+    }
+    argv.push("-b".to_string());
+    argv.push(op.spec.action.clone());
+    argv.extend(op.spec.extra_args.iter().cloned());
+    argv
+}
+
+/// True when the operation needs the entry script rather than a bare argv.
+pub fn needs_entry_script(op: &ClusterOperation) -> bool {
+    !op.spec.pre_hooks.is_empty()
+        || !op.spec.post_hooks.is_empty()
+        || op.spec.action_type == ActionType::Shell
+}
+
+fn script_line(step: Step<'_>, with_key: bool) -> String {
+    let mut words: Vec<String> = Vec::new();
+    match step.action_type {
+        ActionType::Playbook => {
+            words.push(ANSIBLE_PLAYBOOK.to_string());
+            words.push("-i".to_string());
+            words.push(format!("\"${ENV_CONF_DIR}/{HOSTS_KEY}\""));
+            words.push("-e".to_string());
+            words.push(format!("\"@${ENV_CONF_DIR}/{VARS_KEY}\""));
+            if with_key {
+                words.push("--private-key".to_string());
+                words.push(format!("\"${ENV_AUTH_DIR}/{SSH_PRIVATE_KEY}\""));
+            }
+            words.push("-b".to_string());
+        }
+        ActionType::Shell => words.push(SHELL.to_string()),
+    }
+    words.push(shell_quote(step.action));
+    words.extend(step.extra_args.iter().map(|a| shell_quote(a)));
+    words.join(" ")
+}
+
+/// The entry script: runs pre-hooks, the action and post-hooks in order, stopping at the first failure with
+/// its exit status. Every argument from the repository is single-quoted; only kok's own path variables expand.
+pub fn entry_script(op: &ClusterOperation) -> String {
+    let with_key = op.spec.ssh_auth_ref.is_some();
+    let mut steps: Vec<(String, Step<'_>)> = Vec::new();
+    let pre = op.spec.pre_hooks.len();
+    for (i, hook) in op.spec.pre_hooks.iter().enumerate() {
+        steps.push((format!("pre-hook {}/{pre}", i + 1), hook.into()));
+    }
+    steps.push(("action".to_string(), main_step(op)));
+    let post = op.spec.post_hooks.len();
+    for (i, hook) in op.spec.post_hooks.iter().enumerate() {
+        steps.push((format!("post-hook {}/{post}", i + 1), hook.into()));
+    }
+
+    let mut script = String::new();
+    script.push_str("set -eu\n");
+    script.push_str(&format!("{ENV_CONF_DIR}=\"${{{ENV_CONF_DIR}:-{CONF_DIR}}}\"\n"));
+    script.push_str(&format!("{ENV_AUTH_DIR}=\"${{{ENV_AUTH_DIR}:-{AUTH_DIR}}}\"\n"));
+    script.push_str(&format!("export {ENV_CONF_DIR} {ENV_AUTH_DIR}\n"));
+    for (label, step) in steps {
+        let banner = format!("kok: {label}: {}", step.action);
+        script.push_str(&format!("printf '%s\\n' {} >&2\n", shell_quote(&banner)));
+        script.push_str(&script_line(step, with_key));
+        script.push('\n');
+    }
+    script
+}
+
+/// The container command: the bare ansible-playbook argv, or `/bin/sh -c <entry script> kok-entry`.
+pub fn container_command(op: &ClusterOperation) -> Vec<String> {
+    if needs_entry_script(op) {
+        vec![
+            SHELL.to_string(),
+            "-c".to_string(),
+            entry_script(op),
+            "kok-entry".to_string(),
+        ]
+    } else {
+        playbook_argv(op)
+    }
+}
+
+/// The labels of a Job and its pods: kok's common labels plus the operation id and ClusterOperation name
+/// (ClusterOperation names are at most 63 characters, so they fit a label value; longer ones are shortened).
+pub fn job_labels(op: &ClusterOperation) -> BTreeMap<String, String> {
+    let mut labels = common_labels(&op.spec.cluster);
+    labels.insert(LABEL_OPERATION.to_string(), op.spec.id.clone());
+    labels.insert(
+        LABEL_CLUSTER_OPERATION.to_string(),
+        shorten_name(&op.name_any(), MAX_NAME_LEN),
+    );
+    labels
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.to_string()),
+        ..EnvVar::default()
+    }
+}
+
+fn config_map_source(name: &str, key: &str) -> VolumeProjection {
+    VolumeProjection {
+        config_map: Some(ConfigMapProjection {
+            name: name.to_string(),
+            items: Some(vec![KeyToPath {
+                key: key.to_string(),
+                path: key.to_string(),
+                mode: None,
+            }]),
+            optional: Some(false),
+        }),
+        ..VolumeProjection::default()
+    }
+}
+
+/// The Job running `op`, per DESIGN.md §2: one attempt, pinned inputs mounted read-only, the key at mode 0400,
+/// owned by the ClusterOperation (when it has a uid, i.e. was read from the API).
+pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
+    let name = job_name(&op.name_any());
+    let labels = job_labels(op);
+    let annotations: BTreeMap<String, String> = [
+        (ANNOTATION_REVISION.to_string(), op.spec.source.revision.clone()),
+        (ANNOTATION_SOURCE_PATH.to_string(), op.spec.source.path.clone()),
+    ]
+    .into_iter()
+    .collect();
+
+    let mut volumes = vec![Volume {
+        name: "conf".to_string(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                config_map_source(&op.spec.hosts_conf_ref.name, HOSTS_KEY),
+                config_map_source(&op.spec.vars_conf_ref.name, VARS_KEY),
+            ]),
+            default_mode: Some(0o444),
+        }),
+        ..Volume::default()
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "conf".to_string(),
+        mount_path: CONF_DIR.to_string(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }];
+    if let Some(secret) = &op.spec.ssh_auth_ref {
+        volumes.push(Volume {
+            name: "auth".to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: SSH_PRIVATE_KEY.to_string(),
+                    path: SSH_PRIVATE_KEY.to_string(),
+                    mode: None,
+                }]),
+                default_mode: Some(KEY_MODE),
+                optional: Some(false),
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "auth".to_string(),
+            mount_path: AUTH_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
+
+    let container = Container {
+        name: CONTAINER_NAME.to_string(),
+        image: Some(op.spec.image.clone()),
+        command: Some(container_command(op)),
+        env: Some(vec![
+            env(ENV_CLUSTER, &op.spec.cluster),
+            env(ENV_OPERATION, &op.spec.id),
+            env(ENV_COMMIT, &op.spec.source.commit),
+        ]),
+        resources: Some(
+            op.spec
+                .resources
+                .clone()
+                .unwrap_or_else(|| cfg.default_resources.clone()),
+        ),
+        volume_mounts: Some(mounts),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                add: None,
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                ..Default::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        termination_message_policy: Some("FallbackToLogsOnError".to_string()),
+        ..Container::default()
+    };
+
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: op.namespace(),
+            labels: Some(labels.clone()),
+            annotations: Some(annotations),
+            owner_references: op.controller_owner_ref(&()).map(|mut r| {
+                r.block_owner_deletion = Some(true);
+                vec![r]
+            }),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: op.spec.active_deadline_seconds,
+            pod_replacement_policy: Some("Failed".to_string()),
+            pod_failure_policy: Some(PodFailurePolicy {
+                rules: vec![PodFailurePolicyRule {
+                    action: "FailJob".to_string(),
+                    on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                        type_: DISRUPTION_CONDITION.to_string(),
+                        status: "True".to_string(),
+                    }]),
+                    on_exit_codes: None,
+                }],
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_string()),
+                    service_account_name: op.spec.service_account.clone(),
+                    automount_service_account_token: Some(op.spec.service_account.is_some()),
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_kept_as_they_are() {
+        assert_eq!(job_name("prod-install-0123abcd"), "kok-prod-install-0123abcd");
+    }
+
+    #[test]
+    fn long_names_are_cut_to_63_characters_with_a_stable_hash_suffix() {
+        let long = format!("{}-{}-0123abcd-202601020304", "c".repeat(40), "i".repeat(30));
+        let a = job_name(&long);
+        assert_eq!(a.len(), MAX_NAME_LEN);
+        assert_eq!(a, job_name(&long));
+        assert_ne!(a, job_name(&long.replace("0304", "0305")));
+        assert!(a.starts_with("kok-ccc"));
+    }
+
+    #[test]
+    fn quoting_escapes_single_quotes() {
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}

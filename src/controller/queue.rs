@@ -1,0 +1,316 @@
+//! The per-cluster queue, Job outcomes and the history limit, as pure functions over ClusterOperations.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
+
+use crate::api::{ClusterOperation, Phase, LABEL_CURRENT};
+
+/// The phase recorded on a ClusterOperation (Pending when it has no status yet).
+pub fn phase(op: &ClusterOperation) -> Phase {
+    op.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+/// Queue order of a cluster's operations: `queuePosition` (commit order, then file order), then name.
+pub fn queue_order(a: &ClusterOperation, b: &ClusterOperation) -> Ordering {
+    a.spec
+        .queue_position
+        .cmp(&b.spec.queue_position)
+        .then_with(|| a.name_any().cmp(&b.name_any()))
+}
+
+/// Why an operation may not start yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Another operation of the same cluster is running.
+    ClusterBusy(String),
+    /// An earlier operation of the same cluster has not finished.
+    Behind(String),
+    /// `--max-concurrent-jobs` Jobs are running already.
+    NoJobSlot {
+        /// Jobs running now.
+        running: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+impl std::fmt::Display for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wait::ClusterBusy(name) => write!(f, "waiting for running operation {name} of the same cluster"),
+            Wait::Behind(name) => write!(f, "waiting for earlier operation {name} of the same cluster"),
+            Wait::NoJobSlot { running, max } => {
+                write!(
+                    f,
+                    "waiting for a Job slot: {running} of --max-concurrent-jobs={max} running"
+                )
+            }
+        }
+    }
+}
+
+/// Whether `op` may start now.
+///
+/// `siblings` are the operations of the same cluster (with or without `op`); `busy` names the operations
+/// that hold a Job (Running, or started and not yet recorded); `running_total` counts them across clusters.
+pub fn decide(
+    op: &ClusterOperation,
+    siblings: &[&ClusterOperation],
+    busy: &BTreeSet<String>,
+    running_total: usize,
+    max_concurrent: usize,
+) -> Result<(), Wait> {
+    let name = op.name_any();
+    if let Some(other) = siblings
+        .iter()
+        .map(|s| s.name_any())
+        .find(|n| *n != name && busy.contains(n))
+    {
+        return Err(Wait::ClusterBusy(other));
+    }
+    let head = siblings
+        .iter()
+        .filter(|s| !phase(s).is_terminal() && s.name_any() != name)
+        .filter(|s| queue_order(s, op) == Ordering::Less)
+        .min_by(|a, b| queue_order(a, b));
+    if let Some(head) = head {
+        return Err(Wait::Behind(head.name_any()));
+    }
+    if running_total >= max_concurrent {
+        return Err(Wait::NoJobSlot {
+            running: running_total,
+            max: max_concurrent,
+        });
+    }
+    Ok(())
+}
+
+/// What a Job says about its operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// Not finished.
+    Running,
+    /// Condition Complete is True.
+    Succeeded,
+    /// Condition Failed is True, with the Job's reason (e.g. `DeadlineExceeded`) and message.
+    Failed {
+        /// The condition's reason, `Failed` when empty.
+        reason: String,
+        /// The condition's message, possibly empty.
+        message: String,
+    },
+}
+
+/// Reads the outcome of a Job from its conditions.
+pub fn job_outcome(job: &Job) -> JobOutcome {
+    let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref());
+    for c in conditions.into_iter().flatten() {
+        if c.status != "True" {
+            continue;
+        }
+        match c.type_.as_str() {
+            "Complete" => return JobOutcome::Succeeded,
+            "Failed" => {
+                return JobOutcome::Failed {
+                    reason: c
+                        .reason
+                        .clone()
+                        .filter(|r| !r.is_empty())
+                        .unwrap_or_else(|| "Failed".to_string()),
+                    message: c.message.clone().unwrap_or_default(),
+                }
+            }
+            _ => {}
+        }
+    }
+    JobOutcome::Running
+}
+
+/// A duration the way kubectl prints ages: `45s`, `3m12s`, `2h5m`, `1d3h`.
+pub fn format_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    let (d, h, m, sec) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60, s % 60);
+    if d > 0 {
+        format!("{d}d{h}h")
+    } else if h > 0 {
+        format!("{h}h{m}m")
+    } else if m > 0 {
+        format!("{m}m{sec}s")
+    } else {
+        format!("{sec}s")
+    }
+}
+
+/// True when the operation is still an entry of its cluster's operations.yml (labelled current by apply).
+pub fn is_current(op: &ClusterOperation) -> bool {
+    op.labels().get(LABEL_CURRENT).map(String::as_str) == Some("true")
+}
+
+/// Names of the finished operations to delete so that at most `limit` finished ones remain.
+///
+/// Only terminal operations that are no longer entries of operations.yml are candidates (deleting a current
+/// one would let the next resync create and run it again); the oldest by end time, then queue order, go first.
+pub fn history_to_delete(ops: &[&ClusterOperation], limit: u32) -> Vec<String> {
+    let mut finished: Vec<&ClusterOperation> =
+        ops.iter().copied().filter(|o| phase(o).is_terminal()).collect();
+    let excess = finished.len().saturating_sub(limit as usize);
+    if excess == 0 {
+        return Vec::new();
+    }
+    let end = |o: &ClusterOperation| {
+        o.status
+            .as_ref()
+            .and_then(|s| s.end_time.as_ref())
+            .map(|t| t.0)
+            .or_else(|| o.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    };
+    finished.sort_by(|a, b| end(a).cmp(&end(b)).then_with(|| queue_order(a, b)));
+    finished
+        .into_iter()
+        .filter(|o| !is_current(o))
+        .take(excess)
+        .map(|o| o.name_any())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OperationSource};
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn op(name: &str, pos: &str, phase: Phase) -> ClusterOperation {
+        let mut o = ClusterOperation::new(
+            name,
+            ClusterOperationSpec {
+                cluster: "c".into(),
+                id: name.into(),
+                digest: "d".into(),
+                action: "a.yml".into(),
+                action_type: Default::default(),
+                extra_args: vec![],
+                image: "i".into(),
+                pre_hooks: vec![],
+                post_hooks: vec![],
+                active_deadline_seconds: None,
+                service_account: None,
+                resources: None,
+                hosts_conf_ref: ConfigMapRef { name: "h".into() },
+                vars_conf_ref: ConfigMapRef { name: "v".into() },
+                ssh_auth_ref: None,
+                source: OperationSource::default(),
+                queue_position: pos.into(),
+                schedule: None,
+                scheduled_time: None,
+            },
+        );
+        o.status = Some(ClusterOperationStatus {
+            phase,
+            ..Default::default()
+        });
+        o
+    }
+
+    #[test]
+    fn the_head_of_the_queue_starts_when_nothing_runs() {
+        let a = op("a", "1", Phase::Pending);
+        let b = op("b", "2", Phase::Pending);
+        assert_eq!(decide(&a, &[&a, &b], &BTreeSet::new(), 0, 4), Ok(()));
+        assert_eq!(
+            decide(&b, &[&a, &b], &BTreeSet::new(), 0, 4),
+            Err(Wait::Behind("a".into()))
+        );
+    }
+
+    #[test]
+    fn a_running_sibling_blocks_even_an_earlier_operation() {
+        let a = op("a", "1", Phase::Queued);
+        let b = op("b", "2", Phase::Running);
+        let busy = BTreeSet::from(["b".to_string()]);
+        assert_eq!(
+            decide(&a, &[&a, &b], &busy, 1, 4),
+            Err(Wait::ClusterBusy("b".into()))
+        );
+    }
+
+    #[test]
+    fn finished_operations_do_not_block_and_the_job_limit_does() {
+        let a = op("a", "1", Phase::Failed);
+        let b = op("b", "2", Phase::Queued);
+        assert_eq!(decide(&b, &[&a, &b], &BTreeSet::new(), 0, 1), Ok(()));
+        assert_eq!(
+            decide(&b, &[&a, &b], &BTreeSet::new(), 1, 1),
+            Err(Wait::NoJobSlot { running: 1, max: 1 })
+        );
+    }
+
+    #[test]
+    fn equal_positions_fall_back_to_name_order() {
+        let a = op("x-b", "1", Phase::Pending);
+        let b = op("x-a", "1", Phase::Pending);
+        assert_eq!(
+            decide(&a, &[&a, &b], &BTreeSet::new(), 0, 4),
+            Err(Wait::Behind("x-a".into()))
+        );
+    }
+
+    fn job_with(type_: &str, reason: Option<&str>) -> Job {
+        Job {
+            status: Some(JobStatus {
+                conditions: Some(vec![JobCondition {
+                    type_: type_.into(),
+                    status: "True".into(),
+                    reason: reason.map(Into::into),
+                    message: Some("Job was active longer than specified deadline".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn job_conditions_map_to_outcomes() {
+        assert_eq!(job_outcome(&Job::default()), JobOutcome::Running);
+        assert_eq!(job_outcome(&job_with("Complete", None)), JobOutcome::Succeeded);
+        assert_eq!(
+            job_outcome(&job_with("Failed", Some("DeadlineExceeded"))),
+            JobOutcome::Failed {
+                reason: "DeadlineExceeded".into(),
+                message: "Job was active longer than specified deadline".into()
+            }
+        );
+        assert_eq!(job_outcome(&job_with("Suspended", None)), JobOutcome::Running);
+    }
+
+    #[test]
+    fn durations_read_like_kubectl_ages() {
+        assert_eq!(format_duration(45), "45s");
+        assert_eq!(format_duration(192), "3m12s");
+        assert_eq!(format_duration(7500), "2h5m");
+        assert_eq!(format_duration(97_200), "1d3h");
+    }
+
+    #[test]
+    fn history_keeps_the_newest_finished_and_every_running_or_current_operation() {
+        let mut ops = Vec::new();
+        for i in 0..5 {
+            let mut o = op(&format!("op{i}"), &format!("{i}"), Phase::Succeeded);
+            o.status.as_mut().unwrap().end_time = Some(Time(jiff::Timestamp::from_second(1000 + i).unwrap()));
+            ops.push(o);
+        }
+        ops.push(op("running", "9", Phase::Running));
+        ops[1].metadata.labels = Some([(LABEL_CURRENT.to_string(), "true".to_string())].into());
+        let refs: Vec<&ClusterOperation> = ops.iter().collect();
+        assert_eq!(
+            history_to_delete(&refs, 2),
+            vec!["op0".to_string(), "op2".to_string(), "op3".to_string()]
+        );
+        assert!(history_to_delete(&refs, 5).is_empty());
+    }
+}

@@ -1,0 +1,140 @@
+//! Runs the generated entry script with the real `ansible-playbook` on localhost, hooks included.
+
+use std::path::Path;
+use std::process::Command;
+
+use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook, OperationSource};
+use kok::controller::job::entry_script;
+
+/// True when ansible-playbook can be run; false (after printing why) when KOK_SKIP_ANSIBLE=1 says to skip.
+fn ansible_available() -> bool {
+    let found = Command::new("ansible-playbook")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success());
+    if matches!(found, Ok(true)) {
+        return true;
+    }
+    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
+        println!("skipping: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
+        return false;
+    }
+    panic!("ansible-playbook is not on PATH: install it with `pip install ansible-core` (or set KOK_SKIP_ANSIBLE=1)");
+}
+
+/// A playbook that appends `<label> <args>` to `<dir>/order.log`, where args are the `marker_args` var.
+fn marker_playbook(dir: &Path, label: &str, fail: bool) -> String {
+    let log = dir.join("order.log");
+    let mut tasks = format!(
+        "- hosts: all\n  gather_facts: false\n  become: false\n  tasks:\n    - name: record\n      \
+         ansible.builtin.shell: printf '%s\\n' \"{label} {{{{ marker_args | default('') }}}} {{{{ greeting }}}}\" >> {}\n",
+        log.display()
+    );
+    if fail {
+        tasks
+            .push_str("    - name: fail\n      ansible.builtin.fail:\n        msg: hook failed on purpose\n");
+    }
+    let path = dir.join(format!("{label}.yml"));
+    std::fs::write(&path, tasks).unwrap();
+    path.display().to_string()
+}
+
+fn operation(dir: &Path, fail_pre: bool) -> ClusterOperation {
+    let hook = |label: &str, fail: bool| Hook {
+        action: marker_playbook(dir, label, fail),
+        action_type: ActionType::Playbook,
+        extra_args: vec![],
+    };
+    ClusterOperation::new(
+        "local-install-0123abcd",
+        ClusterOperationSpec {
+            cluster: "local".into(),
+            id: "install".into(),
+            digest: "0123abcd".into(),
+            action: marker_playbook(dir, "main", false),
+            action_type: ActionType::Playbook,
+            extra_args: vec![
+                "-e".into(),
+                "marker_args='it is' \"quoted\" $(not run); too".into(),
+            ],
+            image: "unused".into(),
+            pre_hooks: vec![hook("pre", fail_pre)],
+            post_hooks: vec![hook("post", false)],
+            active_deadline_seconds: None,
+            service_account: None,
+            resources: None,
+            hosts_conf_ref: ConfigMapRef { name: "h".into() },
+            vars_conf_ref: ConfigMapRef { name: "v".into() },
+            ssh_auth_ref: None,
+            source: OperationSource::default(),
+            queue_position: "0".into(),
+            schedule: None,
+            scheduled_time: None,
+        },
+    )
+}
+
+fn run(op: &ClusterOperation, dir: &Path) -> std::process::Output {
+    let conf = dir.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    let python = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    std::fs::write(
+        conf.join("hosts.yml"),
+        format!(
+            "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: {python}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(conf.join("vars.yml"), "greeting: hello from vars\n").unwrap();
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(entry_script(op))
+        .arg("kok-entry")
+        .env("KOK_CONF_DIR", &conf)
+        .env("KOK_AUTH_DIR", dir.join("auth"))
+        .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
+        .env("ANSIBLE_NOCOLOR", "1")
+        .output()
+        .expect("/bin/sh runs")
+}
+
+#[test]
+fn the_entry_script_runs_hooks_action_and_post_hooks_in_order_with_ansible() {
+    if !ansible_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let op = operation(dir.path(), false);
+    let out = run(&op, dir.path());
+    let log = std::fs::read_to_string(dir.path().join("order.log")).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "ansible run failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        log,
+        "pre  hello from vars\nmain 'it is' \"quoted\" $(not run); too hello from vars\npost  hello from vars\n"
+    );
+}
+
+#[test]
+fn a_failing_pre_hook_stops_the_run_with_a_non_zero_exit() {
+    if !ansible_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let op = operation(dir.path(), true);
+    let out = run(&op, dir.path());
+    let log = std::fs::read_to_string(dir.path().join("order.log")).unwrap_or_default();
+    assert!(
+        !out.status.success(),
+        "the run succeeded although its pre-hook failed"
+    );
+    assert_eq!(log, "pre  hello from vars\n", "only the pre-hook ran");
+}

@@ -1,0 +1,260 @@
+//! Golden tests of the Job builder and the entry script's quoting, run through the real /bin/sh.
+
+use std::path::PathBuf;
+
+use kok::api::{
+    ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook, OperationSource, SecretRef,
+};
+use kok::controller::job::{build_job, container_command, entry_script, job_name, JobConfig};
+
+fn operation(name: &str) -> ClusterOperation {
+    let mut op = ClusterOperation::new(
+        name,
+        ClusterOperationSpec {
+            cluster: "prod-bj".into(),
+            id: "add-node7".into(),
+            digest: "0123abcd".repeat(8),
+            action: "scale.yml".into(),
+            action_type: ActionType::Playbook,
+            extra_args: vec!["--limit=node7".into()],
+            image: "quay.io/kubespray/kubespray:v2.27.0".into(),
+            pre_hooks: vec![],
+            post_hooks: vec![],
+            active_deadline_seconds: None,
+            service_account: None,
+            resources: None,
+            hosts_conf_ref: ConfigMapRef {
+                name: "prod-bj-hosts-1a2b3c4d".into(),
+            },
+            vars_conf_ref: ConfigMapRef {
+                name: "prod-bj-vars-5e6f7a8b".into(),
+            },
+            ssh_auth_ref: Some(SecretRef {
+                name: "prod-bj-ssh".into(),
+            }),
+            source: OperationSource {
+                commit: "a".repeat(40),
+                revision: format!("main@sha1:{}", "a".repeat(40)),
+                path: "clusters/prod-bj".into(),
+            },
+            queue_position: "00000001-0000".into(),
+            schedule: None,
+            scheduled_time: None,
+        },
+    );
+    op.metadata.namespace = Some("kok-system".into());
+    op.metadata.uid = Some("6f1c2f0e-0000-4000-8000-000000000001".into());
+    op
+}
+
+fn hook(action: &str) -> Hook {
+    Hook {
+        action: action.into(),
+        action_type: ActionType::Playbook,
+        extra_args: vec![],
+    }
+}
+
+fn golden(name: &str, op: &ClusterOperation) {
+    let job = build_job(op, &JobConfig::default());
+    let actual = serde_yaml::to_string(&job).expect("a Job serializes");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &actual).expect("golden file is writable");
+        println!("updated {}", path.display());
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "read {}: {e}; run with UPDATE_GOLDEN=1 to create it",
+            path.display()
+        )
+    });
+    pretty_assertions::assert_eq!(
+        expected,
+        actual,
+        "{} differs; UPDATE_GOLDEN=1 rewrites it",
+        path.display()
+    );
+}
+
+#[test]
+fn a_plain_playbook_job_matches_its_golden_file() {
+    golden("job-playbook.yaml", &operation("prod-bj-add-node7-0123abcd"));
+}
+
+#[test]
+fn a_job_with_hooks_deadline_and_resources_matches_its_golden_file() {
+    let mut op = operation("prod-bj-add-node7-0123abcd");
+    op.spec.pre_hooks = vec![hook("ping.yml")];
+    op.spec.post_hooks = vec![Hook {
+        action: "scripts/notify.sh".into(),
+        action_type: ActionType::Shell,
+        extra_args: vec!["done it's".into()],
+    }];
+    op.spec.active_deadline_seconds = Some(7200);
+    op.spec.service_account = Some("kok-runner".into());
+    op.spec.resources =
+        Some(serde_json::from_value(serde_json::json!({"limits": {"memory": "4Gi"}})).unwrap());
+    golden("job-hooks.yaml", &op);
+}
+
+#[test]
+fn a_shell_job_without_a_key_matches_its_golden_file() {
+    let mut op = operation("prod-bj-reboot-0123abcd");
+    op.spec.action_type = ActionType::Shell;
+    op.spec.action = "scripts/reboot.sh".into();
+    op.spec.ssh_auth_ref = None;
+    golden("job-shell.yaml", &op);
+}
+
+#[test]
+fn a_scheduled_run_with_a_long_name_gets_a_63_character_job_name() {
+    let name = format!("{}-{}-0123abcd-202601020300", "c".repeat(40), "i".repeat(30));
+    let op = operation(&name);
+    let job = build_job(&op, &JobConfig::default());
+    let job_name_ = job.metadata.name.clone().unwrap();
+    assert_eq!(job_name_.len(), 63);
+    assert_eq!(job_name_, job_name(&name));
+    for value in job.metadata.labels.unwrap().values() {
+        assert!(
+            value.len() <= 63,
+            "label value {value} is longer than 63 characters"
+        );
+    }
+}
+
+#[test]
+fn a_plain_playbook_runs_as_an_argv_array_without_a_shell() {
+    let cmd = container_command(&operation("prod-bj-add-node7-0123abcd"));
+    assert_eq!(
+        cmd,
+        [
+            "ansible-playbook",
+            "-i",
+            "/conf/hosts.yml",
+            "-e",
+            "@/conf/vars.yml",
+            "--private-key",
+            "/auth/ssh-privatekey",
+            "-b",
+            "scale.yml",
+            "--limit=node7"
+        ]
+    );
+}
+
+/// Runs the entry script with /bin/sh, `ansible-playbook` replaced by a recorder that prints its argv one
+/// argument per line followed by an end marker, and returns what it printed and the exit status.
+fn run_with_recorder(op: &ClusterOperation, fail_on: Option<&str>) -> (String, i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let recorder = bin.join("ansible-playbook");
+    let fail = fail_on.map(|a| format!("for a in \"$@\"; do [ \"$a\" = '{a}' ] && exit 7; done\n"));
+    std::fs::write(
+        &recorder,
+        format!(
+            "#!/bin/sh\n{}for a in \"$@\"; do printf '[%s]\\n' \"$a\"; done\necho END\n",
+            fail.unwrap_or_default()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&recorder, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(entry_script(op))
+        .arg("kok-entry")
+        .env("PATH", path)
+        .env("KOK_CONF_DIR", "/tmp/conf dir")
+        .env("KOK_AUTH_DIR", "/tmp/auth")
+        .output()
+        .expect("/bin/sh runs");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+#[test]
+fn hostile_arguments_reach_the_command_unchanged_through_the_entry_script() {
+    let hostile: Vec<String> = vec![
+        "two words".into(),
+        "it's".into(),
+        "\"double\"".into(),
+        "$(touch /tmp/kok-pwned)".into(),
+        "a; exit 3".into(),
+        "`id`".into(),
+        "$HOME".into(),
+        "back\\slash".into(),
+        "".into(),
+        "new\nline".into(),
+    ];
+    let mut op = operation("prod-bj-add-node7-0123abcd");
+    op.spec.pre_hooks = vec![hook("ping.yml")];
+    op.spec.extra_args = hostile.clone();
+    let (out, code) = run_with_recorder(&op, None);
+    assert_eq!(code, 0, "output: {out}");
+    let runs: Vec<&str> = out.split("END\n").filter(|s| !s.is_empty()).collect();
+    assert_eq!(runs.len(), 2, "two commands ran: {out}");
+    let mut expected = vec![
+        "-i".to_string(),
+        "/tmp/conf dir/hosts.yml".into(),
+        "-e".into(),
+        "@/tmp/conf dir/vars.yml".into(),
+        "--private-key".into(),
+        "/tmp/auth/ssh-privatekey".into(),
+        "-b".into(),
+        "scale.yml".into(),
+    ];
+    expected.extend(hostile);
+    let rendered: String = expected.iter().map(|a| format!("[{a}]\n")).collect();
+    assert_eq!(runs[1], rendered);
+    assert!(runs[0].contains("[ping.yml]"));
+    assert!(!std::path::Path::new("/tmp/kok-pwned").exists());
+}
+
+#[test]
+fn the_entry_script_stops_at_the_first_failing_step_with_its_status() {
+    let mut op = operation("prod-bj-add-node7-0123abcd");
+    op.spec.pre_hooks = vec![hook("pre.yml")];
+    op.spec.post_hooks = vec![hook("post.yml")];
+    let (out, code) = run_with_recorder(&op, Some("scale.yml"));
+    assert_eq!(code, 7);
+    assert!(out.contains("[pre.yml]"));
+    assert!(
+        !out.contains("[post.yml]"),
+        "post-hook ran after a failure: {out}"
+    );
+}
+
+#[test]
+fn a_shell_step_runs_the_script_with_its_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("step.sh");
+    std::fs::write(
+        &script,
+        "for a in \"$@\"; do printf '<%s>' \"$a\"; done; echo \" conf=$KOK_CONF_DIR\"\n",
+    )
+    .unwrap();
+    let mut op = operation("prod-bj-reboot-0123abcd");
+    op.spec.action_type = ActionType::Shell;
+    op.spec.action = script.display().to_string();
+    op.spec.extra_args = vec!["a b".into(), "it's $(x)".into()];
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(entry_script(&op))
+        .arg("kok-entry")
+        .env_remove("KOK_CONF_DIR")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "<a b><it's $(x)> conf=/conf\n"
+    );
+}
