@@ -1,0 +1,373 @@
+//! Pure mapping from an operation's phase (or a commit's sync result) to the commit status it should show.
+
+use sha2::{Digest, Sha256};
+
+use crate::api::{ClusterOperation, CommitStatus, Phase, StatusState};
+use crate::layout::model::{Diagnostic, Severity};
+
+/// Context of the per-commit status saying whether the commit materialized.
+pub const SYNC_CONTEXT: &str = "kok/sync";
+/// Prefix of every context kok writes.
+pub const CONTEXT_PREFIX: &str = "kok/";
+/// Longest description kept in a desired status; each sink cuts further to its forge's limit.
+pub const MAX_STORED_DESCRIPTION: usize = 255;
+
+/// Context of an operation's status: `kok/<cluster>/<operation id>`.
+pub fn operation_context(cluster: &str, id: &str) -> String {
+    format!("{CONTEXT_PREFIX}{cluster}/{id}")
+}
+
+/// The commit status an operation in `phase` should show on the commit that introduced it.
+///
+/// Queued and Pending map to pending, Running to running (sinks translate it to their forge's word),
+/// Succeeded to success and Failed/Canceled to failure. `message` is the reason of the phase
+/// (e.g. `DeadlineExceeded: Job was active longer than specified deadline`); the description is kept
+/// short and cut to [`MAX_STORED_DESCRIPTION`] characters.
+///
+/// `url_template` may hold the placeholders `{namespace}`, `{job}`, `{operation}`, `{cluster}` and
+/// `{commit}`. `{job}` is `status.jobRef`; while the operation has no Job yet, a template that needs
+/// `{job}` gives no `target_url` rather than a broken link.
+pub fn operation_status(
+    op: &ClusterOperation,
+    phase: Phase,
+    message: Option<&str>,
+    url_template: Option<&str>,
+    namespace: &str,
+) -> CommitStatus {
+    let spec = &op.spec;
+    let status = op.status.as_ref();
+    let message = message.map(str::trim).filter(|m| !m.is_empty());
+    let (state, description) = match phase {
+        Phase::Pending | Phase::Queued => (
+            StatusState::Pending,
+            with_reason(&phase.as_str().to_ascii_lowercase(), message),
+        ),
+        Phase::Running => {
+            let mut command = spec.action.clone();
+            for arg in &spec.extra_args {
+                command.push(' ');
+                command.push_str(arg);
+            }
+            (StatusState::Running, format!("running: {command}"))
+        }
+        Phase::Succeeded => {
+            let took = status.and_then(run_duration);
+            let text = match took {
+                Some(d) => format!("succeeded in {d}"),
+                None => "succeeded".to_string(),
+            };
+            (StatusState::Success, text)
+        }
+        Phase::Failed => (StatusState::Failure, with_reason("failed", message)),
+        Phase::Canceled => (StatusState::Failure, with_reason("canceled", message)),
+    };
+    let name = op.metadata.name.as_deref().unwrap_or_default();
+    let job = status.and_then(|s| s.job_ref.as_deref());
+    let target_url = url_template.and_then(|template| {
+        render_url(
+            template,
+            &UrlValues {
+                namespace,
+                job,
+                operation: name,
+                cluster: &spec.cluster,
+                commit: &spec.source.commit,
+            },
+        )
+    });
+    CommitStatus {
+        context: operation_context(&spec.cluster, &spec.id),
+        state,
+        description: cut(&description, MAX_STORED_DESCRIPTION),
+        target_url,
+    }
+}
+
+/// The `kok/sync` status of a reconciled commit.
+///
+/// Without error diagnostics it is success, `materialized N clusters`; otherwise it is error and the
+/// description lists the problems as `path:line: problem`, separated by `; `, cut to
+/// [`MAX_STORED_DESCRIPTION`] characters (sinks cut further). Warnings are not listed.
+/// `target_url` comes from `url_template` with `{commit}` and `{namespace}` replaced; a template that
+/// needs an operation's placeholders gives none.
+pub fn sync_status(
+    commit: &str,
+    materialized: usize,
+    diagnostics: &[Diagnostic],
+    url_template: Option<&str>,
+    namespace: &str,
+) -> CommitStatus {
+    let errors: Vec<String> = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| format!("{}:{}: {}", d.path, d.line, d.message))
+        .collect();
+    let (state, description) = if errors.is_empty() {
+        let noun = if materialized == 1 { "cluster" } else { "clusters" };
+        (
+            StatusState::Success,
+            format!("materialized {materialized} {noun}"),
+        )
+    } else {
+        (StatusState::Error, errors.join("; "))
+    };
+    let target_url = url_template.and_then(|template| {
+        render_url(
+            template,
+            &UrlValues {
+                namespace,
+                job: None,
+                operation: "",
+                cluster: "",
+                commit,
+            },
+        )
+        .filter(|_| !template.contains("{operation}") && !template.contains("{cluster}"))
+    });
+    CommitStatus {
+        context: SYNC_CONTEXT.to_string(),
+        state,
+        description: cut(&description, MAX_STORED_DESCRIPTION),
+        target_url,
+    }
+}
+
+/// Cuts `text` to at most `max` characters, ending with `…` when something was cut.
+pub fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let mut out: String = text.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
+/// Shortens a context longer than `max` characters: keeps its start and appends `-` and the first
+/// 8 hex digits of the sha256 of the whole context, so distinct long contexts stay distinct.
+pub fn shorten_context(context: &str, max: usize) -> String {
+    if context.chars().count() <= max {
+        return context.to_string();
+    }
+    let hash = hex::encode(Sha256::digest(context.as_bytes()));
+    let suffix = &hash[..8];
+    let keep = max.saturating_sub(suffix.len() + 1);
+    let mut out: String = context.chars().take(keep).collect();
+    out.push('-');
+    out.push_str(suffix);
+    out
+}
+
+fn with_reason(word: &str, message: Option<&str>) -> String {
+    match message {
+        Some(m) => format!("{word}: {m}"),
+        None => word.to_string(),
+    }
+}
+
+/// `status.duration` when the controller set it, else end minus start.
+fn run_duration(status: &crate::api::ClusterOperationStatus) -> Option<String> {
+    if let Some(d) = status.duration.as_deref().filter(|d| !d.is_empty()) {
+        return Some(d.to_string());
+    }
+    let start = status.start_time.as_ref()?.0;
+    let end = status.end_time.as_ref()?.0;
+    let secs = end
+        .as_second()
+        .checked_sub(start.as_second())
+        .filter(|s| *s >= 0)?;
+    Some(format_seconds(secs))
+}
+
+/// `3m12s`, `1h2m3s`, `45s`.
+fn format_seconds(secs: i64) -> String {
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+struct UrlValues<'a> {
+    namespace: &'a str,
+    job: Option<&'a str>,
+    operation: &'a str,
+    cluster: &'a str,
+    commit: &'a str,
+}
+
+/// Replaces the placeholders; `None` when `{job}` is needed and unknown.
+fn render_url(template: &str, values: &UrlValues<'_>) -> Option<String> {
+    if template.contains("{job}") && values.job.is_none() {
+        return None;
+    }
+    Some(
+        template
+            .replace("{namespace}", values.namespace)
+            .replace("{job}", values.job.unwrap_or_default())
+            .replace("{operation}", values.operation)
+            .replace("{cluster}", values.cluster)
+            .replace("{commit}", values.commit),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OperationSource};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn op(status: Option<ClusterOperationStatus>) -> ClusterOperation {
+        let mut op = ClusterOperation::new(
+            "prod-bj-add-node7-0123abcd",
+            ClusterOperationSpec {
+                cluster: "prod-bj".into(),
+                id: "add-node7".into(),
+                digest: "0123abcd".into(),
+                action: "scale.yml".into(),
+                action_type: Default::default(),
+                extra_args: vec!["--limit=node7".into()],
+                image: "img".into(),
+                pre_hooks: vec![],
+                post_hooks: vec![],
+                active_deadline_seconds: None,
+                service_account: None,
+                resources: None,
+                hosts_conf_ref: ConfigMapRef { name: "h".into() },
+                vars_conf_ref: ConfigMapRef { name: "v".into() },
+                ssh_auth_ref: None,
+                source: OperationSource {
+                    commit: "c0ffee".into(),
+                    revision: "main@sha1:c0ffee".into(),
+                    path: "clusters/prod-bj".into(),
+                },
+                queue_position: "0".into(),
+                schedule: None,
+                scheduled_time: None,
+            },
+        );
+        op.status = status;
+        op
+    }
+
+    #[test]
+    fn queued_operation_is_pending_with_its_context() {
+        let s = operation_status(&op(None), Phase::Queued, None, None, "kok-system");
+        assert_eq!(s.context, "kok/prod-bj/add-node7");
+        assert_eq!(s.state, StatusState::Pending);
+        assert_eq!(s.description, "queued");
+        assert_eq!(s.target_url, None);
+    }
+
+    #[test]
+    fn running_operation_describes_its_command_line() {
+        let s = operation_status(&op(None), Phase::Running, None, None, "ns");
+        assert_eq!(s.state, StatusState::Running);
+        assert_eq!(s.description, "running: scale.yml --limit=node7");
+    }
+
+    #[test]
+    fn succeeded_operation_says_how_long_it_took() {
+        let start: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let end: jiff::Timestamp = "2026-01-01T00:03:12Z".parse().unwrap();
+        let status = ClusterOperationStatus {
+            start_time: Some(Time(start)),
+            end_time: Some(Time(end)),
+            ..Default::default()
+        };
+        let s = operation_status(&op(Some(status)), Phase::Succeeded, None, None, "ns");
+        assert_eq!(s.state, StatusState::Success);
+        assert_eq!(s.description, "succeeded in 3m12s");
+    }
+
+    #[test]
+    fn failed_and_canceled_operations_are_failures_with_their_reason() {
+        let s = operation_status(
+            &op(None),
+            Phase::Failed,
+            Some("DeadlineExceeded: too slow"),
+            None,
+            "ns",
+        );
+        assert_eq!(
+            (s.state, s.description.as_str()),
+            (StatusState::Failure, "failed: DeadlineExceeded: too slow")
+        );
+        let s = operation_status(&op(None), Phase::Canceled, None, None, "ns");
+        assert_eq!(
+            (s.state, s.description.as_str()),
+            (StatusState::Failure, "canceled")
+        );
+    }
+
+    #[test]
+    fn target_url_fills_every_placeholder() {
+        let status = ClusterOperationStatus {
+            job_ref: Some("kok-job".into()),
+            ..Default::default()
+        };
+        let t = "https://logs/{namespace}/{job}?op={operation}&c={cluster}&sha={commit}";
+        let s = operation_status(&op(Some(status)), Phase::Running, None, Some(t), "kok-system");
+        assert_eq!(
+            s.target_url.as_deref(),
+            Some("https://logs/kok-system/kok-job?op=prod-bj-add-node7-0123abcd&c=prod-bj&sha=c0ffee")
+        );
+    }
+
+    #[test]
+    fn target_url_needing_a_job_is_absent_before_the_job_exists() {
+        let s = operation_status(&op(None), Phase::Queued, None, Some("https://l/{job}"), "ns");
+        assert_eq!(s.target_url, None);
+    }
+
+    #[test]
+    fn long_failure_message_is_cut_to_the_stored_limit() {
+        let long = "x".repeat(1000);
+        let s = operation_status(&op(None), Phase::Failed, Some(&long), None, "ns");
+        assert_eq!(s.description.chars().count(), MAX_STORED_DESCRIPTION);
+        assert!(s.description.ends_with('…'));
+    }
+
+    #[test]
+    fn sync_status_is_success_without_errors_and_error_listing_problems_otherwise() {
+        let ok = sync_status("abc", 3, &[], None, "ns");
+        assert_eq!(
+            (ok.context.as_str(), ok.state, ok.description.as_str()),
+            ("kok/sync", StatusState::Success, "materialized 3 clusters")
+        );
+        let problem = Diagnostic {
+            path: "clusters/prod-bj/hosts.yml".into(),
+            line: 12,
+            column: 3,
+            severity: Severity::Error,
+            message: "host \"node7\" is not defined".into(),
+            cluster: Some("prod-bj".into()),
+        };
+        let warning = Diagnostic {
+            severity: Severity::Warning,
+            message: "just a warning".into(),
+            ..problem.clone()
+        };
+        let bad = sync_status("abc", 2, &[problem, warning], Some("https://ci/{commit}"), "ns");
+        assert_eq!(bad.state, StatusState::Error);
+        assert_eq!(
+            bad.description,
+            "clusters/prod-bj/hosts.yml:12: host \"node7\" is not defined"
+        );
+        assert_eq!(bad.target_url.as_deref(), Some("https://ci/abc"));
+    }
+
+    #[test]
+    fn long_contexts_keep_their_start_and_get_a_hash_suffix() {
+        let a = format!("kok/{}/a", "c".repeat(300));
+        let b = format!("kok/{}/b", "c".repeat(300));
+        let (sa, sb) = (shorten_context(&a, 255), shorten_context(&b, 255));
+        assert_eq!(sa.chars().count(), 255);
+        assert_ne!(sa, sb);
+        assert!(sa.starts_with("kok/ccc"));
+        assert_eq!(shorten_context("kok/sync", 255), "kok/sync");
+    }
+}
