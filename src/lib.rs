@@ -16,6 +16,7 @@ pub mod controller;
 pub mod layout;
 pub mod local;
 pub mod materialize;
+pub mod metrics;
 pub mod report;
 pub mod server;
 pub mod source;
