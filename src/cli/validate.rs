@@ -1,12 +1,142 @@
-//! `kok validate` (in progress).
+//! `kok validate`: check a repository against the contract; one `path:line:col: message` line per problem.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use anyhow::Context;
+
+use super::OutputFormat;
+use crate::layout::{self, DiskTree, Parsed, Severity};
 
 /// Arguments of `kok validate`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Repository directory to validate (its top holds kok.yml and the cluster root).
+    #[arg(default_value = ".", env = "KOK_REPO_DIR")]
+    pub dir: PathBuf,
+    /// Directory inside the repository that holds one directory per cluster.
+    #[arg(long, default_value = layout::DEFAULT_ROOT, env = "KOK_PATH")]
+    pub path: String,
+    /// `text`: one `path:line:col: message` line per problem; `json`: {clusters, invalid, diagnostics}.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text, env = "KOK_OUTPUT")]
+    pub output: OutputFormat,
+}
 
-/// Runs `kok validate`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("kok validate is not available yet")
+/// Runs `kok validate`: diagnostics to stdout, a summary to stderr; exit 0 without errors, 1 with.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let meta = std::fs::metadata(&args.dir).with_context(|| {
+        format!(
+            "cannot validate {}: the directory is not readable",
+            args.dir.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        anyhow::bail!(
+            "cannot validate {}: not a directory; pass the repository's top directory",
+            args.dir.display()
+        );
+    }
+    let parsed = layout::parse_repo(&DiskTree::new(&args.dir), &args.path);
+    match args.output {
+        OutputFormat::Text => print!("{}", text_report(&parsed)),
+        OutputFormat::Json => println!("{}", json_report(&parsed)?),
+    }
+    eprintln!("{}", summary(&parsed));
+    Ok(if parsed.has_errors() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// One line per diagnostic, as [`layout::Diagnostic`] displays it.
+pub fn text_report(parsed: &Parsed) -> String {
+    parsed.diagnostics.iter().map(|d| format!("{d}\n")).collect()
+}
+
+/// `{"clusters": [valid names], "invalid": [names], "diagnostics": [...]}`, pretty-printed.
+pub fn json_report(parsed: &Parsed) -> anyhow::Result<String> {
+    let doc = serde_json::json!({
+        "clusters": parsed.clusters.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        "invalid": parsed.invalid,
+        "diagnostics": parsed.diagnostics,
+    });
+    serde_json::to_string_pretty(&doc).context("encoding the validation report as JSON")
+}
+
+/// `2 clusters valid, 1 invalid, 3 errors, 1 warning`.
+pub fn summary(parsed: &Parsed) -> String {
+    let errors = parsed
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
+    let warnings = parsed.diagnostics.len() - errors;
+    let plural = |n: usize, word: &str| {
+        if n == 1 {
+            format!("{n} {word}")
+        } else {
+            format!("{n} {word}s")
+        }
+    };
+    format!(
+        "{} valid, {} invalid, {}, {}",
+        plural(parsed.clusters.len(), "cluster"),
+        parsed.invalid.len(),
+        plural(errors, "error"),
+        plural(warnings, "warning")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Diagnostic;
+
+    fn diag(severity: Severity) -> Diagnostic {
+        Diagnostic {
+            path: "clusters/a/hosts.yml".into(),
+            line: 3,
+            column: 5,
+            severity,
+            message: "bad".into(),
+            cluster: Some("a".into()),
+        }
+    }
+
+    #[test]
+    fn summary_counts_clusters_errors_and_warnings_with_plurals() {
+        let parsed = Parsed {
+            clusters: vec![],
+            invalid: vec!["a".into()],
+            diagnostics: vec![diag(Severity::Error), diag(Severity::Warning)],
+        };
+        assert_eq!(
+            summary(&parsed),
+            "0 clusters valid, 1 invalid, 1 error, 1 warning"
+        );
+    }
+
+    #[test]
+    fn text_report_marks_warnings_after_the_location() {
+        let parsed = Parsed {
+            diagnostics: vec![diag(Severity::Warning)],
+            ..Parsed::default()
+        };
+        assert_eq!(text_report(&parsed), "clusters/a/hosts.yml:3:5: warning: bad\n");
+    }
+
+    #[test]
+    fn json_report_lists_valid_invalid_and_diagnostics() {
+        let parsed = Parsed {
+            invalid: vec!["a".into()],
+            diagnostics: vec![diag(Severity::Error)],
+            ..Parsed::default()
+        };
+        let json: serde_json::Value = serde_json::from_str(&json_report(&parsed).unwrap()).unwrap();
+        assert_eq!(json["clusters"], serde_json::json!([]));
+        assert_eq!(json["invalid"], serde_json::json!(["a"]));
+        assert_eq!(json["diagnostics"][0]["severity"], "error");
+        assert_eq!(json["diagnostics"][0]["line"], 3);
+    }
 }

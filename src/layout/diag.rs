@@ -15,7 +15,11 @@ pub(crate) struct FileDiags<'a> {
 impl<'a> FileDiags<'a> {
     /// Diagnostics for `path`, belonging to `cluster` (`None` for repo-wide files), appended to `out`.
     pub fn new(path: impl Into<String>, cluster: Option<&'a str>, out: &'a mut Vec<Diagnostic>) -> Self {
-        FileDiags { path: path.into(), cluster, out }
+        FileDiags {
+            path: path.into(),
+            cluster,
+            out,
+        }
     }
 
     fn add(&mut self, severity: Severity, line: usize, column: usize, message: String) {
@@ -105,12 +109,21 @@ pub(crate) fn parse_yaml(text: &str, diags: &mut FileDiags<'_>) -> Result<Option
 }
 
 /// Reports every key of `map` not in `allowed` (`what` names the mapping, e.g. "operation"), with a hint.
-pub(crate) fn deny_unknown_keys(map: &[(Node, Node)], allowed: &[&str], what: &str, diags: &mut FileDiags<'_>) {
+pub(crate) fn deny_unknown_keys(
+    map: &[(Node, Node)],
+    allowed: &[&str],
+    what: &str,
+    diags: &mut FileDiags<'_>,
+) {
     for (key, _) in map {
         let name = key.scalar_text().unwrap_or_default();
         if !allowed.contains(&name.as_str()) {
             let hint = super::names::hint(&name, allowed);
-            let hint = if hint.is_empty() { format!("; allowed keys: {}", allowed.join(", ")) } else { hint };
+            let hint = if hint.is_empty() {
+                format!("; allowed keys: {}", allowed.join(", "))
+            } else {
+                hint
+            };
             diags.error(key, format!("unknown key \"{name}\" in {what}{hint}"));
         }
     }
@@ -118,7 +131,10 @@ pub(crate) fn deny_unknown_keys(map: &[(Node, Node)], allowed: &[&str], what: &s
 
 /// The value of key `name` in `map` (the last one when duplicated).
 pub(crate) fn get<'n>(map: &'n [(Node, Node)], name: &str) -> Option<&'n Node> {
-    map.iter().rev().find(|(k, _)| k.as_str() == Some(name)).map(|(_, v)| v)
+    map.iter()
+        .rev()
+        .find(|(k, _)| k.as_str() == Some(name))
+        .map(|(_, v)| v)
 }
 
 /// The diagnostics of parsing `text` as YAML, for tests.
@@ -142,7 +158,11 @@ mod tests {
         deny_unknown_keys(node.as_map().unwrap(), &["action", "extraArgs"], "hook", &mut d);
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].line, out[0].column), (2, 1));
-        assert!(out[0].message.contains("did you mean \"extraArgs\""), "{}", out[0].message);
+        assert!(
+            out[0].message.contains("did you mean \"extraArgs\""),
+            "{}",
+            out[0].message
+        );
     }
 
     #[test]

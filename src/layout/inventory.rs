@@ -16,13 +16,20 @@ pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<I
     let root = parse_yaml(text, diags).ok()?;
     let mut walk = Walk::default();
     let Some(root) = root else {
-        diags.error_at(1, 1, "hosts.yml is empty: write an inventory starting with `all:` and at least one host");
+        diags.error_at(
+            1,
+            1,
+            "hosts.yml is empty: write an inventory starting with `all:` and at least one host",
+        );
         return Some(walk.inventory);
     };
     let Some(top) = root.as_map() else {
         diags.error(
             &root,
-            format!("hosts.yml must be a mapping starting with `all:`, not {}", root.type_name()),
+            format!(
+                "hosts.yml must be a mapping starting with `all:`, not {}",
+                root.type_name()
+            ),
         );
         return Some(walk.inventory);
     };
@@ -43,13 +50,20 @@ pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<I
         }
     }
     let Some((all_key, all_value)) = all else {
-        diags.error(&root, "hosts.yml has no `all:` group: put every host and group under `all:`");
+        if top.is_empty() {
+            diags.error(
+                &root,
+                "hosts.yml has no `all:` group: put every host and group under `all:`",
+            );
+        }
         return Some(walk.inventory);
     };
+    let errors_before = diags.error_count();
     walk.inventory.groups.insert("all".to_string());
     walk.group("all", all_value, diags);
     walk.report_cycles(diags);
-    if walk.inventory.hosts.is_empty() {
+    // Without other errors only: a malformed host list already explains why no host was found.
+    if walk.inventory.hosts.is_empty() && diags.error_count() == errors_before {
         diags.error(
             all_key,
             "the inventory defines no host: add at least one under all.hosts or under a group's hosts",
@@ -79,7 +93,10 @@ impl Walk {
         let Some(entries) = node.as_map() else {
             diags.error(
                 node,
-                format!("group \"{name}\" must be a mapping of hosts, children and vars, not {}", node.type_name()),
+                format!(
+                    "group \"{name}\" must be a mapping of hosts, children and vars, not {}",
+                    node.type_name()
+                ),
             );
             return;
         };
@@ -91,7 +108,10 @@ impl Walk {
                     if !value.is_null() && value.as_map().is_none() {
                         diags.error(
                             value,
-                            format!("vars of group \"{name}\" must be a mapping, not {}", value.type_name()),
+                            format!(
+                                "vars of group \"{name}\" must be a mapping, not {}",
+                                value.type_name()
+                            ),
                         );
                     }
                 }
@@ -138,7 +158,10 @@ impl Walk {
             if !value.is_null() && value.as_map().is_none() {
                 diags.error(
                     value,
-                    format!("variables of host \"{host}\" must be a mapping, not {}", value.type_name()),
+                    format!(
+                        "variables of host \"{host}\" must be a mapping, not {}",
+                        value.type_name()
+                    ),
                 );
             }
             self.inventory.hosts.insert(host);
@@ -164,7 +187,9 @@ impl Walk {
             if !is_group_name(&child) {
                 diags.error(
                     key,
-                    format!("group \"{child}\" is not a valid group name: use letters, digits, '-', '.', '_'"),
+                    format!(
+                        "group \"{child}\" is not a valid group name: use letters, digits, '-', '.', '_'"
+                    ),
                 );
                 continue;
             }
@@ -205,7 +230,12 @@ impl Walk {
                 let mut members = path[pos..].to_vec();
                 members.sort();
                 if reported.insert(members) {
-                    let cycle = path[pos..].iter().chain([&edge.child]).cloned().collect::<Vec<_>>().join(" -> ");
+                    let cycle = path[pos..]
+                        .iter()
+                        .chain([&edge.child])
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(" -> ");
                     diags.error_at(
                         edge.line,
                         edge.col,
@@ -236,7 +266,11 @@ mod tests {
     }
 
     fn errors(text: &str) -> Vec<String> {
-        check(text).1.iter().map(|d| format!("{}:{}: {}", d.line, d.column, d.message)).collect()
+        check(text)
+            .1
+            .iter()
+            .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+            .collect()
     }
 
     #[test]
@@ -248,13 +282,16 @@ mod tests {
         assert_eq!(diags, vec![]);
         let inv = inv.unwrap();
         assert_eq!(inv.hosts.iter().collect::<Vec<_>>(), ["node1", "node2"]);
-        assert_eq!(inv.groups.iter().collect::<Vec<_>>(), ["all", "k8s_cluster", "kube_control_plane", "kube_node"]);
+        assert_eq!(
+            inv.groups.iter().collect::<Vec<_>>(),
+            ["all", "k8s_cluster", "kube_control_plane", "kube_node"]
+        );
     }
 
     #[test]
     fn the_inventory_must_start_with_all() {
         assert_eq!(errors("nodes:\n  hosts:\n    a:\n")[0], "1:1: unknown top-level key \"nodes\": hosts.yml holds only `all:`; move group \"nodes\" under all.children");
-        assert!(errors("nodes:\n  hosts:\n    a:\n")[1].contains("has no `all:` group"));
+        assert!(errors("{}\n")[0].contains("has no `all:` group"));
         assert!(errors("- a\n")[0].contains("must be a mapping starting with `all:`, not a list"));
     }
 
@@ -267,14 +304,21 @@ mod tests {
     #[test]
     fn host_names_with_spaces_are_refused() {
         let errs = errors("all:\n  hosts:\n    a:\n    node 7:\n");
-        assert_eq!(errs, ["4:5: host \"node 7\" is not a valid host name: use letters, digits, '-', '.', '_'"]);
+        assert_eq!(
+            errs,
+            ["4:5: host \"node 7\" is not a valid host name: use letters, digits, '-', '.', '_'"]
+        );
     }
 
     #[test]
     fn group_cycles_are_refused_and_named() {
         let errs = errors("all:\n  hosts:\n    a:\n  children:\n    x:\n      children:\n        y:\n          children:\n            x:\n");
         assert_eq!(errs.len(), 1, "{errs:?}");
-        assert!(errs[0].starts_with("9:13: group cycle x -> y -> x"), "{}", errs[0]);
+        assert!(
+            errs[0].starts_with("9:13: group cycle x -> y -> x"),
+            "{}",
+            errs[0]
+        );
     }
 
     #[test]
@@ -286,6 +330,9 @@ mod tests {
     #[test]
     fn hosts_as_a_list_are_refused_with_the_expected_shape() {
         let errs = errors("all:\n  hosts:\n    - a\n");
-        assert!(errs[0].starts_with("3:5: hosts of group \"all\" must be a mapping"), "{errs:?}");
+        assert!(
+            errs[0].starts_with("3:5: hosts of group \"all\" must be a mapping"),
+            "{errs:?}"
+        );
     }
 }

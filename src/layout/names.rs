@@ -22,7 +22,8 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
 pub fn is_host_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
 }
 
 /// True when `s` can name an inventory group: letters, digits, `-`, `.` and `_`.
@@ -36,7 +37,10 @@ pub fn dns1123_label_problem(s: &str, max: usize) -> Option<String> {
         return Some("it is empty".to_string());
     }
     if s.len() > max {
-        return Some(format!("it is {} characters long, more than the {max} allowed", s.len()));
+        return Some(format!(
+            "it is {} characters long, more than the {max} allowed",
+            s.len()
+        ));
     }
     if s.bytes().any(|b| b.is_ascii_uppercase()) {
         return Some("it has uppercase letters; use lowercase".to_string());
@@ -49,7 +53,12 @@ pub fn dns1123_label_problem(s: &str, max: usize) -> Option<String> {
 
 /// The allowed name closest to `given` (same spelling ignoring case, `_` and `-`, or a small typo).
 pub fn did_you_mean<'a>(given: &str, allowed: &[&'a str]) -> Option<&'a str> {
-    let norm = |s: &str| s.chars().filter(|c| *c != '_' && *c != '-').collect::<String>().to_lowercase();
+    let norm = |s: &str| {
+        s.chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .collect::<String>()
+            .to_lowercase()
+    };
     let g = norm(given);
     if let Some(hit) = allowed.iter().find(|a| norm(a) == g) {
         return Some(hit);
@@ -64,7 +73,9 @@ pub fn did_you_mean<'a>(given: &str, allowed: &[&'a str]) -> Option<&'a str> {
 
 /// `; did you mean "x"?` when a close allowed name exists, else an empty string.
 pub(crate) fn hint(given: &str, allowed: &[&str]) -> String {
-    did_you_mean(given, allowed).map(|s| format!("; did you mean \"{s}\"?")).unwrap_or_default()
+    did_you_mean(given, allowed)
+        .map(|s| format!("; did you mean \"{s}\"?"))
+        .unwrap_or_default()
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -75,7 +86,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
         row[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {
             let cur = row[j + 1];
-            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(row[j]).min(cur) };
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(row[j]).min(cur)
+            };
             prev = cur;
         }
     }
@@ -121,7 +136,9 @@ mod tests {
     #[test]
     fn label_problems_say_what_is_wrong() {
         assert!(dns1123_label_problem("Prod", 40).unwrap().contains("uppercase"));
-        assert!(dns1123_label_problem(&"a".repeat(41), 40).unwrap().contains("41 characters"));
+        assert!(dns1123_label_problem(&"a".repeat(41), 40)
+            .unwrap()
+            .contains("41 characters"));
         assert_eq!(dns1123_label_problem("ok", 40), None);
     }
 

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use super::diag::{deny_unknown_keys, get, parse_yaml, FileDiags};
 use super::names::dns1123_label_problem;
-use super::yaml::{Kind, Node};
 use super::scaledown::unknown_hosts;
+use super::yaml::{Kind, Node};
 use super::{Inventory, Operation};
 use crate::api::{ActionType, Hook};
 
@@ -40,6 +40,8 @@ pub fn schedule_problem(schedule: &str) -> Option<String> {
         Ok(_) => None,
         Err(err) => {
             let fields = schedule.split_whitespace().count();
+            let err = err.to_string();
+            let err = err.trim_end_matches('.');
             Some(if fields == 5 {
                 format!(
                     "schedule \"{schedule}\" has 5 fields; kok's cron has 6, seconds first: write \"0 {schedule}\""
@@ -109,19 +111,35 @@ fn parse_operation(
     let Some(map) = item.as_map() else {
         diags.error(
             item,
-            format!("operation #{} must be a mapping (`- id: ...`), not {}", index + 1, item.type_name()),
+            format!(
+                "operation #{} must be a mapping (`- id: ...`), not {}",
+                index + 1,
+                item.type_name()
+            ),
         );
         return None;
     };
     deny_unknown_keys(map, OPERATION_KEYS, "operation", diags);
     let id = match get(map, "id") {
         None => {
-            diags.error(item, format!("operation #{} has no id: add `id: <name>` (unique in this file)", index + 1));
+            diags.error(
+                item,
+                format!(
+                    "operation #{} has no id: add `id: <name>` (unique in this file)",
+                    index + 1
+                ),
+            );
             None
         }
         Some(node) => match node.as_str() {
             None => {
-                diags.error(node, format!("operation id must be a string, not {}: quote it", node.type_name()));
+                diags.error(
+                    node,
+                    format!(
+                        "operation id must be a string, not {}: quote it",
+                        node.type_name()
+                    ),
+                );
                 None
             }
             Some(id) => match dns1123_label_problem(id, MAX_OPERATION_ID) {
@@ -139,17 +157,26 @@ fn parse_operation(
             },
         },
     };
-    let what = id.as_ref().map_or_else(|| format!("operation #{}", index + 1), |id| format!("operation \"{id}\""));
+    let what = id.as_ref().map_or_else(
+        || format!("operation #{}", index + 1),
+        |id| format!("operation \"{id}\""),
+    );
     let step = parse_step(item, map, &what, inventory, diags);
     let image = get(map, "image").and_then(|node| non_empty_string(node, "image", &what, diags));
-    let pre_hooks = get(map, "preHooks").map(|n| parse_hooks(n, "preHooks", &what, inventory, diags)).unwrap_or_default();
-    let post_hooks = get(map, "postHooks").map(|n| parse_hooks(n, "postHooks", &what, inventory, diags)).unwrap_or_default();
+    let pre_hooks = get(map, "preHooks")
+        .map(|n| parse_hooks(n, "preHooks", &what, inventory, diags))
+        .unwrap_or_default();
+    let post_hooks = get(map, "postHooks")
+        .map(|n| parse_hooks(n, "postHooks", &what, inventory, diags))
+        .unwrap_or_default();
     let active_deadline_seconds = get(map, "activeDeadlineSeconds").and_then(|node| match node.kind {
         Kind::Int(n) if n > 0 => Some(n),
         _ => {
             diags.error(
                 node,
-                format!("activeDeadlineSeconds of {what} must be an integer greater than 0 (seconds), e.g. 7200"),
+                format!(
+                    "activeDeadlineSeconds of {what} must be an integer greater than 0 (seconds), e.g. 7200"
+                ),
             );
             None
         }
@@ -157,7 +184,10 @@ fn parse_operation(
     let rerun = get(map, "rerun").and_then(|node| match node.kind {
         Kind::Int(n) if n >= 0 => u64::try_from(n).ok(),
         _ => {
-            diags.error(node, format!("rerun of {what} must be a non-negative integer: bump it to run again"));
+            diags.error(
+                node,
+                format!("rerun of {what} must be a non-negative integer: bump it to run again"),
+            );
             None
         }
     });
@@ -205,27 +235,33 @@ fn parse_step(
 ) -> Option<Hook> {
     let action_type = match get(map, "type") {
         None => Some(ActionType::Playbook),
-        Some(node) => match node.as_str() {
-            Some("playbook") => Some(ActionType::Playbook),
-            Some("shell") => Some(ActionType::Shell),
-            _ => {
-                let given = node.scalar_text().unwrap_or_default();
-                diags.error(
+        Some(node) => {
+            match node.as_str() {
+                Some("playbook") => Some(ActionType::Playbook),
+                Some("shell") => Some(ActionType::Shell),
+                _ => {
+                    let given = node.scalar_text().unwrap_or_default();
+                    diags.error(
                     node,
                     format!("type \"{given}\" of {what} is not known: use `playbook` (the default) or `shell`"),
                 );
-                None
+                    None
+                }
             }
-        },
+        }
     };
     let action = match get(map, "action") {
         None => {
-            diags.error(item, format!("{what} has no action: add `action: <playbook.yml>`"));
+            diags.error(
+                item,
+                format!("{what} has no action: add `action: <playbook.yml>`"),
+            );
             None
         }
         Some(node) => non_empty_string(node, "action", what, diags),
     };
-    if let (Some(action), Some(ActionType::Playbook), Some(node)) = (&action, action_type, get(map, "action")) {
+    if let (Some(action), Some(ActionType::Playbook), Some(node)) = (&action, action_type, get(map, "action"))
+    {
         if action.starts_with('/') || action.split('/').any(|part| part == "..") {
             diags.error(
                 node,
@@ -240,9 +276,11 @@ fn parse_step(
         None => Some(Vec::new()),
         Some(node) => string_list(node, what, diags),
     };
-    if let (Some(inventory), Some(args), Some(items)) =
-        (inventory, &extra_args, get(map, "extraArgs").and_then(Node::as_seq))
-    {
+    if let (Some(inventory), Some(args), Some(items)) = (
+        inventory,
+        &extra_args,
+        get(map, "extraArgs").and_then(Node::as_seq),
+    ) {
         for host in unknown_hosts(args, inventory) {
             if let Some(at) = items.get(host.arg) {
                 diags.warn(
@@ -256,7 +294,11 @@ fn parse_step(
             }
         }
     }
-    Some(Hook { action: action?, action_type: action_type?, extra_args: extra_args? })
+    Some(Hook {
+        action: action?,
+        action_type: action_type?,
+        extra_args: extra_args?,
+    })
 }
 
 fn string_list(node: &Node, what: &str, diags: &mut FileDiags<'_>) -> Option<Vec<String>> {
@@ -266,7 +308,15 @@ fn string_list(node: &Node, what: &str, diags: &mut FileDiags<'_>) -> Option<Vec
     let Some(items) = node.as_seq() else {
         let example = node.as_str().map_or_else(
             || "[\"--limit=node7\"]".to_string(),
-            |s| format!("[{}]", s.split_whitespace().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ")),
+            |s| {
+                format!(
+                    "[{}]",
+                    s.split_whitespace()
+                        .map(|a| format!("\"{a}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            },
         );
         diags.error(
             node,
@@ -287,7 +337,10 @@ fn string_list(node: &Node, what: &str, diags: &mut FileDiags<'_>) -> Option<Vec
                 ok = false;
                 diags.error(
                     arg,
-                    format!("extraArgs of {what} must hold strings, not {}: quote the value", arg.type_name()),
+                    format!(
+                        "extraArgs of {what} must hold strings, not {}: quote the value",
+                        arg.type_name()
+                    ),
                 );
             }
         }
@@ -318,7 +371,10 @@ fn parse_hooks(
     let Some(items) = node.as_seq() else {
         diags.error(
             node,
-            format!("{key} of {what} must be a list of hooks (`- action: ping.yml`), not {}", node.type_name()),
+            format!(
+                "{key} of {what} must be a list of hooks (`- action: ping.yml`), not {}",
+                node.type_name()
+            ),
         );
         return Vec::new();
     };
@@ -326,7 +382,13 @@ fn parse_hooks(
     for (i, item) in items.iter().enumerate() {
         let hook_what = format!("{key}[{i}] of {what}");
         let Some(map) = item.as_map() else {
-            diags.error(item, format!("{hook_what} must be a mapping (`- action: ping.yml`), not {}", item.type_name()));
+            diags.error(
+                item,
+                format!(
+                    "{hook_what} must be a mapping (`- action: ping.yml`), not {}",
+                    item.type_name()
+                ),
+            );
             continue;
         };
         for (k, _) in map {
@@ -338,15 +400,28 @@ fn parse_hooks(
                     ),
                 );
             } else if let Some(name @ ("id" | "schedule" | "rerun" | "preHooks" | "postHooks")) = k.as_str() {
-                diags.error(k, format!("{name} is not allowed in a hook: only action, type and extraArgs are"));
+                diags.error(
+                    k,
+                    format!("{name} is not allowed in a hook: only action, type and extraArgs are"),
+                );
             }
         }
         let unknown: Vec<(Node, Node)> = map
             .iter()
-            .filter(|(k, _)| !matches!(
-                k.as_str(),
-                Some("image" | "activeDeadlineSeconds" | "id" | "schedule" | "rerun" | "preHooks" | "postHooks")
-            ))
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    Some(
+                        "image"
+                            | "activeDeadlineSeconds"
+                            | "id"
+                            | "schedule"
+                            | "rerun"
+                            | "preHooks"
+                            | "postHooks"
+                    )
+                )
+            })
             .cloned()
             .collect();
         deny_unknown_keys(&unknown, HOOK_KEYS, "hook", diags);
@@ -369,7 +444,11 @@ mod tests {
     }
 
     fn errors(text: &str) -> Vec<String> {
-        check(text).1.iter().map(|d| format!("{}:{}: {}", d.line, d.column, d.message)).collect()
+        check(text)
+            .1
+            .iter()
+            .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+            .collect()
     }
 
     #[test]
@@ -384,7 +463,10 @@ mod tests {
         assert_eq!(op.extra_args, ["--limit=node7"]);
         assert_eq!(op.pre_hooks[0].action, "ping.yml");
         assert_eq!(op.post_hooks[0].action_type, ActionType::Shell);
-        assert_eq!((op.active_deadline_seconds, op.rerun, op.line, op.index), (Some(7200), Some(2), 1, 0));
+        assert_eq!(
+            (op.active_deadline_seconds, op.rerun, op.line, op.index),
+            (Some(7200), Some(2), 1, 0)
+        );
         assert_eq!(op.entry["activeDeadlineSeconds"], serde_json::json!(7200));
         assert_eq!(op.entry["preHooks"], serde_json::json!([{"action": "ping.yml"}]));
     }
@@ -398,14 +480,21 @@ mod tests {
 
     #[test]
     fn an_operation_without_id_is_refused() {
-        assert_eq!(errors("- action: a.yml\n"), ["1:3: operation #1 has no id: add `id: <name>` (unique in this file)"]);
+        assert_eq!(
+            errors("- action: a.yml\n"),
+            ["1:3: operation #1 has no id: add `id: <name>` (unique in this file)"]
+        );
     }
 
     #[test]
     fn a_repeated_id_names_the_line_of_the_first() {
         let errs = errors("- id: a\n  action: a.yml\n- id: a\n  action: b.yml\n");
         assert_eq!(errs.len(), 1);
-        assert!(errs[0].starts_with("3:7: operation id \"a\" is already used on line 1"), "{}", errs[0]);
+        assert!(
+            errs[0].starts_with("3:7: operation id \"a\" is already used on line 1"),
+            "{}",
+            errs[0]
+        );
     }
 
     #[test]
@@ -426,7 +515,10 @@ mod tests {
         assert!(errors("- id: a\n")[0].contains("has no action"));
         assert!(errors("- id: a\n  action: /etc/x.yml\n")[0].contains("relative path"));
         assert!(errors("- id: a\n  action: ../x.yml\n")[0].contains("without `..`"));
-        assert_eq!(errors("- id: a\n  action: /bin/run.sh\n  type: shell\n"), Vec::<String>::new());
+        assert_eq!(
+            errors("- id: a\n  action: /bin/run.sh\n  type: shell\n"),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -440,46 +532,81 @@ mod tests {
     #[test]
     fn hooks_have_the_operation_shape_minus_id_schedule_rerun_and_hooks() {
         let errs = errors("- id: a\n  action: a.yml\n  preHooks:\n    - {id: x, action: p.yml}\n    - {}\n");
-        assert!(errs[0].starts_with("4:8: id is not allowed in a hook"), "{errs:?}");
-        assert!(errs[1].contains("preHooks[1] of operation \"a\" has no action"), "{errs:?}");
-        assert!(errors("- id: a\n  action: a.yml\n  postHooks: {action: x}\n")[0].contains("must be a list of hooks"));
-        assert!(errors("- id: a\n  action: a.yml\n  postHooks: [{action: x, extra: 1}]\n")[0].contains("unknown key \"extra\" in hook"));
+        assert!(
+            errs[0].starts_with("4:8: id is not allowed in a hook"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].contains("preHooks[1] of operation \"a\" has no action"),
+            "{errs:?}"
+        );
+        assert!(errors("- id: a\n  action: a.yml\n  postHooks: {action: x}\n")[0]
+            .contains("must be a list of hooks"));
+        assert!(
+            errors("- id: a\n  action: a.yml\n  postHooks: [{action: x, extra: 1}]\n")[0]
+                .contains("unknown key \"extra\" in hook")
+        );
     }
 
     #[test]
     fn schedules_use_six_field_cron_with_seconds() {
         assert_eq!(schedule_problem("0 0 3 * * *"), None);
-        assert!(schedule_problem("0 3 * * *").unwrap().contains("write \"0 0 3 * * *\""));
-        assert!(schedule_problem("every day").unwrap().contains("not a valid cron expression"));
+        assert!(schedule_problem("0 3 * * *")
+            .unwrap()
+            .contains("write \"0 0 3 * * *\""));
+        assert!(schedule_problem("every day")
+            .unwrap()
+            .contains("not a valid cron expression"));
         assert!(schedule_problem("0 0 25 * * *").is_some());
         assert!(errors("- id: a\n  action: a.yml\n  schedule: 5\n")[0].contains("in quotes"));
     }
 
     #[test]
     fn deadline_and_rerun_are_checked() {
-        assert!(errors("- id: a\n  action: a.yml\n  activeDeadlineSeconds: 0\n")[0].contains("greater than 0"));
-        assert!(errors("- id: a\n  action: a.yml\n  activeDeadlineSeconds: '60'\n")[0].contains("greater than 0"));
+        assert!(
+            errors("- id: a\n  action: a.yml\n  activeDeadlineSeconds: 0\n")[0].contains("greater than 0")
+        );
+        assert!(
+            errors("- id: a\n  action: a.yml\n  activeDeadlineSeconds: '60'\n")[0].contains("greater than 0")
+        );
         assert!(errors("- id: a\n  action: a.yml\n  rerun: -1\n")[0].contains("non-negative"));
-        assert!(errors("- id: a\n  action: a.yml\n  image: ''\n")[0].contains("image of operation \"a\" must be a non-empty"));
+        assert!(errors("- id: a\n  action: a.yml\n  image: ''\n")[0]
+            .contains("image of operation \"a\" must be a non-empty"));
     }
 
     #[test]
     fn unknown_operation_keys_are_denied_with_a_hint() {
         let errs = errors("- id: a\n  action: a.yml\n  extra_args: []\n");
-        assert_eq!(errs, ["3:3: unknown key \"extra_args\" in operation; did you mean \"extraArgs\"?"]);
+        assert_eq!(
+            errs,
+            ["3:3: unknown key \"extra_args\" in operation; did you mean \"extraArgs\"?"]
+        );
     }
 
     #[test]
     fn hosts_missing_from_the_inventory_are_warned_about() {
-        let inventory = Inventory { hosts: ["node1".to_string()].into(), groups: ["all".to_string()].into() };
+        let inventory = Inventory {
+            hosts: ["node1".to_string()].into(),
+            groups: ["all".to_string()].into(),
+        };
         let text = "- id: rm\n  action: remove-node.yml\n  extraArgs: [-e, node=node7]\n  \
                     postHooks: [{action: x.yml, extraArgs: [--limit=node1]}]\n";
         let mut out = Vec::new();
-        let ops = parse_operations(text, Some(&inventory), &mut FileDiags::new("operations.yml", None, &mut out));
+        let ops = parse_operations(
+            text,
+            Some(&inventory),
+            &mut FileDiags::new("operations.yml", None, &mut out),
+        );
         assert_eq!(ops.len(), 1);
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].severity, crate::layout::Severity::Warning);
         assert_eq!((out[0].line, out[0].column), (3, 19));
-        assert!(out[0].message.starts_with("operation \"rm\" names host \"node7\" (\"node=node7\")"), "{}", out[0].message);
+        assert!(
+            out[0]
+                .message
+                .starts_with("operation \"rm\" names host \"node7\" (\"node=node7\")"),
+            "{}",
+            out[0].message
+        );
     }
 }

@@ -62,7 +62,11 @@ pub fn parse_repo(reader: &dyn TreeReader, root: &str) -> Parsed {
                 0,
                 "the cluster root is a symbolic link: kok does not follow links; commit the directory itself",
             ),
-            Ok(Some(_)) => d.error_at(0, 0, "the cluster root is not a directory: point --path at a directory"),
+            Ok(Some(_)) => d.error_at(
+                0,
+                0,
+                "the cluster root is not a directory: point --path at a directory",
+            ),
             Err(err) => d.error_at(0, 0, format!("could not read the cluster root: {err}")),
         }
     }
@@ -108,8 +112,11 @@ fn repo_settings(reader: &dyn TreeReader, out: &mut Vec<Diagnostic>) -> Option<S
     let before = error_count(out);
     let mut settings = Settings::default();
     if let Ok(Some(_)) = reader.kind("kok.yaml") {
-        FileDiags::new("kok.yaml", None, out)
-            .error_at(0, 0, "kok reads kok.yml, not kok.yaml: rename the file to kok.yml");
+        FileDiags::new("kok.yaml", None, out).error_at(
+            0,
+            0,
+            "kok reads kok.yml, not kok.yaml: rename the file to kok.yml",
+        );
     }
     let mut d = FileDiags::new(KOK_YML, None, out);
     match reader.kind(KOK_YML) {
@@ -128,7 +135,8 @@ fn repo_settings(reader: &dyn TreeReader, out: &mut Vec<Diagnostic>) -> Option<S
 fn not_a_file(kind: EntryKind) -> String {
     match kind {
         EntryKind::Symlink => {
-            "file is a symbolic link: kok does not follow links; commit the file itself in its place".to_string()
+            "file is a symbolic link: kok does not follow links; commit the file itself in its place"
+                .to_string()
         }
         _ => "must be a regular file: replace it with a file".to_string(),
     }
@@ -212,7 +220,11 @@ fn parse_cluster(
     let entries = match reader.list(&dir) {
         Ok(entries) => entries,
         Err(err) => {
-            FileDiags::new(dir.clone(), cluster, out).error_at(0, 0, format!("could not list the directory: {err}"));
+            FileDiags::new(dir.clone(), cluster, out).error_at(
+                0,
+                0,
+                format!("could not list the directory: {err}"),
+            );
             parsed.invalid.push(name.to_string());
             return;
         }
@@ -244,7 +256,14 @@ fn parse_cluster(
             if let Some(stem) = entry.name.strip_suffix(".yaml") {
                 let wanted = format!("{stem}.yml");
                 if CLUSTER_FILES.contains(&wanted.as_str()) {
-                    d.error_at(0, 0, format!("kok reads {wanted}, not {}: rename the file to {wanted}", entry.name));
+                    d.error_at(
+                        0,
+                        0,
+                        format!(
+                            "kok reads {wanted}, not {}: rename the file to {wanted}",
+                            entry.name
+                        ),
+                    );
                     continue;
                 }
             }
@@ -292,16 +311,32 @@ fn parse_cluster(
     let operations = files
         .get(OPERATIONS_YML)
         .map(|text| {
-            parse_operations(text, inventory.as_ref(), &mut FileDiags::new(join(&dir, OPERATIONS_YML), cluster, out))
+            parse_operations(
+                text,
+                inventory.as_ref(),
+                &mut FileDiags::new(join(&dir, OPERATIONS_YML), cluster, out),
+            )
         })
         .unwrap_or_default();
     let cluster_settings = files
         .get(CLUSTER_YML)
-        .map(|text| parse_settings(text, CLUSTER_YML, &mut FileDiags::new(join(&dir, CLUSTER_YML), cluster, out)))
+        .map(|text| {
+            parse_settings(
+                text,
+                CLUSTER_YML,
+                &mut FileDiags::new(join(&dir, CLUSTER_YML), cluster, out),
+            )
+        })
         .unwrap_or_default();
 
     let valid = error_count(out) == before;
-    match (valid, base, inventory, files.remove(HOSTS_YML), files.remove(VARS_YML)) {
+    match (
+        valid,
+        base,
+        inventory,
+        files.remove(HOSTS_YML),
+        files.remove(VARS_YML),
+    ) {
         (true, Some(base), Some(inventory), Some(hosts_yml), Some(vars_yml)) => {
             parsed.clusters.push(ClusterDir {
                 name: name.to_string(),
@@ -321,13 +356,21 @@ fn parse_cluster(
 fn check_vars(text: &str, d: &mut FileDiags<'_>) {
     match parse_yaml(text, d) {
         Err(()) => {}
-        Ok(None) => d.error_at(1, 1, "vars.yml is empty: write `{}` when the cluster has no variables"),
-        Ok(Some(root)) if root.is_null() => {
-            d.error(&root, "vars.yml is empty: write `{}` when the cluster has no variables")
-        }
+        Ok(None) => d.error_at(
+            1,
+            1,
+            "vars.yml is empty: write `{}` when the cluster has no variables",
+        ),
+        Ok(Some(root)) if root.is_null() => d.error(
+            &root,
+            "vars.yml is empty: write `{}` when the cluster has no variables",
+        ),
         Ok(Some(root)) if root.as_map().is_none() => d.error(
             &root,
-            format!("vars.yml must be a mapping of variable names to values, not {}", root.type_name()),
+            format!(
+                "vars.yml must be a mapping of variable names to values, not {}",
+                root.type_name()
+            ),
         ),
         Ok(Some(_)) => {}
     }

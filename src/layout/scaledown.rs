@@ -37,7 +37,11 @@ pub fn host_references(args: &[String]) -> Vec<HostRef> {
             (None, i, false)
         };
         if let Some(value) = value {
-            let names = if limit { limit_names(value) } else { extra_var_names(value) };
+            let names = if limit {
+                limit_names(value)
+            } else {
+                extra_var_names(value)
+            };
             refs.extend(names.into_iter().map(|name| HostRef { arg: at, name }));
         }
         i += 1;
@@ -87,7 +91,10 @@ mod tests {
 
     fn names(args: &[&str]) -> Vec<(usize, String)> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        host_references(&args).into_iter().map(|r| (r.arg, r.name)).collect()
+        host_references(&args)
+            .into_iter()
+            .map(|r| (r.arg, r.name))
+            .collect()
     }
 
     #[test]
@@ -102,7 +109,10 @@ mod tests {
     #[test]
     fn node_extra_vars_are_understood() {
         assert_eq!(names(&["-e", "node=node7"]), [(1, "node7".to_string())]);
-        assert_eq!(names(&["--extra-vars", "reset_confirmation=yes node=n1,n2"]).len(), 2);
+        assert_eq!(
+            names(&["--extra-vars", "reset_confirmation=yes node=n1,n2"]).len(),
+            2
+        );
         assert_eq!(names(&["--extra-vars=node=n1"]), [(0, "n1".to_string())]);
         assert_eq!(names(&["-e", "other=n1"]), []);
         assert_eq!(names(&["-e", "{\"node\": \"n1\"}"]), []);
@@ -110,7 +120,10 @@ mod tests {
 
     #[test]
     fn patterns_with_wildcards_regexes_and_files_are_skipped() {
-        assert_eq!(names(&["--limit=node*", "-l", "~node[0-9]", "--limit=@retry"]), []);
+        assert_eq!(
+            names(&["--limit=node*", "-l", "~node[0-9]", "--limit=@retry"]),
+            []
+        );
     }
 
     #[test]
@@ -119,8 +132,14 @@ mod tests {
             hosts: ["node1".to_string()].into(),
             groups: ["all".to_string(), "kube_node".to_string()].into(),
         };
-        let args: Vec<String> = ["--limit=node1,kube_node,node7"].iter().map(|s| s.to_string()).collect();
-        let unknown: Vec<_> = unknown_hosts(&args, &inventory).into_iter().map(|r| r.name).collect();
+        let args: Vec<String> = ["--limit=node1,kube_node,node7"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let unknown: Vec<_> = unknown_hosts(&args, &inventory)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
         assert_eq!(unknown, ["node7"]);
     }
 }

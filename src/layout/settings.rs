@@ -11,8 +11,14 @@ use super::yaml::{Kind, Node};
 use super::Settings;
 
 /// Keys cluster.yml and kok.yml may hold.
-pub const SETTINGS_KEYS: &[&str] =
-    &["sshAuthSecret", "image", "serviceAccount", "resources", "activeDeadlineSeconds", "historyLimit"];
+pub const SETTINGS_KEYS: &[&str] = &[
+    "sshAuthSecret",
+    "image",
+    "serviceAccount",
+    "resources",
+    "activeDeadlineSeconds",
+    "historyLimit",
+];
 
 /// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
 pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) -> Settings {
@@ -26,38 +32,63 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
     let Some(map) = root.as_map() else {
         diags.error(
             &root,
-            format!("{file} must be a mapping of settings ({}), not {}", SETTINGS_KEYS.join(", "), root.type_name()),
+            format!(
+                "{file} must be a mapping of settings ({}), not {}",
+                SETTINGS_KEYS.join(", "),
+                root.type_name()
+            ),
         );
         return settings;
     };
     deny_unknown_keys(map, SETTINGS_KEYS, file, diags);
     settings.ssh_auth_secret = get(map, "sshAuthSecret").and_then(|node| {
-        subdomain(node, "sshAuthSecret", "the name of a kubernetes.io/ssh-auth Secret in kok's namespace", diags)
+        subdomain(
+            node,
+            "sshAuthSecret",
+            "the name of a kubernetes.io/ssh-auth Secret in kok's namespace",
+            diags,
+        )
     });
     settings.defaults.image = get(map, "image").and_then(|node| match node.as_str() {
         Some(s) if !s.trim().is_empty() => Some(s.to_string()),
         _ => {
-            diags.error(node, "image must be a non-empty string, e.g. quay.io/kubespray/kubespray:v2.27.0");
+            diags.error(
+                node,
+                "image must be a non-empty string, e.g. quay.io/kubespray/kubespray:v2.27.0",
+            );
             None
         }
     });
-    settings.defaults.service_account = get(map, "serviceAccount")
-        .and_then(|node| subdomain(node, "serviceAccount", "the name of a ServiceAccount in kok's namespace", diags));
+    settings.defaults.service_account = get(map, "serviceAccount").and_then(|node| {
+        subdomain(
+            node,
+            "serviceAccount",
+            "the name of a ServiceAccount in kok's namespace",
+            diags,
+        )
+    });
     settings.defaults.resources = get(map, "resources").and_then(|node| resources(node, diags));
-    settings.defaults.active_deadline_seconds = get(map, "activeDeadlineSeconds").and_then(|node| match node.kind {
-        Kind::Int(n) if n > 0 => Some(n),
-        _ => {
-            diags.error(node, "activeDeadlineSeconds must be an integer greater than 0 (seconds), e.g. 7200");
-            None
-        }
-    });
+    settings.defaults.active_deadline_seconds =
+        get(map, "activeDeadlineSeconds").and_then(|node| match node.kind {
+            Kind::Int(n) if n > 0 => Some(n),
+            _ => {
+                diags.error(
+                    node,
+                    "activeDeadlineSeconds must be an integer greater than 0 (seconds), e.g. 7200",
+                );
+                None
+            }
+        });
     settings.defaults.history_limit = get(map, "historyLimit").and_then(|node| match node.kind {
         Kind::Int(n) if n >= 1 => u32::try_from(n).ok().or_else(|| {
             diags.error(node, "historyLimit is too large: keep it below 4294967296");
             None
         }),
         _ => {
-            diags.error(node, "historyLimit must be an integer of at least 1 (finished operations kept per cluster)");
+            diags.error(
+                node,
+                "historyLimit must be an integer of at least 1 (finished operations kept per cluster)",
+            );
             None
         }
     });
@@ -68,7 +99,10 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
 pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
     let (b, o) = (&base.defaults, &over.defaults);
     Settings {
-        ssh_auth_secret: over.ssh_auth_secret.clone().or_else(|| base.ssh_auth_secret.clone()),
+        ssh_auth_secret: over
+            .ssh_auth_secret
+            .clone()
+            .or_else(|| base.ssh_auth_secret.clone()),
         defaults: crate::api::RunDefaults {
             image: o.image.clone().or_else(|| b.image.clone()),
             service_account: o.service_account.clone().or_else(|| b.service_account.clone()),
@@ -109,21 +143,33 @@ fn resources(node: &Node, diags: &mut FileDiags<'_>) -> Option<ResourceRequireme
     deny_unknown_keys(map, &["requests", "limits"], "resources", diags);
     let requests = get(map, "requests").and_then(|n| quantities(n, "requests", diags));
     let limits = get(map, "limits").and_then(|n| quantities(n, "limits", diags));
-    Some(ResourceRequirements { claims: None, limits, requests })
+    Some(ResourceRequirements {
+        claims: None,
+        limits,
+        requests,
+    })
 }
 
 fn quantities(node: &Node, key: &str, diags: &mut FileDiags<'_>) -> Option<BTreeMap<String, Quantity>> {
     let Some(map) = node.as_map() else {
-        diags.error(node, format!("resources.{key} must be a mapping like {{cpu: 500m, memory: 1Gi}}"));
+        diags.error(
+            node,
+            format!("resources.{key} must be a mapping like {{cpu: 500m, memory: 1Gi}}"),
+        );
         return None;
     };
     let mut out = BTreeMap::new();
     for (name, value) in map {
         let name_text = name.scalar_text().unwrap_or_default();
         let name_ok = !name_text.is_empty()
-            && name_text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'/' | b'_'));
+            && name_text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'/' | b'_'));
         if !name_ok {
-            diags.error(name, format!("\"{name_text}\" is not a resource name: use e.g. cpu, memory, ephemeral-storage"));
+            diags.error(
+                name,
+                format!("\"{name_text}\" is not a resource name: use e.g. cpu, memory, ephemeral-storage"),
+            );
             continue;
         }
         let text = match &value.kind {
@@ -150,7 +196,9 @@ fn quantities(node: &Node, key: &str, diags: &mut FileDiags<'_>) -> Option<BTree
 /// (`m`, `k`, `M`, `G`, `T`, `P`, `E`, `Ki` ... `Ei`, or an exponent like `e3`).
 pub fn is_quantity(s: &str) -> bool {
     let s = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let digits_end = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let digits_end = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (number, suffix) = s.split_at(digits_end);
     let number_ok = !number.is_empty()
         && number != "."
@@ -173,13 +221,19 @@ mod tests {
 
     fn check(text: &str) -> (Settings, Vec<Diagnostic>) {
         let mut out = Vec::new();
-        let s = parse_settings(text, "cluster.yml", &mut FileDiags::new("cluster.yml", None, &mut out));
+        let s = parse_settings(
+            text,
+            "cluster.yml",
+            &mut FileDiags::new("cluster.yml", None, &mut out),
+        );
         (s, out)
     }
 
     fn first_error(text: &str) -> String {
         let (_, d) = check(text);
-        d.first().map(|d| format!("{}:{}: {}", d.line, d.column, d.message)).unwrap_or_default()
+        d.first()
+            .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+            .unwrap_or_default()
     }
 
     #[test]
@@ -192,17 +246,24 @@ mod tests {
         let res = s.defaults.resources.unwrap();
         assert_eq!(res.requests.unwrap()["memory"], Quantity("1Gi".into()));
         assert_eq!(res.limits.unwrap()["cpu"], Quantity("2".into()));
-        assert_eq!((s.defaults.active_deadline_seconds, s.defaults.history_limit), (Some(600), Some(5)));
+        assert_eq!(
+            (s.defaults.active_deadline_seconds, s.defaults.history_limit),
+            (Some(600), Some(5))
+        );
     }
 
     #[test]
     fn an_invalid_secret_name_is_refused() {
-        assert!(first_error("sshAuthSecret: Prod_SSH\n").starts_with("1:16: sshAuthSecret \"Prod_SSH\" is not a valid Kubernetes name"));
+        assert!(first_error("sshAuthSecret: Prod_SSH\n")
+            .starts_with("1:16: sshAuthSecret \"Prod_SSH\" is not a valid Kubernetes name"));
     }
 
     #[test]
     fn unknown_settings_are_errors_with_a_hint() {
-        assert_eq!(first_error("sshSecret: x\n"), "1:1: unknown key \"sshSecret\" in cluster.yml; did you mean \"sshAuthSecret\"?");
+        assert_eq!(
+            first_error("sshSecret: x\n"),
+            "1:1: unknown key \"sshSecret\" in cluster.yml; did you mean \"sshAuthSecret\"?"
+        );
     }
 
     #[test]

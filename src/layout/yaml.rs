@@ -128,7 +128,12 @@ impl Node {
             Kind::Map(entries) => Value::Object(
                 entries
                     .iter()
-                    .map(|(k, v)| (k.scalar_text().unwrap_or_else(|| k.to_json().to_string()), v.to_json()))
+                    .map(|(k, v)| {
+                        (
+                            k.scalar_text().unwrap_or_else(|| k.to_json().to_string()),
+                            v.to_json(),
+                        )
+                    })
                     .collect(),
             ),
         }
@@ -170,13 +175,27 @@ pub(crate) fn parse(text: &str) -> Result<Doc, Problem> {
                 .to_string(),
         });
     }
-    Ok(Doc { root, duplicates: builder.duplicates })
+    Ok(Doc {
+        root,
+        duplicates: builder.duplicates,
+    })
 }
 
 /// A collection under construction.
 enum Open {
-    Seq { line: usize, col: usize, items: Vec<Node>, anchor: usize },
-    Map { line: usize, col: usize, entries: Vec<(Node, Node)>, pending: Option<Node>, anchor: usize },
+    Seq {
+        line: usize,
+        col: usize,
+        items: Vec<Node>,
+        anchor: usize,
+    },
+    Map {
+        line: usize,
+        col: usize,
+        entries: Vec<(Node, Node)>,
+        pending: Option<Node>,
+        anchor: usize,
+    },
 }
 
 /// Builds [`Node`]s from the parser's events.
@@ -195,7 +214,13 @@ impl Builder {
         match self.stack.last_mut() {
             None => self.docs.push(node),
             Some(Open::Seq { items, .. }) => items.push(node),
-            Some(Open::Map { entries, pending, line, col, .. }) => match pending.take() {
+            Some(Open::Map {
+                entries,
+                pending,
+                line,
+                col,
+                ..
+            }) => match pending.take() {
                 None => {
                     // The first key tells where a block mapping starts (its start event comes later).
                     if entries.is_empty() && (node.line, node.col) < (*line, *col) {
@@ -263,19 +288,51 @@ impl MarkedEventReceiver for Builder {
                 self.finish(Node { line, col, kind }, anchor);
             }
             Event::SequenceStart(anchor, _) => {
-                self.stack.push(Open::Seq { line, col, items: Vec::new(), anchor });
+                self.stack.push(Open::Seq {
+                    line,
+                    col,
+                    items: Vec::new(),
+                    anchor,
+                });
             }
             Event::MappingStart(anchor, _) => {
-                self.stack.push(Open::Map { line, col, entries: Vec::new(), pending: None, anchor });
+                self.stack.push(Open::Map {
+                    line,
+                    col,
+                    entries: Vec::new(),
+                    pending: None,
+                    anchor,
+                });
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (node, anchor) = match self.stack.pop() {
-                    Some(Open::Seq { line, col, items, anchor }) => {
-                        (Node { line, col, kind: Kind::Seq(items) }, anchor)
-                    }
-                    Some(Open::Map { line, col, entries, anchor, .. }) => {
-                        (Node { line, col, kind: Kind::Map(entries) }, anchor)
-                    }
+                    Some(Open::Seq {
+                        line,
+                        col,
+                        items,
+                        anchor,
+                    }) => (
+                        Node {
+                            line,
+                            col,
+                            kind: Kind::Seq(items),
+                        },
+                        anchor,
+                    ),
+                    Some(Open::Map {
+                        line,
+                        col,
+                        entries,
+                        anchor,
+                        ..
+                    }) => (
+                        Node {
+                            line,
+                            col,
+                            kind: Kind::Map(entries),
+                        },
+                        anchor,
+                    ),
                     None => return,
                 };
                 self.finish(node, anchor);
@@ -301,7 +358,11 @@ impl MarkedEventReceiver for Builder {
                     });
                     return;
                 }
-                self.push(Node { line, col, kind: target.kind });
+                self.push(Node {
+                    line,
+                    col,
+                    kind: target.kind,
+                });
             }
             Event::Nothing
             | Event::StreamStart
@@ -334,7 +395,11 @@ mod tests {
     fn syntax_errors_report_line_and_column() {
         let err = parse("a: b: c\n").unwrap_err();
         assert_eq!((err.line, err.col), (1, 5));
-        assert!(err.message.contains("mapping values are not allowed"), "{}", err.message);
+        assert!(
+            err.message.contains("mapping values are not allowed"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
@@ -348,7 +413,10 @@ mod tests {
     #[test]
     fn scalars_keep_their_yaml_types_in_json() {
         let json = root("i: 7\nf: 1.5\nb: true\nn: ~\ns: '7'\nt: !!str 8\nl: [x]\n").to_json();
-        assert_eq!(json, serde_json::json!({"i": 7, "f": 1.5, "b": true, "n": null, "s": "7", "t": "8", "l": ["x"]}));
+        assert_eq!(
+            json,
+            serde_json::json!({"i": 7, "f": 1.5, "b": true, "n": null, "s": "7", "t": "8", "l": ["x"]})
+        );
     }
 
     #[test]
@@ -370,7 +438,10 @@ mod tests {
         assert_eq!(node.to_json(), serde_json::json!({"a": [1, 2], "b": [1, 2]}));
         let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
         for i in 1..8 {
-            bomb.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n", p = i - 1));
+            bomb.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n",
+                p = i - 1
+            ));
         }
         assert!(parse(&bomb).unwrap_err().message.contains("aliases expand"));
     }
