@@ -14,6 +14,7 @@ pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod layout;
+pub mod leader;
 pub mod local;
 pub mod materialize;
 pub mod metrics;
