@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 pub mod crds;
+pub mod history;
+pub mod plan;
 pub mod render;
 pub mod validate;
 
@@ -47,6 +49,10 @@ pub enum Command {
     Render(render::Args),
     /// Print kok's CustomResourceDefinitions.
     Crds(crds::Args),
+    /// What a commit range would change: objects per cluster and the operations that would run.
+    Plan(plan::Args),
+    /// The commits that touched a cluster directory, newest first.
+    History(history::Args),
 }
 
 /// Runs the parsed command line; the process exit code is the result.
@@ -56,6 +62,8 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Render(args) => render::run(args),
         Command::Crds(args) => crds::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::History(args) => history::run(args),
     };
     match result {
         Ok(code) => code,

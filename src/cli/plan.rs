@@ -1,0 +1,398 @@
+//! `kok plan`: what a commit range would change — objects created, updated and deleted per cluster,
+//! and the operations that would run, each with the commit that introduced it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use git2::Oid;
+use serde::Serialize;
+
+use super::OutputFormat;
+use crate::api::DEFAULT_NAMESPACE;
+use crate::layout::{self, Diagnostic, Parsed};
+use crate::materialize::{canonical_json, render_cluster, RenderContext, ZERO_SHA};
+use crate::source::{attribute, Credentials, GitTree, Source, SourceConfig};
+
+/// Where the remote is and how to reach it; shared by the commands that read a git remote.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GitArgs {
+    /// Repository: https://, ssh://, user@host:path, file:// or a plain path.
+    #[arg(long, env = "KOK_REPO")]
+    pub repo: String,
+    /// Branch, tag or full ref name to read.
+    #[arg(long = "ref", default_value = "main", env = "KOK_REF")]
+    pub reference: String,
+    /// Directory of the bare git caches (default: $XDG_CACHE_HOME/kok/git, ~/.cache/kok/git or a
+    /// directory under the system temp dir).
+    #[arg(long, env = "KOK_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Longest time, in seconds, one ref listing or fetch may take.
+    #[arg(long, default_value_t = 60, env = "KOK_GIT_TIMEOUT")]
+    pub git_timeout: u64,
+    /// https: file holding a token, sent as the password.
+    #[arg(long, env = "KOK_GIT_TOKEN_FILE")]
+    pub git_token_file: Option<PathBuf>,
+    /// https: file holding the username (default with a token: x-access-token); ssh: the login.
+    #[arg(long, env = "KOK_GIT_USERNAME_FILE")]
+    pub git_username_file: Option<PathBuf>,
+    /// https: file holding the password.
+    #[arg(long, env = "KOK_GIT_PASSWORD_FILE")]
+    pub git_password_file: Option<PathBuf>,
+    /// ssh: unencrypted private key file.
+    #[arg(long, env = "KOK_GIT_SSH_KEY_FILE")]
+    pub git_ssh_key_file: Option<PathBuf>,
+    /// ssh: known_hosts file that must list the server's host key.
+    #[arg(long, env = "KOK_GIT_KNOWN_HOSTS")]
+    pub git_known_hosts: Option<PathBuf>,
+}
+
+impl GitArgs {
+    /// The source configuration these flags describe.
+    pub fn source_config(&self) -> SourceConfig {
+        let cache_dir = self.cache_dir.clone().unwrap_or_else(default_cache_dir);
+        let mut config = SourceConfig::new(self.repo.clone(), self.reference.clone(), cache_dir);
+        config.timeout = Duration::from_secs(self.git_timeout.max(1));
+        config.credentials = Credentials {
+            token_file: self.git_token_file.clone(),
+            username_file: self.git_username_file.clone(),
+            password_file: self.git_password_file.clone(),
+            ssh_key_file: self.git_ssh_key_file.clone(),
+            known_hosts_file: self.git_known_hosts.clone(),
+        };
+        config
+    }
+
+    /// Opens the source and fetches the ref.
+    pub fn fetch(&self) -> anyhow::Result<(Source, Oid)> {
+        let mut source = Source::open(self.source_config())?;
+        let tip = source.fetch()?;
+        Ok((source, tip))
+    }
+}
+
+/// `$XDG_CACHE_HOME/kok/git`, `~/.cache/kok/git`, or `<tmp>/kok-cache/git`.
+pub fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| std::env::temp_dir().join("kok-cache"));
+    base.join("kok").join("git")
+}
+
+/// Arguments of `kok plan`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The remote and its credentials.
+    #[command(flatten)]
+    pub git: GitArgs,
+    /// Start of the range (exclusive): a commit or revision (default: the first parent of --to).
+    #[arg(long, env = "KOK_FROM")]
+    pub from: Option<String>,
+    /// End of the range: a commit or revision (default: the tip of --ref).
+    #[arg(long, env = "KOK_TO")]
+    pub to: Option<String>,
+    /// Directory inside the repository that holds one directory per cluster.
+    #[arg(long, default_value = layout::DEFAULT_ROOT, env = "KOK_PATH")]
+    pub path: String,
+    /// Namespace the objects would be written to.
+    #[arg(long, default_value = DEFAULT_NAMESPACE, env = "KOK_NAMESPACE")]
+    pub namespace: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text, env = "KOK_OUTPUT")]
+    pub output: OutputFormat,
+}
+
+/// One object, by kind and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ObjectRef {
+    /// Kubernetes kind.
+    pub kind: String,
+    /// Object name.
+    pub name: String,
+}
+
+/// An operation that would run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedOperation {
+    /// Operation id.
+    pub id: String,
+    /// ClusterOperation name.
+    pub name: String,
+    /// Playbook or script.
+    pub action: String,
+    /// Full sha of the commit that introduced it.
+    pub commit: String,
+    /// Subject of that commit.
+    pub subject: String,
+    /// Position of that commit in the range, oldest first.
+    pub commit_index: usize,
+}
+
+/// The plan of one cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ClusterPlan {
+    /// Cluster name.
+    pub name: String,
+    /// Objects in `to` and not in `from`.
+    pub created: Vec<ObjectRef>,
+    /// Objects in both whose content differs.
+    pub updated: Vec<ObjectRef>,
+    /// Objects in `from` and not in `to`.
+    pub deleted: Vec<ObjectRef>,
+    /// Operations that would run, in commit order then file order.
+    pub operations: Vec<PlannedOperation>,
+}
+
+/// A cluster that is invalid at `to`: nothing of it changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InvalidCluster {
+    /// Cluster name.
+    pub name: String,
+    /// Its diagnostics at `to`.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// What a commit range would change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Start of the range (exclusive); `None` when `to` has no parent.
+    pub from: Option<String>,
+    /// End of the range.
+    pub to: String,
+    /// Commits in the range on the first-parent path.
+    pub commits: usize,
+    /// True when `from` is not an ancestor of `to`: every cluster was compared.
+    pub full_resync: bool,
+    /// Clusters with changes, sorted by name.
+    pub clusters: Vec<ClusterPlan>,
+    /// Clusters left at their last good state because they are invalid at `to`.
+    pub invalid: Vec<InvalidCluster>,
+    /// Repository-wide diagnostics at `to` (kok.yml).
+    pub repo_diagnostics: Vec<Diagnostic>,
+}
+
+/// Runs `kok plan`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (source, tip) = args.git.fetch()?;
+    let to = match &args.to {
+        Some(rev) => source.resolve_commit(rev)?,
+        None => tip,
+    };
+    let from = match &args.from {
+        Some(rev) => Some(source.resolve_commit(rev)?),
+        None => source
+            .repository()
+            .find_commit(to)
+            .ok()
+            .and_then(|c| c.parent_id(0).ok()),
+    };
+    let plan = compute(&source, from, to, &args.path, &args.namespace)?;
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        OutputFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &plan).context("writing the plan to stdout")?;
+            std::io::Write::write_all(&mut out, b"\n").context("writing the plan to stdout")?;
+        }
+        OutputFormat::Text => std::io::Write::write_all(&mut out, text(&plan).as_bytes())
+            .context("writing the plan to stdout")?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Computes the plan of `(from, to]` under `root`. Both ends are rendered with the same neutral
+/// revision, so revision annotations do not count as updates; only clusters the diff reports are
+/// compared.
+pub fn compute(
+    source: &Source,
+    from: Option<Oid>,
+    to: Oid,
+    root: &str,
+    namespace: &str,
+) -> anyhow::Result<Plan> {
+    let repo = source.repository();
+    let changes = source.diff(from, to, root)?;
+    let touched = changes.touched();
+    let mut names: Vec<String> = touched.iter().chain(&changes.removed).cloned().collect();
+    names.sort();
+    names.dedup();
+    let at_to = parse(source, to, root)?;
+    let at_from = match from {
+        Some(f) if repo.find_commit(f).is_ok() => parse(source, f, root)?,
+        _ => Parsed::default(),
+    };
+    let introduced = attribute(repo, from, to, root, &touched)?;
+    let path = crate::source::attribution::first_parent_path(repo, from, to)?;
+    let neutral = RenderContext::new(namespace, "plan", ZERO_SHA);
+    let mut clusters = Vec::new();
+    for name in &names {
+        if at_to.invalid.contains(name) {
+            continue;
+        }
+        let before = objects(&at_from, name, &neutral)?;
+        let after = objects(&at_to, name, &neutral)?;
+        let mut plan = ClusterPlan {
+            name: name.clone(),
+            ..ClusterPlan::default()
+        };
+        for (key, hash) in &after {
+            match before.get(key) {
+                None => plan.created.push(key.clone()),
+                Some(old) if old != hash => plan.updated.push(key.clone()),
+                Some(_) => {}
+            }
+        }
+        plan.deleted = before
+            .keys()
+            .filter(|k| !after.contains_key(*k))
+            .cloned()
+            .collect();
+        let cluster_dir = at_to.clusters.iter().find(|c| &c.name == name);
+        for op in introduced.iter().filter(|i| &i.cluster == name) {
+            let action = cluster_dir
+                .and_then(|c| c.operations.iter().find(|o| o.id == op.id))
+                .map(|o| o.action.clone())
+                .unwrap_or_default();
+            let subject = Oid::from_str(&op.commit)
+                .ok()
+                .and_then(|id| repo.find_commit(id).ok())
+                .and_then(|c| c.summary().map(str::to_string))
+                .unwrap_or_default();
+            plan.operations.push(PlannedOperation {
+                id: op.id.clone(),
+                name: crate::materialize::operation_name(name, &op.id, &op.digest),
+                action,
+                commit: op.commit.clone(),
+                subject,
+                commit_index: op.commit_index,
+            });
+        }
+        if !(plan.created.is_empty() && plan.updated.is_empty() && plan.deleted.is_empty()) {
+            clusters.push(plan);
+        }
+    }
+    let invalid = at_to
+        .invalid
+        .iter()
+        .filter(|n| names.contains(n))
+        .map(|n| InvalidCluster {
+            name: n.clone(),
+            diagnostics: at_to
+                .diagnostics
+                .iter()
+                .filter(|d| d.cluster.as_deref() == Some(n))
+                .cloned()
+                .collect(),
+        })
+        .collect();
+    let repo_diagnostics = at_to
+        .diagnostics
+        .iter()
+        .filter(|d| d.cluster.is_none())
+        .cloned()
+        .collect();
+    Ok(Plan {
+        from: from.map(|f| f.to_string()),
+        to: to.to_string(),
+        commits: path.len(),
+        full_resync: changes.full_resync,
+        clusters,
+        invalid,
+        repo_diagnostics,
+    })
+}
+
+fn parse(source: &Source, commit: Oid, root: &str) -> anyhow::Result<Parsed> {
+    let tree: GitTree<'_> = source.tree(commit)?;
+    Ok(layout::parse_repo(&tree, root))
+}
+
+/// The rendered objects of cluster `name`: (kind, name) → canonical JSON.
+fn objects(parsed: &Parsed, name: &str, ctx: &RenderContext) -> anyhow::Result<BTreeMap<ObjectRef, String>> {
+    let Some(cluster) = parsed.clusters.iter().find(|c| c.name == name) else {
+        return Ok(BTreeMap::new());
+    };
+    let desired = render_cluster(cluster, ctx);
+    let mut out = BTreeMap::new();
+    for object in desired.objects()? {
+        let kind = object
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let obj_name = object
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .unwrap_or_default()
+            .to_string();
+        out.insert(ObjectRef { kind, name: obj_name }, canonical_json(&object));
+    }
+    Ok(out)
+}
+
+/// The plan for humans.
+pub fn text(plan: &Plan) -> String {
+    let short = |s: &str| s.chars().take(8).collect::<String>();
+    let mut out = String::new();
+    let from = plan
+        .from
+        .as_deref()
+        .map(short)
+        .unwrap_or_else(|| "(root)".to_string());
+    let commits = if plan.commits == 1 {
+        "1 commit".to_string()
+    } else {
+        format!("{} commits", plan.commits)
+    };
+    out.push_str(&format!("plan {from}..{} ({commits})\n", short(&plan.to)));
+    if plan.full_resync {
+        out.push_str(
+            "full resync: the start is not an ancestor of the end (or is unknown); every cluster compared\n",
+        );
+    }
+    for d in &plan.repo_diagnostics {
+        out.push_str(&format!("{d}\n"));
+    }
+    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+        out.push_str("no changes\n");
+    }
+    for cluster in &plan.clusters {
+        out.push_str(&format!("\ncluster {}\n", cluster.name));
+        for (sign, list) in [
+            ("+", &cluster.created),
+            ("~", &cluster.updated),
+            ("-", &cluster.deleted),
+        ] {
+            for o in list {
+                out.push_str(&format!("  {sign} {} {}\n", o.kind, o.name));
+            }
+        }
+        if !cluster.operations.is_empty() {
+            out.push_str("  operations that would run:\n");
+            for op in &cluster.operations {
+                out.push_str(&format!(
+                    "    {} ({}) from {} {:?}\n",
+                    op.id,
+                    op.action,
+                    short(&op.commit),
+                    op.subject
+                ));
+            }
+        }
+    }
+    for invalid in &plan.invalid {
+        out.push_str(&format!(
+            "\ncluster {}: invalid, it would be left at its last good state\n",
+            invalid.name
+        ));
+        for d in &invalid.diagnostics {
+            out.push_str(&format!("  {d}\n"));
+        }
+    }
+    out
+}
