@@ -1,1 +1,51 @@
-fn main() {}
+//! `kok-testkit serve [--port P] [--kubeconfig-out FILE]`: runs the in-memory API server until Ctrl-C.
+
+use anyhow::{bail, Context};
+
+fn usage() -> &'static str {
+    "usage: kok-testkit serve [--port P] [--kubeconfig-out FILE]"
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) != Some("serve") {
+        bail!("{}", usage());
+    }
+    let mut port = 0u16;
+    let mut out: Option<String> = None;
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--port" => {
+                let p = it
+                    .next()
+                    .with_context(|| format!("--port needs a value; {}", usage()))?;
+                port = p
+                    .parse()
+                    .with_context(|| format!("--port {p:?} is not a port number"))?;
+            }
+            "--kubeconfig-out" => {
+                out = Some(
+                    it.next()
+                        .with_context(|| format!("--kubeconfig-out needs a file; {}", usage()))?
+                        .clone(),
+                )
+            }
+            "-h" | "--help" => {
+                println!("{}", usage());
+                return Ok(());
+            }
+            other => bail!("unknown argument {other:?}; {}", usage()),
+        }
+    }
+    let server = testkit::ApiServer::start_on(port).await?;
+    if let Some(path) = &out {
+        std::fs::write(path, testkit::kubeconfig_yaml(&server.url()))
+            .with_context(|| format!("writing the kubeconfig to {path}"))?;
+        println!("kubeconfig written to {path}");
+    }
+    println!("serving the Kubernetes API on {}", server.url());
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    Ok(())
+}

@@ -1,0 +1,521 @@
+//! HTTP layer: routes Kubernetes API paths to the API semantics, counts requests, injects faults.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, Request, State as AxumState};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::api::{DeleteOpts, State, WriteCtx};
+use crate::discovery;
+use crate::errors::{reason_for_code, ApiError};
+use crate::patch::PatchKind;
+use crate::resources::ResourceInfo;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::table;
+use crate::watch::{self as watches, Signals, WatchRequest};
+use crate::{Fault, RequestLog};
+
+/// Everything the handlers share.
+#[derive(Debug)]
+pub struct Shared {
+    /// Objects and the registry, under one lock.
+    pub state: Mutex<State>,
+    /// Request counts.
+    pub log: RequestLog,
+    /// Pending injected faults.
+    pub faults: Mutex<Vec<Fault>>,
+    /// Added latency per resource request.
+    pub latency: Mutex<Duration>,
+    /// Bumped to cut every watch.
+    pub cut: watch::Sender<u64>,
+    /// Set to stop the server.
+    pub shutdown: watch::Sender<bool>,
+    /// Interval between watch bookmarks.
+    pub bookmark_interval: Duration,
+    /// `host:port` for discovery.
+    pub addr: String,
+}
+
+impl Shared {
+    /// The state lock (a poisoned lock is still usable: every mutation is complete or absent).
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A parsed resource path.
+#[derive(Debug, Clone, Default)]
+struct ResourcePath {
+    group: String,
+    version: String,
+    namespace: Option<String>,
+    resource: String,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+fn json_response(code: u16, v: &Value) -> Response {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+fn error_response(e: &ApiError) -> Response {
+    json_response(e.code, &e.status())
+}
+
+fn not_found_path() -> Response {
+    json_response(
+        404,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "the server could not find the requested resource", "reason": "NotFound",
+            "details": {}, "code": 404}),
+    )
+}
+
+/// Splits `/api/v1/...` or `/apis/g/v/...` into its parts; None for non-resource paths.
+fn parse_path(path: &str, state: &State) -> Option<ResourcePath> {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
+    let mut p = ResourcePath {
+        group: group.into(),
+        version: version.into(),
+        ..Default::default()
+    };
+    let rest: Vec<&str> = rest.to_vec();
+    let is_namespaced_collection = |r: &str| {
+        state
+            .registry
+            .get(group, version, r)
+            .is_some_and(|i| i.namespaced)
+    };
+    match rest.as_slice() {
+        [] => {}
+        ["namespaces", ns, r, tail @ ..] if is_namespaced_collection(r) => {
+            p.namespace = Some(ns.to_string());
+            p.resource = r.to_string();
+            p.name = tail.first().map(|s| s.to_string());
+            p.subresource = tail.get(1).map(|s| s.to_string());
+            if tail.len() > 2 {
+                return Some(ResourcePath {
+                    resource: "\u{0}".into(),
+                    ..p
+                });
+            }
+        }
+        [r, tail @ ..] => {
+            p.resource = r.to_string();
+            p.name = tail.first().map(|s| s.to_string());
+            p.subresource = tail.get(1).map(|s| s.to_string());
+            if tail.len() > 2 {
+                return Some(ResourcePath {
+                    resource: "\u{0}".into(),
+                    ..p
+                });
+            }
+        }
+    }
+    Some(p)
+}
+
+fn query_map(uri: &Uri) -> HashMap<String, String> {
+    Query::<HashMap<String, String>>::try_from_uri(uri)
+        .map(|q| q.0)
+        .unwrap_or_default()
+}
+
+fn truthy(q: &HashMap<String, String>, k: &str) -> bool {
+    matches!(q.get(k).map(String::as_str), Some("true" | "1"))
+}
+
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ct.contains("yaml") {
+        serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML body: {e}")))
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding JSON body: {e}")))
+    }
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|a| a.split(',').next())
+        .is_some_and(|first| first.contains("as=Table"))
+}
+
+fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+fn list_body(info: &ResourceInfo, items: &[Arc<Value>], rv: u64, cont: Option<&str>) -> Vec<u8> {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    let head =
+        json!({"kind": format!("{}List", info.kind), "apiVersion": info.api_version(), "metadata": meta});
+    let mut out = serde_json::to_vec(&head).unwrap_or_default();
+    out.pop();
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out, &**item);
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+/// The single handler behind every path.
+pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, 256 * 1024 * 1024).await {
+        Ok(b) => b,
+        Err(e) => {
+            return error_response(&ApiError::bad_request(format!(
+                "reading the request body failed: {e}"
+            )))
+        }
+    };
+    let path = parts.uri.path().to_string();
+    match (parts.method.clone(), path.trim_end_matches('/')) {
+        (Method::GET, "/version") => return json_response(200, &discovery::version()),
+        (Method::GET, "/api") => return json_response(200, &discovery::core_versions(&shared.addr)),
+        (Method::GET, "/apis") => return json_response(200, &discovery::groups(&shared.lock().registry)),
+        (Method::GET, "/healthz" | "/livez" | "/readyz") => return (StatusCode::OK, "ok").into_response(),
+        (Method::GET, "/openapi/v3") => return json_response(200, &discovery::openapi_v3_root()),
+        (Method::GET, "/openapi/v2") => {
+            return (
+                StatusCode::NOT_FOUND,
+                [(header::CONTENT_TYPE, "application/json")],
+                "{}",
+            )
+                .into_response()
+        }
+        _ => {}
+    }
+    let parsed = {
+        let state = shared.lock();
+        parse_path(&path, &state)
+    };
+    let Some(rp) = parsed else { return not_found_path() };
+    if rp.resource.is_empty() {
+        if parts.method != Method::GET {
+            return error_response(&ApiError::method_not_allowed("discovery documents are read-only"));
+        }
+        let state = shared.lock();
+        return match (rp.group.as_str(), rp.version.as_str()) {
+            ("", v) => discovery::resource_list(&state.registry, "", v),
+            (g, v) => discovery::resource_list(&state.registry, g, v),
+        }
+        .map(|v| json_response(200, &v))
+        .unwrap_or_else(not_found_path);
+    }
+    let q = query_map(&parts.uri);
+    let verb = match (&parts.method, rp.name.is_some()) {
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) if truthy(&q, "watch") => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::POST, false) => "create",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => {
+            return error_response(&ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({} {path})",
+                parts.method
+            )))
+        }
+    };
+    let logged = match &rp.subresource {
+        Some(s) => format!("{}/{s}", rp.resource),
+        None => rp.resource.clone(),
+    };
+    shared.log.record(verb, &logged);
+    let latency = *shared.latency.lock().unwrap_or_else(|p| p.into_inner());
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    if let Some(code) = take_fault(&shared, verb, &rp.resource, &logged, rp.name.as_deref()) {
+        let mut e = ApiError::new(
+            code,
+            format!("testkit injected fault: {verb} {logged} failed with {code}"),
+        );
+        e.reason = reason_for_code(code).into();
+        return error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
+    }
+    resource_request(&shared, &parts.headers, &parts.uri, &q, rp, verb, body)
+}
+
+fn take_fault(shared: &Shared, verb: &str, resource: &str, logged: &str, name: Option<&str>) -> Option<u16> {
+    let mut faults = shared.faults.lock().unwrap_or_else(|p| p.into_inner());
+    let pos = faults.iter().position(|f| {
+        f.count > 0
+            && f.verb.as_deref().is_none_or(|v| v == verb)
+            && f.resource.as_deref().is_none_or(|r| r == resource || r == logged)
+            && f.name.as_deref().is_none_or(|n| Some(n) == name)
+    })?;
+    let f = &mut faults[pos];
+    f.count -= 1;
+    let code = f.code;
+    if f.count == 0 {
+        faults.remove(pos);
+    }
+    Some(code)
+}
+
+fn resource_request(
+    shared: &Arc<Shared>,
+    headers: &HeaderMap,
+    uri: &Uri,
+    q: &HashMap<String, String>,
+    rp: ResourcePath,
+    verb: &str,
+    body: Bytes,
+) -> Response {
+    let mut state = shared.lock();
+    let Some(info) = state.registry.get(&rp.group, &rp.version, &rp.resource) else {
+        return not_found_path();
+    };
+    let status = match rp.subresource.as_deref() {
+        None => false,
+        Some("status") if info.status && matches!(verb, "get" | "update" | "patch") => true,
+        Some(_) => return not_found_path(),
+    };
+    if info.namespaced && rp.namespace.is_none() && !matches!(verb, "list" | "watch" | "deletecollection") {
+        return not_found_path();
+    }
+    if !info.namespaced && rp.namespace.is_some() {
+        return not_found_path();
+    }
+    let labels = match q
+        .get("labelSelector")
+        .map(|s| LabelSelector::parse(s))
+        .transpose()
+    {
+        Ok(l) => l.unwrap_or_default(),
+        Err(e) => return error_response(&e),
+    };
+    let fields = match q
+        .get("fieldSelector")
+        .map(|s| FieldSelector::parse(s))
+        .transpose()
+    {
+        Ok(f) => f.unwrap_or_default(),
+        Err(e) => return error_response(&e),
+    };
+    let table_include = wants_table(headers).then(|| q.get("includeObject").cloned().unwrap_or_default());
+    let ctx = WriteCtx {
+        namespace: rp.namespace.clone(),
+        manager: manager(q, headers),
+        dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
+    };
+    let name = rp.name.clone().unwrap_or_default();
+    let respond = |code: u16, r: Result<Value, ApiError>| match r {
+        Ok(v) => json_response(code, &v),
+        Err(e) => error_response(&e),
+    };
+    match verb {
+        "get" => match state.get(&info, rp.namespace.as_deref(), &name) {
+            Ok(o) => match &table_include {
+                Some(inc) => {
+                    let rv = o
+                        .pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    json_response(200, &table::table(&info, &[&o], inc, &rv, None))
+                }
+                None => json_response(200, &o),
+            },
+            Err(e) => error_response(&e),
+        },
+        "list" => {
+            let limit = q.get("limit").and_then(|l| l.parse().ok());
+            match state.list(
+                &info,
+                rp.namespace.as_deref(),
+                &labels,
+                &fields,
+                limit,
+                q.get("continue").map(String::as_str),
+            ) {
+                Ok(page) => {
+                    drop(state);
+                    match &table_include {
+                        Some(inc) => {
+                            let objs: Vec<&Value> = page.items.iter().map(|a| &**a).collect();
+                            json_response(
+                                200,
+                                &table::table(
+                                    &info,
+                                    &objs,
+                                    inc,
+                                    &page.resource_version.to_string(),
+                                    page.continue_token.as_deref(),
+                                ),
+                            )
+                        }
+                        None => (
+                            StatusCode::OK,
+                            [(header::CONTENT_TYPE, "application/json")],
+                            list_body(
+                                &info,
+                                &page.items,
+                                page.resource_version,
+                                page.continue_token.as_deref(),
+                            ),
+                        )
+                            .into_response(),
+                    }
+                }
+                Err(e) => error_response(&e),
+            }
+        }
+        "watch" => {
+            let req = WatchRequest {
+                info: info.clone(),
+                namespace: rp.namespace.clone(),
+                labels,
+                fields,
+                resource_version: q.get("resourceVersion").cloned(),
+                bookmarks: truthy(q, "allowWatchBookmarks"),
+                send_initial_events: truthy(q, "sendInitialEvents"),
+                timeout: q
+                    .get("timeoutSeconds")
+                    .and_then(|t| t.parse().ok())
+                    .map(Duration::from_secs),
+                table: table_include,
+            };
+            let signals = Signals {
+                cut: shared.cut.subscribe(),
+                shutdown: shared.shutdown.subscribe(),
+                bookmark_interval: shared.bookmark_interval,
+            };
+            let rx = watches::start(&state, req, signals);
+            drop(state);
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                Body::from_stream(rx),
+            )
+                .into_response()
+        }
+        "create" => match parse_body(headers, &body) {
+            Ok(v) => respond(201, state.create(&info, &ctx, v)),
+            Err(e) => error_response(&e),
+        },
+        "update" => match parse_body(headers, &body) {
+            Ok(v) => respond(200, state.update(&info, &ctx, &name, v, status)),
+            Err(e) => error_response(&e),
+        },
+        "patch" => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = match PatchKind::from_content_type(ct) {
+                Ok(k) => k,
+                Err(e) => return error_response(&e),
+            };
+            if kind == PatchKind::Apply && !q.contains_key("fieldManager") {
+                return error_response(&ApiError::invalid(
+                    "",
+                    "PatchOptions",
+                    "",
+                    vec![crate::errors::cause(
+                        "FieldValueRequired",
+                        "fieldManager",
+                        "Required value: is required for apply patch",
+                    )],
+                ));
+            }
+            let existed = state.get(&info, rp.namespace.as_deref(), &name).is_ok();
+            let r = state.patch(&info, &ctx, &name, kind, &body, status, truthy(q, "force"));
+            respond(if existed { 200 } else { 201 }, r)
+        }
+        "delete" => {
+            let b = match parse_body(headers, &body) {
+                Ok(b) => b,
+                Err(e) => return error_response(&e),
+            };
+            match DeleteOpts::parse(&b, q.get("propagationPolicy").map(String::as_str)) {
+                Ok(opts) => {
+                    let r = state.delete(&info, &ctx, &name, &opts);
+                    let pending = state.get(&info, rp.namespace.as_deref(), &name).is_ok() && !ctx.dry_run;
+                    respond(if pending { 202 } else { 200 }, r)
+                }
+                Err(e) => error_response(&e),
+            }
+        }
+        "deletecollection" => {
+            let b = match parse_body(headers, &body) {
+                Ok(b) => b,
+                Err(e) => return error_response(&e),
+            };
+            let opts = match DeleteOpts::parse(&b, q.get("propagationPolicy").map(String::as_str)) {
+                Ok(o) => o,
+                Err(e) => return error_response(&e),
+            };
+            match state.delete_collection(&info, &ctx, &labels, &fields, &opts) {
+                Ok(items) => {
+                    let rv = state.store.resource_version();
+                    drop(state);
+                    let items: Vec<Arc<Value>> = items.into_iter().map(Arc::new).collect();
+                    (
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        list_body(&info, &items, rv, None),
+                    )
+                        .into_response()
+                }
+                Err(e) => error_response(&e),
+            }
+        }
+        _ => {
+            let _ = uri;
+            error_response(&ApiError::method_not_allowed(format!(
+                "verb {verb} is not supported"
+            )))
+        }
+    }
+}

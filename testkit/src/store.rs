@@ -1,0 +1,324 @@
+//! Object storage: objects by resource, a global resourceVersion, and the event log watches replay.
+//!
+//! Every change goes through [`Store::put`] or [`Store::remove`], which assign the next
+//! resourceVersion, append one [`WatchEvent`] to the log and broadcast it. That single path is
+//! where a write-ahead log can later be added; nothing here is persisted today.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::resources::ResourceKey;
+
+/// Namespace (empty for cluster-scoped objects) and name.
+pub type ObjectKey = (String, String);
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Removed.
+    Deleted,
+}
+
+impl EventKind {
+    /// The watch event type string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Added => "ADDED",
+            EventKind::Modified => "MODIFIED",
+            EventKind::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as kept in the log and sent to watchers.
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    /// The resourceVersion this change produced.
+    pub rv: u64,
+    /// Kind of change.
+    pub kind: EventKind,
+    /// Which resource changed.
+    pub resource: ResourceKey,
+    /// The object after the change (for deletions: its last state, with the deletion's rv).
+    pub object: Arc<Value>,
+    /// The object before the change (for selector transitions).
+    pub previous: Option<Arc<Value>>,
+}
+
+/// The in-memory object store.
+#[derive(Debug)]
+pub struct Store {
+    objects: HashMap<ResourceKey, BTreeMap<ObjectKey, Arc<Value>>>,
+    rv: u64,
+    log: VecDeque<Arc<WatchEvent>>,
+    window: usize,
+    compacted: u64,
+    tx: broadcast::Sender<Arc<WatchEvent>>,
+    uids: HashMap<String, (ResourceKey, ObjectKey)>,
+    dependents: HashMap<String, BTreeSet<(ResourceKey, ObjectKey)>>,
+}
+
+/// Namespace and name of an object.
+pub fn object_key(obj: &Value) -> ObjectKey {
+    let meta = &obj["metadata"];
+    (
+        meta["namespace"].as_str().unwrap_or("").to_string(),
+        meta["name"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+fn owner_uids(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r["uid"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Store {
+    /// An empty store keeping the last `window` events for watches.
+    pub fn new(window: usize) -> Store {
+        let (tx, _) = broadcast::channel(16384);
+        Store {
+            objects: HashMap::new(),
+            rv: 1,
+            log: VecDeque::new(),
+            window: window.max(1),
+            compacted: 1,
+            tx,
+            uids: HashMap::new(),
+            dependents: HashMap::new(),
+        }
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    /// Watches starting at or before this resourceVersion get 410 Gone.
+    pub fn compacted(&self) -> u64 {
+        self.compacted
+    }
+
+    /// Reads one object.
+    pub fn get(&self, resource: &ResourceKey, key: &ObjectKey) -> Option<&Arc<Value>> {
+        self.objects.get(resource).and_then(|m| m.get(key))
+    }
+
+    /// Objects of a resource, in namespace/name order, optionally within one namespace.
+    pub fn list<'a>(
+        &'a self,
+        resource: &ResourceKey,
+        namespace: Option<&'a str>,
+    ) -> Box<dyn Iterator<Item = &'a Arc<Value>> + 'a> {
+        let Some(map) = self.objects.get(resource) else {
+            return Box::new(std::iter::empty());
+        };
+        match namespace {
+            Some(ns) => Box::new(
+                map.range((ns.to_string(), String::new())..)
+                    .take_while(move |((n, _), _)| n == ns)
+                    .map(|(_, v)| v),
+            ),
+            None => Box::new(map.values()),
+        }
+    }
+
+    /// Objects after `after` (exclusive) in key order, for paginated lists.
+    pub fn list_after<'a>(
+        &'a self,
+        resource: &ResourceKey,
+        namespace: Option<&'a str>,
+        after: &ObjectKey,
+    ) -> Box<dyn Iterator<Item = &'a Arc<Value>> + 'a> {
+        use std::ops::Bound;
+        let Some(map) = self.objects.get(resource) else {
+            return Box::new(std::iter::empty());
+        };
+        let it = map.range((Bound::Excluded(after.clone()), Bound::Unbounded));
+        match namespace {
+            Some(ns) => Box::new(it.take_while(move |((n, _), _)| n == ns).map(|(_, v)| v)),
+            None => Box::new(it.map(|(_, v)| v)),
+        }
+    }
+
+    /// Number of objects of a resource.
+    pub fn count(&self, resource: &ResourceKey) -> usize {
+        self.objects.get(resource).map_or(0, BTreeMap::len)
+    }
+
+    /// Where an object with this uid lives, if it exists.
+    pub fn by_uid(&self, uid: &str) -> Option<&(ResourceKey, ObjectKey)> {
+        self.uids.get(uid)
+    }
+
+    /// Objects whose ownerReferences name this uid.
+    pub fn dependents_of(&self, uid: &str) -> Vec<(ResourceKey, ObjectKey)> {
+        self.dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Owner uids referenced by some object but not present in the store.
+    pub fn missing_owners(&self) -> Vec<String> {
+        self.dependents
+            .keys()
+            .filter(|u| !self.uids.contains_key(*u))
+            .cloned()
+            .collect()
+    }
+
+    /// New receiver of every future event.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
+        self.tx.subscribe()
+    }
+
+    /// Logged events with a resourceVersion above `rv`.
+    pub fn events_since(&self, rv: u64) -> impl Iterator<Item = &Arc<WatchEvent>> {
+        let start = self.log.partition_point(|e| e.rv <= rv);
+        self.log.range(start..)
+    }
+
+    /// Stores an object (created or replaced), assigning the next resourceVersion.
+    pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Arc<Value> {
+        self.rv += 1;
+        obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let key = object_key(&obj);
+        let obj = Arc::new(obj);
+        let previous = self
+            .objects
+            .entry(resource.clone())
+            .or_default()
+            .insert(key.clone(), obj.clone());
+        if let Some(prev) = &previous {
+            self.unindex(resource, &key, prev);
+        }
+        self.index(resource, &key, &obj);
+        let kind = if previous.is_some() {
+            EventKind::Modified
+        } else {
+            EventKind::Added
+        };
+        self.emit(WatchEvent {
+            rv: self.rv,
+            kind,
+            resource: resource.clone(),
+            object: obj.clone(),
+            previous,
+        });
+        obj
+    }
+
+    /// Removes an object, returning its last state stamped with the deletion's resourceVersion.
+    pub fn remove(&mut self, resource: &ResourceKey, key: &ObjectKey) -> Option<Arc<Value>> {
+        let prev = self.objects.get_mut(resource)?.remove(key)?;
+        self.unindex(resource, key, &prev);
+        self.rv += 1;
+        let mut last = (*prev).clone();
+        last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let last = Arc::new(last);
+        self.emit(WatchEvent {
+            rv: self.rv,
+            kind: EventKind::Deleted,
+            resource: resource.clone(),
+            object: last.clone(),
+            previous: Some(prev),
+        });
+        Some(last)
+    }
+
+    /// Removes every object of a resource (when its CRD goes away), emitting deletions.
+    pub fn remove_all(&mut self, resource: &ResourceKey) {
+        let keys: Vec<ObjectKey> = self
+            .objects
+            .get(resource)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for k in keys {
+            self.remove(resource, &k);
+        }
+    }
+
+    fn index(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
+        if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+            self.uids.insert(uid.to_string(), (resource.clone(), key.clone()));
+        }
+        for owner in owner_uids(obj) {
+            self.dependents
+                .entry(owner)
+                .or_default()
+                .insert((resource.clone(), key.clone()));
+        }
+    }
+
+    fn unindex(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
+        if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+            self.uids.remove(uid);
+        }
+        for owner in owner_uids(obj) {
+            if let Some(set) = self.dependents.get_mut(&owner) {
+                set.remove(&(resource.clone(), key.clone()));
+                if set.is_empty() {
+                    self.dependents.remove(&owner);
+                }
+            }
+        }
+    }
+
+    fn emit(&mut self, event: WatchEvent) {
+        let event = Arc::new(event);
+        self.log.push_back(event.clone());
+        while self.log.len() > self.window {
+            if let Some(old) = self.log.pop_front() {
+                self.compacted = old.rv;
+            }
+        }
+        // No receivers is fine: nobody watches.
+        let _ = self.tx.send(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rk() -> ResourceKey {
+        ResourceKey {
+            group: String::new(),
+            resource: "configmaps".into(),
+        }
+    }
+
+    #[test]
+    fn put_and_remove_advance_the_version_and_log_events() {
+        let mut s = Store::new(2);
+        let a = s.put(
+            &rk(),
+            json!({"metadata": {"name": "a", "namespace": "n", "uid": "u1"}}),
+        );
+        assert_eq!(a["metadata"]["resourceVersion"], "2");
+        s.put(
+            &rk(),
+            json!({"metadata": {"name": "b", "namespace": "n", "ownerReferences": [{"uid": "u1"}]}}),
+        );
+        assert_eq!(s.dependents_of("u1").len(), 1);
+        s.remove(&rk(), &("n".into(), "a".into()));
+        assert_eq!(s.missing_owners(), vec!["u1".to_string()]);
+        assert_eq!(s.events_since(0).count(), 2, "window keeps two events");
+        assert_eq!(s.compacted(), 2);
+        assert_eq!(s.list(&rk(), Some("n")).count(), 1);
+    }
+}

@@ -1,0 +1,223 @@
+//! Watch streams: replay from a resourceVersion (or the current state), then live events,
+//! bookmarks, timeouts, and the test controls that cut streams.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use futures::channel::mpsc;
+use futures::SinkExt;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, watch};
+
+use crate::api::{served, State};
+use crate::errors::ApiError;
+use crate::resources::ResourceInfo;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{EventKind, WatchEvent};
+use crate::table;
+
+/// What a watch asks for.
+#[derive(Debug, Clone)]
+pub struct WatchRequest {
+    /// The watched resource at the requested version.
+    pub info: Arc<ResourceInfo>,
+    /// Namespace, or all.
+    pub namespace: Option<String>,
+    /// Label selector.
+    pub labels: LabelSelector,
+    /// Field selector.
+    pub fields: FieldSelector,
+    /// `resourceVersion` parameter (None, `""` and `"0"` start from the current state).
+    pub resource_version: Option<String>,
+    /// `allowWatchBookmarks`.
+    pub bookmarks: bool,
+    /// `sendInitialEvents`.
+    pub send_initial_events: bool,
+    /// `timeoutSeconds`.
+    pub timeout: Option<Duration>,
+    /// Table rendering with this `includeObject`, when the client asked for Tables.
+    pub table: Option<String>,
+}
+
+/// Signals shared by all watches of a server.
+#[derive(Debug, Clone)]
+pub struct Signals {
+    /// Bumped by `cut_watches`.
+    pub cut: watch::Receiver<u64>,
+    /// Set when the server stops.
+    pub shutdown: watch::Receiver<bool>,
+    /// Interval between bookmarks.
+    pub bookmark_interval: Duration,
+}
+
+impl WatchRequest {
+    fn matches(&self, obj: &Value) -> bool {
+        if self.info.namespaced {
+            if let Some(ns) = &self.namespace {
+                if obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str()) {
+                    return false;
+                }
+            }
+        }
+        self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    fn line(&self, kind: &str, obj: &Arc<Value>) -> Bytes {
+        let object = served(&self.info, obj);
+        let rendered = match &self.table {
+            Some(include) => {
+                let rv = object
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                table::table(&self.info, &[&object], include, rv, None)
+            }
+            None => (*object).clone(),
+        };
+        let mut out = serde_json::to_vec(&json!({"type": kind, "object": rendered})).unwrap_or_default();
+        out.push(b'\n');
+        Bytes::from(out)
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"type": "BOOKMARK", "object": {"kind": self.info.kind, "apiVersion": self.info.api_version(), "metadata": meta}});
+        let mut out = serde_json::to_vec(&obj).unwrap_or_default();
+        out.push(b'\n');
+        Bytes::from(out)
+    }
+
+    /// The event type a store event becomes for this watch, if any (selector transitions included).
+    fn translate(&self, ev: &WatchEvent) -> Option<&'static str> {
+        if ev.resource != self.info.key() {
+            return None;
+        }
+        let now = self.matches(&ev.object);
+        let before = ev.previous.as_ref().is_some_and(|p| self.matches(p));
+        match ev.kind {
+            EventKind::Added => now.then_some("ADDED"),
+            EventKind::Deleted => before.then_some("DELETED"),
+            EventKind::Modified => match (before, now) {
+                (true, true) => Some("MODIFIED"),
+                (false, true) => Some("ADDED"),
+                (true, false) => Some("DELETED"),
+                (false, false) => None,
+            },
+        }
+    }
+}
+
+fn error_line(err: &ApiError) -> Bytes {
+    let mut out = serde_json::to_vec(&json!({"type": "ERROR", "object": err.status()})).unwrap_or_default();
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+/// Opens a watch: computes the backlog under the state lock and streams the rest from a task.
+pub fn start(
+    state: &State,
+    req: WatchRequest,
+    signals: Signals,
+) -> mpsc::Receiver<Result<Bytes, Infallible>> {
+    let (mut tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
+    let mut backlog: Vec<Bytes> = Vec::new();
+    let rv_param = req.resource_version.clone().unwrap_or_default();
+    let from_state = req.send_initial_events || rv_param.is_empty() || rv_param == "0";
+    let start_rv = state.store.resource_version();
+    let mut failed = false;
+    if from_state {
+        let ns = if req.info.namespaced {
+            req.namespace.as_deref()
+        } else {
+            None
+        };
+        for o in state.store.list(&req.info.key(), ns) {
+            if req.matches(o) {
+                backlog.push(req.line("ADDED", o));
+            }
+        }
+        if req.send_initial_events && req.bookmarks {
+            backlog.push(req.bookmark(start_rv, true));
+        }
+    } else {
+        match rv_param.parse::<u64>() {
+            Ok(rv) if rv < state.store.compacted() => {
+                backlog.push(error_line(&ApiError::gone(format!(
+                    "too old resource version: {rv} ({})",
+                    state.store.compacted()
+                ))));
+                failed = true;
+            }
+            Ok(rv) => {
+                for ev in state.store.events_since(rv) {
+                    if let Some(t) = req.translate(ev) {
+                        backlog.push(req.line(t, &ev.object));
+                    }
+                }
+            }
+            Err(_) => {
+                backlog.push(error_line(&ApiError::bad_request(format!(
+                    "invalid resourceVersion {rv_param:?}"
+                ))));
+                failed = true;
+            }
+        }
+    }
+    let mut events = state.store.subscribe();
+    let Signals {
+        mut cut,
+        mut shutdown,
+        bookmark_interval,
+    } = signals;
+    cut.borrow_and_update();
+    shutdown.borrow_and_update();
+    tokio::spawn(async move {
+        for line in backlog {
+            if tx.send(Ok(line)).await.is_err() {
+                return;
+            }
+        }
+        if failed {
+            return;
+        }
+        let mut progress = start_rv;
+        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut ticker = tokio::time::interval(bookmark_interval);
+        ticker.tick().await;
+        loop {
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => futures::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Ok(ev) => {
+                        progress = progress.max(ev.rv);
+                        if let Some(t) = req.translate(&ev) {
+                            if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = ticker.tick(), if req.bookmarks => {
+                    if tx.send(Ok(req.bookmark(progress, false))).await.is_err() {
+                        return;
+                    }
+                }
+                _ = sleep => return,
+                _ = cut.changed() => return,
+                _ = shutdown.changed() => return,
+            }
+        }
+    });
+    rx
+}
