@@ -5,9 +5,11 @@
 //! - [`render`]: [`render_cluster`] / [`render_all`] turn a validated
 //!   [`ClusterDir`](crate::layout::ClusterDir) and a [`RenderContext`] into a [`DesiredCluster`].
 
+pub mod apply;
 pub mod hash;
 pub mod names;
 pub mod render;
+pub mod state;
 
 pub use hash::{canonical_json, content_hash, sha256_hex, sha8};
 pub use names::{
