@@ -1,12 +1,76 @@
-//! `kok render` (in progress).
+//! `kok render`: print the objects a repository renders to, as the YAML stream kok would apply.
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use anyhow::Context;
+
+use super::validate::{summary, text_report};
+use crate::api::DEFAULT_NAMESPACE;
+use crate::layout::{self, DiskTree};
+use crate::materialize::{render_all, to_yaml_stream, RenderContext, ZERO_SHA};
 
 /// Arguments of `kok render`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Repository directory to render (its top holds kok.yml and the cluster root).
+    #[arg(default_value = ".", env = "KOK_REPO_DIR")]
+    pub dir: PathBuf,
+    /// Directory inside the repository that holds one directory per cluster.
+    #[arg(long, default_value = layout::DEFAULT_ROOT, env = "KOK_PATH")]
+    pub path: String,
+    /// Namespace of the rendered objects (kok's own namespace in the meta-cluster).
+    #[arg(long, default_value = DEFAULT_NAMESPACE, env = "KOK_NAMESPACE")]
+    pub namespace: String,
+    /// Branch or tag name used in revisions (`<ref>@sha1:<commit>`).
+    #[arg(long = "ref", default_value = "main", env = "KOK_REF")]
+    pub ref_name: String,
+    /// Commit sha used in revisions and as every operation's source commit. Default: HEAD of the
+    /// git repository containing DIR (uncommitted changes are rendered too), or forty zeros
+    /// outside a git repository.
+    #[arg(long, env = "KOK_COMMIT")]
+    pub commit: Option<String>,
+}
 
-/// Runs `kok render`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("kok render is not available yet")
+/// Runs `kok render`: the YAML stream to stdout; with validation errors, the diagnostics (as
+/// `kok validate` prints them) to stderr and exit code 1. Warnings go to stderr and do not stop it.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let meta = std::fs::metadata(&args.dir).with_context(|| {
+        format!(
+            "cannot render {}: the directory is not readable",
+            args.dir.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        anyhow::bail!(
+            "cannot render {}: not a directory; pass the repository's top directory",
+            args.dir.display()
+        );
+    }
+    let parsed = layout::parse_repo(&DiskTree::new(&args.dir), &args.path);
+    eprint!("{}", text_report(&parsed));
+    if parsed.has_errors() {
+        eprintln!("{}", summary(&parsed));
+        eprintln!("nothing rendered: fix the errors above (`kok validate` lists the same problems)");
+        return Ok(ExitCode::from(1));
+    }
+    let commit = match args.commit {
+        Some(commit) => commit,
+        None => head_commit(&args.dir).unwrap_or_else(|| ZERO_SHA.to_string()),
+    };
+    let ctx = RenderContext::new(args.namespace, args.ref_name, commit);
+    let yaml = to_yaml_stream(&render_all(&parsed.clusters, &ctx))?;
+    std::io::stdout()
+        .lock()
+        .write_all(yaml.as_bytes())
+        .context("writing the rendered objects to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The sha of HEAD of the git repository containing `dir`, if there is one with a commit.
+fn head_commit(dir: &Path) -> Option<String> {
+    let repo = git2::Repository::discover(dir).ok()?;
+    let commit = repo.head().ok()?.peel_to_commit().ok()?;
+    Some(commit.id().to_string())
 }

@@ -346,45 +346,49 @@ fn stamp<K: kube::Resource + Serialize>(obj: &mut K) {
 }
 
 /// The desired objects of `clusters` as one YAML stream, each document starting with `---`, in
-/// the order of [`DesiredCluster::objects`] cluster after cluster. Same input, same bytes.
+/// the order of [`DesiredCluster::objects`] cluster after cluster. Each document starts with
+/// `apiVersion`, `kind` and `metadata`, then the other fields in declaration order. Same input,
+/// same bytes.
 pub fn to_yaml_stream(clusters: &[DesiredCluster]) -> Result<String, RenderError> {
     let mut out = String::new();
     for desired in clusters {
-        let yaml = |obj: &dyn erased::Yaml| {
-            obj.to_yaml().map_err(|source| RenderError::ToYaml {
-                cluster: desired.name.clone(),
-                source,
-            })
-        };
         for cm in &desired.config_maps {
-            push_doc(&mut out, yaml(cm)?);
+            push_document(&mut out, cm, &desired.name)?;
         }
-        push_doc(&mut out, yaml(&desired.cluster)?);
+        push_document(&mut out, &desired.cluster, &desired.name)?;
         for op in &desired.operations {
-            push_doc(&mut out, yaml(op)?);
+            push_document(&mut out, op, &desired.name)?;
         }
     }
     Ok(out)
 }
 
-fn push_doc(out: &mut String, doc: String) {
-    out.push_str("---\n");
-    out.push_str(&doc);
-}
-
-mod erased {
-    //! Object-safe YAML serialization, so one closure serializes every object type.
-
-    /// Serializes `self` to a YAML document (without the leading `---`).
-    pub(super) trait Yaml {
-        fn to_yaml(&self) -> Result<String, serde_yaml::Error>;
-    }
-
-    impl<T: serde::Serialize> Yaml for T {
-        fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
-            serde_yaml::to_string(self)
+/// Appends `---` and `obj` as YAML, with its `apiVersion`, `kind` and `metadata` first.
+fn push_document<T: Serialize>(out: &mut String, obj: &T, cluster: &str) -> Result<(), RenderError> {
+    let to_yaml = |source| RenderError::ToYaml {
+        cluster: cluster.to_string(),
+        source,
+    };
+    let value = match serde_yaml::to_value(obj).map_err(to_yaml)? {
+        serde_yaml::Value::Mapping(fields) => {
+            let mut ordered = serde_yaml::Mapping::new();
+            for key in ["apiVersion", "kind", "metadata"] {
+                if let Some(v) = fields.get(key) {
+                    ordered.insert(key.into(), v.clone());
+                }
+            }
+            for (k, v) in fields {
+                if !ordered.contains_key(&k) {
+                    ordered.insert(k, v);
+                }
+            }
+            serde_yaml::Value::Mapping(ordered)
         }
-    }
+        other => other,
+    };
+    out.push_str("---\n");
+    out.push_str(&serde_yaml::to_string(&value).map_err(to_yaml)?);
+    Ok(())
 }
 
 #[cfg(test)]
