@@ -1,6 +1,10 @@
 //! Commit statuses: what each operation and commit should show (pure), the sinks that deliver them, and
 //! the durable delivery loop.
 
+pub mod forge;
+pub mod sink;
 pub mod status;
 
+pub use forge::{Forge, ForgeSink};
+pub use sink::{DeliveryError, Sink, Token};
 pub use status::{operation_status, sync_status};

@@ -1,0 +1,437 @@
+//! Commit statuses through a forge's REST API: GitHub (and GHES), GitLab, Gitea/Forgejo.
+//!
+//! | forge  | request                                                  | auth header              |
+//! |--------|----------------------------------------------------------|--------------------------|
+//! | GitHub | `POST {base}/repos/{owner}/{repo}/statuses/{sha}` (JSON)  | `Authorization: Bearer`  |
+//! | GitLab | `POST {base}/api/v4/projects/{id}/statuses/{sha}` (JSON)  | `PRIVATE-TOKEN`          |
+//! | Gitea  | `POST {base}/api/v1/repos/{owner}/{repo}/statuses/{sha}` | `Authorization: token`   |
+//!
+//! Limits: GitHub descriptions are cut to 140 characters, GitLab's and Gitea's to 255; contexts (GitLab:
+//! `name`) longer than 255 characters are shortened with a hash suffix.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, RETRY_AFTER, USER_AGENT};
+use reqwest::StatusCode;
+use serde::Serialize;
+
+use super::sink::{parse_retry_after, DeliveryError, Sink, Token};
+use super::status::{cut, shorten_context};
+use crate::api::{CommitStatus, StatusState};
+
+/// Default GitHub API base; GitHub Enterprise Server uses `https://<host>/api/v3`.
+pub const GITHUB_API: &str = "https://api.github.com";
+/// GitHub's limit on a status description.
+pub const GITHUB_DESCRIPTION_MAX: usize = 140;
+/// GitLab's limit on a status description.
+pub const GITLAB_DESCRIPTION_MAX: usize = 255;
+/// Limit kept for Gitea descriptions.
+pub const GITEA_DESCRIPTION_MAX: usize = 255;
+/// Longest context (GitLab: name) sent to any forge.
+pub const CONTEXT_MAX: usize = 255;
+/// Timeout of one request to a forge.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which forge API a [`ForgeSink`] speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forge {
+    /// GitHub or GitHub Enterprise Server.
+    GitHub,
+    /// GitLab (SaaS or self-managed).
+    GitLab,
+    /// Gitea or Forgejo.
+    Gitea,
+}
+
+impl Forge {
+    /// Sink name used in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Forge::GitHub => "github",
+            Forge::GitLab => "gitlab",
+            Forge::Gitea => "gitea",
+        }
+    }
+}
+
+/// Errors building a forge sink.
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    /// The base URL does not parse.
+    #[error("status sink {forge}: base URL {base:?} is not a valid http(s) URL; pass e.g. --status-base-url https://git.example")]
+    BaseUrl {
+        /// Forge name.
+        forge: &'static str,
+        /// The rejected value.
+        base: String,
+    },
+    /// The repository is not `owner/name` (GitHub, Gitea) or is empty (GitLab).
+    #[error("status sink {forge}: repository {repo:?} should be {expected}")]
+    Repository {
+        /// Forge name.
+        forge: &'static str,
+        /// The rejected value.
+        repo: String,
+        /// The expected shape.
+        expected: &'static str,
+    },
+    /// The token cannot be put in an HTTP header.
+    #[error("status sink {forge}: the token contains characters not allowed in an HTTP header")]
+    TokenHeader {
+        /// Forge name.
+        forge: &'static str,
+    },
+    /// The HTTP client could not be built.
+    #[error("status sink {forge}: building the HTTP client: {source}")]
+    Client {
+        /// Forge name.
+        forge: &'static str,
+        /// The client error.
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+/// Delivers statuses through a forge's REST API.
+pub struct ForgeSink {
+    forge: Forge,
+    base: String,
+    /// `owner/repo` (GitHub, Gitea) or the project id / URL-encoded path (GitLab), ready for the URL.
+    repo_path: String,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for ForgeSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForgeSink")
+            .field("forge", &self.forge)
+            .field("base", &self.base)
+            .field("repo", &self.repo_path)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+#[derive(Serialize)]
+struct GitHubBody<'a> {
+    state: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_url: Option<&'a str>,
+    description: String,
+    context: String,
+}
+
+#[derive(Serialize)]
+struct GitLabBody<'a> {
+    state: &'a str,
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_url: Option<&'a str>,
+    description: String,
+}
+
+impl ForgeSink {
+    /// A sink for `forge`. `base` is the API root (`None`: github.com; required in practice for GitLab
+    /// and Gitea, e.g. `https://gitlab.example`); `repo` is `owner/name` for GitHub and Gitea, and the
+    /// numeric project id or the `group/project` path for GitLab.
+    pub fn new(forge: Forge, base: Option<&str>, repo: &str, token: &Token) -> Result<Self, ForgeError> {
+        let name = forge.as_str();
+        let base = match (forge, base) {
+            (_, Some(b)) => b.trim_end_matches('/').to_string(),
+            (Forge::GitHub, None) => GITHUB_API.to_string(),
+            (Forge::GitLab, None) => "https://gitlab.com".to_string(),
+            (Forge::Gitea, None) => {
+                return Err(ForgeError::BaseUrl {
+                    forge: name,
+                    base: String::new(),
+                })
+            }
+        };
+        if reqwest::Url::parse(&base)
+            .map(|u| !matches!(u.scheme(), "http" | "https"))
+            .unwrap_or(true)
+        {
+            return Err(ForgeError::BaseUrl { forge: name, base });
+        }
+        let repo = repo.trim().trim_matches('/');
+        let repo_path = match forge {
+            Forge::GitHub | Forge::Gitea => {
+                let parts: Vec<&str> = repo.split('/').collect();
+                if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+                    return Err(ForgeError::Repository {
+                        forge: name,
+                        repo: repo.to_string(),
+                        expected: "owner/name",
+                    });
+                }
+                parts
+                    .iter()
+                    .map(|p| encode_segment(p))
+                    .collect::<Vec<_>>()
+                    .join("/")
+            }
+            Forge::GitLab => {
+                if repo.is_empty() {
+                    return Err(ForgeError::Repository {
+                        forge: name,
+                        repo: repo.to_string(),
+                        expected: "a numeric project id or group/project",
+                    });
+                }
+                encode_segment(repo)
+            }
+        };
+        let mut headers = HeaderMap::new();
+        let (header, value) = match forge {
+            Forge::GitHub => (AUTHORIZATION, format!("Bearer {}", token.expose())),
+            Forge::GitLab => (
+                HeaderName::from_static("private-token"),
+                token.expose().to_string(),
+            ),
+            Forge::Gitea => (AUTHORIZATION, format!("token {}", token.expose())),
+        };
+        let mut value = HeaderValue::from_str(&value).map_err(|_| ForgeError::TokenHeader { forge: name })?;
+        value.set_sensitive(true);
+        headers.insert(header, value);
+        let accept = match forge {
+            Forge::GitHub => "application/vnd.github+json",
+            Forge::GitLab | Forge::Gitea => "application/json",
+        };
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
+        if forge == Forge::GitHub {
+            headers.insert("x-github-api-version", HeaderValue::from_static("2022-11-28"));
+        }
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("kok/", env!("CARGO_PKG_VERSION"))),
+        );
+        let client = reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|source| ForgeError::Client { forge: name, source })?;
+        Ok(ForgeSink {
+            forge,
+            base,
+            repo_path,
+            client,
+        })
+    }
+
+    /// The URL a status for `commit` is posted to.
+    pub fn status_url(&self, commit: &str) -> String {
+        let commit = encode_segment(commit);
+        match self.forge {
+            Forge::GitHub => format!("{}/repos/{}/statuses/{commit}", self.base, self.repo_path),
+            Forge::GitLab => format!(
+                "{}/api/v4/projects/{}/statuses/{commit}",
+                self.base, self.repo_path
+            ),
+            Forge::Gitea => format!("{}/api/v1/repos/{}/statuses/{commit}", self.base, self.repo_path),
+        }
+    }
+
+    /// The JSON body sent for `status`, with the forge's state word and limits applied.
+    pub fn body(&self, status: &CommitStatus) -> serde_json::Value {
+        let state = forge_state(self.forge, status.state);
+        let target_url = status.target_url.as_deref().filter(|u| !u.is_empty());
+        let context = shorten_context(&status.context, CONTEXT_MAX);
+        let value = match self.forge {
+            Forge::GitHub => serde_json::to_value(GitHubBody {
+                state,
+                target_url,
+                description: cut(&status.description, GITHUB_DESCRIPTION_MAX),
+                context,
+            }),
+            Forge::Gitea => serde_json::to_value(GitHubBody {
+                state,
+                target_url,
+                description: cut(&status.description, GITEA_DESCRIPTION_MAX),
+                context,
+            }),
+            Forge::GitLab => serde_json::to_value(GitLabBody {
+                state,
+                name: context,
+                target_url,
+                description: cut(&status.description, GITLAB_DESCRIPTION_MAX),
+            }),
+        };
+        value.unwrap_or(serde_json::Value::Null)
+    }
+
+    async fn post(&self, commit: &str, status: &CommitStatus) -> Result<(), DeliveryError> {
+        let url = self.status_url(commit);
+        let retryable = |reason: String, retry_after: Option<Duration>| DeliveryError::Retryable {
+            sink: self.forge.as_str().to_string(),
+            context: status.context.clone(),
+            commit: commit.to_string(),
+            reason,
+            retry_after,
+        };
+        let permanent = |reason: String| DeliveryError::Permanent {
+            sink: self.forge.as_str().to_string(),
+            context: status.context.clone(),
+            commit: commit.to_string(),
+            reason,
+        };
+        let response = match self.client.post(&url).json(&self.body(status)).send().await {
+            Ok(r) => r,
+            Err(err) => return Err(retryable(format!("POST {url}: {}", err.without_url()), None)),
+        };
+        let code = response.status();
+        if code.is_success() {
+            return Ok(());
+        }
+        let headers = response.headers().clone();
+        let retry_after = headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()));
+        let body = response.text().await.unwrap_or_default();
+        let snippet = cut(body.trim(), 300);
+        let reason = format!("POST {url} answered {code}: {snippet}");
+        if code == StatusCode::TOO_MANY_REQUESTS || code.is_server_error() {
+            return Err(retryable(reason, retry_after));
+        }
+        if code == StatusCode::FORBIDDEN {
+            if let Some(wait) = rate_limit_wait(&headers, retry_after) {
+                return Err(retryable(reason, Some(wait)));
+            }
+        }
+        if self.forge == Forge::GitLab && code == StatusCode::BAD_REQUEST {
+            if let Some(from) = gitlab_refused_from(&body) {
+                if from == forge_state(Forge::GitLab, status.state) {
+                    return Ok(());
+                }
+            }
+        }
+        Err(permanent(reason))
+    }
+}
+
+impl Sink for ForgeSink {
+    fn name(&self) -> &str {
+        self.forge.as_str()
+    }
+
+    fn deliver<'a>(
+        &'a self,
+        commit: &'a str,
+        status: &'a CommitStatus,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        self.post(commit, status).boxed()
+    }
+}
+
+/// The forge's word for a state.
+pub fn forge_state(forge: Forge, state: StatusState) -> &'static str {
+    match (forge, state) {
+        (_, StatusState::Pending) => "pending",
+        (Forge::GitLab, StatusState::Running) => "running",
+        (_, StatusState::Running) => "pending",
+        (_, StatusState::Success) => "success",
+        (Forge::GitLab, StatusState::Failure | StatusState::Error) => "failed",
+        (_, StatusState::Failure) => "failure",
+        (_, StatusState::Error) => "error",
+    }
+}
+
+/// GitLab refuses a transition with `Cannot transition status via :run from :running`; returns the
+/// state it is in (`running`), which equals the requested state when the status is already there.
+fn gitlab_refused_from(body: &str) -> Option<&str> {
+    let rest = &body[body.find("Cannot transition status via")?..];
+    let from = &rest[rest.find("from :")? + "from :".len()..];
+    let end = from
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(from.len());
+    Some(&from[..end])
+}
+
+/// GitHub answers 403 when a rate limit is hit: wait for Retry-After or until `x-ratelimit-reset`.
+fn rate_limit_wait(headers: &HeaderMap, retry_after: Option<Duration>) -> Option<Duration> {
+    if retry_after.is_some() {
+        return retry_after;
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if header("x-ratelimit-remaining") != Some("0") {
+        return None;
+    }
+    let reset: i64 = header("x-ratelimit-reset")?.parse().ok()?;
+    let wait = reset.saturating_sub(jiff::Timestamp::now().as_second());
+    Some(Duration::from_secs(wait.max(1) as u64))
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (so `group/project` → `group%2Fproject`).
+fn encode_segment(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for byte in raw.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gitlab_refusal_names_the_state_the_status_is_in() {
+        let body = r#"{"message":"Cannot transition status via :run from :running (Reason(s): Status cannot transition via \"run\")"}"#;
+        assert_eq!(gitlab_refused_from(body), Some("running"));
+        assert_eq!(
+            gitlab_refused_from(r#"{"message":"Cannot transition status via :enqueue from :pending"}"#),
+            Some("pending")
+        );
+        assert_eq!(gitlab_refused_from(r#"{"message":"state is invalid"}"#), None);
+    }
+
+    #[test]
+    fn gitlab_project_paths_are_url_encoded_and_ids_kept() {
+        let token = Token::new("t");
+        let s = ForgeSink::new(
+            Forge::GitLab,
+            Some("https://gl.example/"),
+            "group/sub/project",
+            &token,
+        )
+        .unwrap();
+        assert_eq!(
+            s.status_url("abc"),
+            "https://gl.example/api/v4/projects/group%2Fsub%2Fproject/statuses/abc"
+        );
+        let s = ForgeSink::new(Forge::GitLab, Some("https://gl.example"), "42", &token).unwrap();
+        assert_eq!(
+            s.status_url("abc"),
+            "https://gl.example/api/v4/projects/42/statuses/abc"
+        );
+    }
+
+    #[test]
+    fn github_repository_must_be_owner_and_name() {
+        let err = ForgeSink::new(Forge::GitHub, None, "just-a-name", &Token::new("t")).unwrap_err();
+        assert!(err.to_string().contains("owner/name"), "{err}");
+    }
+
+    #[test]
+    fn states_map_to_each_forges_words() {
+        assert_eq!(forge_state(Forge::GitHub, StatusState::Running), "pending");
+        assert_eq!(forge_state(Forge::Gitea, StatusState::Running), "pending");
+        assert_eq!(forge_state(Forge::GitLab, StatusState::Running), "running");
+        assert_eq!(forge_state(Forge::GitLab, StatusState::Failure), "failed");
+        assert_eq!(forge_state(Forge::GitHub, StatusState::Error), "error");
+        assert_eq!(forge_state(Forge::Gitea, StatusState::Failure), "failure");
+    }
+
+    #[test]
+    fn debug_of_a_sink_redacts_the_token() {
+        let s = ForgeSink::new(Forge::GitHub, None, "o/r", &Token::new("ghp_supersecret")).unwrap();
+        let debug = format!("{s:?}");
+        assert!(!debug.contains("supersecret"), "{debug}");
+    }
+}
