@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 pub mod crds;
 pub mod history;
+pub mod logs;
 pub mod plan;
 pub mod render;
 pub mod validate;
@@ -49,6 +50,8 @@ pub enum Command {
     Render(render::Args),
     /// Print kok's CustomResourceDefinitions.
     Crds(crds::Args),
+    /// Print the log of an operation run in local mode.
+    Logs(logs::Args),
     /// What a commit range would change: objects per cluster and the operations that would run.
     Plan(plan::Args),
     /// The commits that touched a cluster directory, newest first.
@@ -62,6 +65,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Render(args) => render::run(args),
         Command::Crds(args) => crds::run(args),
+        Command::Logs(args) => logs::run(args),
         Command::Plan(args) => plan::run(args),
         Command::History(args) => history::run(args),
     };

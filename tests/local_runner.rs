@@ -1,0 +1,341 @@
+//! The local Job runner against testkit's API server: Jobs built by the controller's Job builder run on this
+//! machine with /bin/sh, and their status, log, volumes and processes are checked.
+
+mod local_runner_support;
+
+use std::path::Path;
+
+use k8s_openapi::api::batch::v1::Job;
+use kok::api::{ActionType, Hook};
+use kok::local::runner::Workdir;
+use kok::local::status;
+use local_runner_support::*;
+
+#[tokio::test]
+async fn a_job_runs_on_the_host_and_completes_with_its_output_in_the_log() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    let dirs_file = work.path().join("dirs");
+    std::fs::write(
+        work.path().join("check.sh"),
+        format!(
+            "echo \"hello from $KOK_CLUSTER/$KOK_OPERATION at $KOK_COMMIT\"\n\
+             echo \"key mode $(stat -c %a \"$KOK_AUTH_DIR/ssh-privatekey\")\"\n\
+             cat \"$KOK_CONF_DIR/hosts.yml\"\n\
+             echo to stderr >&2\n\
+             cat \"$KOK_AUTH_DIR/ssh-privatekey\"\n\
+             echo \"$KOK_CONF_DIR\" > {}\n\
+             touch marker\n",
+            dirs_file.display()
+        ),
+    )?;
+    let op = operation("install", "check.sh", ActionType::Shell);
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    let st = done.status.clone().unwrap_or_default();
+    assert_eq!(st.succeeded, Some(1), "{st:?}");
+    assert_eq!(st.active, Some(0));
+    assert!(st.completion_time.is_some());
+    assert_eq!(
+        condition(&done, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED)
+    );
+    assert!(
+        work.path().join("marker").exists(),
+        "the command ran in the workdir"
+    );
+
+    let log = env.log(&op)?;
+    assert!(
+        log.contains("hello from a/install at 0123456789abcdef0123456789abcdef01234567"),
+        "{log}"
+    );
+    assert!(
+        log.contains("key mode 400"),
+        "the key file was mode 0400 while running: {log}"
+    );
+    assert!(log.contains(HOSTS_YML.trim_end()), "{log}");
+    assert!(log.contains("to stderr"), "{log}");
+    assert!(!log.contains(KEY_BODY), "the key never reaches the log: {log}");
+    assert!(log.contains("[redacted]"), "{log}");
+    assert!(
+        log.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("# kok-local-runner start=")),
+        "{log}"
+    );
+
+    let conf_dir = std::fs::read_to_string(&dirs_file)?;
+    let private = Path::new(conf_dir.trim())
+        .ancestors()
+        .nth(3)
+        .map(Path::to_path_buf);
+    let private = private.ok_or_else(|| anyhow::anyhow!("unexpected conf dir {conf_dir}"))?;
+    assert!(
+        private
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("kok-")),
+        "{private:?}"
+    );
+    assert!(
+        !private.exists(),
+        "the private directory {private:?} is removed afterwards"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn arguments_pointing_into_mounts_are_rewritten_to_the_host_copies() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    let op = operation("paths", "unused", ActionType::Playbook);
+    let mut job = kok::controller::job::build_job(&op, &Default::default());
+    set_command(
+        &mut job,
+        &[
+            "/bin/sh",
+            "-c",
+            "cat \"$1\"; case \"$2\" in @/*) cat \"${2#@}\";; esac; cat \"${3#--key=}\" > /dev/null && echo key readable",
+            "sh",
+            "/conf/hosts.yml",
+            "@/conf/vars.yml",
+            "--key=/auth/ssh-privatekey",
+        ],
+    );
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create(job).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    let log = env.log(&op)?;
+    assert_eq!(
+        condition(&done, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED),
+        "{log}"
+    );
+    assert!(
+        log.contains(HOSTS_YML.trim_end()) && log.contains(VARS_YML.trim_end()),
+        "{log}"
+    );
+    assert!(log.contains("key readable"), "{log}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_command_fails_the_job_with_backoff_limit_exceeded() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("fail.sh"), "echo about to fail\nexit 3\n")?;
+    let op = operation("broken", "fail.sh", ActionType::Shell);
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    let st = done.status.clone().unwrap_or_default();
+    assert_eq!(st.failed, Some(1));
+    assert_eq!(st.succeeded, None);
+    assert_eq!(st.completion_time, None);
+    assert_eq!(
+        condition(&done, "FailureTarget").as_deref(),
+        Some("BackoffLimitExceeded")
+    );
+    assert_eq!(
+        condition(&done, "Failed").as_deref(),
+        Some("BackoffLimitExceeded")
+    );
+    assert_eq!(
+        message(&done, "Failed").as_deref(),
+        Some("Job has reached the specified backoff limit")
+    );
+    let log = env.log(&op)?;
+    assert!(log.contains("about to fail"), "{log}");
+    assert!(
+        log.contains("result=Failed reason=BackoffLimitExceeded exit=3"),
+        "{log}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_job_past_its_deadline_is_killed_and_fails_with_deadline_exceeded() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(
+        work.path().join("slow.sh"),
+        "sleep 30 &\necho $! > sleep.pid\necho $$ > sh.pid\nwait\ntouch finished\n",
+    )?;
+    let mut op = operation("slow", "slow.sh", ActionType::Shell);
+    op.spec.active_deadline_seconds = Some(1);
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    assert_eq!(condition(&done, "Failed").as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        message(&done, "Failed").as_deref(),
+        Some("Job was active longer than specified deadline")
+    );
+    assert_eq!(done.status.as_ref().and_then(|s| s.failed), Some(1));
+    for pid_file in ["sh.pid", "sleep.pid"] {
+        let pid = std::fs::read_to_string(work.path().join(pid_file))?;
+        assert!(!alive(pid.trim()), "{pid_file} ({}) was killed", pid.trim());
+    }
+    assert!(
+        !work.path().join("finished").exists(),
+        "the script never got past its sleep"
+    );
+    let log = env.log(&op)?;
+    assert!(log.contains("reason=DeadlineExceeded"), "{log}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_job_started_before_kok_stopped_is_failed_on_restart_and_never_run_twice() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(
+        work.path().join("long.sh"),
+        "echo run >> runs\necho $$ > sh.pid\nexec sleep 30\n",
+    )?;
+    std::fs::write(work.path().join("quick.sh"), "echo quick >> quick-runs\n")?;
+    let long = operation("long", "long.sh", ActionType::Shell);
+
+    let first = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let long_job = env.create_job(&long).await?;
+    let pid_file = work.path().join("sh.pid");
+    wait_until("the long Job to start its process", || pid_file.exists()).await?;
+    first.stop().await?;
+
+    let pid = std::fs::read_to_string(&pid_file)?;
+    assert!(!alive(pid.trim()), "stopping the runner killed the Job's process");
+    let stopped: Job = env.jobs.get(&long_job).await?;
+    assert!(status::start_time(&stopped).is_some() && !status::is_finished(&stopped));
+
+    // Created while no runner runs: not started yet, so the next runner starts it normally.
+    let quick = operation("quick", "quick.sh", ActionType::Shell);
+    let quick_job = env.create_job(&quick).await?;
+
+    let second = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let lost = env.wait_finished(&long_job).await?;
+    let ran = env.wait_finished(&quick_job).await?;
+    second.stop().await?;
+
+    assert_eq!(
+        condition(&lost, "Failed").as_deref(),
+        Some(status::REASON_RUNNER_RESTARTED)
+    );
+    assert!(message(&lost, "Failed").is_some_and(|m| m.contains("rerun")));
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("runs"))?,
+        "run\n",
+        "the long Job ran once"
+    );
+    assert_eq!(
+        condition(&ran, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED)
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("quick-runs"))?,
+        "quick\n"
+    );
+    let log = env.log(&long)?;
+    assert!(log.contains("reason=RunnerRestarted"), "{log}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn hooks_run_in_order_through_the_entry_script() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("step.sh"), "echo \"step $1\" >> steps\n")?;
+    let mut op = operation("hooked", "step.sh", ActionType::Shell);
+    op.spec.extra_args = vec!["main".into()];
+    let hook = |arg: &str| Hook {
+        action: "step.sh".into(),
+        action_type: ActionType::Shell,
+        extra_args: vec![arg.into()],
+    };
+    op.spec.pre_hooks = vec![hook("pre")];
+    op.spec.post_hooks = vec![hook("post")];
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    assert_eq!(
+        condition(&done, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED)
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("steps"))?,
+        "step pre\nstep main\nstep post\n"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn actions_run_from_the_operations_commit_in_checkout_mode() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let repo_dir = tempfile::tempdir()?;
+    let repo = git2::Repository::init_bare(repo_dir.path())?;
+    let pinned = commit(&repo, &[("ops/say.sh", "echo pinned version; pwd > \"$OUT\"\n")])?;
+    commit(&repo, &[("ops/say.sh", "echo later version\n")])?;
+
+    let out = tempfile::tempdir()?;
+    let mut op = operation("say", "ops/say.sh", ActionType::Shell);
+    op.spec.source.commit = pinned.to_string();
+    let mut job = kok::controller::job::build_job(&op, &Default::default());
+    add_env(&mut job, "OUT", &out.path().join("cwd").display().to_string());
+    let runner = env.runner(Workdir::Checkout {
+        repo_path: repo_dir.path().to_path_buf(),
+    });
+    let job = env.create(job).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    let log = env.log(&op)?;
+    assert_eq!(
+        condition(&done, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED),
+        "{log}"
+    );
+    assert!(
+        log.contains("pinned version") && !log.contains("later version"),
+        "{log}"
+    );
+    let cwd = std::fs::read_to_string(out.path().join("cwd"))?;
+    assert!(
+        !Path::new(cwd.trim()).exists(),
+        "the checkout {cwd} is removed afterwards"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_config_map_fails_the_job_without_running_it() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("never.sh"), "touch ran\n")?;
+    let mut op = operation("orphan", "never.sh", ActionType::Shell);
+    op.spec.vars_conf_ref.name = "a-vars-missing".into();
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    assert_eq!(
+        condition(&done, "Failed").as_deref(),
+        Some(status::REASON_RUNNER_SETUP_FAILED)
+    );
+    let msg = message(&done, "Failed").unwrap_or_default();
+    assert!(msg.contains("a-vars-missing"), "{msg}");
+    assert!(!work.path().join("ran").exists());
+    assert!(env.log(&op)?.contains("a-vars-missing"));
+    Ok(())
+}
