@@ -2,9 +2,11 @@
 //! the durable delivery loop.
 
 pub mod forge;
+pub mod notes;
 pub mod sink;
 pub mod status;
 
 pub use forge::{Forge, ForgeSink};
+pub use notes::{read_all_notes, read_notes, NoteEntry, NotesSink};
 pub use sink::{DeliveryError, Sink, Token};
 pub use status::{operation_status, sync_status};

@@ -1,0 +1,485 @@
+//! The default sink: commit statuses as git notes under `refs/notes/kok`, readable with
+//! `git log --notes=kok`, pushed to the remote when it accepts pushes.
+//!
+//! One note per commit, one line per context, in the order contexts first appeared:
+//!
+//! ```text
+//! kok/sync: success 2026-11-21T23:59:00Z - materialized 3 clusters
+//! kok/prod-bj/add-node7: success 2026-11-22T00:03:12Z https://logs.example/kok-system/kok-job succeeded in 3m12s
+//! ```
+//!
+//! Each line is `<context>: <state> <time> <url or -> <description>`. Updating a context rewrites its
+//! line and keeps the others (lines kok does not recognise are kept as they are); writing a line that
+//! is already there (same state, url and description) changes nothing.
+//!
+//! Pushing: after a write, `refs/notes/kok:refs/notes/kok` is pushed (not forced) to the configured
+//! remote. The local note is the record: a push that fails is logged once per distinct failure, does
+//! not fail the delivery, and is tried again after the next write.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use git2::{Oid, PushOptions, RemoteCallbacks, Repository, Signature};
+use tokio::sync::Mutex;
+
+use super::sink::{DeliveryError, Sink};
+use crate::api::{CommitStatus, StatusState};
+
+/// The notes reference kok writes.
+pub const NOTES_REF: &str = "refs/notes/kok";
+/// Refspec used to push the notes.
+pub const NOTES_REFSPEC: &str = "refs/notes/kok:refs/notes/kok";
+/// Sink name in logs and metrics.
+pub const NOTES_SINK: &str = "git-notes";
+
+/// One context's line of a commit's note.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoteEntry {
+    /// Status context, e.g. `kok/prod-bj/add-node7`.
+    pub context: String,
+    /// State of the status.
+    pub state: StatusState,
+    /// When the status was written (RFC 3339, UTC, seconds).
+    pub time: String,
+    /// Link of the status, if any.
+    pub target_url: Option<String>,
+    /// Description of the status.
+    pub description: String,
+}
+
+/// A commit and the statuses recorded on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitNotes {
+    /// Full sha of the commit.
+    pub commit: String,
+    /// Its entries, in note order.
+    pub entries: Vec<NoteEntry>,
+}
+
+/// Errors reading or writing notes.
+#[derive(Debug, thiserror::Error)]
+pub enum NotesError {
+    /// The repository could not be opened.
+    #[error("opening the git repository {path} to read or write notes: {source}")]
+    OpenRepository {
+        /// Repository path.
+        path: PathBuf,
+        /// The git error.
+        #[source]
+        source: git2::Error,
+    },
+    /// The commit is not a sha.
+    #[error("{commit:?} is not a commit sha")]
+    BadCommit {
+        /// What was given.
+        commit: String,
+    },
+    /// Reading notes failed.
+    #[error("reading {NOTES_REF} in {path}: {source}")]
+    Read {
+        /// Repository path.
+        path: PathBuf,
+        /// The git error.
+        #[source]
+        source: git2::Error,
+    },
+    /// Writing the note failed.
+    #[error("writing the {NOTES_REF} note of {commit} in {path}: {source}")]
+    Write {
+        /// Repository path.
+        path: PathBuf,
+        /// Commit sha.
+        commit: String,
+        /// The git error.
+        #[source]
+        source: git2::Error,
+    },
+    /// The blocking task did not finish.
+    #[error("the git notes task stopped before finishing: {0}")]
+    Join(String),
+}
+
+/// Sets up credentials (and anything else) on the callbacks of a notes push.
+pub type CallbacksHook = Arc<dyn Fn(&mut RemoteCallbacks<'_>) + Send + Sync>;
+
+/// Where notes are pushed.
+#[derive(Clone)]
+pub struct PushTarget {
+    /// A remote name of the repository (`origin`) or a URL/path.
+    pub remote: String,
+    /// Installs credential callbacks for the push, if the remote needs them.
+    pub callbacks: Option<CallbacksHook>,
+}
+
+impl std::fmt::Debug for PushTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushTarget")
+            .field("remote", &self.remote)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default)]
+struct PushState {
+    /// Notes commit last pushed successfully.
+    pushed: Option<Oid>,
+    /// Last push failure logged, so each distinct failure is logged once.
+    last_failure: Option<String>,
+}
+
+/// Writes statuses as git notes in a repository (the bare cache the source maintains).
+#[derive(Debug)]
+pub struct NotesSink {
+    repo: PathBuf,
+    push: Option<PushTarget>,
+    /// Serializes writers of the notes ref and holds the push state.
+    state: Arc<Mutex<PushState>>,
+}
+
+impl NotesSink {
+    /// A sink writing notes in the repository at `repo`, without pushing.
+    pub fn new(repo: impl Into<PathBuf>) -> Self {
+        NotesSink {
+            repo: repo.into(),
+            push: None,
+            state: Arc::default(),
+        }
+    }
+
+    /// Also push the notes to `target` after each write.
+    pub fn with_push(mut self, target: PushTarget) -> Self {
+        self.push = Some(target);
+        self
+    }
+
+    /// Writes `status` into the note of `commit` and pushes; returns whether the note changed.
+    pub async fn write(&self, commit: &str, status: &CommitStatus) -> Result<bool, NotesError> {
+        let mut state = self.state.lock().await;
+        let repo = self.repo.clone();
+        let push = self.push.clone();
+        let commit = commit.to_string();
+        let status = status.clone();
+        let pushed = state.pushed;
+        let (changed, push_result) = tokio::task::spawn_blocking(move || {
+            let changed = write_note(&repo, &commit, &status, jiff::Timestamp::now())?;
+            let push_result = match &push {
+                Some(target) => push_notes(&repo, target, pushed),
+                None => Ok(None),
+            };
+            Ok::<_, NotesError>((changed, push_result))
+        })
+        .await
+        .map_err(|e| NotesError::Join(e.to_string()))??;
+        match push_result {
+            Ok(Some(oid)) => {
+                state.pushed = Some(oid);
+                if state.last_failure.take().is_some() {
+                    tracing::info!(remote = %self.remote_name(), "pushing {NOTES_REF} works again");
+                }
+            }
+            Ok(None) => {}
+            Err(message) => {
+                if state.last_failure.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(
+                        remote = %self.remote_name(),
+                        error = %message,
+                        "could not push {NOTES_REF}; statuses stay in the local notes and the push is retried after the next write"
+                    );
+                    state.last_failure = Some(message);
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    fn remote_name(&self) -> &str {
+        self.push.as_ref().map(|p| p.remote.as_str()).unwrap_or_default()
+    }
+}
+
+impl Sink for NotesSink {
+    fn name(&self) -> &str {
+        NOTES_SINK
+    }
+
+    fn deliver<'a>(
+        &'a self,
+        commit: &'a str,
+        status: &'a CommitStatus,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        async move {
+            self.write(commit, status)
+                .await
+                .map(|_| ())
+                .map_err(|err| DeliveryError::Retryable {
+                    sink: NOTES_SINK.to_string(),
+                    context: status.context.clone(),
+                    commit: commit.to_string(),
+                    reason: err.to_string(),
+                    retry_after: None,
+                })
+        }
+        .boxed()
+    }
+}
+
+/// The entries of the note on `commit` (empty when it has none).
+pub fn read_notes(repo: &Path, commit: &str) -> Result<Vec<NoteEntry>, NotesError> {
+    let repository = open(repo)?;
+    let oid = parse_commit(commit)?;
+    let found = repository.find_note(Some(NOTES_REF), oid);
+    match found {
+        Ok(note) => Ok(parse_note(note.message().unwrap_or_default())),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(Vec::new()),
+        Err(source) => Err(NotesError::Read {
+            path: repo.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Every commit with a kok note and its entries, sorted by commit sha.
+pub fn read_all_notes(repo: &Path) -> Result<Vec<CommitNotes>, NotesError> {
+    let repository = open(repo)?;
+    let read_err = |source| NotesError::Read {
+        path: repo.to_path_buf(),
+        source,
+    };
+    let notes = match repository.notes(Some(NOTES_REF)) {
+        Ok(n) => n,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(read_err(source)),
+    };
+    let mut out = Vec::new();
+    for item in notes {
+        let (_, annotated) = item.map_err(read_err)?;
+        let note = repository
+            .find_note(Some(NOTES_REF), annotated)
+            .map_err(read_err)?;
+        out.push(CommitNotes {
+            commit: annotated.to_string(),
+            entries: parse_note(note.message().unwrap_or_default()),
+        });
+    }
+    out.sort_by(|a, b| a.commit.cmp(&b.commit));
+    Ok(out)
+}
+
+/// Parses a note's text; lines that are not kok entries are skipped.
+pub fn parse_note(text: &str) -> Vec<NoteEntry> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+/// Renders one entry as its note line.
+pub fn render_line(entry: &NoteEntry) -> String {
+    let url = entry
+        .target_url
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .unwrap_or("-");
+    let description = one_line(&entry.description);
+    format!(
+        "{}: {} {} {} {}",
+        entry.context,
+        state_word(entry.state),
+        entry.time,
+        one_line(url),
+        description
+    )
+    .trim_end()
+    .to_string()
+}
+
+fn parse_line(line: &str) -> Option<NoteEntry> {
+    let (context, rest) = line.split_once(": ")?;
+    if !context.starts_with(super::status::CONTEXT_PREFIX) || context.contains(' ') {
+        return None;
+    }
+    let mut parts = rest.splitn(4, ' ');
+    let state = parse_state(parts.next()?)?;
+    let time = parts.next()?.to_string();
+    let url = parts.next()?;
+    let description = parts.next().unwrap_or_default().to_string();
+    Some(NoteEntry {
+        context: context.to_string(),
+        state,
+        time,
+        target_url: (url != "-").then(|| url.to_string()),
+        description,
+    })
+}
+
+fn state_word(state: StatusState) -> &'static str {
+    match state {
+        StatusState::Pending => "pending",
+        StatusState::Running => "running",
+        StatusState::Success => "success",
+        StatusState::Failure => "failure",
+        StatusState::Error => "error",
+    }
+}
+
+fn parse_state(word: &str) -> Option<StatusState> {
+    Some(match word {
+        "pending" => StatusState::Pending,
+        "running" => StatusState::Running,
+        "success" => StatusState::Success,
+        "failure" => StatusState::Failure,
+        "error" => StatusState::Error,
+        _ => return None,
+    })
+}
+
+/// Newlines and tabs become spaces so an entry stays on its line; a URL may not hold spaces.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+fn open(repo: &Path) -> Result<Repository, NotesError> {
+    Repository::open(repo).map_err(|source| NotesError::OpenRepository {
+        path: repo.to_path_buf(),
+        source,
+    })
+}
+
+fn parse_commit(commit: &str) -> Result<Oid, NotesError> {
+    Oid::from_str(commit).map_err(|_| NotesError::BadCommit {
+        commit: commit.to_string(),
+    })
+}
+
+/// Sets the line of `status.context` in the note of `commit`; returns whether the note changed.
+fn write_note(
+    repo: &Path,
+    commit: &str,
+    status: &CommitStatus,
+    now: jiff::Timestamp,
+) -> Result<bool, NotesError> {
+    let repository = open(repo)?;
+    let oid = parse_commit(commit)?;
+    let write_err = |source| NotesError::Write {
+        path: repo.to_path_buf(),
+        commit: commit.to_string(),
+        source,
+    };
+    let existing = match repository.find_note(Some(NOTES_REF), oid) {
+        Ok(note) => note.message().unwrap_or_default().to_string(),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => String::new(),
+        Err(source) => return Err(write_err(source)),
+    };
+    let entry = NoteEntry {
+        context: status.context.clone(),
+        state: status.state,
+        time: now.round(jiff::Unit::Second).unwrap_or(now).to_string(),
+        target_url: status
+            .target_url
+            .clone()
+            .map(|u| one_line(&u).replace(' ', "%20")),
+        description: one_line(&status.description),
+    };
+    let new_line = render_line(&entry);
+    let mut lines: Vec<String> = Vec::new();
+    let mut found = false;
+    for line in existing.lines() {
+        match parse_line(line) {
+            Some(old) if old.context == entry.context => {
+                if old.state == entry.state
+                    && old.target_url == entry.target_url
+                    && old.description == entry.description.trim_end()
+                {
+                    return Ok(false);
+                }
+                if !found {
+                    lines.push(new_line.clone());
+                    found = true;
+                }
+            }
+            _ => lines.push(line.to_string()),
+        }
+    }
+    if !found {
+        lines.push(new_line);
+    }
+    let mut text = lines.join("\n");
+    text.push('\n');
+    let signature = Signature::now("kok", "kok@localhost").map_err(write_err)?;
+    repository
+        .note(&signature, &signature, Some(NOTES_REF), oid, &text, true)
+        .map_err(write_err)?;
+    Ok(true)
+}
+
+/// Pushes the notes ref unless it is already where the last push left it. `Ok(Some(oid))` when pushed,
+/// `Ok(None)` when there was nothing to push, `Err(message)` when the push failed or was refused.
+fn push_notes(repo: &Path, target: &PushTarget, pushed: Option<Oid>) -> Result<Option<Oid>, String> {
+    let repository = Repository::open(repo).map_err(|e| e.message().to_string())?;
+    let local = match repository.refname_to_id(NOTES_REF) {
+        Ok(oid) => oid,
+        Err(_) => return Ok(None),
+    };
+    if pushed == Some(local) {
+        return Ok(None);
+    }
+    let mut remote = repository
+        .find_remote(&target.remote)
+        .or_else(|_| repository.remote_anonymous(&target.remote))
+        .map_err(|e| e.message().to_string())?;
+    let refused = std::cell::RefCell::new(None::<String>);
+    {
+        let mut callbacks = RemoteCallbacks::new();
+        if let Some(hook) = &target.callbacks {
+            hook(&mut callbacks);
+        }
+        callbacks.push_update_reference(|reference, message| {
+            if let Some(message) = message {
+                *refused.borrow_mut() = Some(format!("{reference} refused: {message}"));
+            }
+            Ok(())
+        });
+        let mut options = PushOptions::new();
+        options.remote_callbacks(callbacks);
+        remote
+            .push(&[NOTES_REFSPEC], Some(&mut options))
+            .map_err(|e| e.message().to_string())?;
+    }
+    match refused.into_inner() {
+        Some(message) => Err(message),
+        None => Ok(Some(local)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn note_lines_round_trip_with_and_without_url() {
+        let entry = NoteEntry {
+            context: "kok/prod-bj/add-node7".into(),
+            state: StatusState::Success,
+            time: "2026-11-22T00:03:12Z".into(),
+            target_url: Some("https://logs/x".into()),
+            description: "succeeded in 3m12s".into(),
+        };
+        let line = render_line(&entry);
+        assert_eq!(
+            line,
+            "kok/prod-bj/add-node7: success 2026-11-22T00:03:12Z https://logs/x succeeded in 3m12s"
+        );
+        assert_eq!(parse_line(&line), Some(entry.clone()));
+        let bare = NoteEntry {
+            target_url: None,
+            ..entry
+        };
+        assert_eq!(parse_line(&render_line(&bare)), Some(bare));
+    }
+
+    #[test]
+    fn foreign_lines_are_not_entries() {
+        assert_eq!(parse_note("hello: world\nsome text\n"), Vec::new());
+    }
+}

@@ -1,0 +1,127 @@
+//! A recording HTTP server on 127.0.0.1 for tests: it keeps every request and answers from a script.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+
+/// One request as received.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Recorded {
+    /// The body parsed as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("request body is JSON")
+    }
+
+    /// A header as a string ("" when absent).
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A scripted answer.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn new(status: u16, body: &str) -> Self {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: body.to_string(),
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    requests: Vec<Recorded>,
+    script: VecDeque<Reply>,
+}
+
+/// The server; it runs on the test's runtime and stops with it.
+#[derive(Clone)]
+pub struct ForgeServer {
+    addr: SocketAddr,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl ForgeServer {
+    /// Starts a server answering 201 `{}` unless a scripted reply is queued.
+    pub async fn start() -> Self {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let state = shared.clone();
+        let app =
+            axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+                let state = state.clone();
+                async move {
+                    let reply = {
+                        let mut s = state.lock().unwrap();
+                        s.requests.push(Recorded {
+                            method: method.to_string(),
+                            path: uri.to_string(),
+                            headers,
+                            body,
+                        });
+                        s.script.pop_front().unwrap_or_else(|| Reply::new(201, "{}"))
+                    };
+                    let mut response: Response = reply.body.into_response();
+                    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap();
+                    for (name, value) in reply.headers {
+                        response.headers_mut().insert(
+                            axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                            value.parse().unwrap(),
+                        );
+                    }
+                    response
+                }
+            });
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        ForgeServer { addr, shared }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues the next answers, in order.
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.shared.lock().unwrap().script.extend(replies);
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.lock().unwrap().requests.clone()
+    }
+}
