@@ -1,0 +1,237 @@
+//! The Cluster reconciler: conditions, last operation, counts per phase, and the history limit.
+//!
+//! Conditions:
+//! - `Ready`: False with `SecretNotFound`, `SecretWrongType` or `SecretKeyMissing` when the ssh Secret
+//!   cannot be used (its operations wait without a Job); True (`SecretFound`, or `NoSecret` when the
+//!   cluster names none) otherwise.
+//! - `Reconciling`: True while an operation is Pending, Queued or Running.
+//! - `Stalled`: True with reason `LastOperationFailed` when the most recently finished operation failed
+//!   (or was canceled) and nothing else is waiting or running: kok cannot make progress on its own, a new
+//!   commit (for instance a bumped `rerun`) is needed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::ResourceExt;
+use serde_json::json;
+use tracing::{info, instrument, warn};
+
+use super::queue::{history_to_delete, phase, queue_order};
+use super::secret::check_secret;
+use super::{Context, ControllerError};
+use crate::api::{
+    Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, DEFAULT_HISTORY_LIMIT,
+};
+
+fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if ok { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+/// The status of `cluster` given its operations and the result of its Secret check
+/// (`Err((reason, message))` when the Secret cannot be used). Transition times are left at the epoch;
+/// [`keep_transition_times`] fills them.
+pub fn cluster_status(
+    cluster: &Cluster,
+    ops: &[&ClusterOperation],
+    secret: Result<&'static str, (&'static str, String)>,
+) -> ClusterStatus {
+    let generation = cluster.metadata.generation;
+    let mut counts = OperationCounts::default();
+    for o in ops {
+        match phase(o) {
+            Phase::Pending | Phase::Queued => counts.pending += 1,
+            Phase::Running => counts.running += 1,
+            Phase::Succeeded => counts.succeeded += 1,
+            Phase::Failed | Phase::Canceled => counts.failed += 1,
+        }
+    }
+    let start = |o: &ClusterOperation| o.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+    let end = |o: &ClusterOperation| o.status.as_ref().and_then(|s| s.end_time.as_ref()).map(|t| t.0);
+    let last = ops
+        .iter()
+        .filter(|o| start(o).is_some())
+        .max_by(|a, b| start(a).cmp(&start(b)).then_with(|| queue_order(a, b)))
+        .or_else(|| {
+            ops.iter()
+                .filter(|o| !phase(o).is_terminal())
+                .min_by(|a, b| queue_order(a, b))
+        });
+    let last_operation = last.map(|o| OperationSummary {
+        name: o.name_any(),
+        id: o.spec.id.clone(),
+        phase: phase(o),
+        summary: format!("{}: {}", o.spec.id, phase(o)),
+    });
+    let active = counts.pending + counts.running;
+    let last_finished = ops
+        .iter()
+        .filter(|o| phase(o).is_terminal())
+        .max_by(|a, b| end(a).cmp(&end(b)).then_with(|| queue_order(a, b)));
+
+    let ready = match &secret {
+        Ok(reason) => condition(
+            "Ready",
+            true,
+            reason,
+            "the cluster's inputs are usable".into(),
+            generation,
+        ),
+        Err((reason, message)) => condition("Ready", false, reason, message.clone(), generation),
+    };
+    let reconciling = if active > 0 {
+        condition(
+            "Reconciling",
+            true,
+            if counts.running > 0 {
+                "OperationRunning"
+            } else {
+                "OperationsQueued"
+            },
+            format!("{} running, {} waiting", counts.running, counts.pending),
+            generation,
+        )
+    } else {
+        condition(
+            "Reconciling",
+            false,
+            "Idle",
+            "no operation is waiting or running".into(),
+            generation,
+        )
+    };
+    let stalled = match last_finished {
+        Some(o) if active == 0 && matches!(phase(o), Phase::Failed | Phase::Canceled) => {
+            let why = o
+                .status
+                .as_ref()
+                .and_then(|s| s.message.clone())
+                .unwrap_or_default();
+            condition(
+                "Stalled",
+                true,
+                "LastOperationFailed",
+                format!(
+                    "operation {} {}: {why}; push a commit to run it again",
+                    o.spec.id,
+                    phase(o)
+                ),
+                generation,
+            )
+        }
+        _ => condition(
+            "Stalled",
+            false,
+            "Progressing",
+            "the last operation did not fail".into(),
+            generation,
+        ),
+    };
+    ClusterStatus {
+        conditions: vec![ready, reconciling, stalled],
+        observed_revision: Some(cluster.spec.source.revision.clone()),
+        observed_generation: generation,
+        last_operation,
+        operations: Some(counts),
+    }
+}
+
+/// Keeps the transition time of every condition whose status did not change; sets `now` on the others.
+pub fn keep_transition_times(new: &mut ClusterStatus, old: Option<&ClusterStatus>, now: Timestamp) {
+    for c in &mut new.conditions {
+        let before = old.and_then(|o| o.conditions.iter().find(|p| p.type_ == c.type_));
+        c.last_transition_time = match before {
+            Some(p) if p.status == c.status => p.last_transition_time.clone(),
+            _ => Time(now),
+        };
+    }
+}
+
+fn cluster_error(cluster: &Cluster, action: String) -> impl FnOnce(kube::Error) -> ControllerError {
+    let (name, namespace) = (cluster.name_any(), cluster.namespace().unwrap_or_default());
+    move |source| ControllerError::Cluster {
+        action,
+        name,
+        namespace,
+        source,
+    }
+}
+
+/// Reconciles one Cluster: its status (written only when it changed) and its history limit.
+#[instrument(skip_all, fields(cluster = %cluster.name_any()))]
+pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    let ns = ctx.config.namespace.as_str();
+    let name = cluster.name_any();
+    if ctx.operations.wait_until_ready().await.is_err() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let all = ctx.operations.state();
+    let ops: Vec<&ClusterOperation> = all
+        .iter()
+        .map(|o| o.as_ref())
+        .filter(|o| o.spec.cluster == name)
+        .collect();
+
+    let secret = match &cluster.spec.ssh_auth_ref {
+        None => Ok("NoSecret"),
+        Some(s) => match check_secret(&ctx.client, ns, &s.name)
+            .await
+            .map_err(cluster_error(&cluster, format!("checking Secret {}", s.name)))?
+        {
+            Ok(()) => Ok("SecretFound"),
+            Err(problem) => Err((problem.reason(), problem.message(&s.name, ns))),
+        },
+    };
+    let secret_ok = secret.is_ok();
+    let mut status = cluster_status(&cluster, &ops, secret);
+    keep_transition_times(&mut status, cluster.status.as_ref(), Timestamp::now());
+    if cluster.status.as_ref() != Some(&status) {
+        let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), ns);
+        let patch = json!({"status": status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(cluster_error(&cluster, "writing status".into()))?;
+    }
+
+    let limit = cluster
+        .spec
+        .defaults
+        .history_limit
+        .unwrap_or(DEFAULT_HISTORY_LIMIT);
+    let ops_api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), ns);
+    for old in history_to_delete(&ops, limit) {
+        match ops_api.delete(&old, &DeleteParams::background()).await {
+            Ok(_) => {
+                info!(cluster = %name, operation = %old, limit, "operation deleted by the history limit")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(cluster_error(
+                    &cluster,
+                    format!("deleting ClusterOperation {old}"),
+                )(e))
+            }
+        }
+    }
+    if secret_ok {
+        Ok(Action::await_change())
+    } else {
+        Ok(Action::requeue(ctx.config.secret_retry))
+    }
+}
+
+/// Retries a failed reconcile after five seconds.
+pub fn error_policy(cluster: Arc<Cluster>, err: &ControllerError, _ctx: Arc<Context>) -> Action {
+    warn!(cluster = %cluster.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}

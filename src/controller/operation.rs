@@ -1,0 +1,384 @@
+//! The ClusterOperation reconciler: Pending → Queued → Running → Succeeded/Failed, one Job per operation.
+//!
+//! Level-based: each pass looks at the operation, its Job (by its deterministic name) and its siblings in
+//! the store, and makes at most one transition. A Job that exists is always adopted, so a crash between
+//! creating a Job and recording it never makes a second one. Every transition is one status merge patch
+//! (phase, times, message and the desired commit status together) and one Event.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, instrument, warn};
+
+use super::job::{build_job, job_name};
+use super::queue::{decide, format_duration, job_outcome, phase, JobOutcome};
+use super::secret::check_secret;
+use super::{Context, ControllerError};
+use crate::api::{ClusterOperation, ClusterOperationStatus, Phase};
+use crate::report::status::operation_status;
+
+/// Message of an operation whose Job disappeared before it finished.
+pub const JOB_DELETED: &str = "job was deleted while running";
+
+/// A transition to write: the new phase and what goes with it.
+#[derive(Clone, Debug, Default)]
+pub struct Transition {
+    /// The new phase.
+    pub phase: Phase,
+    /// Why (Queued: what it waits for; Failed: `<reason>: <message>`).
+    pub message: Option<String>,
+    /// The Job, for Running.
+    pub job_ref: Option<String>,
+    /// Start time, for Running.
+    pub start_time: Option<Timestamp>,
+    /// End time, for terminal phases.
+    pub end_time: Option<Timestamp>,
+    /// Event reason (PascalCase) and whether it is a warning.
+    pub event: Option<(&'static str, bool)>,
+}
+
+/// The status an operation has after `t`: its current status with the transition's fields set.
+pub fn next_status(op: &ClusterOperation, t: &Transition) -> ClusterOperationStatus {
+    let mut s = op.status.clone().unwrap_or_default();
+    s.phase = t.phase;
+    s.message = t.message.clone();
+    if let Some(j) = &t.job_ref {
+        s.job_ref = Some(j.clone());
+    }
+    if let Some(st) = t.start_time {
+        s.start_time = Some(Time(st));
+    }
+    if let Some(end) = t.end_time {
+        s.end_time = Some(Time(end));
+        if let Some(start) = &s.start_time {
+            s.duration = Some(format_duration(end.duration_since(start.0).as_secs()));
+        }
+    }
+    s
+}
+
+/// The status merge patch of a transition: only the fields kok's controller owns, never `reported`.
+pub fn status_patch(
+    op: &ClusterOperation,
+    t: &Transition,
+    url: Option<&str>,
+    namespace: &str,
+) -> serde_json::Value {
+    let s = next_status(op, t);
+    let mut after = op.clone();
+    after.status = Some(s.clone());
+    let desired = operation_status(&after, t.phase, t.message.as_deref(), url, namespace);
+    json!({
+        "status": {
+            "phase": s.phase,
+            "message": s.message,
+            "jobRef": s.job_ref,
+            "startTime": s.start_time,
+            "endTime": s.end_time,
+            "duration": s.duration,
+            "desiredStatus": desired,
+        }
+    })
+}
+
+fn op_error(op: &ClusterOperation, action: String) -> impl FnOnce(kube::Error) -> ControllerError {
+    let (name, namespace) = (op.name_any(), op.namespace().unwrap_or_default());
+    move |source| ControllerError::Operation {
+        action,
+        name,
+        namespace,
+        source,
+    }
+}
+
+/// Writes a transition, guarded by the resourceVersion the operation was read at (so a concurrent cancel
+/// or status write wins and the next pass looks again), and publishes its Event.
+async fn transition(ctx: &Context, op: &ClusterOperation, t: Transition) -> Result<(), ControllerError> {
+    let ns = ctx.config.namespace.as_str();
+    let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), ns);
+    let mut patch = status_patch(op, &t, ctx.config.status_url.as_deref(), ns);
+    patch["metadata"] = json!({"resourceVersion": op.resource_version()});
+    api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(op_error(op, format!("recording phase {}", t.phase)))?;
+    info!(operation = %op.name_any(), cluster = %op.spec.cluster, phase = %t.phase, message = t.message.as_deref().unwrap_or(""), "transition");
+    if let Some((reason, warning)) = t.event {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(match &t.message {
+                Some(m) => format!("{}: {m}", t.phase),
+                None => t.phase.to_string(),
+            }),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &op.object_ref(&())).await {
+            warn!(operation = %op.name_any(), error = %e, "event not published");
+        }
+    }
+    if t.phase.is_terminal() {
+        release(ctx, op);
+        wake_queue(ctx);
+    }
+    Ok(())
+}
+
+fn release(ctx: &Context, op: &ClusterOperation) {
+    if let Ok(mut claims) = ctx.claims.lock() {
+        claims.remove(&op.name_any());
+    }
+}
+
+/// Schedules a reconcile of every operation that waits, so the next ones start as soon as a slot frees.
+fn wake_queue(ctx: &Context) {
+    for o in ctx.operations.state() {
+        if matches!(phase(&o), Phase::Pending | Phase::Queued) {
+            let _ = ctx.wake.unbounded_send(ObjectRef::from(o.as_ref()));
+        }
+    }
+}
+
+fn wake_cluster(ctx: &Context, cluster: &str) {
+    for o in ctx.operations.state() {
+        if o.spec.cluster == cluster && matches!(phase(&o), Phase::Pending | Phase::Queued) {
+            let _ = ctx.wake.unbounded_send(ObjectRef::from(o.as_ref()));
+        }
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+/// Reconciles one ClusterOperation; a write that lost a race (409) is looked at again shortly.
+#[instrument(skip_all, fields(operation = %op.name_any()))]
+pub async fn reconcile(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    match reconcile_once(op, ctx).await {
+        Err(e) if is_conflict(&e) => Ok(Action::requeue(Duration::from_millis(200))),
+        other => other,
+    }
+}
+
+async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    let ns = ctx.config.namespace.clone();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let name = job_name(&op.name_any());
+    match phase(&op) {
+        Phase::Succeeded | Phase::Failed => {
+            release(&ctx, &op);
+            Ok(Action::await_change())
+        }
+        Phase::Canceled => {
+            release(&ctx, &op);
+            // Canceled while its Job was being created: the Job must not run.
+            if let Some(job) = jobs
+                .get_opt(&name)
+                .await
+                .map_err(op_error(&op, format!("reading Job {name}")))?
+            {
+                if job_outcome(&job) == JobOutcome::Running && owned_by(&job, &op) {
+                    jobs.delete(&name, &DeleteParams::background())
+                        .await
+                        .map_err(op_error(&op, format!("deleting Job {name}")))?;
+                }
+            }
+            wake_cluster(&ctx, &op.spec.cluster);
+            Ok(Action::await_change())
+        }
+        Phase::Running => {
+            let job = jobs
+                .get_opt(&name)
+                .await
+                .map_err(op_error(&op, format!("reading Job {name}")))?;
+            let t = match job.as_ref().map(job_outcome) {
+                None => Transition {
+                    phase: Phase::Failed,
+                    message: Some(JOB_DELETED.to_string()),
+                    end_time: Some(now()),
+                    event: Some(("Failed", true)),
+                    ..Transition::default()
+                },
+                Some(JobOutcome::Running) => return Ok(Action::await_change()),
+                Some(JobOutcome::Succeeded) => Transition {
+                    phase: Phase::Succeeded,
+                    end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
+                    event: Some(("Succeeded", false)),
+                    ..Transition::default()
+                },
+                Some(JobOutcome::Failed { reason, message }) => Transition {
+                    phase: Phase::Failed,
+                    message: Some(if message.is_empty() {
+                        reason
+                    } else {
+                        format!("{reason}: {message}")
+                    }),
+                    end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
+                    event: Some(("Failed", true)),
+                    ..Transition::default()
+                },
+            };
+            transition(&ctx, &op, t).await?;
+            Ok(Action::await_change())
+        }
+        Phase::Pending | Phase::Queued => start_or_wait(&op, &ctx, &jobs, &name).await,
+    }
+}
+
+fn owned_by(job: &Job, op: &ClusterOperation) -> bool {
+    let uid = op.uid();
+    job.owner_references()
+        .iter()
+        .any(|r| Some(&r.uid) == uid.as_ref())
+}
+
+fn finished_at(job: Option<&Job>) -> Option<Timestamp> {
+    let status = job?.status.as_ref()?;
+    if let Some(t) = &status.completion_time {
+        return Some(t.0);
+    }
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
+}
+
+fn running(job: &Job, name: &str, adopted: bool) -> Transition {
+    let start = job
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .or(job.metadata.creation_timestamp.as_ref())
+        .map(|t| t.0)
+        .unwrap_or_else(now);
+    Transition {
+        phase: Phase::Running,
+        message: adopted.then(|| format!("adopted existing Job {name}")),
+        job_ref: Some(name.to_string()),
+        start_time: Some(start),
+        event: Some(("Started", false)),
+        ..Transition::default()
+    }
+}
+
+async fn start_or_wait(
+    op: &ClusterOperation,
+    ctx: &Context,
+    jobs: &Api<Job>,
+    name: &str,
+) -> Result<Action, ControllerError> {
+    // A Job with this name is this operation's: adopt it whatever the queue says.
+    if let Some(job) = jobs
+        .get_opt(name)
+        .await
+        .map_err(op_error(op, format!("reading Job {name}")))?
+    {
+        if owned_by(&job, op) {
+            transition(ctx, op, running(&job, name, true)).await?;
+            return Ok(Action::await_change());
+        }
+        warn!(operation = %op.name_any(), job = %name, "a Job with this operation's name belongs to something else");
+    }
+
+    if let Some(secret) = &op.spec.ssh_auth_ref {
+        let ns = ctx.config.namespace.as_str();
+        let checked = check_secret(&ctx.client, ns, &secret.name)
+            .await
+            .map_err(op_error(op, format!("checking Secret {}", secret.name)))?;
+        if let Err(problem) = checked {
+            let message = format!("waiting for its Secret: {}", problem.message(&secret.name, ns));
+            wait(ctx, op, message).await?;
+            return Ok(Action::requeue(ctx.config.secret_retry));
+        }
+    }
+
+    if ctx.operations.wait_until_ready().await.is_err() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let _guard = ctx.start_lock.lock().await;
+    let all = ctx.operations.state();
+    let by_name: std::collections::BTreeMap<String, &ClusterOperation> =
+        all.iter().map(|o| (o.name_any(), o.as_ref())).collect();
+    let mut busy: BTreeSet<String> = all
+        .iter()
+        .filter(|o| phase(o) == Phase::Running)
+        .map(|o| o.name_any())
+        .collect();
+    if let Ok(mut claims) = ctx.claims.lock() {
+        claims.retain(|n, _| by_name.get(n).is_some_and(|o| !phase(o).is_terminal()));
+        busy.extend(claims.keys().cloned());
+    }
+    busy.remove(&op.name_any());
+    let siblings: Vec<&ClusterOperation> = all
+        .iter()
+        .map(|o| o.as_ref())
+        .filter(|o| o.spec.cluster == op.spec.cluster)
+        .collect();
+    if let Err(why) = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs) {
+        drop(_guard);
+        wait(ctx, op, why.to_string()).await?;
+        return Ok(Action::requeue(ctx.config.queue_resync));
+    }
+
+    let job = build_job(op, &ctx.config.job);
+    let created = match jobs.create(&PostParams::default(), &job).await {
+        Ok(j) => j,
+        Err(kube::Error::Api(s)) if s.code == 409 => jobs
+            .get(name)
+            .await
+            .map_err(op_error(op, format!("reading Job {name}")))?,
+        Err(e) => return Err(op_error(op, format!("creating Job {name}"))(e)),
+    };
+    if let Ok(mut claims) = ctx.claims.lock() {
+        claims.insert(op.name_any(), op.spec.cluster.clone());
+    }
+    drop(_guard);
+    info!(operation = %op.name_any(), job = %name, "job created");
+    // On a conflict (canceled or changed meanwhile) the next pass looks again and adopts or deletes the Job.
+    transition(ctx, op, running(&created, name, false)).await?;
+    Ok(Action::await_change())
+}
+
+fn is_conflict(e: &ControllerError) -> bool {
+    matches!(e, ControllerError::Operation { source: kube::Error::Api(s), .. } if s.code == 409)
+}
+
+/// Records that `op` waits (Queued with `message`), unless that is already what it says.
+async fn wait(ctx: &Context, op: &ClusterOperation, message: String) -> Result<(), ControllerError> {
+    let current = op.status.as_ref();
+    if current.map(|s| s.phase) == Some(Phase::Queued)
+        && current.and_then(|s| s.message.as_deref()) == Some(&message)
+    {
+        return Ok(());
+    }
+    let first = phase(op) != Phase::Queued;
+    let t = Transition {
+        phase: Phase::Queued,
+        message: Some(message),
+        event: first.then_some(("Queued", false)),
+        ..Transition::default()
+    };
+    transition(ctx, op, t).await
+}
+
+/// Retries a failed reconcile after a second.
+pub fn error_policy(op: Arc<ClusterOperation>, err: &ControllerError, _ctx: Arc<Context>) -> Action {
+    warn!(operation = %op.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(1))
+}

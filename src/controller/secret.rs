@@ -1,0 +1,118 @@
+//! The check of a cluster's ssh Secret: it exists, has the right type and the key; its value is never kept.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::Client;
+
+use crate::api::{SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY};
+
+/// Why a Secret cannot be used as an ssh key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretProblem {
+    /// No Secret of that name in the namespace.
+    NotFound,
+    /// The Secret's type is neither `kubernetes.io/ssh-auth` nor `Opaque`.
+    WrongType(String),
+    /// The Secret has no `ssh-privatekey` key.
+    KeyMissing,
+}
+
+impl SecretProblem {
+    /// Condition reason: `SecretNotFound`, `SecretWrongType` or `SecretKeyMissing`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SecretProblem::NotFound => "SecretNotFound",
+            SecretProblem::WrongType(_) => "SecretWrongType",
+            SecretProblem::KeyMissing => "SecretKeyMissing",
+        }
+    }
+
+    /// What is wrong with Secret `name` in `namespace` and how to fix it.
+    pub fn message(&self, name: &str, namespace: &str) -> String {
+        let create = format!(
+            "kubectl -n {namespace} create secret generic {name} --type={SSH_AUTH_SECRET_TYPE} \
+             --from-file={SSH_PRIVATE_KEY}=PATH"
+        );
+        match self {
+            SecretProblem::NotFound => {
+                format!("Secret {name} (sshAuthSecret) does not exist in namespace {namespace}; create it: {create}")
+            }
+            SecretProblem::WrongType(t) => format!(
+                "Secret {name} in namespace {namespace} has type {t}, not {SSH_AUTH_SECRET_TYPE}; \
+                 recreate it: kubectl -n {namespace} delete secret {name} && {create}"
+            ),
+            SecretProblem::KeyMissing => format!(
+                "Secret {name} in namespace {namespace} has no key {SSH_PRIVATE_KEY}; \
+                 recreate it: kubectl -n {namespace} delete secret {name} && {create}"
+            ),
+        }
+    }
+}
+
+/// Judges a Secret: its type and whether the key is present. Only key names are looked at.
+pub fn judge(secret: &Secret) -> Result<(), SecretProblem> {
+    let type_ = secret.type_.as_deref().unwrap_or("Opaque");
+    if type_ != SSH_AUTH_SECRET_TYPE && type_ != "Opaque" {
+        return Err(SecretProblem::WrongType(type_.to_string()));
+    }
+    let in_data = secret
+        .data
+        .as_ref()
+        .is_some_and(|d| d.contains_key(SSH_PRIVATE_KEY));
+    let in_string_data = secret
+        .string_data
+        .as_ref()
+        .is_some_and(|d| d.contains_key(SSH_PRIVATE_KEY));
+    if in_data || in_string_data {
+        Ok(())
+    } else {
+        Err(SecretProblem::KeyMissing)
+    }
+}
+
+/// Reads Secret `name` in `namespace` and judges it. The Secret is dropped at once; nothing of its data
+/// leaves this function.
+pub async fn check_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Result<(), SecretProblem>, kube::Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    Ok(match api.get_opt(name).await? {
+        None => Err(SecretProblem::NotFound),
+        Some(secret) => judge(&secret),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn secret(type_: &str, key: &str) -> Secret {
+        Secret {
+            type_: Some(type_.into()),
+            data: Some([(key.to_string(), ByteString(b"k".to_vec()))].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ssh_auth_and_opaque_secrets_with_the_key_are_accepted() {
+        assert_eq!(judge(&secret(SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY)), Ok(()));
+        assert_eq!(judge(&secret("Opaque", SSH_PRIVATE_KEY)), Ok(()));
+    }
+
+    #[test]
+    fn wrong_types_and_missing_keys_are_refused_with_a_way_out() {
+        let p = judge(&secret("kubernetes.io/tls", "tls.key")).unwrap_err();
+        assert_eq!(p.reason(), "SecretWrongType");
+        assert_eq!(judge(&secret("Opaque", "id_rsa")), Err(SecretProblem::KeyMissing));
+        let msg = SecretProblem::NotFound.message("prod-ssh", "kok-system");
+        assert!(msg.contains("prod-ssh") && msg.contains("kok-system"));
+        assert!(msg.contains(
+            "kubectl -n kok-system create secret generic prod-ssh --type=kubernetes.io/ssh-auth \
+             --from-file=ssh-privatekey=PATH"
+        ));
+    }
+}
