@@ -6,6 +6,8 @@ use yaml_rust2::Yaml;
 
 /// Most nodes alias expansion may create in one file (guards against "billion laughs" documents).
 const MAX_NODES: usize = 200_000;
+/// Deepest nesting of collections accepted (the tree is walked recursively).
+const MAX_DEPTH: usize = 200;
 
 /// A problem found while reading YAML, with its 1-based position.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -195,6 +197,8 @@ enum Open {
         entries: Vec<(Node, Node)>,
         pending: Option<Node>,
         anchor: usize,
+        /// Scalar keys seen so far (type tag and text) → line of their first occurrence.
+        seen: std::collections::HashMap<(u8, String), usize>,
     },
 }
 
@@ -219,6 +223,7 @@ impl Builder {
                 pending,
                 line,
                 col,
+                seen,
                 ..
             }) => match pending.take() {
                 None => {
@@ -229,16 +234,19 @@ impl Builder {
                     *pending = Some(node);
                 }
                 Some(key) => {
-                    if let Some(first) = entries.iter().find(|(k, _)| same_key(k, &key)) {
-                        self.duplicates.push(Problem {
-                            line: key.line,
-                            col: key.col,
-                            message: format!(
-                                "duplicate key \"{}\": it is already defined on line {}; keep only one",
-                                key.scalar_text().unwrap_or_default(),
-                                first.0.line
-                            ),
-                        });
+                    if let Some(id) = key_id(&key) {
+                        if let Some(first) = seen.get(&id) {
+                            self.duplicates.push(Problem {
+                                line: key.line,
+                                col: key.col,
+                                message: format!(
+                                    "duplicate key \"{}\": it is already defined on line {first}; keep only one",
+                                    id.1
+                                ),
+                            });
+                        } else {
+                            seen.insert(id, key.line);
+                        }
                     }
                     entries.push((key, node));
                 }
@@ -254,11 +262,17 @@ impl Builder {
     }
 }
 
-fn same_key(a: &Node, b: &Node) -> bool {
-    match (&a.kind, &b.kind) {
-        (Kind::Seq(_) | Kind::Map(_), _) | (_, Kind::Seq(_) | Kind::Map(_)) => false,
-        (x, y) => x == y,
-    }
+/// Identity of a scalar key for duplicate detection: its type and text (`None` for collection keys).
+fn key_id(key: &Node) -> Option<(u8, String)> {
+    let tag = match key.kind {
+        Kind::Null => 0,
+        Kind::Bool(_) => 1,
+        Kind::Int(_) => 2,
+        Kind::Float(_) => 3,
+        Kind::Str(_) => 4,
+        Kind::Seq(_) | Kind::Map(_) => return None,
+    };
+    key.scalar_text().map(|text| (tag, text))
 }
 
 fn scalar(value: String, style: TScalarStyle, tag: Option<&yaml_rust2::parser::Tag>) -> Kind {
@@ -287,6 +301,13 @@ impl MarkedEventReceiver for Builder {
                 let kind = scalar(value, style, tag.as_ref());
                 self.finish(Node { line, col, kind }, anchor);
             }
+            Event::SequenceStart(..) | Event::MappingStart(..) if self.stack.len() >= MAX_DEPTH => {
+                self.failure = Some(Problem {
+                    line,
+                    col,
+                    message: format!("nesting deeper than {MAX_DEPTH} levels: flatten the structure"),
+                });
+            }
             Event::SequenceStart(anchor, _) => {
                 self.stack.push(Open::Seq {
                     line,
@@ -302,6 +323,7 @@ impl MarkedEventReceiver for Builder {
                     entries: Vec::new(),
                     pending: None,
                     anchor,
+                    seen: Default::default(),
                 });
             }
             Event::SequenceEnd | Event::MappingEnd => {
@@ -444,5 +466,27 @@ mod tests {
             ));
         }
         assert!(parse(&bomb).unwrap_err().message.contains("aliases expand"));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_instead_of_overflowing_the_stack() {
+        let deep = "[".repeat(1000) + &"]".repeat(1000);
+        let err = parse(&deep).unwrap_err();
+        assert_eq!(err.line, 1);
+        assert!(
+            err.message.contains("nesting") || err.message.contains("recursion"),
+            "{}",
+            err.message
+        );
+        let unclosed = "[".repeat(100_000);
+        assert!(parse(&unclosed).is_err());
+    }
+
+    #[test]
+    fn many_keys_are_checked_for_duplicates_quickly() {
+        let text: String = (0..50_000).map(|i| format!("k{i}: {i}\n")).collect::<String>() + "k7: again\n";
+        let doc = parse(&text).unwrap();
+        assert_eq!(doc.duplicates.len(), 1);
+        assert_eq!(doc.duplicates[0].line, 50_001);
     }
 }

@@ -1,0 +1,147 @@
+//! `kok validate` as a user runs it: the built binary, its exit codes, its text and JSON output.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const HOSTS: &str = "all:\n  hosts:\n    node1:\n  children:\n    kube_node:\n      hosts:\n        node1:\n";
+
+fn write(root: &Path, path: &str, text: &str) {
+    let full = root.join(path);
+    std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+    std::fs::write(full, text).unwrap();
+}
+
+fn good_cluster(root: &Path, dir: &str) {
+    write(root, &format!("{dir}/hosts.yml"), HOSTS);
+    write(root, &format!("{dir}/vars.yml"), "{}\n");
+}
+
+fn kok(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kok"))
+        .args(args)
+        .env_remove("KOK_PATH")
+        .env_remove("KOK_OUTPUT")
+        .env_remove("KOK_REPO_DIR")
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_valid_repository_exits_zero_with_only_a_summary() {
+    let repo = tempfile::tempdir().unwrap();
+    good_cluster(repo.path(), "clusters/a");
+    good_cluster(repo.path(), "clusters/b");
+    let out = kok(&["validate", repo.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "2 clusters valid, 0 invalid, 0 errors, 0 warnings"
+    );
+}
+
+#[test]
+fn an_invalid_repository_exits_one_with_path_line_column_lines() {
+    let repo = tempfile::tempdir().unwrap();
+    good_cluster(repo.path(), "clusters/good");
+    write(
+        repo.path(),
+        "clusters/bad/hosts.yml",
+        "all:\n  hosts:\n    node 7:\n    node1:\n",
+    );
+    write(repo.path(), "clusters/bad/vars.yml", "{}\n");
+    let out = kok(&["validate", repo.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stdout),
+        "clusters/bad/hosts.yml:3:5: host \"node 7\" is not a valid host name: use letters, digits, '-', '.', '_'\n"
+    );
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "1 cluster valid, 1 invalid, 1 error, 0 warnings"
+    );
+}
+
+#[test]
+fn warnings_alone_exit_zero_and_are_marked() {
+    let repo = tempfile::tempdir().unwrap();
+    good_cluster(repo.path(), "clusters/a");
+    write(
+        repo.path(),
+        "clusters/a/operations.yml",
+        "- id: rm\n  action: remove-node.yml\n  extraArgs: [-e, node=node9]\n",
+    );
+    let out = kok(&["validate", repo.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout)
+        .starts_with("clusters/a/operations.yml:3:19: warning: operation \"rm\" names host \"node9\""));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "1 cluster valid, 0 invalid, 0 errors, 1 warning"
+    );
+}
+
+#[test]
+fn json_output_lists_valid_and_invalid_clusters_and_diagnostics() {
+    let repo = tempfile::tempdir().unwrap();
+    good_cluster(repo.path(), "clusters/good");
+    write(repo.path(), "clusters/bad/hosts.yml", HOSTS);
+    let out = kok(&["validate", repo.path().to_str().unwrap(), "--output", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["clusters"], serde_json::json!(["good"]));
+    assert_eq!(doc["invalid"], serde_json::json!(["bad"]));
+    let diag = &doc["diagnostics"][0];
+    assert_eq!(diag["path"], "clusters/bad/vars.yml");
+    assert_eq!(diag["severity"], "error");
+    assert_eq!(diag["cluster"], "bad");
+}
+
+#[test]
+fn the_cluster_root_comes_from_path_or_its_env_twin() {
+    let repo = tempfile::tempdir().unwrap();
+    good_cluster(repo.path(), "envs/a");
+    let dir = repo.path().to_str().unwrap();
+    assert_eq!(kok(&["validate", dir, "--path", "envs"]).status.code(), Some(0));
+    let by_env = Command::new(env!("CARGO_BIN_EXE_kok"))
+        .args(["validate", dir])
+        .env("KOK_PATH", "envs")
+        .output()
+        .unwrap();
+    assert_eq!(by_env.status.code(), Some(0), "{}", text(&by_env.stderr));
+    let default_root = kok(&["validate", dir]);
+    assert_eq!(default_root.status.code(), Some(1));
+    assert!(text(&default_root.stdout).starts_with("clusters:0:0: directory \"clusters\" not found"));
+}
+
+#[test]
+fn a_missing_directory_is_an_error_that_names_it() {
+    let out = kok(&["validate", "/nonexistent/kok-repo"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot validate /nonexistent/kok-repo"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_example_repository_is_valid() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/repo-layout");
+    if !example.is_dir() {
+        println!("skipped: examples/repo-layout does not exist in this tree");
+        return;
+    }
+    let out = kok(&["validate", example.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
