@@ -72,7 +72,7 @@ async fn a_job_runs_on_the_host_and_completes_with_its_output_in_the_log() -> an
     let conf_dir = std::fs::read_to_string(&dirs_file)?;
     let private = Path::new(conf_dir.trim())
         .ancestors()
-        .nth(3)
+        .nth(2)
         .map(Path::to_path_buf);
     let private = private.ok_or_else(|| anyhow::anyhow!("unexpected conf dir {conf_dir}"))?;
     assert!(

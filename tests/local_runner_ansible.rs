@@ -1,0 +1,126 @@
+//! The local runner running real `ansible-playbook` on a playbook kept in the repository, against localhost
+//! with `ansible_connection: local`. Needs `ansible-core` (`pip install ansible-core`); `KOK_SKIP_ANSIBLE=1`
+//! skips these tests with a printed reason.
+
+mod local_runner_support;
+
+use kok::api::ActionType;
+use kok::local::runner::Workdir;
+use kok::local::status;
+use local_runner_support::*;
+
+const PLAYBOOK: &str = "\
+- hosts: all
+  gather_facts: false
+  become: false
+  tasks:
+    - name: write the marker
+      ansible.builtin.copy:
+        dest: \"{{ marker_path }}\"
+        content: \"{{ greeting }} on {{ inventory_hostname }}\\n\"
+";
+
+const FAILING_PLAYBOOK: &str = "\
+- hosts: all
+  gather_facts: false
+  become: false
+  tasks:
+    - name: give up
+      ansible.builtin.fail:
+        msg: this playbook always fails
+";
+
+/// False (after printing why) when the tests must skip; an error when ansible is missing and skipping was not
+/// asked for.
+fn ansible_available() -> anyhow::Result<bool> {
+    let found = std::process::Command::new("ansible-playbook")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Ok(true);
+    }
+    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
+        eprintln!("skipping: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
+        return Ok(false);
+    }
+    anyhow::bail!(
+        "ansible-playbook is not installed: run `pip install ansible-core` (scripts/setup.sh does), \
+         or set KOK_SKIP_ANSIBLE=1 to skip the tests that run real ansible"
+    )
+}
+
+#[tokio::test]
+async fn a_playbook_from_the_pinned_commit_runs_with_real_ansible_on_localhost() -> anyhow::Result<()> {
+    if !ansible_available()? {
+        return Ok(());
+    }
+    let env = Env::start().await?;
+    let repo_dir = tempfile::tempdir()?;
+    let repo = git2::Repository::init_bare(repo_dir.path())?;
+    let pinned = commit(&repo, &[("site.yml", PLAYBOOK)])?;
+    commit(&repo, &[("site.yml", FAILING_PLAYBOOK)])?;
+
+    let out = tempfile::tempdir()?;
+    let marker = out.path().join("marker");
+    let mut op = operation("install", "site.yml", ActionType::Playbook);
+    op.spec.source.commit = pinned.to_string();
+    op.spec.extra_args = vec![
+        "-e".into(),
+        format!("marker_path={}", marker.display()),
+        "-e".into(),
+        "ansible_python_interpreter={{ ansible_playbook_python }}".into(),
+    ];
+    let runner = env.runner(Workdir::Checkout {
+        repo_path: repo_dir.path().to_path_buf(),
+    });
+    let job = env.create_job(&op).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    let log = env.log(&op)?;
+    assert_eq!(
+        condition(&done, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker)?,
+        "hello from vars on localhost\n"
+    );
+    assert!(log.contains("PLAY RECAP"), "{log}");
+    assert!(
+        log.contains("\"ansible-playbook\",\"-i\""),
+        "the header names the command: {log}"
+    );
+    assert!(!log.contains(KEY_BODY), "{log}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_playbook_fails_the_job_with_its_message_in_the_log() -> anyhow::Result<()> {
+    if !ansible_available()? {
+        return Ok(());
+    }
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("fail.yml"), FAILING_PLAYBOOK)?;
+    let mut op = operation("broken", "fail.yml", ActionType::Playbook);
+    op.spec.extra_args = vec![
+        "-e".into(),
+        "ansible_python_interpreter={{ ansible_playbook_python }}".into(),
+    ];
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    let log = env.log(&op)?;
+    assert_eq!(
+        condition(&done, "Failed").as_deref(),
+        Some(status::REASON_BACKOFF_LIMIT_EXCEEDED),
+        "{log}"
+    );
+    assert!(log.contains("this playbook always fails"), "{log}");
+    Ok(())
+}
