@@ -154,6 +154,12 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    if ct.contains("protobuf") || ct.contains("cbor") {
+        return Err(ApiError::new(
+            415,
+            format!("testkit decodes JSON and YAML bodies only, not {ct}; send JSON (e.g. kubectl create -f FILE)"),
+        ));
+    }
     if ct.contains("yaml") {
         serde_yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML body: {e}")))
@@ -224,9 +230,9 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         (Method::GET, "/openapi/v3") => return json_response(200, &discovery::openapi_v3_root()),
         (Method::GET, "/openapi/v2") => {
             return (
-                StatusCode::NOT_FOUND,
-                [(header::CONTENT_TYPE, "application/json")],
-                "{}",
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")],
+                Vec::<u8>::new(),
             )
                 .into_response()
         }
