@@ -119,7 +119,7 @@ pub struct ClusterSource {
     pub revision: String,
 }
 
-/// A cluster managed from one directory of the git repository.
+/// Desired state of a Cluster: its current inputs and defaults, rendered from its directory in git.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "kok.dev",
@@ -250,7 +250,7 @@ pub struct OperationSource {
     pub path: String,
 }
 
-/// One run of an operation from a cluster's operations.yml.
+/// What a ClusterOperation runs, where, and with which pinned inputs (from one operations.yml entry).
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "kok.dev",
