@@ -1,0 +1,283 @@
+//! Watches against the real `kube::Api` and kube-runtime: replay, bookmarks, 410 Gone, timeouts,
+//! cut streams, watcher/reflector, streaming lists and a Controller owning Jobs.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{cm, Widget, WidgetSpec};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::{reflector, watcher, Controller, WatchStreamExt};
+use kube::{CustomResourceExt, Resource, ResourceExt};
+use serde_json::json;
+use testkit::{ApiServer, Options};
+
+/// Waits for the first event satisfying `pred`, failing the test if the stream ends first.
+async fn next_matching<S, K>(stream: &mut S, pred: impl Fn(&WatchEvent<K>) -> bool) -> WatchEvent<K>
+where
+    S: futures::Stream<Item = kube::Result<WatchEvent<K>>> + Unpin,
+{
+    while let Some(ev) = stream.next().await {
+        let ev = ev.unwrap();
+        if pred(&ev) {
+            return ev;
+        }
+    }
+    panic!("the watch ended before the expected event");
+}
+
+#[tokio::test]
+async fn watch_from_a_resource_version_replays_added_modified_and_deleted() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let a = api
+        .create(&PostParams::default(), &cm("a", "k", "1"))
+        .await
+        .unwrap();
+    let rv = a.resource_version().unwrap();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"data": {"k": "2"}})),
+    )
+    .await
+    .unwrap();
+    api.create(&PostParams::default(), &cm("b", "k", "1"))
+        .await
+        .unwrap();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let wp = WatchParams::default().timeout(5).disable_bookmarks();
+    let mut events = api.watch(&wp, &rv).await.unwrap().boxed();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        match events.next().await.unwrap().unwrap() {
+            WatchEvent::Added(o) => seen.push(format!("ADDED {}", o.name_any())),
+            WatchEvent::Modified(o) => seen.push(format!("MODIFIED {}", o.name_any())),
+            WatchEvent::Deleted(o) => seen.push(format!("DELETED {}", o.name_any())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, vec!["MODIFIED a", "ADDED b", "DELETED a"]);
+}
+
+#[tokio::test]
+async fn label_selected_watches_see_objects_leave_the_selection_as_deleted() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let mut c = cm("a", "k", "1");
+    c.metadata.labels = Some([("app".to_string(), "x".to_string())].into());
+    let created = api.create(&PostParams::default(), &c).await.unwrap();
+    let wp = WatchParams::default()
+        .labels("app=x")
+        .timeout(5)
+        .disable_bookmarks();
+    let mut events = api
+        .watch(&wp, &created.resource_version().unwrap())
+        .await
+        .unwrap()
+        .boxed();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"labels": {"app": "y"}}})),
+    )
+    .await
+    .unwrap();
+    let ev = events.next().await.unwrap().unwrap();
+    assert!(
+        matches!(ev, WatchEvent::Deleted(ref o) if o.name_any() == "a"),
+        "{ev:?}"
+    );
+}
+
+#[tokio::test]
+async fn bookmarks_arrive_when_allowed() {
+    let opts = Options {
+        bookmark_interval: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let server = ApiServer::start_with(opts).await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let current = server.resource_version().to_string();
+    let mut events = api
+        .watch(&WatchParams::default().timeout(10), &current)
+        .await
+        .unwrap()
+        .boxed();
+    let ev = next_matching(&mut events, |e| matches!(e, WatchEvent::Bookmark(_))).await;
+    let WatchEvent::Bookmark(b) = ev else {
+        unreachable!()
+    };
+    assert_eq!(b.metadata.resource_version, current);
+}
+
+#[tokio::test]
+async fn too_old_resource_versions_get_410_gone_as_an_error_event() {
+    let server = ApiServer::start_with(Options {
+        event_window: 3,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    for i in 0..6 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}"), "k", "v"))
+            .await
+            .unwrap();
+    }
+    let mut events = api
+        .watch(&WatchParams::default().timeout(5), "2")
+        .await
+        .unwrap()
+        .boxed();
+    match events.next().await.unwrap().unwrap() {
+        WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+    assert!(events.next().await.is_none(), "the stream ends after the error");
+}
+
+#[tokio::test]
+async fn timeout_seconds_and_cut_watches_end_streams() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let rv = server.resource_version().to_string();
+    let wp = WatchParams::default().timeout(1).disable_bookmarks();
+    let mut timed = api.watch(&wp, &rv).await.unwrap().boxed();
+    assert!(
+        timed.next().await.is_none(),
+        "the stream ends after timeoutSeconds"
+    );
+    let wp = WatchParams::default().timeout(290).disable_bookmarks();
+    let mut cut = api.watch(&wp, &rv).await.unwrap().boxed();
+    server.cut_watches();
+    assert!(cut.next().await.is_none(), "cut_watches ends the stream");
+}
+
+#[tokio::test]
+async fn runtime_watcher_and_reflector_follow_changes_across_cut_watches() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    api.create(&PostParams::default(), &cm("before", "k", "v"))
+        .await
+        .unwrap();
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let stream = reflector(writer, watcher(api.clone(), watcher::Config::default())).applied_objects();
+    let mut stream = stream.boxed();
+    let first = stream.try_next().await.unwrap().unwrap();
+    assert_eq!(first.name_any(), "before");
+    server.cut_watches();
+    api.create(&PostParams::default(), &cm("after", "k", "v"))
+        .await
+        .unwrap();
+    loop {
+        let o = stream.try_next().await.unwrap().unwrap();
+        if o.name_any() == "after" {
+            break;
+        }
+    }
+    let mut names: Vec<String> = reader.state().iter().map(|o| o.name_any()).collect();
+    names.sort();
+    assert_eq!(names, vec!["after", "before"]);
+}
+
+#[tokio::test]
+async fn streaming_lists_send_initial_events_then_the_end_bookmark() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    api.create(&PostParams::default(), &cm("one", "k", "v"))
+        .await
+        .unwrap();
+    let config = watcher::Config::default().streaming_lists();
+    let mut stream = watcher(api.clone(), config).applied_objects().boxed();
+    assert_eq!(stream.try_next().await.unwrap().unwrap().name_any(), "one");
+    api.create(&PostParams::default(), &cm("two", "k", "v"))
+        .await
+        .unwrap();
+    assert_eq!(stream.try_next().await.unwrap().unwrap().name_any(), "two");
+}
+
+struct Ctx {
+    jobs: Api<Job>,
+    reconciles: AtomicUsize,
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("reconcile failed: {0}")]
+struct ReconcileError(#[from] kube::Error);
+
+async fn reconcile(w: Arc<Widget>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    ctx.reconciles.fetch_add(1, Ordering::SeqCst);
+    let name = format!("{}-job", w.name_any());
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "ownerReferences": [w.controller_owner_ref(&()).unwrap()]},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}
+    }))
+    .unwrap();
+    let applied = ctx
+        .jobs
+        .patch(
+            &name,
+            &PatchParams::apply("widget-controller"),
+            &Patch::Apply(&job),
+        )
+        .await?;
+    let complete = applied
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Complete" && c.status == "True");
+    let _ = ctx.tx.send(if complete {
+        "complete".into()
+    } else {
+        "created".into()
+    });
+    Ok(Action::await_change())
+}
+
+fn error_policy(_: Arc<Widget>, _: &ReconcileError, _: Arc<Ctx>) -> Action {
+    Action::requeue(Duration::from_millis(100))
+}
+
+#[tokio::test]
+async fn controller_reconciles_on_create_and_on_owned_job_status_changes() {
+    let server = ApiServer::start().await.unwrap();
+    server.install_crds(&[Widget::crd()]).await.unwrap();
+    let widgets: Api<Widget> = Api::default_namespaced(server.client());
+    let jobs: Api<Job> = Api::default_namespaced(server.client());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let ctx = Arc::new(Ctx {
+        jobs: jobs.clone(),
+        reconciles: AtomicUsize::new(0),
+        tx,
+    });
+    let controller = Controller::new(widgets.clone(), watcher::Config::default())
+        .owns(jobs.clone(), watcher::Config::default())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|_| async {});
+    let handle = tokio::spawn(controller);
+    widgets
+        .create(&PostParams::default(), &Widget::new("w", WidgetSpec { size: 1 }))
+        .await
+        .unwrap();
+    assert_eq!(rx.recv().await.as_deref(), Some("created"));
+    assert!(jobs.get("w-job").await.unwrap().owner_references()[0].name == "w");
+    server.complete_job("default", "w-job").await.unwrap();
+    loop {
+        if rx.recv().await.as_deref() == Some("complete") {
+            break;
+        }
+    }
+    assert!(ctx.reconciles.load(Ordering::SeqCst) >= 2);
+    handle.abort();
+    let _ = Widget::kind(&());
+}
