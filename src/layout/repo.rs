@@ -292,7 +292,7 @@ fn parse_cluster(
             FileDiags::new(join(&dir, HOSTS_YML), cluster, out).error_at(
                 0,
                 0,
-                "missing: every cluster directory needs hosts.yml, its ansible inventory (all: hosts/children)",
+                "hosts.yml is missing: add the cluster's ansible inventory (all: hosts/children) in this file",
             );
         }
         None => {}
@@ -303,7 +303,7 @@ fn parse_cluster(
             FileDiags::new(join(&dir, VARS_YML), cluster, out).error_at(
                 0,
                 0,
-                "missing: every cluster directory needs vars.yml, a mapping of variables (write `{}` for none)",
+                "vars.yml is missing: add the cluster's variables as a mapping in this file (`{}` for none)",
             );
         }
         None => {}
@@ -373,5 +373,199 @@ fn check_vars(text: &str, d: &mut FileDiags<'_>) {
             ),
         ),
         Ok(Some(_)) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::layout::{Entry, ReadError};
+
+    /// path → (kind, content); directories are implied by the paths of their files.
+    #[derive(Default)]
+    struct Mem(BTreeMap<String, (EntryKind, String)>);
+
+    impl Mem {
+        fn with(mut self, path: &str, kind: EntryKind, text: &str) -> Self {
+            self.0.insert(path.to_string(), (kind, text.to_string()));
+            self
+        }
+        fn file(self, path: &str, text: &str) -> Self {
+            self.with(path, EntryKind::File, text)
+        }
+        fn good(self, name: &str) -> Self {
+            self.file(&format!("clusters/{name}/hosts.yml"), "all:\n  hosts:\n    n1:\n")
+                .file(&format!("clusters/{name}/vars.yml"), "{}\n")
+        }
+    }
+
+    impl TreeReader for Mem {
+        fn list(&self, path: &str) -> Result<Vec<Entry>, ReadError> {
+            let prefix = format!("{path}/");
+            let mut out: BTreeMap<String, EntryKind> = BTreeMap::new();
+            for (key, (kind, _)) in &self.0 {
+                if let Some(rest) = key.strip_prefix(&prefix) {
+                    match rest.split_once('/') {
+                        Some((dir, _)) => out.insert(dir.to_string(), EntryKind::Dir),
+                        None => out.insert(rest.to_string(), *kind),
+                    };
+                }
+            }
+            Ok(out.into_iter().map(|(name, kind)| Entry { name, kind }).collect())
+        }
+        fn read(&self, path: &str, _limit: u64) -> Result<Vec<u8>, ReadError> {
+            self.0
+                .get(path)
+                .map(|(_, t)| t.as_bytes().to_vec())
+                .ok_or_else(|| ReadError::NotFound {
+                    path: path.to_string(),
+                })
+        }
+        fn kind(&self, path: &str) -> Result<Option<EntryKind>, ReadError> {
+            if let Some((kind, _)) = self.0.get(path) {
+                return Ok(Some(*kind));
+            }
+            let prefix = format!("{path}/");
+            Ok(self
+                .0
+                .keys()
+                .any(|k| k.starts_with(&prefix))
+                .then_some(EntryKind::Dir))
+        }
+    }
+
+    fn messages(parsed: &Parsed) -> Vec<String> {
+        parsed.diagnostics.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn cluster_directory_names_must_be_short_dns_labels() {
+        let parsed = parse_repo(
+            &Mem::default().good("Prod").good(&"a".repeat(41)).good("ok"),
+            "clusters",
+        );
+        assert_eq!(parsed.invalid, ["Prod".to_string(), "a".repeat(41)]);
+        assert_eq!(parsed.clusters.len(), 1);
+        assert!(messages(&parsed)[0].starts_with("clusters/Prod:0:0: cluster directory name \"Prod\""));
+        assert!(messages(&parsed)[1].contains("41 characters long"));
+    }
+
+    #[test]
+    fn hosts_and_vars_are_required() {
+        let parsed = parse_repo(
+            &Mem::default().file("clusters/a/operations.yml", "[]\n"),
+            "clusters",
+        );
+        assert_eq!(
+            messages(&parsed),
+            [
+                "clusters/a/hosts.yml:0:0: hosts.yml is missing: add the cluster's ansible inventory (all: hosts/children) in this file",
+                "clusters/a/vars.yml:0:0: vars.yml is missing: add the cluster's variables as a mapping in this file (`{}` for none)",
+            ]
+        );
+    }
+
+    #[test]
+    fn vars_must_be_a_non_empty_mapping() {
+        for (text, want) in [
+            ("", "write `{}`"),
+            ("~\n", "write `{}`"),
+            ("- a\n", "not a list"),
+            ("a: [\n", "syntax"),
+        ] {
+            let parsed = parse_repo(
+                &Mem::default().good("a").file("clusters/a/vars.yml", text),
+                "clusters",
+            );
+            assert!(
+                messages(&parsed)[0].contains(want),
+                "{text:?}: {:?}",
+                messages(&parsed)
+            );
+        }
+    }
+
+    #[test]
+    fn symlinks_are_refused_wherever_they_are() {
+        let tree = Mem::default()
+            .good("a")
+            .with("clusters/a/cluster.yml", EntryKind::Symlink, "")
+            .with("clusters/a/notes.txt", EntryKind::Symlink, "")
+            .with("clusters/b", EntryKind::Symlink, "")
+            .with("kok.yml", EntryKind::Symlink, "");
+        let parsed = parse_repo(&tree, "clusters");
+        let m = messages(&parsed);
+        assert_eq!(parsed.invalid, ["a", "b"]);
+        assert!(
+            m.iter()
+                .any(|l| l.starts_with("clusters/a/cluster.yml:0:0: file is a symbolic link")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|l| l.starts_with("clusters/a/notes.txt:0:0: file is a symbolic link")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|l| l.starts_with("clusters/b:0:0: cluster directory is a symbolic link")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|l| l.starts_with("kok.yml:0:0: file is a symbolic link")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_yaml_files_are_errors_and_other_files_are_ignored() {
+        let tree = Mem::default()
+            .good("a")
+            .file("clusters/a/README.md", "# a\n")
+            .file("clusters/a/opertions.yml", "[]\n")
+            .file("clusters/a/cluster.yaml", "{}\n");
+        let m = messages(&parse_repo(&tree, "clusters"));
+        assert_eq!(
+            m,
+            [
+                "clusters/a/cluster.yaml:0:0: kok reads cluster.yml, not cluster.yaml: rename the file to cluster.yml",
+                "clusters/a/opertions.yml:0:0: unknown file in a cluster directory: kok reads only hosts.yml, vars.yml, operations.yml, cluster.yml; did you mean \"operations.yml\"?",
+            ]
+        );
+    }
+
+    #[test]
+    fn group_vars_directories_are_refused_with_a_hint() {
+        let m = messages(&parse_repo(
+            &Mem::default()
+                .good("a")
+                .file("clusters/a/host_vars/n1.yml", "{}\n"),
+            "clusters",
+        ));
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].starts_with("clusters/a/host_vars:0:0: kok does not read host_vars/"),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_root_is_an_error_on_the_root() {
+        let m = messages(&parse_repo(&Mem::default().good("a"), "envs"));
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].starts_with("envs:0:0: directory \"envs\" not found"),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn roots_are_normalized() {
+        assert_eq!(normalize_root("./clusters/"), "clusters");
+        assert_eq!(normalize_root("."), "");
+        assert_eq!(normalize_root("/a/b"), "a/b");
     }
 }
