@@ -263,6 +263,7 @@ fn deleted_branch_is_named_in_the_error() {
     let first = src.poll(None).unwrap().commit();
     repo.git(&["branch", "-D", "feature"]);
     let err = src.poll(Some(first)).unwrap_err();
+    eprintln!("{err}");
     assert!(matches!(err, SourceError::RefNotFound { .. }), "{err:?}");
     let text = err.to_string();
     assert!(
@@ -298,6 +299,7 @@ fn unreachable_remote_fails_with_a_clear_error() {
     config.timeout = Duration::from_secs(5);
     let mut src = Source::open(config).unwrap();
     let err = src.poll(None).unwrap_err();
+    eprintln!("{err}");
     let text = err.to_string();
     assert!(
         matches!(err, SourceError::Remote { .. } | SourceError::Timeout { .. }),
@@ -318,6 +320,7 @@ fn silent_remote_times_out() {
     config.timeout = Duration::from_secs(1);
     let mut src = Source::open(config).unwrap();
     let err = src.poll(None).unwrap_err();
+    eprintln!("{err}");
     assert!(matches!(err, SourceError::Timeout { seconds: 1, .. }), "{err:?}");
     assert!(err.to_string().contains("--git-timeout"), "{err}");
     drop(listener);

@@ -56,6 +56,7 @@ fn git_daemon_missing_repository_is_reported() {
     ))
     .unwrap();
     let err = src.poll(None).unwrap_err();
+    eprintln!("{err}");
     assert!(err.to_string().contains("nothing-here"), "{err}");
 }
 
@@ -124,6 +125,7 @@ fn ssh_host_key_that_differs_from_known_hosts_is_refused() {
     ))
     .unwrap();
     let err = src.poll(None).unwrap_err();
+    eprintln!("{err}");
     assert!(matches!(err, SourceError::HostKeyChanged { .. }), "{err:?}");
     let text = err.to_string();
     assert!(text.contains(&format!("[127.0.0.1]:{}", sshd.port)), "{text}");
@@ -148,6 +150,7 @@ fn ssh_host_missing_from_known_hosts_is_refused() {
     ))
     .unwrap();
     let err = src.poll(None).unwrap_err();
+    eprintln!("{err}");
     assert!(matches!(err, SourceError::HostKeyUnknown { .. }), "{err:?}");
     assert!(
         err.to_string().contains("is not in the known_hosts file"),
@@ -163,6 +166,7 @@ fn ssh_user_key_the_server_does_not_accept_fails_listing_what_was_tried() {
     let cache = tempfile::tempdir().unwrap();
     let mut src = Source::open(ssh_config(&sshd, &repo, "other_key", "known_hosts", cache.path())).unwrap();
     let err = src.poll(None).unwrap_err();
+    eprintln!("{err}");
     assert!(matches!(err, SourceError::AuthFailed { .. }), "{err:?}");
     let text = err.to_string();
     assert!(

@@ -221,9 +221,9 @@ pub fn compute(
     let mut names: Vec<String> = touched.iter().chain(&changes.removed).cloned().collect();
     names.sort();
     names.dedup();
-    let at_to = parse(source, to, root)?;
+    let at_to = parse(source, to, root, &names)?;
     let at_from = match from {
-        Some(f) if repo.find_commit(f).is_ok() => parse(source, f, root)?,
+        Some(f) if repo.find_commit(f).is_ok() => parse(source, f, root, &names)?,
         _ => Parsed::default(),
     };
     let introduced = attribute(repo, from, to, root, &touched)?;
@@ -307,9 +307,9 @@ pub fn compute(
     })
 }
 
-fn parse(source: &Source, commit: Oid, root: &str) -> anyhow::Result<Parsed> {
+fn parse(source: &Source, commit: Oid, root: &str, names: &[String]) -> anyhow::Result<Parsed> {
     let tree: GitTree<'_> = source.tree(commit)?;
-    Ok(layout::parse_repo(&tree, root))
+    Ok(layout::parse_clusters(&tree, root, names))
 }
 
 /// The rendered objects of cluster `name`: (kind, name) → canonical JSON.

@@ -62,9 +62,7 @@ pub fn parse_at(
     clusters: &[String],
 ) -> Result<Parsed, SourceError> {
     let tree = GitTree::at_commit(repo, commit)?;
-    let mut parsed = layout::parse_repo(&tree, root);
-    parsed.clusters.retain(|c| clusters.contains(&c.name));
-    Ok(parsed)
+    Ok(layout::parse_clusters(&tree, root, clusters))
 }
 
 /// For every operation of `clusters` present at `new` but not at `old` (same id and digest), the
@@ -106,14 +104,18 @@ pub fn attribute(
             .find_commit(*commit)
             .and_then(|c| c.tree())
             .map_err(SourceError::git(format!("read the tree of {commit}")))?;
+        let root_tree = if root.is_empty() {
+            Some(tree)
+        } else {
+            tree.get_path(Path::new(root))
+                .ok()
+                .and_then(|e| repo.find_tree(e.id()).ok())
+        };
         let mut to_parse = Vec::new();
         for cluster in waiting {
-            let dir = if root.is_empty() {
-                cluster.clone()
-            } else {
-                format!("{root}/{cluster}")
-            };
-            let id = tree.get_path(Path::new(&dir)).ok().map(|e| e.id());
+            let id = root_tree
+                .as_ref()
+                .and_then(|t| t.get_name(&cluster).map(|e| e.id()));
             if last_subtree.get(&cluster) != Some(&id) && id.is_some() {
                 to_parse.push(cluster.clone());
             }

@@ -1,8 +1,9 @@
 //! [`GitTree`]: the layout parser's [`TreeReader`] over a commit's tree in the bare cache.
 
-use std::path::Path;
+use std::cell::RefCell;
+use std::collections::HashMap;
 
-use git2::{ObjectType, Oid, Repository, Tree};
+use git2::{Oid, Repository, Tree};
 
 use super::SourceError;
 use crate::layout::{Entry, EntryKind, ReadError, TreeReader};
@@ -11,6 +12,9 @@ use crate::layout::{Entry, EntryKind, ReadError, TreeReader};
 pub struct GitTree<'r> {
     repo: &'r Repository,
     root: Tree<'r>,
+    /// Directories already looked up, by path: libgit2 does not cache large tree objects, so a root
+    /// with thousands of entries would otherwise be inflated again for every file read under it.
+    dirs: RefCell<HashMap<String, Tree<'r>>>,
 }
 
 impl std::fmt::Debug for GitTree<'_> {
@@ -26,7 +30,11 @@ impl<'r> GitTree<'r> {
             .find_commit(commit)
             .and_then(|c| c.tree())
             .map_err(SourceError::git(format!("read the tree of commit {commit}")))?;
-        Ok(GitTree { repo, root })
+        Ok(GitTree {
+            repo,
+            root,
+            dirs: RefCell::new(HashMap::new()),
+        })
     }
 
     /// The tree `tree`.
@@ -34,7 +42,11 @@ impl<'r> GitTree<'r> {
         let root = repo
             .find_tree(tree)
             .map_err(SourceError::git(format!("read tree {tree}")))?;
-        Ok(GitTree { repo, root })
+        Ok(GitTree {
+            repo,
+            root,
+            dirs: RefCell::new(HashMap::new()),
+        })
     }
 
     /// Id of the root tree.
@@ -54,19 +66,33 @@ impl<'r> GitTree<'r> {
         if path.is_empty() {
             return Ok(self.root.clone());
         }
-        let entry = self.root.get_path(Path::new(path)).map_err(|e| match e.code() {
-            git2::ErrorCode::NotFound => ReadError::NotFound {
-                path: path.to_string(),
-            },
-            _ => Self::io(path, e),
+        if let Some(tree) = self.dirs.borrow().get(path) {
+            return Ok(tree.clone());
+        }
+        let (id, mode) = self.entry(path)?.ok_or_else(|| ReadError::NotFound {
+            path: path.to_string(),
         })?;
-        if entry.kind() != Some(ObjectType::Tree) {
+        if kind_of(mode) != EntryKind::Dir {
             return Err(ReadError::Io {
                 path: path.to_string(),
                 message: "not a directory".to_string(),
             });
         }
-        self.repo.find_tree(entry.id()).map_err(|e| Self::io(path, e))
+        let tree = self.repo.find_tree(id).map_err(|e| Self::io(path, e))?;
+        self.dirs.borrow_mut().insert(path.to_string(), tree.clone());
+        Ok(tree)
+    }
+
+    /// Id and file mode of the entry at `path` (not the root), `None` when absent.
+    fn entry(&self, path: &str) -> Result<Option<(Oid, i32)>, ReadError> {
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let parent_tree = match self.subtree(parent) {
+            Ok(tree) => tree,
+            Err(ReadError::NotFound { .. }) => return Ok(None),
+            Err(ReadError::Io { message, .. }) if message == "not a directory" => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(parent_tree.get_name(name).map(|e| (e.id(), e.filemode())))
     }
 }
 
@@ -95,20 +121,17 @@ impl TreeReader for GitTree<'_> {
     }
 
     fn read(&self, path: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
-        let entry = self.root.get_path(Path::new(path)).map_err(|e| match e.code() {
-            git2::ErrorCode::NotFound => ReadError::NotFound {
-                path: path.to_string(),
-            },
-            _ => Self::io(path, e),
+        let (id, mode) = self.entry(path)?.ok_or_else(|| ReadError::NotFound {
+            path: path.to_string(),
         })?;
-        if kind_of(entry.filemode()) != EntryKind::File {
+        if kind_of(mode) != EntryKind::File {
             return Err(ReadError::Io {
                 path: path.to_string(),
                 message: "not a regular file".to_string(),
             });
         }
         let odb = self.repo.odb().map_err(|e| Self::io(path, e))?;
-        let (size, _) = odb.read_header(entry.id()).map_err(|e| Self::io(path, e))?;
+        let (size, _) = odb.read_header(id).map_err(|e| Self::io(path, e))?;
         let size = size as u64;
         if size > limit {
             return Err(ReadError::TooLarge {
@@ -117,7 +140,7 @@ impl TreeReader for GitTree<'_> {
                 limit,
             });
         }
-        let blob = self.repo.find_blob(entry.id()).map_err(|e| Self::io(path, e))?;
+        let blob = self.repo.find_blob(id).map_err(|e| Self::io(path, e))?;
         Ok(blob.content().to_vec())
     }
 
@@ -125,10 +148,6 @@ impl TreeReader for GitTree<'_> {
         if path.is_empty() {
             return Ok(Some(EntryKind::Dir));
         }
-        match self.root.get_path(Path::new(path)) {
-            Ok(entry) => Ok(Some(kind_of(entry.filemode()))),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-            Err(e) => Err(Self::io(path, e)),
-        }
+        Ok(self.entry(path)?.map(|(_, mode)| kind_of(mode)))
     }
 }
