@@ -1,0 +1,584 @@
+//! Durable, exact delivery: a reconciler that sends each ClusterOperation's `status.desiredStatus` to
+//! the sinks until it equals `status.reported`, and the same for `kok/sync` statuses kept in a ConfigMap.
+//!
+//! - State lives in the API server, so a restart resumes: a ClusterOperation whose `desiredStatus`
+//!   differs from `reported` is delivered again; one whose statuses are equal is never sent again.
+//! - After a delivery, `status.reported` is set to the delivered status and `reportAttempts` removed,
+//!   with a merge patch on `/status` under the field manager [`REPORT_FIELD_MANAGER`] (so a server-side
+//!   apply of the status by the controller, under another manager, leaves those fields alone).
+//! - A failed delivery increments `reportAttempts` and is retried after [`Backoff::delay`]: the
+//!   sink's Retry-After when it gave one, else exponential from 1 s up to 5 min. A refusal (4xx) is
+//!   retried at the longest delay, since only a configuration change can fix it.
+//! - Delivery is at least once: a crash between the sink's answer and the status patch sends the same
+//!   status again on restart (harmless: the notes sink skips identical lines, GitLab's same-state
+//!   refusal counts as delivered, GitHub keeps the newest of equal statuses).
+//! - `kok/sync` statuses are not tied to a ClusterOperation: [`Reporter::deliver_sync`] records them in
+//!   the ConfigMap [`SYNC_CONFIGMAP`], one data key per commit holding `{"desired", "reported",
+//!   "attempts", "time"}` as JSON, and the same retry policy delivers them. The newest
+//!   [`SYNC_HISTORY`] commits are kept.
+//! - With several sinks, each status is delivered to every sink; a sink that already took it is not
+//!   sent it again while the others are retried (in memory; after a restart all sinks get it again).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use super::sink::{DeliveryError, Sink};
+use crate::api::{ClusterOperation, CommitStatus};
+use crate::metrics::Metrics;
+
+/// Field manager of the `status.reported` / `status.reportAttempts` patches.
+pub const REPORT_FIELD_MANAGER: &str = "kok-report";
+/// ConfigMap recording the desired and delivered `kok/sync` status of recent commits.
+pub const SYNC_CONFIGMAP: &str = "kok-sync-status";
+/// How many commits the sync ConfigMap keeps.
+pub const SYNC_HISTORY: usize = 50;
+
+/// Retry delays for failed deliveries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// Delay after the first failure.
+    pub initial: Duration,
+    /// Longest delay (also used after a refusal).
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Backoff {
+    /// Delay before the next attempt after `attempts` failures: the sink's Retry-After when given
+    /// (capped at one hour), the longest delay after a refusal, else `initial * 2^(attempts-1)`, capped.
+    pub fn delay(&self, attempts: u32, error: &DeliveryError) -> Duration {
+        if !error.is_retryable() {
+            return self.max;
+        }
+        if let Some(wait) = error.retry_after() {
+            return wait.min(Duration::from_secs(3600));
+        }
+        let exponent = attempts.saturating_sub(1).min(20);
+        self.initial.saturating_mul(1u32 << exponent).min(self.max)
+    }
+}
+
+/// Errors of the delivery loop (the sinks' own failures are retried, not returned).
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// Recording a delivery on a ClusterOperation's status failed.
+    #[error("recording the delivered commit status on ClusterOperation {namespace}/{name}: {source}")]
+    PatchOperationStatus {
+        /// Namespace.
+        namespace: String,
+        /// ClusterOperation name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading or writing the sync status ConfigMap failed.
+    #[error(
+        "updating ConfigMap {namespace}/{SYNC_CONFIGMAP} with the kok/sync status of {commit}: {source}"
+    )]
+    SyncRecord {
+        /// Namespace.
+        namespace: String,
+        /// Commit sha.
+        commit: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A sync record in the ConfigMap could not be encoded.
+    #[error("encoding the kok/sync record of {commit}: {source}")]
+    Encode {
+        /// Commit sha.
+        commit: String,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Every configured sink, with per-sink bookkeeping so a status reaches each sink once.
+pub struct Sinks {
+    sinks: Vec<Arc<dyn Sink>>,
+    metrics: &'static Metrics,
+    /// commit and JSON of the status → indexes of the sinks that took it, while others still fail.
+    partial: Mutex<HashMap<String, HashSet<usize>>>,
+}
+
+impl std::fmt::Debug for Sinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.sinks.iter().map(|s| s.name()))
+            .finish()
+    }
+}
+
+impl Sinks {
+    /// Delivers to each of `sinks`, counting results in `metrics`.
+    pub fn new(sinks: Vec<Arc<dyn Sink>>, metrics: &'static Metrics) -> Self {
+        Sinks {
+            sinks,
+            metrics,
+            partial: Mutex::default(),
+        }
+    }
+
+    /// Names of the sinks.
+    pub fn names(&self) -> Vec<String> {
+        self.sinks.iter().map(|s| s.name().to_string()).collect()
+    }
+
+    /// Delivers `status` on `commit` to every sink that has not taken it yet. On failure returns the
+    /// error that allows the earliest retry (a retryable one before a refusal).
+    pub async fn deliver(&self, commit: &str, status: &CommitStatus) -> Result<(), DeliveryError> {
+        let key = format!("{commit}\n{}", serde_json::to_string(status).unwrap_or_default());
+        let done = self.lock().get(&key).cloned().unwrap_or_default();
+        let mut worst: Option<DeliveryError> = None;
+        for (index, sink) in self.sinks.iter().enumerate() {
+            if done.contains(&index) {
+                continue;
+            }
+            match sink.deliver(commit, status).await {
+                Ok(()) => {
+                    self.metrics.status_delivery(sink.name(), "delivered");
+                    tracing::info!(sink = sink.name(), %commit, context = %status.context, state = ?status.state, "commit status delivered");
+                    self.lock().entry(key.clone()).or_default().insert(index);
+                }
+                Err(err) => {
+                    let result = if err.is_retryable() { "retry" } else { "failed" };
+                    self.metrics.status_delivery(sink.name(), result);
+                    tracing::warn!(sink = sink.name(), %commit, context = %status.context, error = %err, "commit status not delivered");
+                    worst = Some(match worst {
+                        Some(prev) if prefer(&prev, &err) => prev,
+                        _ => err,
+                    });
+                }
+            }
+        }
+        match worst {
+            Some(err) => Err(err),
+            None => {
+                self.lock().remove(&key);
+                Ok(())
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<usize>>> {
+        self.partial
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Whether `a` should be reported over `b`: retryable first, then the shorter wait.
+fn prefer(a: &DeliveryError, b: &DeliveryError) -> bool {
+    match (a.is_retryable(), b.is_retryable()) {
+        (true, false) => true,
+        (false, true) => false,
+        _ => a.retry_after().unwrap_or_default() <= b.retry_after().unwrap_or_default(),
+    }
+}
+
+/// One commit's `kok/sync` record in [`SYNC_CONFIGMAP`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncRecord {
+    /// The status the commit should show.
+    pub desired: CommitStatus,
+    /// The status last delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<CommitStatus>,
+    /// Failed attempts at delivering `desired`.
+    #[serde(default)]
+    pub attempts: u32,
+    /// When `desired` was recorded (RFC 3339), to keep the newest records.
+    pub time: String,
+}
+
+/// Delivers commit statuses from ClusterOperations and `kok/sync` records, durably and once.
+pub struct Reporter {
+    client: Client,
+    namespace: String,
+    sinks: Arc<Sinks>,
+    backoff: Backoff,
+    /// Per ClusterOperation (or `sync/<commit>`): the status being retried and when it may be tried again.
+    not_before: Mutex<HashMap<String, (CommitStatus, Instant)>>,
+    sync_wake: Notify,
+}
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reporter")
+            .field("namespace", &self.namespace)
+            .field("sinks", &self.sinks)
+            .finish()
+    }
+}
+
+impl Reporter {
+    /// A reporter for the ClusterOperations in `namespace`.
+    pub fn new(client: Client, namespace: impl Into<String>, sinks: Sinks, backoff: Backoff) -> Arc<Self> {
+        Arc::new(Reporter {
+            client,
+            namespace: namespace.into(),
+            sinks: Arc::new(sinks),
+            backoff,
+            not_before: Mutex::default(),
+            sync_wake: Notify::new(),
+        })
+    }
+
+    /// Runs both delivery loops until `shutdown` completes.
+    pub async fn run(
+        self: Arc<Self>,
+        shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    ) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let operations = self.clone().run_operations(wait_true(rx.clone()));
+        let sync = self.clone().run_sync(wait_true(rx));
+        let stop = async move {
+            shutdown.await;
+            let _ = tx.send(true);
+        };
+        tokio::join!(operations, sync, stop);
+    }
+
+    /// Watches the ClusterOperations and delivers each `desiredStatus` that differs from `reported`.
+    pub async fn run_operations(
+        self: Arc<Self>,
+        shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    ) {
+        let api: Api<ClusterOperation> = Api::namespaced(self.client.clone(), &self.namespace);
+        Controller::new(api, watcher::Config::default())
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile_operation, error_policy, self)
+            .for_each(|_| async {})
+            .await;
+    }
+
+    /// Records the `kok/sync` status of `commit` and wakes the sync loop to deliver it.
+    pub async fn deliver_sync(&self, commit: &str, status: &CommitStatus) -> Result<(), ReportError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let sync_err = |source| ReportError::SyncRecord {
+            namespace: self.namespace.clone(),
+            commit: commit.to_string(),
+            source,
+        };
+        let existing = api.get_opt(SYNC_CONFIGMAP).await.map_err(sync_err)?;
+        let records = existing.as_ref().map(sync_records).unwrap_or_default();
+        if let Some(record) = records.get(commit) {
+            if record.desired == *status {
+                return Ok(());
+            }
+        }
+        let record = SyncRecord {
+            desired: status.clone(),
+            reported: records.get(commit).and_then(|r| r.reported.clone()),
+            attempts: 0,
+            time: jiff::Timestamp::now().to_string(),
+        };
+        let encoded = serde_json::to_string(&record).map_err(|source| ReportError::Encode {
+            commit: commit.to_string(),
+            source,
+        })?;
+        let mut data = serde_json::Map::new();
+        data.insert(commit.to_string(), serde_json::Value::String(encoded));
+        // Keep the newest records: drop the oldest delivered ones beyond the limit.
+        let mut by_age: Vec<(&String, &SyncRecord)> = records.iter().filter(|(c, _)| *c != commit).collect();
+        by_age.sort_by(|a, b| b.1.time.cmp(&a.1.time));
+        for (old, _) in by_age.iter().skip(SYNC_HISTORY.saturating_sub(1)) {
+            data.insert((*old).clone(), serde_json::Value::Null);
+        }
+        let patch = serde_json::json!({ "data": data });
+        match existing {
+            Some(_) => {
+                api.patch(SYNC_CONFIGMAP, &patch_params(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(sync_err)?;
+            }
+            None => {
+                let mut cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": {
+                        "name": SYNC_CONFIGMAP,
+                        "labels": {
+                            "app.kubernetes.io/part-of": "kok",
+                            "app.kubernetes.io/component": "commit-status",
+                        },
+                    },
+                }))
+                .map_err(|source| ReportError::Encode {
+                    commit: commit.to_string(),
+                    source,
+                })?;
+                let mut map = BTreeMap::new();
+                if let Some(serde_json::Value::String(v)) = data.get(commit) {
+                    map.insert(commit.to_string(), v.clone());
+                }
+                cm.data = Some(map);
+                match api
+                    .create(
+                        &PostParams {
+                            field_manager: Some(REPORT_FIELD_MANAGER.into()),
+                            ..Default::default()
+                        },
+                        &cm,
+                    )
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        api.patch(SYNC_CONFIGMAP, &patch_params(), &Patch::Merge(&patch))
+                            .await
+                            .map_err(sync_err)?;
+                    }
+                    Err(e) => return Err(sync_err(e)),
+                }
+            }
+        }
+        self.sync_wake.notify_one();
+        Ok(())
+    }
+
+    /// Delivers the `kok/sync` records whose desired status differs from the reported one, until
+    /// `shutdown` completes.
+    pub async fn run_sync(
+        self: Arc<Self>,
+        shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            let wait = match self.sync_pass().await {
+                Ok(next) => next.unwrap_or(self.backoff.max),
+                Err(err) => {
+                    tracing::warn!(error = %err, "kok/sync delivery pass failed; retrying");
+                    self.backoff.initial.max(Duration::from_secs(5))
+                }
+            };
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = self.sync_wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// One pass over the sync records; returns how long until the next retry is due, if any.
+    async fn sync_pass(&self) -> Result<Option<Duration>, ReportError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let cm = api
+            .get_opt(SYNC_CONFIGMAP)
+            .await
+            .map_err(|source| ReportError::SyncRecord {
+                namespace: self.namespace.clone(),
+                commit: String::new(),
+                source,
+            })?;
+        let Some(cm) = cm else { return Ok(None) };
+        let mut next: Option<Duration> = None;
+        for (commit, mut record) in sync_records(&cm) {
+            if record.reported.as_ref() == Some(&record.desired) {
+                continue;
+            }
+            let key = format!("sync/{commit}");
+            if let Some(wait) = self.wait_for(&key, &record.desired) {
+                next = Some(next.map_or(wait, |n| n.min(wait)));
+                continue;
+            }
+            let result = self.sinks.deliver(&commit, &record.desired).await;
+            let wait = match &result {
+                Ok(()) => {
+                    record.reported = Some(record.desired.clone());
+                    record.attempts = 0;
+                    self.clear_wait(&key);
+                    None
+                }
+                Err(err) => {
+                    record.attempts = record.attempts.saturating_add(1);
+                    Some(self.schedule(&key, &record.desired, record.attempts, err))
+                }
+            };
+            if let Some(wait) = wait {
+                next = Some(next.map_or(wait, |n| n.min(wait)));
+            }
+            self.patch_sync_record(&api, &commit, &record).await?;
+        }
+        Ok(next)
+    }
+
+    /// Writes one record back, unless its desired status changed meanwhile (then the next pass sends it).
+    async fn patch_sync_record(
+        &self,
+        api: &Api<ConfigMap>,
+        commit: &str,
+        record: &SyncRecord,
+    ) -> Result<(), ReportError> {
+        let sync_err = |source| ReportError::SyncRecord {
+            namespace: self.namespace.clone(),
+            commit: commit.to_string(),
+            source,
+        };
+        let current = api.get_opt(SYNC_CONFIGMAP).await.map_err(sync_err)?;
+        let latest = current.as_ref().map(sync_records).unwrap_or_default();
+        let mut record = record.clone();
+        if let Some(now) = latest.get(commit) {
+            if now.desired != record.desired {
+                record.desired = now.desired.clone();
+                record.time = now.time.clone();
+                record.attempts = 0;
+            }
+        }
+        let encoded = serde_json::to_string(&record).map_err(|source| ReportError::Encode {
+            commit: commit.to_string(),
+            source,
+        })?;
+        let patch = serde_json::json!({ "data": { commit: encoded } });
+        api.patch(SYNC_CONFIGMAP, &patch_params(), &Patch::Merge(&patch))
+            .await
+            .map_err(sync_err)?;
+        Ok(())
+    }
+
+    /// Remaining wait for `key` when `status` is the one scheduled for a later retry.
+    fn wait_for(&self, key: &str, status: &CommitStatus) -> Option<Duration> {
+        let map = self.not_before.lock().unwrap_or_else(|p| p.into_inner());
+        let (scheduled, at) = map.get(key)?;
+        if scheduled != status {
+            return None;
+        }
+        let now = Instant::now();
+        (*at > now).then(|| *at - now)
+    }
+
+    fn schedule(&self, key: &str, status: &CommitStatus, attempts: u32, err: &DeliveryError) -> Duration {
+        let delay = self.backoff.delay(attempts, err);
+        let mut map = self.not_before.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(key.to_string(), (status.clone(), Instant::now() + delay));
+        delay
+    }
+
+    fn clear_wait(&self, key: &str) {
+        self.not_before
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(REPORT_FIELD_MANAGER.to_string()),
+        ..Default::default()
+    }
+}
+
+async fn wait_true(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+fn sync_records(cm: &ConfigMap) -> BTreeMap<String, SyncRecord> {
+    cm.data
+        .iter()
+        .flatten()
+        .filter_map(|(commit, value)| Some((commit.clone(), serde_json::from_str(value).ok()?)))
+        .collect()
+}
+
+/// Delivers one ClusterOperation's desired status if it differs from the reported one.
+async fn reconcile_operation(
+    op: Arc<ClusterOperation>,
+    reporter: Arc<Reporter>,
+) -> Result<Action, ReportError> {
+    let Some(status) = op.status.as_ref() else {
+        return Ok(Action::await_change());
+    };
+    let Some(desired) = status.desired_status.as_ref() else {
+        return Ok(Action::await_change());
+    };
+    let name = op.name_any();
+    if status.reported.as_ref() == Some(desired) {
+        reporter.clear_wait(&name);
+        return Ok(Action::await_change());
+    }
+    if let Some(wait) = reporter.wait_for(&name, desired) {
+        return Ok(Action::requeue(wait));
+    }
+    let commit = &op.spec.source.commit;
+    let api: Api<ClusterOperation> = Api::namespaced(reporter.client.clone(), &reporter.namespace);
+    let patch_err = |source| ReportError::PatchOperationStatus {
+        namespace: reporter.namespace.clone(),
+        name: name.clone(),
+        source,
+    };
+    match reporter.sinks.deliver(commit, desired).await {
+        Ok(()) => {
+            let patch = serde_json::json!({ "status": { "reported": desired, "reportAttempts": null } });
+            api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
+                .await
+                .map_err(patch_err)?;
+            reporter.clear_wait(&name);
+            Ok(Action::await_change())
+        }
+        Err(err) => {
+            let attempts = status.report_attempts.unwrap_or(0).saturating_add(1);
+            let delay = reporter.schedule(&name, desired, attempts, &err);
+            let patch = serde_json::json!({ "status": { "reportAttempts": attempts } });
+            api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
+                .await
+                .map_err(patch_err)?;
+            Ok(Action::requeue(delay))
+        }
+    }
+}
+
+fn error_policy(op: Arc<ClusterOperation>, err: &ReportError, _reporter: Arc<Reporter>) -> Action {
+    tracing::warn!(operation = %op.name_any(), error = %err, "commit status delivery bookkeeping failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retryable(after: Option<u64>) -> DeliveryError {
+        DeliveryError::Retryable {
+            sink: "s".into(),
+            context: "c".into(),
+            commit: "x".into(),
+            reason: "r".into(),
+            retry_after: after.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_honours_retry_after() {
+        let b = Backoff::default();
+        assert_eq!(b.delay(1, &retryable(None)), Duration::from_secs(1));
+        assert_eq!(b.delay(3, &retryable(None)), Duration::from_secs(4));
+        assert_eq!(b.delay(30, &retryable(None)), Duration::from_secs(300));
+        assert_eq!(b.delay(1, &retryable(Some(42))), Duration::from_secs(42));
+        let refused = DeliveryError::Permanent {
+            sink: "s".into(),
+            context: "c".into(),
+            commit: "x".into(),
+            reason: "r".into(),
+        };
+        assert_eq!(b.delay(1, &refused), Duration::from_secs(300));
+    }
+}
