@@ -1,0 +1,257 @@
+//! Smoke test with the real kubectl: CRDs, server-side apply, get (yaml and tables), get -w, patch,
+//! and cascading deletes. kubectl must be installed (CI installs Debian's kubernetes-client);
+//! `KOK_SKIP_KUBECTL=1` skips explicitly.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use testkit::ApiServer;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.cache.path())
+            .args(args);
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        c
+    }
+
+    /// Runs kubectl, failing the test with its output when it fails.
+    async fn ok(&self, args: &[&str]) -> String {
+        self.run(args, None)
+            .await
+            .unwrap_or_else(|e| panic!("kubectl {args:?} failed: {e}"))
+    }
+
+    async fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        let mut cmd = self.command(args);
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("spawning kubectl: {e}"))?;
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(text.as_bytes()).await.map_err(|e| e.to_string())?;
+        }
+        let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+            .await
+            .map_err(|_| format!("kubectl {args:?} did not finish within {LIMIT:?}"))?
+            .map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!(
+                "{}\nstdout: {stdout}\nstderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    async fn apply_stdin(&self, args: &[&str], yaml: &str) -> String {
+        self.run(args, Some(yaml))
+            .await
+            .unwrap_or_else(|e| panic!("kubectl {args:?} failed: {e}"))
+    }
+
+    fn watch(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning kubectl {args:?}: {e}"))
+    }
+}
+
+/// kubectl, or None when explicitly skipped; panics when kubectl is missing without the opt-out.
+async fn kubectl_available() -> bool {
+    if std::env::var("KOK_SKIP_KUBECTL").as_deref() == Ok("1") {
+        eprintln!("skipping the kubectl smoke test: KOK_SKIP_KUBECTL=1 is set");
+        return false;
+    }
+    let found = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .await;
+    match found {
+        Ok(o) if o.status.success() => true,
+        _ => panic!(
+            "kubectl is not installed or does not run; install it (Debian: apt-get install kubernetes-client) \
+             or set KOK_SKIP_KUBECTL=1 to skip this test explicitly"
+        ),
+    }
+}
+
+/// Reads lines until one satisfies `pred`.
+async fn wait_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let read = async {
+        while let Some(line) = lines.next_line().await.expect("reading kubectl output") {
+            if pred(&line) {
+                return line;
+            }
+        }
+        panic!("kubectl get -w ended before the expected line");
+    };
+    tokio::time::timeout(LIMIT, read)
+        .await
+        .expect("kubectl get -w printed the expected line")
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn owned_configmap(name: &str, owner: &str, uid: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: {owner}\n    uid: {uid}\n    blockOwnerDeletion: true\ndata:\n  k: v\n"
+    )
+}
+
+#[tokio::test]
+async fn kubectl_applies_gets_watches_patches_and_deletes_with_cascade() {
+    if !kubectl_available().await {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl {
+        kubeconfig: server.kubeconfig_path().to_path_buf(),
+        cache: tempfile::tempdir().unwrap(),
+    };
+
+    let out = k.ok(&["apply", "-f", &fixture("widget-crd.yaml")]).await;
+    assert!(
+        out.contains("customresourcedefinition.apiextensions.k8s.io/widgets.example.test created"),
+        "{out}"
+    );
+    let project_crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
+    let has_project_crds = std::fs::read_dir(&project_crds)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "yaml"))
+        })
+        .unwrap_or(false);
+    if has_project_crds {
+        let out = k.ok(&["apply", "-f", &project_crds.display().to_string()]).await;
+        assert!(out.contains("customresourcedefinition"), "{out}");
+    } else {
+        eprintln!(
+            "no project CRDs in {} yet; applying only the fixture CRD",
+            project_crds.display()
+        );
+    }
+
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smoke\ndata:\n  key: value1\n";
+    let out = k.apply_stdin(&["apply", "--server-side", "-f", "-"], cm).await;
+    assert!(out.contains("configmap/smoke serverside-applied"), "{out}");
+    let yaml = k.ok(&["get", "configmap", "smoke", "-o", "yaml"]).await;
+    assert!(
+        yaml.contains("key: value1") && yaml.contains("name: smoke"),
+        "{yaml}"
+    );
+
+    let out = k
+        .ok(&["apply", "--server-side", "-f", &fixture("widget.yaml")])
+        .await;
+    assert!(out.contains("widget.example.test/w1 serverside-applied"), "{out}");
+    let status = r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#;
+    k.ok(&[
+        "patch",
+        "widget",
+        "w1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+    ])
+    .await;
+    let table = k.ok(&["get", "wd"]).await;
+    let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0], vec!["NAME", "READY", "SIZE", "AGE"], "{table}");
+    assert_eq!(&lines[1][..3], &["w1", "True", "3"], "{table}");
+
+    let mut table_watch = k.watch(&["get", "configmap", "smoke", "-w"]);
+    let mut value_watch = k.watch(&[
+        "get",
+        "configmap",
+        "smoke",
+        "-w",
+        "-o",
+        "jsonpath={.data.key}{\"\\n\"}",
+    ]);
+    let mut table_lines = BufReader::new(table_watch.stdout.take().unwrap()).lines();
+    let mut value_lines = BufReader::new(value_watch.stdout.take().unwrap()).lines();
+    wait_line(&mut table_lines, |l| l.starts_with("smoke")).await;
+    wait_line(&mut value_lines, |l| l == "value1").await;
+    let out = k
+        .ok(&[
+            "patch",
+            "configmap",
+            "smoke",
+            "-p",
+            r#"{"data":{"key":"value2"}}"#,
+        ])
+        .await;
+    assert!(out.contains("configmap/smoke patched"), "{out}");
+    wait_line(&mut value_lines, |l| l == "value2").await;
+    wait_line(&mut table_lines, |l| l.starts_with("smoke")).await;
+    drop(table_watch);
+    drop(value_watch);
+
+    for (cascade, parent) in [("foreground", "parent-fg"), ("background", "parent-bg")] {
+        let out = k
+            .apply_stdin(
+                &["create", "-f", "-"],
+                &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {parent}\n"),
+            )
+            .await;
+        assert!(out.contains("created"), "{out}");
+        let uid = k
+            .ok(&["get", "configmap", parent, "-o", "jsonpath={.metadata.uid}"])
+            .await;
+        let child = format!("{parent}-child");
+        k.apply_stdin(
+            &["apply", "-f", "-"],
+            &owned_configmap(&child, parent, uid.trim()),
+        )
+        .await;
+        let out = k
+            .ok(&["delete", "configmap", parent, &format!("--cascade={cascade}")])
+            .await;
+        assert!(out.contains("deleted"), "{out}");
+        let left = k.ok(&["get", "configmaps", "-o", "name"]).await;
+        assert!(
+            !left.contains(&child) && !left.contains(&format!("configmap/{parent}\n")),
+            "{cascade}: {left}"
+        );
+    }
+
+    let out = k.ok(&["delete", "-f", &fixture("widget-crd.yaml")]).await;
+    assert!(out.contains("deleted"), "{out}");
+    let err = k.run(&["get", "widgets"], None).await.unwrap_err();
+    assert!(
+        err.contains("the server doesn't have a resource type")
+            || err.contains("could not find the requested resource"),
+        "{err}"
+    );
+}
