@@ -149,10 +149,14 @@ impl Walk {
         for (key, value) in entries {
             let host = key.scalar_text().unwrap_or_default();
             if !is_host_name(&host) {
-                diags.error(
-                    key,
-                    format!("host \"{host}\" is not a valid host name: use letters, digits, '-', '.', '_'"),
-                );
+                let msg = if host.contains('[') && host.contains(':') {
+                    format!(
+                        "host \"{host}\" is a host range, which kok does not expand: list each host by name"
+                    )
+                } else {
+                    format!("host \"{host}\" is not a valid host name: use letters, digits, '-', '.', '_'")
+                };
+                diags.error(key, msg);
                 continue;
             }
             if !value.is_null() && value.as_map().is_none() {
@@ -307,6 +311,15 @@ mod tests {
         assert_eq!(
             errs,
             ["4:5: host \"node 7\" is not a valid host name: use letters, digits, '-', '.', '_'"]
+        );
+    }
+
+    #[test]
+    fn host_ranges_are_refused_with_a_hint() {
+        let errs = errors("all:\n  hosts:\n    node[1:3]:\n");
+        assert_eq!(
+            errs,
+            ["3:5: host \"node[1:3]\" is a host range, which kok does not expand: list each host by name"]
         );
     }
 

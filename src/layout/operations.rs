@@ -29,11 +29,11 @@ pub const HOOK_KEYS: &[&str] = &["action", "type", "extraArgs"];
 /// Longest operation id.
 pub const MAX_OPERATION_ID: usize = 30;
 
-/// Why `schedule` is not a cron expression the scheduler accepts (6 fields, seconds first); `None` when valid.
+/// Why `schedule` is not a cron expression the scheduler accepts (6 fields, seconds first; parsed as
+/// `controller::schedule` parses it); `None` when valid.
 pub fn schedule_problem(schedule: &str) -> Option<String> {
     let parsed = croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Required)
-        .dom_and_dow(true)
         .build()
         .parse(schedule);
     match parsed {
