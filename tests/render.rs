@@ -213,3 +213,11 @@ fn an_invalid_repository_renders_nothing_and_exits_1_with_located_errors() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("clusters/staging-sh/vars.yml:1:"), "{stderr}");
 }
+
+#[test]
+fn a_short_commit_is_refused_with_a_hint() {
+    let out = kok(&["render", EXAMPLE, "--commit", "5e1f0c2"], &[]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("git rev-parse"), "{stderr}");
+}

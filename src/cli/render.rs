@@ -24,12 +24,12 @@ pub struct Args {
     #[arg(long, default_value = DEFAULT_NAMESPACE, env = "KOK_NAMESPACE")]
     pub namespace: String,
     /// Branch or tag name used in revisions (`<ref>@sha1:<commit>`).
-    #[arg(long = "ref", default_value = "main", env = "KOK_REF")]
+    #[arg(long = "ref", value_name = "REF", default_value = "main", env = "KOK_REF")]
     pub ref_name: String,
     /// Commit sha used in revisions and as every operation's source commit. Default: HEAD of the
     /// git repository containing DIR (uncommitted changes are rendered too), or forty zeros
     /// outside a git repository.
-    #[arg(long, env = "KOK_COMMIT")]
+    #[arg(long, value_name = "SHA", env = "KOK_COMMIT", value_parser = parse_full_sha)]
     pub commit: Option<String>,
 }
 
@@ -66,6 +66,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .write_all(yaml.as_bytes())
         .context("writing the rendered objects to stdout")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Accepts a full commit sha (40 or 64 hex digits), lowercased.
+fn parse_full_sha(s: &str) -> Result<String, String> {
+    let ok = matches!(s.len(), 40 | 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if ok {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err(format!(
+            "{s:?} is not a full commit sha (40 hex digits); get one with `git rev-parse <rev>`"
+        ))
+    }
 }
 
 /// The sha of HEAD of the git repository containing `dir`, if there is one with a commit.
