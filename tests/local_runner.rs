@@ -339,3 +339,51 @@ async fn a_missing_config_map_fails_the_job_without_running_it() -> anyhow::Resu
     assert!(env.log(&op)?.contains("a-vars-missing"));
     Ok(())
 }
+
+#[tokio::test]
+async fn kok_logs_prints_a_run_by_operation_job_or_cluster_and_id() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("say.sh"), "echo the output of ping\n")?;
+    let op = operation("ping", "say.sh", ActionType::Shell);
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    let kok = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kok"))
+            .args(args)
+            .arg("--state-dir")
+            .arg(env.state.path())
+            .env_remove("KOK_STATE_DIR")
+            .output()
+    };
+    for query in ["a-ping-0123abcd", job.as_str(), "a/ping"] {
+        let out = kok(&["logs", query])?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "kok logs {query}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("the output of ping"),
+            "kok logs {query}: {stdout}"
+        );
+    }
+    let followed = kok(&["logs", "--follow", "a/ping"])?;
+    assert!(
+        followed.status.success(),
+        "a finished run is followed to its end and kok logs returns"
+    );
+
+    let missing = kok(&["logs", "a/nothing"])?;
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(
+        stderr.contains("no log for \"a/nothing\"") && stderr.contains("a-ping-0123abcd (a/ping)"),
+        "{stderr}"
+    );
+    Ok(())
+}

@@ -180,14 +180,20 @@ pub async fn run(client: Client, cfg: RunnerConfig, shutdown: impl Future<Output
     // Stop signals of the Jobs whose tasks are still going, by uid.
     let mut running: HashMap<String, watch::Sender<Option<Stop>>> = HashMap::new();
     let mut listed: HashSet<String> = HashSet::new();
-    let mut tasks: JoinSet<String> = JoinSet::new();
+    // Each task returns its Job's uid and whether the Job may be considered again (nothing ran).
+    let mut tasks: JoinSet<(String, bool)> = JoinSet::new();
 
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             Some(done) = tasks.join_next() => {
                 match done {
-                    Ok(uid) => { running.remove(&uid); }
+                    Ok((uid, release)) => {
+                        running.remove(&uid);
+                        if release {
+                            taken.remove(&uid);
+                        }
+                    }
                     Err(err) => warn!(%err, "a Job task ended abnormally"),
                 }
             }
@@ -236,7 +242,7 @@ fn consider(
     job: Job,
     taken: &mut HashSet<String>,
     running: &mut HashMap<String, watch::Sender<Option<Stop>>>,
-    tasks: &mut JoinSet<String>,
+    tasks: &mut JoinSet<(String, bool)>,
 ) {
     let Some(uid) = job.uid() else { return };
     if taken.contains(&uid) || status::is_finished(&job) {
@@ -253,14 +259,14 @@ fn consider(
     match status::start_time(&job) {
         Some(start) => {
             tasks.spawn(async move {
-                report_lost(&ctx, &job, start, stop_rx).await;
-                uid
+                let written = report_lost(&ctx, &job, start, stop_rx).await;
+                (uid, !written)
             });
         }
         None => {
             tasks.spawn(async move {
-                run_job(&ctx, &job, stop_rx).await;
-                uid
+                let ran = run_job(&ctx, &job, stop_rx).await;
+                (uid, !ran)
             });
         }
     }
@@ -300,8 +306,14 @@ fn container(job: &Job) -> Option<&Container> {
         .or_else(|| containers.first())
 }
 
-/// Marks a Job whose process a previous runner lost as failed, and says so in its log.
-async fn report_lost(ctx: &Ctx, job: &Job, start: jiff::Timestamp, stop: watch::Receiver<Option<Stop>>) {
+/// Marks a Job whose process a previous runner lost as failed, and says so in its log. False when the status
+/// could not be written.
+async fn report_lost(
+    ctx: &Ctx,
+    job: &Job,
+    start: jiff::Timestamp,
+    stop: watch::Receiver<Option<Stop>>,
+) -> bool {
     let name = job.name_any();
     warn!(job = %name, "Job was started by an earlier run of kok and did not finish; marking it failed");
     let id = identity(job);
@@ -316,17 +328,18 @@ async fn report_lost(ctx: &Ctx, job: &Job, start: jiff::Timestamp, stop: watch::
         warn!(job = %name, path = %path.display(), %err, "could not append to the log file");
     }
     let outcome = Outcome::failed(status::REASON_RUNNER_RESTARTED, status::MESSAGE_RUNNER_RESTARTED);
-    write_finished(ctx, &name, &outcome, start, stop).await;
+    write_finished(ctx, &name, &outcome, start, stop).await
 }
 
 /// Writes the finished status, retrying for a while; gives up when the Job is gone or the runner stops.
+/// True when written, or when the Job is gone.
 async fn write_finished(
     ctx: &Ctx,
     name: &str,
     outcome: &Outcome,
     start: jiff::Timestamp,
     stop: watch::Receiver<Option<Stop>>,
-) {
+) -> bool {
     let patch = status::finished(outcome, start, jiff::Timestamp::now());
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
@@ -337,32 +350,34 @@ async fn write_finished(
         match ctx.jobs.patch_status(name, &params, &Patch::Merge(&patch)).await {
             Ok(_) => {
                 info!(job = %name, outcome = ?outcome, "Job finished");
-                return;
+                return true;
             }
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 debug!(job = %name, "Job is gone; its status is not written");
-                return;
+                return true;
             }
             Err(err) => {
                 warn!(job = %name, attempt, %err, "could not write the Job's finished status");
                 if stop.borrow().is_some() {
-                    return;
+                    return false;
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
     }
+    false
 }
 
-/// Runs one Job from start to finished status.
-async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) {
+/// Runs one Job from start to finished status. False when it was not started (no slot before the runner
+/// stopped, or its start could not be recorded), so that it may be considered again.
+async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) -> bool {
     let name = job.name_any();
     let permit = tokio::select! {
         permit = ctx.slots.acquire() => permit,
-        _ = stop.wait_for(Option::is_some) => return,
+        _ = stop.wait_for(Option::is_some) => return false,
     };
-    let Ok(_permit) = permit else { return };
+    let Ok(_permit) = permit else { return false };
 
     let start = jiff::Timestamp::now();
     let started_at = tokio::time::Instant::now();
@@ -375,9 +390,9 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
         .patch_status(&name, &params, &Patch::Merge(&status::started(start)))
         .await
     {
-        // Not started: a later event (or the next start of kok) considers it again only if it is still new.
-        warn!(job = %name, %err, "could not mark the Job started; not running it");
-        return;
+        // Not started: the next event about this Job considers it again.
+        warn!(job = %name, %err, "could not mark the Job started; not running it yet");
+        return false;
     }
     info!(job = %name, "running Job on this machine");
 
@@ -400,10 +415,11 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
         }
         Ok(prepared) => match execute(&name, prepared, &log_path, &id, deadline, &mut stop).await {
             Some(outcome) => outcome,
-            None => return,
+            None => return true,
         },
     };
     write_finished(ctx, &name, &outcome, start, stop).await;
+    true
 }
 
 fn append_failure(path: &Path, id: &logs::Header, message: &str) {

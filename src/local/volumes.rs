@@ -415,8 +415,7 @@ pub fn plan(pod: &PodSpec, container: &Container, sources: &Sources) -> Result<P
         });
     }
     // Longest mount path first, so `/conf/extra` wins over `/conf`.
-    plan.mounts
-        .sort_by(|a, b| b.mount_path.len().cmp(&a.mount_path.len()));
+    plan.mounts.sort_by_key(|m| std::cmp::Reverse(m.mount_path.len()));
     Ok(plan)
 }
 
