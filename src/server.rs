@@ -1,1 +1,262 @@
 //! The HTTP listener: /healthz, /readyz, /metrics and /hooks/<provider>.
+//!
+//! - `GET /healthz`: 200 while the process runs.
+//! - `GET /readyz`: 503 until the first reconcile completed, and while the git remote has been
+//!   unreachable for longer than [`Readiness`]'s threshold; 200 otherwise. The body says why.
+//! - `GET /metrics`: the [`Metrics`] registry in the Prometheus text format.
+//! - `POST /hooks/github|gitlab|gitea|generic`: verified with [`crate::source::trigger::verify`]
+//!   against the webhook secret, then a "poll now" is sent on the trigger channel. Answers 202
+//!   accepted, 401 bad or missing signature, 413 body over
+//!   [`MAX_WEBHOOK_BODY`](crate::source::trigger::MAX_WEBHOOK_BODY) bytes, 404 unknown provider or
+//!   webhooks not configured, 405 another method.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+
+use crate::metrics::Metrics;
+use crate::source::trigger::{verify, Provider, Reason, TriggerSender, MAX_WEBHOOK_BODY};
+
+/// Address `--listen` binds when not given.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+/// How long the remote may be unreachable before the service reports not ready.
+pub const DEFAULT_UNREACHABLE_THRESHOLD: Duration = Duration::from_secs(300);
+
+/// Readiness of the service, updated by the reconcile loop and read by `/readyz`.
+#[derive(Debug)]
+pub struct Readiness {
+    reconciled: AtomicBool,
+    unreachable_since: Mutex<Option<Instant>>,
+    threshold: Duration,
+}
+
+impl Readiness {
+    /// Not ready until [`Readiness::mark_reconciled`]; not ready while the remote has failed for
+    /// longer than `threshold`.
+    pub fn new(threshold: Duration) -> Arc<Self> {
+        Arc::new(Readiness {
+            reconciled: AtomicBool::new(false),
+            unreachable_since: Mutex::new(None),
+            threshold,
+        })
+    }
+
+    /// Records that a reconcile of a commit completed.
+    pub fn mark_reconciled(&self) {
+        self.reconciled.store(true, Ordering::Relaxed);
+    }
+
+    /// Records a successful contact with the git remote.
+    pub fn remote_reachable(&self) {
+        *self.unreachable_since.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Records a failed contact with the git remote (the first failure in a row starts the clock).
+    pub fn remote_unreachable(&self) {
+        self.unreachable_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(Instant::now);
+    }
+
+    /// `Ok` when ready, else why not.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.reconciled.load(Ordering::Relaxed) {
+            return Err("not ready: the first reconcile has not completed".to_string());
+        }
+        let since = *self.unreachable_since.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(since) = since {
+            let down = since.elapsed();
+            if down > self.threshold {
+                return Err(format!(
+                    "not ready: the git remote has been unreachable for {}s",
+                    down.as_secs()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The webhook secret shared by every provider. Its `Debug` never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookSecret(Vec<u8>);
+
+impl WebhookSecret {
+    /// Wraps a secret (surrounding whitespace, such as a file's trailing newline, is dropped).
+    pub fn new(secret: impl AsRef<[u8]>) -> Self {
+        WebhookSecret(secret.as_ref().trim_ascii().to_vec())
+    }
+}
+
+impl std::fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookSecret(<redacted>)")
+    }
+}
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct ServerState {
+    /// Readiness, updated by the reconcile loop.
+    pub readiness: Arc<Readiness>,
+    /// Metrics rendered on `/metrics`.
+    pub metrics: &'static Metrics,
+    /// Secret the webhooks are verified with; `None` disables `/hooks/*` (404).
+    pub webhook_secret: Option<WebhookSecret>,
+    /// Where verified webhooks ask for a poll.
+    pub trigger: Option<TriggerSender>,
+}
+
+impl ServerState {
+    /// State with the global metrics, no webhooks and a fresh readiness.
+    pub fn new(readiness: Arc<Readiness>) -> Self {
+        ServerState {
+            readiness,
+            metrics: crate::metrics::global(),
+            webhook_secret: None,
+            trigger: None,
+        }
+    }
+}
+
+/// Errors of the listener.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Binding the address failed.
+    #[error("binding the HTTP listener to {addr}: {source}; choose another --listen address")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serving stopped with an error.
+    #[error("serving HTTP: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Binds `addr` (e.g. [`DEFAULT_LISTEN`] or `127.0.0.1:0`).
+pub async fn bind(addr: &str) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// The routes, for serving or for tests.
+pub fn router(state: ServerState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/hooks/{provider}", post(hook))
+        .layer(DefaultBodyLimit::max(MAX_WEBHOOK_BODY))
+        .with_state(state)
+}
+
+/// Serves on `listener` until `shutdown` completes, then finishes in-flight requests and returns.
+pub async fn serve(
+    listener: TcpListener,
+    state: ServerState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "HTTP listener serving /healthz, /readyz, /metrics and /hooks");
+    }
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(ServerError::Serve)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<ServerState>) -> Response {
+    match state.readiness.check() {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
+}
+
+async fn metrics(State(state): State<ServerState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn hook(
+    State(state): State<ServerState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(provider) = Provider::from_name(&name) else {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("unknown webhook provider {name:?}; use github, gitlab, gitea or generic\n"),
+        )
+            .into_response();
+    };
+    let Some(secret) = &state.webhook_secret else {
+        return (
+            StatusCode::NOT_FOUND,
+            "webhooks are not configured: set --webhook-secret-file\n",
+        )
+            .into_response();
+    };
+    if let Err(err) = verify(provider, &headers, &body, &secret.0) {
+        tracing::warn!(provider = ?provider, error = %err, "webhook refused");
+        let code = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+        return (code, format!("{err}\n")).into_response();
+    }
+    if let Some(trigger) = &state.trigger {
+        let queued = trigger.trigger(Reason::Webhook(provider));
+        tracing::debug!(provider = ?provider, queued, "webhook accepted; poll requested");
+    }
+    (StatusCode::ACCEPTED, "accepted\n").into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_waits_for_the_first_reconcile_and_tolerates_short_outages() {
+        let r = Readiness::new(Duration::from_secs(60));
+        assert!(r.check().is_err());
+        r.mark_reconciled();
+        assert_eq!(r.check(), Ok(()));
+        r.remote_unreachable();
+        assert_eq!(r.check(), Ok(()), "a fresh outage is within the threshold");
+        let zero = Readiness::new(Duration::ZERO);
+        zero.mark_reconciled();
+        zero.remote_unreachable();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(zero.check().unwrap_err().contains("unreachable"));
+        zero.remote_reachable();
+        assert_eq!(zero.check(), Ok(()));
+    }
+
+    #[test]
+    fn webhook_secret_debug_is_redacted() {
+        assert_eq!(
+            format!("{:?}", WebhookSecret::new("hunter2\n")),
+            "WebhookSecret(<redacted>)"
+        );
+    }
+}
