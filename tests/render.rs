@@ -221,3 +221,62 @@ fn a_short_commit_is_refused_with_a_hint() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("git rev-parse"), "{stderr}");
 }
+
+fn operation_names(dir: &Path) -> Vec<String> {
+    let parsed = kok::layout::parse_repo(&kok::layout::DiskTree::new(dir), "clusters");
+    assert!(!parsed.has_errors(), "{:?}", parsed.diagnostics);
+    let ctx = kok::materialize::RenderContext::new("kok-system", "main", COMMIT);
+    kok::materialize::render_all(&parsed.clusters, &ctx)
+        .iter()
+        .flat_map(|c| c.operations.iter().map(|op| op.metadata.name.clone().unwrap()))
+        .collect()
+}
+
+#[test]
+fn reformatting_operations_yml_keeps_every_operation_name() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&root().join(EXAMPLE), dir.path());
+    let before = operation_names(dir.path());
+    // Same entries: keys reordered, flow style, different quoting, comments dropped.
+    std::fs::write(
+        dir.path().join("clusters/staging-sh/operations.yml"),
+        r#"- {action: "cluster.yml", id: install}
+- extraArgs: ['-e', 'node=node4', '-e', "skip_confirmation=true"]
+  action: remove-node.yml
+  id: "remove-node4"
+- activeDeadlineSeconds: 600
+  schedule: '0 0 3 * * *'
+  extraArgs: ["kube_control_plane[0]", --inventory=/conf/hosts.yml, --private-key=/auth/ssh-privatekey,
+    --become, --module-name=command, "--args=kubectl get nodes -o wide"]
+  action: ansible
+  type: shell
+  id: nightly-cluster-info
+"#,
+    )
+    .unwrap();
+    assert_eq!(operation_names(dir.path()), before);
+}
+
+#[test]
+fn bumping_rerun_renames_only_that_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&root().join(EXAMPLE), dir.path());
+    let before = operation_names(dir.path());
+    let path = dir.path().join("clusters/staging-sh/operations.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replacen(
+        "- id: install\n  action: cluster.yml\n",
+        "- id: install\n  action: cluster.yml\n  rerun: 1\n",
+        1,
+    );
+    std::fs::write(&path, text).unwrap();
+    let after = operation_names(dir.path());
+    let changed: Vec<_> = before
+        .iter()
+        .zip(&after)
+        .filter(|(a, b)| a != b)
+        .map(|(a, _)| a.as_str())
+        .collect();
+    assert_eq!(changed.len(), 1, "{before:?} vs {after:?}");
+    assert!(changed[0].starts_with("staging-sh-install-"), "{changed:?}");
+}
