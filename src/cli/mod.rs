@@ -9,6 +9,7 @@ pub mod history;
 pub mod logs;
 pub mod plan;
 pub mod render;
+pub mod run;
 pub mod validate;
 
 /// kok: a GitOps reconciler for Kubernetes clusters installed and changed with ansible.
@@ -44,6 +45,8 @@ pub enum OutputFormat {
 /// kok's subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the service: poll the repository, materialize clusters, run operations, report statuses.
+    Run(run::Args),
     /// Validate a repository: exit 1 with `path:line:col: message` lines when it is invalid.
     Validate(validate::Args),
     /// Print the objects a repository renders to, as a YAML stream.
@@ -62,6 +65,7 @@ pub enum Command {
 pub fn main(cli: Cli) -> ExitCode {
     init_tracing(cli.log_format);
     let result = match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Render(args) => render::run(args),
         Command::Crds(args) => crds::run(args),

@@ -1,0 +1,249 @@
+//! `kok run`: the service — poll the repository, materialize, run operations, report statuses.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::ValueEnum;
+
+use crate::api::DEFAULT_NAMESPACE;
+use crate::cli::plan::GitArgs;
+use crate::controller::ControllerConfig;
+use crate::layout;
+use crate::leader::{self, LeaderConfig};
+use crate::report::{self, Forge, ForgeSink, NotesSink, Sink, Token};
+use crate::server::{self, Readiness, ServerState, WebhookSecret};
+use crate::service::{self, ServiceConfig};
+
+/// Where commit statuses go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StatusSink {
+    /// git notes under refs/notes/kok, pushed to the remote when it accepts pushes.
+    Notes,
+    /// GitHub (or GitHub Enterprise Server with --status-base-url).
+    Github,
+    /// GitLab (gitlab.com or self-managed with --status-base-url).
+    Gitlab,
+    /// Gitea or Forgejo (--status-base-url required).
+    Gitea,
+    /// No statuses at all.
+    None,
+}
+
+/// Arguments of `kok run`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The git remote and its credentials.
+    #[command(flatten)]
+    pub git: GitArgs,
+    /// Root directory of the cluster directories inside the repository.
+    #[arg(long, default_value = layout::DEFAULT_ROOT, env = "KOK_PATH")]
+    pub path: String,
+    /// Namespace of kok's objects in the meta-cluster.
+    #[arg(long, default_value = DEFAULT_NAMESPACE, env = "KOK_NAMESPACE")]
+    pub namespace: String,
+    /// Time between polls of the remote (e.g. 30s, 5m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "KOK_INTERVAL")]
+    pub interval: Duration,
+    /// Time between full resyncs that repair drift (unchanged objects are not written).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "KOK_RESYNC_INTERVAL")]
+    pub resync_interval: Duration,
+    /// Most ansible Jobs running at once across clusters (one per cluster at most).
+    #[arg(long, default_value_t = 4, env = "KOK_MAX_CONCURRENT_JOBS")]
+    pub max_concurrent_jobs: usize,
+    /// Commit status sinks, comma separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "notes", env = "KOK_STATUS")]
+    pub status: Vec<StatusSink>,
+    /// Link template for statuses: {namespace}, {job}, {operation}, {cluster}, {commit}.
+    #[arg(long, env = "KOK_STATUS_URL")]
+    pub status_url: Option<String>,
+    /// Forge API base URL for self-hosted servers (GitHub Enterprise: https://ghe.example/api/v3).
+    #[arg(long, env = "KOK_STATUS_BASE_URL")]
+    pub status_base_url: Option<String>,
+    /// Forge repository: owner/repo (GitHub, Gitea) or project id or path (GitLab).
+    #[arg(long, env = "KOK_STATUS_REPO")]
+    pub status_repo: Option<String>,
+    /// File holding the forge token (else the KOK_STATUS_TOKEN environment variable).
+    #[arg(long, env = "KOK_STATUS_TOKEN_FILE")]
+    pub status_token_file: Option<PathBuf>,
+    /// Address of the HTTP listener (/healthz, /readyz, /metrics, /hooks/<provider>).
+    #[arg(long, default_value = server::DEFAULT_LISTEN, env = "KOK_LISTEN")]
+    pub listen: String,
+    /// File holding the shared secret webhooks are signed with.
+    #[arg(long, env = "KOK_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Elect a leader on a Lease so that only one replica reconciles.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "KOK_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// How long the leader Lease stays valid without renewal.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, env = "KOK_LEASE_DURATION")]
+    pub lease_duration: Duration,
+    /// How long the remote may be unreachable before /readyz reports not ready.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "KOK_UNREACHABLE_THRESHOLD")]
+    pub unreachable_threshold: Duration,
+}
+
+/// Parses `90`, `90s`, `5m`, `2h` or `1d` into a duration.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration; write e.g. 30s, 5m or 1h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        "ms" => return Ok(Duration::from_millis(n)),
+        _ => return Err(format!("{text:?} has an unknown unit {unit:?}; use ms, s, m, h or d")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+impl Args {
+    fn forge_sink(&self, forge: Forge) -> anyhow::Result<ForgeSink> {
+        let name = forge.as_str();
+        let repo = self
+            .status_repo
+            .as_deref()
+            .with_context(|| format!("--status {name} needs --status-repo (owner/repo, or a GitLab project)"))?;
+        let token = Token::load(self.status_token_file.as_deref(), name)?;
+        Ok(ForgeSink::new(forge, self.status_base_url.as_deref(), repo, &token)?)
+    }
+
+    /// The status sinks these flags ask for; the notes sink writes into the source's cache.
+    pub fn sinks(&self, cache_repo: PathBuf) -> anyhow::Result<Vec<Arc<dyn Sink>>> {
+        let mut sinks: Vec<Arc<dyn Sink>> = Vec::new();
+        for kind in &self.status {
+            match kind {
+                StatusSink::Notes => {
+                    let sink = NotesSink::new(cache_repo.clone()).with_push(report::notes::PushTarget {
+                        remote: self.git.repo.clone(),
+                        callbacks: None,
+                    });
+                    sinks.push(Arc::new(sink));
+                }
+                StatusSink::Github => sinks.push(Arc::new(self.forge_sink(Forge::GitHub)?)),
+                StatusSink::Gitlab => sinks.push(Arc::new(self.forge_sink(Forge::GitLab)?)),
+                StatusSink::Gitea => sinks.push(Arc::new(self.forge_sink(Forge::Gitea)?)),
+                StatusSink::None => {}
+            }
+        }
+        Ok(sinks)
+    }
+
+    /// The service configuration these flags describe.
+    pub fn service_config(&self) -> ServiceConfig {
+        let mut controller = ControllerConfig::new(&self.namespace);
+        controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
+        controller.status_url = self.status_url.clone();
+        let leader = self.leader_elect.then(|| {
+            let mut cfg = LeaderConfig::new(&self.namespace, leader::default_identity());
+            cfg.lease_duration = self.lease_duration.max(Duration::from_secs(3));
+            cfg
+        });
+        ServiceConfig {
+            source: self.git.source_config(),
+            root: self.path.clone(),
+            namespace: self.namespace.clone(),
+            interval: self.interval,
+            resync_interval: self.resync_interval,
+            controller,
+            status_url: self.status_url.clone(),
+            leader,
+            unreachable_threshold: self.unreachable_threshold,
+        }
+    }
+}
+
+/// Runs `kok run` until SIGTERM or SIGINT.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the meta-cluster (in-cluster config, or KUBECONFIG / ~/.kube/config)")?;
+    run_with_client(args, client, shutdown_signal()).await
+}
+
+/// Runs the service against `client` until `shutdown` resolves (the process entry point and tests).
+pub async fn run_with_client(
+    args: Args,
+    client: kube::Client,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<ExitCode> {
+    let cfg = args.service_config();
+    let remote = crate::source::RemoteUrl::parse(&cfg.source.url)?;
+    let cache_repo = cfg.source.cache_dir.join(crate::source::cache_dir_name(remote.as_str()));
+    let sinks = report::Sinks::new(args.sinks(cache_repo)?, crate::metrics::global());
+    let (trigger_tx, trigger_rx) = crate::source::trigger::channel();
+    let listener = server::bind(&args.listen).await?;
+    let mut state = ServerState::new(Readiness::new(cfg.unreachable_threshold));
+    if let Some(path) = &args.webhook_secret_file {
+        let secret = std::fs::read(path)
+            .with_context(|| format!("reading the webhook secret file {}", path.display()))?;
+        state.webhook_secret = Some(WebhookSecret::new(secret));
+        state.trigger = Some(trigger_tx.clone());
+    }
+    let readiness = state.readiness.clone();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(server::serve(listener, state, wait_true(stop_rx)));
+    let result = service::run(client, cfg, sinks, (trigger_tx, trigger_rx), readiness, shutdown).await;
+    let _ = stop_tx.send(true);
+    if let Ok(Err(e)) = server.await {
+        tracing::warn!(error = %e, "HTTP listener stopped with an error");
+    }
+    result?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_true(mut rx: tokio::sync::watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    tracing::info!("shutting down: finishing in-flight work");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_plain_seconds_and_units() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("5 minutes").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}

@@ -1,0 +1,231 @@
+//! One reconciliation pass: a commit of the source becomes objects in the meta-cluster.
+//!
+//! The pass diffs the new commit against the last reconciled one, parses only the clusters whose
+//! subtrees changed, renders them, applies them, removes the clusters whose directories are gone,
+//! records the commit as reconciled and queues the commit's `kok/sync` status. A cluster that
+//! fails validation is left exactly as it was (its last good state) and does not stop the others.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use git2::Oid;
+use kube::Client;
+use tracing::{info, instrument, warn};
+
+use crate::layout::{self, Diagnostic, Parsed};
+use crate::materialize::{self, apply, state, RenderContext};
+use crate::metrics::Metrics;
+use crate::source::{self, ChangeSet, Source, SourceError};
+
+/// What a pass needs besides the source and the client.
+#[derive(Clone, Debug)]
+pub struct PassConfig {
+    /// kok's namespace in the meta-cluster.
+    pub namespace: String,
+    /// Root directory of the cluster directories (`--path`).
+    pub root: String,
+    /// `--status-url` template, for the `kok/sync` status.
+    pub status_url: Option<String>,
+}
+
+/// The result of one pass.
+#[derive(Clone, Debug, Default)]
+pub struct PassOutcome {
+    /// The commit reconciled.
+    pub commit: String,
+    /// Whether every cluster was considered (first pass, force push, periodic resync).
+    pub full_resync: bool,
+    /// Clusters rendered and applied.
+    pub applied: Vec<String>,
+    /// Clusters refused by validation (left at their last good state).
+    pub invalid: Vec<String>,
+    /// Clusters removed from the meta-cluster.
+    pub removed: Vec<String>,
+    /// Objects written.
+    pub writes: usize,
+    /// Errors and warnings found in the changed clusters.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Failures of a pass; the pass is retried at the next trigger, and the last reconciled commit is
+/// only moved forward once a pass has fully succeeded.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    /// Reading the repository failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// Applying or removing objects failed.
+    #[error(transparent)]
+    Apply(#[from] apply::ApplyError),
+    /// Loading or saving the last reconciled commit failed.
+    #[error(transparent)]
+    State(#[from] state::StateError),
+    /// The blocking git work panicked or was cancelled.
+    #[error("the git worker stopped unexpectedly: {0}")]
+    Worker(String),
+}
+
+/// The source shared between passes; git2 work runs on the blocking pool under this lock.
+pub type SharedSource = Arc<Mutex<Source>>;
+
+/// Runs `f` with the source on the blocking pool.
+pub async fn with_source<T, F>(source: &SharedSource, f: F) -> Result<T, PassError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Source) -> Result<T, SourceError> + Send + 'static,
+{
+    let source = source.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut guard = source.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut guard)
+    })
+    .await
+    .map_err(|e| PassError::Worker(e.to_string()))?
+    .map_err(PassError::from)
+}
+
+/// What the blocking half of a pass read from git.
+struct Read {
+    changes: ChangeSet,
+    parsed: Parsed,
+    introduced: Vec<source::Introduced>,
+}
+
+fn read_commit(source: &mut Source, old: Option<Oid>, new: Oid, root: &str, full: bool) -> Result<Read, SourceError> {
+    let changes = source.diff(if full { None } else { old }, new, root)?;
+    let mut names: Vec<String> = changes.added.iter().chain(&changes.changed).cloned().collect();
+    names.sort();
+    names.dedup();
+    let tree = source.tree(new)?;
+    let parsed = layout::parse_clusters(&tree, root, &names);
+    // A full resync has no base to attribute against: its new operations belong to the commit itself.
+    let introduced = if changes.full_resync {
+        Vec::new()
+    } else {
+        source::attribute(source.repository(), old, new, root, &names)?
+    };
+    Ok(Read {
+        changes,
+        parsed,
+        introduced,
+    })
+}
+
+/// A queue base that sorts after every earlier pass: milliseconds since the epoch, zero-padded.
+pub fn queue_base(now: jiff::Timestamp) -> String {
+    format!("{:015}", now.as_millisecond().max(0))
+}
+
+/// Reconciles `new`, diffing against `old` (or every cluster when `full` or `old` is unusable).
+#[instrument(skip_all, fields(commit = %new, full))]
+pub async fn pass(
+    client: &Client,
+    source: &SharedSource,
+    cfg: &PassConfig,
+    old: Option<Oid>,
+    new: Oid,
+    full: bool,
+    metrics: &Metrics,
+) -> Result<PassOutcome, PassError> {
+    let started = Instant::now();
+    let root = cfg.root.clone();
+    let read = with_source(source, move |s| read_commit(s, old, new, &root, full)).await?;
+    let (ref_name, repo_url) = {
+        let s = source.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let reference = s.resolved_ref().unwrap_or(&s.config().reference).to_string();
+        (short_ref(&reference), s.config().url.clone())
+    };
+    let commit = new.to_string();
+    let mut ctx = RenderContext::new(&cfg.namespace, &ref_name, &commit);
+    ctx.queue_base = queue_base(jiff::Timestamp::now());
+    ctx.attribution = source::attribution::to_render_attribution(&read.introduced);
+
+    let mut outcome = PassOutcome {
+        commit: commit.clone(),
+        full_resync: read.changes.full_resync,
+        invalid: read.parsed.invalid.clone(),
+        diagnostics: read.parsed.diagnostics.clone(),
+        ..PassOutcome::default()
+    };
+    for cluster in &read.parsed.clusters {
+        let desired = materialize::render_cluster(cluster, &ctx);
+        let stats = apply::apply_cluster(client, &cfg.namespace, &desired).await?;
+        outcome.writes += stats.writes;
+        outcome.applied.push(cluster.name.clone());
+    }
+    for name in &read.changes.removed {
+        let stats = apply::remove_cluster(client, &cfg.namespace, name).await?;
+        outcome.writes += stats.writes;
+        outcome.removed.push(name.clone());
+    }
+    if read.changes.full_resync {
+        // Everything still in the tree is desired, valid or not: an invalid cluster keeps its last good state.
+        let desired: BTreeSet<String> = read
+            .parsed
+            .clusters
+            .iter()
+            .map(|c| c.name.clone())
+            .chain(read.parsed.invalid.iter().cloned())
+            .collect();
+        let stats = apply::prune(client, &cfg.namespace, &desired).await?;
+        outcome.writes += stats.writes;
+    }
+    for d in &outcome.diagnostics {
+        match d.severity {
+            layout::Severity::Error => warn!(diagnostic = %d, "cluster refused"),
+            layout::Severity::Warning => info!(diagnostic = %d, "warning"),
+        }
+    }
+    if old != Some(new) {
+        let record = state::ReconcileState {
+            repo: repo_url,
+            ref_name,
+            commit: commit.clone(),
+            time: jiff::Timestamp::now().to_string(),
+        };
+        state::save_state(client, &cfg.namespace, &record).await?;
+        outcome.writes += 1;
+    }
+    metrics.objects_written(outcome.writes as u64);
+    metrics.observe_reconcile(started.elapsed());
+    metrics.set_last_reconciled_commit_time(jiff::Timestamp::now().as_second());
+    info!(
+        %commit,
+        applied = outcome.applied.len(),
+        invalid = outcome.invalid.len(),
+        removed = outcome.removed.len(),
+        writes = outcome.writes,
+        "commit reconciled"
+    );
+    Ok(outcome)
+}
+
+/// `main` for `refs/heads/main` and `refs/tags/main`; other names unchanged.
+pub fn short_ref(reference: &str) -> String {
+    reference
+        .strip_prefix("refs/heads/")
+        .or_else(|| reference.strip_prefix("refs/tags/"))
+        .unwrap_or(reference)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_ref_drops_heads_and_tags_prefixes() {
+        assert_eq!(short_ref("refs/heads/main"), "main");
+        assert_eq!(short_ref("refs/tags/v1"), "v1");
+        assert_eq!(short_ref("refs/pull/1/head"), "refs/pull/1/head");
+    }
+
+    #[test]
+    fn queue_bases_of_later_passes_sort_after_earlier_ones() {
+        let a = queue_base(jiff::Timestamp::from_second(1_700_000_000).unwrap());
+        let b = queue_base(jiff::Timestamp::from_second(1_800_000_000).unwrap());
+        assert_eq!(a.len(), b.len());
+        assert!(a < b);
+    }
+}

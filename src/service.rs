@@ -1,0 +1,233 @@
+//! `kok run` as a long-running service: triggers → poll → reconcile pass, beside the controller,
+//! the status reporter and leader election, with graceful shutdown.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use git2::Oid;
+use kube::Client;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::controller::{self, ControllerConfig};
+use crate::leader::{self, LeaderConfig};
+use crate::materialize::state;
+use crate::reconcile::{self, PassConfig, PassError, SharedSource};
+use crate::report::{self, Reporter};
+use crate::server::Readiness;
+use crate::source::trigger::{self, Interval, TriggerReceiver, TriggerSender};
+use crate::source::{Poll, Source, SourceConfig};
+
+/// Everything the service needs, resolved from flags.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// The git remote, ref, cache and credentials.
+    pub source: SourceConfig,
+    /// Root directory of the cluster directories (`--path`).
+    pub root: String,
+    /// kok's namespace.
+    pub namespace: String,
+    /// Time between polls.
+    pub interval: Duration,
+    /// Time between full resyncs (every cluster re-rendered; unchanged objects are not written).
+    pub resync_interval: Duration,
+    /// Controller settings (Job slots, Job defaults, status URL).
+    pub controller: ControllerConfig,
+    /// `--status-url` template.
+    pub status_url: Option<String>,
+    /// Leader election; `None` runs without a Lease (a single replica, or local mode).
+    pub leader: Option<LeaderConfig>,
+    /// How long the remote may be unreachable before `/readyz` fails.
+    pub unreachable_threshold: Duration,
+}
+
+/// Failures that stop the service.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The git cache could not be opened.
+    #[error("opening the git source failed: {0}")]
+    OpenSource(#[source] PassError),
+    /// The last reconciled commit could not be read from the meta-cluster.
+    #[error("reading the last reconciled commit failed: {0}")]
+    LoadState(#[source] state::StateError),
+    /// Leader election could not talk to the API server.
+    #[error(transparent)]
+    Leader(#[from] leader::LeaderError),
+    /// Another replica took the Lease while this one was leading.
+    #[error("leadership was lost; stopping so that only one replica reconciles")]
+    LeadershipLost,
+}
+
+/// Runs the service until `shutdown` resolves: waits for leadership, then runs the controller, the
+/// reporter and the poll loop. On shutdown the poll loop finishes its in-flight pass, the controller
+/// and reporter stop, and the Lease is released; Jobs keep running and are picked up on restart.
+pub async fn run(
+    client: Client,
+    cfg: ServiceConfig,
+    sinks: report::Sinks,
+    trigger: (TriggerSender, TriggerReceiver),
+    readiness: Arc<Readiness>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServiceError> {
+    let (trigger_tx, triggers) = trigger;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = {
+        let rx = stop_rx.clone();
+        move || wait_true(rx.clone())
+    };
+
+    let mut leadership = None;
+    if let Some(lc) = cfg.leader.clone() {
+        tokio::select! {
+            led = leader::lead(client.clone(), lc) => leadership = Some(led?),
+            _ = stopped() => return Ok(()),
+        }
+    }
+
+    let source_cfg = cfg.source.clone();
+    let source = tokio::task::spawn_blocking(move || Source::open(source_cfg))
+        .await
+        .map_err(|e| ServiceError::OpenSource(PassError::Worker(e.to_string())))?
+        .map_err(|e| ServiceError::OpenSource(e.into()))?;
+    let local_repo = source.remote().local_path();
+    let source: SharedSource = Arc::new(Mutex::new(source));
+    let _watcher = local_repo.and_then(|path| match trigger::watch_local(&path, trigger_tx.clone()) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            warn!(error = %e, "not watching the local repository; polling on the interval only");
+            None
+        }
+    });
+
+    let controller_task = tokio::spawn(controller::run(client.clone(), cfg.controller.clone(), stopped()));
+    let reporter = Reporter::new(
+        client.clone(),
+        cfg.namespace.clone(),
+        sinks,
+        report::Backoff::default(),
+    );
+    let reporter_task = tokio::spawn(reporter.clone().run(stopped()));
+
+    let lost = async {
+        match leadership.as_mut() {
+            Some(l) => l.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        r = poll_loop(&client, &cfg, &source, &reporter, triggers, &readiness, stopped()) => r,
+        _ = lost => Err(ServiceError::LeadershipLost),
+    };
+    // Whatever ended the loop, stop the controller and the reporter too.
+    let _ = controller_task.await;
+    let _ = reporter_task.await;
+    if let Some(l) = leadership {
+        if let Err(e) = l.step_down().await {
+            warn!(error = %e, "releasing the leader Lease failed; a standby takes over when it expires");
+        }
+    }
+    result
+}
+
+async fn wait_true(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn poll_loop(
+    client: &Client,
+    cfg: &ServiceConfig,
+    source: &SharedSource,
+    reporter: &Arc<Reporter>,
+    mut triggers: TriggerReceiver,
+    readiness: &Readiness,
+    stopped: impl std::future::Future<Output = ()>,
+) -> Result<(), ServiceError> {
+    let metrics = crate::metrics::global();
+    let pass_cfg = PassConfig {
+        namespace: cfg.namespace.clone(),
+        root: cfg.root.clone(),
+        status_url: cfg.status_url.clone(),
+    };
+    let saved = state::load_state(client, &cfg.namespace)
+        .await
+        .map_err(ServiceError::LoadState)?;
+    let mut last: Option<Oid> = saved
+        .filter(|s| s.repo == cfg.source.url)
+        .and_then(|s| Oid::from_str(&s.commit).ok());
+    if let Some(commit) = last {
+        info!(%commit, "resuming from the last reconciled commit");
+    }
+    let mut interval = Interval::new(cfg.interval);
+    let mut next_resync = tokio::time::Instant::now() + cfg.resync_interval;
+    tokio::pin!(stopped);
+    // The first round runs at once; later ones wait for the interval or a trigger.
+    let mut first = true;
+    loop {
+        if !first {
+            tokio::select! {
+                _ = &mut stopped => return Ok(()),
+                _ = interval.tick() => {}
+                _ = triggers.recv() => {}
+            }
+        }
+        first = false;
+        let full = tokio::time::Instant::now() >= next_resync;
+        let polled = reconcile::with_source(source, move |s| s.poll(last)).await;
+        let commit = match polled {
+            Err(e) => {
+                metrics.poll("error");
+                interval.failure();
+                warn!(error = %e, failures = interval.failures(), "poll failed");
+                readiness.remote_unreachable();
+                continue;
+            }
+            Ok(Poll::Unchanged { .. }) if !full => {
+                metrics.poll("unchanged");
+                interval.success();
+                readiness.remote_reachable();
+                readiness.mark_reconciled();
+                continue;
+            }
+            Ok(p) => {
+                metrics.poll("changed");
+                readiness.remote_reachable();
+                p.commit()
+            }
+        };
+        match reconcile::pass(client, source, &pass_cfg, last, commit, full, metrics).await {
+            Ok(outcome) => {
+                interval.success();
+                if full {
+                    next_resync = tokio::time::Instant::now() + cfg.resync_interval;
+                }
+                if last != Some(commit) {
+                    let status = report::sync_status(
+                        &outcome.commit,
+                        outcome.applied.len(),
+                        &outcome.diagnostics,
+                        cfg.status_url.as_deref(),
+                        &cfg.namespace,
+                    );
+                    if let Err(e) = reporter.deliver_sync(&outcome.commit, &status).await {
+                        warn!(error = %e, "recording the kok/sync status failed");
+                    }
+                }
+                last = Some(commit);
+                readiness.remote_reachable();
+                readiness.mark_reconciled();
+            }
+            Err(e) => {
+                interval.failure();
+                error!(error = %e, %commit, "reconciling the commit failed; retrying at the next poll");
+            }
+        }
+    }
+}
