@@ -1,0 +1,449 @@
+//! The embedded controller against testkit: Jobs, phases, order, concurrency, restarts, Secrets, faults.
+
+mod controller_support;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::ResourceExt;
+
+use controller_support::*;
+use kok::api::{Cluster, Phase, StatusState};
+use kok::controller::job::job_name;
+use kok::materialize::apply::{apply_cluster, remove_cluster};
+
+const HOSTS: &str = "all:\n  hosts:\n    node1: {}\n";
+
+async fn events_for(client: &kube::Client, name: &str) -> Vec<String> {
+    let api: Api<Event> = Api::namespaced(client.clone(), NS);
+    let mut evs: Vec<Event> = api
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
+    evs.sort_by_key(|e| {
+        (
+            e.event_time.clone().map(|t| t.0),
+            e.metadata.resource_version.clone(),
+        )
+    });
+    evs.into_iter().filter_map(|e| e.reason).collect()
+}
+
+#[tokio::test]
+async fn a_completed_job_marks_the_operation_succeeded_with_times_status_and_events() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let name = op_name(&d, "install");
+    let running = wait_phase(&client, &name, Phase::Running).await;
+    let status = running.status.clone().unwrap();
+    assert_eq!(status.job_ref.as_deref(), Some(job_name(&name).as_str()));
+    assert!(status.start_time.is_some());
+    assert_eq!(status.desired_status.unwrap().state, StatusState::Running);
+
+    server.complete_job(NS, &job_name(&name)).await.unwrap();
+    let done = wait_phase(&client, &name, Phase::Succeeded).await;
+    let status = done.status.unwrap();
+    assert!(status.end_time.is_some() && status.duration.is_some());
+    assert_eq!(status.desired_status.unwrap().state, StatusState::Success);
+    let reasons = wait_for("two events", || async {
+        Some(events_for(&client, &name).await).filter(|r| r.len() >= 2)
+    })
+    .await;
+    assert_eq!(reasons, ["Started", "Succeeded"]);
+    let cluster = wait_for("the cluster to show the last operation", || async {
+        let c = Api::<Cluster>::namespaced(client.clone(), NS)
+            .get("prod")
+            .await
+            .ok()?;
+        let s = c.status?;
+        (s.last_operation.as_ref()?.phase == Phase::Succeeded).then_some(s)
+    })
+    .await;
+    let ready = cluster.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "True");
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_job_past_its_deadline_marks_the_operation_failed_with_the_reason() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let name = op_name(&d, "install");
+    wait_phase(&client, &name, Phase::Running).await;
+    server
+        .fail_job(
+            NS,
+            &job_name(&name),
+            "DeadlineExceeded",
+            "Job was active longer than specified deadline",
+        )
+        .await
+        .unwrap();
+    let failed = wait_phase(&client, &name, Phase::Failed).await;
+    let status = failed.status.unwrap();
+    assert_eq!(
+        status.message.as_deref(),
+        Some("DeadlineExceeded: Job was active longer than specified deadline")
+    );
+    let desired = status.desired_status.unwrap();
+    assert_eq!(desired.state, StatusState::Failure);
+    assert!(
+        desired.description.contains("DeadlineExceeded"),
+        "{}",
+        desired.description
+    );
+    let stalled = wait_for("Stalled", || async {
+        let c = Api::<Cluster>::namespaced(client.clone(), NS)
+            .get("prod")
+            .await
+            .ok()?;
+        c.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Stalled" && c.status == "True")
+    })
+    .await;
+    assert_eq!(stalled.reason, "LastOperationFailed");
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_job_deleted_while_running_fails_the_operation_saying_so() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let name = op_name(&d, "install");
+    wait_phase(&client, &name, Phase::Running).await;
+    Api::<Job>::namespaced(client.clone(), NS)
+        .delete(&job_name(&name), &DeleteParams::background())
+        .await
+        .unwrap();
+    let failed = wait_phase(&client, &name, Phase::Failed).await;
+    assert_eq!(
+        failed.status.unwrap().message.as_deref(),
+        Some("job was deleted while running")
+    );
+    assert!(jobs(&client).await.is_empty(), "no second Job was made");
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn two_operations_of_one_cluster_run_in_order_and_two_clusters_in_parallel() {
+    let server = server().await;
+    let client = server.client();
+    let a = render(
+        &cluster_dir(
+            "a",
+            HOSTS,
+            vec![entry("first", "one.yml", &[]), entry("second", "two.yml", &[])],
+            None,
+        ),
+        1,
+        &[],
+    );
+    let b = render(
+        &cluster_dir("b", HOSTS, vec![entry("only", "one.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &a).await.unwrap();
+    apply_cluster(&client, NS, &b).await.unwrap();
+    let ctl = start(&client, config(4));
+    let (first, second, only) = (op_name(&a, "first"), op_name(&a, "second"), op_name(&b, "only"));
+
+    wait_phase(&client, &first, Phase::Running).await;
+    wait_phase(&client, &only, Phase::Running).await;
+    let queued = wait_phase(&client, &second, Phase::Queued).await;
+    assert!(queued.status.unwrap().message.unwrap().contains(&first));
+    assert_eq!(
+        jobs(&client).await,
+        [job_name(&first), job_name(&only)]
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+
+    server.complete_job(NS, &job_name(&first)).await.unwrap();
+    wait_phase(&client, &second, Phase::Running).await;
+    assert_eq!(phase(&client, &first).await, Some(Phase::Succeeded));
+    assert_eq!(jobs(&client).await.len(), 3);
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn the_job_limit_holds_across_clusters() {
+    let server = server().await;
+    let client = server.client();
+    let mut names = Vec::new();
+    for c in ["a", "b", "c"] {
+        let d = render(
+            &cluster_dir(c, HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+            1,
+            &[],
+        );
+        apply_cluster(&client, NS, &d).await.unwrap();
+        names.push(op_name(&d, "install"));
+    }
+    let ctl = start(&client, config(2));
+    wait_for("two Jobs", || async {
+        (jobs(&client).await.len() == 2).then_some(())
+    })
+    .await;
+    let waiting = wait_for("one operation waiting for a slot", || async {
+        for n in &names {
+            let o = op(&client, n).await?;
+            let s = o.status?;
+            if s.phase == Phase::Queued && s.message.as_deref().unwrap_or("").contains("Job slot") {
+                return Some(n.clone());
+            }
+        }
+        None
+    })
+    .await;
+    let running: Vec<&String> = names.iter().filter(|n| **n != waiting).collect();
+    server.complete_job(NS, &job_name(running[0])).await.unwrap();
+    wait_phase(&client, &waiting, Phase::Running).await;
+    assert_eq!(jobs(&client).await.len(), 3);
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_mid_run_makes_no_second_job() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir(
+            "prod",
+            HOSTS,
+            vec![entry("install", "cluster.yml", &[]), entry("next", "n.yml", &[])],
+            None,
+        ),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let name = op_name(&d, "install");
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &name, Phase::Running).await;
+    ctl.kill();
+
+    server.requests().reset();
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &op_name(&d, "next"), Phase::Queued).await;
+    assert_eq!(server.requests().count("create", "jobs"), 0);
+    assert_eq!(jobs(&client).await, [job_name(&name)]);
+    server.complete_job(NS, &job_name(&name)).await.unwrap();
+    wait_phase(&client, &name, Phase::Succeeded).await;
+    wait_phase(&client, &op_name(&d, "next"), Phase::Running).await;
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_job_created_before_a_crash_is_adopted_not_duplicated() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let name = op_name(&d, "install");
+    // The crash window: the Job exists, the operation still says Pending.
+    let live = op(&client, &name).await.unwrap();
+    let job = kok::controller::job::build_job(&live, &kok::controller::JobConfig::default());
+    Api::<Job>::namespaced(client.clone(), NS)
+        .create(&Default::default(), &job)
+        .await
+        .unwrap();
+
+    server.requests().reset();
+    let ctl = start(&client, config(4));
+    let running = wait_phase(&client, &name, Phase::Running).await;
+    assert!(running
+        .status
+        .unwrap()
+        .message
+        .unwrap_or_default()
+        .contains("adopted"));
+    assert_eq!(server.requests().count("create", "jobs"), 0);
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_secret_gives_no_job_and_a_clear_condition_until_it_exists() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir(
+            "prod",
+            HOSTS,
+            vec![entry("install", "cluster.yml", &[])],
+            Some("prod-ssh"),
+        ),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let name = op_name(&d, "install");
+    let queued = wait_phase(&client, &name, Phase::Queued).await;
+    assert!(queued.status.unwrap().message.unwrap().contains("prod-ssh"));
+    let ready = wait_for("Ready=False", || async {
+        let c = Api::<Cluster>::namespaced(client.clone(), NS)
+            .get("prod")
+            .await
+            .ok()?;
+        c.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False")
+    })
+    .await;
+    assert_eq!(ready.reason, "SecretNotFound");
+    assert!(ready.message.contains("prod-ssh") && ready.message.contains(NS));
+    assert!(ready
+        .message
+        .contains("kubectl -n kok-system create secret generic prod-ssh --type=kubernetes.io/ssh-auth"));
+    assert!(jobs(&client).await.is_empty());
+
+    create_secret(&client, "prod-ssh").await;
+    wait_phase(&client, &name, Phase::Running).await;
+    let job: Job = Api::namespaced(client.clone(), NS)
+        .get(&job_name(&name))
+        .await
+        .unwrap();
+    let spec = job.spec.unwrap().template.spec.unwrap();
+    let auth = spec
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "auth")
+        .unwrap();
+    assert_eq!(auth.secret.unwrap().default_mode, Some(0o400));
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn injected_conflicts_and_server_errors_are_retried_without_duplicates() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let name = op_name(&d, "install");
+    server.inject_fault(testkit::Fault::on("create", "jobs", 500, 2));
+    server.inject_fault(testkit::Fault::on("patch", "clusteroperations/status", 409, 2));
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &name, Phase::Running).await;
+    assert_eq!(jobs(&client).await, [job_name(&name)]);
+    server.inject_fault(testkit::Fault::on("patch", "clusteroperations/status", 500, 1));
+    server.complete_job(NS, &job_name(&name)).await.unwrap();
+    wait_phase(&client, &name, Phase::Succeeded).await;
+    assert_eq!(jobs(&client).await, [job_name(&name)]);
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_removed_cluster_is_pruned_while_its_running_operation_finishes() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir(
+            "gone",
+            HOSTS,
+            vec![entry("install", "cluster.yml", &[]), entry("later", "l.yml", &[])],
+            None,
+        ),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let (install, later) = (op_name(&d, "install"), op_name(&d, "later"));
+    wait_phase(&client, &install, Phase::Running).await;
+    wait_phase(&client, &later, Phase::Queued).await;
+
+    remove_cluster(&client, NS, "gone").await.unwrap();
+    assert!(Api::<Cluster>::namespaced(client.clone(), NS)
+        .get_opt("gone")
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(phase(&client, &later).await, Some(Phase::Canceled));
+    assert_eq!(phase(&client, &install).await, Some(Phase::Running));
+    server.complete_job(NS, &job_name(&install)).await.unwrap();
+    wait_phase(&client, &install, Phase::Succeeded).await;
+    assert_eq!(
+        jobs(&client).await,
+        [job_name(&install)],
+        "the canceled one never got a Job"
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn the_history_limit_deletes_the_oldest_finished_operations_no_longer_in_the_file() {
+    let server = server().await;
+    let client = server.client();
+    let mut dir = cluster_dir("prod", HOSTS, vec![entry("r", "run.yml", &["1"])], None);
+    dir.settings.defaults.history_limit = Some(1);
+    let ctl = start(&client, config(4));
+    let mut names = Vec::new();
+    for i in 1..=3u32 {
+        dir.operations = vec![entry("r", "run.yml", &[&i.to_string()])];
+        let d = render(&dir, i, &[]);
+        apply_cluster(&client, NS, &d).await.unwrap();
+        let n = op_name(&d, "r");
+        wait_phase(&client, &n, Phase::Running).await;
+        server.complete_job(NS, &job_name(&n)).await.unwrap();
+        wait_phase(&client, &n, Phase::Succeeded).await;
+        names.push(n);
+    }
+    // Runs 1 and 2 left the file; with a limit of 1 only the newest of them may stay besides the current.
+    wait_for("the oldest run to be deleted", || async {
+        op(&client, &names[0]).await.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        op(&client, &names[2]).await.is_some(),
+        "the current entry is never deleted"
+    );
+    let remaining: Vec<String> = Api::<kok::api::ClusterOperation>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| o.name_any())
+        .collect();
+    assert!(!remaining.contains(&names[0]));
+    ctl.stop().await;
+}
