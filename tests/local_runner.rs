@@ -387,3 +387,31 @@ async fn kok_logs_prints_a_run_by_operation_job_or_cluster_and_id() -> anyhow::R
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_job_deleted_while_running_has_its_process_killed() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(
+        work.path().join("long.sh"),
+        "echo $$ > sh.pid\nsleep 30\ntouch finished\n",
+    )?;
+    let op = operation("doomed", "long.sh", ActionType::Shell);
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let pid_file = work.path().join("sh.pid");
+    wait_until("the Job to start its process", || pid_file.exists()).await?;
+    let pid = std::fs::read_to_string(&pid_file)?;
+
+    env.jobs.delete(&job, &Default::default()).await?;
+    let log_path = env.log_path(&op);
+    wait_until("the runner to log the deletion", || {
+        std::fs::read_to_string(&log_path).is_ok_and(|log| log.contains("result=Deleted"))
+    })
+    .await?;
+    runner.stop().await?;
+
+    assert!(!alive(pid.trim()), "the process of the deleted Job was killed");
+    assert!(!work.path().join("finished").exists());
+    Ok(())
+}
