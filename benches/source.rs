@@ -108,14 +108,16 @@ fn bench(n: usize) -> BenchResult<()> {
 
     let started = Instant::now();
     let changes = source.diff(Some(c1), new, "clusters")?;
+    let diff_time = started.elapsed();
     let touched = changes.touched();
     let incremental = layout::parse_clusters(&source.tree(new)?, "clusters", &touched);
     let incremental_time = started.elapsed();
     assert_eq!(incremental.clusters.len(), 1);
     println!(
-        "one-cluster diff + parse:        {} ({} changed)",
+        "one-cluster diff + parse:        {} ({} changed; diff alone {})",
         ms(incremental_time),
-        touched.len()
+        touched.len(),
+        ms(diff_time)
     );
 
     let started = Instant::now();

@@ -97,21 +97,64 @@ pub fn diff_trees(
     if old_root == new_root && !settings_changed {
         return Ok(changes);
     }
-    let before = cluster_entries(repo, old, root)?;
-    let after = cluster_entries(repo, new, root)?;
-    for (name, id) in &after {
-        match before.get(name) {
-            None => changes.added.push(name.clone()),
-            Some(old_id) if old_id != id || settings_changed => changes.changed.push(name.clone()),
-            Some(_) => {}
+    let before = root_tree(repo, old_root, root)?;
+    let after = root_tree(repo, new_root, root)?;
+    // Both listings are in git's tree order, so one merge pass compares them without building maps.
+    let mut old_entries = before.iter().flat_map(|t| t.iter()).filter(is_cluster).peekable();
+    let mut new_entries = after.iter().flat_map(|t| t.iter()).filter(is_cluster).peekable();
+    loop {
+        let order = match (old_entries.peek(), new_entries.peek()) {
+            (None, None) => break,
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some(o), Some(n)) => git_order(o).cmp(git_order(n)),
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                if let Some(o) = old_entries.next() {
+                    changes.removed.push(entry_name(&o));
+                }
+            }
+            std::cmp::Ordering::Greater => {
+                if let Some(n) = new_entries.next() {
+                    changes.added.push(entry_name(&n));
+                }
+            }
+            std::cmp::Ordering::Equal => {
+                if let (Some(o), Some(n)) = (old_entries.next(), new_entries.next()) {
+                    if o.id() != n.id() || o.filemode() != n.filemode() || settings_changed {
+                        changes.changed.push(entry_name(&n));
+                    }
+                }
+            }
         }
     }
-    changes.removed = before
-        .keys()
-        .filter(|name| !after.contains_key(*name))
-        .cloned()
-        .collect();
+    changes.added.sort();
+    changes.changed.sort();
+    changes.removed.sort();
     Ok(changes)
+}
+
+/// The key git sorts tree entries by: the name, with a `/` after directory names.
+fn git_order<'a>(entry: &'a git2::TreeEntry<'_>) -> impl Iterator<Item = u8> + 'a {
+    let slash = (kind_of(entry.filemode()) == EntryKind::Dir).then_some(b'/');
+    entry.name_bytes().iter().copied().chain(slash)
+}
+
+fn is_cluster(entry: &git2::TreeEntry<'_>) -> bool {
+    kind_of(entry.filemode()) != EntryKind::File
+}
+
+fn entry_name(entry: &git2::TreeEntry<'_>) -> String {
+    String::from_utf8_lossy(entry.name_bytes()).into_owned()
+}
+
+fn root_tree<'r>(repo: &'r Repository, id: Option<Oid>, root: &str) -> Result<Option<Tree<'r>>, SourceError> {
+    id.map(|id| {
+        repo.find_tree(id)
+            .map_err(SourceError::git(format!("read the tree of {root}/")))
+    })
+    .transpose()
 }
 
 /// Id of the tree at `root` inside `tree`, if it is a directory.
@@ -147,4 +190,53 @@ pub(crate) fn cluster_entries(
             )
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A repository in a temp dir and a builder of top-level trees with `clusters/` entries.
+    fn tree(repo: &Repository, entries: &[(&str, i32, &str)]) -> Oid {
+        let mut clusters = repo.treebuilder(None).unwrap();
+        for (name, mode, content) in entries {
+            let id = if *mode == 0o040000 {
+                let blob = repo.blob(content.as_bytes()).unwrap();
+                let mut sub = repo.treebuilder(None).unwrap();
+                sub.insert("hosts.yml", blob, 0o100644).unwrap();
+                sub.write().unwrap()
+            } else {
+                repo.blob(content.as_bytes()).unwrap()
+            };
+            clusters.insert(name, id, *mode).unwrap();
+        }
+        let mut top = repo.treebuilder(None).unwrap();
+        top.insert("clusters", clusters.write().unwrap(), 0o040000)
+            .unwrap();
+        top.write().unwrap()
+    }
+
+    #[test]
+    fn merge_follows_git_order_with_symlinks_next_to_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let old = tree(
+            &repo,
+            &[("a", 0o040000, "1"), ("a-b", 0o120000, "a"), ("c", 0o040000, "1")],
+        );
+        let new = tree(
+            &repo,
+            &[
+                ("a", 0o040000, "2"),
+                ("a-b", 0o120000, "a"),
+                ("b", 0o040000, "1"),
+                ("README.md", 0o100644, "x"),
+            ],
+        );
+        let (old, new) = (repo.find_tree(old).unwrap(), repo.find_tree(new).unwrap());
+        let changes = diff_trees(&repo, &old, &new, "clusters").unwrap();
+        assert_eq!(changes.changed, vec!["a"]);
+        assert_eq!(changes.added, vec!["b"]);
+        assert_eq!(changes.removed, vec!["c"]);
+    }
 }
