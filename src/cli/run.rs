@@ -83,6 +83,19 @@ pub struct Args {
     /// How long the remote may be unreachable before /readyz reports not ready.
     #[arg(long, default_value = "5m", value_parser = parse_duration, env = "KOK_UNREACHABLE_THRESHOLD")]
     pub unreachable_threshold: Duration,
+    /// Local mode: no meta-cluster needed. kok embeds an API server on loopback (kubeconfig in the
+    /// state directory, so kubectl can inspect it) and runs Jobs as processes on this machine.
+    #[arg(long, env = "KOK_LOCAL")]
+    pub local: bool,
+    /// Local mode: directory of the embedded API server's data, the kubeconfig, logs and git cache.
+    #[arg(long, default_value = crate::local::DEFAULT_STATE_DIR, env = "KOK_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// Local mode: directory actions run in (default: the repository checked out at the operation's commit).
+    #[arg(long, env = "KOK_WORKDIR")]
+    pub workdir: Option<PathBuf>,
+    /// Local mode: port of the embedded API server on 127.0.0.1 (0 picks a free one).
+    #[arg(long, default_value_t = 0, env = "KOK_API_PORT")]
+    pub api_port: u16,
 }
 
 /// Parses `90`, `90s`, `5m`, `2h` or `1d` into a duration.
@@ -170,10 +183,66 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+    if args.local {
+        return serve_local(args).await;
+    }
     let client = kube::Client::try_default()
         .await
         .context("connecting to the meta-cluster (in-cluster config, or KUBECONFIG / ~/.kube/config)")?;
     run_with_client(args, client, shutdown_signal()).await
+}
+
+/// Local mode: the embedded API server and the local Job runner around the normal service.
+async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
+    let state_dir = args.state_dir.clone();
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating the state directory {} (--state-dir)", state_dir.display()))?;
+    let state_dir = state_dir
+        .canonicalize()
+        .with_context(|| format!("resolving the state directory {}", state_dir.display()))?;
+    // One replica by construction; the listener stays on loopback unless asked otherwise.
+    args.leader_elect = false;
+    if args.listen == server::DEFAULT_LISTEN {
+        args.listen = "127.0.0.1:0".to_string();
+    }
+    if args.git.cache_dir.is_none() {
+        args.git.cache_dir = Some(state_dir.join("cache"));
+    }
+    let api = crate::local::embedded::start(&state_dir, args.api_port, &args.namespace).await?;
+    let client = api.client();
+    let cfg = args.service_config();
+    let workdir = match &args.workdir {
+        Some(dir) => crate::local::runner::Workdir::Fixed(dir.clone()),
+        None => crate::local::runner::Workdir::Checkout {
+            repo_path: cache_repo_path(&cfg.source)?,
+        },
+    };
+    let runner_cfg = crate::local::runner::RunnerConfig {
+        namespace: args.namespace.clone(),
+        state_dir: state_dir.clone(),
+        workdir,
+        max_parallel: args.max_concurrent_jobs.max(1),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let runner = tokio::spawn(crate::local::runner::run(client.clone(), runner_cfg, wait_true(stop_rx.clone())));
+    let result = run_with_client(args, client, wait_true(stop_rx)).await;
+    match runner.await {
+        Ok(Err(e)) => tracing::warn!(error = %e, "the local Job runner stopped with an error"),
+        Err(e) => tracing::warn!(error = %e, "the local Job runner task failed"),
+        Ok(Ok(())) => {}
+    }
+    api.stop().await;
+    result
+}
+
+/// The bare cache repository the source keeps for `config`.
+fn cache_repo_path(config: &crate::source::SourceConfig) -> anyhow::Result<PathBuf> {
+    let remote = crate::source::RemoteUrl::parse(&config.url)?;
+    Ok(config.cache_dir.join(crate::source::cache_dir_name(remote.as_str())))
 }
 
 /// Runs the service against `client` until `shutdown` resolves (the process entry point and tests).
@@ -183,8 +252,7 @@ pub async fn run_with_client(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<ExitCode> {
     let cfg = args.service_config();
-    let remote = crate::source::RemoteUrl::parse(&cfg.source.url)?;
-    let cache_repo = cfg.source.cache_dir.join(crate::source::cache_dir_name(remote.as_str()));
+    let cache_repo = cache_repo_path(&cfg.source)?;
     let sinks = report::Sinks::new(args.sinks(cache_repo)?, crate::metrics::global());
     let (trigger_tx, trigger_rx) = crate::source::trigger::channel();
     let listener = server::bind(&args.listen).await?;

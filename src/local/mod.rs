@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod checkout;
+pub mod embedded;
 pub mod logs;
 pub mod runner;
 pub mod status;

@@ -1,0 +1,74 @@
+//! Local mode's meta-cluster: the embedded API server on loopback, with kok's CRDs installed and its
+//! kubeconfig written into the state directory so that `kubectl` can inspect what kok does.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ObjectMeta, PostParams};
+use kube::Api;
+
+/// Name of the kubeconfig file inside the state directory.
+pub const KUBECONFIG_FILE: &str = "kubeconfig";
+
+/// The running embedded API server.
+pub struct Embedded {
+    server: testkit::ApiServer,
+    kubeconfig: PathBuf,
+}
+
+impl Embedded {
+    /// A client for the embedded server.
+    pub fn client(&self) -> kube::Client {
+        self.server.client()
+    }
+
+    /// The kubeconfig written into the state directory.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Stops serving.
+    pub async fn stop(self) {
+        drop(self.server);
+    }
+}
+
+/// Starts the embedded API server on 127.0.0.1:`port` (0: any free port), writes its kubeconfig to
+/// `<state_dir>/kubeconfig`, installs kok's CRDs and makes sure `namespace` exists.
+pub async fn start(state_dir: &Path, port: u16, namespace: &str) -> anyhow::Result<Embedded> {
+    let server = testkit::ApiServer::start_with(testkit::Options {
+        port,
+        ..testkit::Options::default()
+    })
+    .await
+    .context("starting the embedded API server")?;
+    let kubeconfig = state_dir.join(KUBECONFIG_FILE);
+    std::fs::copy(server.kubeconfig_path(), &kubeconfig)
+        .with_context(|| format!("writing the kubeconfig {}", kubeconfig.display()))?;
+    server
+        .install_crds(&crate::api::crds())
+        .await
+        .context("installing kok's CRDs into the embedded API server")?;
+    let namespaces: Api<Namespace> = Api::all(server.client());
+    if namespaces.get_opt(namespace).await?.is_none() {
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {namespace}"))?;
+    }
+    tracing::info!(
+        url = %server.url(),
+        kubeconfig = %kubeconfig.display(),
+        "embedded API server ready; inspect it with KUBECONFIG={} kubectl get clusters,clusterops,jobs -A",
+        kubeconfig.display()
+    );
+    Ok(Embedded { server, kubeconfig })
+}
