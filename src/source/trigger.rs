@@ -399,6 +399,16 @@ mod tests {
         assert_eq!(interval.delay_with(0.0), Duration::from_secs(600));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn tick_sleeps_the_jittered_interval_in_tokio_time() {
+        let mut interval = Interval::new(Duration::from_secs(60));
+        interval.failure();
+        let start = tokio::time::Instant::now();
+        interval.tick().await;
+        let slept = start.elapsed();
+        assert!(slept >= Duration::from_secs(114) && slept <= Duration::from_secs(126), "{slept:?}");
+    }
+
     fn headers(name: &'static str, value: &str) -> HeaderMap {
         let mut map = HeaderMap::new();
         map.insert(name, value.parse().unwrap());
