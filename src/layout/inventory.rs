@@ -207,54 +207,57 @@ impl Walk {
         }
     }
 
-    /// Reports every group cycle once, at the entry that closes it.
+    /// Reports every group cycle once, at the entry that closes it. Iterative depth-first search: a long
+    /// chain of groups must not exhaust the stack.
     fn report_cycles(&self, diags: &mut FileDiags<'_>) {
-        let mut done = std::collections::BTreeSet::new();
-        let mut reported = std::collections::BTreeSet::new();
-        let mut path: Vec<String> = Vec::new();
+        use std::collections::{BTreeSet, HashMap};
+        let mut done: BTreeSet<&str> = BTreeSet::new();
+        let mut reported: BTreeSet<Vec<&str>> = BTreeSet::new();
         for start in self.edges.keys() {
-            self.visit(start, &mut path, &mut done, &mut reported, diags);
-        }
-    }
-
-    fn visit(
-        &self,
-        group: &str,
-        path: &mut Vec<String>,
-        done: &mut std::collections::BTreeSet<String>,
-        reported: &mut std::collections::BTreeSet<Vec<String>>,
-        diags: &mut FileDiags<'_>,
-    ) {
-        if done.contains(group) {
-            return;
-        }
-        path.push(group.to_string());
-        for edge in self.edges.get(group).map(Vec::as_slice).unwrap_or_default() {
-            if let Some(pos) = path.iter().position(|g| *g == edge.child) {
-                let mut members = path[pos..].to_vec();
-                members.sort();
-                if reported.insert(members) {
-                    let cycle = path[pos..]
-                        .iter()
-                        .chain([&edge.child])
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(" -> ");
-                    diags.error_at(
-                        edge.line,
-                        edge.col,
-                        format!(
-                            "group cycle {cycle}: a group cannot contain itself; remove \"{}\" from the children of \"{group}\"",
-                            edge.child
-                        ),
-                    );
+            if done.contains(start.as_str()) {
+                continue;
+            }
+            // The current path: (group, index of its next edge to follow); `on_path` maps group → position.
+            let mut path: Vec<(&str, usize)> = vec![(start.as_str(), 0)];
+            let mut on_path: HashMap<&str, usize> = HashMap::from([(start.as_str(), 0)]);
+            while let Some(&(group, next)) = path.last() {
+                let edges = self.edges.get(group).map(Vec::as_slice).unwrap_or_default();
+                let Some(edge) = edges.get(next) else {
+                    path.pop();
+                    on_path.remove(group);
+                    done.insert(group);
+                    continue;
+                };
+                if let Some(top) = path.last_mut() {
+                    top.1 += 1;
                 }
-            } else {
-                self.visit(&edge.child, path, done, reported, diags);
+                let child = edge.child.as_str();
+                if let Some(&pos) = on_path.get(child) {
+                    let members: Vec<&str> = path[pos..].iter().map(|(g, _)| *g).collect();
+                    let mut key = members.clone();
+                    key.sort_unstable();
+                    if reported.insert(key) {
+                        let mut shown: Vec<&str> = members.iter().chain([&child]).copied().collect();
+                        if shown.len() > 8 {
+                            // Keep the message readable: the first groups, then the closing ones.
+                            shown.splice(4..shown.len() - 2, ["..."]);
+                        }
+                        let cycle = shown.join(" -> ");
+                        diags.error_at(
+                            edge.line,
+                            edge.col,
+                            format!(
+                                "group cycle {cycle}: a group cannot contain itself; remove \"{child}\" from the \
+                                 children of \"{group}\""
+                            ),
+                        );
+                    }
+                } else if !done.contains(child) {
+                    on_path.insert(child, path.len());
+                    path.push((child, 0));
+                }
             }
         }
-        path.pop();
-        done.insert(group.to_string());
     }
 }
 
@@ -346,6 +349,22 @@ mod tests {
         assert!(
             errs[0].starts_with("3:5: hosts of group \"all\" must be a mapping"),
             "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn a_long_chain_of_groups_does_not_exhaust_the_stack() {
+        let mut text = String::from("all:\n  hosts:\n    a:\n  children:\n");
+        for i in 0..20_000 {
+            text.push_str(&format!("    g{i}:\n      children:\n        g{}:\n", i + 1));
+        }
+        text.push_str("    g20000:\n      children:\n        g0:\n");
+        let errs = std::thread::spawn(move || errors(&text)).join().unwrap();
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].contains("group cycle g0 -> g1 -> g2"),
+            "{}",
+            &errs[0][..80]
         );
     }
 }
