@@ -255,3 +255,61 @@ async fn kubectl_applies_gets_watches_patches_and_deletes_with_cascade() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn kubectl_applies_deployment_manifests_client_and_server_side() {
+    if !kubectl_available().await {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl {
+        kubeconfig: server.kubeconfig_path().to_path_buf(),
+        cache: tempfile::tempdir().unwrap(),
+    };
+    let manifests = fixture("deploy.yaml");
+    let out = k.ok(&["apply", "-f", &manifests]).await;
+    for created in [
+        "namespace/kok-test created",
+        "serviceaccount/kok created",
+        "role.rbac.authorization.k8s.io/kok created",
+        "rolebinding.rbac.authorization.k8s.io/kok created",
+        "clusterrole.rbac.authorization.k8s.io/kok:reader created",
+        "configmap/kok-config created",
+        "deployment.apps/kok created",
+    ] {
+        assert!(out.contains(created), "{created} missing from:\n{out}");
+    }
+    let changed = std::fs::read_to_string(&manifests)
+        .unwrap()
+        .replace("value: b", "value: c");
+    let out = k.apply_stdin(&["apply", "-f", "-"], &changed).await;
+    assert!(
+        out.contains("deployment.apps/kok configured") && out.contains("configmap/kok-config unchanged"),
+        "{out}"
+    );
+    let out = k
+        .apply_stdin(
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            &changed,
+        )
+        .await;
+    assert!(out.contains("deployment.apps/kok serverside-applied"), "{out}");
+    let env = k
+        .ok(&[
+            "get",
+            "deployment",
+            "kok",
+            "-n",
+            "kok-test",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].env[0].value}",
+        ])
+        .await;
+    assert_eq!(env, "c");
+    let out = k.ok(&["delete", "namespace", "kok-test"]).await;
+    assert!(out.contains("deleted"), "{out}");
+    assert!(
+        server.object("v1/configmaps", "kok-test", "kok-config").is_none(),
+        "namespace contents go with it"
+    );
+}
