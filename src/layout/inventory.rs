@@ -39,13 +39,15 @@ pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<I
             Some("all") => all = Some((key, value)),
             _ => {
                 let name = key.scalar_text().unwrap_or_default();
-                diags.error(
-                    key,
+                let msg = if name.eq_ignore_ascii_case("all") || hint(&name, &["all"]).contains("all") {
+                    format!("unknown top-level key \"{name}\": did you mean \"all\"?")
+                } else {
                     format!(
                         "unknown top-level key \"{name}\": hosts.yml holds only `all:`; \
                          move group \"{name}\" under all.children"
-                    ),
-                );
+                    )
+                };
+                diags.error(key, msg);
             }
         }
     }
@@ -299,6 +301,10 @@ mod tests {
     fn the_inventory_must_start_with_all() {
         assert_eq!(errors("nodes:\n  hosts:\n    a:\n")[0], "1:1: unknown top-level key \"nodes\": hosts.yml holds only `all:`; move group \"nodes\" under all.children");
         assert!(errors("{}\n")[0].contains("has no `all:` group"));
+        assert_eq!(
+            errors("al:\n  hosts:\n    a:\n")[0],
+            "1:1: unknown top-level key \"al\": did you mean \"all\"?"
+        );
         assert!(errors("- a\n")[0].contains("must be a mapping starting with `all:`, not a list"));
     }
 
