@@ -9,7 +9,8 @@
 //!    repository ([`super::checkout`]), so actions kept in the repository run as pinned. The container's
 //!    `workingDir` names a directory inside the runner image, which local mode replaces, so it is not used;
 //! 4. the container's `command` + `args` run directly (no shell unless the command is one), in their own
-//!    process group, with the runner's environment minus its `KOK_*` variables, then the Job's env, then
+//!    process group, with the runner's environment minus its `KOK_*` variables, `PYTHONUNBUFFERED=1` (so
+//!    ansible's output reaches the log as it happens), then the Job's env, then
 //!    `KOK_CONF_DIR` / `KOK_AUTH_DIR` pointing at the host copies of `/conf` and `/auth`. Arguments and env
 //!    values that point into a mount are rewritten to the host copy (see [`super::volumes`]);
 //! 5. stdout and stderr share one pipe, so the log file (`<state dir>/logs/<operation>.log`) has them in the
@@ -57,6 +58,8 @@ const MAX_GRACE: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts at writing a finished status before giving up.
 const STATUS_ATTEMPTS: u32 = 8;
+/// Env var set to `1` for every Job (the Job's own env may override it).
+const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
 
 /// Where actions run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -511,6 +514,8 @@ async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, SetupError> {
     };
 
     let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| !k.starts_with("KOK_")).collect();
+    // Python (ansible) buffers a piped stdout in blocks; the log should follow the run line by line.
+    env.push((PYTHON_UNBUFFERED.to_string(), "1".to_string()));
     for var in container.env.iter().flatten() {
         let (value, secret) = env_value(job, pod, var, &sources)?;
         if secret && value.trim().len() >= 8 {
