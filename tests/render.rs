@@ -92,9 +92,9 @@ fn rendered_objects_parse_back_into_their_types_with_files_byte_for_byte() {
             other => panic!("unexpected kind {other}"),
         }
     }
-    assert_eq!(clusters.len(), 2);
-    assert_eq!(config_maps.len(), 4);
-    assert_eq!(operations.len(), 5);
+    assert_eq!(clusters.len(), 3);
+    assert_eq!(config_maps.len(), 6);
+    assert_eq!(operations.len(), 6);
     for cm in &config_maps {
         let path = &cm.metadata.annotations.as_ref().unwrap()["kok.dev/source-path"];
         for (key, text) in cm.data.as_ref().unwrap() {
