@@ -22,12 +22,14 @@ fn ansible_available() -> bool {
     panic!("ansible-playbook is not on PATH: install it with `pip install ansible-core` (or set KOK_SKIP_ANSIBLE=1)");
 }
 
-/// A playbook that appends `<label> <args>` to `<dir>/order.log`, where args are the `marker_args` var.
+/// A playbook that appends the line `<label> <marker_args> <greeting>` to `<dir>/order.log` (written
+/// literally by lineinfile, so what arrives is what ansible received), and fails afterwards when asked.
 fn marker_playbook(dir: &Path, label: &str, fail: bool) -> String {
     let log = dir.join("order.log");
     let mut tasks = format!(
         "- hosts: all\n  gather_facts: false\n  become: false\n  tasks:\n    - name: record\n      \
-         ansible.builtin.shell: printf '%s\\n' \"{label} {{{{ marker_args | default('') }}}} {{{{ greeting }}}}\" >> {}\n",
+         ansible.builtin.lineinfile:\n        path: {}\n        create: true\n        \
+         line: \"{label} {{{{ marker_args | default('') }}}} {{{{ greeting }}}}\"\n",
         log.display()
     );
     if fail {
@@ -38,6 +40,9 @@ fn marker_playbook(dir: &Path, label: &str, fail: bool) -> String {
     std::fs::write(&path, tasks).unwrap();
     path.display().to_string()
 }
+
+/// The extra var handed to the action: a single quote, double quotes, `$()` and `;` must arrive as written.
+const HOSTILE: &str = r#"it's "quoted" $(touch /tmp/kok-ansible-pwned); too"#;
 
 fn operation(dir: &Path, fail_pre: bool) -> ClusterOperation {
     let hook = |label: &str, fail: bool| Hook {
@@ -55,7 +60,7 @@ fn operation(dir: &Path, fail_pre: bool) -> ClusterOperation {
             action_type: ActionType::Playbook,
             extra_args: vec![
                 "-e".into(),
-                "marker_args='it is' \"quoted\" $(not run); too".into(),
+                serde_json::json!({ "marker_args": HOSTILE }).to_string(),
             ],
             image: "unused".into(),
             pre_hooks: vec![hook("pre", fail_pre)],
@@ -119,7 +124,11 @@ fn the_entry_script_runs_hooks_action_and_post_hooks_in_order_with_ansible() {
     );
     assert_eq!(
         log,
-        "pre  hello from vars\nmain 'it is' \"quoted\" $(not run); too hello from vars\npost  hello from vars\n"
+        format!("pre  hello from vars\nmain {HOSTILE} hello from vars\npost  hello from vars\n")
+    );
+    assert!(
+        !Path::new("/tmp/kok-ansible-pwned").exists(),
+        "an argument was run by a shell"
     );
 }
 
