@@ -322,10 +322,11 @@ impl State {
         } else if let Some(m) = meta.as_object_mut() {
             m.remove("generation");
         }
-        if !obj
+        let has_managed = obj
             .pointer("/metadata/managedFields")
-            .is_some_and(|m| m.as_array().is_some_and(|a| !a.is_empty()))
-        {
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        if !has_managed {
             let scope = if info.status { Scope::Main } else { Scope::Whole };
             apply::record_update(None, &mut obj, &ctx.manager, &info.api_version(), scope, &now);
         }
@@ -418,11 +419,10 @@ impl State {
             }
         }
         match meta_str(&body, "resourceVersion") {
-            Some(rv) if !rv.is_empty() => {
-                if Some(rv) != meta_str(&old, "resourceVersion") {
-                    return Err(ApiError::stale(&info.group, &info.resource, name));
-                }
+            Some(rv) if !rv.is_empty() && Some(rv) != meta_str(&old, "resourceVersion") => {
+                return Err(ApiError::stale(&info.group, &info.resource, name));
             }
+            Some(rv) if !rv.is_empty() => {}
             _ if info.custom => {
                 return Err(ApiError::invalid(
                     &info.group,
@@ -522,7 +522,7 @@ impl State {
                 )
             }
             .on(&info.group, &info.resource, name);
-            e.causes = c
+            e.details.causes = c
                 .iter()
                 .map(|x| {
                     cause(

@@ -23,13 +23,20 @@ pub struct ApiError {
     pub reason: String,
     /// `Status.message`.
     pub message: String,
-    /// `Status.details.name`.
+    /// `Status.details`.
+    pub details: Box<Details>,
+}
+
+/// `Status.details`: what object the error is about, and field causes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Details {
+    /// `name`.
     pub name: String,
-    /// `Status.details.group`.
+    /// `group`.
     pub group: String,
-    /// `Status.details.kind`: the resource (plural) for most reasons, as the real server does.
+    /// `kind`: the resource (plural) for most reasons, as the real server does.
     pub kind: String,
-    /// `Status.details.causes`.
+    /// `causes`.
     pub causes: Vec<Cause>,
 }
 
@@ -60,18 +67,15 @@ impl ApiError {
             code,
             reason: reason_for_code(code).to_string(),
             message: message.into(),
-            name: String::new(),
-            group: String::new(),
-            kind: String::new(),
-            causes: Vec::new(),
+            details: Box::default(),
         }
     }
 
     /// Sets the details that name the object.
     pub fn on(mut self, group: &str, kind: &str, name: &str) -> Self {
-        self.group = group.to_string();
-        self.kind = kind.to_string();
-        self.name = name.to_string();
+        self.details.group = group.to_string();
+        self.details.kind = kind.to_string();
+        self.details.name = name.to_string();
         self
     }
 
@@ -130,7 +134,7 @@ impl ApiError {
         };
         let mut e =
             ApiError::new(422, format!("{kind} \"{name}\" is invalid: {joined}")).on(group, kind, name);
-        e.causes = causes;
+        e.details.causes = causes;
         e
     }
 
@@ -154,17 +158,18 @@ impl ApiError {
     /// The `Status` object for this error.
     pub fn status(&self) -> Value {
         let mut details = serde_json::Map::new();
-        if !self.name.is_empty() {
-            details.insert("name".into(), json!(self.name));
+        if !self.details.name.is_empty() {
+            details.insert("name".into(), json!(self.details.name));
         }
-        if !self.group.is_empty() {
-            details.insert("group".into(), json!(self.group));
+        if !self.details.group.is_empty() {
+            details.insert("group".into(), json!(self.details.group));
         }
-        if !self.kind.is_empty() {
-            details.insert("kind".into(), json!(self.kind));
+        if !self.details.kind.is_empty() {
+            details.insert("kind".into(), json!(self.details.kind));
         }
-        if !self.causes.is_empty() {
+        if !self.details.causes.is_empty() {
             let causes: Vec<Value> = self
+                .details
                 .causes
                 .iter()
                 .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))

@@ -231,7 +231,10 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         (Method::GET, "/openapi/v2") => {
             return (
                 StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")],
+                [(
+                    header::CONTENT_TYPE,
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                )],
                 Vec::<u8>::new(),
             )
                 .into_response()

@@ -21,7 +21,7 @@ fn is_dns_label(s: &str) -> bool {
 
 /// DNS-1123 subdomain: dot-separated labels, at most 253 characters.
 pub fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(|part| is_dns_label_chars(part))
+    s.len() <= 253 && s.split('.').all(is_dns_label_chars)
 }
 
 fn is_dns_label_chars(s: &str) -> bool {
@@ -148,7 +148,7 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
 
 /// Refuses data changes to an immutable ConfigMap or Secret, and un-setting `immutable`.
 pub fn validate_immutable(info: &ResourceInfo, old: &Value, new: &Value) -> Result<(), ApiError> {
-    if info.group != "" || (info.resource != "configmaps" && info.resource != "secrets") {
+    if !info.group.is_empty() || (info.resource != "configmaps" && info.resource != "secrets") {
         return Ok(());
     }
     if old["immutable"] != Value::Bool(true) {
