@@ -118,15 +118,21 @@ pub(crate) fn deny_unknown_keys(
     for (key, _) in map {
         let name = key.scalar_text().unwrap_or_default();
         if !allowed.contains(&name.as_str()) {
-            let hint = super::names::hint(&name, allowed);
-            let hint = if hint.is_empty() {
-                format!("; allowed keys: {}", allowed.join(", "))
-            } else {
-                hint
-            };
-            diags.error(key, format!("unknown key \"{name}\" in {what}{hint}"));
+            unknown_key(key, allowed, what, diags);
         }
     }
+}
+
+/// Reports `key` as unknown in `what`, with the closest allowed key or the list of allowed keys.
+pub(crate) fn unknown_key(key: &Node, allowed: &[&str], what: &str, diags: &mut FileDiags<'_>) {
+    let name = key.scalar_text().unwrap_or_default();
+    let hint = super::names::hint(&name, allowed);
+    let hint = if hint.is_empty() {
+        format!("; allowed keys: {}", allowed.join(", "))
+    } else {
+        hint
+    };
+    diags.error(key, format!("unknown key \"{name}\" in {what}{hint}"));
 }
 
 /// The value of key `name` in `map` (the last one when duplicated).

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::diag::{deny_unknown_keys, get, parse_yaml, FileDiags};
+use super::diag::{deny_unknown_keys, get, parse_yaml, unknown_key, FileDiags};
 use super::names::dns1123_label_problem;
 use super::scaledown::unknown_hosts;
 use super::yaml::{Kind, Node};
@@ -392,39 +392,18 @@ fn parse_hooks(
             continue;
         };
         for (k, _) in map {
-            if let Some(name @ ("image" | "activeDeadlineSeconds")) = k.as_str() {
-                diags.error(
+            match k.as_str() {
+                Some("action" | "type" | "extraArgs") => {}
+                Some(name @ ("image" | "activeDeadlineSeconds")) => diags.error(
                     k,
-                    format!(
-                        "{name} is not allowed in a hook: hooks run in the operation's pod; set {name} on the operation"
-                    ),
-                );
-            } else if let Some(name @ ("id" | "schedule" | "rerun" | "preHooks" | "postHooks")) = k.as_str() {
-                diags.error(
-                    k,
-                    format!("{name} is not allowed in a hook: only action, type and extraArgs are"),
-                );
+                    format!("{name} is not allowed in a hook: hooks run in the operation's pod; set {name} on the operation"),
+                ),
+                Some(name @ ("id" | "schedule" | "rerun" | "preHooks" | "postHooks")) => {
+                    diags.error(k, format!("{name} is not allowed in a hook: only action, type and extraArgs are"))
+                }
+                _ => unknown_key(k, HOOK_KEYS, "hook", diags),
             }
         }
-        let unknown: Vec<(Node, Node)> = map
-            .iter()
-            .filter(|(k, _)| {
-                !matches!(
-                    k.as_str(),
-                    Some(
-                        "image"
-                            | "activeDeadlineSeconds"
-                            | "id"
-                            | "schedule"
-                            | "rerun"
-                            | "preHooks"
-                            | "postHooks"
-                    )
-                )
-            })
-            .cloned()
-            .collect();
-        deny_unknown_keys(&unknown, HOOK_KEYS, "hook", diags);
         if let Some(hook) = parse_step(item, map, &hook_what, inventory, diags) {
             hooks.push(hook);
         }
