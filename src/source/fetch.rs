@@ -304,12 +304,12 @@ struct NetFailure {
 }
 
 impl NetFailure {
-    fn into_error(self, what: &str, url: &str, seconds: u64) -> SourceError {
+    fn into_error(self: Box<Self>, what: &str, url: &str, seconds: u64) -> SourceError {
         let NetFailure {
             error,
             log,
             timed_out,
-        } = self;
+        } = *self;
         if let Some(e) = log.host_key {
             return e;
         }
@@ -363,14 +363,16 @@ struct NetJob {
 }
 
 impl NetJob {
-    fn run(self) -> Result<NetOutcome, NetFailure> {
+    fn run(self) -> Result<NetOutcome, Box<NetFailure>> {
         let log: SharedLog = Arc::new(Mutex::new(AuthLog::default()));
         let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let result = self.run_inner(&log, &timed_out);
-        result.map_err(|error| NetFailure {
-            error,
-            log: std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner())),
-            timed_out: timed_out.load(std::sync::atomic::Ordering::Relaxed),
+        result.map_err(|error| {
+            Box::new(NetFailure {
+                error,
+                log: std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner())),
+                timed_out: timed_out.load(std::sync::atomic::Ordering::Relaxed),
+            })
         })
     }
 

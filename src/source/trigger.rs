@@ -406,7 +406,10 @@ mod tests {
         let start = tokio::time::Instant::now();
         interval.tick().await;
         let slept = start.elapsed();
-        assert!(slept >= Duration::from_secs(114) && slept <= Duration::from_secs(126), "{slept:?}");
+        assert!(
+            slept >= Duration::from_secs(114) && slept <= Duration::from_secs(126),
+            "{slept:?}"
+        );
     }
 
     fn headers(name: &'static str, value: &str) -> HeaderMap {
