@@ -195,6 +195,10 @@ pub async fn run_scheduler(
 ) {
     let api: Api<ClusterOperation> = Api::namespaced(client, &namespace);
     tokio::pin!(shutdown);
+    tokio::select! {
+        _ = &mut shutdown => return,
+        ready = store.wait_until_ready() => if ready.is_err() { return },
+    }
     loop {
         let ops = store.state();
         let refs: Vec<&ClusterOperation> = ops.iter().map(|o| o.as_ref()).collect();
