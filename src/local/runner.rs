@@ -848,3 +848,90 @@ async fn execute(
     info!(job = %name, result, "Job process ended");
     outcome
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::batch::v1::JobSpec;
+    use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector, PodTemplateSpec, SecretKeySelector};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::ByteString;
+
+    use super::*;
+
+    fn job() -> Job {
+        let labels: BTreeMap<String, String> = [("kok.dev/cluster".to_string(), "a".to_string())].into();
+        Job {
+            metadata: ObjectMeta {
+                name: Some("kok-a-x-1".into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(JobSpec {
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec::default()),
+                },
+                ..JobSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn field(name: &str, path: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: path.into(),
+                    api_version: None,
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }
+    }
+
+    #[test]
+    fn field_refs_resolve_against_the_job_and_its_pod_template() {
+        let job = job();
+        let pod = PodSpec::default();
+        let sources = Sources::default();
+        let value = |var: EnvVar| env_value(&job, &pod, &var, &sources).map(|(v, _)| v).unwrap();
+        assert_eq!(value(field("N", "metadata.name")), "kok-a-x-1");
+        assert_eq!(value(field("NS", "metadata.namespace")), "ns");
+        assert_eq!(value(field("C", "metadata.labels['kok.dev/cluster']")), "a");
+        let err = env_value(&job, &pod, &field("X", "status.phase"), &sources)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fieldRef status.phase is not supported"), "{err}");
+    }
+
+    #[test]
+    fn secret_key_refs_are_marked_as_secret() {
+        let secret = Secret {
+            data: Some([("token".to_string(), ByteString(b"s3cr3t-value".to_vec()))].into()),
+            ..Secret::default()
+        };
+        let sources = Sources {
+            secrets: [("creds".to_string(), secret)].into(),
+            ..Sources::default()
+        };
+        let var = EnvVar {
+            name: "TOKEN".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: "creds".into(),
+                    key: "token".into(),
+                    optional: None,
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        };
+        let got = env_value(&job(), &PodSpec::default(), &var, &sources).unwrap();
+        assert_eq!(got, ("s3cr3t-value".to_string(), true));
+    }
+}
