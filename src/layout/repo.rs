@@ -7,7 +7,7 @@ use super::inventory::parse_inventory;
 use super::names::{dns1123_label_problem, hint};
 use super::operations::parse_operations;
 use super::settings::{merge_settings, parse_settings};
-use super::{ClusterDir, Diagnostic, EntryKind, Parsed, Settings, Severity, TreeReader};
+use super::{ClusterDir, Diagnostic, Entry, EntryKind, Parsed, Settings, Severity, TreeReader};
 
 /// Name of the repo-wide settings file at the top of the tree.
 pub const KOK_YML: &str = "kok.yml";
@@ -186,7 +186,6 @@ fn parse_cluster(
     let before = error_count(out);
     let dir = join(root, name);
     let cluster = Some(name);
-    let mut files: BTreeMap<&str, String> = BTreeMap::new();
     {
         let mut d = FileDiags::new(dir.clone(), cluster, out);
         if let Some(problem) = dns1123_label_problem(name, MAX_CLUSTER_NAME) {
@@ -217,66 +216,10 @@ fn parse_cluster(
             }
         }
     }
-    let entries = match reader.list(&dir) {
-        Ok(entries) => entries,
-        Err(err) => {
-            FileDiags::new(dir.clone(), cluster, out).error_at(
-                0,
-                0,
-                format!("could not list the directory: {err}"),
-            );
-            parsed.invalid.push(name.to_string());
-            return;
-        }
+    let Some((entries, mut files)) = read_cluster_files(reader, &dir, cluster, out) else {
+        parsed.invalid.push(name.to_string());
+        return;
     };
-    for entry in &entries {
-        let path = join(&dir, &entry.name);
-        let mut d = FileDiags::new(path, cluster, out);
-        if let Some(known) = CLUSTER_FILES.iter().find(|f| **f == entry.name) {
-            if entry.kind == EntryKind::File {
-                if let Some(text) = read_text(reader, &mut d) {
-                    files.insert(*known, text);
-                }
-            } else {
-                d.error_at(0, 0, not_a_file(entry.kind));
-            }
-        } else if entry.kind == EntryKind::Symlink {
-            d.error_at(0, 0, not_a_file(entry.kind));
-        } else if entry.kind == EntryKind::Dir && matches!(entry.name.as_str(), "group_vars" | "host_vars") {
-            d.error_at(
-                0,
-                0,
-                format!(
-                    "kok does not read {}/: put group variables in vars.yml and host variables under the host \
-                     in hosts.yml",
-                    entry.name
-                ),
-            );
-        } else if entry.kind == EntryKind::File {
-            if let Some(stem) = entry.name.strip_suffix(".yaml") {
-                let wanted = format!("{stem}.yml");
-                if CLUSTER_FILES.contains(&wanted.as_str()) {
-                    d.error_at(
-                        0,
-                        0,
-                        format!(
-                            "kok reads {wanted}, not {}: rename the file to {wanted}",
-                            entry.name
-                        ),
-                    );
-                    continue;
-                }
-            }
-            if entry.name.ends_with(".yml") || entry.name.ends_with(".yaml") {
-                let mut msg = format!(
-                    "unknown file in a cluster directory: kok reads only {}",
-                    CLUSTER_FILES.join(", ")
-                );
-                msg.push_str(&hint(&entry.name, CLUSTER_FILES));
-                d.error_at(0, 0, msg);
-            }
-        }
-    }
 
     let mut inventory = None;
     match files.get(HOSTS_YML) {
@@ -350,6 +293,74 @@ fn parse_cluster(
         }
         _ => parsed.invalid.push(name.to_string()),
     }
+}
+
+/// Lists a cluster directory and reads the files kok knows; reports symlinks, misnamed and unknown
+/// YAML files and ansible's group_vars/host_vars. `None` when the directory cannot be listed.
+fn read_cluster_files(
+    reader: &dyn TreeReader,
+    dir: &str,
+    cluster: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<(Vec<Entry>, BTreeMap<&'static str, String>)> {
+    let entries = match reader.list(dir) {
+        Ok(entries) => entries,
+        Err(err) => {
+            FileDiags::new(dir, cluster, out).error_at(0, 0, format!("could not list the directory: {err}"));
+            return None;
+        }
+    };
+    let mut files: BTreeMap<&'static str, String> = BTreeMap::new();
+    for entry in &entries {
+        let path = join(dir, &entry.name);
+        let mut d = FileDiags::new(path, cluster, out);
+        if let Some(known) = CLUSTER_FILES.iter().find(|f| **f == entry.name) {
+            if entry.kind == EntryKind::File {
+                if let Some(text) = read_text(reader, &mut d) {
+                    files.insert(*known, text);
+                }
+            } else {
+                d.error_at(0, 0, not_a_file(entry.kind));
+            }
+        } else if entry.kind == EntryKind::Symlink {
+            d.error_at(0, 0, not_a_file(entry.kind));
+        } else if entry.kind == EntryKind::Dir && matches!(entry.name.as_str(), "group_vars" | "host_vars") {
+            d.error_at(
+                0,
+                0,
+                format!(
+                    "kok does not read {}/: put group variables in vars.yml and host variables under the host \
+                     in hosts.yml",
+                    entry.name
+                ),
+            );
+        } else if entry.kind == EntryKind::File {
+            if let Some(stem) = entry.name.strip_suffix(".yaml") {
+                let wanted = format!("{stem}.yml");
+                if CLUSTER_FILES.contains(&wanted.as_str()) {
+                    d.error_at(
+                        0,
+                        0,
+                        format!(
+                            "kok reads {wanted}, not {}: rename the file to {wanted}",
+                            entry.name
+                        ),
+                    );
+                    continue;
+                }
+            }
+            if entry.name.ends_with(".yml") || entry.name.ends_with(".yaml") {
+                let mut msg = format!(
+                    "unknown file in a cluster directory: kok reads only {}",
+                    CLUSTER_FILES.join(", ")
+                );
+                msg.push_str(&hint(&entry.name, CLUSTER_FILES));
+                d.error_at(0, 0, msg);
+            }
+        }
+    }
+
+    Some((entries, files))
 }
 
 /// vars.yml must be a YAML mapping (an empty file is not: `-e @vars.yml` needs one).
