@@ -147,3 +147,51 @@ async fn a_commit_without_a_note_has_no_entries() {
         .is_empty());
     assert!(read_all_notes(&dir.path().join("cache.git")).unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_new_cache_and_a_diverged_writer_join_the_remote_notes_before_pushing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sha = setup(dir.path());
+    git(dir.path(), &["clone", "-q", "--bare", "work", "cache2.git"]);
+    let remote = dir.path().join("remote.git");
+    let target = || PushTarget {
+        remote: format!("file://{}", remote.display()),
+        callbacks: None,
+    };
+    let first = NotesSink::new(dir.path().join("cache.git")).with_push(target());
+    let second = NotesSink::new(dir.path().join("cache2.git")).with_push(target());
+
+    first
+        .deliver(
+            &sha,
+            &status("kok/sync", StatusState::Success, "materialized 1 cluster"),
+        )
+        .await
+        .unwrap();
+    // A fresh cache (e.g. after a pod restart) starts from the remote's notes.
+    second
+        .deliver(&sha, &status("kok/a/install", StatusState::Pending, "queued"))
+        .await
+        .unwrap();
+    // The first writer is now behind the remote: its push is refused, joined, and pushed again.
+    first
+        .deliver(
+            &sha,
+            &status("kok/b/upgrade", StatusState::Success, "succeeded in 1s"),
+        )
+        .await
+        .unwrap();
+
+    let on_remote = git(&remote, &["notes", "--ref=kok", "show", &sha]);
+    let contexts: Vec<&str> = on_remote.lines().map(|l| l.split(':').next().unwrap()).collect();
+    assert_eq!(
+        contexts,
+        ["kok/sync", "kok/a/install", "kok/b/upgrade"],
+        "{on_remote}"
+    );
+    let cache = dir.path().join("cache.git");
+    assert_eq!(
+        git(&cache, &["rev-parse", NOTES_REF]),
+        git(&remote, &["rev-parse", NOTES_REF])
+    );
+}

@@ -12,9 +12,13 @@
 //! line and keeps the others (lines kok does not recognise are kept as they are); writing a line that
 //! is already there (same state, url and description) changes nothing.
 //!
-//! Pushing: after a write, `refs/notes/kok:refs/notes/kok` is pushed (not forced) to the configured
-//! remote. The local note is the record: a push that fails is logged once per distinct failure, does
-//! not fail the delivery, and is tried again after the next write.
+//! Pushing: after a write, `refs/notes/kok:refs/notes/kok` is pushed (never forced) to the configured
+//! remote. Before the first push, and again when a push is refused, the remote's notes are fetched and
+//! joined: a local ref that is missing or behind moves to the remote's; when both moved, the local
+//! entries are written again on top of the remote's notes (the local line of a context wins). So a
+//! re-created cache (an emptyDir after a restart) continues the remote's notes instead of forking
+//! them. The local note is the record: a push that still fails is logged once per distinct failure,
+//! does not fail the delivery, and is tried again after the next write.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -127,6 +131,8 @@ struct PushState {
     pushed: Option<Oid>,
     /// Last push failure logged, so each distinct failure is logged once.
     last_failure: Option<String>,
+    /// The remote's notes were joined into the local ones since the last refused push.
+    joined: bool,
 }
 
 /// Writes statuses as git notes in a repository (the bare cache the source maintains).
@@ -162,19 +168,40 @@ impl NotesSink {
         let commit = commit.to_string();
         let status = status.clone();
         let pushed = state.pushed;
+        let joined = state.joined;
         let (changed, push_result) = tokio::task::spawn_blocking(move || {
-            let changed = write_note(&repo, &commit, &status, jiff::Timestamp::now())?;
-            let push_result = match &push {
-                Some(target) => push_notes(&repo, target, pushed),
-                None => Ok(None),
+            let Some(target) = &push else {
+                return Ok::<_, NotesError>((
+                    write_note(&repo, &commit, &status, jiff::Timestamp::now())?,
+                    Ok(None),
+                ));
             };
-            Ok::<_, NotesError>((changed, push_result))
+            // Join the remote's notes once (the cache may be new), and again when a push is refused.
+            let mut join_error = None;
+            if !joined {
+                join_error = join_remote(&repo, target).err();
+            }
+            let changed = write_note(&repo, &commit, &status, jiff::Timestamp::now())?;
+            let mut pushed_now = push_notes(&repo, target, pushed);
+            if pushed_now.is_err() && joined {
+                if let Err(e) = join_remote(&repo, target) {
+                    join_error = Some(e);
+                }
+                pushed_now = push_notes(&repo, target, pushed);
+            }
+            let result = match (pushed_now, join_error) {
+                (Ok(done), _) => Ok(done),
+                (Err(push), Some(join)) => Err(format!("{push} (reading the remote's notes: {join})")),
+                (Err(push), None) => Err(push),
+            };
+            Ok((changed, result))
         })
         .await
         .map_err(|e| NotesError::Join(e.to_string()))??;
         match push_result {
             Ok(Some(oid)) => {
                 state.pushed = Some(oid);
+                state.joined = true;
                 if state.last_failure.take().is_some() {
                     tracing::info!(remote = %self.remote_name(), "pushing {NOTES_REF} works again");
                 }
@@ -361,16 +388,6 @@ fn write_note(
 ) -> Result<bool, NotesError> {
     let repository = open(repo)?;
     let oid = parse_commit(commit)?;
-    let write_err = |source| NotesError::Write {
-        path: repo.to_path_buf(),
-        commit: commit.to_string(),
-        source,
-    };
-    let existing = match repository.find_note(Some(NOTES_REF), oid) {
-        Ok(note) => note.message().unwrap_or_default().to_string(),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => String::new(),
-        Err(source) => return Err(write_err(source)),
-    };
     let entry = NoteEntry {
         context: status.context.clone(),
         state: status.state,
@@ -379,9 +396,24 @@ fn write_note(
             .target_url
             .clone()
             .map(|u| one_line(&u).replace(' ', "%20")),
-        description: one_line(&status.description),
+        description: one_line(&status.description).trim_end().to_string(),
     };
-    let new_line = render_line(&entry);
+    write_entry(&repository, oid, &entry).map_err(|source| NotesError::Write {
+        path: repo.to_path_buf(),
+        commit: commit.to_string(),
+        source,
+    })
+}
+
+/// Sets `entry`'s line in the note of `oid` under [`NOTES_REF`]; false when an equal line (same state,
+/// url and description) is already there.
+fn write_entry(repository: &Repository, oid: Oid, entry: &NoteEntry) -> Result<bool, git2::Error> {
+    let existing = match repository.find_note(Some(NOTES_REF), oid) {
+        Ok(note) => note.message().unwrap_or_default().to_string(),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let new_line = render_line(entry);
     let mut lines: Vec<String> = Vec::new();
     let mut found = false;
     for line in existing.lines() {
@@ -389,7 +421,7 @@ fn write_note(
             Some(old) if old.context == entry.context => {
                 if old.state == entry.state
                     && old.target_url == entry.target_url
-                    && old.description == entry.description.trim_end()
+                    && old.description == entry.description
                 {
                     return Ok(false);
                 }
@@ -406,11 +438,85 @@ fn write_note(
     }
     let mut text = lines.join("\n");
     text.push('\n');
-    let signature = Signature::now("kok", "kok@localhost").map_err(write_err)?;
-    repository
-        .note(&signature, &signature, Some(NOTES_REF), oid, &text, true)
-        .map_err(write_err)?;
+    let signature = Signature::now("kok", "kok@localhost")?;
+    repository.note(&signature, &signature, Some(NOTES_REF), oid, &text, true)?;
     Ok(true)
+}
+
+/// Every note under `notes_ref`: annotated commit and its entries.
+fn notes_under(repository: &Repository, notes_ref: &str) -> Result<Vec<(Oid, Vec<NoteEntry>)>, git2::Error> {
+    let notes = match repository.notes(Some(notes_ref)) {
+        Ok(n) => n,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for item in notes {
+        let (_, annotated) = item?;
+        let note = repository.find_note(Some(notes_ref), annotated)?;
+        out.push((annotated, parse_note(note.message().unwrap_or_default())));
+    }
+    Ok(out)
+}
+
+/// Private ref the remote's notes are fetched into before they are joined with the local ones.
+const REMOTE_NOTES_REF: &str = "refs/kok/notes-remote";
+
+/// Brings the remote's notes into the local ones, so that the next push is a fast-forward (the cache
+/// may have been re-created, or another writer pushed). When both moved, the local entries are
+/// written again on top of the remote's notes: for each context the local line wins.
+fn join_remote(repo: &Path, target: &PushTarget) -> Result<(), String> {
+    let repository = Repository::open(repo).map_err(|e| e.message().to_string())?;
+    let mut remote = find_remote(&repository, &target.remote)?;
+    let mut callbacks = RemoteCallbacks::new();
+    if let Some(hook) = &target.callbacks {
+        hook(&mut callbacks);
+    }
+    let mut options = git2::FetchOptions::new();
+    options.remote_callbacks(callbacks);
+    let refspec = format!("+{NOTES_REF}:{REMOTE_NOTES_REF}");
+    remote
+        .fetch(&[refspec.as_str()], Some(&mut options), None)
+        .map_err(|e| e.message().to_string())?;
+    let Ok(theirs) = repository.refname_to_id(REMOTE_NOTES_REF) else {
+        return Ok(()); // the remote has no notes yet
+    };
+    let message = "kok: join remote notes";
+    let ours = match repository.refname_to_id(NOTES_REF) {
+        Ok(oid) => oid,
+        Err(_) => {
+            repository
+                .reference(NOTES_REF, theirs, true, message)
+                .map_err(|e| e.message().to_string())?;
+            return Ok(());
+        }
+    };
+    if ours == theirs || repository.graph_descendant_of(ours, theirs).unwrap_or(false) {
+        return Ok(());
+    }
+    if repository.graph_descendant_of(theirs, ours).unwrap_or(false) {
+        repository
+            .reference(NOTES_REF, theirs, true, message)
+            .map_err(|e| e.message().to_string())?;
+        return Ok(());
+    }
+    let local = notes_under(&repository, NOTES_REF).map_err(|e| e.message().to_string())?;
+    repository
+        .reference(NOTES_REF, theirs, true, message)
+        .map_err(|e| e.message().to_string())?;
+    for (oid, entries) in local {
+        for entry in entries {
+            write_entry(&repository, oid, &entry).map_err(|e| e.message().to_string())?;
+        }
+    }
+    Ok(())
+}
+
+fn find_remote<'r>(repository: &'r Repository, remote: &str) -> Result<git2::Remote<'r>, String> {
+    repository
+        .find_remote(remote)
+        .or_else(|_| repository.remote_anonymous(remote))
+        .map_err(|e| e.message().to_string())
 }
 
 /// Pushes the notes ref unless it is already where the last push left it. `Ok(Some(oid))` when pushed,
@@ -424,10 +530,7 @@ fn push_notes(repo: &Path, target: &PushTarget, pushed: Option<Oid>) -> Result<O
     if pushed == Some(local) {
         return Ok(None);
     }
-    let mut remote = repository
-        .find_remote(&target.remote)
-        .or_else(|_| repository.remote_anonymous(&target.remote))
-        .map_err(|e| e.message().to_string())?;
+    let mut remote = find_remote(&repository, &target.remote)?;
     let refused = std::cell::RefCell::new(None::<String>);
     {
         let mut callbacks = RemoteCallbacks::new();
