@@ -221,3 +221,47 @@ async fn the_token_never_appears_in_errors_or_debug_output() {
     assert!(e.is_retryable(), "{e}");
     assert!(!format!("{e} {e:?}").contains(SECRET));
 }
+
+/// A `MakeWriter` collecting log output in memory.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_token_never_appears_in_delivery_logs() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let server = ForgeServer::start().await;
+    server.script([
+        Reply::new(401, r#"{"message":"Bad credentials"}"#),
+        Reply::new(201, "{}"),
+    ]);
+    let sink = ForgeSink::new(Forge::GitHub, Some(&server.url()), "o/r", &Token::new(SECRET)).unwrap();
+    let metrics: &'static kok::metrics::Metrics = Box::leak(Box::new(kok::metrics::Metrics::new()));
+    let sinks = kok::report::Sinks::new(vec![std::sync::Arc::new(sink)], metrics);
+    let s = status(StatusState::Pending, "queued");
+    assert!(sinks.deliver(SHA, &s).await.is_err());
+    sinks.deliver(SHA, &s).await.unwrap();
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("commit status not delivered"), "{logs}");
+    assert!(logs.contains("commit status delivered"), "{logs}");
+    assert!(!logs.contains(SECRET), "token leaked in logs:\n{logs}");
+    assert!(!format!("{sinks:?}").contains(SECRET));
+}
