@@ -5,10 +5,10 @@ mod e2e;
 mod forge;
 
 use e2e::{
-    assert_pending_then, github_args, hosts, job_name, meta_cluster, posted_for, wait_for, Kok, Objects,
-    Remote, NS, TOKEN,
+    assert_pending_then, github_args, hosts, job_name, meta_cluster, posted, posted_for, wait_for, Kok,
+    Objects, Remote, NS, TOKEN,
 };
-use forge::ForgeServer;
+use forge::{ForgeServer, Reply};
 use kok::api::Phase;
 
 const OPS_INSTALL: &str = "- id: install\n  action: cluster.yml\n";
@@ -115,4 +115,265 @@ async fn a_commit_adding_a_host_and_a_scale_operation_runs_it_on_the_new_invento
         assert_eq!(p.authorization, format!("Bearer {TOKEN}"));
     }
     assert!(!kok.log().contains(TOKEN), "the forge token appears in kok's log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_marks_the_operation_failed_on_its_commit() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let (remote, first) = one_cluster_remote();
+    let kok = Kok::run(&api, &remote, &github_args(&forge.url()));
+    let objects = &Objects::new(&api);
+
+    let job = wait_for("the install Job", Some(&kok), || {
+        objects.job_of("prod-bj", "install")
+    })
+    .await;
+    api.fail_job(
+        NS,
+        &job_name(&job),
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+    )
+    .await
+    .unwrap();
+
+    let context = "kok/prod-bj/install";
+    let line = wait_for("the failure note", Some(&kok), || async {
+        let note = remote.note(&first);
+        note.lines()
+            .find(|l| l.starts_with(&format!("{context}: failure ")))
+            .map(str::to_string)
+    })
+    .await;
+    assert!(
+        line.contains("BackoffLimitExceeded"),
+        "the note gives the reason: {line}"
+    );
+    let statuses = wait_for("failure on GitHub", Some(&kok), || async {
+        let statuses = posted_for(&forge.requests(), &first, context);
+        statuses.iter().any(|p| p.state == "failure").then_some(statuses)
+    })
+    .await;
+    assert_pending_then(&statuses, "failure");
+    assert!(
+        statuses
+            .last()
+            .unwrap()
+            .description
+            .contains("BackoffLimitExceeded"),
+        "{statuses:#?}"
+    );
+    assert_eq!(objects.phase("prod-bj", "install").await, Some(Phase::Failed));
+    assert_eq!(
+        objects.jobs().await.len(),
+        1,
+        "one attempt: a failed Job is not retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_cluster_reports_a_sync_error_with_file_and_line_while_another_cluster_keeps_working() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let remote = Remote::new();
+    remote.cluster("alpha").cluster("beta");
+    let first = remote.push("two clusters");
+    let kok = Kok::run(&api, &remote, &github_args(&forge.url()));
+    let objects = &Objects::new(&api);
+    let alpha = wait_for("both Clusters", Some(&kok), || async {
+        objects.cluster("beta").await?;
+        objects.cluster("alpha").await
+    })
+    .await;
+
+    // One commit breaks alpha's inventory (and adds an operation to it) and adds an operation to beta.
+    remote.write(
+        "clusters/alpha/hosts.yml",
+        "all:\n  hosts:\n    node1:\n      ansible_host: [10.0.0.1\n",
+    );
+    remote.write("clusters/alpha/operations.yml", OPS_INSTALL);
+    remote.write("clusters/beta/operations.yml", OPS_INSTALL);
+    let bad = remote.push("break alpha, install beta");
+
+    let job = wait_for("beta's install Job", Some(&kok), || {
+        objects.job_of("beta", "install")
+    })
+    .await;
+    api.complete_job(NS, &job_name(&job)).await.unwrap();
+    let sync = wait_for("kok/sync error in the note", Some(&kok), || async {
+        let note = remote.note(&bad);
+        note.lines()
+            .find(|l| l.starts_with("kok/sync: error "))
+            .map(str::to_string)
+    })
+    .await;
+    assert!(has_file_and_line(&sync, "clusters/alpha/hosts.yml"), "{sync}");
+    assert!(!sync.contains("clusters/beta"), "only alpha is invalid: {sync}");
+    let posted = wait_for("kok/sync error on GitHub", Some(&kok), || async {
+        let statuses = posted_for(&forge.requests(), &bad, "kok/sync");
+        statuses.into_iter().find(|p| p.state == "error")
+    })
+    .await;
+    assert!(
+        has_file_and_line(&posted.description, "clusters/alpha/hosts.yml"),
+        "{posted:?}"
+    );
+    wait_for("beta's install success on GitHub", Some(&kok), || async {
+        let statuses = posted_for(&forge.requests(), &bad, "kok/beta/install");
+        statuses.iter().any(|p| p.state == "success").then_some(())
+    })
+    .await;
+
+    // alpha keeps its last good state and starts nothing.
+    let alpha_now = objects.cluster("alpha").await.unwrap();
+    assert_eq!(alpha_now.spec.hosts_conf_ref, alpha.spec.hosts_conf_ref);
+    assert_eq!(alpha_now.spec.vars_conf_ref, alpha.spec.vars_conf_ref);
+    assert!(
+        alpha_now.spec.source.revision.ends_with(&first),
+        "{:?}",
+        alpha_now.spec.source
+    );
+    assert!(
+        objects.operation("alpha", "install").await.is_none(),
+        "the invalid cluster materializes nothing"
+    );
+    let beta = objects.cluster("beta").await.unwrap();
+    assert!(
+        beta.spec.source.revision.ends_with(&bad),
+        "{:?}",
+        beta.spec.source
+    );
+}
+
+/// True when `text` names `file` followed by `:<line>`.
+fn has_file_and_line(text: &str, file: &str) -> bool {
+    text.match_indices(file).any(|(i, _)| {
+        let rest = &text[i + file.len()..];
+        rest.starts_with(':') && rest[1..].starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kok_killed_while_a_job_runs_picks_it_up_on_restart_without_a_second_job_or_status() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let (remote, first) = one_cluster_remote();
+    let mut kok = Kok::run(&api, &remote, &github_args(&forge.url()));
+    let objects = &Objects::new(&api);
+    let context = "kok/prod-bj/install";
+
+    let job = wait_for("the install Job", Some(&kok), || {
+        objects.job_of("prod-bj", "install")
+    })
+    .await;
+    let job = job_name(&job);
+    api.start_job(NS, &job).await.unwrap();
+    // Wait until the running status is delivered and recorded, then kill kok without warning.
+    wait_for("the running status delivered", Some(&kok), || async {
+        let status = objects.operation("prod-bj", "install").await?.status?;
+        (status.phase == Phase::Running
+            && status.desired_status.is_some()
+            && status.reported == status.desired_status)
+            .then_some(())
+    })
+    .await;
+    kok.kill();
+    let before = posted_for(&forge.requests(), &first, context);
+    assert_eq!(api.requests().count("create", "jobs"), 1);
+
+    let kok = Kok::run(&api, &remote, &github_args(&forge.url()));
+    let http = reqwest::Client::new();
+    wait_for("the restarted kok to be ready", Some(&kok), || async {
+        let r = http.get(kok.url("/readyz")).send().await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
+    api.complete_job(NS, &job).await.unwrap();
+    let statuses = wait_for("success on GitHub", Some(&kok), || async {
+        let statuses = posted_for(&forge.requests(), &first, context);
+        statuses.iter().any(|p| p.state == "success").then_some(statuses)
+    })
+    .await;
+    assert_eq!(&statuses[..before.len()], &before[..]);
+    assert_eq!(
+        statuses.len(),
+        before.len() + 1,
+        "after the restart only success is sent: {statuses:#?}"
+    );
+    assert_pending_then(&statuses, "success");
+    assert_eq!(
+        api.requests().count("create", "jobs"),
+        1,
+        "no second Job was created"
+    );
+    assert_eq!(objects.jobs().await.len(), 1);
+    wait_for("the success note", Some(&kok), || async {
+        remote
+            .note(&first)
+            .contains(&format!("{context}: success "))
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_the_forge_refuses_with_500_is_retried_and_delivered_once() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let (remote, first) = one_cluster_remote();
+    let kok = Kok::run(&api, &remote, &github_args(&forge.url()));
+    let objects = &Objects::new(&api);
+    let context = "kok/prod-bj/install";
+
+    // Let everything up to the running Job be delivered, so that the next status sent is success.
+    let job = wait_for("the install Job", Some(&kok), || {
+        objects.job_of("prod-bj", "install")
+    })
+    .await;
+    wait_for(
+        "the running and kok/sync statuses delivered",
+        Some(&kok),
+        || async {
+            let status = objects.operation("prod-bj", "install").await?.status?;
+            let sync = posted_for(&forge.requests(), &first, "kok/sync");
+            (status.phase == Phase::Running
+                && status.desired_status.is_some()
+                && status.reported == status.desired_status
+                && sync.iter().any(|p| p.state == "success"))
+            .then_some(())
+        },
+    )
+    .await;
+    let delivered_before = posted(&forge.requests());
+    forge.script([Reply::new(500, r#"{"message":"Server Error"}"#)]);
+    api.complete_job(NS, &job_name(&job)).await.unwrap();
+
+    let successes = wait_for("success sent again after the 500", Some(&kok), || async {
+        let statuses = posted_for(&forge.requests(), &first, context);
+        let successes: Vec<_> = statuses.into_iter().filter(|p| p.state == "success").collect();
+        (successes.len() >= 2).then_some(successes)
+    })
+    .await;
+    assert_eq!(
+        successes.len(),
+        2,
+        "one refused attempt and one delivery: {successes:#?}"
+    );
+    assert_eq!(successes[0], successes[1], "the retry sends the same status");
+    let all = posted(&forge.requests());
+    assert_eq!(&all[..delivered_before.len()], &delivered_before[..]);
+    assert_eq!(
+        &all[delivered_before.len()..],
+        &successes[..],
+        "nothing else was sent again"
+    );
+    let reported = wait_for("success recorded as reported", Some(&kok), || async {
+        let status = objects.operation("prod-bj", "install").await?.status?;
+        status
+            .reported
+            .filter(|r| r.state == kok::api::StatusState::Success)
+    })
+    .await;
+    assert_eq!(reported.description, successes[1].description);
 }
