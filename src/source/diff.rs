@@ -9,8 +9,6 @@ use super::tree::kind_of;
 use super::SourceError;
 use crate::layout::EntryKind;
 
-/// Name of the repository-wide settings file at the top of the tree.
-pub const REPO_SETTINGS_FILE: &str = "kok.yml";
 
 /// The cluster directories a commit range touched.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -86,7 +84,9 @@ pub fn diff_trees(
     new: &Tree<'_>,
     root: &str,
 ) -> Result<ChangeSet, SourceError> {
-    let settings_id = |t: &Tree<'_>| t.get_name(REPO_SETTINGS_FILE).map(|e| e.id());
+    // kok.yml sits beside the cluster root (crate::layout::settings_path).
+    let settings = crate::layout::settings_path(root);
+    let settings_id = |t: &Tree<'_>| t.get_path(Path::new(&settings)).ok().map(|e| e.id());
     let settings_changed = settings_id(old) != settings_id(new);
     let old_root = root_id(old, root);
     let new_root = root_id(new, root);

@@ -408,10 +408,10 @@ impl NetJob {
         log: &SharedLog,
         timed_out: &Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<NetOutcome, git2::Error> {
-        let repo = Repository::open_bare(&self.cache_path)?;
-        let mut remote = repo.remote_anonymous(self.remote.as_str())?;
         match &self.refname {
             None => {
+                // Listing needs no local repository: the cache is not even opened.
+                let mut remote = git2::Remote::create_detached(self.remote.as_str())?;
                 let connection =
                     remote.connect_auth(Direction::Fetch, Some(self.callbacks(log, timed_out)), None)?;
                 let heads = connection
@@ -422,6 +422,8 @@ impl NetJob {
                 Ok(NetOutcome::Listed(heads))
             }
             Some(name) => {
+                let repo = Repository::open_bare(&self.cache_path)?;
+                let mut remote = repo.remote_anonymous(self.remote.as_str())?;
                 let mut options = FetchOptions::new();
                 options.remote_callbacks(self.callbacks(log, timed_out));
                 options.download_tags(AutotagOption::None);

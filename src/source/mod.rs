@@ -4,16 +4,24 @@
 //! # Shape
 //!
 //! ```text
-//! let mut source = Source::open(SourceConfig::new(url, "main", cache_dir))?;
-//! match source.poll(last)? {                       // blocking: call it from spawn_blocking
-//!     Poll::Unchanged { .. } => {}                  // one ref listing, nothing fetched or written
-//!     Poll::Changed { commit, .. } => {
-//!         let changes = source.diff(last, commit, "clusters")?;          // ChangeSet
-//!         let tree = source.tree(commit)?;                              // GitTree: a layout::TreeReader
-//!         let ops = source.attribute(last, commit, "clusters", &changes.touched())?; // id -> commit
+//! let mut source = Source::open(SourceConfig::new(url, "main", cache_dir))?;   // blocking API:
+//! match source.poll(last)? {                                  // call it from spawn_blocking
+//!     Poll::Unchanged { .. } => {}                            // one ref listing; nothing fetched or written
+//!     Poll::Changed { commit } => {
+//!         let changes = source.diff(last, commit, "clusters")?;                   // ChangeSet
+//!         let tree = source.tree(commit)?;                   // GitTree: a layout::TreeReader
+//!         let parsed = layout::parse_clusters(&tree, "clusters", &changes.touched());
+//!         let new_ops = attribute(source.repository(), last, commit, "clusters", &changes.touched())?;
+//!         ctx.attribution = attribution::to_render_attribution(&new_ops);          // for render_cluster
+//!         // prune `changes.removed` (and, when `changes.full_resync`, whatever `commit` lacks)
 //!     }
 //! }
 //! ```
+//!
+//! The no-op listing does not open the cache at all. [`Source::fetch`] forces a fetch (periodic
+//! resync); [`Source::resolve_commit`] turns a user's revision into a commit of the fetched history;
+//! [`Source::revision`] gives Flux's `<ref>@sha1:<sha>`; [`Source::fetch_count`] and
+//! [`Source::listing_count`] count network round trips.
 //!
 //! - [`Source`] owns one bare repository under `cache_dir/<hash of the url>.git`. It fetches only the
 //!   configured ref, with an explicit refspec, into [`SOURCE_REF`]. A cache that cannot be opened or
@@ -25,7 +33,7 @@
 //! - [`diff`] compares the trees of two commits under the root path; [`attribution`] finds the
 //!   commit that introduced each new operation; [`history`] lists the commits that touched a cluster.
 //! - [`trigger`] holds the interval timer with jitter and backoff, webhook verification and the
-//!   local `notify` watcher; they all feed a [`trigger::Trigger`] channel that says "poll now".
+//!   local `notify` watcher; they all feed a [`trigger::channel`] that says "poll now".
 
 pub mod attribution;
 mod auth;
