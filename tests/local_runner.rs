@@ -415,3 +415,39 @@ async fn a_job_deleted_while_running_has_its_process_killed() -> anyhow::Result<
     assert!(!work.path().join("finished").exists());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_job_whose_process_ended_before_kok_stopped_gets_the_outcome_its_log_recorded() -> anyhow::Result<()>
+{
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("never.sh"), "touch ran\n")?;
+    let op = operation("recorded", "never.sh", ActionType::Shell);
+    let job = env.create_job(&op).await?;
+    // What an earlier runner leaves when kok stops right after the process ended: a started Job and a log
+    // whose last run has its end line.
+    let start = jiff::Timestamp::now();
+    let patch = kok::local::status::started(start);
+    env.jobs
+        .patch_status(&job, &Default::default(), &kube::api::Patch::Merge(&patch))
+        .await?;
+    let header = kok::local::logs::Header {
+        start: start.to_string(),
+        job: job.clone(),
+        ..Default::default()
+    };
+    let mut log = kok::local::logs::LogWriter::open(&env.log_path(&op), Vec::new())?;
+    log.write_line(header.line(work.path(), &["/bin/sh".into()]).as_bytes())?;
+    log.write_line(kok::local::logs::end_line("t", "Succeeded", "CompletionsReached", Some(0)).as_bytes())?;
+
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    assert_eq!(
+        condition(&done, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED)
+    );
+    assert!(!work.path().join("ran").exists(), "the Job was not run again");
+    Ok(())
+}

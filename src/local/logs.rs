@@ -22,6 +22,14 @@ pub const MARKER: &str = "# kok-local-runner ";
 pub const REDACTED: &str = "[redacted]";
 /// Extension of log files.
 pub const EXTENSION: &str = "log";
+/// End-line result of a process that exited 0.
+pub const RESULT_SUCCEEDED: &str = "Succeeded";
+/// End-line result of a run that failed (exit status, deadline, setup, lost process).
+pub const RESULT_FAILED: &str = "Failed";
+/// End-line result of a run whose process was killed because kok stopped.
+pub const RESULT_INTERRUPTED: &str = "Interrupted";
+/// End-line result of a run whose process was killed because its Job was deleted.
+pub const RESULT_DELETED: &str = "Deleted";
 
 /// Errors while finding a log file.
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +137,50 @@ pub fn end_line(end: &str, result: &str, reason: &str, exit: Option<i32>) -> Str
 pub fn is_end_line(line: &str) -> bool {
     line.strip_prefix(MARKER)
         .is_some_and(|rest| rest.starts_with("end="))
+}
+
+/// What an end line says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct End {
+    /// `Succeeded`, `Failed`, `Interrupted` or `Deleted`.
+    pub result: String,
+    /// The Job condition reason written with it.
+    pub reason: String,
+}
+
+/// Parses an end line; `None` for any other line.
+pub fn parse_end_line(line: &str) -> Option<End> {
+    let rest = line.strip_prefix(MARKER)?;
+    if !rest.starts_with("end=") {
+        return None;
+    }
+    let value = |key: &str| {
+        rest.split(' ')
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    Some(End {
+        result: value("result")?,
+        reason: value("reason")?,
+    })
+}
+
+/// How the last run of `job` recorded in the log at `path` ended: `None` when the log has no run of that Job,
+/// or its last run has no end line.
+pub fn last_end(path: &Path, job: &str) -> Option<End> {
+    let text = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let mut end = None;
+    let mut ours = false;
+    for line in text.lines() {
+        if let Some(header) = Header::parse(line) {
+            ours = header.job == job;
+            end = None;
+        } else if let Some(e) = parse_end_line(line) {
+            end = Some(e).filter(|_| ours);
+        }
+    }
+    end
 }
 
 /// The file name part of a log: `name` with anything outside `[A-Za-z0-9._-]` replaced by `_`.
@@ -335,6 +387,30 @@ mod tests {
             "CompletionsReached",
             Some(0)
         )));
+    }
+
+    #[test]
+    fn the_end_of_the_last_run_of_a_job_is_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = log_path(dir.path(), "op");
+        let mut w = LogWriter::open(&path, Vec::new()).unwrap();
+        assert_eq!(last_end(&path, "kok-op"), None);
+        let h = header("op", "a", "x");
+        w.write_line(h.line(Path::new("/w"), &[]).as_bytes()).unwrap();
+        w.write_line(b"output").unwrap();
+        assert_eq!(
+            last_end(&path, "kok-op"),
+            None,
+            "a run without an end line has not ended"
+        );
+        w.write_line(end_line("t", "Failed", "BackoffLimitExceeded", Some(2)).as_bytes())
+            .unwrap();
+        let end = End {
+            result: "Failed".into(),
+            reason: "BackoffLimitExceeded".into(),
+        };
+        assert_eq!(last_end(&path, "kok-op"), Some(end));
+        assert_eq!(last_end(&path, "kok-other"), None);
     }
 
     #[test]

@@ -23,7 +23,8 @@
 //!
 //! One attempt is a promise (DESIGN.md §1.4): a Job found *started but unfinished* by a runner that did not
 //! start it lost its process when kok stopped. It is not run again; it is marked `Failed` with reason
-//! `RunnerRestarted` and a message saying to bump `rerun`. When the runner stops (its `shutdown` future
+//! `RunnerRestarted` and a message saying to bump `rerun` (unless its log recorded how the process ended, when
+//! kok stopped between the process's end and the status write: that outcome is reported). When the runner stops (its `shutdown` future
 //! completes) it kills the processes it runs and leaves their Jobs as they are, for the next start to report.
 //! A Job deleted while it runs has its process killed.
 
@@ -309,8 +310,9 @@ fn container(job: &Job) -> Option<&Container> {
         .or_else(|| containers.first())
 }
 
-/// Marks a Job whose process a previous runner lost as failed, and says so in its log. False when the status
-/// could not be written.
+/// Finishes a Job whose process a previous runner lost. When the log recorded how the process ended (kok
+/// stopped between the end of the process and the status write), that outcome is reported; otherwise the Job
+/// is marked failed with `RunnerRestarted`, and the log says so. False when the status could not be written.
 async fn report_lost(
     ctx: &Ctx,
     job: &Job,
@@ -318,19 +320,32 @@ async fn report_lost(
     stop: watch::Receiver<Option<Stop>>,
 ) -> bool {
     let name = job.name_any();
-    warn!(job = %name, "Job was started by an earlier run of kok and did not finish; marking it failed");
-    let id = identity(job);
-    let path = logs::log_path(&ctx.cfg.state_dir, &id.operation);
-    let now = jiff::Timestamp::now();
-    let note = format!("kok: {}", status::MESSAGE_RUNNER_RESTARTED);
-    let end = logs::end_line(&now.to_string(), "Failed", status::REASON_RUNNER_RESTARTED, None);
-    if let Err(err) = LogWriter::open(&path, Vec::new()).and_then(|mut w| {
-        w.write_line(note.as_bytes())
-            .and_then(|()| w.write_line(end.as_bytes()))
-    }) {
-        warn!(job = %name, path = %path.display(), %err, "could not append to the log file");
-    }
-    let outcome = Outcome::failed(status::REASON_RUNNER_RESTARTED, status::MESSAGE_RUNNER_RESTARTED);
+    let path = logs::log_path(&ctx.cfg.state_dir, &identity(job).operation);
+    let recorded = logs::last_end(&path, &name).and_then(|end| match end.result.as_str() {
+        logs::RESULT_SUCCEEDED => Some(Outcome::Succeeded),
+        logs::RESULT_FAILED => Some(Outcome::failed(&end.reason, status::message_for(&end.reason))),
+        _ => None,
+    });
+    let outcome = match recorded {
+        Some(outcome) => {
+            info!(job = %name, ?outcome, "Job's process ended before kok stopped; reporting its recorded outcome");
+            outcome
+        }
+        None => {
+            warn!(job = %name, "Job was started by an earlier run of kok and did not finish; marking it failed");
+            let note = format!("kok: {}", status::MESSAGE_RUNNER_RESTARTED);
+            let now = jiff::Timestamp::now().to_string();
+            let end = logs::end_line(&now, logs::RESULT_FAILED, status::REASON_RUNNER_RESTARTED, None);
+            let written = LogWriter::open(&path, Vec::new()).and_then(|mut w| {
+                w.write_line(note.as_bytes())
+                    .and_then(|()| w.write_line(end.as_bytes()))
+            });
+            if let Err(err) = written {
+                warn!(job = %name, path = %path.display(), %err, "could not append to the log file");
+            }
+            Outcome::failed(status::REASON_RUNNER_RESTARTED, status::MESSAGE_RUNNER_RESTARTED)
+        }
+    };
     write_finished(ctx, &name, &outcome, start, stop).await
 }
 
@@ -431,7 +446,7 @@ fn append_failure(path: &Path, id: &logs::Header, message: &str) {
         w.write_line(format!("kok: {message}").as_bytes())?;
         let end = logs::end_line(
             &jiff::Timestamp::now().to_string(),
-            "Failed",
+            logs::RESULT_FAILED,
             status::REASON_RUNNER_SETUP_FAILED,
             None,
         );
@@ -704,7 +719,7 @@ async fn execute(
             log(&format!("kok: {message}"));
             log(&logs::end_line(
                 &jiff::Timestamp::now().to_string(),
-                "Failed",
+                logs::RESULT_FAILED,
                 status::REASON_RUNNER_SETUP_FAILED,
                 None,
             ));
@@ -774,7 +789,7 @@ async fn execute(
         (End::Exited(_), Some(Some(status))) if status.success() => {
             log(&logs::end_line(
                 &now,
-                "Succeeded",
+                logs::RESULT_SUCCEEDED,
                 status::REASON_COMPLETIONS_REACHED,
                 status.code(),
             ));
@@ -783,7 +798,7 @@ async fn execute(
         (End::Exited(_), Some(Some(status))) => {
             log(&logs::end_line(
                 &now,
-                "Failed",
+                logs::RESULT_FAILED,
                 status::REASON_BACKOFF_LIMIT_EXCEEDED,
                 status.code(),
             ));
@@ -798,7 +813,7 @@ async fn execute(
         (End::Exited(_), _) => {
             log(&logs::end_line(
                 &now,
-                "Failed",
+                logs::RESULT_FAILED,
                 status::REASON_BACKOFF_LIMIT_EXCEEDED,
                 None,
             ));
@@ -814,7 +829,7 @@ async fn execute(
             log("kok: the Job ran longer than its activeDeadlineSeconds; its processes were killed");
             log(&logs::end_line(
                 &now,
-                "Failed",
+                logs::RESULT_FAILED,
                 status::REASON_DEADLINE_EXCEEDED,
                 None,
             ));
@@ -828,14 +843,14 @@ async fn execute(
         }
         (End::Stopped(Stop::Deleted), _) => {
             log("kok: the Job was deleted while it ran; its processes were killed");
-            log(&logs::end_line(&now, "Deleted", "-", None));
+            log(&logs::end_line(&now, logs::RESULT_DELETED, "-", None));
             (None, "deleted")
         }
         (End::Stopped(Stop::Shutdown), _) => {
             log("kok: kok stopped while the Job ran; its processes were killed");
             log(&logs::end_line(
                 &now,
-                "Interrupted",
+                logs::RESULT_INTERRUPTED,
                 status::REASON_RUNNER_RESTARTED,
                 None,
             ));

@@ -38,6 +38,16 @@ pub const CONDITION_FAILURE_TARGET: &str = "FailureTarget";
 /// Condition type of a failed Job.
 pub const CONDITION_FAILED: &str = "Failed";
 
+/// The message the Job controller (or the runner) writes with `reason`.
+pub fn message_for(reason: &str) -> &'static str {
+    match reason {
+        REASON_BACKOFF_LIMIT_EXCEEDED => MESSAGE_BACKOFF_LIMIT_EXCEEDED,
+        REASON_DEADLINE_EXCEEDED => MESSAGE_DEADLINE_EXCEEDED,
+        REASON_RUNNER_RESTARTED => MESSAGE_RUNNER_RESTARTED,
+        _ => "The local runner could not start the Job; its log says why.",
+    }
+}
+
 /// How a Job ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
