@@ -179,17 +179,41 @@ fn kok_yml_errors_make_every_cluster_invalid() {
     assert_eq!(parsed.diagnostics.len(), 1);
     assert_eq!(parsed.diagnostics[0].path, "kok.yml");
     assert_eq!(parsed.diagnostics[0].cluster, None);
-    assert!(parse_repo_settings(&tree).is_err());
+    assert!(parse_repo_settings(&tree, "clusters").is_err());
 }
 
 #[test]
 fn repo_settings_are_defaults_without_kok_yml() {
     let tree = MemTree::default().cluster("a");
-    assert_eq!(parse_repo_settings(&tree).unwrap(), Default::default());
+    assert_eq!(
+        parse_repo_settings(&tree, "clusters").unwrap(),
+        Default::default()
+    );
     let tree = tree.file("kok.yml", "image: x:1\n");
     assert_eq!(
-        parse_repo_settings(&tree).unwrap().defaults.image.as_deref(),
+        parse_repo_settings(&tree, "clusters")
+            .unwrap()
+            .defaults
+            .image
+            .as_deref(),
         Some("x:1")
+    );
+}
+
+#[test]
+fn kok_yml_is_read_beside_a_nested_cluster_root() {
+    assert_eq!(kok::layout::settings_path("clusters"), "kok.yml");
+    assert_eq!(kok::layout::settings_path("infra/clusters/"), "infra/kok.yml");
+    let tree = MemTree::default()
+        .file("kok.yml", "image: top:1\n")
+        .file("infra/kok.yml", "image: infra:1\n")
+        .file("infra/clusters/a/hosts.yml", "all:\n  hosts:\n    node1:\n")
+        .file("infra/clusters/a/vars.yml", "{}\n");
+    let parsed = parse_repo(&tree, "infra/clusters");
+    assert_eq!(parsed.diagnostics, vec![]);
+    assert_eq!(
+        parsed.clusters[0].settings.defaults.image.as_deref(),
+        Some("infra:1")
     );
 }
 

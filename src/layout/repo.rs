@@ -24,14 +24,14 @@ pub const CLUSTER_FILES: &[&str] = &[HOSTS_YML, VARS_YML, OPERATIONS_YML, CLUSTE
 /// Longest cluster directory name.
 pub const MAX_CLUSTER_NAME: usize = 40;
 
-/// Parses every cluster directory under `root` (default [`super::DEFAULT_ROOT`]) and `kok.yml` at the top
-/// of the tree. A missing root is an error (on the root's path, belonging to no cluster); an empty root is
+/// Parses every cluster directory under `root` (default [`super::DEFAULT_ROOT`]) and the `kok.yml` beside
+/// `root` (see [`settings_path`]). A missing root is an error (on the root's path, belonging to no cluster); an empty root is
 /// fine. Hidden entries (`.name`) and plain files under the root are ignored. Errors in kok.yml make every
 /// cluster invalid, since their settings cannot be known; those diagnostics have `cluster: None`.
 pub fn parse_repo(reader: &dyn TreeReader, root: &str) -> Parsed {
     let root = normalize_root(root);
     let mut out = Vec::new();
-    let base = repo_settings(reader, &mut out);
+    let base = repo_settings(reader, &root, &mut out);
     let mut parsed = Parsed::default();
     let shown_root = if root.is_empty() { "." } else { root.as_str() };
     let mut names = Vec::new();
@@ -81,7 +81,7 @@ pub fn parse_repo(reader: &dyn TreeReader, root: &str) -> Parsed {
 pub fn parse_clusters(reader: &dyn TreeReader, root: &str, names: &[String]) -> Parsed {
     let root = normalize_root(root);
     let mut out = Vec::new();
-    let base = repo_settings(reader, &mut out);
+    let base = repo_settings(reader, &root, &mut out);
     let mut parsed = Parsed::default();
     let mut names: Vec<&String> = names.iter().collect();
     names.sort();
@@ -98,32 +98,46 @@ pub fn parse_clusters(reader: &dyn TreeReader, root: &str, names: &[String]) -> 
     finish(parsed, out)
 }
 
-/// Reads and validates kok.yml alone (defaults when absent); `Err` holds its error diagnostics.
-pub fn parse_repo_settings(reader: &dyn TreeReader) -> Result<Settings, Vec<Diagnostic>> {
+/// Where kok.yml is for the cluster root `root`: beside it, in the directory that holds it. For the
+/// default root `clusters` that is the top of the repository; for `infra/clusters` it is
+/// `infra/kok.yml`, so that one repository can hold several kok layouts.
+pub fn settings_path(root: &str) -> String {
+    let root = normalize_root(root);
+    match root.rsplit_once('/') {
+        Some((parent, _)) => join(parent, KOK_YML),
+        None => KOK_YML.to_string(),
+    }
+}
+
+/// Reads and validates the kok.yml of the cluster root `root` alone (defaults when absent); `Err` holds
+/// its error diagnostics.
+pub fn parse_repo_settings(reader: &dyn TreeReader, root: &str) -> Result<Settings, Vec<Diagnostic>> {
     let mut out = Vec::new();
-    match repo_settings(reader, &mut out) {
+    match repo_settings(reader, &normalize_root(root), &mut out) {
         Some(settings) => Ok(settings),
         None => Err(out),
     }
 }
 
 /// kok.yml's settings, or `None` when it has errors (reported into `out`).
-fn repo_settings(reader: &dyn TreeReader, out: &mut Vec<Diagnostic>) -> Option<Settings> {
+fn repo_settings(reader: &dyn TreeReader, root: &str, out: &mut Vec<Diagnostic>) -> Option<Settings> {
     let before = error_count(out);
     let mut settings = Settings::default();
-    if let Ok(Some(_)) = reader.kind("kok.yaml") {
-        FileDiags::new("kok.yaml", None, out).error_at(
+    let path = settings_path(root);
+    let misspelled = format!("{}.yaml", path.trim_end_matches(".yml"));
+    if let Ok(Some(_)) = reader.kind(&misspelled) {
+        FileDiags::new(&misspelled, None, out).error_at(
             0,
             0,
             "kok reads kok.yml, not kok.yaml: rename the file to kok.yml",
         );
     }
-    let mut d = FileDiags::new(KOK_YML, None, out);
-    match reader.kind(KOK_YML) {
+    let mut d = FileDiags::new(&path, None, out);
+    match reader.kind(&path) {
         Ok(None) => {}
         Ok(Some(EntryKind::File)) => {
             if let Some(text) = read_text(reader, &mut d) {
-                settings = parse_settings(&text, KOK_YML, &mut d);
+                settings = parse_settings(&text, &path, &mut d);
             }
         }
         Ok(Some(kind)) => d.error_at(0, 0, not_a_file(kind)),

@@ -9,7 +9,6 @@ use super::tree::kind_of;
 use super::SourceError;
 use crate::layout::EntryKind;
 
-
 /// The cluster directories a commit range touched.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ChangeSet {
