@@ -440,7 +440,19 @@ fn resource_request(
                 shutdown: shared.shutdown.subscribe(),
                 bookmark_interval: shared.bookmark_interval,
             };
-            let rx = watches::start(&state, req, signals);
+            let weak = Arc::downgrade(shared);
+            let resync: watches::Resync = Arc::new(move |rv| {
+                let shared = weak.upgrade()?;
+                let state = shared.lock();
+                if rv < state.store.compacted() {
+                    return None;
+                }
+                Some((
+                    state.store.events_since(rv).cloned().collect(),
+                    state.store.subscribe(),
+                ))
+            });
+            let rx = watches::start(&state, req, signals, resync);
             drop(state);
             (
                 StatusCode::OK,

@@ -118,11 +118,17 @@ fn error_line(err: &ApiError) -> Bytes {
     Bytes::from(out)
 }
 
+/// Re-reads the log after `rv` and subscribes again, for a watcher that fell behind the broadcast;
+/// None when `rv` has left the event window.
+pub type Resync =
+    Arc<dyn Fn(u64) -> Option<(Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>)> + Send + Sync>;
+
 /// Opens a watch: computes the backlog under the state lock and streams the rest from a task.
 pub fn start(
     state: &State,
     req: WatchRequest,
     signals: Signals,
+    resync: Resync,
 ) -> mpsc::Receiver<Result<Bytes, Infallible>> {
     let (mut tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
     let mut backlog: Vec<Bytes> = Vec::new();
@@ -206,7 +212,25 @@ pub fn start(
                             }
                         }
                     }
-                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Lagged(_)) => match resync(progress) {
+                        Some((missed, fresh)) => {
+                            events = fresh;
+                            for ev in missed {
+                                progress = progress.max(ev.rv);
+                                if let Some(t) = req.translate(&ev) {
+                                    if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                        None => {
+                            let gone = ApiError::gone(format!("too old resource version: {progress}"));
+                            let _ = tx.send(Ok(error_line(&gone))).await;
+                            return;
+                        }
+                    },
+                    Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = ticker.tick(), if req.bookmarks => {
                     if tx.send(Ok(req.bookmark(progress, false))).await.is_err() {
