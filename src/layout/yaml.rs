@@ -163,7 +163,7 @@ pub(crate) fn parse(text: &str) -> Result<Doc, Problem> {
         return Err(Problem {
             line: mark.line(),
             col: mark.col() + 1,
-            message: format!("YAML syntax error: {}: fix the YAML syntax here", err.info()),
+            message: format!("YAML syntax error: {}: {}", err.info(), syntax_hint(err.info())),
         });
     }
     let mut docs = builder.docs.into_iter();
@@ -181,6 +181,32 @@ pub(crate) fn parse(text: &str) -> Result<Doc, Problem> {
         root,
         duplicates: builder.duplicates,
     })
+}
+
+/// What to do about a syntax error, from the parser's description of it.
+fn syntax_hint(info: &str) -> &'static str {
+    if info.contains("tab") {
+        "indent with spaces; YAML does not allow tabs there"
+    } else if info.contains("mapping values are not allowed") {
+        "quote a value that contains \": \", or fix the indentation of this key"
+    } else if info.contains("quoted scalar") {
+        "close the quote, or escape the character"
+    } else if info.contains("flow sequence") {
+        "close the list with ] and separate items with commas"
+    } else if info.contains("flow mapping") {
+        "close the mapping with } and separate entries with commas"
+    } else if info.contains("indent")
+        || info.contains("did not find expected key")
+        || info.contains("'-' indicator")
+    {
+        "check the indentation: entries of one mapping or list start in the same column"
+    } else if info.contains("':' indicator") {
+        "quote a value that contains ':', or fix the indentation"
+    } else if info.contains("anchor") || info.contains("alias") {
+        "define each anchor (&name) once, before its aliases (*name)"
+    } else {
+        "fix the YAML syntax at this position"
+    }
 }
 
 /// A collection under construction.
@@ -422,6 +448,11 @@ mod tests {
             "{}",
             err.message
         );
+        assert!(err
+            .message
+            .ends_with("quote a value that contains \": \", or fix the indentation of this key"));
+        let tab = parse("a:\n\t- b\n").unwrap_err();
+        assert!(tab.message.contains("indent with spaces"), "{}", tab.message);
     }
 
     #[test]
