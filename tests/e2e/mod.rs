@@ -123,9 +123,17 @@ impl Remote {
 
     /// Commits everything and pushes `main` to the bare remote; returns the commit's sha.
     pub fn push(&self, message: &str) -> String {
+        self.push_to("main", message)
+    }
+
+    /// Commits everything and pushes it to the remote's `branch`; returns the commit's sha.
+    pub fn push_to(&self, branch: &str, message: &str) -> String {
         git(&self.work(), &["add", "-A"]);
         git(&self.work(), &["commit", "-q", "--allow-empty", "-m", message]);
-        git(&self.work(), &["push", "-q", "origin", "main"]);
+        git(
+            &self.work(),
+            &["push", "-q", "origin", &format!("HEAD:refs/heads/{branch}")],
+        );
         git(&self.work(), &["rev-parse", "HEAD"])
     }
 
