@@ -520,6 +520,10 @@ async fn reconcile_operation(
         return Ok(Action::requeue(wait));
     }
     let commit = &op.spec.source.commit;
+    if commit.is_empty() {
+        tracing::warn!(operation = %name, "ClusterOperation has no spec.source.commit; its commit status cannot be delivered");
+        return Ok(Action::await_change());
+    }
     let api: Api<ClusterOperation> = Api::namespaced(reporter.client.clone(), &reporter.namespace);
     let patch_err = |source| ReportError::PatchOperationStatus {
         namespace: reporter.namespace.clone(),

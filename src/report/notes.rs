@@ -240,12 +240,20 @@ impl Sink for NotesSink {
             self.write(commit, status)
                 .await
                 .map(|_| ())
-                .map_err(|err| DeliveryError::Retryable {
-                    sink: NOTES_SINK.to_string(),
-                    context: status.context.clone(),
-                    commit: commit.to_string(),
-                    reason: err.to_string(),
-                    retry_after: None,
+                .map_err(|err| match err {
+                    NotesError::BadCommit { .. } => DeliveryError::Permanent {
+                        sink: NOTES_SINK.to_string(),
+                        context: status.context.clone(),
+                        commit: commit.to_string(),
+                        reason: err.to_string(),
+                    },
+                    _ => DeliveryError::Retryable {
+                        sink: NOTES_SINK.to_string(),
+                        context: status.context.clone(),
+                        commit: commit.to_string(),
+                        reason: err.to_string(),
+                        retry_after: None,
+                    },
                 })
         }
         .boxed()
