@@ -239,6 +239,12 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
             )
                 .into_response()
         }
+        (Method::GET, p) if p.starts_with("/apis/") && p.matches('/').count() == 2 => {
+            let group = &p["/apis/".len()..];
+            return discovery::api_group(&shared.lock().registry, group)
+                .map(|g| json_response(200, &g))
+                .unwrap_or_else(not_found_path);
+        }
         _ => {}
     }
     let parsed = {

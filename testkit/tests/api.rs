@@ -696,3 +696,17 @@ async fn deleting_a_crd_stops_serving_its_resources() {
         .is_none());
     let _ = Widget::kind(&());
 }
+
+#[tokio::test]
+async fn dry_run_writes_validate_but_store_nothing() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let pp = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let would = api.create(&pp, &cm("dry", "k", "v")).await.unwrap();
+    assert_eq!(would.name_any(), "dry");
+    assert!(api.get_opt("dry").await.unwrap().is_none());
+    assert_eq!(status_of(api.create(&pp, &cm("Bad", "k", "v")).await).code, 422);
+}

@@ -44,6 +44,15 @@ async fn discovery_lists_built_in_kinds_and_served_crds() {
         .any(|(s, _)| s.plural == "widgets/status" || s.plural == "status"));
     let (_, ns_caps) = find("", "Namespace");
     assert_eq!(ns_caps.scope, Scope::Cluster);
+    let req = http::Request::get("/apis/batch").body(Vec::new()).unwrap();
+    let group: Value = serde_json::from_str(&server.client().request_text(req).await.unwrap()).unwrap();
+    assert_eq!(
+        (
+            group["kind"].as_str(),
+            group["preferredVersion"]["version"].as_str()
+        ),
+        (Some("APIGroup"), Some("v1"))
+    );
     let version = server.client().apiserver_version().await.unwrap();
     assert_eq!(version.major, "1");
 }
