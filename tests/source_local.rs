@@ -323,6 +323,11 @@ fn silent_remote_times_out() {
     eprintln!("{err}");
     assert!(matches!(err, SourceError::Timeout { seconds: 1, .. }), "{err:?}");
     assert!(err.to_string().contains("--git-timeout"), "{err}");
+    let again = src.poll(None).unwrap_err();
+    assert!(
+        matches!(again, SourceError::Busy { .. }),
+        "the timed-out listing still runs: {again:?}"
+    );
     drop(listener);
 }
 

@@ -185,6 +185,23 @@ impl Source {
         super::diff::diff(&self.repo, old, new, root)
     }
 
+    /// Fetches `remote_ref` (e.g. `refs/notes/kok`) into `local_ref` of the cache, replacing it, when
+    /// the remote has it; returns where it points, or `None` when the remote lacks it.
+    pub fn fetch_optional_ref(
+        &mut self,
+        remote_ref: &str,
+        local_ref: &str,
+    ) -> Result<Option<Oid>, SourceError> {
+        let heads = self.list_remote()?;
+        let Some((_, oid)) = heads.iter().find(|(name, _)| name == remote_ref) else {
+            return Ok(None);
+        };
+        let oid = *oid;
+        self.fetches += 1;
+        self.network_into(Some(remote_ref.to_string()), local_ref)?;
+        Ok(Some(oid))
+    }
+
     fn list_remote(&mut self) -> Result<Vec<(String, Oid)>, SourceError> {
         self.listings += 1;
         match self.network(None)? {
@@ -248,6 +265,11 @@ impl Source {
     /// Runs a listing (`refname == None`) or a fetch of `refname` on a helper thread, waiting at most
     /// the configured timeout.
     fn network(&mut self, refname: Option<String>) -> Result<NetOutcome, SourceError> {
+        self.network_into(refname, SOURCE_REF)
+    }
+
+    /// [`Source::network`], fetching into `into` instead of [`SOURCE_REF`].
+    fn network_into(&mut self, refname: Option<String>, into: &str) -> Result<NetOutcome, SourceError> {
         let url = redact(&self.config.url);
         if let Some(handle) = &self.pending {
             if !handle.is_finished() {
@@ -267,6 +289,7 @@ impl Source {
             credentials: self.config.credentials.clone(),
             cache_path: self.cache_path.clone(),
             refname,
+            into: into.to_string(),
             deadline,
         };
         let handle = std::thread::Builder::new()
@@ -359,6 +382,8 @@ struct NetJob {
     credentials: super::Credentials,
     cache_path: PathBuf,
     refname: Option<String>,
+    /// Local reference a fetch writes.
+    into: String,
     deadline: Instant,
 }
 
@@ -428,7 +453,7 @@ impl NetJob {
                 options.remote_callbacks(self.callbacks(log, timed_out));
                 options.download_tags(AutotagOption::None);
                 options.update_fetchhead(false);
-                let refspec = format!("+{name}:{SOURCE_REF}");
+                let refspec = format!("+{name}:{}", self.into);
                 remote.fetch(&[refspec.as_str()], Some(&mut options), None)?;
                 Ok(NetOutcome::Fetched)
             }

@@ -191,7 +191,7 @@ pub enum SourceError {
         looked_for: String,
     },
     /// The remote could not be reached or the transfer failed.
-    #[error("could not {what} {url}: {message}")]
+    #[error("could not {what} {url}: {message}; check the URL and that the server is reachable")]
     Remote {
         /// "list refs of" or "fetch ... from".
         what: String,
