@@ -98,3 +98,86 @@ pub fn resource_list(reg: &Registry, g: &str, v: &str) -> Option<Value> {
 pub fn openapi_v3_root() -> Value {
     json!({"paths": {}})
 }
+
+/// Content type of aggregated discovery responses.
+pub const AGGREGATED_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Aggregated discovery (`apidiscovery.k8s.io/v2` APIGroupDiscoveryList) for `/api` (core) or `/apis`.
+pub fn aggregated(reg: &Registry, core: bool) -> Value {
+    let groups: Vec<String> = if core {
+        vec![String::new()]
+    } else {
+        reg.groups().into_iter().filter(|g| !g.is_empty()).collect()
+    };
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|g| {
+            let versions: Vec<Value> = reg
+                .versions(g)
+                .iter()
+                .map(|v| {
+                    let resources: Vec<Value> = reg
+                        .resources(g, v)
+                        .iter()
+                        .map(|i| {
+                            let kind = json!({"group": g, "version": v, "kind": i.kind});
+                            let mut r = json!({
+                                "resource": i.resource,
+                                "responseKind": kind,
+                                "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
+                                "singularResource": i.singular,
+                                "verbs": VERBS,
+                            });
+                            if !i.short_names.is_empty() {
+                                r["shortNames"] = json!(i.short_names);
+                            }
+                            if !i.categories.is_empty() {
+                                r["categories"] = json!(i.categories);
+                            }
+                            if i.status {
+                                r["subresources"] = json!([{"subresource": "status", "responseKind": kind,
+                                    "verbs": ["get", "patch", "update"]}]);
+                            }
+                            r
+                        })
+                        .collect();
+                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            let meta = if g.is_empty() {
+                json!({})
+            } else {
+                json!({"name": g})
+            };
+            json!({"metadata": meta, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregated_core_discovery_has_one_unnamed_group_with_status_subresources() {
+        let reg = Registry::builtin();
+        let core = aggregated(&reg, true);
+        assert_eq!(core["items"].as_array().unwrap().len(), 1);
+        let pods = core["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "pods")
+            .unwrap()
+            .clone();
+        assert_eq!(pods["subresources"][0]["subresource"], "status");
+        let apis = aggregated(&reg, false);
+        assert!(apis["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["metadata"]["name"] == "batch"));
+    }
+}

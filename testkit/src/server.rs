@@ -169,6 +169,14 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     }
 }
 
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|a| a.split(',').next())
+        .is_some_and(|first| first.contains("as=APIGroupDiscoveryList") && first.contains("v=v2;"))
+}
+
 fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -224,6 +232,16 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
     let path = parts.uri.path().to_string();
     match (parts.method.clone(), path.trim_end_matches('/')) {
         (Method::GET, "/version") => return json_response(200, &discovery::version()),
+        (Method::GET, "/api" | "/apis") if wants_aggregated(&parts.headers) => {
+            let doc = discovery::aggregated(&shared.lock().registry, path.trim_end_matches('/') == "/api");
+            let body = serde_json::to_vec(&doc).unwrap_or_default();
+            return (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, discovery::AGGREGATED_CONTENT_TYPE)],
+                body,
+            )
+                .into_response();
+        }
         (Method::GET, "/api") => return json_response(200, &discovery::core_versions(&shared.addr)),
         (Method::GET, "/apis") => return json_response(200, &discovery::groups(&shared.lock().registry)),
         (Method::GET, "/healthz" | "/livez" | "/readyz") => return (StatusCode::OK, "ok").into_response(),

@@ -53,6 +53,23 @@ async fn discovery_lists_built_in_kinds_and_served_crds() {
         ),
         (Some("APIGroup"), Some("v1"))
     );
+    let aggregated = Discovery::new(server.client()).run_aggregated().await.unwrap();
+    let (ar, caps) = aggregated
+        .get("example.test")
+        .and_then(|g| g.recommended_kind("Widget"))
+        .unwrap();
+    assert_eq!(
+        (ar.plural.as_str(), caps.scope.clone()),
+        ("widgets", Scope::Namespaced)
+    );
+    assert!(aggregated
+        .get("")
+        .and_then(|g| g.recommended_kind("ConfigMap"))
+        .is_some());
+    assert!(aggregated
+        .get("batch")
+        .and_then(|g| g.recommended_kind("Job"))
+        .is_some());
     let version = server.client().apiserver_version().await.unwrap();
     assert_eq!(version.major, "1");
 }
