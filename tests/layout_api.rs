@@ -204,6 +204,9 @@ fn repo_settings_are_defaults_without_kok_yml() {
 fn kok_yml_is_read_beside_a_nested_cluster_root() {
     assert_eq!(kok::layout::settings_path("clusters"), "kok.yml");
     assert_eq!(kok::layout::settings_path("infra/clusters/"), "infra/kok.yml");
+    assert_eq!(kok::layout::layout_root("clusters/a"), "");
+    assert_eq!(kok::layout::layout_root("infra/clusters/a"), "infra");
+    assert_eq!(kok::layout::layout_root("x/infra/clusters/a/"), "x/infra");
     let tree = MemTree::default()
         .file("kok.yml", "image: top:1\n")
         .file("infra/kok.yml", "image: infra:1\n")

@@ -109,6 +109,15 @@ pub fn settings_path(root: &str) -> String {
     }
 }
 
+/// The directory holding kok.yml and the cluster root, for a cluster directory path such as
+/// `infra/clusters/prod-bj` (→ `infra`) or `clusters/prod-bj` (→ `""`, the repository's top).
+/// Local mode runs playbooks kept in the repository from there.
+pub fn layout_root(cluster_path: &str) -> &str {
+    let path = cluster_path.trim_matches('/');
+    let root = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+    root.rsplit_once('/').map_or("", |(parent, _)| parent)
+}
+
 /// Reads and validates the kok.yml of the cluster root `root` alone (defaults when absent); `Err` holds
 /// its error diagnostics.
 pub fn parse_repo_settings(reader: &dyn TreeReader, root: &str) -> Result<Settings, Vec<Diagnostic>> {

@@ -6,7 +6,8 @@
 //! 1. its status gets `startTime` and `active: 1` (status subresource), as the Job controller would set;
 //! 2. its volumes are written to a private directory ([`super::volumes`]), removed afterwards whatever happens;
 //! 3. the working directory is `--workdir`, or by default a fresh export of the Job's `KOK_COMMIT` from the
-//!    repository ([`super::checkout`]), so actions kept in the repository run as pinned. The container's
+//!    repository ([`super::checkout`]), entered at the directory holding kok.yml and the cluster root
+//!    ([`crate::layout::layout_root`]), so actions kept in the repository run as pinned. The container's
 //!    `workingDir` names a directory inside the runner image, which local mode replaces, so it is not used;
 //! 4. the container's `command` + `args` run directly (no shell unless the command is one), in their own
 //!    process group, with the runner's environment minus its `KOK_*` variables, `PYTHONUNBUFFERED=1` (so
@@ -524,7 +525,13 @@ async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, SetupError> {
             let repo = repo_path.clone();
             let target = dest.clone();
             tokio::task::spawn_blocking(move || super::checkout::export(&repo, &commit, &target)).await??;
-            dest
+            // Actions are paths from the directory holding kok.yml and the cluster root.
+            let source_path = job
+                .annotations()
+                .get(crate::api::ANNOTATION_SOURCE_PATH)
+                .map(String::as_str)
+                .unwrap_or_default();
+            dest.join(crate::layout::layout_root(source_path))
         }
     };
 
