@@ -593,7 +593,6 @@ impl State {
         status: bool,
         managed: Option<Value>,
     ) -> Result<Value, ApiError> {
-        let name = meta_str(old, "name").unwrap_or("").to_string();
         if !new.is_object() {
             return Err(ApiError::bad_request("the request body must be an object"));
         }
@@ -689,7 +688,6 @@ impl State {
         if ctx.dry_run {
             return Ok(new);
         }
-        let _ = name;
         Ok(self.commit(info, new))
     }
 

@@ -316,7 +316,7 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         e.reason = reason_for_code(code).into();
         return error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
     }
-    resource_request(&shared, &parts.headers, &parts.uri, &q, rp, verb, body)
+    resource_request(&shared, &parts.headers, &q, rp, verb, body)
 }
 
 fn take_fault(shared: &Shared, verb: &str, resource: &str, logged: &str, name: Option<&str>) -> Option<u16> {
@@ -339,7 +339,6 @@ fn take_fault(shared: &Shared, verb: &str, resource: &str, logged: &str, name: O
 fn resource_request(
     shared: &Arc<Shared>,
     headers: &HeaderMap,
-    uri: &Uri,
     q: &HashMap<String, String>,
     rp: ResourcePath,
     verb: &str,
@@ -556,11 +555,8 @@ fn resource_request(
                 Err(e) => error_response(&e),
             }
         }
-        _ => {
-            let _ = uri;
-            error_response(&ApiError::method_not_allowed(format!(
-                "verb {verb} is not supported"
-            )))
-        }
+        _ => error_response(&ApiError::method_not_allowed(format!(
+            "verb {verb} is not supported"
+        ))),
     }
 }

@@ -694,7 +694,6 @@ async fn deleting_a_crd_stops_serving_its_resources() {
     assert!(server
         .object(("example.test", "v1", "widgets"), "default", "w")
         .is_none());
-    let _ = Widget::kind(&());
 }
 
 #[tokio::test]

@@ -279,5 +279,4 @@ async fn controller_reconciles_on_create_and_on_owned_job_status_changes() {
     }
     assert!(ctx.reconciles.load(Ordering::SeqCst) >= 2);
     handle.abort();
-    let _ = Widget::kind(&());
 }
