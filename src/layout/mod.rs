@@ -22,8 +22,8 @@ pub use names::{did_you_mean, dns1123_label_problem, is_dns1123_label, is_dns112
 pub use operations::{schedule_problem, HOOK_KEYS, MAX_OPERATION_ID, OPERATION_KEYS};
 pub use reader::*;
 pub use repo::{
-    parse_clusters, parse_repo, parse_repo_settings, settings_path, layout_root, CLUSTER_FILES, CLUSTER_YML, HOSTS_YML, KOK_YML,
-    MAX_CLUSTER_NAME, OPERATIONS_YML, VARS_YML,
+    layout_root, parse_clusters, parse_repo, parse_repo_settings, settings_path, CLUSTER_FILES, CLUSTER_YML,
+    HOSTS_YML, KOK_YML, MAX_CLUSTER_NAME, OPERATIONS_YML, VARS_YML,
 };
 pub use scaledown::{host_references, unknown_hosts, HostRef};
 pub use settings::{is_quantity, merge_settings, SETTINGS_KEYS};

@@ -25,9 +25,10 @@ pub const CLUSTER_FILES: &[&str] = &[HOSTS_YML, VARS_YML, OPERATIONS_YML, CLUSTE
 pub const MAX_CLUSTER_NAME: usize = 40;
 
 /// Parses every cluster directory under `root` (default [`super::DEFAULT_ROOT`]) and the `kok.yml` beside
-/// `root` (see [`settings_path`]). A missing root is an error (on the root's path, belonging to no cluster); an empty root is
-/// fine. Hidden entries (`.name`) and plain files under the root are ignored. Errors in kok.yml make every
-/// cluster invalid, since their settings cannot be known; those diagnostics have `cluster: None`.
+/// `root` (see [`settings_path`]). A missing root is an error (on the root's path, belonging to no
+/// cluster); an empty root is fine. Hidden entries (`.name`) and plain files under the root are ignored.
+/// Errors in kok.yml make every cluster invalid, since their settings cannot be known; those diagnostics
+/// have `cluster: None`.
 pub fn parse_repo(reader: &dyn TreeReader, root: &str) -> Parsed {
     let root = normalize_root(root);
     let mut out = Vec::new();
