@@ -151,3 +151,57 @@ impl TreeReader for GitTree<'_> {
         Ok(self.entry(path)?.map(|(_, mode)| kind_of(mode)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_report_symlinks_submodules_and_sizes_without_a_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let big = repo.blob(&[b'x'; 2048]).unwrap();
+        let small = repo.blob(b"all: {}\n").unwrap();
+        let link = repo.blob(b"../elsewhere").unwrap();
+        let commit_id = Oid::from_str("1234567890123456789012345678901234567890").unwrap();
+        let mut cluster = repo.treebuilder(None).unwrap();
+        cluster.insert("hosts.yml", small, 0o100644).unwrap();
+        cluster.insert("vars.yml", big, 0o100644).unwrap();
+        cluster.insert("link.yml", link, 0o120000).unwrap();
+        cluster.insert("sub", commit_id, 0o160000).unwrap();
+        let cluster = cluster.write().unwrap();
+        let mut top = repo.treebuilder(None).unwrap();
+        top.insert("a", cluster, 0o040000).unwrap();
+        let top = top.write().unwrap();
+        let tree = GitTree::at_tree(&repo, top).unwrap();
+
+        let kinds: Vec<(String, EntryKind)> = tree
+            .list("a")
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("hosts.yml".to_string(), EntryKind::File),
+                ("link.yml".to_string(), EntryKind::Symlink),
+                ("sub".to_string(), EntryKind::Other),
+                ("vars.yml".to_string(), EntryKind::File),
+            ]
+        );
+        assert_eq!(tree.read("a/hosts.yml", 1024).unwrap(), b"all: {}\n");
+        assert!(matches!(
+            tree.read("a/vars.yml", 1024),
+            Err(ReadError::TooLarge { size: 2048, .. })
+        ));
+        assert!(matches!(
+            tree.read("a/missing.yml", 1024),
+            Err(ReadError::NotFound { .. })
+        ));
+        assert_eq!(tree.kind("a").unwrap(), Some(EntryKind::Dir));
+        assert_eq!(tree.kind("a/link.yml").unwrap(), Some(EntryKind::Symlink));
+        assert_eq!(tree.kind("b/hosts.yml").unwrap(), None);
+        assert!(matches!(tree.list("b"), Err(ReadError::NotFound { .. })));
+    }
+}
