@@ -1,13 +1,52 @@
-//! `kok history <cluster>`: the commits that touched a cluster directory, newest first.
+//! `kok history <cluster>`: the commits that touched a cluster directory, newest first, each with
+//! the operation statuses recorded in its `refs/notes/kok` note.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
+use git2::{Oid, Repository};
+use serde::Serialize;
 
 use super::plan::GitArgs;
 use super::OutputFormat;
+use crate::api::StatusState;
 use crate::layout;
+use crate::report::notes::{parse_note, NoteEntry, NOTES_REF};
+use crate::report::status::CONTEXT_PREFIX;
 use crate::source::{cluster_history, HistoryEntry};
+
+/// Where the remote's `refs/notes/kok` is fetched to in the cache, beside the cache's own notes
+/// (which `kok run` writes when it shares the cache).
+pub const REMOTE_NOTES_REF: &str = "refs/kok/remote-notes";
+
+/// The status of one operation on a commit, from its note.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationOutcome {
+    /// Operation id.
+    pub operation: String,
+    /// Status context, `kok/<cluster>/<id>`.
+    pub context: String,
+    /// State: pending, running, success, failure or error.
+    pub state: StatusState,
+    /// Description of the status.
+    pub description: String,
+    /// When the status was recorded (RFC 3339).
+    pub time: String,
+    /// Link of the status, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_url: Option<String>,
+}
+
+/// A commit of the history with the outcomes of the operations it started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JoinedEntry {
+    /// The commit.
+    #[serde(flatten)]
+    pub entry: HistoryEntry,
+    /// Its operations' statuses, in note order.
+    pub operations: Vec<OperationOutcome>,
+}
 
 /// Arguments of `kok history`.
 #[derive(clap::Args, Debug)]
@@ -30,16 +69,30 @@ pub struct Args {
 
 /// Runs `kok history`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (source, tip) = args.git.fetch()?;
-    let entries = cluster_history(source.repository(), tip, &args.path, &args.cluster, args.limit)?;
+    let (mut source, tip) = args.git.fetch()?;
+    let remote_notes = match source.fetch_optional_ref(NOTES_REF, REMOTE_NOTES_REF) {
+        Ok(found) => found.is_some(),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not fetch {NOTES_REF}; showing the statuses this cache holds");
+            source.repository().find_reference(REMOTE_NOTES_REF).is_ok()
+        }
+    };
+    let history = cluster_history(source.repository(), tip, &args.path, &args.cluster, args.limit)?;
+    let refs: &[&str] = if remote_notes {
+        &[REMOTE_NOTES_REF, NOTES_REF]
+    } else {
+        &[NOTES_REF]
+    };
+    let entries = join_notes(source.repository(), refs, &args.cluster, history);
     let mut out = std::io::stdout().lock();
     let result = match args.output {
         OutputFormat::Json => serde_json::to_writer_pretty(&mut out, &entries)
             .map_err(std::io::Error::other)
             .and_then(|()| std::io::Write::write_all(&mut out, b"\n")),
-        OutputFormat::Text => {
-            std::io::Write::write_all(&mut out, text(&args.cluster, &args.path, &entries).as_bytes())
-        }
+        OutputFormat::Text => std::io::Write::write_all(
+            &mut out,
+            joined_text(&args.cluster, &args.path, &entries).as_bytes(),
+        ),
     };
     result.context("writing the history to stdout")?;
     Ok(ExitCode::SUCCESS)
@@ -55,6 +108,81 @@ pub fn text(cluster: &str, root: &str, entries: &[HistoryEntry]) -> String {
         out.push_str(&format!("{} {} {} {}\n", e.short, e.date, e.author, e.subject));
         for f in &e.files {
             out.push_str(&format!("    {f}\n"));
+        }
+    }
+    out
+}
+
+/// Adds to each commit the `kok/<cluster>/*` entries of its notes under `refs` (when several refs
+/// hold the same context, the latest entry wins).
+pub fn join_notes(
+    repo: &Repository,
+    refs: &[&str],
+    cluster: &str,
+    history: Vec<HistoryEntry>,
+) -> Vec<JoinedEntry> {
+    let prefix = format!("{CONTEXT_PREFIX}{cluster}/");
+    history
+        .into_iter()
+        .map(|entry| {
+            let mut notes: Vec<NoteEntry> = Vec::new();
+            let oid = Oid::from_str(&entry.commit).ok();
+            for reference in refs {
+                let Some(note) = oid.and_then(|oid| repo.find_note(Some(reference), oid).ok()) else {
+                    continue;
+                };
+                for line in parse_note(note.message().unwrap_or_default()) {
+                    match notes.iter_mut().find(|n| n.context == line.context) {
+                        Some(known) if known.time < line.time => *known = line,
+                        Some(_) => {}
+                        None => notes.push(line),
+                    }
+                }
+            }
+            let operations = notes
+                .into_iter()
+                .filter_map(|n| {
+                    let operation = n.context.strip_prefix(&prefix)?.to_string();
+                    Some(OperationOutcome {
+                        operation,
+                        context: n.context,
+                        state: n.state,
+                        description: n.description,
+                        time: n.time,
+                        target_url: n.target_url,
+                    })
+                })
+                .collect();
+            JoinedEntry { entry, operations }
+        })
+        .collect()
+}
+
+/// The history for humans with operation outcomes: the files each commit touched, indented by four
+/// spaces, then its operations, indented by two.
+pub fn joined_text(cluster: &str, root: &str, entries: &[JoinedEntry]) -> String {
+    if entries.is_empty() {
+        return format!("no commit touches {root}/{cluster}\n");
+    }
+    let mut out = String::new();
+    for joined in entries {
+        out.push_str(&text(cluster, root, std::slice::from_ref(&joined.entry)));
+        for op in &joined.operations {
+            let state = match op.state {
+                StatusState::Pending => "pending",
+                StatusState::Running => "running",
+                StatusState::Success => "success",
+                StatusState::Failure => "failure",
+                StatusState::Error => "error",
+            };
+            out.push_str(&format!(
+                "  {}: {state} {} {}",
+                op.context, op.time, op.description
+            ));
+            if let Some(url) = &op.target_url {
+                out.push_str(&format!(" <{url}>"));
+            }
+            out.push('\n');
         }
     }
     out
