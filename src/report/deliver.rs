@@ -1,6 +1,8 @@
-//! Durable, exact delivery: a reconciler that sends each ClusterOperation's `status.desiredStatus` to
+//! Durable, exact delivery: a watch loop that sends each ClusterOperation's `status.desiredStatus` to
 //! the sinks until it equals `status.reported`, and the same for `kok/sync` statuses kept in a ConfigMap.
 //!
+//! - The loop keeps in memory only the operations whose status is not delivered yet; when a newer
+//!   desired status arrives before an older one went out, only the newest is sent (level-based).
 //! - State lives in the API server, so a restart resumes: a ClusterOperation whose `desiredStatus`
 //!   differs from `reported` is delivered again; one whose statuses are equal is never sent again.
 //! - After a delivery, `status.reported` is set to the delivered status and `reportAttempts` removed,
@@ -10,7 +12,8 @@
 //!   sink's Retry-After when it gave one, else exponential from 1 s up to 5 min. A refusal (4xx) is
 //!   retried at the longest delay, since only a configuration change can fix it.
 //! - Delivery is at least once: a crash between the sink's answer and the status patch sends the same
-//!   status again on restart (harmless: the notes sink skips identical lines, GitLab's same-state
+//!   status again on restart (if only the patch failed while running, just the patch is retried;
+//!   harmless either way: the notes sink skips identical lines, GitLab's same-state
 //!   refusal counts as delivered, GitHub keeps the newest of equal statuses).
 //! - `kok/sync` statuses are not tied to a ClusterOperation: [`Reporter::deliver_sync`] records them in
 //!   the ConfigMap [`SYNC_CONFIGMAP`], one data key per commit holding `{"desired", "reported",
@@ -26,11 +29,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
+use tokio::task::JoinSet;
 
 use super::sink::{DeliveryError, Sink};
 use crate::api::{ClusterOperation, CommitStatus};
@@ -42,6 +45,10 @@ pub const REPORT_FIELD_MANAGER: &str = "kok-report";
 pub const SYNC_CONFIGMAP: &str = "kok-sync-status";
 /// How many commits the sync ConfigMap keeps.
 pub const SYNC_HISTORY: usize = 50;
+/// Most operation deliveries running at once.
+pub const MAX_IN_FLIGHT: usize = 8;
+/// Wait before recording a delivered status again after the API server refused the patch.
+const RECORD_RETRY: Duration = Duration::from_secs(5);
 
 /// Retry delays for failed deliveries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,17 +267,93 @@ impl Reporter {
         tokio::join!(operations, sync, stop);
     }
 
-    /// Watches the ClusterOperations and delivers each `desiredStatus` that differs from `reported`.
+    /// Watches the ClusterOperations and delivers each `desiredStatus` that differs from `reported`,
+    /// until `shutdown` completes; deliveries in flight then finish and are recorded.
+    ///
+    /// Only operations with an undelivered status are kept in memory (not a copy of every object), and
+    /// at most [`MAX_IN_FLIGHT`] deliveries run at once.
     pub async fn run_operations(
         self: Arc<Self>,
-        shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
         let api: Api<ClusterOperation> = Api::namespaced(self.client.clone(), &self.namespace);
-        Controller::new(api, watcher::Config::default())
-            .graceful_shutdown_on(shutdown)
-            .run(reconcile_operation, error_policy, self)
-            .for_each(|_| async {})
-            .await;
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        tokio::pin!(events);
+        tokio::pin!(shutdown);
+        let mut queue = Queue::default();
+        let mut in_flight: JoinSet<(String, Outcome)> = JoinSet::new();
+        loop {
+            for (name, job) in queue.take_due(Instant::now(), MAX_IN_FLIGHT.saturating_sub(in_flight.len())) {
+                in_flight.spawn(self.clone().deliver_operation(name, job));
+            }
+            let next_due = queue.next_due();
+            tokio::select! {
+                _ = &mut shutdown => break,
+                event = events.next() => match event {
+                    Some(Ok(event)) => queue.observe(event),
+                    Some(Err(err)) => tracing::warn!(error = %err, "watching ClusterOperations for commit statuses failed; retrying"),
+                    None => break,
+                },
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => match done {
+                    Ok((name, outcome)) => queue.finish(&name, outcome, Instant::now()),
+                    Err(err) => tracing::warn!(error = %err, "a commit status delivery task stopped"),
+                },
+                _ = sleep_until(next_due), if next_due.is_some() => {}
+            }
+        }
+        while in_flight.join_next().await.is_some() {}
+    }
+
+    /// Delivers one operation's desired status (unless it already was) and records it on the object.
+    async fn deliver_operation(self: Arc<Self>, name: String, job: Pending) -> (String, Outcome) {
+        let api: Api<ClusterOperation> = Api::namespaced(self.client.clone(), &self.namespace);
+        let record_failed = |err: kube::Error| {
+            let err = ReportError::PatchOperationStatus {
+                namespace: self.namespace.clone(),
+                name: name.clone(),
+                source: err,
+            };
+            tracing::warn!(error = %err, "commit status bookkeeping failed; retrying");
+        };
+        if !job.delivered {
+            if let Err(err) = self.sinks.deliver(&job.commit, &job.desired).await {
+                let attempts = job.attempts.saturating_add(1);
+                let delay = self.backoff.delay(attempts, &err);
+                let patch = serde_json::json!({ "status": { "reportAttempts": attempts } });
+                if let Err(e) = api
+                    .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
+                    .await
+                {
+                    record_failed(e);
+                }
+                return (
+                    name,
+                    Outcome::Failed {
+                        desired: job.desired,
+                        attempts,
+                        delay,
+                    },
+                );
+            }
+        }
+        let patch = serde_json::json!({ "status": { "reported": &job.desired, "reportAttempts": null } });
+        match api
+            .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => (name, Outcome::Recorded { desired: job.desired }),
+            Err(kube::Error::Api(e)) if e.code == 404 => (name, Outcome::Recorded { desired: job.desired }),
+            Err(e) => {
+                record_failed(e);
+                (
+                    name,
+                    Outcome::DeliveredNotRecorded {
+                        desired: job.desired,
+                        delay: RECORD_RETRY,
+                    },
+                )
+            }
+        }
     }
 
     /// Records the `kok/sync` status of `commit` and wakes the sync loop to deliver it.
@@ -500,60 +583,157 @@ fn sync_records(cm: &ConfigMap) -> BTreeMap<String, SyncRecord> {
         .collect()
 }
 
-/// Delivers one ClusterOperation's desired status if it differs from the reported one.
-async fn reconcile_operation(
-    op: Arc<ClusterOperation>,
-    reporter: Arc<Reporter>,
-) -> Result<Action, ReportError> {
-    let Some(status) = op.status.as_ref() else {
-        return Ok(Action::await_change());
-    };
-    let Some(desired) = status.desired_status.as_ref() else {
-        return Ok(Action::await_change());
-    };
-    let name = op.name_any();
-    if status.reported.as_ref() == Some(desired) {
-        reporter.clear_wait(&name);
-        return Ok(Action::await_change());
-    }
-    if let Some(wait) = reporter.wait_for(&name, desired) {
-        return Ok(Action::requeue(wait));
-    }
-    let commit = &op.spec.source.commit;
-    if commit.is_empty() {
-        tracing::warn!(operation = %name, "ClusterOperation has no spec.source.commit; its commit status cannot be delivered");
-        return Ok(Action::await_change());
-    }
-    let api: Api<ClusterOperation> = Api::namespaced(reporter.client.clone(), &reporter.namespace);
-    let patch_err = |source| ReportError::PatchOperationStatus {
-        namespace: reporter.namespace.clone(),
-        name: name.clone(),
-        source,
-    };
-    match reporter.sinks.deliver(commit, desired).await {
-        Ok(()) => {
-            let patch = serde_json::json!({ "status": { "reported": desired, "reportAttempts": null } });
-            api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
-                .await
-                .map_err(patch_err)?;
-            reporter.clear_wait(&name);
-            Ok(Action::await_change())
+/// An operation whose desired status is not delivered yet.
+#[derive(Clone, Debug, PartialEq)]
+struct Pending {
+    commit: String,
+    desired: CommitStatus,
+    /// Failed attempts so far (from `status.reportAttempts`, so they survive restarts).
+    attempts: u32,
+    /// The sinks took it; only recording it on the object is left.
+    delivered: bool,
+    not_before: Instant,
+}
+
+/// How one delivery task ended.
+#[derive(Debug)]
+enum Outcome {
+    /// Delivered and recorded as `status.reported`.
+    Recorded { desired: CommitStatus },
+    /// Delivered, but recording it failed: only the record is retried.
+    DeliveredNotRecorded { desired: CommitStatus, delay: Duration },
+    /// Not delivered; retried after `delay`.
+    Failed {
+        desired: CommitStatus,
+        attempts: u32,
+        delay: Duration,
+    },
+}
+
+/// The operations with undelivered statuses, fed by watch events and delivery outcomes.
+#[derive(Debug, Default)]
+struct Queue {
+    pending: HashMap<String, Pending>,
+    /// Names with a delivery task running.
+    busy: HashSet<String>,
+    /// Names seen since the watch (re)started listing; the others are dropped when the list is done.
+    relisting: Option<HashSet<String>>,
+}
+
+impl Queue {
+    fn observe(&mut self, event: watcher::Event<ClusterOperation>) {
+        match event {
+            watcher::Event::Init => self.relisting = Some(HashSet::new()),
+            watcher::Event::InitApply(op) => {
+                if let Some(seen) = self.relisting.as_mut() {
+                    seen.insert(op.name_any());
+                }
+                self.apply(&op);
+            }
+            watcher::Event::InitDone => {
+                if let Some(seen) = self.relisting.take() {
+                    self.pending.retain(|name, _| seen.contains(name));
+                }
+            }
+            watcher::Event::Apply(op) => self.apply(&op),
+            watcher::Event::Delete(op) => {
+                self.pending.remove(&op.name_any());
+            }
         }
-        Err(err) => {
-            let attempts = status.report_attempts.unwrap_or(0).saturating_add(1);
-            let delay = reporter.schedule(&name, desired, attempts, &err);
-            let patch = serde_json::json!({ "status": { "reportAttempts": attempts } });
-            api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
-                .await
-                .map_err(patch_err)?;
-            Ok(Action::requeue(delay))
+    }
+
+    fn apply(&mut self, op: &ClusterOperation) {
+        let name = op.name_any();
+        let status = op.status.as_ref();
+        let desired = status.and_then(|s| s.desired_status.as_ref());
+        let reported = status.and_then(|s| s.reported.as_ref());
+        let Some(desired) = desired.filter(|d| Some(*d) != reported) else {
+            self.pending.remove(&name);
+            return;
+        };
+        let commit = &op.spec.source.commit;
+        if commit.is_empty() {
+            tracing::warn!(operation = %name, "ClusterOperation has no spec.source.commit; its commit status cannot be delivered");
+            self.pending.remove(&name);
+            return;
+        }
+        let attempts = status.and_then(|s| s.report_attempts).unwrap_or(0);
+        match self.pending.get_mut(&name) {
+            Some(p) if p.desired == *desired => p.attempts = p.attempts.max(attempts),
+            _ => {
+                let pending = Pending {
+                    commit: commit.clone(),
+                    desired: desired.clone(),
+                    attempts,
+                    delivered: false,
+                    not_before: Instant::now(),
+                };
+                self.pending.insert(name, pending);
+            }
+        }
+    }
+
+    /// Up to `limit` due operations not already being delivered, marked busy.
+    fn take_due(&mut self, now: Instant, limit: usize) -> Vec<(String, Pending)> {
+        let mut due: Vec<(String, Pending)> = self
+            .pending
+            .iter()
+            .filter(|(name, p)| p.not_before <= now && !self.busy.contains(*name))
+            .map(|(name, p)| (name.clone(), p.clone()))
+            .collect();
+        due.sort_by_key(|(_, p)| p.not_before);
+        due.truncate(limit);
+        for (name, _) in &due {
+            self.busy.insert(name.clone());
+        }
+        due
+    }
+
+    /// When the earliest waiting operation becomes due.
+    fn next_due(&self) -> Option<Instant> {
+        self.pending
+            .iter()
+            .filter(|(name, _)| !self.busy.contains(*name))
+            .map(|(_, p)| p.not_before)
+            .min()
+    }
+
+    fn finish(&mut self, name: &str, outcome: Outcome, now: Instant) {
+        self.busy.remove(name);
+        let Some(p) = self.pending.get_mut(name) else {
+            return;
+        };
+        match outcome {
+            Outcome::Recorded { desired } => {
+                if p.desired == desired {
+                    self.pending.remove(name);
+                }
+            }
+            Outcome::DeliveredNotRecorded { desired, delay } => {
+                if p.desired == desired {
+                    p.delivered = true;
+                    p.not_before = now + delay;
+                }
+            }
+            Outcome::Failed {
+                desired,
+                attempts,
+                delay,
+            } => {
+                if p.desired == desired {
+                    p.attempts = p.attempts.max(attempts);
+                    p.not_before = now + delay;
+                }
+            }
         }
     }
 }
 
-fn error_policy(op: Arc<ClusterOperation>, err: &ReportError, _reporter: Arc<Reporter>) -> Action {
-    tracing::warn!(operation = %op.name_any(), error = %err, "commit status delivery bookkeeping failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,9 @@
 //! entries are written again on top of the remote's notes (the local line of a context wins). So a
 //! re-created cache (an emptyDir after a restart) continues the remote's notes instead of forking
 //! them. The local note is the record: a push that still fails is logged once per distinct failure,
-//! does not fail the delivery, and is tried again after the next write.
+//! does not fail the delivery, and is tried again after the next write. A remote on this machine (a
+//! plain path or `file://`, possibly a work tree) fetches the ref from the cache instead of receiving
+//! a push, with the same fast-forward rule.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -538,6 +540,9 @@ fn push_notes(repo: &Path, target: &PushTarget, pushed: Option<Oid>) -> Result<O
     if pushed == Some(local) {
         return Ok(None);
     }
+    if let Some(path) = local_remote_path(&repository, &target.remote) {
+        return update_local_remote(repo, &repository, &path, local);
+    }
     let mut remote = find_remote(&repository, &target.remote)?;
     let refused = std::cell::RefCell::new(None::<String>);
     {
@@ -561,6 +566,52 @@ fn push_notes(repo: &Path, target: &PushTarget, pushed: Option<Oid>) -> Result<O
         Some(message) => Err(message),
         None => Ok(Some(local)),
     }
+}
+
+/// The directory of `remote` when it is a plain path or a `file://` URL (directly or as a named
+/// remote of the repository).
+fn local_remote_path(repository: &Repository, remote: &str) -> Option<PathBuf> {
+    let url = match repository.find_remote(remote) {
+        Ok(named) => named.url()?.to_string(),
+        Err(_) => remote.to_string(),
+    };
+    crate::source::RemoteUrl::parse(&url).ok()?.local_path()
+}
+
+/// Moves the notes ref of a repository on this machine to `local`. libgit2 cannot push to a non-bare
+/// local repository (a work tree such as `--repo .`), so the remote repository fetches the ref from the
+/// repository holding the notes instead. Like a push, this is refused unless it fast-forwards, so a
+/// second writer's notes are joined rather than overwritten; the fetch itself is forced only because
+/// kok owns `refs/notes/kok` and has just checked that the update continues the remote's notes.
+fn update_local_remote(
+    repo: &Path,
+    repository: &Repository,
+    path: &Path,
+    local: Oid,
+) -> Result<Option<Oid>, String> {
+    let target = Repository::open(path).map_err(|e| e.message().to_string())?;
+    if let Ok(theirs) = target.refname_to_id(NOTES_REF) {
+        if theirs == local {
+            return Ok(Some(local));
+        }
+        if !repository.graph_descendant_of(local, theirs).unwrap_or(false) {
+            return Err(format!(
+                "{NOTES_REF} refused: the notes of {} moved; not a fast-forward",
+                path.display()
+            ));
+        }
+    }
+    let source = repo
+        .canonicalize()
+        .map_err(|e| format!("resolving {}: {e}", repo.display()))?;
+    let mut remote = target
+        .remote_anonymous(&source.to_string_lossy())
+        .map_err(|e| e.message().to_string())?;
+    let refspec = format!("+{NOTES_REF}:{NOTES_REF}");
+    remote
+        .fetch(&[refspec.as_str()], None, None)
+        .map_err(|e| e.message().to_string())?;
+    Ok(Some(local))
 }
 
 #[cfg(test)]
