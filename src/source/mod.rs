@@ -29,7 +29,13 @@
 //! - Network work (ref listing, fetch) runs on a helper thread with its own handle on the cache;
 //!   [`SourceConfig::timeout`] is enforced by waiting on it at most that long (the poll then fails with
 //!   [`SourceError::Timeout`]) and by cancelling the transfer from the progress callbacks once the
-//!   deadline has passed. A poll started while a timed-out operation is still running fails at once.
+//!   deadline has passed. A poll started while a timed-out operation is still running fails at once
+//!   with [`SourceError::Busy`]. libgit2's own socket timeouts are process-global options set through
+//!   unsafe calls, which this crate forbids, so they are left at their defaults.
+//! - Credentials: see [`Credentials`]. The callbacks offer each configured method once and record what
+//!   they offered, so a refusal is reported as [`SourceError::AuthFailed`] listing the methods tried.
+//!   ssh host keys are checked against the given known_hosts file only (plain and `[host]:port`
+//!   entries, wildcards, negations, `@revoked`; hashed `|1|` entries are not read).
 //! - [`diff`] compares the trees of two commits under the root path; [`attribution`] finds the
 //!   commit that introduced each new operation; [`history`] lists the commits that touched a cluster.
 //! - [`trigger`] holds the interval timer with jitter and backoff, webhook verification and the
