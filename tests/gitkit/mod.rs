@@ -155,8 +155,9 @@ impl GitDaemon {
         let exec_path = PathBuf::from(String::from_utf8_lossy(&exec_path.stdout).trim());
         assert!(
             exec_path.join("git-daemon").exists(),
-            "git daemon is not installed ({}/git-daemon missing): install it (Debian/Ubuntu: apt-get install git-daemon-run, \
-             or the `git` package that ships git-daemon) or set KOK_SKIP_SSH=1",
+            "git daemon is not installed ({}/git-daemon missing): install git with its daemon \
+             (Debian/Ubuntu: apt-get install git; some distributions ship it as git-daemon) \
+             or set KOK_SKIP_SSH=1",
             exec_path.display()
         );
         let port = free_port();
