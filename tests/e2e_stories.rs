@@ -115,6 +115,36 @@ async fn a_commit_adding_a_host_and_a_scale_operation_runs_it_on_the_new_invento
         assert_eq!(p.authorization, format!("Bearer {TOKEN}"));
     }
     assert!(!kok.log().contains(TOKEN), "the forge token appears in kok's log");
+
+    // The changelog: `kok history` shows each commit with how its operations ended.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kok"))
+        .args(["history", "prod-bj", "--output", "json", "--repo"])
+        .arg(remote.bare())
+        .arg("--cache-dir")
+        .arg(remote.scratch("history-cache"))
+        .env("KOK_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcome = |i: usize| {
+        let op = &history[i]["operations"][0];
+        (
+            history[i]["commit"].clone(),
+            op["operation"].clone(),
+            op["state"].clone(),
+        )
+    };
+    assert_eq!(
+        outcome(0),
+        (merge.as_str().into(), "add-node7".into(), "success".into()),
+        "{history}"
+    );
+    assert_eq!(
+        outcome(1),
+        (first.as_str().into(), "install".into(), "success".into()),
+        "{history}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
