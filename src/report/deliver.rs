@@ -765,4 +765,74 @@ mod tests {
         };
         assert_eq!(b.delay(1, &refused), Duration::from_secs(300));
     }
+
+    fn op(name: &str, desired: Option<&str>, reported: Option<&str>) -> ClusterOperation {
+        let st = |d: &str| CommitStatus {
+            context: "kok/c/x".into(),
+            state: crate::api::StatusState::Pending,
+            description: d.into(),
+            target_url: None,
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {
+                "cluster": "c", "id": "x", "digest": "d", "action": "a.yml", "image": "i",
+                "hostsConfRef": {"name": "h"}, "varsConfRef": {"name": "v"},
+                "source": {"commit": "abc", "revision": "main@sha1:abc", "path": "clusters/c"},
+                "queuePosition": "0",
+            },
+            "status": {"desiredStatus": desired.map(st), "reported": reported.map(st)},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn queue_keeps_only_undelivered_statuses_and_the_newest_desired() {
+        let mut q = Queue::default();
+        q.observe(watcher::Event::Apply(op("a", Some("queued"), None)));
+        q.observe(watcher::Event::Apply(op("b", Some("done"), Some("done"))));
+        q.observe(watcher::Event::Apply(op("c", None, None)));
+        assert_eq!(q.pending.keys().collect::<Vec<_>>(), ["a"]);
+        q.observe(watcher::Event::Apply(op("a", Some("running"), None)));
+        assert_eq!(q.pending["a"].desired.description, "running");
+        q.observe(watcher::Event::Apply(op("a", Some("running"), Some("running"))));
+        assert!(q.pending.is_empty());
+    }
+
+    #[test]
+    fn queue_retries_failures_later_and_forgets_objects_gone_after_a_relist() {
+        let mut q = Queue::default();
+        q.observe(watcher::Event::Apply(op("a", Some("queued"), None)));
+        q.observe(watcher::Event::Apply(op("gone", Some("queued"), None)));
+        let now = Instant::now();
+        let due = q.take_due(now, 1);
+        assert_eq!(due.len(), 1, "the in-flight limit holds");
+        let (name, job) = due.into_iter().next().unwrap();
+        assert!(
+            q.take_due(now, 8).iter().all(|(n, _)| *n != name),
+            "a busy operation is not started twice"
+        );
+        q.finish(
+            &name,
+            Outcome::Failed {
+                desired: job.desired,
+                attempts: 1,
+                delay: Duration::from_secs(60),
+            },
+            now,
+        );
+        assert!(
+            q.take_due(now, 8).iter().all(|(n, _)| *n != name),
+            "a failed one waits for its delay"
+        );
+        assert_eq!(q.pending[&name].attempts, 1);
+
+        let mut q = Queue::default();
+        q.observe(watcher::Event::Apply(op("a", Some("queued"), None)));
+        q.observe(watcher::Event::Apply(op("gone", Some("queued"), None)));
+        q.observe(watcher::Event::Init);
+        q.observe(watcher::Event::InitApply(op("a", Some("queued"), None)));
+        q.observe(watcher::Event::InitDone);
+        assert_eq!(q.pending.keys().collect::<Vec<_>>(), ["a"]);
+    }
 }
