@@ -43,8 +43,9 @@ pub fn parse_repo(reader: &dyn TreeReader, root: &str) -> Parsed {
                 Ok(entries) => {
                     for entry in entries.into_iter().filter(|e| !e.name.starts_with('.')) {
                         match entry.kind {
-                            EntryKind::Dir | EntryKind::Symlink => names.push(entry.name),
-                            EntryKind::File | EntryKind::Other => {}
+                            // Links and submodules are reported by parse_cluster, not skipped silently.
+                            EntryKind::Dir | EntryKind::Symlink | EntryKind::Other => names.push(entry.name),
+                            EntryKind::File => {}
                         }
                     }
                 }
@@ -92,7 +93,7 @@ pub fn parse_clusters(reader: &dyn TreeReader, root: &str, names: &[String]) -> 
         if name.is_empty() || name.contains('/') {
             continue;
         }
-        if let Ok(Some(EntryKind::Dir | EntryKind::Symlink)) = reader.kind(&path) {
+        if let Ok(Some(EntryKind::Dir | EntryKind::Symlink | EntryKind::Other)) = reader.kind(&path) {
             parse_cluster(reader, &root, name, base.as_ref(), &mut parsed, &mut out);
         }
     }
@@ -234,7 +235,12 @@ fn parse_cluster(
                 return;
             }
             _ => {
-                d.error_at(0, 0, "cluster directory could not be read: it is not a directory");
+                d.error_at(
+                    0,
+                    0,
+                    "cluster directory is not a directory (a git submodule?): kok reads only files committed \
+                     in this repository; commit the cluster's files here",
+                );
                 parsed.invalid.push(name.to_string());
                 return;
             }
@@ -585,6 +591,17 @@ mod tests {
             m[0].starts_with("clusters/a/host_vars:0:0: kok does not read host_vars/"),
             "{m:?}"
         );
+    }
+
+    #[test]
+    fn a_submodule_in_place_of_a_cluster_directory_is_refused() {
+        let parsed = parse_repo(
+            &Mem::default().good("a").with("clusters/b", EntryKind::Other, ""),
+            "clusters",
+        );
+        assert_eq!(parsed.invalid, ["b"]);
+        assert!(messages(&parsed)[0]
+            .starts_with("clusters/b:0:0: cluster directory is not a directory (a git submodule?)"));
     }
 
     #[test]
