@@ -5,7 +5,8 @@
 //! (built-in kinds plus CRD-served ones). [`watch`] streams events, [`patch`] and [`apply`] handle
 //! PATCH flavours and managedFields, [`selectors`] filter lists, [`table`] renders `kubectl get`
 //! tables, [`discovery`] answers discovery, [`errors`] renders `Status` objects and [`validation`]
-//! checks names and immutability. Garbage collection of dependents lives in [`api`].
+//! checks names and immutability. Garbage collection of dependents lives in [`api`]. With
+//! [`Options::data_dir`], [`persist`] keeps the store on disk (snapshot plus write-ahead log).
 //!
 //! Jobs are stored, never run: no pods are created. Tests play the kubelet with
 //! [`ApiServer::complete_job`], [`ApiServer::fail_job`] and [`ApiServer::start_job`].
@@ -16,6 +17,7 @@ pub mod apply;
 pub mod discovery;
 pub mod errors;
 pub mod patch;
+pub mod persist;
 pub mod resources;
 pub mod selectors;
 pub mod server;
@@ -145,6 +147,9 @@ pub struct Options {
     pub event_window: usize,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
+    /// Directory the store persists to (snapshot plus fsync'd write-ahead log, see [`persist`]);
+    /// `None` keeps it in memory only. A missing directory is created (an empty store).
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -153,6 +158,7 @@ impl Default for Options {
             port: 0,
             event_window: 10_000,
             bookmark_interval: Duration::from_secs(1),
+            data_dir: None,
         }
     }
 }
@@ -269,6 +275,10 @@ impl ApiServer {
             .with_context(|| format!("binding the testkit API server to 127.0.0.1:{}", opts.port))?;
         let addr = listener.local_addr().context("reading the bound address")?;
         let mut state = State::new(opts.event_window);
+        if let Some(dir) = &opts.data_dir {
+            persist::open(dir, &mut state)
+                .with_context(|| format!("restoring the API server's store from {}", dir.display()))?;
+        }
         let ctx = WriteCtx {
             namespace: None,
             manager: "testkit".into(),
@@ -279,6 +289,9 @@ impl ApiServer {
             .get("", "v1", "namespaces")
             .context("namespaces are built in")?;
         for ns in ["default", "kube-system", "kok-system"] {
+            if state.get(&ns_info, None, ns).is_ok() {
+                continue;
+            }
             state
                 .create(&ns_info, &ctx, json!({"metadata": {"name": ns}}))
                 .with_context(|| format!("creating namespace {ns}"))?;
@@ -386,6 +399,13 @@ impl ApiServer {
                     what: format!("installing CRD {name}"),
                     source,
                 })?;
+            if let Some(source) = state.store.persist_failure() {
+                return Err(ControlError::Api {
+                    what: format!("installing CRD {name}"),
+                    source,
+                }
+                .into());
+            }
             let group = v.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
             let plural = v
                 .pointer("/spec/names/plural")
@@ -406,13 +426,16 @@ impl ApiServer {
     }
 
     fn job(&self, ns: &str, name: &str, what: &str, f: impl FnOnce(&mut Value, &str)) -> anyhow::Result<()> {
-        self.shared
-            .lock()
-            .job_status(ns, name, f)
-            .map_err(|source| ControlError::Api {
-                what: format!("{what} Job {ns}/{name}"),
-                source,
-            })?;
+        let mut state = self.shared.lock();
+        let result = state.job_status(ns, name, f);
+        let result = match state.store.persist_failure() {
+            Some(e) => Err(e),
+            None => result.map(|_| ()),
+        };
+        result.map_err(|source| ControlError::Api {
+            what: format!("{what} Job {ns}/{name}"),
+            source,
+        })?;
         Ok(())
     }
 
@@ -546,6 +569,7 @@ impl AsNamespace for Option<&str> {
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
+        self.shared.lock().store.close_wal();
         let _ = self.shared.shutdown.send(true);
         self.cut_watches();
     }

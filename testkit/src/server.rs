@@ -316,7 +316,15 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         e.reason = reason_for_code(code).into();
         return error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
     }
-    resource_request(&shared, &parts.headers, &q, rp, verb, body)
+    if let Some(e) = shared.lock().store.persist_failure() {
+        return error_response(&e);
+    }
+    let response = resource_request(&shared, &parts.headers, &q, rp, verb, body);
+    // A write that could not be persisted is not acknowledged.
+    match shared.lock().store.persist_failure() {
+        Some(e) => error_response(&e),
+        None => response,
+    }
 }
 
 fn take_fault(shared: &Shared, verb: &str, resource: &str, logged: &str, name: Option<&str>) -> Option<u16> {

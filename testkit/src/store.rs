@@ -2,7 +2,7 @@
 //!
 //! Every change goes through [`Store::put`] or [`Store::remove`], which assign the next
 //! resourceVersion, append one [`WatchEvent`] to the log and broadcast it. That single path is
-//! where a write-ahead log can later be added; nothing here is persisted today.
+//! where the write-ahead log of [`crate::persist`] is written, when the server has a data directory.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -10,6 +10,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use crate::errors::ApiError;
+use crate::persist::{Record, Wal};
 use crate::resources::ResourceKey;
 
 /// Namespace (empty for cluster-scoped objects) and name.
@@ -63,6 +65,7 @@ pub struct Store {
     tx: broadcast::Sender<Arc<WatchEvent>>,
     uids: HashMap<String, (ResourceKey, ObjectKey)>,
     dependents: HashMap<String, BTreeSet<(ResourceKey, ObjectKey)>>,
+    wal: Option<Wal>,
 }
 
 /// Namespace and name of an object.
@@ -98,6 +101,7 @@ impl Store {
             tx,
             uids: HashMap::new(),
             dependents: HashMap::new(),
+            wal: None,
         }
     }
 
@@ -192,9 +196,20 @@ impl Store {
     }
 
     /// Stores an object (created or replaced), assigning the next resourceVersion.
+    /// With a write-ahead log, the write is on disk before it is visible; if it cannot be written,
+    /// nothing changes and [`Store::persist_failure`] says why.
     pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Arc<Value> {
+        obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
+        let record = Record::Put {
+            rv: self.rv + 1,
+            group: &resource.group,
+            resource: &resource.resource,
+            object: &obj,
+        };
+        if !self.persist(&record) {
+            return Arc::new(obj);
+        }
         self.rv += 1;
-        obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
         let key = object_key(&obj);
         let obj = Arc::new(obj);
         let previous = self
@@ -218,11 +233,24 @@ impl Store {
             object: obj.clone(),
             previous,
         });
+        self.checkpoint_if_due();
         obj
     }
 
     /// Removes an object, returning its last state stamped with the deletion's resourceVersion.
+    /// Persisted like [`Store::put`]; `None` also when the removal could not be persisted.
     pub fn remove(&mut self, resource: &ResourceKey, key: &ObjectKey) -> Option<Arc<Value>> {
+        self.get(resource, key)?;
+        let record = Record::Remove {
+            rv: self.rv + 1,
+            group: &resource.group,
+            resource: &resource.resource,
+            namespace: &key.0,
+            name: &key.1,
+        };
+        if !self.persist(&record) {
+            return None;
+        }
         let prev = self.objects.get_mut(resource)?.remove(key)?;
         self.unindex(resource, key, &prev);
         self.rv += 1;
@@ -236,6 +264,7 @@ impl Store {
             object: last.clone(),
             previous: Some(prev),
         });
+        self.checkpoint_if_due();
         Some(last)
     }
 
@@ -249,6 +278,84 @@ impl Store {
         for k in keys {
             self.remove(resource, &k);
         }
+    }
+
+    /// Appends a write to the log, if there is one; false when it could not be persisted.
+    fn persist(&mut self, record: &Record<'_>) -> bool {
+        let Some(wal) = self.wal.as_mut() else {
+            return true;
+        };
+        if let Err(e) = wal.append(record) {
+            tracing::error!(error = %e, "write refused");
+            return false;
+        }
+        true
+    }
+
+    /// Folds a long log into a new snapshot (after a write is applied).
+    fn checkpoint_if_due(&mut self) {
+        let Some(wal) = self.wal.as_mut().filter(|w| w.wants_checkpoint()) else {
+            return;
+        };
+        let objects = self
+            .objects
+            .iter()
+            .flat_map(|(rk, m)| m.values().map(move |o| (rk, o)));
+        // The write itself is on disk; a failed checkpoint refuses later writes.
+        if let Err(e) = wal.checkpoint(self.rv, objects) {
+            tracing::error!(error = %e, "checkpoint failed");
+        }
+    }
+
+    /// Every object with its resource (for snapshots).
+    pub fn iter_all(&self) -> impl Iterator<Item = (&ResourceKey, &Arc<Value>)> {
+        self.objects
+            .iter()
+            .flat_map(|(rk, m)| m.values().map(move |o| (rk, o)))
+    }
+
+    /// Restores an object as it was stored (its resourceVersion kept), without an event or a log record.
+    pub fn load(&mut self, resource: &ResourceKey, obj: Value) {
+        let key = object_key(&obj);
+        let obj = Arc::new(obj);
+        if let Some(prev) = self
+            .objects
+            .entry(resource.clone())
+            .or_default()
+            .insert(key.clone(), obj.clone())
+        {
+            self.unindex(resource, &key, &prev);
+        }
+        self.index(resource, &key, &obj);
+    }
+
+    /// Sets the latest resourceVersion of a restored store.
+    pub fn restore_resource_version(&mut self, rv: u64) {
+        self.rv = rv;
+    }
+
+    /// Drops the event log: watches from any earlier resourceVersion get 410 Gone.
+    pub fn forget_events(&mut self) {
+        self.log.clear();
+        self.compacted = self.rv;
+    }
+
+    /// Persists every later write to this log.
+    pub fn attach_wal(&mut self, wal: Wal) {
+        self.wal = Some(wal);
+    }
+
+    /// Closes the log (releasing its directory); later writes are refused.
+    pub fn close_wal(&mut self) {
+        if let Some(wal) = self.wal.as_mut() {
+            wal.close();
+        }
+    }
+
+    /// Why writes are refused (a write could not be persisted, or the server stopped), as a 503.
+    pub fn persist_failure(&self) -> Option<ApiError> {
+        let why = self.wal.as_ref()?.failure()?;
+        Some(ApiError::new(503, why))
     }
 
     fn index(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
