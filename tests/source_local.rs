@@ -427,3 +427,59 @@ fn watching_a_directory_without_refs_is_refused() {
     let err = trigger::watch_local(dir.path(), tx).unwrap_err();
     assert!(err.to_string().contains("not a git repository"), "{err}");
 }
+
+#[test]
+fn edited_operation_is_attributed_to_the_commit_that_edited_it() {
+    let mut repo = RepoBuilder::new();
+    repo.cluster("a").op("a", "install", "cluster.yml");
+    let old = repo.commit("install");
+    repo.op("a", "scale", "scale.yml");
+    let added = repo.commit("add scale");
+    repo.file(
+        "clusters/a/operations.yml",
+        "- id: install\n  action: cluster.yml\n  rerun: 1\n- id: scale\n  action: scale.yml\n",
+    );
+    let rerun = repo.commit("run install again");
+    let cache = tempfile::tempdir().unwrap();
+    let mut src = source(&repo.url(), "main", &cache);
+    let new = src.poll(None).unwrap().commit();
+    let introduced = kok::source::attribute(
+        src.repository(),
+        Some(oid(&old)),
+        new,
+        "clusters",
+        &["a".to_string()],
+    )
+    .unwrap();
+    let got: Vec<(&str, &str)> = introduced
+        .iter()
+        .map(|i| (i.id.as_str(), i.commit.as_str()))
+        .collect();
+    assert_eq!(got, vec![("scale", added.as_str()), ("install", rerun.as_str())]);
+    assert_eq!(
+        introduced[0].digest,
+        kok::materialize::operation_digest(&serde_json::json!({"id": "scale", "action": "scale.yml"}))
+    );
+}
+
+#[test]
+fn no_op_poll_does_not_even_open_the_cache() {
+    let mut repo = RepoBuilder::new();
+    repo.cluster("a");
+    let sha = repo.commit("one");
+    let cache = tempfile::tempdir().unwrap();
+    let mut src = source(&repo.url(), "main", &cache);
+    src.poll(None).unwrap();
+    std::fs::remove_dir_all(src.cache_path()).unwrap();
+    assert_eq!(
+        src.poll(Some(oid(&sha))).unwrap(),
+        Poll::Unchanged { commit: oid(&sha) }
+    );
+    assert!(!src.cache_path().exists(), "the no-op poll wrote the cache back");
+    repo.cluster("b");
+    let next = repo.commit("two");
+    assert_eq!(
+        src.poll(Some(oid(&sha))).unwrap(),
+        Poll::Changed { commit: oid(&next) }
+    );
+}

@@ -175,3 +175,26 @@ fn ssh_user_key_the_server_does_not_accept_fails_listing_what_was_tried() {
     );
     assert!(!text.contains("PRIVATE KEY"), "{text}");
 }
+
+#[test]
+fn ssh_login_comes_from_the_username_file_when_the_url_has_none() {
+    let Some((repo, sshd, sha)) = ssh_setup() else {
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let login = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let user_file = cache.path().join("user");
+    std::fs::write(&user_file, login.trim()).unwrap();
+    let mut config = ssh_config(&sshd, &repo, "user_key", "known_hosts", cache.path());
+    config.url = format!("ssh://127.0.0.1:{}{}", sshd.port, repo.path().display());
+    config.credentials.username_file = Some(user_file);
+    let mut src = Source::open(config).unwrap();
+    assert_eq!(src.poll(None).unwrap(), Poll::Changed { commit: oid(&sha) });
+}

@@ -212,6 +212,11 @@ impl Source {
 
     fn fetch_ref(&mut self, name: &str) -> Result<Oid, SourceError> {
         let mut recreated = false;
+        if Repository::open_bare(&self.cache_path).is_err() {
+            warn!(cache = %self.cache_path.display(), "git cache missing or unreadable, re-creating it");
+            self.recreate()?;
+            recreated = true;
+        }
         loop {
             self.fetches += 1;
             let result = self
