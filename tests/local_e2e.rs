@@ -1,0 +1,100 @@
+//! Local mode end to end: `kok run --local` on a git work tree runs real ansible on this machine and
+//! reports outcomes in the work tree's git notes, `kok history` and `kok logs`, across a restart.
+
+mod local_e2e_support;
+
+use kok::api::Phase;
+use local_e2e_support::{
+    ansible_or_skip, finished, note_line, wait_for, LocalKok, LocalRepo, CLUSTER, FAILURE_MESSAGE, GREETING,
+};
+
+/// Marker of the header line the runner writes at the start of each run.
+const RUN_HEADER: &str = "# kok-local-runner start=";
+
+/// `kok logs <cluster>/<id> --state-dir <state>`: its stdout, panicking when it fails.
+fn logs(repo: &LocalRepo, id: &str) -> String {
+    let state = repo.state_dir();
+    let target = format!("{CLUSTER}/{id}");
+    let (ok, stdout, stderr) = repo.kok(&["logs", &target, "--state-dir", &state.to_string_lossy()]);
+    assert!(ok, "kok logs {target} failed: {stderr}");
+    stdout
+}
+
+fn phase_and_message(op: &kok::api::ClusterOperation) -> (Phase, String) {
+    let status = op.status.clone().unwrap_or_default();
+    (status.phase, status.message.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_the_note_and_history() {
+    if !ansible_or_skip("a_committed_operation_runs_with_real_ansible") {
+        return;
+    }
+    let repo = LocalRepo::new();
+    let mut kok = LocalKok::start(&repo);
+    let client = kok.client(&repo).await;
+
+    let sha = repo.commit_operations(&[("hello", "mark.yml", "hello")]);
+    let op = finished(&mut kok, &client, "hello").await;
+    let (phase, message) = phase_and_message(&op);
+    assert_eq!(
+        phase,
+        Phase::Succeeded,
+        "{message}; the run's log:\n{}",
+        logs(&repo, "hello")
+    );
+    assert_eq!(
+        repo.mark("hello").as_deref(),
+        Some(format!("{GREETING} at {sha}\n").as_str())
+    );
+    assert_eq!(repo.runs("hello"), 1);
+
+    let note = note_line(&mut kok, &repo, &sha, "kok/local/hello: success ").await;
+    assert!(
+        note.lines().any(|l| l.starts_with("kok/sync: success ")),
+        "{note}"
+    );
+
+    let cache = repo.scratch("history-cache");
+    let path = repo.path();
+    let (ok, history, stderr) = repo.kok(&[
+        "history",
+        CLUSTER,
+        "--repo",
+        &path.to_string_lossy(),
+        "--cache-dir",
+        &cache.to_string_lossy(),
+    ]);
+    assert!(ok, "kok history failed: {stderr}");
+    assert!(
+        history.contains(&sha[..7]),
+        "the commit is in the history:\n{history}"
+    );
+    assert!(history.contains("operations: hello"), "{history}");
+    assert!(history.contains("kok/local/hello: success "), "{history}");
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_playbook_fails_its_operation_and_its_log_holds_the_failure() {
+    if !ansible_or_skip("a_failing_playbook_fails_its_operation") {
+        return;
+    }
+    let repo = LocalRepo::new();
+    let mut kok = LocalKok::start(&repo);
+    let client = kok.client(&repo).await;
+
+    let sha = repo.commit_operations(&[("broken", "fail.yml", "broken")]);
+    let op = finished(&mut kok, &client, "broken").await;
+    let (phase, message) = phase_and_message(&op);
+    assert_eq!(phase, Phase::Failed, "{message}");
+
+    let log = logs(&repo, "broken");
+    assert!(
+        log.contains(FAILURE_MESSAGE),
+        "the ansible output is in the log:\n{log}"
+    );
+    assert!(log.contains("result=Failed"), "{log}");
+    assert_eq!(log.matches(RUN_HEADER).count(), 1, "{log}");
+    note_line(&mut kok, &repo, &sha, "kok/local/broken: failure ").await;
+}

@@ -1,0 +1,388 @@
+//! Fixtures of the local-mode end-to-end tests: a git work tree with a `local` cluster whose playbooks
+//! leave marks in a temp directory, `kok run --local` as a child process, and bounded waits.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kok::api::ClusterOperation;
+use kube::api::ListParams;
+use kube::Api;
+
+/// kok's namespace in local mode (the default).
+pub const NS: &str = "kok-system";
+/// The cluster every test operates on.
+pub const CLUSTER: &str = "local";
+/// Longest wait for anything that involves an ansible run.
+pub const WAIT: Duration = Duration::from_secs(60);
+/// Time between two looks while waiting.
+const POLL: Duration = Duration::from_millis(200);
+/// Longest wait for kok to exit after SIGTERM before it is killed.
+const STOP_WAIT: Duration = Duration::from_secs(20);
+
+/// The greeting vars.yml gives to the playbooks.
+pub const GREETING: &str = "hello from the local e2e test";
+/// The message the failing playbook fails with.
+pub const FAILURE_MESSAGE: &str = "this playbook fails on purpose";
+
+/// Whether ansible-playbook can be run. Without it the test fails, telling to install ansible-core,
+/// unless `KOK_SKIP_ANSIBLE=1`, when it prints why it skips and returns false.
+pub fn ansible_or_skip(test: &str) -> bool {
+    let found = Command::new("ansible-playbook")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return true;
+    }
+    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
+        eprintln!("skipping {test}: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
+        return false;
+    }
+    panic!(
+        "{test} runs real ansible, but ansible-playbook is not on PATH: install ansible-core \
+         (scripts/setup.sh does, or `pip install ansible-core`), or set KOK_SKIP_ANSIBLE=1 to skip"
+    );
+}
+
+/// Runs `git` in `dir`; panics with its stderr on failure; returns trimmed stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Test Author")
+        .env("GIT_AUTHOR_EMAIL", "author@example.com")
+        .env("GIT_COMMITTER_NAME", "Test Author")
+        .env("GIT_COMMITTER_EMAIL", "author@example.com")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} in {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
+/// greeting and the commit, and appends one line per run to `<marks>/<mark>.runs`.
+const MARK_PLAYBOOK: &str = r#"- name: Leave a mark
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Count this run
+      ansible.builtin.shell: echo run >> "{{ marks }}/{{ mark }}.runs"
+    - name: Write the mark
+      ansible.builtin.copy:
+        dest: "{{ marks }}/{{ mark }}.txt"
+        content: "{{ greeting }} at {{ lookup('env', 'KOK_COMMIT') }}\n"
+        mode: "0644"
+"#;
+
+/// A playbook that fails with [`FAILURE_MESSAGE`].
+const FAIL_PLAYBOOK: &str = r#"- name: Fail
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Fail on purpose
+      ansible.builtin.fail:
+        msg: "this playbook fails on purpose"
+"#;
+
+/// A playbook that counts its run in `<marks>/<mark>.runs`, then sleeps for a minute.
+const SLEEP_PLAYBOOK: &str = r#"- name: Sleep
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Count this run
+      ansible.builtin.shell: echo run >> "{{ marks }}/{{ mark }}.runs"
+    - name: Sleep
+      ansible.builtin.command: sleep 60
+"#;
+
+/// A git work tree holding a `local` cluster (localhost without ssh) and three playbooks, with a
+/// directory for the marks the playbooks leave and a state directory for kok, all in one temp dir.
+pub struct LocalRepo {
+    dir: tempfile::TempDir,
+}
+
+impl LocalRepo {
+    /// The repository with its first commit: the cluster without operations and the playbooks.
+    pub fn new() -> LocalRepo {
+        let repo = LocalRepo {
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        for dir in [
+            repo.path(),
+            repo.marks(),
+            repo.cluster_dir(),
+            repo.path().join("playbooks"),
+        ] {
+            std::fs::create_dir_all(dir).expect("mkdir");
+        }
+        let hosts = "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      \
+                     ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n";
+        let vars = format!("greeting: {GREETING}\nmarks: {}\n", repo.marks().display());
+        repo.write("clusters/local/hosts.yml", hosts);
+        repo.write("clusters/local/vars.yml", &vars);
+        repo.write("playbooks/mark.yml", MARK_PLAYBOOK);
+        repo.write("playbooks/fail.yml", FAIL_PLAYBOOK);
+        repo.write("playbooks/sleep.yml", SLEEP_PLAYBOOK);
+        git(&repo.path(), &["init", "-q", "-b", "main"]);
+        repo.commit("local cluster and playbooks");
+        repo
+    }
+
+    /// The work tree kok reads (`--repo`).
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+
+    /// Where the playbooks leave their marks.
+    pub fn marks(&self) -> PathBuf {
+        self.dir.path().join("marks")
+    }
+
+    /// kok's state directory (`--state-dir`).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// A scratch path inside the temp dir.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn cluster_dir(&self) -> PathBuf {
+        self.path().join("clusters").join(CLUSTER)
+    }
+
+    fn write(&self, relative: &str, content: &str) {
+        std::fs::write(self.path().join(relative), content).expect("write repository file");
+    }
+
+    /// Commits everything in the work tree; returns the commit sha.
+    pub fn commit(&self, message: &str) -> String {
+        git(&self.path(), &["add", "-A"]);
+        git(&self.path(), &["commit", "-q", "-m", message]);
+        git(&self.path(), &["rev-parse", "HEAD"])
+    }
+
+    /// Replaces operations.yml with `entries` (`(id, playbook, mark)`, the mark passed with
+    /// `-e mark=<mark>`) and commits; returns the commit sha.
+    pub fn commit_operations(&self, entries: &[(&str, &str, &str)]) -> String {
+        let mut text = String::new();
+        for (id, playbook, mark) in entries {
+            text.push_str(&format!(
+                "- id: {id}\n  action: playbooks/{playbook}\n  extraArgs: [\"-e\", \"mark={mark}\"]\n"
+            ));
+        }
+        self.write("clusters/local/operations.yml", &text);
+        self.commit(&format!(
+            "operations: {}",
+            entries.last().map(|e| e.0).unwrap_or("none")
+        ))
+    }
+
+    /// The content of `<marks>/<mark>.txt`, if written.
+    pub fn mark(&self, mark: &str) -> Option<String> {
+        std::fs::read_to_string(self.marks().join(format!("{mark}.txt"))).ok()
+    }
+
+    /// How many runs of the playbook leaving `mark` started.
+    pub fn runs(&self, mark: &str) -> usize {
+        std::fs::read_to_string(self.marks().join(format!("{mark}.runs")))
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// The `refs/notes/kok` note of `sha` as `git log --notes=kok` shows it in the work tree.
+    pub fn note(&self, sha: &str) -> String {
+        git(&self.path(), &["log", "--notes=kok", "--format=%N", "-1", sha])
+    }
+
+    /// Runs the kok binary with `args`; returns (success, stdout, stderr).
+    pub fn kok(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_kok"))
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("kok runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// `kok run --local` as a child process. Dropping it stops kok with SIGTERM (so it ends the ansible
+/// runs it started), and kills it when it does not exit in time.
+pub struct LocalKok {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl LocalKok {
+    /// Starts `kok run --local --repo <repo> --state-dir <state> --interval 1s`, output appended to
+    /// `<temp>/kok.log`. An earlier kubeconfig is removed, so [`LocalKok::client`] waits for this one.
+    pub fn start(repo: &LocalRepo) -> LocalKok {
+        let state = repo.state_dir();
+        let _ = std::fs::remove_file(state.join("kubeconfig"));
+        let log_path = repo.scratch("kok.log");
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("open kok log");
+        let child = Command::new(env!("CARGO_BIN_EXE_kok"))
+            .args(["run", "--local", "--interval", "1s"])
+            .arg("--repo")
+            .arg(repo.path())
+            .arg("--state-dir")
+            .arg(&state)
+            .env("KOK_LOG", "info,kok=debug")
+            .env_remove("KOK_STATUS")
+            .env_remove("KOK_WORKDIR")
+            .env_remove("KOK_PATH")
+            .env_remove("KOK_NAMESPACE")
+            .current_dir(repo.scratch(""))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log"))
+            .stderr(log)
+            .spawn()
+            .expect("kok starts");
+        LocalKok {
+            child: Some(child),
+            log: log_path,
+        }
+    }
+
+    /// Everything kok wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panics with kok's log when it has exited.
+    pub fn assert_running(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("kok exited early with {status}; its log:\n{}", self.log());
+            }
+        }
+    }
+
+    /// Sends SIGTERM and waits for kok to exit (killing it after a while); returns whether it exited
+    /// by itself with success.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + STOP_WAIT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return status.success(),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// A client of the embedded API server, from `<state-dir>/kubeconfig`, once it answers.
+    pub async fn client(&mut self, repo: &LocalRepo) -> kube::Client {
+        let path = repo.state_dir().join("kubeconfig");
+        wait_for(
+            "the embedded API server's kubeconfig and a first answer",
+            self,
+            || {
+                let path = path.clone();
+                async move {
+                    let config = kube::config::Kubeconfig::read_from(&path).ok()?;
+                    let options = kube::config::KubeConfigOptions::default();
+                    let config = kube::Config::from_custom_kubeconfig(config, &options)
+                        .await
+                        .ok()?;
+                    let client = kube::Client::try_from(config).ok()?;
+                    let ops: Api<ClusterOperation> = Api::namespaced(client.clone(), NS);
+                    ops.list(&ListParams::default()).await.ok()?;
+                    Some(client)
+                }
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for LocalKok {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Polls `check` every 200 ms for up to [`WAIT`]; panics naming `what`, with kok's log, when it never
+/// yields a value or kok exits.
+pub async fn wait_for<T, F, Fut>(what: &str, kok: &mut LocalKok, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        kok.assert_running();
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {WAIT:?} waiting for {what}; kok's log:\n{}",
+                kok.log()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The ClusterOperation of operation `id` of the local cluster, if it exists.
+pub async fn operation(client: &kube::Client, id: &str) -> Option<ClusterOperation> {
+    let ops: Api<ClusterOperation> = Api::namespaced(client.clone(), NS);
+    let list = ops.list(&ListParams::default()).await.ok()?;
+    list.items
+        .into_iter()
+        .find(|op| op.spec.cluster == CLUSTER && op.spec.id == id)
+}
+
+/// Waits until operation `id` reaches a terminal phase; returns it.
+pub async fn finished(kok: &mut LocalKok, client: &kube::Client, id: &str) -> ClusterOperation {
+    wait_for(&format!("operation {id} to finish"), kok, || async {
+        operation(client, id)
+            .await
+            .filter(|op| op.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+    })
+    .await
+}
+
+/// Waits until the note of `sha` in the work tree has a line starting with `prefix`; returns the note.
+pub async fn note_line(kok: &mut LocalKok, repo: &LocalRepo, sha: &str, prefix: &str) -> String {
+    wait_for(&format!("a note line {prefix:?} on {sha}"), kok, || async {
+        let note = repo.note(sha);
+        note.lines().any(|l| l.starts_with(prefix)).then_some(note)
+    })
+    .await
+}
