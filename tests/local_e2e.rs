@@ -5,7 +5,7 @@ mod local_e2e_support;
 
 use kok::api::Phase;
 use local_e2e_support::{
-    ansible_or_skip, finished, note_line, wait_for, LocalKok, LocalRepo, CLUSTER, FAILURE_MESSAGE, GREETING,
+    ansible_or_skip, finished, note_line, LocalKok, LocalRepo, CLUSTER, FAILURE_MESSAGE, GREETING,
 };
 
 /// Marker of the header line the runner writes at the start of each run.
