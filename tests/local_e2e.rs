@@ -5,7 +5,7 @@ mod local_e2e_support;
 
 use kok::api::Phase;
 use local_e2e_support::{
-    ansible_or_skip, finished, note_line, LocalKok, LocalRepo, CLUSTER, FAILURE_MESSAGE, GREETING,
+    ansible_or_skip, finished, note_line, wait_for, LocalKok, LocalRepo, CLUSTER, FAILURE_MESSAGE, GREETING,
 };
 
 /// Marker of the header line the runner writes at the start of each run.
@@ -97,4 +97,53 @@ async fn a_failing_playbook_fails_its_operation_and_its_log_holds_the_failure() 
     assert!(log.contains("result=Failed"), "{log}");
     assert_eq!(log.matches(RUN_HEADER).count(), 1, "{log}");
     note_line(&mut kok, &repo, &sha, "kok/local/broken: failure ").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_cut_by_a_restart_is_not_run_again_and_later_operations_still_run() {
+    if !ansible_or_skip("a_run_cut_by_a_restart_is_not_run_again") {
+        return;
+    }
+    let repo = LocalRepo::new();
+    let mut kok = LocalKok::start(&repo);
+    kok.client(&repo).await;
+
+    let slow = ("slow", "sleep.yml", "slow");
+    let sha = repo.commit_operations(&[slow]);
+    wait_for("the sleeping playbook to start", &mut kok, || async {
+        (repo.runs("slow") == 1).then_some(())
+    })
+    .await;
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+
+    let mut kok = LocalKok::start(&repo);
+    let client = kok.client(&repo).await;
+    let op = finished(&mut kok, &client, "slow").await;
+    let (phase, message) = phase_and_message(&op);
+    assert_eq!(phase, Phase::Failed, "{message}");
+    assert!(message.starts_with("RunnerRestarted"), "{message}");
+    assert!(
+        message.contains("rerun"),
+        "the message says how to run it again: {message}"
+    );
+    note_line(&mut kok, &repo, &sha, "kok/local/slow: failure ").await;
+
+    let later = repo.commit_operations(&[slow, ("after", "mark.yml", "after")]);
+    let op = finished(&mut kok, &client, "after").await;
+    let (phase, message) = phase_and_message(&op);
+    assert_eq!(
+        phase,
+        Phase::Succeeded,
+        "{message}; the run's log:\n{}",
+        logs(&repo, "after")
+    );
+    assert_eq!(
+        repo.mark("after").as_deref(),
+        Some(format!("{GREETING} at {later}\n").as_str())
+    );
+
+    assert_eq!(repo.runs("slow"), 1, "the interrupted playbook ran once");
+    let log = logs(&repo, "slow");
+    assert_eq!(log.matches(RUN_HEADER).count(), 1, "one run in the log:\n{log}");
+    assert!(log.contains("RunnerRestarted"), "{log}");
 }
