@@ -313,15 +313,17 @@ async fn start_or_wait(
     }
     let _guard = ctx.start_lock.lock().await;
     let all = ctx.operations.state();
-    let by_name: std::collections::BTreeMap<String, &ClusterOperation> =
-        all.iter().map(|o| (o.name_any(), o.as_ref())).collect();
     let mut busy: BTreeSet<String> = all
         .iter()
         .filter(|o| phase(o) == Phase::Running)
         .map(|o| o.name_any())
         .collect();
     if let Ok(mut claims) = ctx.claims.lock() {
-        claims.retain(|n, _| by_name.get(n).is_some_and(|o| !phase(o).is_terminal()));
+        let alive = |n: &String| {
+            let key = ObjectRef::<ClusterOperation>::new(n).within(&ctx.config.namespace);
+            ctx.operations.get(&key).is_some_and(|o| !phase(&o).is_terminal())
+        };
+        claims.retain(|n, _| alive(n));
         busy.extend(claims.keys().cloned());
     }
     busy.remove(&op.name_any());
@@ -336,6 +338,11 @@ async fn start_or_wait(
         return Ok(Action::requeue(ctx.config.queue_resync));
     }
 
+    // Claimed under the lock, created outside it: Job creates of different clusters run in parallel.
+    if let Ok(mut claims) = ctx.claims.lock() {
+        claims.insert(op.name_any(), op.spec.cluster.clone());
+    }
+    drop(_guard);
     let job = build_job(op, &ctx.config.job);
     let created = match jobs.create(&PostParams::default(), &job).await {
         Ok(j) => j,
@@ -343,12 +350,11 @@ async fn start_or_wait(
             .get(name)
             .await
             .map_err(op_error(op, format!("reading Job {name}")))?,
-        Err(e) => return Err(op_error(op, format!("creating Job {name}"))(e)),
+        Err(e) => {
+            release(ctx, op);
+            return Err(op_error(op, format!("creating Job {name}"))(e));
+        }
     };
-    if let Ok(mut claims) = ctx.claims.lock() {
-        claims.insert(op.name_any(), op.spec.cluster.clone());
-    }
-    drop(_guard);
     info!(operation = %op.name_any(), job = %name, "job created");
     // On a conflict (canceled or changed meanwhile) the next pass looks again and adopts or deletes the Job.
     transition(ctx, op, running(&created, name, false)).await?;
