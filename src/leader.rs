@@ -131,7 +131,11 @@ pub async fn try_lead(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<Round, Lea
                 name: Some(cfg.lease_name.clone()),
                 namespace: Some(cfg.namespace.clone()),
                 labels: Some(
-                    [(crate::api::LABEL_MANAGED_BY.to_string(), crate::api::MANAGED_BY.to_string())].into(),
+                    [(
+                        crate::api::LABEL_MANAGED_BY.to_string(),
+                        crate::api::MANAGED_BY.to_string(),
+                    )]
+                    .into(),
                 ),
                 ..ObjectMeta::default()
             },
@@ -146,7 +150,9 @@ pub async fn try_lead(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<Round, Lea
         };
         return match api.create(&PostParams::default(), &lease).await {
             Ok(_) => Ok(Round::Leading),
-            Err(e) if is_conflict(&e) => Ok(Round::Following { holder: String::new() }),
+            Err(e) if is_conflict(&e) => Ok(Round::Following {
+                holder: String::new(),
+            }),
             Err(e) => Err(err(e)),
         };
     };
@@ -183,7 +189,9 @@ pub async fn release(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<(), LeaderE
         Err(e) if is_not_found(&e) => return Ok(()),
         Err(e) => return Err(err(e)),
     };
-    let Some(spec) = lease.spec.as_mut() else { return Ok(()) };
+    let Some(spec) = lease.spec.as_mut() else {
+        return Ok(());
+    };
     if spec.holder_identity.as_deref() != Some(cfg.identity.as_str()) {
         return Ok(());
     }
@@ -241,7 +249,12 @@ pub async fn lead(client: kube::Client, cfg: LeaderConfig) -> Result<Leadership,
             }
         }
     });
-    Ok(Leadership { api, cfg, leading: rx, task })
+    Ok(Leadership {
+        api,
+        cfg,
+        leading: rx,
+        task,
+    })
 }
 
 /// Held leadership: renewal runs until [`Leadership::step_down`] or until it is lost.
@@ -280,7 +293,9 @@ mod tests {
 
     fn spec(holder: &str, renewed_secs_ago: i64, duration: i32) -> (LeaseSpec, jiff::Timestamp) {
         let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
-        let renewed = now.checked_sub(jiff::SignedDuration::from_secs(renewed_secs_ago)).unwrap();
+        let renewed = now
+            .checked_sub(jiff::SignedDuration::from_secs(renewed_secs_ago))
+            .unwrap();
         let spec = LeaseSpec {
             holder_identity: Some(holder.to_string()),
             renew_time: Some(MicroTime(renewed)),

@@ -92,7 +92,13 @@ struct Read {
     introduced: Vec<source::Introduced>,
 }
 
-fn read_commit(source: &mut Source, old: Option<Oid>, new: Oid, root: &str, full: bool) -> Result<Read, SourceError> {
+fn read_commit(
+    source: &mut Source,
+    old: Option<Oid>,
+    new: Oid,
+    root: &str,
+    full: bool,
+) -> Result<Read, SourceError> {
     let changes = source.diff(if full { None } else { old }, new, root)?;
     let mut names: Vec<String> = changes.added.iter().chain(&changes.changed).cloned().collect();
     names.sort();

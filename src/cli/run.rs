@@ -54,7 +54,13 @@ pub struct Args {
     #[arg(long, default_value_t = 4, env = "KOK_MAX_CONCURRENT_JOBS")]
     pub max_concurrent_jobs: usize,
     /// Commit status sinks, comma separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "notes", env = "KOK_STATUS")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "notes",
+        env = "KOK_STATUS"
+    )]
     pub status: Vec<StatusSink>,
     /// Link template for statuses: {namespace}, {job}, {operation}, {cluster}, {commit}.
     #[arg(long, env = "KOK_STATUS_URL")]
@@ -112,7 +118,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "h" => n * 3600,
         "d" => n * 86400,
         "ms" => return Ok(Duration::from_millis(n)),
-        _ => return Err(format!("{text:?} has an unknown unit {unit:?}; use ms, s, m, h or d")),
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit {unit:?}; use ms, s, m, h or d"
+            ))
+        }
     };
     Ok(Duration::from_secs(secs))
 }
@@ -120,12 +130,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 impl Args {
     fn forge_sink(&self, forge: Forge) -> anyhow::Result<ForgeSink> {
         let name = forge.as_str();
-        let repo = self
-            .status_repo
-            .as_deref()
-            .with_context(|| format!("--status {name} needs --status-repo (owner/repo, or a GitLab project)"))?;
+        let repo = self.status_repo.as_deref().with_context(|| {
+            format!("--status {name} needs --status-repo (owner/repo, or a GitLab project)")
+        })?;
         let token = Token::load(self.status_token_file.as_deref(), name)?;
-        Ok(ForgeSink::new(forge, self.status_base_url.as_deref(), repo, &token)?)
+        Ok(ForgeSink::new(
+            forge,
+            self.status_base_url.as_deref(),
+            repo,
+            &token,
+        )?)
     }
 
     /// The status sinks these flags ask for; the notes sink writes into the source's cache.
@@ -195,8 +209,12 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
 /// Local mode: the embedded API server and the local Job runner around the normal service.
 async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
     let state_dir = args.state_dir.clone();
-    std::fs::create_dir_all(&state_dir)
-        .with_context(|| format!("creating the state directory {} (--state-dir)", state_dir.display()))?;
+    std::fs::create_dir_all(&state_dir).with_context(|| {
+        format!(
+            "creating the state directory {} (--state-dir)",
+            state_dir.display()
+        )
+    })?;
     let state_dir = state_dir
         .canonicalize()
         .with_context(|| format!("resolving the state directory {}", state_dir.display()))?;
@@ -228,7 +246,11 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     });
-    let runner = tokio::spawn(crate::local::runner::run(client.clone(), runner_cfg, wait_true(stop_rx.clone())));
+    let runner = tokio::spawn(crate::local::runner::run(
+        client.clone(),
+        runner_cfg,
+        wait_true(stop_rx.clone()),
+    ));
     let result = run_with_client(args, client, wait_true(stop_rx)).await;
     match runner.await {
         Ok(Err(e)) => tracing::warn!(error = %e, "the local Job runner stopped with an error"),
@@ -242,7 +264,9 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
 /// The bare cache repository the source keeps for `config`.
 fn cache_repo_path(config: &crate::source::SourceConfig) -> anyhow::Result<PathBuf> {
     let remote = crate::source::RemoteUrl::parse(&config.url)?;
-    Ok(config.cache_dir.join(crate::source::cache_dir_name(remote.as_str())))
+    Ok(config
+        .cache_dir
+        .join(crate::source::cache_dir_name(remote.as_str())))
 }
 
 /// Runs the service against `client` until `shutdown` resolves (the process entry point and tests).
