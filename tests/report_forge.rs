@@ -265,3 +265,34 @@ async fn the_token_never_appears_in_delivery_logs() {
     assert!(!logs.contains(SECRET), "token leaked in logs:\n{logs}");
     assert!(!format!("{sinks:?}").contains(SECRET));
 }
+
+#[tokio::test]
+async fn with_several_sinks_a_retry_only_goes_to_the_sinks_that_failed() {
+    let github = ForgeServer::start().await;
+    let gitea = ForgeServer::start().await;
+    gitea.script([Reply::new(503, "maintenance")]);
+    let metrics: &'static kok::metrics::Metrics = Box::leak(Box::new(kok::metrics::Metrics::new()));
+    let sinks = kok::report::Sinks::new(
+        vec![
+            std::sync::Arc::new(
+                ForgeSink::new(Forge::GitHub, Some(&github.url()), "o/r", &Token::new("a")).unwrap(),
+            ),
+            std::sync::Arc::new(
+                ForgeSink::new(Forge::Gitea, Some(&gitea.url()), "o/r", &Token::new("b")).unwrap(),
+            ),
+        ],
+        metrics,
+    );
+    let s = status(StatusState::Success, "succeeded in 5s");
+    let err = sinks.deliver(SHA, &s).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    sinks.deliver(SHA, &s).await.unwrap();
+    assert_eq!(
+        github.requests().len(),
+        1,
+        "the sink that took it is not sent it again"
+    );
+    assert_eq!(gitea.requests().len(), 2);
+    assert_eq!(metrics.status_deliveries("gitea", "retry"), 1);
+    assert_eq!(metrics.status_deliveries("gitea", "delivered"), 1);
+}

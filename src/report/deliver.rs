@@ -125,8 +125,8 @@ pub enum ReportError {
 pub struct Sinks {
     sinks: Vec<Arc<dyn Sink>>,
     metrics: &'static Metrics,
-    /// commit and JSON of the status → indexes of the sinks that took it, while others still fail.
-    partial: Mutex<HashMap<String, HashSet<usize>>>,
+    /// (commit, context) → the status and the indexes of the sinks that took it, while others still fail.
+    partial: Mutex<HashMap<(String, String), (CommitStatus, HashSet<usize>)>>,
 }
 
 impl std::fmt::Debug for Sinks {
@@ -155,8 +155,12 @@ impl Sinks {
     /// Delivers `status` on `commit` to every sink that has not taken it yet. On failure returns the
     /// error that allows the earliest retry (a retryable one before a refusal).
     pub async fn deliver(&self, commit: &str, status: &CommitStatus) -> Result<(), DeliveryError> {
-        let key = format!("{commit}\n{}", serde_json::to_string(status).unwrap_or_default());
-        let done = self.lock().get(&key).cloned().unwrap_or_default();
+        // One entry per commit and context: a newer status replaces an older one's bookkeeping.
+        let key = (commit.to_string(), status.context.clone());
+        let done = match self.lock().get(&key) {
+            Some((s, done)) if s == status => done.clone(),
+            _ => HashSet::new(),
+        };
         let mut worst: Option<DeliveryError> = None;
         for (index, sink) in self.sinks.iter().enumerate() {
             if done.contains(&index) {
@@ -166,7 +170,14 @@ impl Sinks {
                 Ok(()) => {
                     self.metrics.status_delivery(sink.name(), "delivered");
                     tracing::info!(sink = sink.name(), %commit, context = %status.context, state = ?status.state, "commit status delivered");
-                    self.lock().entry(key.clone()).or_default().insert(index);
+                    let mut partial = self.lock();
+                    let entry = partial
+                        .entry(key.clone())
+                        .or_insert_with(|| (status.clone(), HashSet::new()));
+                    if entry.0 != *status {
+                        *entry = (status.clone(), HashSet::new());
+                    }
+                    entry.1.insert(index);
                 }
                 Err(err) => {
                     let result = if err.is_retryable() { "retry" } else { "failed" };
@@ -188,7 +199,7 @@ impl Sinks {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<usize>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (CommitStatus, HashSet<usize>)>> {
         self.partial
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -616,6 +627,9 @@ struct Queue {
     pending: HashMap<String, Pending>,
     /// Names with a delivery task running.
     busy: HashSet<String>,
+    /// Statuses this loop recorded as reported that the watch has not shown back yet: an older event
+    /// of the same object must not queue them again.
+    recorded: HashMap<String, CommitStatus>,
     /// Names seen since the watch (re)started listing; the others are dropped when the list is done.
     relisting: Option<HashSet<String>>,
 }
@@ -633,11 +647,13 @@ impl Queue {
             watcher::Event::InitDone => {
                 if let Some(seen) = self.relisting.take() {
                     self.pending.retain(|name, _| seen.contains(name));
+                    self.recorded.retain(|name, _| seen.contains(name));
                 }
             }
             watcher::Event::Apply(op) => self.apply(&op),
             watcher::Event::Delete(op) => {
                 self.pending.remove(&op.name_any());
+                self.recorded.remove(&op.name_any());
             }
         }
     }
@@ -647,6 +663,13 @@ impl Queue {
         let status = op.status.as_ref();
         let desired = status.and_then(|s| s.desired_status.as_ref());
         let reported = status.and_then(|s| s.reported.as_ref());
+        if let Some(memo) = self.recorded.get(&name) {
+            if reported == Some(memo) || desired != Some(memo) {
+                self.recorded.remove(&name); // the watch caught up, or there is a newer desired status
+            } else {
+                return; // an event older than our own record
+            }
+        }
         let Some(desired) = desired.filter(|d| Some(*d) != reported) else {
             self.pending.remove(&name);
             return;
@@ -707,6 +730,7 @@ impl Queue {
             Outcome::Recorded { desired } => {
                 if p.desired == desired {
                     self.pending.remove(name);
+                    self.recorded.insert(name.to_string(), desired);
                 }
             }
             Outcome::DeliveredNotRecorded { desired, delay } => {
@@ -834,5 +858,22 @@ mod tests {
         q.observe(watcher::Event::InitApply(op("a", Some("queued"), None)));
         q.observe(watcher::Event::InitDone);
         assert_eq!(q.pending.keys().collect::<Vec<_>>(), ["a"]);
+    }
+
+    #[test]
+    fn an_event_older_than_our_own_record_does_not_queue_the_status_again() {
+        let mut q = Queue::default();
+        q.observe(watcher::Event::Apply(op("a", Some("queued"), None)));
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        q.finish(&name, Outcome::Recorded { desired: job.desired }, Instant::now());
+        q.observe(watcher::Event::Apply(op("a", Some("queued"), None)));
+        assert!(q.pending.is_empty(), "a stale event re-queued a delivered status");
+        q.observe(watcher::Event::Apply(op("a", Some("queued"), Some("queued"))));
+        assert!(
+            q.recorded.is_empty(),
+            "the memo is dropped once the watch shows the record"
+        );
+        q.observe(watcher::Event::Apply(op("a", Some("running"), Some("queued"))));
+        assert_eq!(q.pending["a"].desired.description, "running");
     }
 }
