@@ -274,6 +274,28 @@ async fn an_invalid_cluster_reports_a_sync_error_with_file_and_line_while_anothe
         "{:?}",
         beta.spec.source
     );
+
+    // Fixing the file lets alpha move on: its operation runs and the fix commit syncs cleanly.
+    remote.write("clusters/alpha/hosts.yml", &hosts(false));
+    let fix = remote.push("fix alpha's inventory");
+    wait_for("alpha's install Job after the fix", Some(&kok), || {
+        objects.job_of("alpha", "install")
+    })
+    .await;
+    wait_for("kok/sync success on the fix", Some(&kok), || async {
+        remote
+            .note(&fix)
+            .lines()
+            .any(|l| l.starts_with("kok/sync: success "))
+            .then_some(())
+    })
+    .await;
+    let alpha_fixed = objects.cluster("alpha").await.unwrap();
+    assert!(
+        alpha_fixed.spec.source.revision.ends_with(&fix),
+        "{:?}",
+        alpha_fixed.spec.source
+    );
 }
 
 /// True when `text` names `file` followed by `:<line>`.
