@@ -121,12 +121,15 @@ pub enum ReportError {
     },
 }
 
+/// (commit, context) → the status being delivered and the indexes of the sinks that took it.
+type Partial = HashMap<(String, String), (CommitStatus, HashSet<usize>)>;
+
 /// Every configured sink, with per-sink bookkeeping so a status reaches each sink once.
 pub struct Sinks {
     sinks: Vec<Arc<dyn Sink>>,
     metrics: &'static Metrics,
     /// (commit, context) → the status and the indexes of the sinks that took it, while others still fail.
-    partial: Mutex<HashMap<(String, String), (CommitStatus, HashSet<usize>)>>,
+    partial: Mutex<Partial>,
 }
 
 impl std::fmt::Debug for Sinks {
@@ -199,7 +202,7 @@ impl Sinks {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (CommitStatus, HashSet<usize>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Partial> {
         self.partial
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
