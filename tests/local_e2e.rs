@@ -72,6 +72,8 @@ async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_th
     );
     assert!(history.contains("operations: hello"), "{history}");
     assert!(history.contains("kok/local/hello: success "), "{history}");
+    let changed = local_e2e_support::git(&path, &["status", "--porcelain", "--ignored"]);
+    assert_eq!(changed, "", "kok leaves the work tree's files alone");
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }
 

@@ -234,8 +234,9 @@ pub struct LocalKok {
 }
 
 impl LocalKok {
-    /// Starts `kok run --local --repo <repo> --state-dir <state> --interval 1s`, output appended to
-    /// `<temp>/kok.log`. An earlier kubeconfig is removed, so [`LocalKok::client`] waits for this one.
+    /// Starts `kok run --local --repo . --state-dir <state> --interval 1s` in the work tree, as the
+    /// README does, output appended to `<temp>/kok.log`. An earlier kubeconfig is removed, so
+    /// [`LocalKok::client`] waits for this one.
     pub fn start(repo: &LocalRepo) -> LocalKok {
         let state = repo.state_dir();
         let _ = std::fs::remove_file(state.join("kubeconfig"));
@@ -246,9 +247,7 @@ impl LocalKok {
             .open(&log_path)
             .expect("open kok log");
         let child = Command::new(env!("CARGO_BIN_EXE_kok"))
-            .args(["run", "--local", "--interval", "1s"])
-            .arg("--repo")
-            .arg(repo.path())
+            .args(["run", "--local", "--interval", "1s", "--repo", "."])
             .arg("--state-dir")
             .arg(&state)
             .env("KOK_LOG", "info,kok=debug")
@@ -256,7 +255,7 @@ impl LocalKok {
             .env_remove("KOK_WORKDIR")
             .env_remove("KOK_PATH")
             .env_remove("KOK_NAMESPACE")
-            .current_dir(repo.scratch(""))
+            .current_dir(repo.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log"))
             .stderr(log)
