@@ -626,6 +626,32 @@ impl State {
         if !new["metadata"].is_object() {
             new["metadata"] = json!({});
         }
+        let old_uid = meta_str(old, "uid").unwrap_or("");
+        if let Some(uid) = meta_str(&new, "uid").filter(|u| !u.is_empty() && *u != old_uid) {
+            let name = meta_str(old, "name").unwrap_or("");
+            return Err(ApiError::conflict(
+                &info.group,
+                &info.resource,
+                name,
+                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {old_uid}"),
+            ));
+        }
+        if old.pointer("/metadata/deletionTimestamp").is_some() {
+            let before = finalizers(old);
+            if finalizers(&new).iter().any(|f| !before.contains(f)) {
+                let name = meta_str(old, "name").unwrap_or("");
+                return Err(ApiError::invalid(
+                    &info.group,
+                    &info.kind,
+                    name,
+                    vec![cause(
+                        "FieldValueForbidden",
+                        "metadata.finalizers",
+                        "Forbidden: no new finalizers can be added if the object is being deleted",
+                    )],
+                ));
+            }
+        }
         for f in [
             "uid",
             "creationTimestamp",

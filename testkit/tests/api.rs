@@ -448,6 +448,22 @@ async fn finalizers_keep_a_deleted_object_until_they_are_removed() {
     api.delete("fin", &DeleteParams::default()).await.unwrap();
     let held = api.get("fin").await.unwrap();
     assert!(held.metadata.deletion_timestamp.is_some());
+    let more = json!({"metadata": {"finalizers": ["example.test/hold", "example.test/more"]}});
+    let s = status_of(
+        api.patch("fin", &PatchParams::default(), &Patch::Merge(&more))
+            .await,
+    );
+    assert!(
+        s.message.contains("no new finalizers can be added"),
+        "{}",
+        s.message
+    );
+    let mut other_uid = held.clone();
+    other_uid.metadata.uid = Some("00000000-0000-4000-8000-000000000001".into());
+    assert_eq!(
+        status_of(api.replace("fin", &PostParams::default(), &other_uid).await).code,
+        409
+    );
     api.patch(
         "fin",
         &PatchParams::default(),
