@@ -46,7 +46,7 @@ pub enum OutputFormat {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the service: poll the repository, materialize clusters, run operations, report statuses.
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// Validate a repository: exit 1 with `path:line:col: message` lines when it is invalid.
     Validate(validate::Args),
     /// Print the objects a repository renders to, as a YAML stream.
@@ -65,7 +65,7 @@ pub enum Command {
 pub fn main(cli: Cli) -> ExitCode {
     init_tracing(cli.log_format);
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Validate(args) => validate::run(args),
         Command::Render(args) => render::run(args),
         Command::Crds(args) => crds::run(args),
