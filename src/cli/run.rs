@@ -148,9 +148,18 @@ impl Args {
         for kind in &self.status {
             match kind {
                 StatusSink::Notes => {
+                    let callbacks: Option<report::notes::CallbacksHook> =
+                        crate::source::RemoteUrl::parse(&self.git.repo)
+                            .ok()
+                            .map(|remote| {
+                                let credentials = self.git.source_config().credentials;
+                                Arc::new(move |cb: &mut git2::RemoteCallbacks<'_>| {
+                                    crate::source::install_callbacks(cb, &remote, &credentials)
+                                }) as report::notes::CallbacksHook
+                            });
                     let sink = NotesSink::new(cache_repo.clone()).with_push(report::notes::PushTarget {
                         remote: self.git.repo.clone(),
-                        callbacks: None,
+                        callbacks,
                     });
                     sinks.push(Arc::new(sink));
                 }

@@ -100,6 +100,16 @@ pub struct SourceConfig {
     pub timeout: Duration,
 }
 
+/// Installs the credential and host-key callbacks of `credentials` for `remote` on `callbacks`, for
+/// other modules that talk to the same remote (the git-notes status push).
+pub fn install_callbacks(
+    callbacks: &mut git2::RemoteCallbacks<'_>,
+    remote: &RemoteUrl,
+    credentials: &Credentials,
+) {
+    auth::install(callbacks, remote, credentials, Default::default());
+}
+
 impl SourceConfig {
     /// A configuration without credentials and with the default timeout.
     pub fn new(url: impl Into<String>, reference: impl Into<String>, cache_dir: impl Into<PathBuf>) -> Self {
