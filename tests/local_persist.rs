@@ -405,4 +405,5 @@ async fn a_second_kok_on_a_state_dir_in_use_is_refused() {
         "the first kok still runs; its log:\n{}",
         first.log()
     );
+    assert!(first.stop(), "kok exits 0 on SIGTERM; its log:\n{}", first.log());
 }
