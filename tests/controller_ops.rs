@@ -179,13 +179,7 @@ async fn two_operations_of_one_cluster_run_in_order_and_two_clusters_in_parallel
     wait_phase(&client, &only, Phase::Running).await;
     let queued = wait_phase(&client, &second, Phase::Queued).await;
     assert!(queued.status.unwrap().message.unwrap().contains(&first));
-    assert_eq!(
-        jobs(&client).await,
-        [job_name(&first), job_name(&only)]
-            .iter()
-            .cloned()
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(jobs(&client).await, [job_name(&first), job_name(&only)].to_vec());
 
     server.complete_job(NS, &job_name(&first)).await.unwrap();
     wait_phase(&client, &second, Phase::Running).await;

@@ -78,7 +78,7 @@ pub enum ApplyError {
         namespace: String,
         /// What the API server said.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// Server-side apply of a Cluster failed.
     #[error("applying Cluster {name} in namespace {namespace} failed: {source}")]
@@ -89,7 +89,7 @@ pub enum ApplyError {
         namespace: String,
         /// What the API server said.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// Creating or patching a ConfigMap failed.
     #[error("writing ConfigMap {name} in namespace {namespace} failed: {source}")]
@@ -100,7 +100,7 @@ pub enum ApplyError {
         namespace: String,
         /// What the API server said.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// Creating or labelling a ClusterOperation failed.
     #[error("writing ClusterOperation {name} in namespace {namespace} failed: {source}")]
@@ -111,7 +111,7 @@ pub enum ApplyError {
         namespace: String,
         /// What the API server said.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// Deleting an object of a removed cluster failed.
     #[error("deleting {kind} {name} in namespace {namespace} failed: {source}")]
@@ -124,7 +124,7 @@ pub enum ApplyError {
         namespace: String,
         /// What the API server said.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// An object read back from the API server had no uid.
     #[error("{kind} {name} in namespace {namespace} has no uid; is the API server a real one?")]
@@ -201,7 +201,7 @@ impl Apis {
                 kind,
                 cluster,
                 namespace,
-                source,
+                source: Box::new(source),
             }
         };
         let (clusters, cms, ops) = futures::join!(
@@ -244,7 +244,7 @@ impl Apis {
         move |source| ApplyError::WriteConfigMap {
             name,
             namespace,
-            source,
+            source: Box::new(source),
         }
     }
 
@@ -253,7 +253,7 @@ impl Apis {
         move |source| ApplyError::WriteOperation {
             name,
             namespace,
-            source,
+            source: Box::new(source),
         }
     }
 }
@@ -295,7 +295,7 @@ pub async fn apply_cluster(
                 .map_err(|source| ApplyError::ApplyCluster {
                     name: desired.name.clone(),
                     namespace: namespace.to_string(),
-                    source,
+                    source: Box::new(source),
                 })?;
             stats.writes += 1;
             if live.cluster.is_some() {
@@ -482,7 +482,7 @@ async fn delete_config_map(apis: &Apis, name: &str) -> Result<(), ApplyError> {
             kind: "ConfigMap",
             name: name.to_string(),
             namespace: apis.namespace.clone(),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -613,7 +613,7 @@ pub async fn remove_cluster(
                     kind: "Cluster",
                     name: cluster.to_string(),
                     namespace: namespace.to_string(),
-                    source,
+                    source: Box::new(source),
                 })
             }
         }
@@ -637,7 +637,7 @@ pub async fn prune(
         kind: "Cluster",
         cluster: "*".to_string(),
         namespace: namespace.to_string(),
-        source,
+        source: Box::new(source),
     })?;
     let mut stats = ApplyStats::default();
     for c in live.items {
