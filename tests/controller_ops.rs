@@ -441,3 +441,39 @@ async fn the_history_limit_deletes_the_oldest_finished_operations_no_longer_in_t
     assert!(!remaining.contains(&names[0]));
     ctl.stop().await;
 }
+
+#[tokio::test]
+async fn an_unedited_operation_never_runs_again_across_repolls_and_restarts() {
+    let server = server().await;
+    let client = server.client();
+    let dir = cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None);
+    let d = render(&dir, 1, &[]);
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let name = op_name(&d, "install");
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &name, Phase::Running).await;
+    server.complete_job(NS, &job_name(&name)).await.unwrap();
+    wait_phase(&client, &name, Phase::Succeeded).await;
+    ctl.stop().await;
+
+    // Later commits that leave the entry alone, and a restarted controller.
+    for n in 2..=3 {
+        apply_cluster(&client, NS, &render(&dir, n, &[("install", 1)]))
+            .await
+            .unwrap();
+    }
+    server.requests().reset();
+    let ctl = start(&client, config(4));
+    wait_for("the cluster to be reconciled after the restart", || async {
+        let c = Api::<Cluster>::namespaced(client.clone(), NS)
+            .get("prod")
+            .await
+            .ok()?;
+        (c.status?.observed_revision? == format!("main@sha1:{}", sha(3))).then_some(())
+    })
+    .await;
+    assert_eq!(server.requests().count("create", "jobs"), 0);
+    assert_eq!(jobs(&client).await, [job_name(&name)]);
+    assert_eq!(phase(&client, &name).await, Some(Phase::Succeeded));
+    ctl.stop().await;
+}
