@@ -32,7 +32,8 @@ pub const LABEL_OPERATION: &str = "kok.dev/operation";
 pub const LABEL_CLUSTER_OPERATION: &str = "kok.dev/cluster-operation";
 /// Label telling which input file a content-addressed ConfigMap holds (`hosts` or `vars`).
 pub const LABEL_CONTENT: &str = "kok.dev/content";
-/// Label set to `"true"` on a ConfigMap while it is its Cluster's current input.
+/// Label set to `"true"` on a ConfigMap while it is its Cluster's current input, and on a ClusterOperation
+/// while it is an entry of its cluster's operations.yml.
 pub const LABEL_CURRENT: &str = "kok.dev/current";
 /// Annotation with the source revision in Flux's format: `<branch>@sha1:<sha>`.
 pub const ANNOTATION_REVISION: &str = "kok.dev/revision";
