@@ -261,7 +261,7 @@ pub fn compute(
             let subject = Oid::from_str(&op.commit)
                 .ok()
                 .and_then(|id| repo.find_commit(id).ok())
-                .and_then(|c| c.summary().map(str::to_string))
+                .and_then(|c| c.summary().ok().flatten().map(str::to_string))
                 .unwrap_or_default();
             plan.operations.push(PlannedOperation {
                 id: op.id.clone(),

@@ -119,7 +119,7 @@ impl Exporter<'_> {
 
     fn tree(&mut self, tree: &Tree<'_>, dir: &Path, prefix: &str) -> Result<(), Error> {
         for entry in tree.iter() {
-            let Some(name) = entry.name() else { continue };
+            let Ok(name) = entry.name() else { continue };
             // Names git itself refuses to check out.
             if name.is_empty() || name == "." || name == ".." || name == ".git" || name.contains('/') {
                 continue;

@@ -572,7 +572,7 @@ fn push_notes(repo: &Path, target: &PushTarget, pushed: Option<Oid>) -> Result<O
 /// remote of the repository).
 fn local_remote_path(repository: &Repository, remote: &str) -> Option<PathBuf> {
     let url = match repository.find_remote(remote) {
-        Ok(named) => named.url()?.to_string(),
+        Ok(named) => named.url().ok()?.to_string(),
         Err(_) => remote.to_string(),
     };
     crate::source::RemoteUrl::parse(&url).ok()?.local_path()

@@ -116,7 +116,7 @@ fn entry(commit: &git2::Commit<'_>, files: Vec<String>) -> HistoryEntry {
         date,
         author: author.name().unwrap_or_default().to_string(),
         email: author.email().unwrap_or_default().to_string(),
-        subject: commit.summary().unwrap_or_default().to_string(),
+        subject: commit.summary().ok().flatten().unwrap_or_default().to_string(),
         files,
     }
 }
