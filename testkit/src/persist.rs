@@ -57,9 +57,25 @@ const MAX_FRAME: usize = 1 << 30;
 /// The log is folded into a new snapshot once it is this long.
 const CHECKPOINT_BYTES: u64 = 64 << 20;
 
-const START_EMPTY: &str =
-    "nothing was changed; restore the directory from a backup, or move it aside to start \
-                           with an empty store";
+/// What to do about damage: nothing was changed, so restoring or moving the directory aside is safe.
+fn start_empty(path: &Path) -> String {
+    let dir = path.parent().unwrap_or(path).display();
+    format!(
+        "nothing was changed: restore {dir} from a backup, or move it aside (`mv {dir} {dir}.damaged`) to \
+         start with an empty store"
+    )
+}
+
+/// What to do about a log cut inside its last record, which was never acknowledged if the process
+/// stopped while writing it.
+fn cut_tail(path: &Path, offset: u64) -> String {
+    format!(
+        "nothing was changed. If the process stopped while writing this last record, that write was never \
+         acknowledged and `truncate -s {offset} {}` keeps every earlier one; otherwise {}",
+        path.display(),
+        start_empty(path).replacen("nothing was changed: ", "", 1)
+    )
+}
 
 /// Failure to open, replay or write the data directory.
 #[derive(Debug, thiserror::Error)]
@@ -474,20 +490,20 @@ fn lock(dir: &Path) -> Result<File, PersistError> {
     }
 }
 
-fn damage(path: &Path, e: FrameError, advice: &str) -> PersistError {
+/// The error of damaged frames; `tail` when a cut record may be an unacknowledged last write.
+fn damage(path: &Path, e: FrameError, tail: bool) -> PersistError {
     match e {
         FrameError::Truncated(offset, detail) => PersistError::Truncated {
             path: path.to_path_buf(),
             offset,
             detail,
-            advice: advice.replace("{offset}", &offset.to_string()),
+            advice: if tail {
+                cut_tail(path, offset)
+            } else {
+                start_empty(path)
+            },
         },
-        FrameError::Corrupt(offset, detail) => PersistError::Corrupt {
-            path: path.to_path_buf(),
-            offset,
-            detail,
-            advice: START_EMPTY.into(),
-        },
+        FrameError::Corrupt(offset, detail) => corrupt(path, offset, detail),
     }
 }
 
@@ -496,7 +512,7 @@ fn corrupt(path: &Path, offset: u64, detail: String) -> PersistError {
         path: path.to_path_buf(),
         offset,
         detail,
-        advice: START_EMPTY.into(),
+        advice: start_empty(path),
     }
 }
 
@@ -505,12 +521,12 @@ fn mismatch(path: &Path, offset: u64, detail: String) -> PersistError {
         path: path.to_path_buf(),
         offset,
         detail,
-        advice: START_EMPTY.into(),
+        advice: start_empty(path),
     }
 }
 
 /// Checks the magic at the start of a file.
-fn check_magic(path: &Path, bytes: &[u8], magic: &[u8; 8], advice: &str) -> Result<(), PersistError> {
+fn check_magic(path: &Path, bytes: &[u8], magic: &[u8; 8]) -> Result<(), PersistError> {
     if bytes.len() < magic.len() && magic.starts_with(bytes) {
         return Err(damage(
             path,
@@ -518,7 +534,7 @@ fn check_magic(path: &Path, bytes: &[u8], magic: &[u8; 8], advice: &str) -> Resu
                 0,
                 format!("the file has {} bytes, fewer than its 8-byte header", bytes.len()),
             ),
-            advice,
+            false,
         ));
     }
     if !bytes.starts_with(magic) {
@@ -537,18 +553,17 @@ fn check_magic(path: &Path, bytes: &[u8], magic: &[u8; 8], advice: &str) -> Resu
 /// Loads the snapshot into `state`; returns its resourceVersion.
 fn load_snapshot(dir: &Path, bytes: &[u8], state: &mut State) -> Result<u64, PersistError> {
     let path = dir.join(SNAPSHOT_FILE);
-    let advice = START_EMPTY;
-    check_magic(&path, bytes, SNAPSHOT_MAGIC, advice)?;
+    check_magic(&path, bytes, SNAPSHOT_MAGIC)?;
     let mut it = frames(bytes, SNAPSHOT_MAGIC.len());
     let (offset, json) = match it.next() {
         None => {
             return Err(damage(
                 &path,
                 FrameError::Truncated(8, "the snapshot record is missing".into()),
-                advice,
+                false,
             ))
         }
-        Some(r) => r.map_err(|e| damage(&path, e, advice))?,
+        Some(r) => r.map_err(|e| damage(&path, e, false))?,
     };
     if let Some(extra) = it.next() {
         let offset = match extra {
@@ -607,22 +622,17 @@ fn load_snapshot(dir: &Path, bytes: &[u8], state: &mut State) -> Result<u64, Per
 /// Replays the log over the snapshot at `snapshot_rv`.
 fn replay_log(dir: &Path, bytes: &[u8], snapshot_rv: u64, state: &mut State) -> Result<(), PersistError> {
     let path = dir.join(WAL_FILE);
-    let display = path.display();
-    let advice = format!(
-        "if the process stopped while writing, that last write was never acknowledged and \
-         `truncate -s {{offset}} {display}` keeps every earlier one; otherwise {START_EMPTY}"
-    );
-    check_magic(&path, bytes, WAL_MAGIC, &advice)?;
+    check_magic(&path, bytes, WAL_MAGIC)?;
     let mut it = frames(bytes, WAL_MAGIC.len());
     let (offset, json) = match it.next() {
         None => {
             return Err(damage(
                 &path,
                 FrameError::Truncated(8, "the log header record is missing".into()),
-                START_EMPTY,
+                false,
             ))
         }
-        Some(r) => r.map_err(|e| damage(&path, e, START_EMPTY))?,
+        Some(r) => r.map_err(|e| damage(&path, e, false))?,
     };
     let header: WalHeader = serde_json::from_slice(json)
         .map_err(|e| corrupt(&path, offset, format!("the log header does not parse: {e}")))?;
@@ -645,7 +655,7 @@ fn replay_log(dir: &Path, bytes: &[u8], snapshot_rv: u64, state: &mut State) -> 
         ));
     }
     for item in it {
-        let (offset, json) = item.map_err(|e| damage(&path, e, &advice))?;
+        let (offset, json) = item.map_err(|e| damage(&path, e, true))?;
         let record: Replayed = serde_json::from_slice(json)
             .map_err(|e| corrupt(&path, offset, format!("the record does not parse: {e}")))?;
         let (rv, group, resource) = match &record {
