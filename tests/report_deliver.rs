@@ -155,6 +155,13 @@ async fn desired_status_is_delivered_once_and_not_again_after_a_restart() {
     assert_eq!(h.forge.requests().len(), 1);
     assert_eq!(h.forge.requests()[0].json()["state"], "pending");
     assert_eq!(h.forge.requests()[0].json()["description"], "running: scale.yml");
+    assert!(
+        h.metrics
+            .render()
+            .contains("kok_operations{phase=\"Running\"} 1\n"),
+        "{}",
+        h.metrics.render()
+    );
 
     // A new desired status is delivered too.
     let success = status(

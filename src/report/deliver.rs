@@ -36,7 +36,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use super::sink::{DeliveryError, Sink};
-use crate::api::{ClusterOperation, CommitStatus};
+use crate::api::{ClusterOperation, CommitStatus, Phase};
 use crate::metrics::Metrics;
 
 /// Field manager of the `status.reported` / `status.reportAttempts` patches.
@@ -45,6 +45,15 @@ pub const REPORT_FIELD_MANAGER: &str = "kok-report";
 pub const SYNC_CONFIGMAP: &str = "kok-sync-status";
 /// How many commits the sync ConfigMap keeps.
 pub const SYNC_HISTORY: usize = 50;
+/// Every phase, in the order the gauge lists them.
+const ALL_PHASES: [Phase; 6] = [
+    Phase::Pending,
+    Phase::Queued,
+    Phase::Running,
+    Phase::Succeeded,
+    Phase::Failed,
+    Phase::Canceled,
+];
 /// Most operation deliveries running at once.
 pub const MAX_IN_FLIGHT: usize = 8;
 /// Wait before recording a delivered status again after the API server refused the patch.
@@ -304,7 +313,15 @@ impl Reporter {
             tokio::select! {
                 _ = &mut shutdown => break,
                 event = events.next() => match event {
-                    Some(Ok(event)) => queue.observe(event),
+                    Some(Ok(event)) => {
+                        let counted = !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_));
+                        queue.observe(event);
+                        if counted {
+                            for (phase, n) in queue.phase_counts() {
+                                self.sinks.metrics.set_operations(phase, n);
+                            }
+                        }
+                    }
                     Some(Err(err)) => tracing::warn!(error = %err, "watching ClusterOperations for commit statuses failed; retrying"),
                     None => break,
                 },
@@ -635,6 +652,8 @@ struct Queue {
     recorded: HashMap<String, CommitStatus>,
     /// Names seen since the watch (re)started listing; the others are dropped when the list is done.
     relisting: Option<HashSet<String>>,
+    /// Phase of every operation, for the `kok_operations{phase}` gauge.
+    phases: HashMap<String, Phase>,
 }
 
 impl Queue {
@@ -651,19 +670,34 @@ impl Queue {
                 if let Some(seen) = self.relisting.take() {
                     self.pending.retain(|name, _| seen.contains(name));
                     self.recorded.retain(|name, _| seen.contains(name));
+                    self.phases.retain(|name, _| seen.contains(name));
                 }
             }
             watcher::Event::Apply(op) => self.apply(&op),
             watcher::Event::Delete(op) => {
                 self.pending.remove(&op.name_any());
                 self.recorded.remove(&op.name_any());
+                self.phases.remove(&op.name_any());
             }
         }
+    }
+
+    /// How many operations are in each phase.
+    fn phase_counts(&self) -> [(Phase, u64); 6] {
+        let mut counts = ALL_PHASES.map(|p| (p, 0u64));
+        for phase in self.phases.values() {
+            if let Some(slot) = counts.iter_mut().find(|(p, _)| p == phase) {
+                slot.1 += 1;
+            }
+        }
+        counts
     }
 
     fn apply(&mut self, op: &ClusterOperation) {
         let name = op.name_any();
         let status = op.status.as_ref();
+        self.phases
+            .insert(name.clone(), status.map(|s| s.phase).unwrap_or_default());
         let desired = status.and_then(|s| s.desired_status.as_ref());
         let reported = status.and_then(|s| s.reported.as_ref());
         if let Some(memo) = self.recorded.get(&name) {
@@ -824,6 +858,13 @@ mod tests {
         assert_eq!(q.pending["a"].desired.description, "running");
         q.observe(watcher::Event::Apply(op("a", Some("running"), Some("running"))));
         assert!(q.pending.is_empty());
+        assert_eq!(
+            q.phase_counts()[0],
+            (Phase::Pending, 3),
+            "every operation is counted, delivered or not"
+        );
+        q.observe(watcher::Event::Delete(op("c", None, None)));
+        assert_eq!(q.phase_counts()[0], (Phase::Pending, 2));
     }
 
     #[test]
