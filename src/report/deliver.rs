@@ -2,7 +2,8 @@
 //! the sinks until it equals `status.reported`, and the same for `kok/sync` statuses kept in a ConfigMap.
 //!
 //! - The loop keeps in memory only the operations whose status is not delivered yet; when a newer
-//!   desired status arrives before an older one went out, only the newest is sent (level-based).
+//!   desired status arrives before an older one went out, only the newest is sent (level-based). The
+//!   same watch keeps the `kok_operations{phase}` gauge (one phase per operation in memory).
 //! - State lives in the API server, so a restart resumes: a ClusterOperation whose `desiredStatus`
 //!   differs from `reported` is delivered again; one whose statuses are equal is never sent again.
 //! - After a delivery, `status.reported` is set to the delivered status and `reportAttempts` removed,
