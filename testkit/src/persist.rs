@@ -766,6 +766,39 @@ pub fn open(dir: &Path, state: &mut State) -> Result<(), PersistError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_write_that_cannot_be_persisted_is_not_stored_and_refuses_later_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(WAL_FILE);
+        std::fs::write(&path, b"").unwrap();
+        let mut store = crate::store::Store::new(10);
+        // A read-only handle: every append fails.
+        store.attach_wal(Wal {
+            dir: dir.path().to_path_buf(),
+            file: Some(File::open(&path).unwrap()),
+            lock: None,
+            len: 0,
+            failure: None,
+        });
+        let mut events = store.subscribe();
+        let rk = ResourceKey {
+            group: String::new(),
+            resource: "configmaps".into(),
+        };
+        store.put(&rk, json!({"metadata": {"name": "a", "namespace": "n"}}));
+        assert_eq!(store.count(&rk), 0, "an unpersisted write is not stored");
+        assert_eq!(store.resource_version(), 1);
+        assert!(
+            events.try_recv().is_err(),
+            "an unpersisted write is not announced"
+        );
+        let refused = store.persist_failure().expect("the failure is reported");
+        assert_eq!(refused.code, 503);
+        assert!(refused.message.contains(WAL_FILE), "{}", refused.message);
+        assert!(refused.message.contains("restart"), "{}", refused.message);
+    }
 
     #[test]
     fn frames_detect_a_cut_and_a_flipped_byte() {
