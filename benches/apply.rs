@@ -217,7 +217,11 @@ async fn main() -> anyhow::Result<()> {
     println!("all {n} initial Jobs created after {:?}", t.elapsed());
     server.complete_job(NS, &job_name(&first)).await?;
     let t = Instant::now();
+    log.reset();
     quiesce(&log).await;
+    if std::env::var_os("KOK_BENCH_LOG").is_some() {
+        println!("requests while settling: {:?}", log.snapshot());
+    }
     println!(
         "controller settled (no request for 500 ms) after {:?}",
         t.elapsed()

@@ -34,7 +34,11 @@ async fn runs(client: &kube::Client) -> Vec<ClusterOperation> {
 async fn firing_the_same_time_twice_makes_one_run_and_records_the_firing() {
     let server = server().await;
     let client = server.client();
-    let d = render(&cluster_dir("prod", HOSTS, vec![scheduled("0 0 3 * * *")], None), 1, &[]);
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![scheduled("0 0 3 * * *")], None),
+        1,
+        &[],
+    );
     apply_cluster(&client, NS, &d).await.unwrap();
     let api: Api<ClusterOperation> = Api::namespaced(client.clone(), NS);
     let base = api.get(&op_name(&d, "backup")).await.unwrap();
@@ -48,7 +52,10 @@ async fn firing_the_same_time_twice_makes_one_run_and_records_the_firing() {
 
     // After a restart the recorded firing is not due again.
     let base = api.get(&base.name_any()).await.unwrap();
-    assert_eq!(base.annotations().get(ANNOTATION_LAST_FIRED).map(String::as_str), Some("2026-01-02T03:00:00Z"));
+    assert_eq!(
+        base.annotations().get(ANNOTATION_LAST_FIRED).map(String::as_str),
+        Some("2026-01-02T03:00:00Z")
+    );
     let (due, _) = plan(&[&base], "2026-01-02T03:00:30Z".parse().unwrap());
     assert!(due.is_empty(), "{due:?}");
 }
@@ -57,10 +64,17 @@ async fn firing_the_same_time_twice_makes_one_run_and_records_the_firing() {
 async fn the_running_controller_creates_a_run_when_the_schedule_fires() {
     let server = server().await;
     let client = server.client();
-    let d = render(&cluster_dir("prod", HOSTS, vec![scheduled("* * * * * *")], None), 1, &[]);
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![scheduled("* * * * * *")], None),
+        1,
+        &[],
+    );
     apply_cluster(&client, NS, &d).await.unwrap();
     let ctl = start(&client, config(4));
-    let run = wait_for("a scheduled run", || async { runs(&client).await.into_iter().next() }).await;
+    let run = wait_for("a scheduled run", || async {
+        runs(&client).await.into_iter().next()
+    })
+    .await;
     assert!(run.name_any().starts_with(&op_name(&d, "backup")));
     assert_eq!(run.spec.schedule, None);
     ctl.stop().await;
