@@ -727,7 +727,13 @@ fn restore_registry(state: &mut State) {
 /// Opens (or creates) a data directory: locks it, restores `state` from it, writes a fresh
 /// snapshot and log, and attaches the log to the store so every later write is persisted.
 pub fn open(dir: &Path, state: &mut State) -> Result<(), PersistError> {
-    std::fs::create_dir_all(dir).map_err(io("creating the data directory", dir))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(io("creating the data directory", dir))?;
+        // The new directory's entry must be durable too, or a crash could lose every write in it.
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
     let lock = lock(dir)?;
     let snapshot = read_file(&dir.join(SNAPSHOT_FILE))?;
     let log = read_file(&dir.join(WAL_FILE))?;
@@ -767,6 +773,42 @@ pub fn open(dir: &Path, state: &mut State) -> Result<(), PersistError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_long_log_is_folded_into_a_snapshot_that_a_restart_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = State::new(10);
+        open(dir.path(), &mut state).unwrap();
+        let rk = ResourceKey {
+            group: String::new(),
+            resource: "configmaps".into(),
+        };
+        state
+            .store
+            .put(&rk, json!({"metadata": {"name": "a", "namespace": "n"}}));
+        // Replace the log with one that claims to be long already.
+        let (file, _) = new_log(dir.path(), state.store.resource_version()).unwrap();
+        state.store.attach_wal(Wal {
+            dir: dir.path().to_path_buf(),
+            file: Some(file),
+            lock: None,
+            len: CHECKPOINT_BYTES,
+            failure: None,
+        });
+        state
+            .store
+            .put(&rk, json!({"metadata": {"name": "b", "namespace": "n"}}));
+        let rv = state.store.resource_version();
+        let log = std::fs::read(dir.path().join(WAL_FILE)).unwrap();
+        let records = frames(&log, WAL_MAGIC.len()).count();
+        assert_eq!(records, 1, "the checkpoint left a log with its header only");
+        drop(state);
+
+        let mut restored = State::new(10);
+        open(dir.path(), &mut restored).unwrap();
+        assert_eq!(restored.store.resource_version(), rv);
+        assert_eq!(restored.store.count(&rk), 2);
+    }
 
     #[test]
     fn a_write_that_cannot_be_persisted_is_not_stored_and_refuses_later_writes() {

@@ -202,6 +202,29 @@ async fn deletions_and_garbage_collection_survive_a_restart() {
 }
 
 #[tokio::test]
+async fn a_stop_between_the_new_snapshot_and_the_new_log_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    fill(dir.path()).await;
+    let old_log = std::fs::read(dir.path().join("wal.log")).unwrap();
+    // The restart folds the log into a new snapshot, then replaces the log.
+    drop(start(dir.path()).await.unwrap());
+    // As if it had stopped before replacing the log: the new snapshot beside the old log.
+    std::fs::write(dir.path().join("wal.log"), &old_log).unwrap();
+    let server = start(dir.path())
+        .await
+        .expect("the records already in the snapshot are skipped");
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    for i in 0..3 {
+        assert!(api.get_opt(&format!("c{i}")).await.unwrap().is_some());
+    }
+    let d = api
+        .create(&PostParams::default(), &cm("d", "k", "v"))
+        .await
+        .unwrap();
+    assert_eq!(d.resource_version(), Some(server.resource_version().to_string()));
+}
+
+#[tokio::test]
 async fn a_truncated_log_stops_the_start_naming_the_file_and_changing_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let len = fill(dir.path()).await;
