@@ -1,4 +1,4 @@
-//! The HTTP listener: /healthz, /readyz, /metrics and /hooks/<provider>.
+//! The HTTP listener: /healthz, /readyz, /metrics and `/hooks/<provider>`.
 //!
 //! - `GET /healthz`: 200 while the process runs.
 //! - `GET /readyz`: 503 until the first reconcile completed, and while the git remote has been
@@ -7,7 +7,7 @@
 //! - `POST /hooks/github|gitlab|gitea|generic`: verified with [`crate::source::trigger::verify`]
 //!   against the webhook secret, then a "poll now" is sent on the trigger channel. Answers 202
 //!   accepted, 401 bad or missing signature, 413 body over
-//!   [`MAX_WEBHOOK_BODY`](crate::source::trigger::MAX_WEBHOOK_BODY) bytes, 404 unknown provider or
+//!   [`MAX_WEBHOOK_BODY`] bytes, 404 unknown provider or
 //!   webhooks not configured, 405 another method.
 
 use std::future::Future;

@@ -1,5 +1,11 @@
 //! Commit statuses: what each operation and commit should show (pure), the sinks that deliver them, and
 //! the durable delivery loop.
+//!
+//! - [`status`]: phase → [`CommitStatus`](crate::api::CommitStatus) (`kok/<cluster>/<id>`, `kok/sync`).
+//! - [`sink`]: the [`Sink`] trait, [`DeliveryError`] (retryable or refused) and the redacting [`Token`].
+//! - [`notes`]: the default sink, git notes under `refs/notes/kok`, and their readers for `kok history`.
+//! - [`forge`]: GitHub, GitLab and Gitea/Forgejo statuses APIs.
+//! - [`deliver`]: [`Reporter`], which delivers `desiredStatus` until it is `reported`, across restarts.
 
 pub mod deliver;
 pub mod forge;
@@ -9,6 +15,6 @@ pub mod status;
 
 pub use deliver::{Backoff, Reporter, Sinks};
 pub use forge::{Forge, ForgeSink};
-pub use notes::{read_all_notes, read_notes, NoteEntry, NotesSink};
+pub use notes::{read_all_notes, read_notes, CommitNotes, NoteEntry, NotesSink};
 pub use sink::{DeliveryError, Sink, Token};
-pub use status::{operation_status, sync_status};
+pub use status::{operation_status, sync_status, SYNC_CONTEXT};
