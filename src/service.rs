@@ -198,6 +198,7 @@ async fn poll_loop(
             }
             Ok(p) => {
                 metrics.poll("changed");
+                metrics.fetch("ok");
                 readiness.remote_reachable();
                 p.commit()
             }
