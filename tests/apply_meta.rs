@@ -250,3 +250,31 @@ async fn the_last_reconciled_commit_survives_a_restart() {
     let other_client = server.client();
     assert_eq!(load_state(&other_client, NS).await.unwrap(), Some(state));
 }
+
+#[tokio::test]
+async fn an_apply_failing_on_injected_errors_is_retried_without_duplicates() {
+    let server = server().await;
+    let client = server.client();
+    let dir = cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None);
+    let desired = render(&dir, 1, &[]);
+    server.inject_fault(testkit::Fault::on("patch", "clusters", 409, 1));
+    let err = apply_cluster(&client, NS, &desired)
+        .await
+        .expect_err("the injected 409 surfaces");
+    assert!(err.to_string().contains("Cluster prod"), "{err}");
+    server.inject_fault(testkit::Fault::on("create", "configmaps", 500, 1));
+    let err = apply_cluster(&client, NS, &desired)
+        .await
+        .expect_err("the injected 500 surfaces");
+    assert!(err.to_string().contains("ConfigMap"), "{err}");
+
+    let stats = apply_cluster(&client, NS, &desired).await.unwrap();
+    assert!(stats.writes > 0);
+    assert_eq!(operations(&client).await.len(), 1);
+    assert_eq!(config_maps(&client).await.len(), 2);
+    assert_eq!(
+        apply_cluster(&client, NS, &desired).await.unwrap().writes,
+        0,
+        "converged"
+    );
+}
