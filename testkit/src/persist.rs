@@ -1,4 +1,4 @@
-//! Persistence of the store in a data directory: a snapshot plus a write-ahead log, fsync'd before a write is acknowledged.
+//! Persistence of the store: a snapshot plus a write-ahead log, each write fsync'd before it is acknowledged.
 //!
 //! Layout of the data directory:
 //! - `lock`: held (an exclusive advisory lock) while a server uses the directory, so two
@@ -19,7 +19,9 @@
 //! Start ([`open`]): lock, read the snapshot, replay the log (every record must carry the next
 //! resourceVersion), serve the stored CRDs again, then write a fresh snapshot atomically (temporary
 //! file, fsync, rename, fsync of the directory) and an empty log after it. The log is checkpointed
-//! the same way when it grows past 64 MiB. A missing directory is a first start (empty store). A
+//! the same way when it grows past 64 MiB. A stop between the two renames leaves the new snapshot
+//! beside the old log, whose records it already holds: they are skipped. A missing directory is a
+//! first start (empty store). A
 //! truncated or corrupt file, or records that do not follow each other, stop the start with an
 //! error naming the file, the byte offset and what to do; nothing is reset or rewritten then.
 //!
