@@ -18,6 +18,9 @@ use crate::server::Readiness;
 use crate::source::trigger::{self, Interval, TriggerReceiver, TriggerSender};
 use crate::source::{Poll, Source, SourceConfig};
 
+/// How long the controller and the reporter get to finish in-flight writes on shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Everything the service needs, resolved from flags.
 #[derive(Clone, Debug)]
 pub struct ServiceConfig {
@@ -123,8 +126,21 @@ pub async fn run(
         _ = lost => Err(ServiceError::LeadershipLost),
     };
     // Whatever ended the loop, stop the controller and the reporter too.
-    let _ = controller_task.await;
-    let _ = reporter_task.await;
+    // A kube Controller stopped before its first list completes can wait for it forever; what it
+    // would still do is idempotent and redone at the next start, so it gets a bounded grace period.
+    for (name, task) in [
+        ("controller", controller_task),
+        ("status reporter", reporter_task),
+    ] {
+        let abort = task.abort_handle();
+        if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+            warn!(
+                task = name,
+                "did not stop within the grace period; stopping it now"
+            );
+            abort.abort();
+        }
+    }
     if let Some(l) = leadership {
         if let Err(e) = l.step_down().await {
             warn!(error = %e, "releasing the leader Lease failed; a standby takes over when it expires");

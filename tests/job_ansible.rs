@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook, OperationSource};
+use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook};
 use kok::controller::job::entry_script;
 
 /// True when ansible-playbook can be run; false (after printing why) when KOK_SKIP_ANSIBLE=1 says to skip.
@@ -65,16 +65,10 @@ fn operation(dir: &Path, fail_pre: bool) -> ClusterOperation {
             image: "unused".into(),
             pre_hooks: vec![hook("pre", fail_pre)],
             post_hooks: vec![hook("post", false)],
-            active_deadline_seconds: None,
-            service_account: None,
-            resources: None,
             hosts_conf_ref: ConfigMapRef { name: "h".into() },
             vars_conf_ref: ConfigMapRef { name: "v".into() },
-            ssh_auth_ref: None,
-            source: OperationSource::default(),
             queue_position: "0".into(),
-            schedule: None,
-            scheduled_time: None,
+            ..Default::default()
         },
     )
 }

@@ -18,11 +18,6 @@ fn operation(name: &str) -> ClusterOperation {
             action_type: ActionType::Playbook,
             extra_args: vec!["--limit=node7".into()],
             image: "quay.io/kubespray/kubespray:v2.27.0".into(),
-            pre_hooks: vec![],
-            post_hooks: vec![],
-            active_deadline_seconds: None,
-            service_account: None,
-            resources: None,
             hosts_conf_ref: ConfigMapRef {
                 name: "prod-bj-hosts-1a2b3c4d".into(),
             },
@@ -38,8 +33,7 @@ fn operation(name: &str) -> ClusterOperation {
                 path: "clusters/prod-bj".into(),
             },
             queue_position: "00000001-0000".into(),
-            schedule: None,
-            scheduled_time: None,
+            ..Default::default()
         },
     );
     op.metadata.namespace = Some("kok-system".into());

@@ -73,7 +73,7 @@ pub fn managed_selector() -> String {
 }
 
 /// Reference to a ConfigMap in the same namespace.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapRef {
     /// Name of the ConfigMap, in the namespace of the referring object.
@@ -252,7 +252,7 @@ pub struct OperationSource {
 }
 
 /// What a ClusterOperation runs, where, and with which pinned inputs (from one operations.yml entry).
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "kok.dev",
     version = "v1alpha1",

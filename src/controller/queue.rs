@@ -179,7 +179,7 @@ pub fn history_to_delete(ops: &[&ClusterOperation], limit: u32) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OperationSource};
+    use crate::api::{ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef};
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -191,21 +191,11 @@ mod tests {
                 id: name.into(),
                 digest: "d".into(),
                 action: "a.yml".into(),
-                action_type: Default::default(),
-                extra_args: vec![],
                 image: "i".into(),
-                pre_hooks: vec![],
-                post_hooks: vec![],
-                active_deadline_seconds: None,
-                service_account: None,
-                resources: None,
                 hosts_conf_ref: ConfigMapRef { name: "h".into() },
                 vars_conf_ref: ConfigMapRef { name: "v".into() },
-                ssh_auth_ref: None,
-                source: OperationSource::default(),
                 queue_position: pos.into(),
-                schedule: None,
-                scheduled_time: None,
+                ..Default::default()
             },
         );
         o.status = Some(ClusterOperationStatus {

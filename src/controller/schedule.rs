@@ -222,7 +222,7 @@ pub async fn run_scheduler(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ClusterOperationSpec, ConfigMapRef, OperationSource};
+    use crate::api::{ClusterOperationSpec, ConfigMapRef};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn ts(s: &str) -> Timestamp {
@@ -237,21 +237,12 @@ mod tests {
                 id: "backup".into(),
                 digest: "0123abcd".into(),
                 action: "backup.yml".into(),
-                action_type: Default::default(),
-                extra_args: vec![],
                 image: "i".into(),
-                pre_hooks: vec![],
-                post_hooks: vec![],
-                active_deadline_seconds: None,
-                service_account: None,
-                resources: None,
                 hosts_conf_ref: ConfigMapRef { name: "h".into() },
                 vars_conf_ref: ConfigMapRef { name: "v".into() },
-                ssh_auth_ref: None,
-                source: OperationSource::default(),
                 queue_position: "0.000000.0001".into(),
                 schedule: Some(schedule.into()),
-                scheduled_time: None,
+                ..Default::default()
             },
         );
         o.metadata.creation_timestamp = Some(Time(ts(created)));

@@ -228,25 +228,17 @@ mod tests {
                 id: "add-node7".into(),
                 digest: "0123abcd".into(),
                 action: "scale.yml".into(),
-                action_type: Default::default(),
                 extra_args: vec!["--limit=node7".into()],
                 image: "img".into(),
-                pre_hooks: vec![],
-                post_hooks: vec![],
-                active_deadline_seconds: None,
-                service_account: None,
-                resources: None,
                 hosts_conf_ref: ConfigMapRef { name: "h".into() },
                 vars_conf_ref: ConfigMapRef { name: "v".into() },
-                ssh_auth_ref: None,
                 source: OperationSource {
                     commit: "c0ffee".into(),
                     revision: "main@sha1:c0ffee".into(),
                     path: "clusters/prod-bj".into(),
                 },
                 queue_position: "0".into(),
-                schedule: None,
-                scheduled_time: None,
+                ..Default::default()
             },
         );
         op.status = status;

@@ -178,13 +178,7 @@ pub fn operation(id: &str, action: &str, action_type: ActionType) -> ClusterOper
             digest: "0123abcd".repeat(8),
             action: action.into(),
             action_type,
-            extra_args: Vec::new(),
             image: kok::api::DEFAULT_IMAGE.into(),
-            pre_hooks: Vec::new(),
-            post_hooks: Vec::new(),
-            active_deadline_seconds: None,
-            service_account: None,
-            resources: None,
             hosts_conf_ref: ConfigMapRef {
                 name: "a-hosts-1111".into(),
             },
@@ -198,8 +192,7 @@ pub fn operation(id: &str, action: &str, action_type: ActionType) -> ClusterOper
                 path: "clusters/a".into(),
             },
             queue_position: "0".into(),
-            schedule: None,
-            scheduled_time: None,
+            ..Default::default()
         },
     );
     op.metadata.namespace = Some(DEFAULT_NAMESPACE.into());
