@@ -15,7 +15,10 @@ fn polling_a_remote_with_no_refs_names_the_missing_branch() {
     let url = format!("file://{}", remote.display());
     let mut source = Source::open(SourceConfig::new(url, "main", dir.path().join("cache"))).unwrap();
     let err = source.poll(None).unwrap_err();
-    assert!(matches!(err, SourceError::RefNotFound { .. }), "unexpected error: {err}");
+    assert!(
+        matches!(err, SourceError::RefNotFound { .. }),
+        "unexpected error: {err}"
+    );
     assert!(err.to_string().contains("main"), "{err}");
     assert_eq!(source.fetch_count(), 0);
 }
