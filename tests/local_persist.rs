@@ -2,9 +2,13 @@
 //! on the same `--state-dir` runs no operation twice, and refuses damaged or busy state.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "common/git.rs"]
+mod git_cli;
+use git_cli::git;
 
 use k8s_openapi::api::batch::v1::Job;
 use kok::api::{ClusterOperation, Phase};
@@ -21,24 +25,6 @@ const RUN_HEADER: &str = "# kok-local-runner start=";
 
 /// The script of every operation: appends a line to the file named by its first argument.
 const SCRIPT: &str = "#!/bin/sh\necho \"run of $1\"\necho run >> \"$1\"\n";
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Test")
-        .env("GIT_AUTHOR_EMAIL", "test@example.com")
-        .env("GIT_COMMITTER_NAME", "Test")
-        .env("GIT_COMMITTER_EMAIL", "test@example.com")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A work tree with a `local` cluster and `run.sh`, plus kok's state dir and a marks dir, in one temp dir.
 struct Fixture {

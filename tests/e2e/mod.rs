@@ -4,9 +4,13 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "../common/git.rs"]
+mod git_cli;
+pub use git_cli::{git, git_output};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -41,30 +45,6 @@ pub fn hosts(node7: bool) -> String {
         text.push_str(&format!("        {name}:\n"));
     }
     text
-}
-
-/// Runs `git` in `dir`; panics with its stderr on failure; returns trimmed stdout.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = git_output(dir, args);
-    assert!(
-        out.status.success(),
-        "git {args:?} in {} failed: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Test Author")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "Test Author")
-        .env("GIT_COMMITTER_EMAIL", "author@example.com")
-        .output()
-        .expect("git runs")
 }
 
 /// A bare repository (the remote kok polls and pushes notes to) and a work clone commits are made in.

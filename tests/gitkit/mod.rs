@@ -7,27 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../common/git.rs"]
+mod git_cli;
+pub use git_cli::git;
+
 /// A minimal valid hosts.yml.
 pub const HOSTS: &str = "all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n  children:\n    kube_control_plane:\n      hosts:\n        node1:\n";
-
-/// Runs `git` in `dir`, panicking with its stderr on failure; returns trimmed stdout.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Test Author")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "Test Author")
-        .env("GIT_COMMITTER_EMAIL", "author@example.com")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A work repository in a temp dir, on branch `main`, with `clusters/` as root.
 pub struct RepoBuilder {

@@ -4,9 +4,13 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "../common/git.rs"]
+mod git_cli;
+pub use git_cli::git;
 
 use kok::api::ClusterOperation;
 use kube::api::ListParams;
@@ -48,26 +52,6 @@ pub fn ansible_or_skip(test: &str) -> bool {
         "{test} runs real ansible, but ansible-playbook is not on PATH: install ansible-core \
          (scripts/setup.sh does, or `pip install ansible-core`), or set KOK_SKIP_ANSIBLE=1 to skip"
     );
-}
-
-/// Runs `git` in `dir`; panics with its stderr on failure; returns trimmed stdout.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Test Author")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "Test Author")
-        .env("GIT_COMMITTER_EMAIL", "author@example.com")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} in {} failed: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
