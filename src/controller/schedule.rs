@@ -5,6 +5,10 @@
 //! `kok.dev/last-fired` annotation. Firings missed while kok was down run at most once: when one or more
 //! firings passed since the last recorded one (or since the operation was created), exactly one run is
 //! created, for the most recent of them; the older ones are skipped.
+//!
+//! Expressions are parsed by croner (the parser tokio-cron-scheduler is built on) with seconds
+//! first; the loop itself is kok's own, because a firing must be decided from the recorded
+//! annotation in the meta-cluster, not from a job list kept in memory that a restart forgets.
 
 use std::collections::BTreeMap;
 use std::future::Future;
