@@ -109,7 +109,7 @@ fn read_commit(
     let introduced = if changes.full_resync {
         Vec::new()
     } else {
-        source::attribute(source.repository(), old, new, root, &names)?
+        source::attribution::attribute_parsed(source.repository(), old, new, root, &names, &parsed)?
     };
     Ok(Read {
         changes,

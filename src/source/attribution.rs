@@ -78,6 +78,22 @@ pub fn attribute(
         return Ok(Vec::new());
     }
     let target = parse_at(repo, new, root, clusters)?;
+    attribute_parsed(repo, old, new, root, clusters, &target)
+}
+
+/// [`attribute`] for a caller that has already parsed `clusters` at `new` (the reconcile pass does),
+/// so they are not parsed twice.
+pub fn attribute_parsed(
+    repo: &Repository,
+    old: Option<Oid>,
+    new: Oid,
+    root: &str,
+    clusters: &[String],
+    target: &Parsed,
+) -> Result<Vec<Introduced>, SourceError> {
+    if clusters.is_empty() {
+        return Ok(Vec::new());
+    }
     let base_ops: BTreeSet<(String, String, String)> = match old.filter(|o| repo.find_commit(*o).is_ok()) {
         Some(o) => op_keys(&parse_at(repo, o, root, clusters)?.clusters).collect(),
         None => BTreeSet::new(),
