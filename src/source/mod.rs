@@ -38,6 +38,8 @@
 //!   entries, wildcards, negations, `@revoked`; hashed `|1|` entries are not read).
 //! - [`diff`] compares the trees of two commits under the root path; [`attribution`] finds the
 //!   commit that introduced each new operation; [`history`] lists the commits that touched a cluster.
+//! - [`verify`] checks commit signatures (SSH and OpenPGP) against trust material from the local
+//!   file system.
 //! - [`trigger`] holds the interval timer with jitter and backoff, webhook verification and the
 //!   local `notify` watcher; they all feed a [`trigger::channel`] that says "poll now".
 
@@ -49,6 +51,7 @@ pub mod history;
 mod tree;
 pub mod trigger;
 mod url;
+pub mod verify;
 
 pub use attribution::{attribute, Attributions, Introduced};
 pub use diff::{diff_trees, ChangeSet};
