@@ -14,6 +14,7 @@ use super::OutputFormat;
 use crate::api::DEFAULT_NAMESPACE;
 use crate::layout::{self, Diagnostic, Parsed};
 use crate::materialize::{canonical_json, render_cluster, RenderContext, ZERO_SHA};
+use crate::source::verify::{Trust, TrustFiles, Verification, VerifyMode};
 use crate::source::{attribute, Credentials, GitTree, Source, SourceConfig};
 
 /// Where the remote is and how to reach it; shared by the commands that read a git remote.
@@ -70,6 +71,45 @@ impl GitArgs {
         let mut source = Source::open(self.source_config())?;
         let tip = source.fetch()?;
         Ok((source, tip))
+    }
+}
+
+/// Which commits must be signed, and by whom; shared by `run`, `validate` and `plan`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TrustArgs {
+    /// Refuse commits without a valid signature by a trusted key: `tip` (the commit reconciled) or
+    /// `all` (every commit since the last reconciled one).
+    #[arg(long, value_enum, env = "KOK_VERIFY_SIGNATURES")]
+    pub verify_signatures: Option<VerifyMode>,
+    /// OpenSSH allowed_signers file of the trusted SSH signing keys.
+    #[arg(long, env = "KOK_ALLOWED_SIGNERS")]
+    pub allowed_signers: Option<PathBuf>,
+    /// Directory of trusted OpenPGP public keys (armored or binary, one or more per file).
+    #[arg(long, env = "KOK_TRUSTED_KEYS")]
+    pub trusted_keys: Option<PathBuf>,
+}
+
+impl TrustArgs {
+    /// The trust files, when any is given.
+    pub fn files(&self) -> Option<TrustFiles> {
+        (self.allowed_signers.is_some() || self.trusted_keys.is_some()).then(|| TrustFiles {
+            allowed_signers: self.allowed_signers.clone(),
+            trusted_keys: self.trusted_keys.clone(),
+        })
+    }
+
+    /// The verification `kok run` performs: the mode and the trust material, read once now so that
+    /// a missing or malformed file stops kok at start.
+    pub fn verification(&self) -> anyhow::Result<Option<Verification>> {
+        let Some(mode) = self.verify_signatures else {
+            if self.files().is_some() {
+                anyhow::bail!("--allowed-signers and --trusted-keys need --verify-signatures tip|all");
+            }
+            return Ok(None);
+        };
+        let files = self.files().unwrap_or_default();
+        Trust::load(&files)?;
+        Ok(Some(Verification { mode, files }))
     }
 }
 

@@ -132,6 +132,16 @@ pub fn sync_status(
     }
 }
 
+/// The `kok/sync` status of a commit refused by signature verification: `error`, with the reason.
+pub fn refused_status(description: &str) -> CommitStatus {
+    CommitStatus {
+        context: SYNC_CONTEXT.to_string(),
+        state: StatusState::Error,
+        description: cut(description, MAX_STORED_DESCRIPTION),
+        target_url: None,
+    }
+}
+
 /// Cuts `text` to at most `max` characters, ending with `…` when something was cut.
 pub fn cut(text: &str, max: usize) -> String {
     if text.chars().count() <= max {

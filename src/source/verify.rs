@@ -48,6 +48,16 @@ pub struct TrustFiles {
     pub trusted_keys: Option<PathBuf>,
 }
 
+/// What `kok run` verifies before reconciling a commit. The trust files are read again at every
+/// verification, so a rotated ConfigMap takes effect without a restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verification {
+    /// Which commits must be signed.
+    pub mode: VerifyMode,
+    /// The trust material.
+    pub files: TrustFiles,
+}
+
 /// The SSHSIG namespace git signs commits in.
 pub const GIT_NAMESPACE: &str = "git";
 
@@ -648,24 +658,22 @@ impl RangeVerdict {
         self.refused.is_empty()
     }
 
-    /// The `kok/sync` description of a refused tip: names every untrusted commit and what to do.
+    /// The `kok/sync` description of a refused tip: names every untrusted commit and, for those below
+    /// the tip, that the refusal lasts until they leave the branch.
     pub fn describe(&self, tip: Oid) -> String {
-        let mut parts: Vec<String> = Vec::new();
-        for (commit, refusal) in &self.refused {
-            let short = &commit.to_string()[..12];
-            if *commit == tip {
-                parts.push(format!("commit {short}: {refusal}"));
-            } else {
-                parts.push(format!("commit {short} in the history: {refusal}"));
-            }
-        }
-        let mut text = format!("not reconciled: {}", parts.join("; "));
-        if self.refused.iter().any(|(c, _)| *c != tip) {
-            text.push_str(
-                "; every later commit is refused until the untrusted commits leave the branch history (force push)",
-            );
-        }
-        text
+        let parts: Vec<String> = self
+            .refused
+            .iter()
+            .map(|(commit, refusal)| {
+                let short = &commit.to_string()[..12];
+                if *commit == tip {
+                    format!("not reconciled: commit {short}: {refusal}")
+                } else {
+                    format!("not reconciled until commit {short} leaves the branch (force push): {refusal}")
+                }
+            })
+            .collect();
+        parts.join("; ")
     }
 }
 

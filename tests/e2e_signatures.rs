@@ -1,0 +1,156 @@
+//! `kok run --verify-signatures all` end to end: signed commits (SSH and OpenPGP) run, an unsigned
+//! commit pushed on top of them never runs anything and gets `kok/sync: error` naming it, and the
+//! refusal lasts until a force push removes it from the branch.
+
+mod e2e;
+mod forge;
+#[path = "common/signing.rs"]
+mod signing;
+
+use e2e::{git, github_args, meta_cluster, posted_for, wait_for, Kok, Objects, Remote};
+use forge::ForgeServer;
+use signing::{Gpg, SshKey};
+
+fn configure(remote: &Remote, config: &[(String, String)]) {
+    for (key, value) in config {
+        git(&remote.work(), &["config", key, value]);
+    }
+}
+
+fn ops(ids: &[&str]) -> String {
+    ids.iter()
+        .map(|id| format!("- id: {id}\n  action: {id}.yml\n"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_commit_on_top_of_signed_ones_never_runs_and_is_refused_until_force_pushed_away() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let remote = Remote::new();
+    let keys = remote.scratch("keys");
+    let alice = SshKey::new(&keys, "alice");
+    let gpg = Gpg::new(&keys);
+    let bob = gpg.generate("Bob <bob@example.com>", "never", None);
+    let allowed = keys.join("allowed_signers");
+    std::fs::write(&allowed, alice.allowed("alice@example.com", "namespaces=\"git\"")).unwrap();
+    let trusted = keys.join("trusted");
+    gpg.export(&bob, &trusted, true);
+
+    configure(&remote, &alice.git_config());
+    remote.cluster("prod-bj");
+    remote.write("clusters/prod-bj/operations.yml", &ops(&["install"]));
+    let signed = remote.push("prod-bj: install (signed by alice)");
+
+    let mut args = github_args(&forge.url());
+    args.extend(
+        [
+            "--verify-signatures",
+            "all",
+            "--allowed-signers",
+            &allowed.display().to_string(),
+            "--trusted-keys",
+            &trusted.display().to_string(),
+        ]
+        .map(String::from),
+    );
+    let kok = Kok::run(&api, &remote, &args);
+    let objects = &Objects::new(&api);
+    wait_for("the install operation of the signed commit", Some(&kok), || {
+        objects.operation("prod-bj", "install")
+    })
+    .await;
+
+    // An unsigned commit on top of the signed one.
+    git(&remote.work(), &["config", "commit.gpgsign", "false"]);
+    remote.write("clusters/prod-bj/operations.yml", &ops(&["install", "evil"]));
+    let unsigned = remote.push("prod-bj: unsigned");
+    let refused = wait_for("kok/sync error on the unsigned commit", Some(&kok), || async {
+        posted_for(&forge.requests(), &unsigned, "kok/sync")
+            .into_iter()
+            .last()
+    })
+    .await;
+    assert_eq!(refused.state, "error");
+    assert!(refused.description.contains(&unsigned[..12]), "{refused:?}");
+    assert!(refused.description.contains("unsigned"), "{refused:?}");
+
+    // A signed commit on top does not launder the unsigned one below it.
+    configure(&remote, &alice.git_config());
+    remote.write(
+        "clusters/prod-bj/operations.yml",
+        &ops(&["install", "evil", "evil2"]),
+    );
+    let on_top = remote.push("prod-bj: signed on top of the unsigned one");
+    let refused_on_top = wait_for(
+        "kok/sync error on the signed commit above",
+        Some(&kok),
+        || async {
+            posted_for(&forge.requests(), &on_top, "kok/sync")
+                .into_iter()
+                .last()
+        },
+    )
+    .await;
+    assert_eq!(refused_on_top.state, "error");
+    assert!(
+        refused_on_top.description.contains(&unsigned[..12]),
+        "{refused_on_top:?}"
+    );
+    assert!(
+        refused_on_top.description.contains("force push"),
+        "{refused_on_top:?}"
+    );
+
+    // The team force-pushes the unsigned commits away; a commit signed with OpenPGP proceeds.
+    git(&remote.work(), &["reset", "-q", "--hard", &signed]);
+    configure(&remote, &gpg.git_config(&bob, None));
+    remote.write("clusters/prod-bj/operations.yml", &ops(&["install", "upgrade"]));
+    git(&remote.work(), &["add", "-A"]);
+    git(
+        &remote.work(),
+        &["commit", "-q", "-m", "prod-bj: upgrade (signed by bob)"],
+    );
+    git(
+        &remote.work(),
+        &["push", "-q", "--force", "origin", "HEAD:refs/heads/main"],
+    );
+    let pgp_signed = git(&remote.work(), &["rev-parse", "HEAD"]);
+    wait_for(
+        "the upgrade operation of the OpenPGP-signed commit",
+        Some(&kok),
+        || objects.operation("prod-bj", "upgrade"),
+    )
+    .await;
+    let synced = wait_for(
+        "kok/sync success on the OpenPGP-signed commit",
+        Some(&kok),
+        || async {
+            posted_for(&forge.requests(), &pgp_signed, "kok/sync")
+                .into_iter()
+                .find(|p| p.state == "success")
+        },
+    )
+    .await;
+    assert_eq!(synced.state, "success");
+
+    for id in ["evil", "evil2"] {
+        assert!(
+            objects.operation("prod-bj", id).await.is_none(),
+            "operation {id} of a refused commit was materialized"
+        );
+    }
+    let metrics = reqwest::get(kok.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kok_signature_refusals_total{reason=\"unsigned\"}"),
+        "{metrics}"
+    );
+    let log = kok.log();
+    assert!(log.contains("commit refused"), "{log}");
+    assert!(log.contains(&unsigned), "{log}");
+}
