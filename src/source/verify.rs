@@ -677,6 +677,53 @@ impl RangeVerdict {
     }
 }
 
+/// The signature state of one commit, for `kok validate`, `kok plan` and `kok history`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CommitSignature {
+    /// Full commit id.
+    pub commit: String,
+    /// Whether it carries a signature at all.
+    pub signed: bool,
+    /// Whether a trusted key signed it.
+    pub trusted: bool,
+    /// `signed by alice@example.com (ssh key SHA256:…)`, or why it is not trusted.
+    pub state: String,
+}
+
+impl fmt::Display for CommitSignature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let short = self.commit.get(..12).unwrap_or(&self.commit);
+        match self.trusted {
+            true => write!(f, "{short}: {}", self.state),
+            false => write!(f, "{short}: not trusted: {}", self.state),
+        }
+    }
+}
+
+/// The signature state of each of `commits`.
+pub fn signature_states(
+    repo: &Repository,
+    commits: &[Oid],
+    trust: &Trust,
+    now: i64,
+) -> Result<Vec<CommitSignature>, git2::Error> {
+    commits
+        .iter()
+        .map(|commit| {
+            let verdict = verify_commit(repo, *commit, trust, now)?;
+            Ok(CommitSignature {
+                commit: commit.to_string(),
+                signed: verdict != Err(Refusal::Unsigned),
+                trusted: verdict.is_ok(),
+                state: match verdict {
+                    Ok(signer) => format!("signed by {signer}"),
+                    Err(refusal) => refusal.to_string(),
+                },
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
