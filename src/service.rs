@@ -21,6 +21,10 @@ use crate::source::trigger::{self, Interval, TriggerReceiver, TriggerSender};
 use crate::source::verify::{RangeVerdict, Verification};
 use crate::source::{Poll, Source, SourceConfig};
 
+/// Most refused commits below a refused tip that get their own `kok/sync: error` (the warning
+/// log names every one).
+const MAX_REFUSED_STATUSES: usize = 20;
+
 /// Longest Event note the API server accepts.
 const EVENT_NOTE_MAX: usize = 1024;
 
@@ -175,7 +179,8 @@ async fn refuse(
     warn!(commit = %tip, "{description}");
     publish_refusal(client, &cfg.namespace, &description).await;
     let mut statuses = vec![(tip, report::refused_status(&description))];
-    for (commit, refusal) in verdict.refused.iter().filter(|(c, _)| *c != tip) {
+    let below = verdict.refused.iter().filter(|(c, _)| *c != tip);
+    for (commit, refusal) in below.take(MAX_REFUSED_STATUSES) {
         let text = format!("not reconciled: {refusal}");
         statuses.push((*commit, report::refused_status(&text)));
     }
@@ -288,7 +293,9 @@ async fn poll_loop(
                     }
                 }
                 Ok(verdict) => {
+                    // Refusing is kok doing its job: it stays ready, so webhooks still reach it.
                     interval.success();
+                    readiness.mark_reconciled();
                     if refused_tip != Some(commit) {
                         refused_tip = Some(commit);
                         refuse(client, cfg, reporter, commit, &verdict, metrics).await;
