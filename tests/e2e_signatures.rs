@@ -7,7 +7,7 @@ mod forge;
 #[path = "common/signing.rs"]
 mod signing;
 
-use e2e::{git, github_args, meta_cluster, posted_for, wait_for, Kok, Objects, Remote};
+use e2e::{git, github_args, meta_cluster, posted_for, wait_for, Kok, Objects, Posted, Remote};
 use forge::ForgeServer;
 use signing::{Gpg, SshKey};
 
@@ -15,6 +15,30 @@ fn configure(remote: &Remote, config: &[(String, String)]) {
     for (key, value) in config {
         git(&remote.work(), &["config", key, value]);
     }
+}
+
+/// Waits for the `kok/sync` status `state` on `sha` at the recording forge.
+async fn sync_status(kok: &Kok, forge: &ForgeServer, sha: &str, state: &str) -> Posted {
+    wait_for(&format!("kok/sync {state} on {sha}"), Some(kok), || async {
+        posted_for(&forge.requests(), sha, "kok/sync")
+            .into_iter()
+            .find(|p| p.state == state)
+    })
+    .await
+}
+
+/// `kok run` on `remote` with a GitHub sink and `--verify-signatures mode` plus `trust` flags.
+fn run_verifying(
+    api: &testkit::ApiServer,
+    remote: &Remote,
+    forge: &ForgeServer,
+    mode: &str,
+    trust: &[String],
+) -> Kok {
+    let mut args = github_args(&forge.url());
+    args.extend(["--verify-signatures".to_string(), mode.to_string()]);
+    args.extend(trust.iter().cloned());
+    Kok::run(api, remote, &args)
 }
 
 fn ops(ids: &[&str]) -> String {
@@ -42,19 +66,13 @@ async fn an_unsigned_commit_on_top_of_signed_ones_never_runs_and_is_refused_unti
     remote.write("clusters/prod-bj/operations.yml", &ops(&["install"]));
     let signed = remote.push("prod-bj: install (signed by alice)");
 
-    let mut args = github_args(&forge.url());
-    args.extend(
-        [
-            "--verify-signatures",
-            "all",
-            "--allowed-signers",
-            &allowed.display().to_string(),
-            "--trusted-keys",
-            &trusted.display().to_string(),
-        ]
-        .map(String::from),
-    );
-    let kok = Kok::run(&api, &remote, &args);
+    let trust = [
+        "--allowed-signers".to_string(),
+        allowed.display().to_string(),
+        "--trusted-keys".to_string(),
+        trusted.display().to_string(),
+    ];
+    let kok = run_verifying(&api, &remote, &forge, "all", &trust);
     let objects = &Objects::new(&api);
     wait_for("the install operation of the signed commit", Some(&kok), || {
         objects.operation("prod-bj", "install")
@@ -65,12 +83,7 @@ async fn an_unsigned_commit_on_top_of_signed_ones_never_runs_and_is_refused_unti
     git(&remote.work(), &["config", "commit.gpgsign", "false"]);
     remote.write("clusters/prod-bj/operations.yml", &ops(&["install", "evil"]));
     let unsigned = remote.push("prod-bj: unsigned");
-    let refused = wait_for("kok/sync error on the unsigned commit", Some(&kok), || async {
-        posted_for(&forge.requests(), &unsigned, "kok/sync")
-            .into_iter()
-            .last()
-    })
-    .await;
+    let refused = sync_status(&kok, &forge, &unsigned, "error").await;
     assert_eq!(refused.state, "error");
     assert!(refused.description.contains(&unsigned[..12]), "{refused:?}");
     assert!(refused.description.contains("unsigned"), "{refused:?}");
@@ -82,16 +95,7 @@ async fn an_unsigned_commit_on_top_of_signed_ones_never_runs_and_is_refused_unti
         &ops(&["install", "evil", "evil2"]),
     );
     let on_top = remote.push("prod-bj: signed on top of the unsigned one");
-    let refused_on_top = wait_for(
-        "kok/sync error on the signed commit above",
-        Some(&kok),
-        || async {
-            posted_for(&forge.requests(), &on_top, "kok/sync")
-                .into_iter()
-                .last()
-        },
-    )
-    .await;
+    let refused_on_top = sync_status(&kok, &forge, &on_top, "error").await;
     assert_eq!(refused_on_top.state, "error");
     assert!(
         refused_on_top.description.contains(&unsigned[..12]),
@@ -122,17 +126,7 @@ async fn an_unsigned_commit_on_top_of_signed_ones_never_runs_and_is_refused_unti
         || objects.operation("prod-bj", "upgrade"),
     )
     .await;
-    let synced = wait_for(
-        "kok/sync success on the OpenPGP-signed commit",
-        Some(&kok),
-        || async {
-            posted_for(&forge.requests(), &pgp_signed, "kok/sync")
-                .into_iter()
-                .find(|p| p.state == "success")
-        },
-    )
-    .await;
-    assert_eq!(synced.state, "success");
+    sync_status(&kok, &forge, &pgp_signed, "success").await;
 
     for id in ["evil", "evil2"] {
         assert!(
@@ -153,4 +147,38 @@ async fn an_unsigned_commit_on_top_of_signed_ones_never_runs_and_is_refused_unti
     let log = kok.log();
     assert!(log.contains("commit refused"), "{log}");
     assert!(log.contains(&unsigned), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tip_a_signed_commit_on_top_of_an_unsigned_one_proceeds() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let remote = Remote::new();
+    let keys = remote.scratch("keys");
+    let alice = SshKey::new(&keys, "alice");
+    let allowed = keys.join("allowed_signers");
+    std::fs::write(&allowed, alice.allowed("alice@example.com", "")).unwrap();
+    remote.cluster("prod-bj");
+    remote.write("clusters/prod-bj/operations.yml", &ops(&["install"]));
+    let unsigned = remote.push("prod-bj: unsigned");
+    let trust = ["--allowed-signers".to_string(), allowed.display().to_string()];
+    let kok = run_verifying(&api, &remote, &forge, "tip", &trust);
+    let refused = sync_status(&kok, &forge, &unsigned, "error").await;
+    assert!(refused.description.contains("unsigned"), "{refused:?}");
+    let objects = &Objects::new(&api);
+    assert!(
+        objects.cluster("prod-bj").await.is_none(),
+        "nothing of a refused commit is materialized"
+    );
+
+    configure(&remote, &alice.git_config());
+    remote.write("clusters/prod-bj/operations.yml", &ops(&["install", "upgrade"]));
+    let signed = remote.push("prod-bj: upgrade (signed by alice)");
+    sync_status(&kok, &forge, &signed, "success").await;
+    for id in ["install", "upgrade"] {
+        assert!(
+            objects.operation("prod-bj", id).await.is_some(),
+            "{id} runs from the signed tip"
+        );
+    }
 }

@@ -152,31 +152,14 @@ fn history_names_the_signer_of_each_signed_commit() {
     let (remote, [first, unsigned, last], alice, allowed) = history();
     let bare = path(&remote.bare());
     let cache = path(&remote.scratch("cache"));
-    let out = kok(&[
-        "history",
-        "a",
-        "--repo",
-        &bare,
-        "--cache-dir",
-        &cache,
-        "--allowed-signers",
-        &path(&allowed),
-    ]);
+    let base = ["history", "a", "--repo", &bare, "--cache-dir", &cache];
+    let out = kok(&[&base[..], &["--allowed-signers", &path(&allowed)]].concat());
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
     let signed_line = format!("  signed by alice@example.com (ssh key {})", alice.fingerprint());
     assert_eq!(text.matches(&signed_line).count(), 2, "{text}");
 
-    let out = kok(&[
-        "history",
-        "a",
-        "--repo",
-        &bare,
-        "--cache-dir",
-        &cache,
-        "--output",
-        "json",
-    ]);
+    let out = kok(&[&base[..], &["--output", "json"]].concat());
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let by_commit = |sha: &str| {
         json.as_array()
