@@ -144,8 +144,26 @@ async fn an_unsigned_commit_on_top_of_signed_ones_never_runs_and_is_refused_unti
         metrics.contains("kok_signature_refusals_total{reason=\"unsigned\"}"),
         "{metrics}"
     );
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(api.client(), e2e::NS);
+    let refusals: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CommitRefused"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        refusals.iter().any(|note| note == &refused.description),
+        "the Event says what the status says: {refusals:?}"
+    );
     let log = kok.log();
     assert!(log.contains("commit refused"), "{log}");
+    assert!(
+        log.contains(&refused.description),
+        "the log says what the status says:\n{log}"
+    );
     assert!(log.contains(&unsigned), "{log}");
 }
 
