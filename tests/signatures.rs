@@ -224,7 +224,7 @@ fn openpgp_refusals_name_untrusted_tampered_expired_and_revoked_keys() {
 }
 
 #[test]
-fn all_walks_every_commit_since_the_last_reconciled_one_and_tip_only_the_tip() {
+fn all_walks_every_commit_since_the_last_reconciled_one_even_across_a_force_push_and_tip_only_the_tip() {
     let fx = Fixture::new();
     let first = fx.commit(&[], "one");
     let second = fx.commit(&[], "two");
@@ -238,6 +238,18 @@ fn all_walks_every_commit_since_the_last_reconciled_one_and_tip_only_the_tip() {
     assert_eq!(
         commits_to_verify(&repo, Some(oid(&first)), oid(&third), VerifyMode::Tip).unwrap(),
         vec![oid(&third)]
+    );
+    // A force push back onto `first`: only what the push brought is checked.
+    git(&fx.repo(), &["reset", "-q", "--hard", &first]);
+    let rewritten = fx.commit(&[], "rewritten");
+    assert_eq!(
+        commits_to_verify(&repo, Some(oid(&third)), oid(&rewritten), VerifyMode::All).unwrap(),
+        vec![oid(&rewritten)]
+    );
+    let unknown = Oid::from_str("1234567890123456789012345678901234567890").unwrap();
+    assert_eq!(
+        commits_to_verify(&repo, Some(unknown), oid(&rewritten), VerifyMode::All).unwrap(),
+        vec![oid(&rewritten)]
     );
 }
 

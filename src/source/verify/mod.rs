@@ -236,25 +236,27 @@ pub fn verify_commit(
 }
 
 /// The commits `tip` and, in [`VerifyMode::All`], every commit reachable from it but not from
-/// `since`, newest first.
+/// `since`, newest first. A force push keeps `since` in the cache, so the range is what the push
+/// brought. Without a `since` the cache holds (nothing reconciled yet, or a force push that a
+/// fresh cache never saw) there is no range, and the tip alone is checked.
 pub fn commits_to_verify(
     repo: &Repository,
     since: Option<Oid>,
     tip: Oid,
     mode: VerifyMode,
 ) -> Result<Vec<Oid>, git2::Error> {
-    if mode == VerifyMode::Tip || since.is_none() {
+    let base = match since {
+        Some(base) if mode == VerifyMode::All => base,
+        _ => return Ok(vec![tip]),
+    };
+    if repo.find_commit(base).is_err() {
+        tracing::warn!(%base, %tip, "the last reconciled commit is not in the fetched history; checking the tip alone");
         return Ok(vec![tip]);
     }
     let mut walk = repo.revwalk()?;
     walk.set_sorting(git2::Sort::TOPOLOGICAL)?;
     walk.push(tip)?;
-    if let Some(base) = since {
-        // A base that is gone from the cache (a force push after a restart) hides nothing.
-        if repo.find_commit(base).is_ok() {
-            walk.hide(base)?;
-        }
-    }
+    walk.hide(base)?;
     walk.collect()
 }
 
