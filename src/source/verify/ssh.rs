@@ -8,10 +8,31 @@ use super::{Refusal, Signer, Trust, TrustError, Verdict, GIT_NAMESPACE};
 #[derive(Clone, Debug)]
 pub(super) struct AllowedSigner {
     principals: String,
-    namespaces: Option<Vec<String>>,
-    valid_after: Option<i64>,
-    valid_before: Option<i64>,
+    options: SignerOptions,
     key: ssh_key::PublicKey,
+}
+
+/// The options of an allowed_signers line that kok honours.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct SignerOptions {
+    /// `namespaces="git,file"`: the SSHSIG namespaces the key may sign in (all when absent).
+    namespaces: Option<Vec<String>>,
+    /// `valid-after=`: Unix seconds before which the key is not valid.
+    valid_after: Option<i64>,
+    /// `valid-before=`: Unix seconds from which the key is no longer valid.
+    valid_before: Option<i64>,
+}
+
+impl SignerOptions {
+    fn allows_git(&self) -> bool {
+        self.namespaces
+            .as_ref()
+            .is_none_or(|ns| ns.iter().any(|n| n == GIT_NAMESPACE))
+    }
+
+    fn valid_at(&self, time: i64) -> bool {
+        self.valid_after.is_none_or(|t| time >= t) && self.valid_before.is_none_or(|t| time < t)
+    }
 }
 
 /// Parses an OpenSSH allowed_signers file.
@@ -40,20 +61,17 @@ fn parse_signer_line(line: &str) -> Result<AllowedSigner, String> {
         .ok_or("the line has no principals")?
         .replace('"', "");
     let mut next = fields.next().ok_or("the line has no key")?;
-    let mut signer_options = (None, None, None);
+    let mut options = SignerOptions::default();
     if !is_key_type(&next) {
-        signer_options = parse_options(&next)?;
+        options = parse_options(&next)?;
         next = fields.next().ok_or("the line has no key after its options")?;
     }
     let base64 = fields.next().ok_or(format!("the {next} key has no key data"))?;
     let key = ssh_key::PublicKey::from_openssh(&format!("{next} {base64}"))
         .map_err(|e| format!("the {next} key cannot be read: {e}"))?;
-    let (namespaces, valid_after, valid_before) = signer_options;
     Ok(AllowedSigner {
         principals,
-        namespaces,
-        valid_after,
-        valid_before,
+        options,
         key,
     })
 }
@@ -64,19 +82,19 @@ fn is_key_type(field: &str) -> bool {
         .any(|p| field.starts_with(p))
 }
 
-type SignerOptions = (Option<Vec<String>>, Option<i64>, Option<i64>);
-
 fn parse_options(field: &str) -> Result<SignerOptions, String> {
-    let mut out: SignerOptions = (None, None, None);
+    let mut out = SignerOptions::default();
     for option in split_outside_quotes(field, ',') {
         let (name, value) = match option.split_once('=') {
             Some((n, v)) => (n.to_ascii_lowercase(), Some(v.trim_matches('"').to_string())),
             None => (option.to_ascii_lowercase(), None),
         };
         match (name.as_str(), value) {
-            ("namespaces", Some(v)) => out.0 = Some(v.split(',').map(|s| s.trim().to_string()).collect()),
-            ("valid-after", Some(v)) => out.1 = Some(parse_time(&v)?),
-            ("valid-before", Some(v)) => out.2 = Some(parse_time(&v)?),
+            ("namespaces", Some(v)) => {
+                out.namespaces = Some(v.split(',').map(|s| s.trim().to_string()).collect())
+            }
+            ("valid-after", Some(v)) => out.valid_after = Some(parse_time(&v)?),
+            ("valid-before", Some(v)) => out.valid_before = Some(parse_time(&v)?),
             ("cert-authority", _) => {
                 return Err("cert-authority entries are not supported; list the signers' keys".into())
             }
@@ -158,22 +176,13 @@ pub(super) fn verify(armored: &str, payload: &[u8], trust: &Trust, committed: i6
             reason: format!("SSH signature namespace is {:?}, not \"git\"", sig.namespace()),
         });
     }
-    let for_git: Vec<&&AllowedSigner> = entries
-        .iter()
-        .filter(|s| {
-            s.namespaces
-                .as_ref()
-                .is_none_or(|ns| ns.iter().any(|n| n == GIT_NAMESPACE))
-        })
-        .collect();
+    let for_git: Vec<&&AllowedSigner> = entries.iter().filter(|s| s.options.allows_git()).collect();
     if for_git.is_empty() {
         return Err(untrusted());
     }
     let signer = for_git
         .iter()
-        .find(|s| {
-            s.valid_after.is_none_or(|t| committed >= t) && s.valid_before.is_none_or(|t| committed < t)
-        })
+        .find(|s| s.options.valid_at(committed))
         .ok_or(Refusal::ExpiredKey {
             fingerprint: fingerprint.clone(),
         })?;
@@ -206,11 +215,11 @@ mod tests {
         assert_eq!(signers[0].principals, "alice@example.com");
         assert_eq!(signers[1].principals, "bob@example.com,carol@*");
         assert_eq!(
-            signers[1].namespaces,
+            signers[1].options.namespaces,
             Some(vec!["git".to_string(), "file".to_string()])
         );
-        assert_eq!(signers[1].valid_after, Some(1_577_836_800));
-        assert_eq!(signers[1].valid_before, Some(1_893_456_000));
+        assert_eq!(signers[1].options.valid_after, Some(1_577_836_800));
+        assert_eq!(signers[1].options.valid_before, Some(1_893_456_000));
     }
 
     #[test]
