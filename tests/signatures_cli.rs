@@ -177,3 +177,30 @@ fn history_names_the_signer_of_each_signed_commit() {
     );
     assert!(by_commit(&first).starts_with("signed by an untrusted ssh key"));
 }
+
+#[test]
+fn run_refuses_to_start_with_missing_or_malformed_trust_material() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = path(dir.path());
+    let signers = dir.path().join("allowed_signers");
+    std::fs::write(&signers, "alice@example.com ssh-ed25519\n").unwrap();
+    for (args, expected) in [
+        (
+            vec!["--verify-signatures", "all"],
+            "--allowed-signers FILE or --trusted-keys DIR".to_string(),
+        ),
+        (
+            vec!["--allowed-signers", "/nonexistent"],
+            "need --verify-signatures tip|all".to_string(),
+        ),
+        (
+            vec!["--verify-signatures", "tip", "--allowed-signers", &path(&signers)],
+            format!("{}:1: the ssh-ed25519 key has no key data", signers.display()),
+        ),
+    ] {
+        let out = kok(&[&["run", "--repo", &repo][..], &args].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(&expected), "{args:?}: {stderr}");
+    }
+}

@@ -210,6 +210,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+    // Bad trust material stops kok before it connects anywhere.
+    args.trust.verification()?;
     if args.local {
         return serve_local(args).await;
     }
