@@ -210,6 +210,8 @@ impl NotesSink {
             }
             Ok(None) => {}
             Err(message) => {
+                // The remote's answer may echo the credentials sent with the push.
+                let message = crate::redact::scrub(&message);
                 if state.last_failure.as_deref() != Some(message.as_str()) {
                     tracing::warn!(
                         remote = %self.remote_name(),
