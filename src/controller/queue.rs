@@ -315,6 +315,57 @@ mod tests {
         );
     }
 
+    fn current(mut o: ClusterOperation, id: &str) -> ClusterOperation {
+        o.spec.id = id.into();
+        o.metadata.labels = Some([(LABEL_CURRENT.to_string(), "true".to_string())].into());
+        o
+    }
+
+    #[test]
+    fn a_failure_holds_later_operations_but_not_a_rerun_of_itself() {
+        let failed = current(op("up-1", "1", Phase::Failed), "up");
+        let add = current(op("add", "2", Phase::Queued), "add");
+        let rerun = current(op("up-2", "3", Phase::Pending), "up");
+        let all = [&failed, &add, &rerun];
+        assert!(holds(&failed, &all));
+        assert!(matches!(
+            decide(&add, &all, &BTreeSet::new(), 0, 4),
+            Err(Wait::Held { ref id, .. }) if id == "up"
+        ));
+        assert_eq!(
+            decide(&rerun, &all, &BTreeSet::new(), 0, 4),
+            Ok(()),
+            "held ones do not block it"
+        );
+
+        let mut done = rerun.clone();
+        done.status.as_mut().unwrap().phase = Phase::Succeeded;
+        let all = [&failed, &add, &done];
+        assert!(
+            !holds(&failed, &all),
+            "a later success of the same id lifts the hold"
+        );
+        assert_eq!(decide(&add, &all, &BTreeSet::new(), 0, 4), Ok(()));
+    }
+
+    #[test]
+    fn removing_the_failed_entry_or_opting_out_lifts_the_hold() {
+        let mut removed = op("up-1", "1", Phase::Failed);
+        removed.spec.id = "up".into();
+        let add = current(op("add", "2", Phase::Queued), "add");
+        assert!(!holds(&removed, &[&removed, &add]));
+        assert!(released_by_removal(&removed, &[&removed, &add]));
+        assert_eq!(decide(&add, &[&removed, &add], &BTreeSet::new(), 0, 4), Ok(()));
+
+        let mut opted = current(op("report", "1", Phase::Failed), "report");
+        opted.spec.on_failure = OnFailure::Continue;
+        assert!(!holds(&opted, &[&opted, &add]));
+        assert!(!released_by_removal(&opted, &[&opted, &add]));
+
+        let canceled_before_start = current(op("c", "1", Phase::Canceled), "c");
+        assert!(!holds(&canceled_before_start, &[&canceled_before_start, &add]));
+    }
+
     #[test]
     fn equal_positions_fall_back_to_name_order() {
         let a = op("x-b", "1", Phase::Pending);

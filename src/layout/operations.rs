@@ -573,6 +573,23 @@ mod tests {
     }
 
     #[test]
+    fn on_failure_is_hold_by_default_continue_when_asked_and_nothing_else() {
+        let (ops, _) = check("- id: a\n  action: a.yml\n- id: b\n  action: b.yml\n  onFailure: continue\n");
+        assert_eq!(ops[0].on_failure, OnFailure::Hold);
+        assert_eq!(ops[1].on_failure, OnFailure::Continue);
+        let errs = errors("- id: a\n  action: a.yml\n  onFailure: retry\n");
+        assert_eq!(
+            errs,
+            ["3:14: onFailure of operation \"a\" must be `hold` (later operations wait until a rerun succeeds) \
+              or `continue` (they go on)"]
+        );
+        assert!(
+            errors("- id: a\n  action: a.yml\n  preHooks: [{action: p.yml, onFailure: continue}]\n")[0]
+                .contains("onFailure is not allowed in a hook")
+        );
+    }
+
+    #[test]
     fn unknown_operation_keys_are_denied_with_a_hint() {
         let errs = errors("- id: a\n  action: a.yml\n  extra_args: []\n");
         assert_eq!(
