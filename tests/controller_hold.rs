@@ -13,6 +13,7 @@ use kok::api::{ClusterOperation, Phase, StatusState, HELD_PREFIX};
 use kok::controller::job::job_name;
 use kok::layout::Operation;
 use kok::materialize::apply::apply_cluster;
+use kok::materialize::DesiredCluster;
 
 const HOSTS: &str = "all:\n  hosts:\n    node1: {}\n    node2: {}\n    node3: {}\n";
 
@@ -67,6 +68,19 @@ async fn event_notes(client: &kube::Client, name: &str) -> Vec<(String, String)>
         .collect()
 }
 
+/// A testkit server and the controller, with cluster `prod` applied at commit 1 with `ops`; returns once the
+/// first operation runs.
+async fn running_first(ops: Vec<Operation>) -> (testkit::ApiServer, kube::Client, Running, DesiredCluster) {
+    let server = server().await;
+    let client = server.client();
+    let d = render(&cluster_dir("prod", HOSTS, ops, None), 1, &[]);
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let first = d.operations[0].metadata.name.clone().expect("named");
+    wait_phase(&client, &first, Phase::Running).await;
+    (server, client, ctl, d)
+}
+
 fn description(op: &ClusterOperation) -> String {
     op.status
         .as_ref()
@@ -107,17 +121,8 @@ fn with_rerun(mut op: Operation, rerun: u64) -> Operation {
 
 #[tokio::test]
 async fn a_failed_task_is_named_in_the_status_event_and_commit_status() {
-    let server = server().await;
-    let client = server.client();
-    let d = render(
-        &cluster_dir("prod", HOSTS, vec![entry("upgrade", "upgrade.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &d).await.unwrap();
-    let ctl = start(&client, config(4));
+    let (server, client, ctl, d) = running_first(vec![entry("upgrade", "upgrade.yml", &[])]).await;
     let name = op_name(&d, "upgrade");
-    wait_phase(&client, &name, Phase::Running).await;
     fail_with(&server, &name, FAILED_TASK).await;
     let done = wait_phase(&client, &name, Phase::Failed).await;
     let want =
@@ -142,17 +147,12 @@ async fn a_failed_task_is_named_in_the_status_event_and_commit_status() {
 
 #[tokio::test]
 async fn a_success_says_hosts_and_changes_and_a_failure_before_ansible_says_its_error_line() {
-    let server = server().await;
-    let client = server.client();
-    let ops = vec![
+    let (server, client, ctl, d) = running_first(vec![
         entry("install", "cluster.yml", &[]),
         entry("broken", "missing.yml", &[]),
-    ];
-    let d = render(&cluster_dir("prod", HOSTS, ops, None), 1, &[]);
-    apply_cluster(&client, NS, &d).await.unwrap();
-    let ctl = start(&client, config(4));
+    ])
+    .await;
     let install = op_name(&d, "install");
-    wait_phase(&client, &install, Phase::Running).await;
     let summary = r#"{"hosts":{"node1":{"ok":30,"changed":20},"node2":{"ok":30,"changed":11},
         "node3":{"ok":30,"changed":10}},"total":{"ok":90,"changed":41},"hostCount":3}"#;
     finish_pod(&client, &job_name(&install), 0, summary).await;
@@ -179,23 +179,18 @@ async fn a_success_says_hosts_and_changes_and_a_failure_before_ansible_says_its_
 
 #[tokio::test]
 async fn a_failure_holds_later_operations_until_a_rerun_of_it_succeeds() {
-    let server = server().await;
-    let client = server.client();
     let other = render(
         &cluster_dir("other", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
         1,
         &[],
     );
-    let ops = vec![
+    let (server, client, ctl, d1) = running_first(vec![
         entry("upgrade", "upgrade.yml", &[]),
         entry("add-node", "scale.yml", &["--limit=node3"]),
-    ];
-    let d1 = render(&cluster_dir("prod", HOSTS, ops, None), 1, &[]);
-    apply_cluster(&client, NS, &d1).await.unwrap();
-    let ctl = start(&client, config(4));
+    ])
+    .await;
     let upgrade = op_name(&d1, "upgrade");
     let add_node = op_name(&d1, "add-node");
-    wait_phase(&client, &upgrade, Phase::Running).await;
     fail_with(&server, &upgrade, FAILED_TASK).await;
     wait_phase(&client, &upgrade, Phase::Failed).await;
 
@@ -231,18 +226,13 @@ async fn a_failure_holds_later_operations_until_a_rerun_of_it_succeeds() {
 
 #[tokio::test]
 async fn removing_the_failed_entry_releases_the_hold_and_says_so_in_an_event() {
-    let server = server().await;
-    let client = server.client();
-    let ops = vec![
+    let (server, client, ctl, d1) = running_first(vec![
         entry("upgrade", "upgrade.yml", &[]),
         entry("add-node", "scale.yml", &[]),
-    ];
-    let d1 = render(&cluster_dir("prod", HOSTS, ops, None), 1, &[]);
-    apply_cluster(&client, NS, &d1).await.unwrap();
-    let ctl = start(&client, config(4));
+    ])
+    .await;
     let upgrade = op_name(&d1, "upgrade");
     let add_node = op_name(&d1, "add-node");
-    wait_phase(&client, &upgrade, Phase::Running).await;
     fail_with(&server, &upgrade, FAILED_TASK).await;
     wait_held(&client, &add_node).await;
 
@@ -271,17 +261,12 @@ async fn removing_the_failed_entry_releases_the_hold_and_says_so_in_an_event() {
 
 #[tokio::test]
 async fn an_operation_that_continues_on_failure_does_not_hold_its_cluster() {
-    let server = server().await;
-    let client = server.client();
-    let ops = vec![
+    let (server, client, ctl, d) = running_first(vec![
         with_on_failure(entry("report", "report.yml", &[]), "continue"),
         entry("add-node", "scale.yml", &[]),
-    ];
-    let d = render(&cluster_dir("prod", HOSTS, ops, None), 1, &[]);
-    apply_cluster(&client, NS, &d).await.unwrap();
-    let ctl = start(&client, config(4));
+    ])
+    .await;
     let report = op_name(&d, "report");
-    wait_phase(&client, &report, Phase::Running).await;
     fail_with(&server, &report, FAILED_TASK).await;
     wait_phase(&client, &report, Phase::Failed).await;
     wait_phase(&client, &op_name(&d, "add-node"), Phase::Running).await;
