@@ -191,6 +191,9 @@ pub struct ClusterStatus {
     /// Number of operations per phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operations: Option<OperationCounts>,
+    /// Secret with the cluster's admin kubeconfig (key `value`), once a run left `artifacts/admin.conf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_ref: Option<SecretRef>,
 }
 
 /// Count of a cluster's operations by phase.
@@ -543,6 +546,9 @@ pub struct ClusterOperationStatus {
     /// The outcome in one line, as the commit status says it: `failed at TASK [...] on node2: ...`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// The Secret this run saved a new admin kubeconfig to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
     /// Set once the hold of this failed operation on its cluster's queue was lifted by removing its entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_released: Option<String>,

@@ -24,7 +24,8 @@ use super::queue::{history_to_delete, phase, queue_order};
 use super::secret::check_secret;
 use super::{Context, ControllerError};
 use crate::api::{
-    Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, DEFAULT_HISTORY_LIMIT,
+    Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, SecretRef,
+    DEFAULT_HISTORY_LIMIT,
 };
 
 fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
@@ -143,7 +144,17 @@ pub fn cluster_status(
         observed_generation: generation,
         last_operation,
         operations: Some(counts),
+        kubeconfig_ref: kubeconfig_ref(cluster, ops),
     }
+}
+
+/// The Secret holding the cluster's admin kubeconfig, once a run saved one (kept when that run's record is
+/// gone with the history limit).
+fn kubeconfig_ref(cluster: &Cluster, ops: &[&ClusterOperation]) -> Option<SecretRef> {
+    ops.iter()
+        .find_map(|o| o.status.as_ref().and_then(|s| s.kubeconfig.clone()))
+        .map(|name| SecretRef { name })
+        .or_else(|| cluster.status.as_ref().and_then(|s| s.kubeconfig_ref.clone()))
 }
 
 /// Keeps the transition time of every condition whose status did not change; sets `now` on the others.

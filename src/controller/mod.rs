@@ -5,12 +5,14 @@
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
 //! - [`secret`]: the ssh Secret check.
+//! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
 //!
 //! [`run`] runs all three loops until shutdown; tests run it in-process against testkit.
 
 pub mod cluster;
+pub mod credentials;
 pub mod job;
 pub mod operation;
 pub mod queue;

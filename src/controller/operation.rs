@@ -21,6 +21,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
+use super::credentials;
 use super::job::{build_job, job_name, CONTAINER_NAME, JOB_NAME_LABEL};
 use super::queue::{decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome};
 use super::secret::check_secret;
@@ -71,6 +72,7 @@ pub fn next_status(op: &ClusterOperation, t: &Transition) -> ClusterOperationSta
     if let Some(report) = &t.report {
         s.summary = report.summary.clone();
         s.failure = report.failure.clone();
+        s.kubeconfig = report.kubeconfig.clone();
     }
     s
 }
@@ -97,6 +99,7 @@ pub fn status_patch(
             "duration": s.duration,
             "summary": s.summary,
             "failure": s.failure,
+            "kubeconfig": s.kubeconfig,
             "result": result,
             "desiredStatus": desired,
         }
@@ -440,6 +443,15 @@ async fn start_or_wait(
         claims.insert(op.name_any(), op.spec.cluster.clone());
     }
     drop(_guard);
+    let ns = ctx.config.namespace.as_str();
+    let cluster = op.spec.cluster.as_str();
+    if let Err(e) = credentials::ensure(&ctx.client, ns, cluster, op.spec.service_account.as_deref()).await {
+        release(ctx, op);
+        return Err(op_error(
+            op,
+            format!("preparing the credentials Secrets and their Role for cluster {cluster}"),
+        )(e));
+    }
     let job = build_job(op, &ctx.config.job);
     let created = match jobs.create(&PostParams::default(), &job).await {
         Ok(j) => j,

@@ -74,6 +74,10 @@ pub fn operation_status(
         ),
         Phase::Canceled => (StatusState::Failure, with_reason("canceled", message)),
     };
+    let description = match status.and_then(|s| s.kubeconfig.as_deref()) {
+        Some(secret) if phase.is_terminal() => format!("{description}; kubeconfig saved to Secret {secret}"),
+        _ => description,
+    };
     let name = op.metadata.name.as_deref().unwrap_or_default();
     let job = status.and_then(|s| s.job_ref.as_deref());
     let target_url = url_template.and_then(|template| {
