@@ -152,8 +152,9 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(pod["serviceAccountName"], "kok");
 
-    // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Secret or Pod
-    // writes (pods are read for the termination message of a finished Job).
+    // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Pod writes (pods
+    // are read for the termination message of a finished Job), no Secret updates or deletes (kok creates
+    // each cluster's credentials Secrets empty and patches nothing else into them).
     let role = api
         .object(("rbac.authorization.k8s.io", "v1", "roles"), "kok-system", "kok")
         .expect("role stored");
@@ -172,13 +173,16 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
             .map(|v| v.as_str().unwrap())
             .collect();
         assert!(!verbs.contains(&"*"), "wildcard verb in {rule}");
+        if rule["resources"].as_array().unwrap().iter().any(|r| r == "pods") {
+            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+        }
         if rule["resources"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r == "secrets" || r == "pods")
+            .any(|r| r == "secrets")
         {
-            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+            assert_eq!(verbs, ["get", "list", "watch", "create", "patch"], "{rule}");
         }
     }
 }
