@@ -21,7 +21,7 @@ use serde_json::json;
 use tracing::{info, instrument, warn};
 
 use super::queue::{history_to_delete, phase, queue_order};
-use super::secret::check_secret;
+use super::secret::check_cached;
 use super::{Context, ControllerError};
 use crate::api::{
     Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, SecretRef,
@@ -183,7 +183,7 @@ fn cluster_error(cluster: &Cluster, action: String) -> impl FnOnce(kube::Error) 
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     let ns = ctx.config.namespace.as_str();
     let name = cluster.name_any();
-    if ctx.operations.wait_until_ready().await.is_err() {
+    if ctx.operations.wait_until_ready().await.is_err() || ctx.secrets.wait_until_ready().await.is_err() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let all = ctx.operations.state();
@@ -195,15 +195,11 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
 
     let secret = match &cluster.spec.ssh_auth_ref {
         None => Ok("NoSecret"),
-        Some(s) => match check_secret(&ctx.client, ns, &s.name)
-            .await
-            .map_err(cluster_error(&cluster, format!("checking Secret {}", s.name)))?
-        {
+        Some(s) => match check_cached(&ctx.secrets, ns, &s.name) {
             Ok(()) => Ok("SecretFound"),
             Err(problem) => Err((problem.reason(), problem.message(&s.name, ns))),
         },
     };
-    let secret_ok = secret.is_ok();
     let mut status = cluster_status(&cluster, &ops, secret);
     keep_transition_times(&mut status, cluster.status.as_ref(), Timestamp::now());
     if cluster.status.as_ref() != Some(&status) {
@@ -234,11 +230,8 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             }
         }
     }
-    if secret_ok {
-        Ok(Action::await_change())
-    } else {
-        Ok(Action::requeue(ctx.config.secret_retry))
-    }
+    // A Secret that appears or changes wakes this Cluster (see super::watch_secrets).
+    Ok(Action::await_change())
 }
 
 /// Retries a failed reconcile after five seconds.
