@@ -325,6 +325,17 @@ async fn a_missing_secret_gives_no_job_and_a_clear_condition_until_it_exists() {
         .contains("kubectl -n kok-system create secret generic prod-ssh --type=kubernetes.io/ssh-auth"));
     assert!(jobs(&client).await.is_empty());
 
+    // Waiting is event-driven: while nothing changes, the waiting operation and Cluster make no requests.
+    let log = server.requests();
+    log.reset();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let made: Vec<_> = log
+        .snapshot()
+        .into_iter()
+        .filter(|((verb, _), _)| verb != "watch")
+        .collect();
+    assert!(made.is_empty(), "requests while waiting for the Secret: {made:?}");
+
     create_secret(&client, "prod-ssh").await;
     wait_phase(&client, &name, Phase::Running).await;
     let job: Job = Api::namespaced(client.clone(), NS)

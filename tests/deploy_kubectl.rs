@@ -152,11 +152,20 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(pod["serviceAccountName"], "kok");
 
-    // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Secret writes.
+    // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Pod writes (pods
+    // are read for the termination message of a finished Job), no Secret updates or deletes (kok creates
+    // each cluster's credentials Secrets empty and patches nothing else into them).
     let role = api
         .object(("rbac.authorization.k8s.io", "v1", "roles"), "kok-system", "kok")
         .expect("role stored");
-    for rule in role["rules"].as_array().unwrap() {
+    let rules = role["rules"].as_array().unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["resources"] == serde_json::json!(["pods"])),
+        "kok reads the pods of its Jobs: {rules:?}"
+    );
+    for rule in rules {
         let verbs: Vec<&str> = rule["verbs"]
             .as_array()
             .unwrap()
@@ -164,13 +173,16 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
             .map(|v| v.as_str().unwrap())
             .collect();
         assert!(!verbs.contains(&"*"), "wildcard verb in {rule}");
+        if rule["resources"].as_array().unwrap().iter().any(|r| r == "pods") {
+            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+        }
         if rule["resources"]
             .as_array()
             .unwrap()
             .iter()
             .any(|r| r == "secrets")
         {
-            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+            assert_eq!(verbs, ["get", "list", "watch", "create", "patch"], "{rule}");
         }
     }
 }

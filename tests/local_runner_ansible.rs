@@ -90,8 +90,12 @@ async fn a_playbook_from_the_pinned_commit_runs_with_real_ansible_on_localhost()
     );
     assert!(log.contains("PLAY RECAP"), "{log}");
     assert!(
-        log.contains("\"ansible-playbook\",\"-i\""),
+        log.contains("command=[\"/bin/sh\",\"-c\",\"<script: "),
         "the header names the command: {log}"
+    );
+    assert!(
+        log.contains("\nkok: action: site.yml\n"),
+        "the step announces itself: {log}"
     );
     assert!(!log.contains(KEY_BODY), "{log}");
     Ok(())

@@ -255,6 +255,7 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         state_dir: state_dir.clone(),
         workdir,
         max_parallel: args.max_concurrent_jobs.max(1),
+        api_url: Some(api.url()),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

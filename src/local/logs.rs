@@ -3,7 +3,7 @@
 //! Each run appends a header line, the process's merged stdout and stderr as it comes, and an end line:
 //!
 //! ```text
-//! # kok-local-runner start=2026-01-01T00:00:00Z job=kok-a-install-0123abcd operation=a-install-0123abcd cluster=a id=install commit=<sha> cwd=<dir> command=["ansible-playbook",...]
+//! # kok-local-runner start=2026-01-01T00:00:00Z job=kok-a-install-0123abcd operation=a-install-0123abcd cluster=a id=install commit=<sha> cwd=<dir> command=["/bin/sh","-c","<script: 180 lines>","kok-entry"]
 //! ...output...
 //! # kok-local-runner end=2026-01-01T00:05:00Z result=Succeeded reason=CompletionsReached exit=0
 //! ```
@@ -15,6 +15,8 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+
+use crate::controller::summary::FALLBACK_LINES;
 
 /// Start of the header and end lines the runner writes.
 pub const MARKER: &str = "# kok-local-runner ";
@@ -81,9 +83,17 @@ fn field(value: &str) -> &str {
 }
 
 impl Header {
-    /// The header line (without newline) for a run of `command` in `cwd`.
+    /// The header line (without newline) for a run of `command` in `cwd`. A script argument of several
+    /// lines (kok's entry script) is shown as `<script: N lines>`; its steps announce themselves in the log.
     pub fn line(&self, cwd: &Path, command: &[String]) -> String {
-        let command = serde_json::to_string(command).unwrap_or_default();
+        let shown: Vec<String> = command
+            .iter()
+            .map(|arg| match arg.lines().count() {
+                n if n > 1 => format!("<script: {n} lines>"),
+                _ => arg.clone(),
+            })
+            .collect();
+        let command = serde_json::to_string(&shown).unwrap_or_default();
         format!(
             "{MARKER}start={} job={} operation={} cluster={} id={} commit={} cwd={} command={command}",
             field(&self.start),
@@ -203,11 +213,13 @@ pub fn log_path(state_dir: &Path, name: &str) -> PathBuf {
     super::logs_dir(state_dir).join(file_name(name))
 }
 
-/// An open log file, appended to line by line with no buffering, Secret content redacted.
+/// An open log file, appended to line by line with no buffering, Secret content redacted. It keeps the last
+/// lines it wrote, for a termination message that falls back to the log.
 #[derive(Debug)]
 pub struct LogWriter {
     file: std::fs::File,
     redactions: Vec<String>,
+    tail: std::collections::VecDeque<String>,
 }
 
 impl LogWriter {
@@ -224,7 +236,27 @@ impl LogWriter {
             .append(true)
             .mode(0o600)
             .open(path)?;
-        Ok(LogWriter { file, redactions })
+        Ok(LogWriter {
+            file,
+            redactions,
+            tail: std::collections::VecDeque::new(),
+        })
+    }
+
+    /// `text` with every Secret value replaced by [`REDACTED`].
+    pub fn redact(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        for r in &self.redactions {
+            if text.contains(r.as_str()) {
+                text = text.replace(r.as_str(), REDACTED);
+            }
+        }
+        text
+    }
+
+    /// The lines written since the last call (at most the kubelet's [`FALLBACK_LINES`]), redacted.
+    pub fn take_tail(&mut self) -> Vec<String> {
+        self.tail.drain(..).collect()
     }
 
     /// Appends one line of output (`bytes` may end with a newline; one is added when it does not).
@@ -246,6 +278,14 @@ impl LogWriter {
             owned = [out, b"\n"].concat();
             out = &owned;
         }
+        if self.tail.len() == FALLBACK_LINES {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(
+            String::from_utf8_lossy(out)
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        );
         self.file.write_all(out)
     }
 }

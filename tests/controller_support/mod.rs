@@ -37,6 +37,7 @@ pub fn entry(id: &str, action: &str, extra: &[&str]) -> Operation {
         active_deadline_seconds: None,
         schedule: None,
         rerun: None,
+        on_failure: Default::default(),
         entry: json,
         line: 1,
         index: 0,
@@ -135,11 +136,10 @@ impl Running {
     }
 }
 
-/// Controller settings for tests: fast Secret retries.
+/// Controller settings for tests.
 pub fn config(max_concurrent_jobs: usize) -> ControllerConfig {
     let mut c = ControllerConfig::new(NS);
     c.max_concurrent_jobs = max_concurrent_jobs;
-    c.secret_retry = Duration::from_millis(300);
     c.queue_resync = Duration::from_secs(5);
     c
 }

@@ -93,6 +93,38 @@ const SLEEP_PLAYBOOK: &str = r#"- name: Sleep
       ansible.builtin.command: sleep 60
 "#;
 
+/// A playbook using kubespray's constructs: a `password` lookup under `inventory_dir/credentials` (the
+/// certificate key, written to `<marks>/<mark>.txt`) and a kubeconfig left in `inventory_dir/artifacts`.
+const CREDENTIALS_PLAYBOOK: &str = r#"- name: Credentials
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Count this run
+      ansible.builtin.shell: echo run >> "{{ marks }}/{{ mark }}.runs"
+    - name: The certificate key, as kubespray makes it
+      ansible.builtin.copy:
+        dest: "{{ marks }}/{{ mark }}.txt"
+        content: "{{ lookup('password', inventory_dir + '/credentials/kubeadm_certificate_key.creds length=64 chars=hexdigits') }}"
+        mode: "0600"
+    - name: The new cluster's kubeconfig, as kubeconfig_localhost leaves it
+      ansible.builtin.copy:
+        dest: "{{ inventory_dir }}/artifacts/admin.conf"
+        content: "kind: Config"
+        mode: "0600"
+"#;
+
+/// A playbook that makes a new credential (`credentials/late.creds`) and then fails.
+const LATE_CREDENTIAL_PLAYBOOK: &str = r#"- name: Late credential
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Fail after making a credential
+      ansible.builtin.fail:
+        msg: "failing after a {{ lookup('password', inventory_dir + '/credentials/late.creds length=16') | length }}-character credential"
+"#;
+
 /// A git work tree holding a `local` cluster (localhost without ssh) and three playbooks, with a
 /// directory for the marks the playbooks leave and a state directory for kok, all in one temp dir.
 pub struct LocalRepo {
@@ -121,6 +153,8 @@ impl LocalRepo {
         repo.write("playbooks/mark.yml", MARK_PLAYBOOK);
         repo.write("playbooks/fail.yml", FAIL_PLAYBOOK);
         repo.write("playbooks/sleep.yml", SLEEP_PLAYBOOK);
+        repo.write("playbooks/credentials.yml", CREDENTIALS_PLAYBOOK);
+        repo.write("playbooks/late.yml", LATE_CREDENTIAL_PLAYBOOK);
         git(&repo.path(), &["init", "-q", "-b", "main"]);
         repo.commit("local cluster and playbooks");
         repo

@@ -111,6 +111,7 @@ impl Env {
             state_dir: self.state.path().to_path_buf(),
             workdir,
             max_parallel: 2,
+            api_url: Some(self.server.url()),
         };
         let (stop, rx) = oneshot::channel::<()>();
         let client = self.server.client();
