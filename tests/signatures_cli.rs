@@ -204,3 +204,21 @@ fn run_refuses_to_start_with_missing_or_malformed_trust_material() {
         assert!(stderr.contains(&expected), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn trust_material_inside_the_repository_it_verifies_is_refused() {
+    let (remote, _, alice, _) = history();
+    let inside = remote.work().join("allowed_signers");
+    std::fs::write(&inside, alice.allowed("mallory@example.com", "")).unwrap();
+    let work = path(&remote.work());
+    for args in [
+        vec!["validate", &work, "--verify-signatures", "tip"],
+        vec!["run", "--repo", &work, "--verify-signatures", "tip"],
+    ] {
+        let inside = path(&inside);
+        let out = kok(&[&args[..], &["--allowed-signers", &inside]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("is inside the repository"), "{args:?}: {stderr}");
+    }
+}

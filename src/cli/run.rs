@@ -211,7 +211,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     // Bad trust material stops kok before it connects anywhere.
-    args.trust.verification()?;
+    if let Some(verification) = args.trust.verification()? {
+        if let Some(repo) = crate::source::RemoteUrl::parse(&args.git.repo)?.local_path() {
+            verification.files.check_outside(&repo)?;
+        }
+    }
     if args.local {
         return serve_local(args).await;
     }

@@ -94,6 +94,10 @@ fn check_signatures(
         ),
         None => None,
     };
+    if let Some(work_tree) = repo.workdir() {
+        verification.files.check_outside(work_tree)?;
+    }
+    verification.files.check_outside(repo.path())?;
     let trust = Trust::load(&verification.files)?;
     let commits = commits_to_verify(&repo, since, head, verification.mode)?;
     Ok(signature_states(

@@ -50,6 +50,24 @@ pub struct TrustFiles {
     pub trusted_keys: Option<PathBuf>,
 }
 
+impl TrustFiles {
+    /// Refuses trust material inside `repo_dir`, the local repository whose commits it verifies.
+    pub fn check_outside(&self, repo_dir: &Path) -> Result<(), TrustError> {
+        let Ok(repo) = repo_dir.canonicalize() else {
+            return Ok(());
+        };
+        for path in self.allowed_signers.iter().chain(&self.trusted_keys) {
+            if path.canonicalize().is_ok_and(|p| p.starts_with(&repo)) {
+                return Err(TrustError::InsideRepository {
+                    path: path.clone(),
+                    repo,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What `kok run` verifies before reconciling a commit. The trust files are read again at every
 /// verification, so a rotated ConfigMap takes effect without a restart.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +113,17 @@ pub enum TrustError {
     /// Neither file nor directory was given.
     #[error("--verify-signatures needs --allowed-signers FILE or --trusted-keys DIR (or both)")]
     Nothing,
+    /// The trust material lives in the repository it would vouch for.
+    #[error(
+        "the trust material {path} is inside the repository {repo} whose commits it verifies, so whoever \
+         can push could trust their own key; keep it outside (a mounted ConfigMap or a file of the CI runner)"
+    )]
+    InsideRepository {
+        /// The trust file or directory.
+        path: PathBuf,
+        /// The repository's directory.
+        repo: PathBuf,
+    },
 }
 
 /// The keys commits may be signed with.
