@@ -262,7 +262,10 @@ async fn poll_loop(
         }
         first = false;
         let full = tokio::time::Instant::now() >= next_resync;
-        let polled = reconcile::with_source(source, move |s| s.poll(last)).await;
+        // A refused tip counts as known: polling it again costs one listing, and it is verified
+        // again (with the trust material read afresh) at the next resync or push.
+        let known = refused_tip.or(last);
+        let polled = reconcile::with_source(source, move |s| s.poll(known)).await;
         let commit = match polled {
             Err(e) => {
                 metrics.poll("error");
@@ -296,6 +299,9 @@ async fn poll_loop(
                     // Refusing is kok doing its job: it stays ready, so webhooks still reach it.
                     interval.success();
                     readiness.mark_reconciled();
+                    if full {
+                        next_resync = tokio::time::Instant::now() + cfg.resync_interval;
+                    }
                     if refused_tip != Some(commit) {
                         refused_tip = Some(commit);
                         refuse(client, cfg, reporter, commit, &verdict, metrics).await;
@@ -328,6 +334,7 @@ async fn poll_loop(
                     }
                 }
                 last = Some(commit);
+                refused_tip = None;
                 readiness.remote_reachable();
                 readiness.mark_reconciled();
             }

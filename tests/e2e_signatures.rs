@@ -200,3 +200,38 @@ async fn with_tip_a_signed_commit_on_top_of_an_unsigned_one_proceeds() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_refused_for_an_untrusted_key_proceeds_once_the_key_is_trusted_at_the_next_resync() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let remote = Remote::new();
+    let keys = remote.scratch("keys");
+    let alice = SshKey::new(&keys, "alice");
+    let carol = SshKey::new(&keys, "carol");
+    let allowed = keys.join("allowed_signers");
+    std::fs::write(&allowed, alice.allowed("alice@example.com", "")).unwrap();
+    configure(&remote, &carol.git_config());
+    remote.cluster("prod-bj");
+    remote.write("clusters/prod-bj/operations.yml", &ops(&["install"]));
+    let by_carol = remote.push("prod-bj: install (signed by carol, new on the team)");
+    let trust = [
+        "--allowed-signers".to_string(),
+        allowed.display().to_string(),
+        "--resync-interval".to_string(),
+        "1s".to_string(),
+    ];
+    let kok = run_verifying(&api, &remote, &forge, "all", &trust);
+    let refused = sync_status(&kok, &forge, &by_carol, "error").await;
+    assert!(refused.description.contains(&carol.fingerprint()), "{refused:?}");
+
+    // The team adds carol's key (a ConfigMap edit in a cluster); no new push is needed.
+    std::fs::write(
+        &allowed,
+        alice.allowed("alice@example.com", "") + &carol.allowed("carol@example.com", ""),
+    )
+    .unwrap();
+    sync_status(&kok, &forge, &by_carol, "success").await;
+    let objects = Objects::new(&api);
+    assert!(objects.operation("prod-bj", "install").await.is_some());
+}
