@@ -96,7 +96,7 @@ fn validate_checks_head_with_tip_and_every_commit_since_a_base_with_all() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let text = stdout(&out);
     assert!(
-        text.contains(&format!("{}: not trusted: unsigned", &unsigned[..12])),
+        text.contains(&format!("{}: error: unsigned", &unsigned[..12])),
         "{text}"
     );
     assert!(
@@ -142,7 +142,7 @@ fn plan_reports_the_signature_of_every_commit_in_the_range_and_fails_with_verify
 
     let out = kok(&[&base[..], &["--verify-signatures", "all"]].concat());
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(stdout(&out).contains(&format!("{}: not trusted: unsigned", &unsigned[..12])));
+    assert!(stdout(&out).contains(&format!("{}: unsigned", &unsigned[..12])));
     let out = kok(&[&base[..], &["--verify-signatures", "tip"]].concat());
     assert!(out.status.success(), "the tip is signed: {out:?}");
 }

@@ -55,7 +55,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         OutputFormat::Text => {
             print!("{}", text_report(&parsed));
             for signature in signatures.iter().flatten() {
-                println!("{signature}");
+                match signature.trusted {
+                    true => println!("{signature}"),
+                    false => println!("{}: error: {}", signature.short(), signature.state),
+                }
             }
         }
         OutputFormat::Json => println!("{}", json_report(&parsed, signatures.as_deref())?),

@@ -359,13 +359,17 @@ pub struct CommitSignature {
     pub state: String,
 }
 
+impl CommitSignature {
+    /// The commit's first 12 hex digits.
+    pub fn short(&self) -> &str {
+        self.commit.get(..12).unwrap_or(&self.commit)
+    }
+}
+
 impl fmt::Display for CommitSignature {
+    /// `0123456789ab: signed by alice@example.com (ssh key SHA256:…)` or `0123456789ab: unsigned`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let short = self.commit.get(..12).unwrap_or(&self.commit);
-        match self.trusted {
-            true => write!(f, "{short}: {}", self.state),
-            false => write!(f, "{short}: not trusted: {}", self.state),
-        }
+        write!(f, "{}: {}", self.short(), self.state)
     }
 }
 
