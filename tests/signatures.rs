@@ -92,6 +92,20 @@ fn a_commit_signed_by_an_allowed_ssh_signer_is_trusted_and_names_the_signer() {
 }
 
 #[test]
+fn ecdsa_and_rsa_ssh_keys_sign_commits_too() {
+    let fx = Fixture::new();
+    for key_type in ["ecdsa", "rsa"] {
+        let key = SshKey::of_type(fx.dir.path(), key_type, key_type);
+        let sha = fx.commit(&key.git_config(), &format!("signed with {key_type}"));
+        let files = fx.allowed_signers(&key.allowed("ops@example.com", ""));
+        let signer = fx
+            .verify(&files, &sha)
+            .unwrap_or_else(|r| panic!("{key_type}: {r:?}"));
+        assert_eq!(signer.fingerprint, key.fingerprint());
+    }
+}
+
+#[test]
 fn an_unsigned_commit_is_refused_as_unsigned() {
     let fx = Fixture::new();
     let alice = SshKey::new(fx.dir.path(), "alice");

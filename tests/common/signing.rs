@@ -18,7 +18,7 @@ fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// An ed25519 key pair made by `ssh-keygen`.
+/// A key pair made by `ssh-keygen`.
 pub struct SshKey {
     /// The private key file.
     pub private: PathBuf,
@@ -27,13 +27,18 @@ pub struct SshKey {
 }
 
 impl SshKey {
-    /// A new key `dir/name` without a passphrase.
+    /// A new ed25519 key `dir/name` without a passphrase.
     pub fn new(dir: &Path, name: &str) -> SshKey {
+        SshKey::of_type(dir, name, "ed25519")
+    }
+
+    /// A new key of `key_type` (`ed25519`, `ecdsa`, `rsa`) at `dir/name` without a passphrase.
+    pub fn of_type(dir: &Path, name: &str, key_type: &str) -> SshKey {
         let private = dir.join(name);
         let path = private.display().to_string();
         run(
             "ssh-keygen",
-            &["-q", "-t", "ed25519", "-N", "", "-C", name, "-f", &path],
+            &["-q", "-t", key_type, "-N", "", "-C", name, "-f", &path],
         );
         let public = std::fs::read_to_string(format!("{path}.pub")).expect("public key");
         SshKey {
