@@ -3,24 +3,11 @@
 use std::path::Path;
 use std::process::Command;
 
+#[path = "common/tools.rs"]
+mod tools;
+
 use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook};
 use kok::controller::job::entry_script;
-
-/// True when ansible-playbook can be run; false (after printing why) when KOK_SKIP_ANSIBLE=1 says to skip.
-fn ansible_available() -> bool {
-    let found = Command::new("ansible-playbook")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success());
-    if matches!(found, Ok(true)) {
-        return true;
-    }
-    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
-        println!("skipping: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
-        return false;
-    }
-    panic!("ansible-playbook is not on PATH: install it with `pip install ansible-core` (or set KOK_SKIP_ANSIBLE=1)");
-}
 
 /// A playbook that appends the line `<label> <marker_args> <greeting>` to `<dir>/order.log` (written
 /// literally by lineinfile, so what arrives is what ansible received), and fails afterwards when asked.
@@ -76,7 +63,7 @@ fn operation(dir: &Path, fail_pre: bool) -> ClusterOperation {
 fn run(op: &ClusterOperation, dir: &Path) -> std::process::Output {
     let conf = dir.join("conf");
     std::fs::create_dir_all(&conf).unwrap();
-    let python = Command::new("python3")
+    let python = tools::command("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -97,13 +84,14 @@ fn run(op: &ClusterOperation, dir: &Path) -> std::process::Output {
         .env("KOK_AUTH_DIR", dir.join("auth"))
         .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
         .env("ANSIBLE_NOCOLOR", "1")
+        .env("PATH", tools::search_path())
         .output()
         .expect("/bin/sh runs")
 }
 
 #[test]
 fn the_entry_script_runs_hooks_action_and_post_hooks_in_order_with_ansible() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("the_entry_script_runs_hooks_action_and_post_hooks_in_order_with_ansible") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -128,7 +116,7 @@ fn the_entry_script_runs_hooks_action_and_post_hooks_in_order_with_ansible() {
 
 #[test]
 fn a_failing_pre_hook_stops_the_run_with_a_non_zero_exit() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_failing_pre_hook_stops_the_run_with_a_non_zero_exit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
