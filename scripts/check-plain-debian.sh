@@ -62,6 +62,7 @@ expect_passed_with() { # log, tool path
   ! grep -q "^test result: .*[1-9][0-9]* failed" "$log" || fail "tests failed: $(cat "$log")"
   ! grep -q "skipping" "$log" || fail "a test skipped: $(grep skipping "$log")"
   grep -q "using .* at $tool\$" "$log" || fail "the tests did not use $tool: $(cat "$log")"
+  say "the tests used $tool"
   ! grep "using " "$log" | grep -vq " at $work/" || fail "a test used a tool from outside the environment: $(grep 'using ' "$log")"
 }
 
@@ -119,7 +120,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 runner=$!
 outcome=
 for _ in $(seq 1800); do
-  outcome=$(git -C "$clone" log --notes=kok --format=%N main | grep -E "^kok/local/hello: (success|failure|error)" || true)
+  outcome=$(git -C "$clone" log --notes=kok --format=%N main 2>/dev/null | grep -E "^kok/local/hello: (success|failure|error)" || true)
   [ -z "$outcome" ] && kill -0 "$runner" 2>/dev/null || break
   sleep 1
 done
