@@ -85,8 +85,14 @@ expect_passed_with "$work/tests.log" "$venv/bin/ansible-playbook"
 # --- 2. Debian's kubectl 1.20 first on PATH --------------------------------------------------------
 say "Debian's kubectl 1.20 (apt-get download kubernetes-client)"
 mkdir "$work/deb"
-(cd "$work/deb" && apt-get download kubernetes-client >/dev/null 2>&1) ||
-  fail "apt-get download kubernetes-client failed (run apt-get update?)"
+download() { (cd "$work/deb" && apt-get download kubernetes-client >/dev/null 2>&1); }
+if ! download; then
+  say "apt-get update: kubernetes-client is not in the package lists"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq || fail "apt-get update failed"
+  download || fail "apt-get download kubernetes-client failed"
+fi
 dpkg-deb -x "$work"/deb/kubernetes-client_*.deb "$work/old" || fail "could not unpack kubernetes-client"
 old_path=$work/old/usr/bin:$plain
 PATH=$old_path kubectl version --client -o json | grep -q '"gitVersion": "v1\.20\.' ||
@@ -94,9 +100,11 @@ PATH=$old_path kubectl version --client -o json | grep -q '"gitVersion": "v1\.20
 
 old_venv=$work/venv-old-kubectl
 mkdir -p "$old_venv/bin"
+say "the kubectl test with kubectl 1.20 first on PATH and an empty environment: it must fail, saying why"
 ! run_tests "$old_path" "$old_venv" "$work/refused.log" kubectl || fail "the kubectl test passed with kubectl 1.20"
 grep -q "is kubectl 1.20, older than the 1.24 the tests need" "$work/refused.log" ||
   fail "the kubectl test did not say why kubectl 1.20 does not do: $(cat "$work/refused.log")"
+say "refused: $(grep -o "[^ ]* is kubectl 1.20, older than the 1.24 the tests need" "$work/refused.log" | head -1)"
 rm -rf "$old_venv"
 
 say "set-up with kubectl 1.20 first on PATH into a fresh $old_venv"
