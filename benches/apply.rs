@@ -36,6 +36,7 @@ fn operation(id: &str, index: usize) -> Operation {
         active_deadline_seconds: None,
         schedule: None,
         rerun: None,
+        on_failure: Default::default(),
         entry: serde_json::json!({"id": id, "action": "cluster.yml"}),
         line: 1 + index * 2,
         index,

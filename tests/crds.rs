@@ -103,7 +103,7 @@ fn printer_columns_are_the_ones_the_design_lists() {
     );
     assert_eq!(
         printer_columns("ClusterOperation"),
-        ["Cluster", "Action", "Phase", "Started", "Duration", "Commit"]
+        ["Cluster", "Action", "Phase", "Started", "Duration", "Commit", "Result"]
     );
 }
 

@@ -137,11 +137,19 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(pod["serviceAccountName"], "kok");
 
-    // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Secret writes.
+    // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Secret or Pod
+    // writes (pods are read for the termination message of a finished Job).
     let role = api
         .object(("rbac.authorization.k8s.io", "v1", "roles"), "kok-system", "kok")
         .expect("role stored");
-    for rule in role["rules"].as_array().unwrap() {
+    let rules = role["rules"].as_array().unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["resources"] == serde_json::json!(["pods"])),
+        "kok reads the pods of its Jobs: {rules:?}"
+    );
+    for rule in rules {
         let verbs: Vec<&str> = rule["verbs"]
             .as_array()
             .unwrap()
@@ -153,7 +161,7 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r == "secrets")
+            .any(|r| r == "secrets" || r == "pods")
         {
             assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
         }

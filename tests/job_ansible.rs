@@ -8,6 +8,8 @@ mod tools;
 
 use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook};
 use kok::controller::job::entry_script;
+use kok::controller::summary::{log_tail, read_termination_message, RunReport, MAX_TERMINATION_MESSAGE};
+use kok::report::status::{failure_words, summary_words};
 
 /// A playbook that appends the line `<label> <marker_args> <greeting>` to `<dir>/order.log` (written
 /// literally by lineinfile, so what arrives is what ansible received), and fails afterwards when asked.
@@ -128,4 +130,204 @@ fn a_failing_pre_hook_stops_the_run_with_a_non_zero_exit() {
         "the run succeeded although its pre-hook failed"
     );
     assert_eq!(log, "pre  hello from vars\n", "only the pre-hook ran");
+}
+
+/// Runs `op`'s entry script like `run`, with the termination message going to a file; returns the exit
+/// status, the merged output and what the commit status would say, read the way kok reads a pod.
+fn run_for_summary(op: &ClusterOperation, dir: &Path, hosts: &str) -> (bool, String, RunReport, String) {
+    let conf = dir.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::write(conf.join("hosts.yml"), hosts).unwrap();
+    std::fs::write(conf.join("vars.yml"), "greeting: hello from vars\n").unwrap();
+    let termination = dir.join("termination-log");
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(entry_script(op))
+        .arg("kok-entry")
+        .env("KOK_CONF_DIR", &conf)
+        .env("KOK_AUTH_DIR", dir.join("auth"))
+        .env("KOK_TERMINATION_LOG", &termination)
+        .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_HOST_KEY_CHECKING", "False")
+        .output()
+        .expect("/bin/sh runs");
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(&termination).unwrap_or_default();
+    assert!(written.len() <= MAX_TERMINATION_MESSAGE, "{written}");
+    // FallbackToLogsOnError: no message written and a failure means the kubelet keeps the log's tail.
+    let message = if written.trim().is_empty() && !out.status.success() {
+        let lines: Vec<String> = output.lines().map(str::to_string).collect();
+        log_tail(&lines)
+    } else {
+        written
+    };
+    let report = read_termination_message(&message);
+    let words = match (&report.failure, &report.summary) {
+        (Some(f), _) if !out.status.success() => failure_words(f),
+        (_, Some(s)) => summary_words(s),
+        _ => String::new(),
+    };
+    (out.status.success(), output, report, words)
+}
+
+fn local_hosts() -> String {
+    let python = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: {python}\n"
+    )
+}
+
+fn playbook(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn simple_operation(action: String, pre_hooks: Vec<Hook>) -> ClusterOperation {
+    ClusterOperation::new(
+        "local-x-0123abcd",
+        ClusterOperationSpec {
+            cluster: "local".into(),
+            id: "x".into(),
+            digest: "0123abcd".into(),
+            action,
+            image: "unused".into(),
+            pre_hooks,
+            hosts_conf_ref: ConfigMapRef { name: "h".into() },
+            vars_conf_ref: ConfigMapRef { name: "v".into() },
+            queue_position: "0".into(),
+            ..Default::default()
+        },
+    )
+}
+
+const CHANGES: &str = "- hosts: all\n  gather_facts: false\n  become: false\n  tasks:\n    - name: one\n      \
+                       ansible.builtin.command: 'true'\n    - name: two\n      ansible.builtin.command: 'true'\n";
+
+#[test]
+fn a_successful_run_reports_hosts_and_changes() {
+    if !ansible_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let op = simple_operation(playbook(dir.path(), "ok.yml", CHANGES), vec![]);
+    let (ok, output, report, words) = run_for_summary(&op, dir.path(), &local_hosts());
+    assert!(ok, "{output}");
+    let summary = report.summary.expect("a summary");
+    assert_eq!(summary.host_count, 1);
+    assert_eq!(summary.hosts["localhost"].changed, 2, "{output}");
+    assert!(report.failure.is_none());
+    assert_eq!(words, "1 host, 2 changed");
+}
+
+#[test]
+fn a_failing_task_is_named_with_its_host_and_message() {
+    if !ansible_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = "- hosts: all\n  gather_facts: false\n  become: false\n  tasks:\n    - name: Stop if unsupported OS\n      \
+                ansible.builtin.fail:\n        msg: Debian 9 is not supported\n";
+    let op = simple_operation(playbook(dir.path(), "fail.yml", text), vec![]);
+    let (ok, output, report, words) = run_for_summary(&op, dir.path(), &local_hosts());
+    assert!(!ok, "{output}");
+    let failure = report.failure.expect("a failure");
+    assert_eq!(failure.host.as_deref(), Some("localhost"));
+    assert_eq!(
+        words,
+        "failed at TASK [Stop if unsupported OS] on localhost: Debian 9 is not supported"
+    );
+    assert_eq!(report.summary.expect("summary").total.failed, 1);
+}
+
+#[test]
+fn an_unreachable_host_is_named_with_the_ssh_error() {
+    if !ansible_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Port 1 on loopback: nothing listens there, so ssh is refused at once.
+    let hosts = "all:\n  hosts:\n    node3:\n      ansible_host: 127.0.0.1\n      ansible_port: 1\n      \
+                 ansible_user: nobody\n      ansible_ssh_common_args: -o ConnectTimeout=5\n";
+    let text =
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - name: ping\n      ansible.builtin.ping:\n";
+    let op = simple_operation(playbook(dir.path(), "ping.yml", text), vec![]);
+    let (ok, output, report, words) = run_for_summary(&op, dir.path(), hosts);
+    assert!(!ok, "{output}");
+    let failure = report.failure.expect("a failure");
+    assert!(failure.unreachable, "{failure:?}");
+    assert!(
+        words.starts_with("node3 unreachable: ") && words.contains("port 1"),
+        "{words}"
+    );
+}
+
+#[test]
+fn a_missing_playbook_is_reported_from_ansibles_error_line() {
+    if !ansible_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("does-not-exist.yml").display().to_string();
+    let op = simple_operation(missing.clone(), vec![]);
+    let (ok, output, report, words) = run_for_summary(&op, dir.path(), &local_hosts());
+    assert!(!ok, "{output}");
+    assert!(report.summary.is_none());
+    assert!(
+        words.starts_with("failed: ") && words.contains("could not be found") && words.contains(&missing),
+        "{words}"
+    );
+}
+
+#[test]
+fn a_syntax_error_is_reported_from_ansibles_error_line() {
+    if !ansible_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let op = simple_operation(
+        playbook(
+            dir.path(),
+            "broken.yml",
+            "- hosts: all\n  tasks:\n    - name: x\n      bogus_module_x: {}\n",
+        ),
+        vec![],
+    );
+    let (ok, output, report, words) = run_for_summary(&op, dir.path(), &local_hosts());
+    assert!(!ok, "{output}");
+    assert!(report.summary.is_none(), "{output}");
+    assert!(
+        words.starts_with("failed: ") && words.contains("bogus_module_x"),
+        "{words}"
+    );
+}
+
+#[test]
+fn a_failing_pre_hook_is_named_in_the_summary() {
+    if !ansible_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let op = operation(dir.path(), true);
+    let (ok, output, report, words) = run_for_summary(&op, dir.path(), &local_hosts());
+    assert!(!ok, "{output}");
+    let failure = report.failure.expect("a failure");
+    assert!(failure
+        .step
+        .as_deref()
+        .is_some_and(|s| s.starts_with("pre-hook 1/1: ")));
+    assert!(
+        words.starts_with("pre-hook 1/1: ")
+            && words.contains(" failed at TASK [fail] on localhost: hook failed on purpose"),
+        "{words}"
+    );
 }

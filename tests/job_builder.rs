@@ -121,22 +121,22 @@ fn a_scheduled_run_with_a_long_name_gets_a_63_character_job_name() {
 }
 
 #[test]
-fn a_plain_playbook_runs_as_an_argv_array_without_a_shell() {
-    let cmd = container_command(&operation("prod-bj-add-node7-0123abcd"));
+fn a_plain_playbook_runs_through_the_entry_script_with_every_argument_quoted() {
+    let op = operation("prod-bj-add-node7-0123abcd");
+    let cmd = container_command(&op);
+    assert_eq!(cmd.len(), 4);
     assert_eq!(
-        cmd,
-        [
-            "ansible-playbook",
-            "-i",
-            "/conf/hosts.yml",
-            "-e",
-            "@/conf/vars.yml",
-            "--private-key",
-            "/auth/ssh-privatekey",
-            "-b",
-            "scale.yml",
-            "--limit=node7"
-        ]
+        [&cmd[0], &cmd[1], &cmd[3]],
+        ["/bin/sh", "-c", "kok-entry"],
+        "the script runs under /bin/sh, $0 = kok-entry"
+    );
+    assert_eq!(cmd[2], entry_script(&op));
+    let (out, code) = run_with_recorder(&op, None);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "[-i]\n[/tmp/conf dir/hosts.yml]\n[-e]\n[@/tmp/conf dir/vars.yml]\n[--private-key]\n\
+         [/tmp/auth/ssh-privatekey]\n[-b]\n[scale.yml]\n[--limit=node7]\nEND\n"
     );
 }
 

@@ -50,6 +50,21 @@ async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_th
     assert_eq!(repo.runs("hello"), 1);
 
     let note = note_line(&mut kok, &repo, &sha, "kok/local/hello: success ").await;
+    let line = note
+        .lines()
+        .find(|l| l.starts_with("kok/local/hello: success "))
+        .unwrap();
+    assert!(
+        line.contains(" - succeeded in ") && line.ends_with(": 1 host, 2 changed"),
+        "the status says what ansible did: {line}"
+    );
+    assert_eq!(
+        op.status
+            .as_ref()
+            .and_then(|s| s.summary.as_ref())
+            .map(|s| s.total.changed),
+        Some(2)
+    );
     assert!(
         note.lines().any(|l| l.starts_with("kok/sync: success ")),
         "{note}"
@@ -72,6 +87,10 @@ async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_th
     );
     assert!(history.contains("operations: hello"), "{history}");
     assert!(history.contains("kok/local/hello: success "), "{history}");
+    assert!(
+        history.contains(": 1 host, 2 changed"),
+        "history prints the summary:\n{history}"
+    );
     let changed = local_e2e_support::git(&path, &["status", "--porcelain", "--ignored"]);
     assert_eq!(changed, "", "kok leaves the work tree's files alone");
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
@@ -98,11 +117,22 @@ async fn a_failing_playbook_fails_its_operation_and_its_log_holds_the_failure() 
     );
     assert!(log.contains("result=Failed"), "{log}");
     assert_eq!(log.matches(RUN_HEADER).count(), 1, "{log}");
-    note_line(&mut kok, &repo, &sha, "kok/local/broken: failure ").await;
+    let note = note_line(&mut kok, &repo, &sha, "kok/local/broken: failure ").await;
+    assert!(
+        note.contains(&format!(
+            " - failed at TASK [Fail on purpose] on localhost: {FAILURE_MESSAGE}"
+        )),
+        "the status says what failed, in ansible's words:\n{note}"
+    );
+    let failure = op
+        .status
+        .and_then(|s| s.failure)
+        .expect("the failure is in the status");
+    assert_eq!(failure.task.as_deref(), Some("Fail on purpose"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_run_cut_by_a_restart_is_not_run_again_and_later_operations_still_run() {
+async fn a_run_cut_by_a_restart_is_not_run_again_and_holds_later_operations_until_it_is_removed() {
     if !ansible_or_skip("a_run_cut_by_a_restart_is_not_run_again") {
         return;
     }
@@ -130,7 +160,19 @@ async fn a_run_cut_by_a_restart_is_not_run_again_and_later_operations_still_run(
     );
     note_line(&mut kok, &repo, &sha, "kok/local/slow: failure ").await;
 
-    let later = repo.commit_operations(&[slow, ("after", "mark.yml", "after")]);
+    let after = ("after", "mark.yml", "after");
+    let held = repo.commit_operations(&[slow, after]);
+    let note = note_line(&mut kok, &repo, &held, "kok/local/after: pending ").await;
+    assert!(
+        note.contains(&format!(
+            " - held: local/slow failed at {}; bump its rerun or remove it from operations.yml to go on",
+            &sha[..7]
+        )),
+        "{note}"
+    );
+    assert_eq!(repo.runs("after"), 0, "a held operation does not run");
+
+    let later = repo.commit_operations(&[after]);
     let op = finished(&mut kok, &client, "after").await;
     let (phase, message) = phase_and_message(&op);
     assert_eq!(
@@ -141,7 +183,8 @@ async fn a_run_cut_by_a_restart_is_not_run_again_and_later_operations_still_run(
     );
     assert_eq!(
         repo.mark("after").as_deref(),
-        Some(format!("{GREETING} at {later}\n").as_str())
+        Some(format!("{GREETING} at {held}\n").as_str()),
+        "the run is pinned to the commit that created it, not {later}"
     );
 
     assert_eq!(repo.runs("slow"), 1, "the interrupted playbook ran once");

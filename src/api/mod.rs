@@ -43,6 +43,9 @@ pub const ANNOTATION_SOURCE_PATH: &str = "kok.dev/source-path";
 pub const ANNOTATION_CONTENT_HASH: &str = "kok.dev/content-hash";
 /// Annotation on a scheduled ClusterOperation: the last cron firing (RFC 3339) a run was created for.
 pub const ANNOTATION_LAST_FIRED: &str = "kok.dev/last-fired";
+/// Start of the message of an operation held by an earlier failure of its cluster; its commit status says the
+/// message as it is.
+pub const HELD_PREFIX: &str = "held: ";
 /// Name of the ConfigMap holding the last reconciled commit.
 pub const STATE_CONFIG_MAP: &str = "kok-state";
 /// Name of the ConfigMap data key holding `hosts.yml`.
@@ -270,7 +273,8 @@ pub struct OperationSource {
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Started","type":"date","jsonPath":".status.startTime"}"#,
     printcolumn = r#"{"name":"Duration","type":"string","jsonPath":".status.duration"}"#,
-    printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".spec.source.commit"}"#
+    printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".spec.source.commit"}"#,
+    printcolumn = r#"{"name":"Result","type":"string","priority":1,"jsonPath":".status.result"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterOperationSpec {
@@ -323,6 +327,106 @@ pub struct ClusterOperationSpec {
     /// For a scheduled run: the firing time (RFC 3339) it was created for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_time: Option<String>,
+    /// What a failure of this run does to the cluster's later operations: `hold` (default) keeps them
+    /// Queued until a rerun succeeds or the entry is removed; `continue` lets them go on.
+    #[serde(default, skip_serializing_if = "OnFailure::is_hold")]
+    pub on_failure: OnFailure,
+}
+
+/// What a failed operation does to the later operations of its cluster.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Later operations stay Queued until a run of the same entry succeeds or the entry is removed.
+    #[default]
+    Hold,
+    /// Later operations go on (for read-only or reporting operations).
+    Continue,
+}
+
+impl OnFailure {
+    /// True for the default, [`OnFailure::Hold`].
+    pub fn is_hold(&self) -> bool {
+        *self == OnFailure::Hold
+    }
+
+    /// The spelling used in operations.yml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Hold => "hold",
+            OnFailure::Continue => "continue",
+        }
+    }
+}
+
+/// Task results of one host in a run, as ansible counts them.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostCounts {
+    /// Tasks that ran without change.
+    #[serde(default)]
+    pub ok: u32,
+    /// Tasks that changed something.
+    #[serde(default)]
+    pub changed: u32,
+    /// Tasks that failed.
+    #[serde(default)]
+    pub failed: u32,
+    /// Times the host could not be reached.
+    #[serde(default)]
+    pub unreachable: u32,
+    /// Tasks skipped.
+    #[serde(default)]
+    pub skipped: u32,
+}
+
+impl HostCounts {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &HostCounts) {
+        self.ok += other.ok;
+        self.changed += other.changed;
+        self.failed += other.failed;
+        self.unreachable += other.unreachable;
+        self.skipped += other.skipped;
+    }
+}
+
+/// What ansible reported about a run: counts per host, summed over the hooks and the action.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    /// Counts per host (may leave hosts out when the run had too many to fit a termination message).
+    #[serde(default)]
+    pub hosts: std::collections::BTreeMap<String, HostCounts>,
+    /// Counts over every host.
+    #[serde(default)]
+    pub total: HostCounts,
+    /// Number of hosts the run touched.
+    #[serde(default)]
+    pub host_count: u32,
+}
+
+/// The first thing that went wrong in a run.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunFailure {
+    /// The step of the pod that failed: `action: cluster.yml`, `pre-hook 1/2: ping.yml`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The play the failed task belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub play: Option<String>,
+    /// The task that failed, as ansible names it (`role : task`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// The host it failed on, or that could not be reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// True when the host could not be reached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreachable: bool,
+    /// ansible's message, or for a failure before ansible ran a task, the error line of its output.
+    pub message: String,
 }
 
 /// Life-cycle phase of a ClusterOperation.
@@ -430,6 +534,18 @@ pub struct ClusterOperationStatus {
     /// Delivery attempts of the desired status that failed so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_attempts: Option<u32>,
+    /// What ansible reported: task results per host, from the Job's termination message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<RunSummary>,
+    /// The first failure of the run: step, task, host and message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
+    /// The outcome in one line, as the commit status says it: `failed at TASK [...] on node2: ...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// Set once the hold of this failed operation on its cluster's queue was lifted by removing its entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_released: Option<String>,
 }
 
 /// The CustomResourceDefinitions of kok, in a stable order (Cluster, then ClusterOperation).

@@ -1,12 +1,13 @@
 //! The Job that runs one ClusterOperation, and its entry script: pure functions from the operation to objects.
 //!
-//! A plain playbook without hooks runs as an argv array, no shell involved:
-//! `ansible-playbook -i /conf/hosts.yml -e @/conf/vars.yml [--private-key /auth/ssh-privatekey] -b <action> <extraArgs...>`.
-//! With hooks, or with `type: shell`, the container runs `/bin/sh -c <entry script>`; the script quotes every
-//! argument, runs pre-hooks, the action and post-hooks in order and stops at the first failure. A `shell` step
-//! runs `/bin/sh <action> <extraArgs...>`: the action is a script file inside the runner image.
-//! The script reads its directories from `KOK_CONF_DIR` (default `/conf`) and `KOK_AUTH_DIR` (default `/auth`),
-//! so the same script runs outside a pod.
+//! The container runs `/bin/sh -c <entry script>`. The script quotes every argument from the repository, runs
+//! pre-hooks, the action and post-hooks in order and stops at the first failure. A playbook step runs
+//! `ansible-playbook -i $KOK_CONF_DIR/hosts.yml -e @$KOK_CONF_DIR/vars.yml [--private-key ...] -b <action> <extraArgs...>`;
+//! a `shell` step runs `/bin/sh <action> <extraArgs...>`: the action is a script file inside the runner image.
+//! Before the first step the script writes kok's ansible callback plugin into a private temporary directory, and
+//! on exit it leaves the plugin's summary as the container's termination message ([`super::summary`]).
+//! The script reads its directories from `KOK_CONF_DIR` (default `/conf`), `KOK_AUTH_DIR` (default `/auth`)
+//! and `KOK_TERMINATION_LOG` (default `/dev/termination-log`), so the same script runs outside a pod.
 //!
 //! Security: the pod runs the image's user (kubespray's image runs as root and needs it), with privilege
 //! escalation off, every capability dropped and the runtime's default seccomp profile; the service account
@@ -26,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
+use super::summary::{ENV_TERMINATION_LOG, PLUGIN_SOURCE, STEP_FAILED_MARK, TERMINATION_MESSAGE_PATH};
 use crate::api::{
     common_labels, ActionType, ClusterOperation, Hook, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH,
     HOSTS_KEY, LABEL_CLUSTER_OPERATION, LABEL_OPERATION, SSH_PRIVATE_KEY, VARS_KEY,
@@ -48,6 +50,8 @@ pub const ENV_CLUSTER: &str = "KOK_CLUSTER";
 pub const ENV_OPERATION: &str = "KOK_OPERATION";
 /// Environment variable with the commit the operation came from.
 pub const ENV_COMMIT: &str = "KOK_COMMIT";
+/// Label the Job controller puts on a Job's pods, naming the Job.
+pub const JOB_NAME_LABEL: &str = "job-name";
 /// Name of the runner container.
 pub const CONTAINER_NAME: &str = "ansible";
 /// Mode of the mounted ssh key: readable by its owner only (0400).
@@ -132,32 +136,6 @@ fn main_step(op: &ClusterOperation) -> Step<'_> {
     }
 }
 
-/// The argv of a plain playbook run, with the fixed in-pod paths.
-pub fn playbook_argv(op: &ClusterOperation) -> Vec<String> {
-    let mut argv = vec![
-        ANSIBLE_PLAYBOOK.to_string(),
-        "-i".to_string(),
-        format!("{CONF_DIR}/{HOSTS_KEY}"),
-        "-e".to_string(),
-        format!("@{CONF_DIR}/{VARS_KEY}"),
-    ];
-    if op.spec.ssh_auth_ref.is_some() {
-        argv.push("--private-key".to_string());
-        argv.push(format!("{AUTH_DIR}/{SSH_PRIVATE_KEY}"));
-    }
-    argv.push("-b".to_string());
-    argv.push(op.spec.action.clone());
-    argv.extend(op.spec.extra_args.iter().cloned());
-    argv
-}
-
-/// True when the operation needs the entry script rather than a bare argv.
-pub fn needs_entry_script(op: &ClusterOperation) -> bool {
-    !op.spec.pre_hooks.is_empty()
-        || !op.spec.post_hooks.is_empty()
-        || op.spec.action_type == ActionType::Shell
-}
-
 fn script_line(step: Step<'_>, with_key: bool) -> String {
     let mut words: Vec<String> = Vec::new();
     match step.action_type {
@@ -180,8 +158,46 @@ fn script_line(step: Step<'_>, with_key: bool) -> String {
     words.join(" ")
 }
 
+/// Heredoc delimiter of the plugin inside the entry script.
+const PLUGIN_DELIMITER: &str = "KOK_SUMMARY_PLUGIN";
+
+/// The part of the entry script before the first step: the directories, a private temporary directory holding
+/// kok's callback plugin (found by ansible through `ANSIBLE_CALLBACK_PLUGINS`), and the exit trap that names
+/// the failed step and leaves the plugin's summary as the termination message.
+fn script_prologue() -> String {
+    format!(
+        r#"set -eu
+{ENV_CONF_DIR}="${{{ENV_CONF_DIR}:-{CONF_DIR}}}"
+{ENV_AUTH_DIR}="${{{ENV_AUTH_DIR}:-{AUTH_DIR}}}"
+{ENV_TERMINATION_LOG}="${{{ENV_TERMINATION_LOG}:-{TERMINATION_MESSAGE_PATH}}}"
+kok_tmp=$(mktemp -d "${{TMPDIR:-/tmp}}/kok.XXXXXX")
+KOK_SUMMARY_FILE="$kok_tmp/summary.json"
+KOK_STEP=setup
+export {ENV_CONF_DIR} {ENV_AUTH_DIR} KOK_SUMMARY_FILE KOK_STEP
+kok_finish() {{
+  kok_rc=$1
+  if [ "$kok_rc" -ne 0 ]; then
+    printf 'kok: %s{STEP_FAILED_MARK}%s
+' "$KOK_STEP" "$kok_rc" >&2
+  fi
+  if [ -s "$KOK_SUMMARY_FILE" ] && {{ [ "$kok_rc" -eq 0 ] || [ -e "$KOK_SUMMARY_FILE.failed" ]; }}; then
+    cat "$KOK_SUMMARY_FILE" > "${ENV_TERMINATION_LOG}" 2>/dev/null || true
+  fi
+  rm -rf "$kok_tmp"
+}}
+trap 'kok_finish $?' EXIT
+mkdir "$kok_tmp/callback"
+cat > "$kok_tmp/callback/kok_summary.py" <<'{PLUGIN_DELIMITER}'
+{PLUGIN_SOURCE}{PLUGIN_DELIMITER}
+ANSIBLE_CALLBACK_PLUGINS="$kok_tmp/callback:${{ANSIBLE_CALLBACK_PLUGINS:-${{HOME:-/nonexistent}}/.ansible/plugins/callback:/usr/share/ansible/plugins/callback}}"
+export ANSIBLE_CALLBACK_PLUGINS
+"#
+    )
+}
+
 /// The entry script: runs pre-hooks, the action and post-hooks in order, stopping at the first failure with
-/// its exit status. Every argument from the repository is single-quoted; only kok's own path variables expand.
+/// its exit status. Every argument from the repository is single-quoted; only kok's own variables expand.
+/// Each step is announced as `kok: <step>` on stderr, and a failure as `kok: <step> failed with exit code <n>`.
 pub fn entry_script(op: &ClusterOperation) -> String {
     let with_key = op.spec.ssh_auth_ref.is_some();
     let mut steps: Vec<(String, Step<'_>)> = Vec::new();
@@ -195,32 +211,25 @@ pub fn entry_script(op: &ClusterOperation) -> String {
         steps.push((format!("post-hook {}/{post}", i + 1), hook.into()));
     }
 
-    let mut script = String::new();
-    script.push_str("set -eu\n");
-    script.push_str(&format!("{ENV_CONF_DIR}=\"${{{ENV_CONF_DIR}:-{CONF_DIR}}}\"\n"));
-    script.push_str(&format!("{ENV_AUTH_DIR}=\"${{{ENV_AUTH_DIR}:-{AUTH_DIR}}}\"\n"));
-    script.push_str(&format!("export {ENV_CONF_DIR} {ENV_AUTH_DIR}\n"));
+    let mut script = script_prologue();
     for (label, step) in steps {
-        let banner = format!("kok: {label}: {}", step.action);
-        script.push_str(&format!("printf '%s\\n' {} >&2\n", shell_quote(&banner)));
+        let name = shell_quote(&format!("{label}: {}", step.action));
+        script.push_str(&format!("KOK_STEP={name}\n"));
+        script.push_str("printf 'kok: %s\\n' \"$KOK_STEP\" >&2\n");
         script.push_str(&script_line(step, with_key));
         script.push('\n');
     }
     script
 }
 
-/// The container command: the bare ansible-playbook argv, or `/bin/sh -c <entry script> kok-entry`.
+/// The container command: `/bin/sh -c <entry script> kok-entry`.
 pub fn container_command(op: &ClusterOperation) -> Vec<String> {
-    if needs_entry_script(op) {
-        vec![
-            SHELL.to_string(),
-            "-c".to_string(),
-            entry_script(op),
-            "kok-entry".to_string(),
-        ]
-    } else {
-        playbook_argv(op)
-    }
+    vec![
+        SHELL.to_string(),
+        "-c".to_string(),
+        entry_script(op),
+        "kok-entry".to_string(),
+    ]
 }
 
 /// The labels of a Job and its pods: kok's common labels plus the operation id and ClusterOperation name
@@ -338,6 +347,7 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
             }),
             ..SecurityContext::default()
         }),
+        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_string()),
         termination_message_policy: Some("FallbackToLogsOnError".to_string()),
         ..Container::default()
     };

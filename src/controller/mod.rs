@@ -5,6 +5,7 @@
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
 //! - [`secret`]: the ssh Secret check.
+//! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
 //!
 //! [`run`] runs all three loops until shutdown; tests run it in-process against testkit.
@@ -15,6 +16,7 @@ pub mod operation;
 pub mod queue;
 pub mod schedule;
 pub mod secret;
+pub mod summary;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
@@ -20,9 +21,10 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
-use super::job::{build_job, job_name};
-use super::queue::{decide, format_duration, job_outcome, phase, JobOutcome};
+use super::job::{build_job, job_name, CONTAINER_NAME, JOB_NAME_LABEL};
+use super::queue::{decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome};
 use super::secret::check_secret;
+use super::summary::{read_termination_message, RunReport};
 use super::{Context, ControllerError};
 use crate::api::{ClusterOperation, ClusterOperationStatus, Phase};
 use crate::report::status::operation_status;
@@ -45,6 +47,8 @@ pub struct Transition {
     pub end_time: Option<Timestamp>,
     /// Event reason (PascalCase) and whether it is a warning.
     pub event: Option<(&'static str, bool)>,
+    /// What the run's pod reported, for terminal phases.
+    pub report: Option<RunReport>,
 }
 
 /// The status an operation has after `t`: its current status with the transition's fields set.
@@ -64,6 +68,10 @@ pub fn next_status(op: &ClusterOperation, t: &Transition) -> ClusterOperationSta
             s.duration = Some(format_duration(end.duration_since(start.0).as_secs()));
         }
     }
+    if let Some(report) = &t.report {
+        s.summary = report.summary.clone();
+        s.failure = report.failure.clone();
+    }
     s
 }
 
@@ -78,6 +86,7 @@ pub fn status_patch(
     let mut after = op.clone();
     after.status = Some(s.clone());
     let desired = operation_status(&after, t.phase, t.message.as_deref(), url, namespace);
+    let result = t.phase.is_terminal().then(|| desired.description.clone());
     json!({
         "status": {
             "phase": s.phase,
@@ -86,6 +95,9 @@ pub fn status_patch(
             "startTime": s.start_time,
             "endTime": s.end_time,
             "duration": s.duration,
+            "summary": s.summary,
+            "failure": s.failure,
+            "result": result,
             "desiredStatus": desired,
         }
     })
@@ -108,6 +120,7 @@ async fn transition(ctx: &Context, op: &ClusterOperation, t: Transition) -> Resu
     let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), ns);
     let mut patch = status_patch(op, &t, ctx.config.status_url.as_deref(), ns);
     patch["metadata"] = json!({"resourceVersion": op.resource_version()});
+    let result = patch["status"]["result"].as_str().map(str::to_string);
     api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(op_error(op, format!("recording phase {}", t.phase)))?;
@@ -120,9 +133,10 @@ async fn transition(ctx: &Context, op: &ClusterOperation, t: Transition) -> Resu
                 EventType::Normal
             },
             reason: reason.to_string(),
-            note: Some(match &t.message {
-                Some(m) => format!("{}: {m}", t.phase),
-                None => t.phase.to_string(),
+            note: Some(match (&result, &t.message) {
+                (Some(r), _) => r.clone(),
+                (None, Some(m)) => format!("{}: {m}", t.phase),
+                (None, None) => t.phase.to_string(),
             }),
             action: reason.to_string(),
             secondary: None,
@@ -179,8 +193,13 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let name = job_name(&op.name_any());
     match phase(&op) {
-        Phase::Succeeded | Phase::Failed => {
+        Phase::Succeeded => {
             release(&ctx, &op);
+            Ok(Action::await_change())
+        }
+        Phase::Failed => {
+            release(&ctx, &op);
+            acknowledge_removal(&ctx, &op).await?;
             Ok(Action::await_change())
         }
         Phase::Canceled => {
@@ -205,6 +224,12 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                 .get_opt(&name)
                 .await
                 .map_err(op_error(&op, format!("reading Job {name}")))?;
+            let report = match job.as_ref().map(job_outcome) {
+                Some(JobOutcome::Succeeded | JobOutcome::Failed { .. }) => {
+                    Some(run_report(&ctx, &name).await)
+                }
+                _ => None,
+            };
             let t = match job.as_ref().map(job_outcome) {
                 None => Transition {
                     phase: Phase::Failed,
@@ -218,6 +243,7 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                     phase: Phase::Succeeded,
                     end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
                     event: Some(("Succeeded", false)),
+                    report,
                     ..Transition::default()
                 },
                 Some(JobOutcome::Failed { reason, message }) => Transition {
@@ -229,6 +255,7 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                     }),
                     end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
                     event: Some(("Failed", true)),
+                    report,
                     ..Transition::default()
                 },
             };
@@ -237,6 +264,76 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
         }
         Phase::Pending | Phase::Queued => start_or_wait(&op, &ctx, &jobs, &name).await,
     }
+}
+
+/// What the finished pod of Job `job` reported in its termination message; nothing when there is no such pod
+/// (deleted, or never scheduled) or it cannot be read (the reason is logged, the transition goes on).
+async fn run_report(ctx: &Context, job: &str) -> RunReport {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let params = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}"));
+    match pods.list(&params).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .filter_map(termination_message_of)
+            .next_back()
+            .map(|m| read_termination_message(&m))
+            .unwrap_or_default(),
+        Err(e) => {
+            warn!(job, error = %e, "could not read the Job's pod; the status says only how the Job ended");
+            RunReport::default()
+        }
+    }
+}
+
+/// The termination message of the runner container of a terminated pod.
+pub fn termination_message_of(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let status = statuses
+        .iter()
+        .find(|c| c.name == CONTAINER_NAME)
+        .or(statuses.first())?;
+    status.state.as_ref()?.terminated.as_ref()?.message.clone()
+}
+
+/// Publishes, once, that the hold of the failed `op` on its cluster's queue was lifted because its entry left
+/// operations.yml (an explicit acknowledgement), and lets the cluster's waiting operations look again.
+async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(), ControllerError> {
+    if op.status.as_ref().is_some_and(|s| s.hold_released.is_some()) {
+        return Ok(());
+    }
+    let all = ctx.operations.state();
+    let siblings: Vec<&ClusterOperation> = all
+        .iter()
+        .map(|o| o.as_ref())
+        .filter(|o| o.spec.cluster == op.spec.cluster)
+        .collect();
+    if !released_by_removal(op, &siblings) {
+        return Ok(());
+    }
+    let note = format!(
+        "{}/{} removed from operations.yml: its failure no longer holds the cluster's later operations",
+        op.spec.cluster, op.spec.id
+    );
+    let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let patch =
+        json!({"metadata": {"resourceVersion": op.resource_version()}, "status": {"holdReleased": note}});
+    api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(op_error(op, "recording that its hold was released".to_string()))?;
+    info!(operation = %op.name_any(), cluster = %op.spec.cluster, "hold released: entry removed");
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "HoldReleased".to_string(),
+        note: Some(note),
+        action: "HoldReleased".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &op.object_ref(&())).await {
+        warn!(operation = %op.name_any(), error = %e, "event not published");
+    }
+    wake_cluster(ctx, &op.spec.cluster);
+    Ok(())
 }
 
 fn owned_by(job: &Job, op: &ClusterOperation) -> bool {

@@ -1,4 +1,11 @@
-//! The per-cluster queue, Job outcomes and the history limit, as pure functions over ClusterOperations.
+//! The per-cluster queue, failure holds, Job outcomes and the history limit, as pure functions over
+//! ClusterOperations.
+//!
+//! A failed operation (or one canceled while running) holds every later operation of its cluster as Queued,
+//! unless it opted out with `onFailure: continue`. The hold lifts when a later run of the same entry (a
+//! `rerun` bump or an edit: same id) succeeds, or when the failed entry is removed from operations.yml. Runs
+//! of the failed entry's id are never held by it, and operations that are held never keep them waiting, so
+//! the rerun can start.
 
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
@@ -6,7 +13,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 
-use crate::api::{ClusterOperation, Phase, LABEL_CURRENT};
+use crate::api::{ClusterOperation, OnFailure, Phase, HELD_PREFIX, LABEL_CURRENT};
 
 /// The phase recorded on a ClusterOperation (Pending when it has no status yet).
 pub fn phase(op: &ClusterOperation) -> Phase {
@@ -28,6 +35,15 @@ pub enum Wait {
     ClusterBusy(String),
     /// An earlier operation of the same cluster has not finished.
     Behind(String),
+    /// An earlier operation of the same cluster failed and holds the queue.
+    Held {
+        /// Cluster name.
+        cluster: String,
+        /// Id of the failed operation.
+        id: String,
+        /// Commit of the failed run.
+        commit: String,
+    },
     /// `--max-concurrent-jobs` Jobs are running already.
     NoJobSlot {
         /// Jobs running now.
@@ -42,6 +58,11 @@ impl std::fmt::Display for Wait {
         match self {
             Wait::ClusterBusy(name) => write!(f, "waiting for running operation {name} of the same cluster"),
             Wait::Behind(name) => write!(f, "waiting for earlier operation {name} of the same cluster"),
+            Wait::Held { cluster, id, commit } => write!(
+                f,
+                "{HELD_PREFIX}{cluster}/{id} failed at {}; bump its rerun or remove it from operations.yml to go on",
+                &commit[..commit.len().min(7)]
+            ),
             Wait::NoJobSlot { running, max } => {
                 write!(
                     f,
@@ -71,10 +92,18 @@ pub fn decide(
     {
         return Err(Wait::ClusterBusy(other));
     }
+    if let Some(holder) = holder(op, siblings) {
+        return Err(Wait::Held {
+            cluster: holder.spec.cluster.clone(),
+            id: holder.spec.id.clone(),
+            commit: holder.spec.source.commit.clone(),
+        });
+    }
     let head = siblings
         .iter()
         .filter(|s| !phase(s).is_terminal() && s.name_any() != name)
         .filter(|s| queue_order(s, op) == Ordering::Less)
+        .filter(|s| holder(s, siblings).is_none())
         .min_by(|a, b| queue_order(a, b));
     if let Some(head) = head {
         return Err(Wait::Behind(head.name_any()));
@@ -86,6 +115,53 @@ pub fn decide(
         });
     }
     Ok(())
+}
+
+/// True when `op` stopped on a failure: Failed, or Canceled after its Job was created.
+pub fn stopped_on_failure(op: &ClusterOperation) -> bool {
+    match phase(op) {
+        Phase::Failed => true,
+        Phase::Canceled => op.status.as_ref().is_some_and(|s| s.job_ref.is_some()),
+        _ => false,
+    }
+}
+
+/// Whether the failed `op` holds its cluster's later operations, given its cluster's operations `siblings`:
+/// it stopped on a failure, did not opt out, no later run of the same id succeeded, and its entry (or a run
+/// of the same id) is still in operations.yml.
+pub fn holds(op: &ClusterOperation, siblings: &[&ClusterOperation]) -> bool {
+    if !stopped_on_failure(op) || op.spec.on_failure == OnFailure::Continue {
+        return false;
+    }
+    let name = op.name_any();
+    let mut same_id = siblings
+        .iter()
+        .filter(|s| s.spec.id == op.spec.id && s.name_any() != name);
+    let rerun_succeeded = same_id
+        .clone()
+        .any(|s| phase(s) == Phase::Succeeded && queue_order(op, s) == Ordering::Less);
+    !rerun_succeeded && (is_current(op) || same_id.any(|s| is_current(s)))
+}
+
+/// True when the failed `op`'s hold was lifted by removing its entry: it stopped on a failure and would hold,
+/// but neither it nor any run of its id is in operations.yml any more, and no later run of its id succeeded.
+pub fn released_by_removal(op: &ClusterOperation, siblings: &[&ClusterOperation]) -> bool {
+    stopped_on_failure(op)
+        && op.spec.on_failure == OnFailure::Hold
+        && !holds(op, siblings)
+        && !siblings.iter().any(|s| {
+            s.spec.id == op.spec.id && phase(s) == Phase::Succeeded && queue_order(op, s) == Ordering::Less
+        })
+}
+
+/// The earliest failed operation that holds `op`: before it in queue order, of another id, and holding.
+pub fn holder<'a>(op: &ClusterOperation, siblings: &[&'a ClusterOperation]) -> Option<&'a ClusterOperation> {
+    siblings
+        .iter()
+        .copied()
+        .filter(|s| s.spec.id != op.spec.id && queue_order(s, op) == Ordering::Less)
+        .filter(|s| holds(s, siblings))
+        .min_by(|a, b| queue_order(a, b))
 }
 
 /// What a Job says about its operation.
@@ -152,7 +228,8 @@ pub fn is_current(op: &ClusterOperation) -> bool {
 /// Names of the finished operations to delete so that at most `limit` finished ones remain.
 ///
 /// Only terminal operations that are no longer entries of operations.yml are candidates (deleting a current
-/// one would let the next resync create and run it again); the oldest by end time, then queue order, go first.
+/// one would let the next resync create and run it again), and never one that holds its cluster's queue;
+/// the oldest by end time, then queue order, go first.
 pub fn history_to_delete(ops: &[&ClusterOperation], limit: u32) -> Vec<String> {
     let mut finished: Vec<&ClusterOperation> =
         ops.iter().copied().filter(|o| phase(o).is_terminal()).collect();
@@ -170,7 +247,7 @@ pub fn history_to_delete(ops: &[&ClusterOperation], limit: u32) -> Vec<String> {
     finished.sort_by(|a, b| end(a).cmp(&end(b)).then_with(|| queue_order(a, b)));
     finished
         .into_iter()
-        .filter(|o| !is_current(o))
+        .filter(|o| !is_current(o) && !holds(o, ops))
         .take(excess)
         .map(|o| o.name_any())
         .collect()
@@ -236,6 +313,57 @@ mod tests {
             decide(&b, &[&a, &b], &BTreeSet::new(), 1, 1),
             Err(Wait::NoJobSlot { running: 1, max: 1 })
         );
+    }
+
+    fn current(mut o: ClusterOperation, id: &str) -> ClusterOperation {
+        o.spec.id = id.into();
+        o.metadata.labels = Some([(LABEL_CURRENT.to_string(), "true".to_string())].into());
+        o
+    }
+
+    #[test]
+    fn a_failure_holds_later_operations_but_not_a_rerun_of_itself() {
+        let failed = current(op("up-1", "1", Phase::Failed), "up");
+        let add = current(op("add", "2", Phase::Queued), "add");
+        let rerun = current(op("up-2", "3", Phase::Pending), "up");
+        let all = [&failed, &add, &rerun];
+        assert!(holds(&failed, &all));
+        assert!(matches!(
+            decide(&add, &all, &BTreeSet::new(), 0, 4),
+            Err(Wait::Held { ref id, .. }) if id == "up"
+        ));
+        assert_eq!(
+            decide(&rerun, &all, &BTreeSet::new(), 0, 4),
+            Ok(()),
+            "held ones do not block it"
+        );
+
+        let mut done = rerun.clone();
+        done.status.as_mut().unwrap().phase = Phase::Succeeded;
+        let all = [&failed, &add, &done];
+        assert!(
+            !holds(&failed, &all),
+            "a later success of the same id lifts the hold"
+        );
+        assert_eq!(decide(&add, &all, &BTreeSet::new(), 0, 4), Ok(()));
+    }
+
+    #[test]
+    fn removing_the_failed_entry_or_opting_out_lifts_the_hold() {
+        let mut removed = op("up-1", "1", Phase::Failed);
+        removed.spec.id = "up".into();
+        let add = current(op("add", "2", Phase::Queued), "add");
+        assert!(!holds(&removed, &[&removed, &add]));
+        assert!(released_by_removal(&removed, &[&removed, &add]));
+        assert_eq!(decide(&add, &[&removed, &add], &BTreeSet::new(), 0, 4), Ok(()));
+
+        let mut opted = current(op("report", "1", Phase::Failed), "report");
+        opted.spec.on_failure = OnFailure::Continue;
+        assert!(!holds(&opted, &[&opted, &add]));
+        assert!(!released_by_removal(&opted, &[&opted, &add]));
+
+        let canceled_before_start = current(op("c", "1", Phase::Canceled), "c");
+        assert!(!holds(&canceled_before_start, &[&canceled_before_start, &add]));
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub struct Operation {
     pub schedule: Option<String>,
     /// Counter; bumping it changes the digest and so makes a new run.
     pub rerun: Option<u64>,
+    /// Whether a failure holds the cluster's later operations (`hold`, the default) or not (`continue`).
+    pub on_failure: crate::api::OnFailure,
     /// The entry exactly as written, as JSON; its canonical form is hashed into the digest.
     pub entry: serde_json::Value,
     /// 1-based line of the entry in operations.yml.

@@ -7,7 +7,7 @@ use super::names::dns1123_label_problem;
 use super::scaledown::unknown_hosts;
 use super::yaml::{Kind, Node};
 use super::{Inventory, Operation};
-use crate::api::{ActionType, Hook};
+use crate::api::{ActionType, Hook, OnFailure};
 
 /// Keys an operation entry may hold.
 pub const OPERATION_KEYS: &[&str] = &[
@@ -21,6 +21,7 @@ pub const OPERATION_KEYS: &[&str] = &[
     "activeDeadlineSeconds",
     "schedule",
     "rerun",
+    "onFailure",
 ];
 
 /// Keys a hook may hold.
@@ -207,6 +208,23 @@ fn parse_operation(
             None
         }
     });
+    let on_failure = match get(map, "onFailure") {
+        None => OnFailure::Hold,
+        Some(node) => match node.as_str() {
+            Some("hold") => OnFailure::Hold,
+            Some("continue") => OnFailure::Continue,
+            _ => {
+                diags.error(
+                    node,
+                    format!(
+                        "onFailure of {what} must be `hold` (later operations wait until a rerun succeeds) \
+                         or `continue` (they go on)"
+                    ),
+                );
+                OnFailure::Hold
+            }
+        },
+    };
     let step = step?;
     Some(Operation {
         id: id?,
@@ -219,6 +237,7 @@ fn parse_operation(
         active_deadline_seconds,
         schedule,
         rerun,
+        on_failure,
         entry: item.to_json(),
         line: item.line,
         index,
@@ -398,7 +417,7 @@ fn parse_hooks(
                     k,
                     format!("{name} is not allowed in a hook: hooks run in the operation's pod; set {name} on the operation"),
                 ),
-                Some(name @ ("id" | "schedule" | "rerun" | "preHooks" | "postHooks")) => {
+                Some(name @ ("id" | "schedule" | "rerun" | "onFailure" | "preHooks" | "postHooks")) => {
                     diags.error(k, format!("{name} is not allowed in a hook: only action, type and extraArgs are"))
                 }
                 _ => unknown_key(k, HOOK_KEYS, "hook", diags),
@@ -551,6 +570,23 @@ mod tests {
         assert!(errors("- id: a\n  action: a.yml\n  rerun: -1\n")[0].contains("non-negative"));
         assert!(errors("- id: a\n  action: a.yml\n  image: ''\n")[0]
             .contains("image of operation \"a\" must be a non-empty"));
+    }
+
+    #[test]
+    fn on_failure_is_hold_by_default_continue_when_asked_and_nothing_else() {
+        let (ops, _) = check("- id: a\n  action: a.yml\n- id: b\n  action: b.yml\n  onFailure: continue\n");
+        assert_eq!(ops[0].on_failure, OnFailure::Hold);
+        assert_eq!(ops[1].on_failure, OnFailure::Continue);
+        let errs = errors("- id: a\n  action: a.yml\n  onFailure: retry\n");
+        assert_eq!(
+            errs,
+            ["3:14: onFailure of operation \"a\" must be `hold` (later operations wait until a rerun succeeds) \
+              or `continue` (they go on)"]
+        );
+        assert!(
+            errors("- id: a\n  action: a.yml\n  preHooks: [{action: p.yml, onFailure: continue}]\n")[0]
+                .contains("onFailure is not allowed in a hook")
+        );
     }
 
     #[test]

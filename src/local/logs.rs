@@ -16,6 +16,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::controller::summary::FALLBACK_LINES;
+
 /// Start of the header and end lines the runner writes.
 pub const MARKER: &str = "# kok-local-runner ";
 /// Text that replaces Secret content in output lines.
@@ -203,11 +205,13 @@ pub fn log_path(state_dir: &Path, name: &str) -> PathBuf {
     super::logs_dir(state_dir).join(file_name(name))
 }
 
-/// An open log file, appended to line by line with no buffering, Secret content redacted.
+/// An open log file, appended to line by line with no buffering, Secret content redacted. It keeps the last
+/// lines it wrote, for a termination message that falls back to the log.
 #[derive(Debug)]
 pub struct LogWriter {
     file: std::fs::File,
     redactions: Vec<String>,
+    tail: std::collections::VecDeque<String>,
 }
 
 impl LogWriter {
@@ -224,7 +228,27 @@ impl LogWriter {
             .append(true)
             .mode(0o600)
             .open(path)?;
-        Ok(LogWriter { file, redactions })
+        Ok(LogWriter {
+            file,
+            redactions,
+            tail: std::collections::VecDeque::new(),
+        })
+    }
+
+    /// `text` with every Secret value replaced by [`REDACTED`].
+    pub fn redact(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        for r in &self.redactions {
+            if text.contains(r.as_str()) {
+                text = text.replace(r.as_str(), REDACTED);
+            }
+        }
+        text
+    }
+
+    /// The lines written since the last call (at most the kubelet's [`FALLBACK_LINES`]), redacted.
+    pub fn take_tail(&mut self) -> Vec<String> {
+        self.tail.drain(..).collect()
     }
 
     /// Appends one line of output (`bytes` may end with a newline; one is added when it does not).
@@ -246,6 +270,14 @@ impl LogWriter {
             owned = [out, b"\n"].concat();
             out = &owned;
         }
+        if self.tail.len() == FALLBACK_LINES {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(
+            String::from_utf8_lossy(out)
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        );
         self.file.write_all(out)
     }
 }

@@ -38,10 +38,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, PodSpec, Secret};
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, Pod, PodSpec, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
+use kube::Resource;
 use kube::{Client, ResourceExt};
+use serde_json::json;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -50,7 +53,10 @@ use super::logs::{self, LogWriter};
 use super::status::{self, Outcome};
 use super::volumes::{self, Materialized, Sources};
 use crate::api::{managed_selector, LABEL_CLUSTER, LABEL_CLUSTER_OPERATION, LABEL_OPERATION};
-use crate::controller::job::{AUTH_DIR, CONF_DIR, CONTAINER_NAME, ENV_AUTH_DIR, ENV_COMMIT, ENV_CONF_DIR};
+use crate::controller::job::{
+    AUTH_DIR, CONF_DIR, CONTAINER_NAME, ENV_AUTH_DIR, ENV_COMMIT, ENV_CONF_DIR, JOB_NAME_LABEL,
+};
+use crate::controller::summary::{self, ENV_TERMINATION_LOG};
 
 /// Field manager of the runner's status writes.
 pub const FIELD_MANAGER: &str = "kok-local-runner";
@@ -425,20 +431,83 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
         .and_then(|s| u64::try_from(s).ok())
         .map(|s| started_at + Duration::from_secs(s));
 
-    let outcome = match prepare(ctx, job).await {
+    let finished = match prepare(ctx, job).await {
         Err(err) => {
             let message = format!("the local runner could not start the Job: {err}");
             warn!(job = %name, %message, "Job setup failed");
             append_failure(&log_path, &id, &message);
-            Outcome::failed(status::REASON_RUNNER_SETUP_FAILED, message)
+            Finished::setup_failed(message)
         }
         Ok(prepared) => match execute(&name, prepared, &log_path, &id, deadline, &mut stop).await {
-            Some(outcome) => outcome,
+            Some(finished) => finished,
             None => return true,
         },
     };
-    write_finished(ctx, &name, &outcome, start, stop).await;
+    if let Some(code) = finished.exit_code {
+        record_pod(ctx, job, code, finished.message.as_deref(), start).await;
+    }
+    write_finished(ctx, &name, &finished.outcome, start, stop).await;
     true
+}
+
+/// Records the Job's terminated pod, as the kubelet would leave it, so that the controller reads the
+/// termination message the same way as in a cluster. A pod that cannot be written is logged and skipped: the
+/// Job's own status still says how it ended.
+async fn record_pod(ctx: &Ctx, job: &Job, exit_code: i32, message: Option<&str>, start: jiff::Timestamp) {
+    let name = format!("{}-local", job.name_any());
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let template = job.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let mut labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    labels.insert(JOB_NAME_LABEL.to_string(), job.name_any());
+    labels.insert(format!("batch.kubernetes.io/{JOB_NAME_LABEL}"), job.name_any());
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: job.namespace(),
+            labels: Some(labels),
+            owner_references: job.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        spec: template.spec,
+        status: None,
+    };
+    if let Err(err) = pods.create(&PostParams::default(), &pod).await {
+        if !matches!(&err, kube::Error::Api(s) if s.code == 409) {
+            warn!(job = %job.name_any(), %err, "could not record the Job's pod");
+            return;
+        }
+    }
+    let runner = container(job);
+    let now = jiff::Timestamp::now();
+    let patch = json!({"status": {
+        "phase": if exit_code == 0 { "Succeeded" } else { "Failed" },
+        "startTime": Time(start),
+        "containerStatuses": [{
+            "name": runner.map(|c| c.name.clone()).unwrap_or_default(),
+            "image": runner.and_then(|c| c.image.clone()).unwrap_or_default(),
+            "imageID": "",
+            "ready": false,
+            "restartCount": 0,
+            "state": {"terminated": {
+                "exitCode": exit_code,
+                "reason": if exit_code == 0 { "Completed" } else { "Error" },
+                "message": message,
+                "startedAt": Time(start),
+                "finishedAt": Time(now),
+            }},
+        }],
+    }});
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    if let Err(err) = pods.patch_status(&name, &params, &Patch::Merge(&patch)).await {
+        warn!(job = %job.name_any(), %err, "could not record the Job's pod status");
+    }
 }
 
 fn append_failure(path: &Path, id: &logs::Header, message: &str) {
@@ -550,6 +619,10 @@ async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, SetupError> {
             env.push((var.to_string(), host.display().to_string()));
         }
     }
+    env.push((
+        ENV_TERMINATION_LOG.to_string(),
+        termination_log(&dir).display().to_string(),
+    ));
     for arg in argv.iter_mut() {
         *arg = dir.rewrite(arg);
     }
@@ -641,6 +714,26 @@ fn env_value(
     ))
 }
 
+/// The host file standing in for the container's `terminationMessagePath`.
+fn termination_log(dir: &Materialized) -> PathBuf {
+    dir.root().join("termination-log")
+}
+
+/// The termination message the kubelet would keep: the file the process wrote, or, when it wrote none and
+/// failed (`FallbackToLogsOnError`), the tail of its output. Secret content is redacted either way.
+fn termination_message_for(
+    written: &str,
+    failed: bool,
+    tail: &[String],
+    writer: &LogWriter,
+) -> Option<String> {
+    let written = summary::termination_message(&writer.redact(written));
+    if !written.trim().is_empty() {
+        return Some(written);
+    }
+    (failed && !tail.is_empty()).then(|| summary::log_tail(tail))
+}
+
 /// Sends `signal` to the process group `pgid`; a group that is already gone is fine.
 fn signal_group(pgid: Option<u32>, signal: rustix::process::Signal) {
     let Some(pid) = pgid
@@ -656,6 +749,25 @@ fn signal_group(pgid: Option<u32>, signal: rustix::process::Signal) {
     }
 }
 
+/// How a Job's process ended, as its pod would show it.
+struct Finished {
+    outcome: Outcome,
+    /// The exit code, when the process exited by itself.
+    exit_code: Option<i32>,
+    /// The termination message the kubelet would keep.
+    message: Option<String>,
+}
+
+impl Finished {
+    fn setup_failed(message: String) -> Finished {
+        Finished {
+            outcome: Outcome::failed(status::REASON_RUNNER_SETUP_FAILED, message),
+            exit_code: None,
+            message: None,
+        }
+    }
+}
+
 /// Runs the prepared command to its end. `None` when the Job must not get a finished status (runner stopping,
 /// Job deleted).
 async fn execute(
@@ -665,7 +777,7 @@ async fn execute(
     id: &logs::Header,
     deadline: Option<tokio::time::Instant>,
     stop: &mut watch::Receiver<Option<Stop>>,
-) -> Option<Outcome> {
+) -> Option<Finished> {
     let Prepared {
         dir,
         cwd,
@@ -681,10 +793,9 @@ async fn execute(
                 path: log_path.to_path_buf(),
                 source,
             };
-            return Some(Outcome::failed(
-                status::REASON_RUNNER_SETUP_FAILED,
-                format!("the local runner could not start the Job: {err}"),
-            ));
+            return Some(Finished::setup_failed(format!(
+                "the local runner could not start the Job: {err}"
+            )));
         }
     };
     let log = |line: &str| {
@@ -695,6 +806,10 @@ async fn execute(
         }
     };
     log(&id.line(&cwd, &argv));
+    if let Ok(mut w) = writer.lock() {
+        // The header is kok's, not the process's output.
+        w.take_tail();
+    }
 
     let spawned = (|| {
         let (reader, out) = std::io::pipe()?;
@@ -730,7 +845,7 @@ async fn execute(
                 status::REASON_RUNNER_SETUP_FAILED,
                 None,
             ));
-            return Some(Outcome::failed(status::REASON_RUNNER_SETUP_FAILED, message));
+            return Some(Finished::setup_failed(message));
         }
     };
     let pgid = child.id();
@@ -790,6 +905,16 @@ async fn execute(
     if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         warn!(job = %name, "output of the Job's process did not end; the log may miss its last lines");
     }
+    let exit_code = exit.flatten().and_then(|s| s.code());
+    let message = match writer.lock() {
+        Ok(mut w) => {
+            let tail = w.take_tail();
+            let written = std::fs::read_to_string(termination_log(&dir)).unwrap_or_default();
+            let failed = !matches!(exit, Some(Some(s)) if s.success());
+            termination_message_for(&written, failed, &tail, &w)
+        }
+        Err(_) => None,
+    };
 
     let now = jiff::Timestamp::now().to_string();
     let (outcome, result) = match (end, exit) {
@@ -868,7 +993,11 @@ async fn execute(
         warn!(job = %name, %err, "could not remove the Job's private directory");
     }
     info!(job = %name, result, "Job process ended");
-    outcome
+    outcome.map(|outcome| Finished {
+        outcome,
+        exit_code,
+        message,
+    })
 }
 
 #[cfg(test)]

@@ -300,6 +300,7 @@ fn cluster_operation(
             queue_position: queue_position(&ctx.queue_base, attribution.commit_index, op.index),
             schedule: op.schedule.clone(),
             scheduled_time: None,
+            on_failure: op.on_failure,
         },
     );
     let mut labels = common_labels(&cluster.name);
@@ -415,6 +416,7 @@ mod tests {
             active_deadline_seconds: entry["activeDeadlineSeconds"].as_i64(),
             schedule: None,
             rerun: entry["rerun"].as_u64(),
+            on_failure: Default::default(),
             entry,
             line: index + 1,
             index,

@@ -2,7 +2,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::api::{ClusterOperation, CommitStatus, Phase, StatusState};
+use crate::api::{ClusterOperation, CommitStatus, Phase, RunFailure, RunSummary, StatusState, HELD_PREFIX};
 use crate::layout::model::{Diagnostic, Severity};
 
 /// Context of the per-commit status saying whether the commit materialized.
@@ -38,6 +38,9 @@ pub fn operation_status(
     let status = op.status.as_ref();
     let message = message.map(str::trim).filter(|m| !m.is_empty());
     let (state, description) = match phase {
+        Phase::Queued if message.is_some_and(|m| m.starts_with(HELD_PREFIX)) => {
+            (StatusState::Pending, message.unwrap_or_default().to_string())
+        }
         Phase::Pending | Phase::Queued => (
             StatusState::Pending,
             with_reason(&phase.as_str().to_ascii_lowercase(), message),
@@ -52,13 +55,23 @@ pub fn operation_status(
         }
         Phase::Succeeded => {
             let took = status.and_then(run_duration);
-            let text = match took {
+            let mut text = match took {
                 Some(d) => format!("succeeded in {d}"),
                 None => "succeeded".to_string(),
             };
+            if let Some(summary) = status.and_then(|s| s.summary.as_ref()) {
+                text.push_str(": ");
+                text.push_str(&summary_words(summary));
+            }
             (StatusState::Success, text)
         }
-        Phase::Failed => (StatusState::Failure, with_reason("failed", message)),
+        Phase::Failed => (
+            StatusState::Failure,
+            match status.and_then(|s| s.failure.as_ref()) {
+                Some(failure) => failure_words(failure),
+                None => with_reason("failed", message),
+            },
+        ),
         Phase::Canceled => (StatusState::Failure, with_reason("canceled", message)),
     };
     let name = op.metadata.name.as_deref().unwrap_or_default();
@@ -158,6 +171,45 @@ pub fn shorten_context(context: &str, max: usize) -> String {
     out.push('-');
     out.push_str(suffix);
     out
+}
+
+/// A run summary in a few words: `3 hosts, 41 changed` (and failures or unreachable hosts when there were any).
+pub fn summary_words(summary: &RunSummary) -> String {
+    let hosts = summary.host_count.max(summary.hosts.len() as u32);
+    let mut words = vec![format!("{hosts} {}", if hosts == 1 { "host" } else { "hosts" })];
+    let t = &summary.total;
+    words.push(format!("{} changed", t.changed));
+    if t.failed > 0 {
+        words.push(format!("{} failed", t.failed));
+    }
+    if t.unreachable > 0 {
+        words.push(format!("{} unreachable", t.unreachable));
+    }
+    words.join(", ")
+}
+
+/// A run's first failure as a commit status says it: `failed at TASK [role : task] on node2: message`,
+/// `node3 unreachable: message`, or `failed: message` for a failure before ansible ran a task. A failure in
+/// a hook starts with the hook: `pre-hook 1/1: ping.yml failed at TASK [...]`.
+pub fn failure_words(failure: &RunFailure) -> String {
+    let hook = failure
+        .step
+        .as_deref()
+        .filter(|s| !s.starts_with("action:") && *s != "setup");
+    let message = failure.message.trim();
+    let mut text = match (&failure.host, &failure.task) {
+        (Some(host), _) if failure.unreachable => format!("{host} unreachable: {message}"),
+        (host, Some(task)) => {
+            let on = host.as_deref().map(|h| format!(" on {h}")).unwrap_or_default();
+            format!("failed at TASK [{task}]{on}: {message}")
+        }
+        _ => format!("failed: {message}"),
+    };
+    if let Some(hook) = hook {
+        let sep = if failure.unreachable { ": " } else { " " };
+        text = format!("{hook}{sep}{text}");
+    }
+    text
 }
 
 fn with_reason(word: &str, message: Option<&str>) -> String {

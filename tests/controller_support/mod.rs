@@ -37,6 +37,7 @@ pub fn entry(id: &str, action: &str, extra: &[&str]) -> Operation {
         active_deadline_seconds: None,
         schedule: None,
         rerun: None,
+        on_failure: Default::default(),
         entry: json,
         line: 1,
         index: 0,
