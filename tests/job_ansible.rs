@@ -150,6 +150,7 @@ fn run_for_summary(op: &ClusterOperation, dir: &Path, hosts: &str) -> (bool, Str
         .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
         .env("ANSIBLE_NOCOLOR", "1")
         .env("ANSIBLE_HOST_KEY_CHECKING", "False")
+        .env("PATH", tools::search_path())
         .output()
         .expect("/bin/sh runs");
     let output = format!(
@@ -176,7 +177,7 @@ fn run_for_summary(op: &ClusterOperation, dir: &Path, hosts: &str) -> (bool, Str
 }
 
 fn local_hosts() -> String {
-    let python = Command::new("python3")
+    let python = tools::command("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -215,7 +216,7 @@ const CHANGES: &str = "- hosts: all\n  gather_facts: false\n  become: false\n  t
 
 #[test]
 fn a_successful_run_reports_hosts_and_changes() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_successful_run_reports_hosts_and_changes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -231,7 +232,7 @@ fn a_successful_run_reports_hosts_and_changes() {
 
 #[test]
 fn a_failing_task_is_named_with_its_host_and_message() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_failing_task_is_named_with_its_host_and_message") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -251,7 +252,7 @@ fn a_failing_task_is_named_with_its_host_and_message() {
 
 #[test]
 fn an_unreachable_host_is_named_with_the_ssh_error() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("an_unreachable_host_is_named_with_the_ssh_error") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -273,7 +274,7 @@ fn an_unreachable_host_is_named_with_the_ssh_error() {
 
 #[test]
 fn a_missing_playbook_is_reported_from_ansibles_error_line() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_missing_playbook_is_reported_from_ansibles_error_line") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -290,7 +291,7 @@ fn a_missing_playbook_is_reported_from_ansibles_error_line() {
 
 #[test]
 fn a_syntax_error_is_reported_from_ansibles_error_line() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_syntax_error_is_reported_from_ansibles_error_line") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -313,7 +314,7 @@ fn a_syntax_error_is_reported_from_ansibles_error_line() {
 
 #[test]
 fn a_failing_pre_hook_is_named_in_the_summary() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_failing_pre_hook_is_named_in_the_summary") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -69,9 +69,10 @@ async fn a_playbook_from_the_pinned_commit_runs_with_real_ansible_on_localhost()
         "hello from vars on localhost\n"
     );
     assert!(log.contains("PLAY RECAP"), "{log}");
+    let header = log.lines().next().unwrap_or_default();
     assert!(
-        log.contains("\"ansible-playbook\",\"-i\""),
-        "the header names the command: {log}"
+        header.contains("command=[\"/bin/sh\",\"-c\",") && header.contains("ansible-playbook -i "),
+        "the header names the command, the entry script that runs ansible-playbook: {log}"
     );
     assert!(!log.contains(KEY_BODY), "{log}");
     Ok(())
