@@ -4,6 +4,7 @@
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
+//! - [`cache`]: the watch caches and the index of operations by cluster that reconciles read.
 //! - [`secret`]: the ssh Secret check.
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
@@ -11,6 +12,7 @@
 //!
 //! [`run`] runs all three loops until shutdown; tests run it in-process against testkit.
 
+pub mod cache;
 pub mod cluster;
 pub mod credentials;
 pub mod job;
@@ -108,6 +110,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Every ClusterOperation kok manages, as the operation controller sees them.
     pub operations: Store<ClusterOperation>,
+    /// The operations by cluster, and the running ones.
+    pub index: Arc<cache::OpIndex>,
     /// The Secrets of the namespace, key names only ([`secret::strip_values`]).
     pub secrets: Store<Secret>,
     /// kok's Jobs in the namespace.
@@ -149,11 +153,23 @@ pub async fn run(
 
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
     let (cluster_wake_tx, cluster_wake_rx) = futures::channel::mpsc::unbounded();
-    let op_controller = Controller::new(ops.clone(), wc.clone())
+    let (store, op_writer) = reflector::store::<ClusterOperation>();
+    let index = Arc::new(cache::OpIndex::default());
+    let indexer = index.clone();
+    let op_events = watcher(ops.clone(), wc.clone())
+        .default_backoff()
+        .modify(|op: &mut ClusterOperation| op.metadata.managed_fields = None)
+        .reflect(op_writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                indexer.observe(event);
+            }
+        })
+        .applied_objects();
+    let op_controller = Controller::for_stream(op_events, store.clone())
         .owns(jobs.clone(), wc.clone())
         .reconcile_on(wake_rx)
         .graceful_shutdown_on(stopped());
-    let store = op_controller.store();
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
     let job_cache = watcher(jobs.clone(), wc.clone())
@@ -171,6 +187,7 @@ pub async fn run(
         client: client.clone(),
         config,
         operations: store.clone(),
+        index,
         secrets,
         jobs: job_store,
         claims: Mutex::new(BTreeMap::new()),
