@@ -172,15 +172,12 @@ fn cluster_error(cluster: &Cluster, action: String) -> impl FnOnce(kube::Error) 
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     let ns = ctx.config.namespace.as_str();
     let name = cluster.name_any();
-    if ctx.operations.wait_until_ready().await.is_err() {
+    let ready = ctx.cluster_operations.wait_until_ready();
+    if tokio::time::timeout(Duration::from_secs(1), ready).await.is_err() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    let all = ctx.operations.state();
-    let ops: Vec<&ClusterOperation> = all
-        .iter()
-        .map(|o| o.as_ref())
-        .filter(|o| o.spec.cluster == name)
-        .collect();
+    let owned = ctx.cluster_operations.of_cluster(&name);
+    let ops: Vec<&ClusterOperation> = owned.iter().map(|o| o.as_ref()).collect();
 
     let secret = match &cluster.spec.ssh_auth_ref {
         None => Ok("NoSecret"),

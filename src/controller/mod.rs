@@ -4,12 +4,14 @@
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
+//! - [`index`]: the operations by cluster the Cluster reconciler reads, kept from their own watch.
 //! - [`secret`]: the ssh Secret check.
 //! - [`schedule`]: cron firings of scheduled operations.
 //!
-//! [`run`] runs all three loops until shutdown; tests run it in-process against testkit.
+//! [`run`] runs all the loops until shutdown; tests run it in-process against testkit.
 
 pub mod cluster;
+pub mod index;
 pub mod job;
 pub mod operation;
 pub mod queue;
@@ -113,6 +115,8 @@ pub struct Context {
     pub start_lock: tokio::sync::Mutex<()>,
     /// Wakes queued operations when one finishes.
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<ClusterOperation>>,
+    /// The operations by cluster, as the Cluster reconciler sees them.
+    pub cluster_operations: Arc<index::OperationIndex>,
 }
 
 /// Runs the ClusterOperation controller, the Cluster controller and the scheduler until `shutdown`.
@@ -145,7 +149,9 @@ pub async fn run(
         .reconcile_on(wake_rx)
         .graceful_shutdown_on(stopped());
     let store = op_controller.store();
+    let cluster_operations = Arc::new(index::OperationIndex::default());
     let ctx = Arc::new(Context {
+        cluster_operations: cluster_operations.clone(),
         recorder: Recorder::new(client.clone(), crate::materialize::apply::reporter()),
         client: client.clone(),
         config,
@@ -163,11 +169,18 @@ pub async fn run(
                 Err(e) => warn!(error = %e, "operation reconcile failed"),
             }
         });
-    let cluster_ns = ns.clone();
-    let cluster_loop = Controller::new(clusters, wc.clone())
-        .watches(ops, wc, move |op: ClusterOperation| {
-            Some(ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns))
-        })
+    // The Cluster reconciler runs when a cluster's operations change, once the index holds the change.
+    let (cluster_tx, cluster_rx) = futures::channel::mpsc::unbounded();
+    let index_loop = index::maintain(
+        cluster_operations,
+        ops,
+        wc.clone(),
+        ns.clone(),
+        cluster_tx,
+        stopped(),
+    );
+    let cluster_loop = Controller::new(clusters, wc)
+        .reconcile_on(cluster_rx)
         .graceful_shutdown_on(stopped())
         .run(cluster::reconcile, cluster::error_policy, ctx.clone())
         .for_each(|res| async move {
@@ -177,5 +190,5 @@ pub async fn run(
             }
         });
     let scheduler = schedule::run_scheduler(client, ns, store, stopped());
-    futures::join!(op_loop, cluster_loop, scheduler);
+    futures::join!(op_loop, cluster_loop, index_loop, scheduler);
 }
