@@ -10,7 +10,7 @@
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
 //!
-//! [`run`] runs all three loops until shutdown; tests run it in-process against testkit.
+//! [`run`] runs all the loops until shutdown; tests run it in-process against testkit.
 
 pub mod cache;
 pub mod cluster;
@@ -156,13 +156,21 @@ pub async fn run(
     let (store, op_writer) = reflector::store::<ClusterOperation>();
     let index = Arc::new(cache::OpIndex::default());
     let indexer = index.clone();
-    let op_events = watcher(ops.clone(), wc.clone())
+    let cluster_ns = ns.clone();
+    let wake_cluster = cluster_wake_tx.clone();
+    // The cache and the index hold an operation's change before its Cluster is reconciled, so the Cluster
+    // reconciler (status, history limit) always sees it.
+    let op_events = watcher(ops, wc.clone())
         .default_backoff()
         .modify(|op: &mut ClusterOperation| op.metadata.managed_fields = None)
         .reflect(op_writer)
         .inspect(move |event| {
             if let Ok(event) = event {
                 indexer.observe(event);
+                if let watcher::Event::Apply(op) | watcher::Event::Delete(op) = event {
+                    let cluster = ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns);
+                    let _ = wake_cluster.unbounded_send(cluster);
+                }
             }
         })
         .applied_objects();
@@ -204,11 +212,7 @@ pub async fn run(
                 Err(e) => warn!(error = %e, "operation reconcile failed"),
             }
         });
-    let cluster_ns = ns.clone();
     let cluster_controller = Controller::new(clusters, wc.clone())
-        .watches(ops, wc, move |op: ClusterOperation| {
-            Some(ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns))
-        })
         .reconcile_on(cluster_wake_rx)
         .graceful_shutdown_on(stopped());
     let cluster_store = cluster_controller.store();
