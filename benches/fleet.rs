@@ -475,7 +475,7 @@ impl Bench<'_> {
                     .zip(before.as_ref())
                     .map(|(now, before)| now.since(before).0);
             }
-            if polls % STATUS_POLL_EVERY == 0 {
+            if polls.is_multiple_of(STATUS_POLL_EVERY) {
                 if run.notes_secs.is_none() {
                     run.notes_contexts = note_contexts(&remote, &sha);
                     if run.notes_contexts >= run.statuses {
