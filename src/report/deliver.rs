@@ -846,6 +846,7 @@ mod tests {
             state: crate::api::StatusState::Pending,
             description: d.into(),
             target_url: None,
+            run: None,
         };
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": "ns"},

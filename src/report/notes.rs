@@ -8,9 +8,17 @@
 //! kok/prod-bj/add-node7: success 2026-11-22T00:03:12Z https://logs.example/kok-system/kok-job succeeded in 3m12s
 //! ```
 //!
-//! Each line is `<context>: <state> <time> <url or -> <description>`. Updating a context rewrites its
-//! line and keeps the others (lines kok does not recognise are kept as they are); writing a line that
-//! is already there (same state, url and description) changes nothing.
+//! Each line is `<context>: <state> <time> <url or -> <description>`. A finished run's record (its
+//! ansible summary and first failure, as JSON) follows its line on a continuation line:
+//!
+//! ```text
+//! kok/prod-bj/install: success 2026-11-22T00:03:12Z - succeeded in 3m12s: 3 hosts, 41 changed
+//!   run {"summary":{"hostCount":3,"hosts":{...},"total":{...}}}
+//! ```
+//!
+//! Updating a context rewrites its line (and its continuation) and keeps the others (lines kok does not
+//! recognise are kept as they are); writing a line that is already there (same state, url, description
+//! and record) changes nothing.
 //!
 //! Writes are batched: statuses that arrive while a write is in progress wait for it, then go into the
 //! next notes commit together (each note rewritten once per batch, one commit and one push per batch),
@@ -35,7 +43,7 @@ use git2::{Oid, PushOptions, RemoteCallbacks, Repository, Signature};
 use tokio::sync::{oneshot, Mutex};
 
 use super::sink::{DeliveryError, Sink};
-use crate::api::{CommitStatus, StatusState};
+use crate::api::{CommitStatus, RunRecord, StatusState};
 
 /// The notes reference kok writes.
 pub const NOTES_REF: &str = "refs/notes/kok";
@@ -57,7 +65,12 @@ pub struct NoteEntry {
     pub target_url: Option<String>,
     /// Description of the status.
     pub description: String,
+    /// The finished run's record, from the continuation line.
+    pub run: Option<RunRecord>,
 }
+
+/// Start of the continuation line holding an entry's run record.
+pub const RUN_LINE_PREFIX: &str = "  run ";
 
 /// A commit and the statuses recorded on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -374,7 +387,22 @@ pub fn read_all_notes(repo: &Path) -> Result<Vec<CommitNotes>, NotesError> {
 
 /// Parses a note's text; lines that are not kok entries are skipped.
 pub fn parse_note(text: &str) -> Vec<NoteEntry> {
-    text.lines().filter_map(parse_line).collect()
+    let mut entries: Vec<NoteEntry> = Vec::new();
+    let mut last_was_entry = false;
+    for line in text.lines() {
+        if let Some(entry) = parse_line(line) {
+            entries.push(entry);
+            last_was_entry = true;
+            continue;
+        }
+        if last_was_entry {
+            if let (Some(json), Some(entry)) = (line.strip_prefix(RUN_LINE_PREFIX), entries.last_mut()) {
+                entry.run = serde_json::from_str(json).ok();
+            }
+        }
+        last_was_entry = false;
+    }
+    entries
 }
 
 /// Renders one entry as its note line.
@@ -385,16 +413,21 @@ pub fn render_line(entry: &NoteEntry) -> String {
         .filter(|u| !u.is_empty())
         .unwrap_or("-");
     let description = one_line(&entry.description);
-    format!(
+    let line = format!(
         "{}: {} {} {} {}",
         entry.context,
         state_word(entry.state),
         entry.time,
         one_line(url),
         description
-    )
-    .trim_end()
-    .to_string()
+    );
+    let mut line = line.trim_end().to_string();
+    if let Some(json) = entry.run.as_ref().and_then(|r| serde_json::to_string(r).ok()) {
+        line.push('\n');
+        line.push_str(RUN_LINE_PREFIX);
+        line.push_str(&json);
+    }
+    line
 }
 
 fn parse_line(line: &str) -> Option<NoteEntry> {
@@ -413,6 +446,7 @@ fn parse_line(line: &str) -> Option<NoteEntry> {
         time,
         target_url: (url != "-").then(|| url.to_string()),
         description,
+        run: None,
     })
 }
 
@@ -468,6 +502,7 @@ fn entry_of(status: &CommitStatus, now: jiff::Timestamp) -> NoteEntry {
             .clone()
             .map(|u| one_line(&u).replace(' ', "%20")),
         description: one_line(&status.description).trim_end().to_string(),
+        run: status.run.clone(),
     }
 }
 
@@ -553,24 +588,35 @@ fn note_text(repository: &Repository, oid: Oid) -> Result<String, git2::Error> {
 /// is already there.
 fn set_line(existing: &str, entry: &NoteEntry) -> Option<String> {
     let new_line = render_line(entry);
+    let old = parse_note(existing)
+        .into_iter()
+        .find(|o| o.context == entry.context);
+    if old.is_some_and(|old| {
+        old.state == entry.state
+            && old.target_url == entry.target_url
+            && old.description == entry.description
+            && old.run == entry.run
+    }) {
+        return None;
+    }
     let mut lines: Vec<&str> = Vec::new();
     let mut found = false;
+    // Whether the previous line was this context's entry line, whose run line goes with it.
+    let mut in_entry = false;
     for line in existing.lines() {
         match parse_line(line) {
             Some(old) if old.context == entry.context => {
-                if old.state == entry.state
-                    && old.target_url == entry.target_url
-                    && old.description == entry.description
-                {
-                    return None;
-                }
                 if !found {
                     lines.push(&new_line);
                     found = true;
                 }
+                in_entry = true;
+                continue;
             }
+            _ if in_entry && line.starts_with(RUN_LINE_PREFIX) => {}
             _ => lines.push(line),
         }
+        in_entry = false;
     }
     if !found {
         lines.push(&new_line);
@@ -765,6 +811,7 @@ mod tests {
             time: "2026-11-22T00:03:12Z".into(),
             target_url: Some("https://logs/x".into()),
             description: "succeeded in 3m12s".into(),
+            run: None,
         };
         let line = render_line(&entry);
         assert_eq!(
@@ -777,6 +824,51 @@ mod tests {
             ..entry
         };
         assert_eq!(parse_line(&render_line(&bare)), Some(bare));
+    }
+
+    #[test]
+    fn a_run_record_rides_on_a_continuation_line_and_is_replaced_with_its_entry() {
+        let run = RunRecord {
+            summary: Some(crate::api::RunSummary {
+                host_count: 3,
+                ..Default::default()
+            }),
+            failure: None,
+        };
+        let entry = NoteEntry {
+            context: "kok/prod-bj/install".into(),
+            state: StatusState::Success,
+            time: "2026-11-22T00:03:12Z".into(),
+            target_url: None,
+            description: "succeeded in 3m12s: 3 hosts, 0 changed".into(),
+            run: Some(run),
+        };
+        let note = format!(
+            "kok/sync: success 2026-11-22T00:00:00Z - materialized 1 cluster\n{}\nforeign\n",
+            render_line(&entry)
+        );
+        let parsed = parse_note(&note);
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed[1], entry);
+        assert_eq!(
+            set_line(&note, &entry),
+            None,
+            "the same entry and record change nothing"
+        );
+
+        let failed = NoteEntry {
+            state: StatusState::Failure,
+            description: "failed".into(),
+            run: None,
+            ..entry
+        };
+        let updated = set_line(&note, &failed).unwrap();
+        assert!(
+            !updated.contains(RUN_LINE_PREFIX),
+            "the old record went with its line:\n{updated}"
+        );
+        assert!(updated.ends_with("foreign\n"), "foreign lines stay:\n{updated}");
+        assert_eq!(parse_note(&updated)[1], failed);
     }
 
     #[test]
