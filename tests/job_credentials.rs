@@ -18,16 +18,8 @@ use kube::api::Api;
 
 const NS: &str = "kok-system";
 
-fn ansible_available() -> bool {
-    if Command::new("ansible-playbook").arg("--version").output().is_ok() {
-        return true;
-    }
-    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
-        println!("skipping: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
-        return false;
-    }
-    panic!("ansible-playbook is not on PATH: run scripts/setup.sh (or set KOK_SKIP_ANSIBLE=1)");
-}
+#[path = "common/tools.rs"]
+mod tools;
 
 const PLAYBOOK: &str = r#"- hosts: all
   gather_facts: false
@@ -90,6 +82,7 @@ async fn run_pod(server: &testkit::ApiServer, job: &Job, work: &Path, conf: &Pat
     let _ = std::fs::remove_file(&termination);
     let command = container.command.clone().unwrap();
     let mut cmd = Command::new("unshare");
+    cmd.env("PATH", tools::search_path());
     // A private mount namespace: the conf directory is bind-mounted onto itself read-only, as a ConfigMap
     // volume is; then the container's own command runs.
     cmd.args(["-m", "/bin/sh", "-c"])
@@ -129,7 +122,7 @@ async fn run_pod(server: &testkit::ApiServer, job: &Job, work: &Path, conf: &Pat
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_runs_see_the_same_generated_credential_and_the_kubeconfig_becomes_a_secret() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("two_runs_see_the_same_generated_credential") {
         return;
     }
     let server = testkit::ApiServer::start().await.unwrap();

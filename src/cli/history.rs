@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::plan::{GitArgs, TrustFileArgs};
 use super::OutputFormat;
-use crate::api::StatusState;
+use crate::api::{RunRecord, StatusState};
 use crate::layout;
 use crate::report::notes::{parse_note, NoteEntry, NOTES_REF};
 use crate::report::status::CONTEXT_PREFIX;
@@ -37,6 +37,9 @@ pub struct OperationOutcome {
     /// Link of the status, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_url: Option<String>,
+    /// The finished run's ansible summary and first failure, whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunRecord>,
 }
 
 /// A commit of the history with the outcomes of the operations it started.
@@ -167,6 +170,7 @@ pub fn join_notes(
                         description: n.description,
                         time: n.time,
                         target_url: n.target_url,
+                        run: n.run,
                     })
                 })
                 .collect();

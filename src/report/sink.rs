@@ -21,7 +21,16 @@ pub trait Sink: Send + Sync {
         commit: &'a str,
         status: &'a CommitStatus,
     ) -> BoxFuture<'a, Result<(), DeliveryError>>;
+
+    /// Most deliveries to this sink at once; `None` for no limit (a sink that batches what arrives
+    /// together).
+    fn max_in_flight(&self) -> Option<usize> {
+        Some(DEFAULT_SINK_IN_FLIGHT)
+    }
 }
+
+/// Most deliveries at once to a sink that does not say otherwise (a forge's API).
+pub const DEFAULT_SINK_IN_FLIGHT: usize = 8;
 
 /// Why a status could not be delivered, and whether trying again can help.
 #[derive(Debug, thiserror::Error)]

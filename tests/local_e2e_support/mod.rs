@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 #[path = "../common/git.rs"]
 mod git_cli;
 pub use git_cli::git;
+#[path = "../common/tools.rs"]
+mod tools;
 
 use kok::api::ClusterOperation;
 use kube::api::ListParams;
@@ -32,27 +34,7 @@ pub const GREETING: &str = "hello from the local e2e test";
 /// The message the failing playbook fails with.
 pub const FAILURE_MESSAGE: &str = "this playbook fails on purpose";
 
-/// Whether ansible-playbook can be run. Without it the test fails, telling to install ansible-core,
-/// unless `KOK_SKIP_ANSIBLE=1`, when it prints why it skips and returns false.
-pub fn ansible_or_skip(test: &str) -> bool {
-    let found = Command::new("ansible-playbook")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if found {
-        return true;
-    }
-    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
-        eprintln!("skipping {test}: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
-        return false;
-    }
-    panic!(
-        "{test} runs real ansible, but ansible-playbook is not on PATH: install ansible-core \
-         (scripts/setup.sh does, or `pip install ansible-core`), or set KOK_SKIP_ANSIBLE=1 to skip"
-    );
-}
+pub use tools::ansible_or_skip;
 
 /// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
 /// greeting and the commit, and appends one line per run to `<marks>/<mark>.runs`.
@@ -269,6 +251,7 @@ impl LocalKok {
             .arg("--state-dir")
             .arg(&state)
             .env("KOK_LOG", "info,kok=debug")
+            .env("PATH", tools::search_path())
             .env_remove("KOK_STATUS")
             .env_remove("KOK_WORKDIR")
             .env_remove("KOK_PATH")
