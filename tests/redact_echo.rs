@@ -19,6 +19,7 @@ fn status() -> CommitStatus {
         state: StatusState::Success,
         description: "materialized 1 cluster".into(),
         target_url: None,
+        run: None,
     }
 }
 

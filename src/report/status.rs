@@ -167,6 +167,7 @@ pub fn refused_status(description: &str) -> CommitStatus {
         state: StatusState::Error,
         description: cut(description, MAX_STORED_DESCRIPTION),
         target_url: None,
+        run: None,
     }
 }
 
