@@ -1057,6 +1057,51 @@ fn secret_string_data(obj: &mut Value) {
     }
 }
 
+/// Service defaults: type ClusterIP, session affinity None, TCP ports whose target is the port, and
+/// a cluster IP derived from the namespace and name (no allocator: distinct Services may share one).
+fn service_defaults(obj: &mut Value) {
+    if let Some(m) = obj.as_object_mut() {
+        m.remove("status");
+    }
+    obj["status"] = json!({"loadBalancer": {}});
+    if !obj["spec"].is_object() {
+        return;
+    }
+    let seed = format!(
+        "{}/{}",
+        meta_str(obj, "namespace").unwrap_or(""),
+        meta_str(obj, "name").unwrap_or("")
+    );
+    let spec = &mut obj["spec"];
+    for (k, v) in [
+        ("type", json!("ClusterIP")),
+        ("sessionAffinity", json!("None")),
+        ("internalTrafficPolicy", json!("Cluster")),
+        ("ipFamilies", json!(["IPv4"])),
+        ("ipFamilyPolicy", json!("SingleStack")),
+    ] {
+        if spec[k].is_null() {
+            spec[k] = v;
+        }
+    }
+    if spec["clusterIP"].is_null() && spec["type"] != "ExternalName" {
+        let h = seed
+            .bytes()
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
+        let ip = format!("10.96.{}.{}", (h >> 8) % 256, (h % 254) + 1);
+        spec["clusterIP"] = json!(ip);
+        spec["clusterIPs"] = json!([ip]);
+    }
+    for port in spec["ports"].as_array_mut().into_iter().flatten() {
+        if port["protocol"].is_null() {
+            port["protocol"] = json!("TCP");
+        }
+        if port["targetPort"].is_null() {
+            port["targetPort"] = port["port"].clone();
+        }
+    }
+}
+
 /// Fills the defaults the real server's defaulting would (a documented subset).
 fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
     match (info.group.as_str(), info.resource.as_str()) {
@@ -1076,6 +1121,7 @@ fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
                 obj["status"] = json!({"phase": "Pending"});
             }
         }
+        ("", "services") => service_defaults(obj),
         ("batch", "jobs") => {
             if obj["spec"].is_object() {
                 let spec = &mut obj["spec"];
