@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod errors;
 pub mod patch;
 pub mod persist;
+pub mod protobuf;
 pub mod resources;
 pub mod selectors;
 pub mod server;

@@ -154,10 +154,13 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    if ct.starts_with(crate::protobuf::CONTENT_TYPE) {
+        return crate::protobuf::decode(body);
+    }
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::new(
             415,
-            format!("testkit decodes JSON and YAML bodies only, not {ct}; send JSON (e.g. kubectl create -f FILE)"),
+            format!("testkit decodes JSON, YAML and Kubernetes protobuf bodies only, not {ct}; send JSON (e.g. kubectl create -f FILE)"),
         ));
     }
     if ct.contains("yaml") {
@@ -175,6 +178,18 @@ fn wants_aggregated(headers: &HeaderMap) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|a| a.split(',').next())
         .is_some_and(|first| first.contains("as=APIGroupDiscoveryList") && first.contains("v=v2;"))
+}
+
+/// Whether the client accepts nothing but protobuf, which testkit does not write.
+fn protobuf_only(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| {
+            a.split(',')
+                .map(|t| t.split(';').next().unwrap_or("").trim())
+                .all(|t| t == crate::protobuf::CONTENT_TYPE)
+        })
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -281,6 +296,14 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         }
         .map(|v| json_response(200, &v))
         .unwrap_or_else(not_found_path);
+    }
+    if protobuf_only(&parts.headers) {
+        let mut e = ApiError::new(
+            406,
+            "testkit writes JSON responses only; accept application/json as well as protobuf",
+        );
+        e.reason = "NotAcceptable".into();
+        return error_response(&e);
     }
     let q = query_map(&parts.uri);
     let verb = match (&parts.method, rp.name.is_some()) {
