@@ -137,6 +137,17 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
         "kubectl get crd",
     );
     assert!(crds.contains("clusteroperations.kok.dev"), "{crds}");
+    // The CRDs' schemas reach kubectl through OpenAPI v3.
+    let explained = ok(
+        &kubectl(&kc, &["explain", "clusteroperations.spec.extraArgs"], None).await,
+        "kubectl explain",
+    );
+    assert!(
+        explained.contains("KIND:       ClusterOperation")
+            && explained.contains("FIELD: extraArgs <[]string>")
+            && explained.contains("Arguments appended to the command line, never interpreted by a shell."),
+        "{explained}"
+    );
 
     // What was applied is what the files say: the Deployment is hardened and probed.
     let deployment = api

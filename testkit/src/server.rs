@@ -260,7 +260,12 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         (Method::GET, "/api") => return json_response(200, &discovery::core_versions(&shared.addr)),
         (Method::GET, "/apis") => return json_response(200, &discovery::groups(&shared.lock().registry)),
         (Method::GET, "/healthz" | "/livez" | "/readyz") => return (StatusCode::OK, "ok").into_response(),
-        (Method::GET, "/openapi/v3") => return json_response(200, &discovery::openapi_v3_root()),
+        (Method::GET, "/openapi/v3") => return json_response(200, &crate::openapi::index(&shared.lock())),
+        (Method::GET, p) if p.starts_with("/openapi/v3/") => {
+            return crate::openapi::document(&shared.lock(), &p["/openapi/v3/".len()..])
+                .map(|doc| json_response(200, &doc))
+                .unwrap_or_else(not_found_path);
+        }
         (Method::GET, "/openapi/v2") => {
             return (
                 StatusCode::OK,

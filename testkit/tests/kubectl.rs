@@ -515,3 +515,32 @@ async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
         .await;
     assert_eq!(got, "bm90IGEgcmVhbCBrZXkK");
 }
+
+#[tokio::test]
+async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3() {
+    if !kubectl_available().await {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl {
+        kubeconfig: server.kubeconfig_path().to_path_buf(),
+        cache: tempfile::tempdir().unwrap(),
+    };
+    let out = k.ok(&["explain", "configmap.data"]).await;
+    assert!(
+        out.contains("KIND:       ConfigMap") && out.contains("FIELD: data <map[string]string>"),
+        "{out}"
+    );
+    let out = k
+        .ok(&["explain", "jobs.spec.template.spec.containers.image"])
+        .await;
+    assert!(out.contains("Container image name."), "{out}");
+    k.ok(&["apply", "-f", &fixture("widget-crd.yaml")]).await;
+    let out = k.ok(&["explain", "widgets"]).await;
+    assert!(
+        out.contains("KIND:       Widget") && out.contains("VERSION:    v1"),
+        "{out}"
+    );
+    let err = k.run(&["explain", "configmap.nothere"], None).await.unwrap_err();
+    assert!(err.contains("nothere"), "{err}");
+}
