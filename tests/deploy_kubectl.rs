@@ -137,6 +137,14 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
         "kubectl get crd",
     );
     assert!(crds.contains("clusteroperations.kok.dev"), "{crds}");
+    // kubectl validates against the served schema: a misspelt field is refused, not dropped.
+    let typo = "apiVersion: kok.dev/v1alpha1\nkind: ClusterOperation\nmetadata:\n  name: typo\n  namespace: kok-system\nspec:\n  clsuter: prod\n";
+    let out = kubectl(&kc, &["create", "-f", "-"], Some(typo)).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("strict decoding error: unknown field \"spec.clsuter\""),
+        "{err}"
+    );
     // The CRDs' schemas reach kubectl through OpenAPI v3.
     let explained = ok(
         &kubectl(&kc, &["explain", "clusteroperations.spec.extraArgs"], None).await,

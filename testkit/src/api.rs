@@ -3,6 +3,7 @@
 //! Everything here runs under the server's single state lock and is synchronous, so each request
 //! sees and produces a consistent store.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -11,6 +12,7 @@ use crate::apply::{self, Scope};
 use crate::errors::{cause, ApiError};
 use crate::patch::{self, PatchKind};
 use crate::resources::{Registry, ResourceInfo, ResourceKey};
+use crate::schema::{self, FieldValidation};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{object_key, ObjectKey, Store};
 use crate::util;
@@ -29,7 +31,7 @@ pub struct State {
 }
 
 /// Who writes and how.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct WriteCtx {
     /// Namespace from the URL (None for cluster-scoped or all-namespace requests).
     pub namespace: Option<String>,
@@ -37,6 +39,10 @@ pub struct WriteCtx {
     pub manager: String,
     /// `dryRun=All`: compute, validate, but store nothing.
     pub dry_run: bool,
+    /// `fieldValidation`: what unknown fields of custom resources do.
+    pub field_validation: FieldValidation,
+    /// Warnings for the response's `Warning` headers.
+    pub warnings: RefCell<Vec<String>>,
 }
 
 /// How a DELETE cascades.
@@ -297,6 +303,7 @@ impl State {
         }
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
         apply_defaults(info, &mut obj);
+        self.check_schema(info, ctx, None, &mut obj)?;
         validation::validate_meta(info, &obj)?;
         validate_kind(info, None, &obj)?;
         let key = object_key(&obj);
@@ -337,6 +344,50 @@ impl State {
             return Ok(obj);
         }
         Ok(self.commit(info, obj))
+    }
+
+    /// The `openAPIV3Schema` a custom resource version is checked against.
+    fn custom_schema(&self, info: &ResourceInfo) -> Option<Value> {
+        if !info.custom {
+            return None;
+        }
+        let crds = ResourceKey {
+            group: "apiextensions.k8s.io".into(),
+            resource: "customresourcedefinitions".into(),
+        };
+        let crd = self.store.get(
+            &crds,
+            &(String::new(), format!("{}.{}", info.resource, info.group)),
+        )?;
+        crd.pointer("/spec/versions")?
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == info.version.as_str())?
+            .pointer("/schema/openAPIV3Schema")
+            .cloned()
+    }
+
+    /// Prunes and validates a custom resource against its schema; warnings go to `ctx`.
+    fn check_schema(
+        &self,
+        info: &ResourceInfo,
+        ctx: &WriteCtx,
+        old: Option<&Value>,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        let Some(schema) = self.custom_schema(info) else {
+            return Ok(());
+        };
+        let name = meta_str(obj, "name").unwrap_or("").to_string();
+        let target = schema::Target {
+            schema: &schema,
+            group: &info.group,
+            version: &info.version,
+            kind: &info.kind,
+        };
+        let warnings = schema::validate(&target, &name, old, obj, ctx.field_validation)?;
+        ctx.warnings.borrow_mut().extend(warnings);
+        Ok(())
     }
 
     fn check_kind(&self, info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
@@ -673,6 +724,7 @@ impl State {
         if info.resource == "secrets" {
             secret_string_data(&mut new);
         }
+        self.check_schema(info, ctx, Some(old), &mut new)?;
         validation::validate_meta(info, &new)?;
         validation::validate_immutable(info, old, &new)?;
         validate_kind(info, Some(old), &new)?;
@@ -1016,6 +1068,7 @@ impl State {
             namespace: Some(ns.into()),
             manager: "job-controller".into(),
             dry_run: false,
+            ..Default::default()
         };
         self.finish_update(&info, &ctx, &old, new, true, None)
     }

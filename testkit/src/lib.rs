@@ -21,6 +21,7 @@ pub mod patch;
 pub mod persist;
 pub mod protobuf;
 pub mod resources;
+pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod store;
@@ -285,6 +286,7 @@ impl ApiServer {
             namespace: None,
             manager: "testkit".into(),
             dry_run: false,
+            ..Default::default()
         };
         let ns_info = state
             .registry
@@ -384,6 +386,7 @@ impl ApiServer {
             namespace: None,
             manager: "testkit".into(),
             dry_run: false,
+            ..Default::default()
         };
         for crd in crds {
             let mut v = serde_json::to_value(crd).context("serializing a CRD")?;

@@ -165,15 +165,33 @@ pub fn group_doc(state: &State, group: &str, version: &str) -> Option<Value> {
         };
         let gvk = json!({"group": group, "version": version, "kind": info.kind});
         let body = json!({"content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{name}")}}}});
+        // kubectl sends `fieldValidation=Strict` when the patch operation declares it; testkit
+        // enforces it for custom resources only (`schema.rs`), so only they declare it.
+        let parameters = if info.custom {
+            json!([{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true},
+                "description": "Ignore, Warn (default) or Strict: what unknown fields in the request do."}])
+        } else {
+            json!([])
+        };
         paths.insert(
             path,
-            json!({"get": {
-                "description": format!("read the specified {}", info.kind),
-                "operationId": format!("read{}", info.kind),
-                "responses": {"200": body},
-                "x-kubernetes-action": "get",
-                "x-kubernetes-group-version-kind": gvk,
-            }}),
+            json!({
+                "get": {
+                    "description": format!("read the specified {}", info.kind),
+                    "operationId": format!("read{}", info.kind),
+                    "responses": {"200": body},
+                    "x-kubernetes-action": "get",
+                    "x-kubernetes-group-version-kind": gvk,
+                },
+                "patch": {
+                    "description": format!("partially update the specified {}", info.kind),
+                    "operationId": format!("patch{}", info.kind),
+                    "parameters": parameters,
+                    "responses": {"200": body},
+                    "x-kubernetes-action": "patch",
+                    "x-kubernetes-group-version-kind": gvk,
+                },
+            }),
         );
     }
     Some(json!({

@@ -16,6 +16,7 @@ use crate::discovery;
 use crate::errors::{reason_for_code, ApiError};
 use crate::patch::PatchKind;
 use crate::resources::ResourceInfo;
+use crate::schema::FieldValidation;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::table;
 use crate::watch::{self as watches, Signals, WatchRequest};
@@ -68,6 +69,17 @@ fn json_response(code: u16, v: &Value) -> Response {
         body,
     )
         .into_response()
+}
+
+/// Adds one `Warning: 299 - "text"` header per warning, as the real server words them.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(v) = header::HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
 }
 
 fn error_response(e: &ApiError) -> Response {
@@ -412,14 +424,20 @@ fn resource_request(
         Err(e) => return error_response(&e),
     };
     let table_include = wants_table(headers).then(|| q.get("includeObject").cloned().unwrap_or_default());
+    let field_validation = match FieldValidation::parse(q.get("fieldValidation").map(String::as_str)) {
+        Ok(f) => f,
+        Err(e) => return error_response(&e),
+    };
     let ctx = WriteCtx {
         namespace: rp.namespace.clone(),
         manager: manager(q, headers),
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
+        field_validation,
+        warnings: Default::default(),
     };
     let name = rp.name.clone().unwrap_or_default();
     let respond = |code: u16, r: Result<Value, ApiError>| match r {
-        Ok(v) => json_response(code, &v),
+        Ok(v) => with_warnings(json_response(code, &v), &ctx.warnings.borrow()),
         Err(e) => error_response(&e),
     };
     match verb {
