@@ -5,21 +5,11 @@
 
 use std::path::Path;
 
+mod common;
+
+use common::{send, send_typed};
 use serde_json::{json, Value};
 use testkit::ApiServer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-struct Answer {
-    status: u16,
-    warnings: Vec<String>,
-    body: Value,
-}
-
-/// One JSON request.
-async fn send(server: &ApiServer, method: &str, path: &str, body: Option<&Value>) -> Answer {
-    let body = body.map(Value::to_string).unwrap_or_default();
-    send_typed(server, method, path, "application/json", &body).await
-}
 
 #[tokio::test]
 async fn crd_validation_answers_match_a_real_api_server() {
@@ -97,35 +87,6 @@ async fn crd_validation_answers_match_a_real_api_server() {
                 "{name}: stored spec"
             );
         }
-    }
-}
-
-/// One HTTP/1.1 request on a fresh connection, read to the end.
-async fn send_typed(server: &ApiServer, method: &str, path: &str, content_type: &str, body: &str) -> Answer {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
-        .await
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\nContent-Type: {content_type}\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let warnings = lines
-        .filter_map(|l| l.split_once(": "))
-        .filter(|(k, _)| k.eq_ignore_ascii_case("warning"))
-        .map(|(_, v)| v.to_string())
-        .collect();
-    Answer {
-        status,
-        warnings,
-        body: serde_json::from_str(body).unwrap_or(Value::Null),
     }
 }
 
