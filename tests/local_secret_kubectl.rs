@@ -5,31 +5,15 @@
 mod local_e2e_support;
 
 use kok::api::Phase;
-use local_e2e_support::{ansible_or_skip, finished, operation, wait_for, LocalKok, LocalRepo};
+use local_e2e_support::{
+    ansible_or_skip, finished, kubectl_or_skip, operation, wait_for, LocalKok, LocalRepo,
+};
 
 /// The `kubectl ... =PATH` command in an operation's status message, if it prints one.
 fn printed_command(message: &str) -> Option<String> {
     let start = message.find("kubectl ")?;
     let end = start + message[start..].find("=PATH")? + "=PATH".len();
     Some(message[start..end].to_string())
-}
-
-/// Whether kubectl can run here; panics with what to install unless `KOK_SKIP_KUBECTL=1`.
-fn kubectl_or_skip() -> bool {
-    let found = std::process::Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return true;
-    }
-    if std::env::var("KOK_SKIP_KUBECTL").as_deref() == Ok("1") {
-        eprintln!("skipping: kubectl is not installed and KOK_SKIP_KUBECTL=1");
-        return false;
-    }
-    panic!(
-        "kubectl is not installed: install kubernetes-client (or set KOK_SKIP_KUBECTL=1 to skip this test)"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -18,6 +18,14 @@ struct Kubectl {
 }
 
 impl Kubectl {
+    /// kubectl with the server's kubeconfig and a cache of its own.
+    fn for_server(server: &ApiServer) -> Kubectl {
+        Kubectl {
+            kubeconfig: server.kubeconfig_path().to_path_buf(),
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new("kubectl");
         c.arg("--kubeconfig")
@@ -134,10 +142,7 @@ async fn kubectl_applies_gets_watches_patches_and_deletes_with_cascade() {
         return;
     }
     let server = ApiServer::start().await.unwrap();
-    let k = Kubectl {
-        kubeconfig: server.kubeconfig_path().to_path_buf(),
-        cache: tempfile::tempdir().unwrap(),
-    };
+    let k = Kubectl::for_server(&server);
 
     let out = k.ok(&["apply", "-f", &fixture("widget-crd.yaml")]).await;
     assert!(
@@ -262,10 +267,7 @@ async fn kubectl_applies_deployment_manifests_client_and_server_side() {
         return;
     }
     let server = ApiServer::start().await.unwrap();
-    let k = Kubectl {
-        kubeconfig: server.kubeconfig_path().to_path_buf(),
-        cache: tempfile::tempdir().unwrap(),
-    };
+    let k = Kubectl::for_server(&server);
     let manifests = fixture("deploy.yaml");
     let out = k.ok(&["apply", "-f", &manifests]).await;
     for created in [
@@ -350,10 +352,7 @@ async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
         return;
     }
     let server = ApiServer::start().await.unwrap();
-    let k = Kubectl {
-        kubeconfig: server.kubeconfig_path().to_path_buf(),
-        cache: tempfile::tempdir().unwrap(),
-    };
+    let k = Kubectl::for_server(&server);
     let files = tempfile::tempdir().unwrap();
     let key_file = files.path().join("id_ed25519");
     std::fs::write(&key_file, "not a real key\n").unwrap();
@@ -522,10 +521,7 @@ async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3() {
         return;
     }
     let server = ApiServer::start().await.unwrap();
-    let k = Kubectl {
-        kubeconfig: server.kubeconfig_path().to_path_buf(),
-        cache: tempfile::tempdir().unwrap(),
-    };
+    let k = Kubectl::for_server(&server);
     let out = k.ok(&["explain", "configmap.data"]).await;
     assert!(
         out.contains("KIND:       ConfigMap") && out.contains("FIELD: data <map[string]string>"),

@@ -11,8 +11,8 @@ use common::{send, send_typed};
 use serde_json::{json, Value};
 use testkit::ApiServer;
 
-#[tokio::test]
-async fn crd_validation_answers_match_a_real_api_server() {
+/// The recorded table, and a server with its namespace and CRD, as the recording started.
+async fn recorded() -> (Value, ApiServer) {
     let table: Value = serde_json::from_str(
         &std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/realapi/crd-validation.json"),
@@ -21,17 +21,18 @@ async fn crd_validation_answers_match_a_real_api_server() {
     )
     .unwrap();
     let server = ApiServer::start().await.unwrap();
-    send(
-        &server,
-        "POST",
-        "/api/v1/namespaces",
-        Some(&json!({"metadata": {"name": "valprobe"}})),
-    )
-    .await;
+    let ns = json!({"metadata": {"name": "valprobe"}});
+    send(&server, "POST", "/api/v1/namespaces", Some(&ns)).await;
     server
         .install_crds(&[serde_json::from_value(table["crd"].clone()).unwrap()])
         .await
         .unwrap();
+    (table, server)
+}
+
+#[tokio::test]
+async fn crd_validation_answers_match_a_real_api_server() {
+    let (table, server) = recorded().await;
     let cases = table["cases"].as_array().unwrap();
     assert!(cases.len() >= 20, "the table has every rule");
     for case in cases {
@@ -92,25 +93,7 @@ async fn crd_validation_answers_match_a_real_api_server() {
 
 #[tokio::test]
 async fn patches_and_server_side_apply_are_validated_and_pruned_too() {
-    let table: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/realapi/crd-validation.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let server = ApiServer::start().await.unwrap();
-    send(
-        &server,
-        "POST",
-        "/api/v1/namespaces",
-        Some(&json!({"metadata": {"name": "valprobe"}})),
-    )
-    .await;
-    server
-        .install_crds(&[serde_json::from_value(table["crd"].clone()).unwrap()])
-        .await
-        .unwrap();
+    let (table, server) = recorded().await;
     let path = "/apis/probe.kok.dev/v1/namespaces/valprobe/gadgets";
     let apply = |spec: &str| {
         format!(

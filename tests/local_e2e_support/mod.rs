@@ -54,6 +54,24 @@ pub fn ansible_or_skip(test: &str) -> bool {
     );
 }
 
+/// Whether kubectl can run here; panics with what to install unless `KOK_SKIP_KUBECTL=1`.
+pub fn kubectl_or_skip() -> bool {
+    let found = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return true;
+    }
+    if std::env::var("KOK_SKIP_KUBECTL").as_deref() == Ok("1") {
+        eprintln!("skipping: kubectl is not installed and KOK_SKIP_KUBECTL=1");
+        return false;
+    }
+    panic!(
+        "kubectl is not installed: install kubernetes-client (or set KOK_SKIP_KUBECTL=1 to skip this test)"
+    );
+}
+
 /// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
 /// greeting and the commit, and appends one line per run to `<marks>/<mark>.runs`.
 const MARK_PLAYBOOK: &str = r#"- name: Leave a mark
