@@ -3,31 +3,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-const SKIP_VAR: &str = "KOK_SKIP_KUBECTL";
+#[path = "common/tools.rs"]
+mod tools;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Whether kubectl can run here; panics with what to install unless the skip variable is set.
-fn kubectl_available() -> bool {
-    let found = std::process::Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok();
-    if found {
-        return true;
-    }
-    if std::env::var(SKIP_VAR).as_deref() == Ok("1") {
-        eprintln!("skipping: kubectl is not installed and {SKIP_VAR}=1");
-        return false;
-    }
-    panic!("kubectl is not installed: install kubernetes-client (or set {SKIP_VAR}=1 to skip this test)");
-}
-
 async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new("kubectl");
+    let mut cmd = tokio::process::Command::from(tools::command("kubectl"));
     cmd.arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
@@ -56,7 +41,7 @@ fn ok(out: &Output, what: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
-    if !kubectl_available() {
+    if !tools::kubectl_or_skip("crds_and_deploy_apply_with_kubectl_and_read_back") {
         return;
     }
     let api = testkit::ApiServer::start().await.unwrap();
@@ -187,8 +172,9 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
         "{service}"
     );
 
-    // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Secret or Pod
-    // writes (pods are read for the termination message of a finished Job).
+    // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Pod writes (pods
+    // are read for the termination message of a finished Job), no Secret updates or deletes (kok creates
+    // each cluster's credentials Secrets empty and patches nothing else into them).
     let role = api
         .object(("rbac.authorization.k8s.io", "v1", "roles"), "kok-system", "kok")
         .expect("role stored");
@@ -207,13 +193,16 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
             .map(|v| v.as_str().unwrap())
             .collect();
         assert!(!verbs.contains(&"*"), "wildcard verb in {rule}");
+        if rule["resources"].as_array().unwrap().iter().any(|r| r == "pods") {
+            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+        }
         if rule["resources"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r == "secrets" || r == "pods")
+            .any(|r| r == "secrets")
         {
-            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+            assert_eq!(verbs, ["get", "list", "watch", "create", "patch"], "{rule}");
         }
     }
 }

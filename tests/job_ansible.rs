@@ -3,26 +3,13 @@
 use std::path::Path;
 use std::process::Command;
 
+#[path = "common/tools.rs"]
+mod tools;
+
 use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook};
 use kok::controller::job::entry_script;
 use kok::controller::summary::{log_tail, read_termination_message, RunReport, MAX_TERMINATION_MESSAGE};
 use kok::report::status::{failure_words, summary_words};
-
-/// True when ansible-playbook can be run; false (after printing why) when KOK_SKIP_ANSIBLE=1 says to skip.
-fn ansible_available() -> bool {
-    let found = Command::new("ansible-playbook")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success());
-    if matches!(found, Ok(true)) {
-        return true;
-    }
-    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
-        println!("skipping: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
-        return false;
-    }
-    panic!("ansible-playbook is not on PATH: install it with `pip install ansible-core` (or set KOK_SKIP_ANSIBLE=1)");
-}
 
 /// A playbook that appends the line `<label> <marker_args> <greeting>` to `<dir>/order.log` (written
 /// literally by lineinfile, so what arrives is what ansible received), and fails afterwards when asked.
@@ -78,7 +65,7 @@ fn operation(dir: &Path, fail_pre: bool) -> ClusterOperation {
 fn run(op: &ClusterOperation, dir: &Path) -> std::process::Output {
     let conf = dir.join("conf");
     std::fs::create_dir_all(&conf).unwrap();
-    let python = Command::new("python3")
+    let python = tools::command("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -99,13 +86,14 @@ fn run(op: &ClusterOperation, dir: &Path) -> std::process::Output {
         .env("KOK_AUTH_DIR", dir.join("auth"))
         .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
         .env("ANSIBLE_NOCOLOR", "1")
+        .env("PATH", tools::search_path())
         .output()
         .expect("/bin/sh runs")
 }
 
 #[test]
 fn the_entry_script_runs_hooks_action_and_post_hooks_in_order_with_ansible() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("the_entry_script_runs_hooks_action_and_post_hooks_in_order_with_ansible") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -130,7 +118,7 @@ fn the_entry_script_runs_hooks_action_and_post_hooks_in_order_with_ansible() {
 
 #[test]
 fn a_failing_pre_hook_stops_the_run_with_a_non_zero_exit() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_failing_pre_hook_stops_the_run_with_a_non_zero_exit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -162,6 +150,7 @@ fn run_for_summary(op: &ClusterOperation, dir: &Path, hosts: &str) -> (bool, Str
         .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
         .env("ANSIBLE_NOCOLOR", "1")
         .env("ANSIBLE_HOST_KEY_CHECKING", "False")
+        .env("PATH", tools::search_path())
         .output()
         .expect("/bin/sh runs");
     let output = format!(
@@ -188,7 +177,7 @@ fn run_for_summary(op: &ClusterOperation, dir: &Path, hosts: &str) -> (bool, Str
 }
 
 fn local_hosts() -> String {
-    let python = Command::new("python3")
+    let python = tools::command("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -227,7 +216,7 @@ const CHANGES: &str = "- hosts: all\n  gather_facts: false\n  become: false\n  t
 
 #[test]
 fn a_successful_run_reports_hosts_and_changes() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_successful_run_reports_hosts_and_changes") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -243,7 +232,7 @@ fn a_successful_run_reports_hosts_and_changes() {
 
 #[test]
 fn a_failing_task_is_named_with_its_host_and_message() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_failing_task_is_named_with_its_host_and_message") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -263,7 +252,7 @@ fn a_failing_task_is_named_with_its_host_and_message() {
 
 #[test]
 fn an_unreachable_host_is_named_with_the_ssh_error() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("an_unreachable_host_is_named_with_the_ssh_error") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -285,7 +274,7 @@ fn an_unreachable_host_is_named_with_the_ssh_error() {
 
 #[test]
 fn a_missing_playbook_is_reported_from_ansibles_error_line() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_missing_playbook_is_reported_from_ansibles_error_line") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -302,7 +291,7 @@ fn a_missing_playbook_is_reported_from_ansibles_error_line() {
 
 #[test]
 fn a_syntax_error_is_reported_from_ansibles_error_line() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_syntax_error_is_reported_from_ansibles_error_line") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -325,7 +314,7 @@ fn a_syntax_error_is_reported_from_ansibles_error_line() {
 
 #[test]
 fn a_failing_pre_hook_is_named_in_the_summary() {
-    if !ansible_available() {
+    if !tools::ansible_or_skip("a_failing_pre_hook_is_named_in_the_summary") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

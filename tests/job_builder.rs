@@ -135,7 +135,7 @@ fn a_plain_playbook_runs_through_the_entry_script_with_every_argument_quoted() {
     assert_eq!(code, 0);
     assert_eq!(
         out,
-        "[-i]\n[/tmp/conf dir/hosts.yml]\n[-e]\n[@/tmp/conf dir/vars.yml]\n[--private-key]\n\
+        "[-i]\n[<inventory>/hosts.yml]\n[-e]\n[@<inventory>/vars.yml]\n[--private-key]\n\
          [/tmp/auth/ssh-privatekey]\n[-b]\n[scale.yml]\n[--limit=node7]\nEND\n"
     );
 }
@@ -151,7 +151,7 @@ fn run_with_recorder(op: &ClusterOperation, fail_on: Option<&str>) -> (String, i
     std::fs::write(
         &recorder,
         format!(
-            "#!/bin/sh\n{}for a in \"$@\"; do printf '[%s]\\n' \"$a\"; done\necho END\n",
+            "#!/bin/sh\nprintf 'INVENTORY %s\\n' \"$KOK_INVENTORY\"\n{}for a in \"$@\"; do printf '[%s]\\n' \"$a\"; done\necho END\n",
             fail.unwrap_or_default()
         ),
     )
@@ -159,19 +159,37 @@ fn run_with_recorder(op: &ClusterOperation, fail_on: Option<&str>) -> (String, i
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&recorder, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let conf = dir.path().join("conf dir");
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::write(conf.join("hosts.yml"), "all: {}\n").unwrap();
+    std::fs::write(conf.join("vars.yml"), "{}\n").unwrap();
     let out = std::process::Command::new("/bin/sh")
         .arg("-c")
         .arg(entry_script(op))
         .arg("kok-entry")
         .env("PATH", path)
-        .env("KOK_CONF_DIR", "/tmp/conf dir")
+        .env("TMPDIR", dir.path())
+        .env("KOK_CONF_DIR", &conf)
         .env("KOK_AUTH_DIR", "/tmp/auth")
         .output()
         .expect("/bin/sh runs");
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        out.status.code().unwrap_or(-1),
-    )
+    // The writable inventory is a fresh directory per run: name it `<inventory>`.
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let inventories: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("INVENTORY "))
+        .map(str::to_string)
+        .collect();
+    for inventory in &inventories {
+        assert!(
+            inventory.starts_with(&dir.path().display().to_string()),
+            "{inventory}"
+        );
+        text = text
+            .replace(&format!("INVENTORY {inventory}\n"), "")
+            .replace(inventory, "<inventory>");
+    }
+    (text, out.status.code().unwrap_or(-1))
 }
 
 #[test]
@@ -197,9 +215,9 @@ fn hostile_arguments_reach_the_command_unchanged_through_the_entry_script() {
     assert_eq!(runs.len(), 2, "two commands ran: {out}");
     let mut expected = vec![
         "-i".to_string(),
-        "/tmp/conf dir/hosts.yml".into(),
+        "<inventory>/hosts.yml".into(),
         "-e".into(),
-        "@/tmp/conf dir/vars.yml".into(),
+        "@<inventory>/vars.yml".into(),
         "--private-key".into(),
         "/tmp/auth/ssh-privatekey".into(),
         "-b".into(),
@@ -239,16 +257,26 @@ fn a_shell_step_runs_the_script_with_its_arguments() {
     op.spec.action_type = ActionType::Shell;
     op.spec.action = script.display().to_string();
     op.spec.extra_args = vec!["a b".into(), "it's $(x)".into()];
+    let conf = dir.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::write(conf.join("hosts.yml"), "all: {}\n").unwrap();
+    std::fs::write(conf.join("vars.yml"), "{}\n").unwrap();
+    let script = entry_script(&op);
+    assert!(
+        script.contains("KOK_CONF_DIR=\"${KOK_CONF_DIR:-/conf}\""),
+        "in a pod the inputs are at /conf"
+    );
     let out = std::process::Command::new("/bin/sh")
         .arg("-c")
-        .arg(entry_script(&op))
+        .arg(script)
         .arg("kok-entry")
-        .env_remove("KOK_CONF_DIR")
+        .env("KOK_CONF_DIR", &conf)
+        .env("TMPDIR", dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "<a b><it's $(x)> conf=/conf\n"
+        format!("<a b><it's $(x)> conf={}\n", conf.display())
     );
 }

@@ -3,7 +3,9 @@
 
 mod local_e2e_support;
 
-use kok::api::Phase;
+use k8s_openapi::api::core::v1::Secret;
+use kok::api::{Cluster, Phase};
+use kube::api::Api;
 use local_e2e_support::{
     ansible_or_skip, finished, note_line, wait_for, LocalKok, LocalRepo, CLUSTER, FAILURE_MESSAGE, GREETING,
 };
@@ -90,6 +92,24 @@ async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_th
     assert!(
         history.contains(": 1 host, 2 changed"),
         "history prints the summary:\n{history}"
+    );
+    let (ok, json, stderr) = repo.kok(&[
+        "history",
+        CLUSTER,
+        "--repo",
+        &path.to_string_lossy(),
+        "--cache-dir",
+        &cache.to_string_lossy(),
+        "--output",
+        "json",
+    ]);
+    assert!(ok, "kok history --output json failed: {stderr}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("history JSON");
+    let hello = &json[0]["operations"][0];
+    assert_eq!(hello["operation"], "hello", "{json:#}");
+    assert_eq!(
+        hello["run"]["summary"]["hosts"]["localhost"]["changed"], 2,
+        "the summary, whole: {json:#}"
     );
     let changed = local_e2e_support::git(&path, &["status", "--porcelain", "--ignored"]);
     assert_eq!(changed, "", "kok leaves the work tree's files alone");
@@ -191,4 +211,106 @@ async fn a_run_cut_by_a_restart_is_not_run_again_and_holds_later_operations_unti
     let log = logs(&repo, "slow");
     assert_eq!(log.matches(RUN_HEADER).count(), 1, "one run in the log:\n{log}");
     assert!(log.contains("RunnerRestarted"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubespray_credentials_survive_between_runs_and_the_kubeconfig_becomes_a_secret() {
+    if !ansible_or_skip("kubespray_credentials_survive_between_runs") {
+        return;
+    }
+    let repo = LocalRepo::new();
+    let mut kok = LocalKok::start(&repo);
+    let client = kok.client(&repo).await;
+
+    let first = ("first", "credentials.yml", "first");
+    let sha = repo.commit_operations(&[first]);
+    let op = finished(&mut kok, &client, "first").await;
+    let (phase, message) = phase_and_message(&op);
+    assert_eq!(
+        phase,
+        Phase::Succeeded,
+        "{message}; the run's log:\n{}",
+        logs(&repo, "first")
+    );
+    let key = repo.mark("first").expect("the first run wrote its key");
+    assert_eq!(key.len(), 64, "{key}");
+    let note = note_line(&mut kok, &repo, &sha, "kok/local/first: success ").await;
+    assert!(
+        note.contains("; kubeconfig saved to Secret local-kubeconfig"),
+        "the status says the kubeconfig changed:\n{note}"
+    );
+
+    let second = repo.commit_operations(&[first, ("second", "credentials.yml", "second")]);
+    let op = finished(&mut kok, &client, "second").await;
+    assert_eq!(
+        phase_and_message(&op).0,
+        Phase::Succeeded,
+        "{}",
+        logs(&repo, "second")
+    );
+    assert_eq!(
+        repo.mark("second"),
+        Some(key.clone()),
+        "the second run saw the first run's key"
+    );
+    let note = note_line(&mut kok, &repo, &second, "kok/local/second: success ").await;
+    assert!(
+        !note.contains("kubeconfig saved"),
+        "an unchanged kubeconfig is not news:\n{note}"
+    );
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kok-system");
+    let data = |s: Secret| s.data.unwrap_or_default();
+    let credentials = data(
+        secrets
+            .get("local-credentials")
+            .await
+            .expect("credentials Secret"),
+    );
+    assert_eq!(
+        credentials
+            .get("kubeadm_certificate_key.creds")
+            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string()),
+        Some(key.clone())
+    );
+    let kubeconfig = data(secrets.get("local-kubeconfig").await.expect("kubeconfig Secret"));
+    assert_eq!(
+        kubeconfig.get("value").map(|v| v.0.clone()),
+        Some(b"kind: Config".to_vec())
+    );
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "kok-system");
+    let named = clusters
+        .get("local")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.kubeconfig_ref);
+    assert_eq!(named.map(|r| r.name).as_deref(), Some("local-kubeconfig"));
+
+    // A failed run still saves the credential it made, and its key never reaches the log or the note.
+    let late = repo.commit_operations(&[
+        first,
+        ("second", "credentials.yml", "second"),
+        ("late", "late.yml", "late"),
+    ]);
+    let op = finished(&mut kok, &client, "late").await;
+    assert_eq!(phase_and_message(&op).0, Phase::Failed);
+    let credentials = data(secrets.get("local-credentials").await.unwrap());
+    let late_key = credentials
+        .get("late.creds")
+        .expect("the failed run's credential was saved");
+    let late_key = String::from_utf8_lossy(&late_key.0).trim().to_string();
+    assert_eq!(late_key.len(), 16);
+    assert!(
+        credentials.contains_key("kubeadm_certificate_key.creds"),
+        "earlier credentials stay"
+    );
+    let note = note_line(&mut kok, &repo, &late, "kok/local/late: failure ").await;
+    for text in [note, logs(&repo, "late"), logs(&repo, "first"), kok.log()] {
+        assert!(
+            !text.contains(&key) && !text.contains(&late_key),
+            "a credential leaked:\n{text}"
+        );
+    }
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }

@@ -1,6 +1,6 @@
 //! The local runner running real `ansible-playbook` on a playbook kept in the repository, against localhost
-//! with `ansible_connection: local`. Needs `ansible-core` (`pip install ansible-core`); `KOK_SKIP_ANSIBLE=1`
-//! skips these tests with a printed reason.
+//! with `ansible_connection: local`. Needs `ansible-core` (`scripts/setup.sh` installs it into `.venv`);
+//! `KOK_SKIP_ANSIBLE=1` skips these tests with a printed reason.
 
 mod local_runner_support;
 
@@ -30,29 +30,9 @@ const FAILING_PLAYBOOK: &str = "\
         msg: this playbook always fails
 ";
 
-/// False (after printing why) when the tests must skip; an error when ansible is missing and skipping was not
-/// asked for.
-fn ansible_available() -> anyhow::Result<bool> {
-    let found = std::process::Command::new("ansible-playbook")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return Ok(true);
-    }
-    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
-        eprintln!("skipping: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
-        return Ok(false);
-    }
-    anyhow::bail!(
-        "ansible-playbook is not installed: run `pip install ansible-core` (scripts/setup.sh does), \
-         or set KOK_SKIP_ANSIBLE=1 to skip the tests that run real ansible"
-    )
-}
-
 #[tokio::test]
 async fn a_playbook_from_the_pinned_commit_runs_with_real_ansible_on_localhost() -> anyhow::Result<()> {
-    if !ansible_available()? {
+    if !tools::ansible_or_skip("a_playbook_from_the_pinned_commit_runs_with_real_ansible_on_localhost") {
         return Ok(());
     }
     let env = Env::start().await?;
@@ -89,9 +69,14 @@ async fn a_playbook_from_the_pinned_commit_runs_with_real_ansible_on_localhost()
         "hello from vars on localhost\n"
     );
     assert!(log.contains("PLAY RECAP"), "{log}");
+    let header = log.lines().next().unwrap_or_default();
     assert!(
-        log.contains("\"ansible-playbook\",\"-i\""),
+        header.contains("command=[\"/bin/sh\",\"-c\",\"<script: "),
         "the header names the command: {log}"
+    );
+    assert!(
+        log.contains("\nkok: action: site.yml\n"),
+        "the step announces itself: {log}"
     );
     assert!(!log.contains(KEY_BODY), "{log}");
     Ok(())
@@ -99,7 +84,7 @@ async fn a_playbook_from_the_pinned_commit_runs_with_real_ansible_on_localhost()
 
 #[tokio::test]
 async fn a_failing_playbook_fails_the_job_with_its_message_in_the_log() -> anyhow::Result<()> {
-    if !ansible_available()? {
+    if !tools::ansible_or_skip("a_failing_playbook_fails_the_job_with_its_message_in_the_log") {
         return Ok(());
     }
     let env = Env::start().await?;

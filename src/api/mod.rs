@@ -200,6 +200,9 @@ pub struct ClusterStatus {
     /// Number of operations per phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operations: Option<OperationCounts>,
+    /// Secret with the cluster's admin kubeconfig (key `value`), once a run left `artifacts/admin.conf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_ref: Option<SecretRef>,
 }
 
 /// Count of a cluster's operations by phase.
@@ -514,6 +517,22 @@ pub struct CommitStatus {
     /// Link shown with the status, from `--status-url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_url: Option<String>,
+    /// What ansible reported about the run, whole: kept in the git notes (and `kok history --output json`);
+    /// forges get the description only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunRecord>,
+}
+
+/// A finished run's summary and first failure, as recorded with its commit status.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    /// Task results per host and in total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<RunSummary>,
+    /// The first failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
 }
 
 /// Observed state of a ClusterOperation.
@@ -556,6 +575,9 @@ pub struct ClusterOperationStatus {
     /// The outcome in one line, as the commit status says it: `failed at TASK [...] on node2: ...`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// The Secret this run saved a new admin kubeconfig to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
     /// Set once the hold of this failed operation on its cluster's queue was lifted by removing its entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_released: Option<String>,

@@ -14,6 +14,9 @@ use super::OutputFormat;
 use crate::api::DEFAULT_NAMESPACE;
 use crate::layout::{self, Diagnostic, Parsed};
 use crate::materialize::{canonical_json, render_cluster, RenderContext, ZERO_SHA};
+use crate::source::verify::{
+    commits_to_verify, signature_states, CommitSignature, Trust, TrustFiles, Verification, VerifyMode,
+};
 use crate::source::{attribute, Credentials, GitTree, Source, SourceConfig};
 
 /// Where the remote is and how to reach it; shared by the commands that read a git remote.
@@ -73,6 +76,64 @@ impl GitArgs {
     }
 }
 
+/// The trust material commits are checked against; shared by `run`, `validate`, `plan` and `history`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TrustFileArgs {
+    /// OpenSSH allowed_signers file of the trusted SSH signing keys.
+    #[arg(long, env = "KOK_ALLOWED_SIGNERS")]
+    pub allowed_signers: Option<PathBuf>,
+    /// Directory of trusted OpenPGP public keys (armored or binary, one or more per file).
+    #[arg(long, env = "KOK_TRUSTED_KEYS")]
+    pub trusted_keys: Option<PathBuf>,
+}
+
+impl TrustFileArgs {
+    /// The trust files given (possibly none).
+    pub fn files(&self) -> TrustFiles {
+        TrustFiles {
+            allowed_signers: self.allowed_signers.clone(),
+            trusted_keys: self.trusted_keys.clone(),
+        }
+    }
+
+    /// The trusted keys; none when no file is given (every signature then shows as untrusted).
+    pub fn load(&self) -> anyhow::Result<Trust> {
+        let files = self.files();
+        if files == TrustFiles::default() {
+            return Ok(Trust::default());
+        }
+        Ok(Trust::load(&files)?)
+    }
+}
+
+/// Which commits must be signed, and by whom; shared by `run`, `validate` and `plan`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TrustArgs {
+    /// Refuse commits without a valid signature by a trusted key: `tip` (the newest commit) or
+    /// `all` (every commit since the last reconciled one, or since --from / --since).
+    #[arg(long, value_enum, env = "KOK_VERIFY_SIGNATURES")]
+    pub verify_signatures: Option<VerifyMode>,
+    /// The trust material.
+    #[command(flatten)]
+    pub trust: TrustFileArgs,
+}
+
+impl TrustArgs {
+    /// The verification `kok run` performs: the mode and the trust material, read once now so that
+    /// a missing or malformed file stops kok at start.
+    pub fn verification(&self) -> anyhow::Result<Option<Verification>> {
+        let files = self.trust.files();
+        let Some(mode) = self.verify_signatures else {
+            if files != TrustFiles::default() {
+                anyhow::bail!("--allowed-signers and --trusted-keys need --verify-signatures tip|all");
+            }
+            return Ok(None);
+        };
+        Trust::load(&files)?;
+        Ok(Some(Verification { mode, files }))
+    }
+}
+
 /// `$XDG_CACHE_HOME/kok/git`, `~/.cache/kok/git`, or `<tmp>/kok-cache/git`.
 pub fn default_cache_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -104,6 +165,10 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text, env = "KOK_OUTPUT")]
     pub output: OutputFormat,
+    /// Signature checks: every commit of the range is reported; with --verify-signatures, an
+    /// untrusted one (the tip alone with `tip`) makes the exit code 1.
+    #[command(flatten)]
+    pub trust: TrustArgs,
 }
 
 /// One object, by kind and name.
@@ -175,6 +240,8 @@ pub struct Plan {
     pub invalid: Vec<InvalidCluster>,
     /// Repository-wide diagnostics at `to` (kok.yml).
     pub repo_diagnostics: Vec<Diagnostic>,
+    /// The signature state of every commit of the range, newest first.
+    pub signatures: Vec<CommitSignature>,
 }
 
 /// Runs `kok plan`.
@@ -192,7 +259,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .ok()
             .and_then(|c| c.parent_id(0).ok()),
     };
-    let plan = compute(&source, from, to, &args.path, &args.namespace)?;
+    let mut plan = compute(&source, from, to, &args.path, &args.namespace)?;
+    let trust = args.trust.trust.load()?;
+    let repo = source.repository();
+    let range = commits_to_verify(repo, from, to, VerifyMode::All)?;
+    plan.signatures = signature_states(repo, &range, &trust, jiff::Timestamp::now().as_second())?;
+    let refused = match args.trust.verify_signatures {
+        Some(VerifyMode::All) => plan.signatures.iter().any(|s| !s.trusted),
+        Some(VerifyMode::Tip) => plan.signatures.first().is_some_and(|s| !s.trusted),
+        None => false,
+    };
     let mut out = std::io::stdout().lock();
     match args.output {
         OutputFormat::Json => {
@@ -202,7 +278,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         OutputFormat::Text => std::io::Write::write_all(&mut out, text(&plan).as_bytes())
             .context("writing the plan to stdout")?,
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if refused {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Computes the plan of `(from, to]` under `root`. Both ends are rendered with the same neutral
@@ -304,6 +384,7 @@ pub fn compute(
         clusters,
         invalid,
         repo_diagnostics,
+        signatures: Vec::new(),
     })
 }
 
@@ -392,6 +473,12 @@ pub fn text(plan: &Plan) -> String {
         ));
         for d in &invalid.diagnostics {
             out.push_str(&format!("  {d}\n"));
+        }
+    }
+    if !plan.signatures.is_empty() {
+        out.push_str("\nsignatures:\n");
+        for signature in &plan.signatures {
+            out.push_str(&format!("  {signature}\n"));
         }
     }
     out

@@ -21,10 +21,11 @@ use serde_json::json;
 use tracing::{info, instrument, warn};
 
 use super::queue::{history_to_delete, phase, queue_order};
-use super::secret::check_secret;
+use super::secret::check_cached;
 use super::{Context, ControllerError};
 use crate::api::{
-    Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, DEFAULT_HISTORY_LIMIT,
+    Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, SecretRef,
+    DEFAULT_HISTORY_LIMIT,
 };
 
 fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
@@ -143,7 +144,17 @@ pub fn cluster_status(
         observed_generation: generation,
         last_operation,
         operations: Some(counts),
+        kubeconfig_ref: kubeconfig_ref(cluster, ops),
     }
+}
+
+/// The Secret holding the cluster's admin kubeconfig, once a run saved one (kept when that run's record is
+/// gone with the history limit).
+fn kubeconfig_ref(cluster: &Cluster, ops: &[&ClusterOperation]) -> Option<SecretRef> {
+    ops.iter()
+        .find_map(|o| o.status.as_ref().and_then(|s| s.kubeconfig.clone()))
+        .map(|name| SecretRef { name })
+        .or_else(|| cluster.status.as_ref().and_then(|s| s.kubeconfig_ref.clone()))
 }
 
 /// Keeps the transition time of every condition whose status did not change; sets `now` on the others.
@@ -172,27 +183,19 @@ fn cluster_error(cluster: &Cluster, action: String) -> impl FnOnce(kube::Error) 
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     let ns = ctx.config.namespace.as_str();
     let name = cluster.name_any();
-    if ctx.operations.wait_until_ready().await.is_err() {
+    if ctx.operations.wait_until_ready().await.is_err() || ctx.secrets.wait_until_ready().await.is_err() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    let all = ctx.operations.state();
-    let ops: Vec<&ClusterOperation> = all
-        .iter()
-        .map(|o| o.as_ref())
-        .filter(|o| o.spec.cluster == name)
-        .collect();
+    let all = super::cache::cluster_operations(&ctx.operations, &ctx.index, ns, &name);
+    let ops: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
 
     let secret = match &cluster.spec.ssh_auth_ref {
         None => Ok("NoSecret"),
-        Some(s) => match check_secret(&ctx.client, ns, &s.name)
-            .await
-            .map_err(cluster_error(&cluster, format!("checking Secret {}", s.name)))?
-        {
+        Some(s) => match check_cached(&ctx.secrets, ns, &s.name) {
             Ok(()) => Ok("SecretFound"),
             Err(problem) => Err((problem.reason(), problem.message(&s.name, ns))),
         },
     };
-    let secret_ok = secret.is_ok();
     let mut status = cluster_status(&cluster, &ops, secret);
     keep_transition_times(&mut status, cluster.status.as_ref(), Timestamp::now());
     if cluster.status.as_ref() != Some(&status) {
@@ -223,11 +226,8 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             }
         }
     }
-    if secret_ok {
-        Ok(Action::await_change())
-    } else {
-        Ok(Action::requeue(ctx.config.secret_retry))
-    }
+    // A Secret that appears or changes wakes this Cluster (see super::watch_secrets).
+    Ok(Action::await_change())
 }
 
 /// Retries a failed reconcile after five seconds.

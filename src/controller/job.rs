@@ -10,8 +10,15 @@
 //! and `KOK_TERMINATION_LOG` (default `/dev/termination-log`), so the same script runs outside a pod.
 //!
 //! Security: the pod runs the image's user (kubespray's image runs as root and needs it), with privilege
-//! escalation off, every capability dropped and the runtime's default seccomp profile; the service account
-//! token is mounted only when the operation names a service account.
+//! escalation off, every capability dropped and the runtime's default seccomp profile. It runs as the
+//! operation's service account, or else as the cluster's own `kok-<cluster>`, whose only grant is reading and
+//! patching that cluster's credentials and kubeconfig Secrets ([`super::credentials`]).
+//!
+//! kubespray writes beside its inventory: the script copies the pinned hosts.yml and vars.yml into a writable
+//! directory (`KOK_INVENTORY`, private to the pod) and runs ansible against that copy, with `credentials/`
+//! restored from Secret `<cluster>-credentials` (mounted read-only at `/kok/credentials`). On exit, whatever
+//! the outcome, it saves what the run created or changed there, and an `artifacts/admin.conf`, back to the
+//! cluster's Secrets.
 
 use std::collections::BTreeMap;
 
@@ -19,14 +26,15 @@ use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapProjection, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec,
-    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
-    VolumeMount, VolumeProjection,
+    Capabilities, ConfigMapProjection, Container, EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector,
+    PodSpec, PodTemplateSpec, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
+use super::credentials::{credentials_secret, kubeconfig_secret, runner_service_account, SAVE_SCRIPT};
 use super::summary::{ENV_TERMINATION_LOG, PLUGIN_SOURCE, STEP_FAILED_MARK, TERMINATION_MESSAGE_PATH};
 use crate::api::{
     common_labels, ActionType, ClusterOperation, Hook, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH,
@@ -44,6 +52,19 @@ pub const AUTH_DIR: &str = "/auth";
 pub const ENV_CONF_DIR: &str = "KOK_CONF_DIR";
 /// Environment variable overriding [`AUTH_DIR`] in the entry script.
 pub const ENV_AUTH_DIR: &str = "KOK_AUTH_DIR";
+/// Directory where the cluster's credentials Secret is mounted, read-only; the entry script copies it into
+/// the writable inventory.
+pub const CREDENTIALS_DIR: &str = "/kok/credentials";
+/// Environment variable naming the mounted credentials (the local runner points it at its copy).
+pub const ENV_CREDENTIALS_DIR: &str = "KOK_CREDENTIALS_DIR";
+/// Environment variable naming the Secret the run's credentials are saved to.
+pub const ENV_CREDENTIALS_SECRET: &str = "KOK_CREDENTIALS_SECRET";
+/// Environment variable naming the Secret an `artifacts/admin.conf` is saved to.
+pub const ENV_KUBECONFIG_SECRET: &str = "KOK_KUBECONFIG_SECRET";
+/// Environment variable with the pod's namespace.
+pub const ENV_NAMESPACE: &str = "KOK_NAMESPACE";
+/// Environment variable with the writable inventory directory ansible runs against (set by the script).
+pub const ENV_INVENTORY: &str = "KOK_INVENTORY";
 /// Environment variable with the cluster name.
 pub const ENV_CLUSTER: &str = "KOK_CLUSTER";
 /// Environment variable with the operation id.
@@ -142,9 +163,9 @@ fn script_line(step: Step<'_>, with_key: bool) -> String {
         ActionType::Playbook => {
             words.push(ANSIBLE_PLAYBOOK.to_string());
             words.push("-i".to_string());
-            words.push(format!("\"${ENV_CONF_DIR}/{HOSTS_KEY}\""));
+            words.push(format!("\"${ENV_INVENTORY}/{HOSTS_KEY}\""));
             words.push("-e".to_string());
-            words.push(format!("\"@${ENV_CONF_DIR}/{VARS_KEY}\""));
+            words.push(format!("\"@${ENV_INVENTORY}/{VARS_KEY}\""));
             if with_key {
                 words.push("--private-key".to_string());
                 words.push(format!("\"${ENV_AUTH_DIR}/{SSH_PRIVATE_KEY}\""));
@@ -160,6 +181,8 @@ fn script_line(step: Step<'_>, with_key: bool) -> String {
 
 /// Heredoc delimiter of the plugin inside the entry script.
 const PLUGIN_DELIMITER: &str = "KOK_SUMMARY_PLUGIN";
+/// Heredoc delimiter of the credentials script inside the entry script.
+const SAVE_DELIMITER: &str = "KOK_CREDENTIALS_SCRIPT";
 
 /// The part of the entry script before the first step: the directories, a private temporary directory holding
 /// kok's callback plugin (found by ansible through `ANSIBLE_CALLBACK_PLUGINS`), and the exit trap that names
@@ -170,12 +193,20 @@ fn script_prologue() -> String {
 {ENV_CONF_DIR}="${{{ENV_CONF_DIR}:-{CONF_DIR}}}"
 {ENV_AUTH_DIR}="${{{ENV_AUTH_DIR}:-{AUTH_DIR}}}"
 {ENV_TERMINATION_LOG}="${{{ENV_TERMINATION_LOG}:-{TERMINATION_MESSAGE_PATH}}}"
+umask 077
 kok_tmp=$(mktemp -d "${{TMPDIR:-/tmp}}/kok.XXXXXX")
 KOK_SUMMARY_FILE="$kok_tmp/summary.json"
+{ENV_INVENTORY}="$kok_tmp/inventory"
 KOK_STEP=setup
-export {ENV_CONF_DIR} {ENV_AUTH_DIR} KOK_SUMMARY_FILE KOK_STEP
+export {ENV_CONF_DIR} {ENV_AUTH_DIR} {ENV_INVENTORY} KOK_SUMMARY_FILE KOK_STEP
 kok_finish() {{
   kok_rc=$1
+  if [ -n "${{{ENV_CREDENTIALS_SECRET}:-}}" ] && [ -f "$kok_tmp/kok_credentials.py" ]; then
+    if ! "${{KOK_PYTHON:-python3}}" "$kok_tmp/kok_credentials.py" && [ "$kok_rc" -eq 0 ]; then
+      KOK_STEP="saving credentials"
+      kok_rc=1
+    fi
+  fi
   if [ "$kok_rc" -ne 0 ]; then
     printf 'kok: %s{STEP_FAILED_MARK}%s
 ' "$KOK_STEP" "$kok_rc" >&2
@@ -184,11 +215,20 @@ kok_finish() {{
     cat "$KOK_SUMMARY_FILE" > "${ENV_TERMINATION_LOG}" 2>/dev/null || true
   fi
   rm -rf "$kok_tmp"
+  exit "$kok_rc"
 }}
 trap 'kok_finish $?' EXIT
-mkdir "$kok_tmp/callback"
+mkdir "$kok_tmp/callback" "${ENV_INVENTORY}" "${ENV_INVENTORY}/credentials" "${ENV_INVENTORY}/artifacts"
+cp "${ENV_CONF_DIR}/{HOSTS_KEY}" "${ENV_CONF_DIR}/{VARS_KEY}" "${ENV_INVENTORY}/"
+if [ -n "${{{ENV_CREDENTIALS_DIR}:-}}" ] && [ -d "${ENV_CREDENTIALS_DIR}" ]; then
+  for kok_file in "${ENV_CREDENTIALS_DIR}"/*; do
+    if [ -f "$kok_file" ]; then cp "$kok_file" "${ENV_INVENTORY}/credentials/"; fi
+  done
+fi
 cat > "$kok_tmp/callback/kok_summary.py" <<'{PLUGIN_DELIMITER}'
 {PLUGIN_SOURCE}{PLUGIN_DELIMITER}
+cat > "$kok_tmp/kok_credentials.py" <<'{SAVE_DELIMITER}'
+{SAVE_SCRIPT}{SAVE_DELIMITER}
 ANSIBLE_CALLBACK_PLUGINS="$kok_tmp/callback:${{ANSIBLE_CALLBACK_PLUGINS:-${{HOME:-/nonexistent}}/.ansible/plugins/callback:/usr/share/ansible/plugins/callback}}"
 export ANSIBLE_CALLBACK_PLUGINS
 "#
@@ -319,14 +359,46 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
         });
     }
 
+    let cluster = &op.spec.cluster;
+    volumes.push(Volume {
+        name: "credentials".to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(credentials_secret(cluster)),
+            default_mode: Some(KEY_MODE),
+            optional: Some(true),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
+    mounts.push(VolumeMount {
+        name: "credentials".to_string(),
+        mount_path: CREDENTIALS_DIR.to_string(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    });
+
     let container = Container {
         name: CONTAINER_NAME.to_string(),
         image: Some(op.spec.image.clone()),
         command: Some(container_command(op)),
         env: Some(vec![
-            env(ENV_CLUSTER, &op.spec.cluster),
+            env(ENV_CLUSTER, cluster),
             env(ENV_OPERATION, &op.spec.id),
             env(ENV_COMMIT, &op.spec.source.commit),
+            env(ENV_CREDENTIALS_DIR, CREDENTIALS_DIR),
+            env(ENV_CREDENTIALS_SECRET, &credentials_secret(cluster)),
+            env(ENV_KUBECONFIG_SECRET, &kubeconfig_secret(cluster)),
+            EnvVar {
+                name: ENV_NAMESPACE.to_string(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.namespace".to_string(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
         ]),
         resources: Some(
             op.spec
@@ -385,8 +457,14 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
                 }),
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_string()),
-                    service_account_name: op.spec.service_account.clone(),
-                    automount_service_account_token: Some(op.spec.service_account.is_some()),
+                    service_account_name: Some(
+                        op.spec
+                            .service_account
+                            .clone()
+                            .unwrap_or_else(|| runner_service_account(cluster)),
+                    ),
+                    // The token lets the pod save its cluster's credentials (see super::credentials).
+                    automount_service_account_token: Some(true),
                     containers: vec![container],
                     volumes: Some(volumes),
                     ..PodSpec::default()

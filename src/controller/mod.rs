@@ -4,13 +4,17 @@
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
+//! - [`cache`]: the watch caches and the index of operations by cluster that reconciles read.
 //! - [`secret`]: the ssh Secret check.
+//! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
 //!
-//! [`run`] runs all three loops until shutdown; tests run it in-process against testkit.
+//! [`run`] runs all the loops until shutdown; tests run it in-process against testkit.
 
+pub mod cache;
 pub mod cluster;
+pub mod credentials;
 pub mod job;
 pub mod operation;
 pub mod queue;
@@ -25,10 +29,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{watcher, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::Client;
 use tracing::{debug, warn};
 
@@ -46,22 +51,19 @@ pub struct ControllerConfig {
     pub job: JobConfig,
     /// `--status-url` template for commit statuses' links.
     pub status_url: Option<String>,
-    /// How often an operation waiting for its Secret looks again.
-    pub secret_retry: Duration,
     /// How often a queued operation looks again even without a trigger (a safety net; finishing
     /// operations wake the queue at once).
     pub queue_resync: Duration,
 }
 
 impl ControllerConfig {
-    /// Defaults for `namespace`: 4 concurrent Jobs, default Job settings, Secret retry 10 s, queue resync 60 s.
+    /// Defaults for `namespace`: 4 concurrent Jobs, default Job settings, queue resync 60 s.
     pub fn new(namespace: impl Into<String>) -> Self {
         ControllerConfig {
             namespace: namespace.into(),
             max_concurrent_jobs: 4,
             job: JobConfig::default(),
             status_url: None,
-            secret_retry: Duration::from_secs(10),
             queue_resync: Duration::from_secs(60),
         }
     }
@@ -108,11 +110,19 @@ pub struct Context {
     pub recorder: Recorder,
     /// Every ClusterOperation kok manages, as the operation controller sees them.
     pub operations: Store<ClusterOperation>,
+    /// The operations by cluster, and the running ones.
+    pub index: Arc<cache::OpIndex>,
+    /// The Secrets of the namespace, key names only ([`secret::strip_values`]).
+    pub secrets: Store<Secret>,
+    /// kok's Jobs in the namespace.
+    pub jobs: Store<Job>,
     /// Operations whose Job this process created and whose Running phase the store may not show yet,
     /// keyed by name: counted as busy so that no second Job starts for their cluster meanwhile.
     pub claims: Mutex<BTreeMap<String, String>>,
     /// Serializes start decisions, so two reconciles never both take the last slot of a cluster.
     pub start_lock: tokio::sync::Mutex<()>,
+    /// Operations that found every Job slot taken; woken when an operation finishes.
+    pub slot_waiters: Mutex<std::collections::HashSet<ObjectRef<ClusterOperation>>>,
     /// Wakes queued operations when one finishes.
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<ClusterOperation>>,
 }
@@ -142,17 +152,54 @@ pub async fn run(
     };
 
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
-    let op_controller = Controller::new(ops.clone(), wc.clone())
-        .owns(jobs, wc.clone())
+    let (cluster_wake_tx, cluster_wake_rx) = futures::channel::mpsc::unbounded();
+    let (store, op_writer) = reflector::store::<ClusterOperation>();
+    let index = Arc::new(cache::OpIndex::default());
+    let indexer = index.clone();
+    let cluster_ns = ns.clone();
+    let wake_cluster = cluster_wake_tx.clone();
+    // The cache and the index hold an operation's change before its Cluster is reconciled, so the Cluster
+    // reconciler (status, history limit) always sees it.
+    let op_events = watcher(ops, wc.clone())
+        .default_backoff()
+        .modify(|op: &mut ClusterOperation| op.metadata.managed_fields = None)
+        .reflect(op_writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                indexer.observe(event);
+                if let watcher::Event::Apply(op) | watcher::Event::Delete(op) = event {
+                    let cluster = ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns);
+                    let _ = wake_cluster.unbounded_send(cluster);
+                }
+            }
+        })
+        .applied_objects();
+    let op_controller = Controller::for_stream(op_events, store.clone())
+        .owns(jobs.clone(), wc.clone())
         .reconcile_on(wake_rx)
         .graceful_shutdown_on(stopped());
-    let store = op_controller.store();
+    let (secrets, secret_writer) = reflector::store::<Secret>();
+    let (job_store, job_writer) = reflector::store::<Job>();
+    let job_cache = watcher(jobs.clone(), wc.clone())
+        .default_backoff()
+        .modify(|job: &mut Job| job.metadata.managed_fields = None)
+        .reflect(job_writer)
+        .for_each(|event| {
+            if let Err(e) = event {
+                warn!(error = %e, "watching Jobs failed; retrying");
+            }
+            futures::future::ready(())
+        });
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), crate::materialize::apply::reporter()),
         client: client.clone(),
         config,
         operations: store.clone(),
+        index,
+        secrets,
+        jobs: job_store,
         claims: Mutex::new(BTreeMap::new()),
+        slot_waiters: Mutex::new(Default::default()),
         start_lock: tokio::sync::Mutex::new(()),
         wake: wake_tx,
     });
@@ -165,12 +212,19 @@ pub async fn run(
                 Err(e) => warn!(error = %e, "operation reconcile failed"),
             }
         });
-    let cluster_ns = ns.clone();
-    let cluster_loop = Controller::new(clusters, wc.clone())
-        .watches(ops, wc, move |op: ClusterOperation| {
-            Some(ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns))
-        })
-        .graceful_shutdown_on(stopped())
+    let cluster_controller = Controller::new(clusters, wc.clone())
+        .reconcile_on(cluster_wake_rx)
+        .graceful_shutdown_on(stopped());
+    let cluster_store = cluster_controller.store();
+    let secret_loop = watch_secrets(
+        Api::namespaced(client.clone(), &ns),
+        secret_writer,
+        ctx.clone(),
+        cluster_store,
+        cluster_wake_tx,
+        stopped(),
+    );
+    let cluster_loop = cluster_controller
         .run(cluster::reconcile, cluster::error_policy, ctx.clone())
         .for_each(|res| async move {
             match res {
@@ -179,5 +233,52 @@ pub async fn run(
             }
         });
     let scheduler = schedule::run_scheduler(client, ns, store, stopped());
-    futures::join!(op_loop, cluster_loop, scheduler);
+    let job_cache = async move {
+        tokio::select! {
+            () = job_cache => {}
+            () = stopped() => {}
+        }
+    };
+    futures::join!(op_loop, cluster_loop, scheduler, secret_loop, job_cache);
+}
+
+/// Keeps the Secret cache and wakes what waits on a Secret that appeared, changed or went away: the
+/// operations that name it (not yet finished) and the Clusters that do.
+async fn watch_secrets(
+    api: Api<Secret>,
+    writer: reflector::store::Writer<Secret>,
+    ctx: Arc<Context>,
+    clusters: Store<Cluster>,
+    wake_clusters: futures::channel::mpsc::UnboundedSender<ObjectRef<Cluster>>,
+    stopped: impl Future<Output = ()>,
+) {
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(secret::strip_values)
+        .reflect(writer)
+        .touched_objects();
+    let woken = events.for_each(|event| {
+        match event {
+            Ok(secret) => {
+                let name = secret.metadata.name.unwrap_or_default();
+                for op in ctx.operations.state() {
+                    let names = op.spec.ssh_auth_ref.as_ref().is_some_and(|s| s.name == name);
+                    if names && !queue::phase(&op).is_terminal() {
+                        let _ = ctx.wake.unbounded_send(ObjectRef::from(op.as_ref()));
+                    }
+                }
+                for cluster in clusters.state() {
+                    if cluster.spec.ssh_auth_ref.as_ref().is_some_and(|s| s.name == name) {
+                        let _ = wake_clusters.unbounded_send(ObjectRef::from(cluster.as_ref()));
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "watching Secrets failed; retrying"),
+        }
+        futures::future::ready(())
+    });
+    tokio::select! {
+        () = woken => {}
+        () = stopped => {}
+    }
 }

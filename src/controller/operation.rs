@@ -21,9 +21,11 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
+use super::cache::cluster_operations;
+use super::credentials;
 use super::job::{build_job, job_name, CONTAINER_NAME, JOB_NAME_LABEL};
-use super::queue::{decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome};
-use super::secret::check_secret;
+use super::queue::{decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome, Wait};
+use super::secret::check_cached;
 use super::summary::{read_termination_message, RunReport};
 use super::{Context, ControllerError};
 use crate::api::{ClusterOperation, ClusterOperationStatus, Phase};
@@ -71,6 +73,7 @@ pub fn next_status(op: &ClusterOperation, t: &Transition) -> ClusterOperationSta
     if let Some(report) = &t.report {
         s.summary = report.summary.clone();
         s.failure = report.failure.clone();
+        s.kubeconfig = report.kubeconfig.clone();
     }
     s
 }
@@ -97,6 +100,7 @@ pub fn status_patch(
             "duration": s.duration,
             "summary": s.summary,
             "failure": s.failure,
+            "kubeconfig": s.kubeconfig,
             "result": result,
             "desiredStatus": desired,
         }
@@ -147,7 +151,8 @@ async fn transition(ctx: &Context, op: &ClusterOperation, t: Transition) -> Resu
     }
     if t.phase.is_terminal() {
         release(ctx, op);
-        wake_queue(ctx);
+        wake_cluster(ctx, &op.spec.cluster);
+        wake_slot_waiters(ctx);
     }
     Ok(())
 }
@@ -158,21 +163,29 @@ fn release(ctx: &Context, op: &ClusterOperation) {
     }
 }
 
-/// Schedules a reconcile of every operation that waits, so the next ones start as soon as a slot frees.
-fn wake_queue(ctx: &Context) {
-    for o in ctx.operations.state() {
+/// Schedules a reconcile of the operations that wait for a Job slot, now that one may be free.
+fn wake_slot_waiters(ctx: &Context) {
+    let waiting = match ctx.slot_waiters.lock() {
+        Ok(mut w) => std::mem::take(&mut *w),
+        Err(_) => return,
+    };
+    for o in waiting {
+        let _ = ctx.wake.unbounded_send(o);
+    }
+}
+
+/// Schedules a reconcile of every operation of `cluster` that waits, so the next one starts at once.
+fn wake_cluster(ctx: &Context, cluster: &str) {
+    for o in siblings_of(ctx, cluster) {
         if matches!(phase(&o), Phase::Pending | Phase::Queued) {
             let _ = ctx.wake.unbounded_send(ObjectRef::from(o.as_ref()));
         }
     }
 }
 
-fn wake_cluster(ctx: &Context, cluster: &str) {
-    for o in ctx.operations.state() {
-        if o.spec.cluster == cluster && matches!(phase(&o), Phase::Pending | Phase::Queued) {
-            let _ = ctx.wake.unbounded_send(ObjectRef::from(o.as_ref()));
-        }
-    }
+/// The operations of `cluster`, from the cache.
+fn siblings_of(ctx: &Context, cluster: &str) -> Vec<Arc<ClusterOperation>> {
+    cluster_operations(&ctx.operations, &ctx.index, &ctx.config.namespace, cluster)
 }
 
 fn now() -> Timestamp {
@@ -302,12 +315,8 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
     if op.status.as_ref().is_some_and(|s| s.hold_released.is_some()) {
         return Ok(());
     }
-    let all = ctx.operations.state();
-    let siblings: Vec<&ClusterOperation> = all
-        .iter()
-        .map(|o| o.as_ref())
-        .filter(|o| o.spec.cluster == op.spec.cluster)
-        .collect();
+    let all = siblings_of(ctx, &op.spec.cluster);
+    let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
     if !released_by_removal(op, &siblings) {
         return Ok(());
     }
@@ -380,12 +389,16 @@ async fn start_or_wait(
     jobs: &Api<Job>,
     name: &str,
 ) -> Result<Action, ControllerError> {
-    // A Job with this name is this operation's: adopt it whatever the queue says.
-    if let Some(job) = jobs
-        .get_opt(name)
-        .await
-        .map_err(op_error(op, format!("reading Job {name}")))?
-    {
+    let ready = (ctx.operations.wait_until_ready().await)
+        .and(ctx.secrets.wait_until_ready().await)
+        .and(ctx.jobs.wait_until_ready().await);
+    if ready.is_err() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    // A Job with this name is this operation's: adopt it whatever the queue says. The cache answers; a Job
+    // it does not show yet is found by the create below (409) and adopted there.
+    let key = ObjectRef::<Job>::new(name).within(&ctx.config.namespace);
+    if let Some(job) = ctx.jobs.get(&key) {
         if owned_by(&job, op) {
             transition(ctx, op, running(&job, name, true)).await?;
             return Ok(Action::await_change());
@@ -395,26 +408,15 @@ async fn start_or_wait(
 
     if let Some(secret) = &op.spec.ssh_auth_ref {
         let ns = ctx.config.namespace.as_str();
-        let checked = check_secret(&ctx.client, ns, &secret.name)
-            .await
-            .map_err(op_error(op, format!("checking Secret {}", secret.name)))?;
-        if let Err(problem) = checked {
+        if let Err(problem) = check_cached(&ctx.secrets, ns, &secret.name) {
             let message = format!("waiting for its Secret: {}", problem.message(&secret.name, ns));
             wait(ctx, op, message).await?;
-            return Ok(Action::requeue(ctx.config.secret_retry));
+            // The Secret watch wakes this operation when the Secret appears or changes.
+            return Ok(Action::await_change());
         }
     }
-
-    if ctx.operations.wait_until_ready().await.is_err() {
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
     let _guard = ctx.start_lock.lock().await;
-    let all = ctx.operations.state();
-    let mut busy: BTreeSet<String> = all
-        .iter()
-        .filter(|o| phase(o) == Phase::Running)
-        .map(|o| o.name_any())
-        .collect();
+    let mut busy: BTreeSet<String> = ctx.index.running();
     if let Ok(mut claims) = ctx.claims.lock() {
         let alive = |n: &String| {
             let key = ObjectRef::<ClusterOperation>::new(n).within(&ctx.config.namespace);
@@ -424,12 +426,14 @@ async fn start_or_wait(
         busy.extend(claims.keys().cloned());
     }
     busy.remove(&op.name_any());
-    let siblings: Vec<&ClusterOperation> = all
-        .iter()
-        .map(|o| o.as_ref())
-        .filter(|o| o.spec.cluster == op.spec.cluster)
-        .collect();
+    let all = siblings_of(ctx, &op.spec.cluster);
+    let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
     if let Err(why) = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs) {
+        if matches!(why, Wait::NoJobSlot { .. }) {
+            if let Ok(mut w) = ctx.slot_waiters.lock() {
+                w.insert(ObjectRef::from(op));
+            }
+        }
         drop(_guard);
         wait(ctx, op, why.to_string()).await?;
         return Ok(Action::requeue(ctx.config.queue_resync));
@@ -440,6 +444,15 @@ async fn start_or_wait(
         claims.insert(op.name_any(), op.spec.cluster.clone());
     }
     drop(_guard);
+    let ns = ctx.config.namespace.as_str();
+    let cluster = op.spec.cluster.as_str();
+    if let Err(e) = credentials::ensure(&ctx.client, ns, cluster, op.spec.service_account.as_deref()).await {
+        release(ctx, op);
+        return Err(op_error(
+            op,
+            format!("preparing the credentials Secrets and their Role for cluster {cluster}"),
+        )(e));
+    }
     let job = build_job(op, &ctx.config.job);
     let created = match jobs.create(&PostParams::default(), &job).await {
         Ok(j) => j,

@@ -1,8 +1,11 @@
 //! The check of a cluster's ssh Secret: it exists, has the right type and the key; its value is never kept.
+//!
+//! The controller watches the Secrets of its namespace into a cache that keeps key names only
+//! ([`strip_values`]); operations and Clusters waiting for a Secret are woken when it appears or changes,
+//! so waiting costs no requests.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
-use kube::Client;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::{SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY};
 
@@ -70,18 +73,29 @@ pub fn judge(secret: &Secret) -> Result<(), SecretProblem> {
     }
 }
 
-/// Reads Secret `name` in `namespace` and judges it. The Secret is dropped at once; nothing of its data
-/// leaves this function.
-pub async fn check_secret(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-) -> Result<Result<(), SecretProblem>, kube::Error> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    Ok(match api.get_opt(name).await? {
+/// Judges Secret `name` in `namespace` from the watch cache: no request to the API server.
+pub fn check_cached(secrets: &Store<Secret>, namespace: &str, name: &str) -> Result<(), SecretProblem> {
+    match secrets.get(&ObjectRef::new(name).within(namespace)) {
         None => Err(SecretProblem::NotFound),
         Some(secret) => judge(&secret),
-    })
+    }
+}
+
+/// What the watch cache keeps of a Secret: its metadata, type and key names. Values are dropped as the
+/// object arrives, so no key material stays in kok's memory.
+pub fn strip_values(secret: &mut Secret) {
+    if let Some(data) = secret.data.as_mut() {
+        for value in data.values_mut() {
+            value.0.clear();
+        }
+    }
+    if let Some(data) = secret.string_data.as_mut() {
+        for value in data.values_mut() {
+            value.clear();
+        }
+    }
+    secret.metadata.managed_fields = None;
+    secret.metadata.annotations = None;
 }
 
 #[cfg(test)]
@@ -95,6 +109,16 @@ mod tests {
             data: Some([(key.to_string(), ByteString(b"k".to_vec()))].into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_cache_keeps_key_names_and_drops_values() {
+        let mut s = secret(SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY);
+        s.string_data = Some([("other".to_string(), "value".to_string())].into());
+        strip_values(&mut s);
+        assert_eq!(judge(&s), Ok(()), "the key is still there");
+        assert!(s.data.unwrap().values().all(|v| v.0.is_empty()));
+        assert!(s.string_data.unwrap().values().all(String::is_empty));
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct RunReport {
     pub summary: Option<RunSummary>,
     /// The first failure, from the plugin or from the error line of the output.
     pub failure: Option<RunFailure>,
+    /// The Secret the run saved a new kubeconfig to (its `artifacts/admin.conf`).
+    pub kubeconfig: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -39,6 +41,8 @@ struct PluginOutput {
     summary: RunSummary,
     #[serde(default)]
     failure: Option<RunFailure>,
+    #[serde(default)]
+    kubeconfig: Option<String>,
 }
 
 /// Reads a termination message: the plugin's JSON, or (anything else, including JSON cut by the kubelet's
@@ -49,14 +53,17 @@ pub fn read_termination_message(message: &str) -> RunReport {
         return RunReport::default();
     }
     if let Ok(out) = serde_json::from_str::<PluginOutput>(message) {
+        let ran = out.summary.host_count > 0 || !out.summary.hosts.is_empty();
         return RunReport {
-            summary: Some(out.summary),
+            summary: ran.then_some(out.summary),
             failure: out.failure,
+            kubeconfig: out.kubeconfig,
         };
     }
     RunReport {
         summary: None,
         failure: failure_from_output(message),
+        kubeconfig: None,
     }
 }
 

@@ -26,6 +26,11 @@ impl Embedded {
         self.server.client()
     }
 
+    /// The server's URL (`http://127.0.0.1:<port>`).
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
     /// The kubeconfig written into the state directory.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig

@@ -3,7 +3,7 @@
 //! Each run appends a header line, the process's merged stdout and stderr as it comes, and an end line:
 //!
 //! ```text
-//! # kok-local-runner start=2026-01-01T00:00:00Z job=kok-a-install-0123abcd operation=a-install-0123abcd cluster=a id=install commit=<sha> cwd=<dir> command=["ansible-playbook",...]
+//! # kok-local-runner start=2026-01-01T00:00:00Z job=kok-a-install-0123abcd operation=a-install-0123abcd cluster=a id=install commit=<sha> cwd=<dir> command=["/bin/sh","-c","<script: 180 lines>","kok-entry"]
 //! ...output...
 //! # kok-local-runner end=2026-01-01T00:05:00Z result=Succeeded reason=CompletionsReached exit=0
 //! ```
@@ -83,9 +83,17 @@ fn field(value: &str) -> &str {
 }
 
 impl Header {
-    /// The header line (without newline) for a run of `command` in `cwd`.
+    /// The header line (without newline) for a run of `command` in `cwd`. A script argument of several
+    /// lines (kok's entry script) is shown as `<script: N lines>`; its steps announce themselves in the log.
     pub fn line(&self, cwd: &Path, command: &[String]) -> String {
-        let command = serde_json::to_string(command).unwrap_or_default();
+        let shown: Vec<String> = command
+            .iter()
+            .map(|arg| match arg.lines().count() {
+                n if n > 1 => format!("<script: {n} lines>"),
+                _ => arg.clone(),
+            })
+            .collect();
+        let command = serde_json::to_string(&shown).unwrap_or_default();
         format!(
             "{MARKER}start={} job={} operation={} cluster={} id={} commit={} cwd={} command={command}",
             field(&self.start),

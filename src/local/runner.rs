@@ -31,6 +31,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -66,6 +67,10 @@ const MAX_GRACE: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts at writing a finished status before giving up.
 const STATUS_ATTEMPTS: u32 = 8;
+/// Environment variable with the API server's URL for the Job's own requests.
+pub const ENV_API_URL: &str = "KOK_API_URL";
+/// Directory of the state directory holding the Jobs' private working files (their writable inventory).
+pub const RUN_DIR: &str = "run";
 /// Env var set to `1` for every Job (the Job's own env may override it).
 const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
 
@@ -92,6 +97,9 @@ pub struct RunnerConfig {
     pub workdir: Workdir,
     /// Most Jobs running at once (at least 1).
     pub max_parallel: usize,
+    /// URL of the API server for the Jobs' own requests (saving their cluster's credentials): what a pod
+    /// reaches through its service account. `None`: the Jobs get none.
+    pub api_url: Option<String>,
 }
 
 /// Errors that stop the runner.
@@ -132,6 +140,12 @@ enum SetupError {
     CheckoutTask(#[from] tokio::task::JoinError),
     #[error("env {name}: {problem}")]
     Env { name: String, problem: String },
+    #[error("could not create the Jobs' working directory {path}: {source}")]
+    RunDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("could not open the log file {path}: {source}")]
     Log {
         path: PathBuf,
@@ -623,6 +637,20 @@ async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, SetupError> {
         ENV_TERMINATION_LOG.to_string(),
         termination_log(&dir).display().to_string(),
     ));
+    if let Some(url) = &ctx.cfg.api_url {
+        env.push((ENV_API_URL.to_string(), url.clone()));
+    }
+    // The writable inventory (with the cluster's credentials) lives in the state directory, not in /tmp.
+    let tmp = ctx.cfg.state_dir.join(RUN_DIR);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&tmp)
+        .map_err(|source| SetupError::RunDir {
+            path: tmp.clone(),
+            source,
+        })?;
+    env.push(("TMPDIR".to_string(), tmp.display().to_string()));
     for arg in argv.iter_mut() {
         *arg = dir.rewrite(arg);
     }

@@ -1,6 +1,6 @@
 //! Smoke test with the real kubectl: CRDs, server-side apply, get (yaml and tables), get -w, patch,
-//! and cascading deletes. kubectl must be installed (CI installs Debian's kubernetes-client);
-//! `KOK_SKIP_KUBECTL=1` skips explicitly.
+//! and cascading deletes. kubectl 1.24 or newer must be installed (`scripts/setup.sh` puts one into
+//! `.venv` when PATH has none); `KOK_SKIP_KUBECTL=1` skips explicitly.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,6 +9,9 @@ use std::time::Duration;
 use testkit::ApiServer;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
+
+#[path = "../../tests/common/tools.rs"]
+mod tools;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -27,7 +30,7 @@ impl Kubectl {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("kubectl");
+        let mut c = Command::from(tools::command("kubectl"));
         c.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .arg("--cache-dir")
@@ -85,25 +88,6 @@ impl Kubectl {
     }
 }
 
-/// kubectl, or None when explicitly skipped; panics when kubectl is missing without the opt-out.
-async fn kubectl_available() -> bool {
-    if std::env::var("KOK_SKIP_KUBECTL").as_deref() == Ok("1") {
-        eprintln!("skipping the kubectl smoke test: KOK_SKIP_KUBECTL=1 is set");
-        return false;
-    }
-    let found = Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .await;
-    match found {
-        Ok(o) if o.status.success() => true,
-        _ => panic!(
-            "kubectl is not installed or does not run; install it (Debian: apt-get install kubernetes-client) \
-             or set KOK_SKIP_KUBECTL=1 to skip this test explicitly"
-        ),
-    }
-}
-
 /// Reads lines until one satisfies `pred`.
 async fn wait_line(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -138,7 +122,7 @@ fn owned_configmap(name: &str, owner: &str, uid: &str) -> String {
 
 #[tokio::test]
 async fn kubectl_applies_gets_watches_patches_and_deletes_with_cascade() {
-    if !kubectl_available().await {
+    if !tools::kubectl_or_skip("kubectl_applies_gets_watches_patches_and_deletes_with_cascade") {
         return;
     }
     let server = ApiServer::start().await.unwrap();
@@ -263,7 +247,7 @@ async fn kubectl_applies_gets_watches_patches_and_deletes_with_cascade() {
 
 #[tokio::test]
 async fn kubectl_applies_deployment_manifests_client_and_server_side() {
-    if !kubectl_available().await {
+    if !tools::kubectl_or_skip("kubectl_applies_deployment_manifests_client_and_server_side") {
         return;
     }
     let server = ApiServer::start().await.unwrap();

@@ -136,11 +136,10 @@ impl Running {
     }
 }
 
-/// Controller settings for tests: fast Secret retries.
+/// Controller settings for tests.
 pub fn config(max_concurrent_jobs: usize) -> ControllerConfig {
     let mut c = ControllerConfig::new(NS);
     c.max_concurrent_jobs = max_concurrent_jobs;
-    c.secret_retry = Duration::from_millis(300);
     c.queue_resync = Duration::from_secs(5);
     c
 }

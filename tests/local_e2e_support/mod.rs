@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 #[path = "../common/git.rs"]
 mod git_cli;
 pub use git_cli::git;
+#[path = "../common/tools.rs"]
+mod tools;
 
 use kok::api::ClusterOperation;
 use kube::api::ListParams;
@@ -32,27 +34,7 @@ pub const GREETING: &str = "hello from the local e2e test";
 /// The message the failing playbook fails with.
 pub const FAILURE_MESSAGE: &str = "this playbook fails on purpose";
 
-/// Whether ansible-playbook can be run. Without it the test fails, telling to install ansible-core,
-/// unless `KOK_SKIP_ANSIBLE=1`, when it prints why it skips and returns false.
-pub fn ansible_or_skip(test: &str) -> bool {
-    let found = Command::new("ansible-playbook")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if found {
-        return true;
-    }
-    if std::env::var("KOK_SKIP_ANSIBLE").as_deref() == Ok("1") {
-        eprintln!("skipping {test}: ansible-playbook is not installed and KOK_SKIP_ANSIBLE=1");
-        return false;
-    }
-    panic!(
-        "{test} runs real ansible, but ansible-playbook is not on PATH: install ansible-core \
-         (scripts/setup.sh does, or `pip install ansible-core`), or set KOK_SKIP_ANSIBLE=1 to skip"
-    );
-}
+pub use tools::ansible_or_skip;
 
 /// Whether kubectl can run here; panics with what to install unless `KOK_SKIP_KUBECTL=1`.
 pub fn kubectl_or_skip() -> bool {
@@ -111,6 +93,38 @@ const SLEEP_PLAYBOOK: &str = r#"- name: Sleep
       ansible.builtin.command: sleep 60
 "#;
 
+/// A playbook using kubespray's constructs: a `password` lookup under `inventory_dir/credentials` (the
+/// certificate key, written to `<marks>/<mark>.txt`) and a kubeconfig left in `inventory_dir/artifacts`.
+const CREDENTIALS_PLAYBOOK: &str = r#"- name: Credentials
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Count this run
+      ansible.builtin.shell: echo run >> "{{ marks }}/{{ mark }}.runs"
+    - name: The certificate key, as kubespray makes it
+      ansible.builtin.copy:
+        dest: "{{ marks }}/{{ mark }}.txt"
+        content: "{{ lookup('password', inventory_dir + '/credentials/kubeadm_certificate_key.creds length=64 chars=hexdigits') }}"
+        mode: "0600"
+    - name: The new cluster's kubeconfig, as kubeconfig_localhost leaves it
+      ansible.builtin.copy:
+        dest: "{{ inventory_dir }}/artifacts/admin.conf"
+        content: "kind: Config"
+        mode: "0600"
+"#;
+
+/// A playbook that makes a new credential (`credentials/late.creds`) and then fails.
+const LATE_CREDENTIAL_PLAYBOOK: &str = r#"- name: Late credential
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Fail after making a credential
+      ansible.builtin.fail:
+        msg: "failing after a {{ lookup('password', inventory_dir + '/credentials/late.creds length=16') | length }}-character credential"
+"#;
+
 /// A git work tree holding a `local` cluster (localhost without ssh) and three playbooks, with a
 /// directory for the marks the playbooks leave and a state directory for kok, all in one temp dir.
 pub struct LocalRepo {
@@ -139,6 +153,8 @@ impl LocalRepo {
         repo.write("playbooks/mark.yml", MARK_PLAYBOOK);
         repo.write("playbooks/fail.yml", FAIL_PLAYBOOK);
         repo.write("playbooks/sleep.yml", SLEEP_PLAYBOOK);
+        repo.write("playbooks/credentials.yml", CREDENTIALS_PLAYBOOK);
+        repo.write("playbooks/late.yml", LATE_CREDENTIAL_PLAYBOOK);
         git(&repo.path(), &["init", "-q", "-b", "main"]);
         repo.commit("local cluster and playbooks");
         repo
@@ -253,6 +269,7 @@ impl LocalKok {
             .arg("--state-dir")
             .arg(&state)
             .env("KOK_LOG", "info,kok=debug")
+            .env("PATH", tools::search_path())
             .env_remove("KOK_STATUS")
             .env_remove("KOK_WORKDIR")
             .env_remove("KOK_PATH")

@@ -19,6 +19,9 @@ use kube::ResourceExt;
 use testkit::ApiServer;
 use tokio::sync::oneshot;
 
+#[path = "../common/tools.rs"]
+pub mod tools;
+
 /// hosts.yml of the test cluster.
 pub const HOSTS_YML: &str = "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n";
 /// vars.yml of the test cluster.
@@ -111,6 +114,7 @@ impl Env {
             state_dir: self.state.path().to_path_buf(),
             workdir,
             max_parallel: 2,
+            api_url: Some(self.server.url()),
         };
         let (stop, rx) = oneshot::channel::<()>();
         let client = self.server.client();
@@ -123,10 +127,24 @@ impl Env {
         Runner { stop, task }
     }
 
-    /// Creates the Job the controller builds for `op`; returns its name.
+    /// Creates the Job the controller builds for `op`, its PATH set to the tests' (see
+    /// [`tools::search_path`]); returns its name.
     pub async fn create_job(&self, op: &ClusterOperation) -> anyhow::Result<String> {
-        self.create(kok::controller::job::build_job(op, &Default::default()))
-            .await
+        let mut job = kok::controller::job::build_job(op, &Default::default());
+        let path = tools::search_path().into_string().expect("PATH is UTF-8");
+        for container in job
+            .spec
+            .iter_mut()
+            .flat_map(|s| s.template.spec.iter_mut())
+            .flat_map(|p| p.containers.iter_mut())
+        {
+            container.env.get_or_insert_with(Vec::new).push(EnvVar {
+                name: "PATH".into(),
+                value: Some(path.clone()),
+                ..EnvVar::default()
+            });
+        }
+        self.create(job).await
     }
 
     /// Creates `job`; returns its name.

