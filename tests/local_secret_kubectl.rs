@@ -6,7 +6,7 @@ mod local_e2e_support;
 
 use kok::api::Phase;
 use local_e2e_support::{
-    ansible_or_skip, finished, kubectl_or_skip, operation, wait_for, LocalKok, LocalRepo,
+    ansible_or_skip, command, finished, kubectl_or_skip, operation, wait_for, LocalKok, LocalRepo,
 };
 
 /// The `kubectl ... =PATH` command in an operation's status message, if it prints one.
@@ -18,7 +18,8 @@ fn printed_command(message: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_printed_create_secret_command_works_as_printed_and_the_operation_then_runs() {
-    if !ansible_or_skip("the_printed_create_secret_command_works") || !kubectl_or_skip() {
+    let test = "the_printed_create_secret_command_works_as_printed_and_the_operation_then_runs";
+    if !ansible_or_skip(test) || !kubectl_or_skip(test) {
         return;
     }
     let repo = LocalRepo::new();
@@ -32,7 +33,7 @@ async fn the_printed_create_secret_command_works_as_printed_and_the_operation_th
     let mut kok = LocalKok::start(&repo);
     let client = kok.client(&repo).await;
 
-    let command = wait_for(
+    let printed = wait_for(
         "the operation to print how to create its Secret",
         &mut kok,
         || async {
@@ -44,8 +45,8 @@ async fn the_printed_create_secret_command_works_as_printed_and_the_operation_th
     )
     .await;
     assert!(
-        command.starts_with("kubectl -n kok-system create secret generic local-ssh "),
-        "{command}"
+        printed.starts_with("kubectl -n kok-system create secret generic local-ssh "),
+        "{printed}"
     );
     assert_eq!(repo.runs("keyed"), 0, "the operation waits for its Secret");
 
@@ -56,16 +57,16 @@ async fn the_printed_create_secret_command_works_as_printed_and_the_operation_th
         "-----BEGIN OPENSSH PRIVATE KEY-----\nthrowaway\n-----END OPENSSH PRIVATE KEY-----\n",
     )
     .unwrap();
-    let command = command.replace("PATH", &key.to_string_lossy());
-    let words: Vec<&str> = command.split_whitespace().collect();
-    let out = std::process::Command::new(words[0])
+    let printed = printed.replace("PATH", &key.to_string_lossy());
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    let out = command(words[0])
         .args(&words[1..])
         .env("KUBECONFIG", repo.state_dir().join("kubeconfig"))
         .output()
         .expect("kubectl runs");
     assert!(
         out.status.success(),
-        "{command} failed: {}{}",
+        "{printed} failed: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

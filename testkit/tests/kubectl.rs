@@ -332,7 +332,7 @@ fn tls_pair(dir: &Path) -> Option<(String, String)> {
 
 #[tokio::test]
 async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
-    if !kubectl_available().await {
+    if !tools::kubectl_or_skip("kubectl_generator_commands_send_protobuf_and_are_stored") {
         return;
     }
     let server = ApiServer::start().await.unwrap();
@@ -501,7 +501,7 @@ async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
 
 #[tokio::test]
 async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3() {
-    if !kubectl_available().await {
+    if !tools::kubectl_or_skip("kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3") {
         return;
     }
     let server = ApiServer::start().await.unwrap();

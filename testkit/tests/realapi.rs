@@ -93,7 +93,7 @@ async fn crd_validation_answers_match_a_real_api_server() {
 
 #[tokio::test]
 async fn patches_and_server_side_apply_are_validated_and_pruned_too() {
-    let (table, server) = recorded().await;
+    let (_, server) = recorded().await;
     let path = "/apis/probe.kok.dev/v1/namespaces/valprobe/gadgets";
     let apply = |spec: &str| {
         format!(

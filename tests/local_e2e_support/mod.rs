@@ -35,24 +35,9 @@ pub const GREETING: &str = "hello from the local e2e test";
 pub const FAILURE_MESSAGE: &str = "this playbook fails on purpose";
 
 pub use tools::ansible_or_skip;
-
-/// Whether kubectl can run here; panics with what to install unless `KOK_SKIP_KUBECTL=1`.
-pub fn kubectl_or_skip() -> bool {
-    let found = std::process::Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return true;
-    }
-    if std::env::var("KOK_SKIP_KUBECTL").as_deref() == Ok("1") {
-        eprintln!("skipping: kubectl is not installed and KOK_SKIP_KUBECTL=1");
-        return false;
-    }
-    panic!(
-        "kubectl is not installed: install kubernetes-client (or set KOK_SKIP_KUBECTL=1 to skip this test)"
-    );
-}
+// Not every test that includes this module runs kubectl.
+#[allow(unused_imports)]
+pub use tools::{command, kubectl_or_skip};
 
 /// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
 /// greeting and the commit, and appends one line per run to `<marks>/<mark>.runs`.
