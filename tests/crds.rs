@@ -229,3 +229,120 @@ fn resources_accept_quantities_as_numbers_or_strings() {
         assert_eq!(value.x_kubernetes_int_or_string, Some(true), "{key}");
     }
 }
+
+/// A ClusterOperation as kok writes one.
+fn operation(name: &str, id: &str) -> kok::api::ClusterOperation {
+    let spec = kok::api::ClusterOperationSpec {
+        cluster: "prod-bj".into(),
+        id: id.into(),
+        digest: "0".repeat(64),
+        action: "cluster.yml".into(),
+        image: "runner:1".into(),
+        hosts_conf_ref: kok::api::ConfigMapRef {
+            name: "hosts-1".into(),
+        },
+        vars_conf_ref: kok::api::ConfigMapRef {
+            name: "vars-1".into(),
+        },
+        queue_position: "0001".into(),
+        ..Default::default()
+    };
+    let mut op = kok::api::ClusterOperation::new(name, spec);
+    op.metadata.namespace = Some("kok-system".into());
+    op
+}
+
+fn refused(result: Result<kok::api::ClusterOperation, kube::Error>, field: &str, message: &str) {
+    match result {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            assert!(
+                s.message.contains(field) && s.message.contains(message),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("expected 422 naming {field}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_api_server_refuses_bad_ids_and_names_and_any_edit_of_an_operations_spec() {
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let server = testkit::ApiServer::start().await.unwrap();
+    server.install_crds(&kok::api::crds()).await.unwrap();
+    let ops: Api<kok::api::ClusterOperation> = Api::namespaced(server.client(), "kok-system");
+    let pp = PostParams::default();
+
+    refused(
+        ops.create(&pp, &operation("bad-id", "Install_Now")).await,
+        "spec.id",
+        "should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+    );
+    refused(
+        ops.create(&pp, &operation("long-id", &"a".repeat(31))).await,
+        "spec.id",
+        "Too long: may not be more than 30 bytes",
+    );
+    let mut cluster = operation("bad-cluster", "install");
+    cluster.spec.cluster = "a".repeat(41);
+    refused(
+        ops.create(&pp, &cluster).await,
+        "spec.cluster",
+        "Too long: may not be more than 40 bytes",
+    );
+    let mut deadline = operation("no-time", "install");
+    deadline.spec.active_deadline_seconds = Some(0);
+    refused(
+        ops.create(&pp, &deadline).await,
+        "spec.activeDeadlineSeconds",
+        "should be greater than or equal to 1",
+    );
+    let mut secret = operation("bad-secret", "install");
+    secret.spec.ssh_auth_ref = Some(kok::api::SecretRef {
+        name: "Prod_SSH".into(),
+    });
+    refused(
+        ops.create(&pp, &secret).await,
+        "spec.sshAuthRef.name",
+        "should match",
+    );
+    let mut typed = serde_json::to_value(operation("bad-type", "install")).unwrap();
+    typed["spec"]["type"] = "ansible".into();
+    let resource = kube::api::ApiResource::erase::<kok::api::ClusterOperation>(&());
+    let dynamic: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(server.client(), "kok-system", &resource);
+    match dynamic.create(&pp, &serde_json::from_value(typed).unwrap()).await {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message.contains(
+                "spec.type: Unsupported value: \"ansible\": supported values: \"playbook\", \"shell\""
+            ),
+            "{}",
+            s.message
+        ),
+        other => panic!("an unknown type is refused: {other:?}"),
+    }
+
+    // A valid operation is stored; its spec never changes again (promise 1), its metadata may.
+    ops.create(&pp, &operation("install-1", "install")).await.unwrap();
+    let edit = serde_json::json!({"spec": {"extraArgs": ["--limit=node7"]}});
+    refused(
+        ops.patch("install-1", &PatchParams::default(), &Patch::Merge(&edit))
+            .await,
+        "spec",
+        "spec is immutable: an edited operation is a new run",
+    );
+    let label = serde_json::json!({"metadata": {"labels": {"kok.dev/current": "false"}}});
+    ops.patch("install-1", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    // Applying the same spec again (as every reconcile does) is no edit.
+    let same = operation("install-1", "install");
+    ops.patch(
+        "install-1",
+        &PatchParams::apply("kok").force(),
+        &Patch::Apply(&same),
+    )
+    .await
+    .unwrap();
+}

@@ -61,8 +61,8 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
     .await;
     ok(&out, "kubectl apply -f crds/");
 
-    // The kustomization renders everything (kustomize is built into kubectl); testkit serves every
-    // kind in it except Service, which is applied to real clusters only. The CRDs come from crds/.
+    // The kustomization renders everything (kustomize is built into kubectl) and testkit serves
+    // every kind in it. The CRDs come from crds/.
     let rendered = ok(
         &kubectl(&kc, &["kustomize", "deploy/"], None).await,
         "kubectl kustomize deploy/",
@@ -81,13 +81,10 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
             "kustomize output lacks a {kind}:\n{rendered}"
         );
     }
-    let without_service: Vec<&str> = rendered
-        .split("\n---\n")
-        .filter(|doc| !doc.contains("\nkind: Service\n"))
-        .collect();
-    let out = kubectl(&kc, &["apply", "-f", "-"], Some(&without_service.join("\n---\n"))).await;
-    let applied = ok(&out, "kubectl apply of deploy/");
+    let out = kubectl(&kc, &["apply", "-k", "deploy/"], None).await;
+    let applied = ok(&out, "kubectl apply -k deploy/");
     assert!(applied.contains("deployment.apps/kok"), "{applied}");
+    assert!(applied.contains("service/kok"), "{applied}");
 
     let got = ok(
         &kubectl(
@@ -101,6 +98,7 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
                 "rolebinding/kok",
                 "configmap/kok-config",
                 "deployment/kok",
+                "service/kok",
                 "-o",
                 "name",
             ],
@@ -115,6 +113,7 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
         "rolebinding.rbac.authorization.k8s.io/kok",
         "configmap/kok-config",
         "deployment.apps/kok",
+        "service/kok",
     ] {
         assert!(got.lines().any(|l| l == name), "{name} missing from:\n{got}");
     }
@@ -123,6 +122,25 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
         "kubectl get crd",
     );
     assert!(crds.contains("clusteroperations.kok.dev"), "{crds}");
+    // kubectl validates against the served schema: a misspelt field is refused, not dropped.
+    let typo = "apiVersion: kok.dev/v1alpha1\nkind: ClusterOperation\nmetadata:\n  name: typo\n  namespace: kok-system\nspec:\n  clsuter: prod\n";
+    let out = kubectl(&kc, &["create", "-f", "-"], Some(typo)).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("strict decoding error: unknown field \"spec.clsuter\""),
+        "{err}"
+    );
+    // The CRDs' schemas reach kubectl through OpenAPI v3.
+    let explained = ok(
+        &kubectl(&kc, &["explain", "clusteroperations.spec.extraArgs"], None).await,
+        "kubectl explain",
+    );
+    assert!(
+        explained.contains("KIND:       ClusterOperation")
+            && explained.contains("FIELD: extraArgs <[]string>")
+            && explained.contains("Arguments appended to the command line, never interpreted by a shell."),
+        "{explained}"
+    );
 
     // What was applied is what the files say: the Deployment is hardened and probed.
     let deployment = api
@@ -136,6 +154,23 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(pod["serviceAccountName"], "kok");
+
+    // The Service selects the Deployment's pods on their named port, with the server's defaults.
+    let service = api
+        .object("services", "kok-system", "kok")
+        .expect("service stored");
+    assert_eq!(
+        service["spec"]["selector"],
+        deployment["spec"]["template"]["metadata"]["labels"]
+    );
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert!(
+        service["spec"]["clusterIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.96.")),
+        "{service}"
+    );
 
     // The Role grants only namespaced verbs kok uses: nothing cluster-wide, no wildcard, no Pod writes (pods
     // are read for the termination message of a finished Job), no Secret updates or deletes (kok creates

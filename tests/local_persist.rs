@@ -338,22 +338,19 @@ async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_truncated_store_stops_kok_naming_the_file_instead_of_starting_empty() {
+async fn a_damaged_store_stops_kok_naming_the_file_instead_of_starting_empty() {
     let f = Fixture::new();
     let sha = git(&f.repo(), &["rev-parse", "HEAD"]);
     let mut kok = Kok::start(&f, "kok-1");
     kok.client(&f).await;
     delivered(&mut kok, &f, &sha, "kok/sync: success").await;
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
-    let wal = f.state().join("api").join("wal.log");
-    let len = std::fs::metadata(&wal).expect("the store has a log").len();
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&wal)
-        .expect("open log");
-    file.set_len(len - 3).expect("cut the log");
-    drop(file);
-    let damaged = std::fs::read(&wal).expect("read log");
+    let db = f.state().join("api").join("store.db");
+    let mut bytes = std::fs::read(&db).expect("the store has a database");
+    for b in bytes.iter_mut().skip(4096).take(64) {
+        *b = 0xA5;
+    }
+    std::fs::write(&db, &bytes).expect("damage the database");
 
     let mut kok = Kok::start(&f, "kok-2");
     let status = kok.wait_exit();
@@ -362,12 +359,12 @@ async fn a_truncated_store_stops_kok_naming_the_file_instead_of_starting_empty()
         !status.success(),
         "kok started on a damaged store; its log:\n{log}"
     );
-    assert!(log.contains(&wal.display().to_string()), "{log}");
-    assert!(log.contains("truncated at byte"), "{log}");
+    assert!(log.contains(&db.display().to_string()), "{log}");
+    assert!(log.contains("damaged"), "{log}");
     assert_eq!(
-        std::fs::read(&wal).expect("read log"),
-        damaged,
-        "the log was rewritten"
+        std::fs::read(&db).expect("read the database"),
+        bytes,
+        "the database was rewritten"
     );
 }
 

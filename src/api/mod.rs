@@ -5,7 +5,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +80,10 @@ pub fn managed_selector() -> String {
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapRef {
     /// Name of the ConfigMap, in the namespace of the referring object.
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub name: String,
 }
 
@@ -88,6 +92,10 @@ pub struct ConfigMapRef {
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
     /// Name of the Secret (type kubernetes.io/ssh-auth, key ssh-privatekey), in the namespace of the referring object.
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub name: String,
 }
 
@@ -107,6 +115,7 @@ pub struct RunDefaults {
     pub resources: Option<ResourceRequirements>,
     /// Deadline in seconds for operations that do not set their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub active_deadline_seconds: Option<i64>,
     /// Finished operations kept per cluster (default 20); older ones are deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,7 +267,7 @@ pub struct OperationSource {
 }
 
 /// What a ClusterOperation runs, where, and with which pinned inputs (from one operations.yml entry).
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "kok.dev",
     version = "v1alpha1",
@@ -280,10 +289,13 @@ pub struct OperationSource {
     printcolumn = r#"{"name":"Result","type":"string","priority":1,"jsonPath":".status.result"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable: an edited operation is a new run"))]
 pub struct ClusterOperationSpec {
     /// Name of the Cluster (and cluster directory) this operation runs on.
+    #[schemars(length(min = 1, max = 40), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub cluster: String,
     /// Operation id from operations.yml.
+    #[schemars(length(min = 1, max = 30), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub id: String,
     /// sha256 (hex) of the canonical JSON of the operations.yml entry; part of the run's identity.
     pub digest: String,
@@ -305,6 +317,7 @@ pub struct ClusterOperationSpec {
     pub post_hooks: Vec<Hook>,
     /// Deadline of the Job in seconds; the Job fails with DeadlineExceeded past it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub active_deadline_seconds: Option<i64>,
     /// ServiceAccount the Job's pod runs as.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,7 @@ use kube::Api;
 /// Name of the kubeconfig file inside the state directory.
 pub const KUBECONFIG_FILE: &str = "kubeconfig";
 
-/// Directory of the embedded API server's store (snapshot and write-ahead log) inside the state directory.
+/// Directory of the embedded API server's store (a SQLite database) inside the state directory.
 pub const API_DATA_DIR: &str = "api";
 
 /// The running embedded API server.
@@ -45,8 +45,9 @@ impl Embedded {
 /// Starts the embedded API server on 127.0.0.1:`port` (0: any free port), writes its kubeconfig to
 /// `<state_dir>/kubeconfig`, installs kok's CRDs and makes sure `namespace` exists.
 ///
-/// The store persists to `<state_dir>/api` (every write fsync'd before it is acknowledged), so a
-/// restart finds every object as it was; damaged or locked state stops the start with an error.
+/// The store persists to `<state_dir>/api/store.db` (SQLite; every write committed before it is
+/// acknowledged), so a restart finds every object as it was; damaged or locked state stops the start
+/// with an error naming the file.
 pub async fn start(state_dir: &Path, port: u16, namespace: &str) -> anyhow::Result<Embedded> {
     let server = testkit::ApiServer::start_with(testkit::Options {
         port,

@@ -3,6 +3,7 @@
 //! Everything here runs under the server's single state lock and is synchronous, so each request
 //! sees and produces a consistent store.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -11,6 +12,7 @@ use crate::apply::{self, Scope};
 use crate::errors::{cause, ApiError};
 use crate::patch::{self, PatchKind};
 use crate::resources::{Registry, ResourceInfo, ResourceKey};
+use crate::schema::{self, FieldValidation};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{object_key, ObjectKey, Store};
 use crate::util;
@@ -29,7 +31,7 @@ pub struct State {
 }
 
 /// Who writes and how.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct WriteCtx {
     /// Namespace from the URL (None for cluster-scoped or all-namespace requests).
     pub namespace: Option<String>,
@@ -37,6 +39,10 @@ pub struct WriteCtx {
     pub manager: String,
     /// `dryRun=All`: compute, validate, but store nothing.
     pub dry_run: bool,
+    /// `fieldValidation`: what unknown fields of custom resources do.
+    pub field_validation: FieldValidation,
+    /// Warnings for the response's `Warning` headers.
+    pub warnings: RefCell<Vec<String>>,
 }
 
 /// How a DELETE cascades.
@@ -297,6 +303,7 @@ impl State {
         }
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
         apply_defaults(info, &mut obj);
+        self.check_schema(info, ctx, None, &mut obj)?;
         validation::validate_meta(info, &obj)?;
         validate_kind(info, None, &obj)?;
         let key = object_key(&obj);
@@ -337,6 +344,50 @@ impl State {
             return Ok(obj);
         }
         Ok(self.commit(info, obj))
+    }
+
+    /// The `openAPIV3Schema` a custom resource version is checked against.
+    fn custom_schema(&self, info: &ResourceInfo) -> Option<Value> {
+        if !info.custom {
+            return None;
+        }
+        let crds = ResourceKey {
+            group: "apiextensions.k8s.io".into(),
+            resource: "customresourcedefinitions".into(),
+        };
+        let crd = self.store.get(
+            &crds,
+            &(String::new(), format!("{}.{}", info.resource, info.group)),
+        )?;
+        crd.pointer("/spec/versions")?
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == info.version.as_str())?
+            .pointer("/schema/openAPIV3Schema")
+            .cloned()
+    }
+
+    /// Prunes and validates a custom resource against its schema; warnings go to `ctx`.
+    fn check_schema(
+        &self,
+        info: &ResourceInfo,
+        ctx: &WriteCtx,
+        old: Option<&Value>,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        let Some(schema) = self.custom_schema(info) else {
+            return Ok(());
+        };
+        let name = meta_str(obj, "name").unwrap_or("").to_string();
+        let target = schema::Target {
+            schema: &schema,
+            group: &info.group,
+            version: &info.version,
+            kind: &info.kind,
+        };
+        let warnings = schema::validate(&target, &name, old, obj, ctx.field_validation)?;
+        ctx.warnings.borrow_mut().extend(warnings);
+        Ok(())
     }
 
     fn check_kind(&self, info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
@@ -673,6 +724,7 @@ impl State {
         if info.resource == "secrets" {
             secret_string_data(&mut new);
         }
+        self.check_schema(info, ctx, Some(old), &mut new)?;
         validation::validate_meta(info, &new)?;
         validation::validate_immutable(info, old, &new)?;
         validate_kind(info, Some(old), &new)?;
@@ -1016,6 +1068,7 @@ impl State {
             namespace: Some(ns.into()),
             manager: "job-controller".into(),
             dry_run: false,
+            ..Default::default()
         };
         self.finish_update(&info, &ctx, &old, new, true, None)
     }
@@ -1057,6 +1110,51 @@ fn secret_string_data(obj: &mut Value) {
     }
 }
 
+/// Service defaults: type ClusterIP, session affinity None, TCP ports whose target is the port, and
+/// a cluster IP derived from the namespace and name (no allocator: distinct Services may share one).
+fn service_defaults(obj: &mut Value) {
+    if let Some(m) = obj.as_object_mut() {
+        m.remove("status");
+    }
+    obj["status"] = json!({"loadBalancer": {}});
+    if !obj["spec"].is_object() {
+        return;
+    }
+    let seed = format!(
+        "{}/{}",
+        meta_str(obj, "namespace").unwrap_or(""),
+        meta_str(obj, "name").unwrap_or("")
+    );
+    let spec = &mut obj["spec"];
+    for (k, v) in [
+        ("type", json!("ClusterIP")),
+        ("sessionAffinity", json!("None")),
+        ("internalTrafficPolicy", json!("Cluster")),
+        ("ipFamilies", json!(["IPv4"])),
+        ("ipFamilyPolicy", json!("SingleStack")),
+    ] {
+        if spec[k].is_null() {
+            spec[k] = v;
+        }
+    }
+    if spec["clusterIP"].is_null() && spec["type"] != "ExternalName" {
+        let h = seed
+            .bytes()
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
+        let ip = format!("10.96.{}.{}", (h >> 8) % 256, (h % 254) + 1);
+        spec["clusterIP"] = json!(ip);
+        spec["clusterIPs"] = json!([ip]);
+    }
+    for port in spec["ports"].as_array_mut().into_iter().flatten() {
+        if port["protocol"].is_null() {
+            port["protocol"] = json!("TCP");
+        }
+        if port["targetPort"].is_null() {
+            port["targetPort"] = port["port"].clone();
+        }
+    }
+}
+
 /// Fills the defaults the real server's defaulting would (a documented subset).
 fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
     match (info.group.as_str(), info.resource.as_str()) {
@@ -1076,6 +1174,7 @@ fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
                 obj["status"] = json!({"phase": "Pending"});
             }
         }
+        ("", "services") => service_defaults(obj),
         ("batch", "jobs") => {
             if obj["spec"].is_object() {
                 let spec = &mut obj["spec"];

@@ -94,11 +94,6 @@ pub fn resource_list(reg: &Registry, g: &str, v: &str) -> Option<Value> {
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
 }
 
-/// `/openapi/v3`: an empty path index (kubectl then skips server-side field validation checks).
-pub fn openapi_v3_root() -> Value {
-    json!({"paths": {}})
-}
-
 /// Content type of aggregated discovery responses.
 pub const AGGREGATED_CONTENT_TYPE: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";

@@ -6,7 +6,7 @@
 //! PATCH flavours and managedFields, [`selectors`] filter lists, [`table`] renders `kubectl get`
 //! tables, [`discovery`] answers discovery, [`errors`] renders `Status` objects and [`validation`]
 //! checks names and immutability. Garbage collection of dependents lives in [`api`]. With
-//! [`Options::data_dir`], [`persist`] keeps the store on disk (snapshot plus write-ahead log).
+//! [`Options::data_dir`], [`persist`] keeps the store on disk (SQLite, one row per object).
 //!
 //! Jobs are stored, never run: no pods are created. Tests play the kubelet with
 //! [`ApiServer::complete_job`], [`ApiServer::fail_job`] and [`ApiServer::start_job`].
@@ -16,9 +16,12 @@ pub mod api;
 pub mod apply;
 pub mod discovery;
 pub mod errors;
+pub mod openapi;
 pub mod patch;
 pub mod persist;
+pub mod protobuf;
 pub mod resources;
+pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod store;
@@ -147,9 +150,13 @@ pub struct Options {
     pub event_window: usize,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
-    /// Directory the store persists to (snapshot plus fsync'd write-ahead log, see [`persist`]);
-    /// `None` keeps it in memory only. A missing directory is created (an empty store).
+    /// Directory the store persists to (a SQLite database, each write committed before it is
+    /// acknowledged, see [`persist`]); `None` keeps it in memory only. A missing directory is created
+    /// (an empty store).
     pub data_dir: Option<PathBuf>,
+    /// Caps the database at this many 4 KiB pages, as a nearly full disk would (for tests of
+    /// what a full disk does); `None`: no cap.
+    pub db_page_limit: Option<u64>,
 }
 
 impl Default for Options {
@@ -159,6 +166,7 @@ impl Default for Options {
             event_window: 10_000,
             bookmark_interval: Duration::from_secs(1),
             data_dir: None,
+            db_page_limit: None,
         }
     }
 }
@@ -276,13 +284,14 @@ impl ApiServer {
         let addr = listener.local_addr().context("reading the bound address")?;
         let mut state = State::new(opts.event_window);
         if let Some(dir) = &opts.data_dir {
-            persist::open(dir, &mut state)
+            persist::open(dir, opts.db_page_limit, &mut state)
                 .with_context(|| format!("restoring the API server's store from {}", dir.display()))?;
         }
         let ctx = WriteCtx {
             namespace: None,
             manager: "testkit".into(),
             dry_run: false,
+            ..Default::default()
         };
         let ns_info = state
             .registry
@@ -382,6 +391,7 @@ impl ApiServer {
             namespace: None,
             manager: "testkit".into(),
             dry_run: false,
+            ..Default::default()
         };
         for crd in crds {
             let mut v = serde_json::to_value(crd).context("serializing a CRD")?;
@@ -569,7 +579,7 @@ impl AsNamespace for Option<&str> {
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
-        self.shared.lock().store.close_wal();
+        self.shared.lock().store.close_db();
         let _ = self.shared.shutdown.send(true);
         self.cut_watches();
     }

@@ -1,9 +1,10 @@
-//! `kok-testkit serve [--port P] [--kubeconfig-out FILE]`: runs the in-memory API server until Ctrl-C.
+//! `kok-testkit serve [--port P] [--kubeconfig-out FILE] [--data-dir DIR]`: runs the API server until
+//! Ctrl-C, in memory or persisted to DIR.
 
 use anyhow::{bail, Context};
 
 fn usage() -> &'static str {
-    "usage: kok-testkit serve [--port P] [--kubeconfig-out FILE]"
+    "usage: kok-testkit serve [--port P] [--kubeconfig-out FILE] [--data-dir DIR]"
 }
 
 #[tokio::main]
@@ -14,6 +15,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut port = 0u16;
     let mut out: Option<String> = None;
+    let mut data_dir: Option<std::path::PathBuf> = None;
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -32,6 +34,13 @@ async fn main() -> anyhow::Result<()> {
                         .clone(),
                 )
             }
+            "--data-dir" => {
+                data_dir = Some(
+                    it.next()
+                        .with_context(|| format!("--data-dir needs a directory; {}", usage()))?
+                        .into(),
+                )
+            }
             "-h" | "--help" => {
                 println!("{}", usage());
                 return Ok(());
@@ -39,7 +48,12 @@ async fn main() -> anyhow::Result<()> {
             other => bail!("unknown argument {other:?}; {}", usage()),
         }
     }
-    let server = testkit::ApiServer::start_on(port).await?;
+    let server = testkit::ApiServer::start_with(testkit::Options {
+        port,
+        data_dir,
+        ..testkit::Options::default()
+    })
+    .await?;
     if let Some(path) = &out {
         std::fs::write(path, testkit::kubeconfig_yaml(&server.url()))
             .with_context(|| format!("writing the kubeconfig to {path}"))?;

@@ -116,6 +116,7 @@ const BUILTINS: &[Builtin] = &[
         false,
     ),
     Builtin("", "v1", "pods", "Pod", true, &["po"], true, false),
+    Builtin("", "v1", "services", "Service", true, &["svc"], true, false),
     Builtin("", "v1", "events", "Event", true, &["ev"], false, false),
     Builtin(
         "apps",
@@ -206,7 +207,7 @@ impl Registry {
         let mut r = Registry::default();
         for b in BUILTINS {
             let categories = match b.2 {
-                "pods" | "jobs" | "deployments" => vec!["all".to_string()],
+                "pods" | "services" | "jobs" | "deployments" => vec!["all".to_string()],
                 _ => vec![],
             };
             r.add(ResourceInfo {

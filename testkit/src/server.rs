@@ -16,6 +16,7 @@ use crate::discovery;
 use crate::errors::{reason_for_code, ApiError};
 use crate::patch::PatchKind;
 use crate::resources::ResourceInfo;
+use crate::schema::FieldValidation;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::table;
 use crate::watch::{self as watches, Signals, WatchRequest};
@@ -68,6 +69,17 @@ fn json_response(code: u16, v: &Value) -> Response {
         body,
     )
         .into_response()
+}
+
+/// Adds one `Warning: 299 - "text"` header per warning, as the real server words them.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(v) = header::HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
 }
 
 fn error_response(e: &ApiError) -> Response {
@@ -154,10 +166,13 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    if ct.starts_with(crate::protobuf::CONTENT_TYPE) {
+        return crate::protobuf::decode(body);
+    }
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::new(
             415,
-            format!("testkit decodes JSON and YAML bodies only, not {ct}; send JSON (e.g. kubectl create -f FILE)"),
+            format!("testkit decodes JSON, YAML and Kubernetes protobuf bodies only, not {ct}; send JSON (e.g. kubectl create -f FILE)"),
         ));
     }
     if ct.contains("yaml") {
@@ -175,6 +190,18 @@ fn wants_aggregated(headers: &HeaderMap) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|a| a.split(',').next())
         .is_some_and(|first| first.contains("as=APIGroupDiscoveryList") && first.contains("v=v2;"))
+}
+
+/// Whether the client accepts nothing but protobuf, which testkit does not write.
+fn protobuf_only(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| {
+            a.split(',')
+                .map(|t| t.split(';').next().unwrap_or("").trim())
+                .all(|t| t == crate::protobuf::CONTENT_TYPE)
+        })
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -245,7 +272,12 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         (Method::GET, "/api") => return json_response(200, &discovery::core_versions(&shared.addr)),
         (Method::GET, "/apis") => return json_response(200, &discovery::groups(&shared.lock().registry)),
         (Method::GET, "/healthz" | "/livez" | "/readyz") => return (StatusCode::OK, "ok").into_response(),
-        (Method::GET, "/openapi/v3") => return json_response(200, &discovery::openapi_v3_root()),
+        (Method::GET, "/openapi/v3") => return json_response(200, &crate::openapi::index(&shared.lock())),
+        (Method::GET, p) if p.starts_with("/openapi/v3/") => {
+            return crate::openapi::document(&shared.lock(), &p["/openapi/v3/".len()..])
+                .map(|doc| json_response(200, &doc))
+                .unwrap_or_else(not_found_path);
+        }
         (Method::GET, "/openapi/v2") => {
             return (
                 StatusCode::OK,
@@ -281,6 +313,14 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         }
         .map(|v| json_response(200, &v))
         .unwrap_or_else(not_found_path);
+    }
+    if protobuf_only(&parts.headers) {
+        let mut e = ApiError::new(
+            406,
+            "testkit writes JSON responses only; accept application/json as well as protobuf",
+        );
+        e.reason = "NotAcceptable".into();
+        return error_response(&e);
     }
     let q = query_map(&parts.uri);
     let verb = match (&parts.method, rp.name.is_some()) {
@@ -384,14 +424,20 @@ fn resource_request(
         Err(e) => return error_response(&e),
     };
     let table_include = wants_table(headers).then(|| q.get("includeObject").cloned().unwrap_or_default());
+    let field_validation = match FieldValidation::parse(q.get("fieldValidation").map(String::as_str)) {
+        Ok(f) => f,
+        Err(e) => return error_response(&e),
+    };
     let ctx = WriteCtx {
         namespace: rp.namespace.clone(),
         manager: manager(q, headers),
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
+        field_validation,
+        warnings: Default::default(),
     };
     let name = rp.name.clone().unwrap_or_default();
     let respond = |code: u16, r: Result<Value, ApiError>| match r {
-        Ok(v) => json_response(code, &v),
+        Ok(v) => with_warnings(json_response(code, &v), &ctx.warnings.borrow()),
         Err(e) => error_response(&e),
     };
     match verb {

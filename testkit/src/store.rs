@@ -2,7 +2,7 @@
 //!
 //! Every change goes through [`Store::put`] or [`Store::remove`], which assign the next
 //! resourceVersion, append one [`WatchEvent`] to the log and broadcast it. That single path is
-//! where the write-ahead log of [`crate::persist`] is written, when the server has a data directory.
+//! where the database of [`crate::persist`] is written, when the server has a data directory.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::errors::ApiError;
-use crate::persist::{Record, Wal};
+use crate::persist::{Db, Record};
 use crate::resources::ResourceKey;
 
 /// Namespace (empty for cluster-scoped objects) and name.
@@ -65,7 +65,7 @@ pub struct Store {
     tx: broadcast::Sender<Arc<WatchEvent>>,
     uids: HashMap<String, (ResourceKey, ObjectKey)>,
     dependents: HashMap<String, BTreeSet<(ResourceKey, ObjectKey)>>,
-    wal: Option<Wal>,
+    db: Option<Db>,
 }
 
 /// Namespace and name of an object.
@@ -101,7 +101,7 @@ impl Store {
             tx,
             uids: HashMap::new(),
             dependents: HashMap::new(),
-            wal: None,
+            db: None,
         }
     }
 
@@ -196,7 +196,7 @@ impl Store {
     }
 
     /// Stores an object (created or replaced), assigning the next resourceVersion.
-    /// With a write-ahead log, the write is on disk before it is visible; if it cannot be written,
+    /// With a database, the write is committed before it is visible; if it cannot be written,
     /// nothing changes and [`Store::persist_failure`] says why.
     pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Arc<Value> {
         obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
@@ -233,7 +233,6 @@ impl Store {
             object: obj.clone(),
             previous,
         });
-        self.checkpoint_if_due();
         obj
     }
 
@@ -264,7 +263,6 @@ impl Store {
             object: last.clone(),
             previous: Some(prev),
         });
-        self.checkpoint_if_due();
         Some(last)
     }
 
@@ -280,34 +278,19 @@ impl Store {
         }
     }
 
-    /// Appends a write to the log, if there is one; false when it could not be persisted.
+    /// Writes to the database, if there is one; false when it could not be persisted.
     fn persist(&mut self, record: &Record<'_>) -> bool {
-        let Some(wal) = self.wal.as_mut() else {
+        let Some(db) = self.db.as_mut() else {
             return true;
         };
-        if let Err(e) = wal.append(record) {
+        if let Err(e) = db.write(record) {
             tracing::error!(error = %e, "write refused");
             return false;
         }
         true
     }
 
-    /// Folds a long log into a new snapshot (after a write is applied).
-    fn checkpoint_if_due(&mut self) {
-        let Some(wal) = self.wal.as_mut().filter(|w| w.wants_checkpoint()) else {
-            return;
-        };
-        let objects = self
-            .objects
-            .iter()
-            .flat_map(|(rk, m)| m.values().map(move |o| (rk, o)));
-        // The write itself is on disk; a failed checkpoint refuses later writes.
-        if let Err(e) = wal.checkpoint(self.rv, objects) {
-            tracing::error!(error = %e, "checkpoint failed");
-        }
-    }
-
-    /// Every object with its resource (for snapshots).
+    /// Every object with its resource.
     pub fn iter_all(&self) -> impl Iterator<Item = (&ResourceKey, &Arc<Value>)> {
         self.objects
             .iter()
@@ -340,21 +323,21 @@ impl Store {
         self.compacted = self.rv;
     }
 
-    /// Persists every later write to this log.
-    pub fn attach_wal(&mut self, wal: Wal) {
-        self.wal = Some(wal);
+    /// Persists every later write to this database.
+    pub fn attach_db(&mut self, db: Db) {
+        self.db = Some(db);
     }
 
-    /// Closes the log (releasing its directory); later writes are refused.
-    pub fn close_wal(&mut self) {
-        if let Some(wal) = self.wal.as_mut() {
-            wal.close();
+    /// Closes the database (releasing its directory); later writes are refused.
+    pub fn close_db(&mut self) {
+        if let Some(db) = self.db.as_mut() {
+            db.close();
         }
     }
 
     /// Why writes are refused (a write could not be persisted, or the server stopped), as a 503.
     pub fn persist_failure(&self) -> Option<ApiError> {
-        let why = self.wal.as_ref()?.failure()?;
+        let why = self.db.as_ref()?.failure()?;
         Some(ApiError::new(503, why))
     }
 

@@ -21,6 +21,14 @@ struct Kubectl {
 }
 
 impl Kubectl {
+    /// kubectl with the server's kubeconfig and a cache of its own.
+    fn for_server(server: &ApiServer) -> Kubectl {
+        Kubectl {
+            kubeconfig: server.kubeconfig_path().to_path_buf(),
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::from(tools::command("kubectl"));
         c.arg("--kubeconfig")
@@ -118,10 +126,7 @@ async fn kubectl_applies_gets_watches_patches_and_deletes_with_cascade() {
         return;
     }
     let server = ApiServer::start().await.unwrap();
-    let k = Kubectl {
-        kubeconfig: server.kubeconfig_path().to_path_buf(),
-        cache: tempfile::tempdir().unwrap(),
-    };
+    let k = Kubectl::for_server(&server);
 
     let out = k.ok(&["apply", "-f", &fixture("widget-crd.yaml")]).await;
     assert!(
@@ -246,10 +251,7 @@ async fn kubectl_applies_deployment_manifests_client_and_server_side() {
         return;
     }
     let server = ApiServer::start().await.unwrap();
-    let k = Kubectl {
-        kubeconfig: server.kubeconfig_path().to_path_buf(),
-        cache: tempfile::tempdir().unwrap(),
-    };
+    let k = Kubectl::for_server(&server);
     let manifests = fixture("deploy.yaml");
     let out = k.ok(&["apply", "-f", &manifests]).await;
     for created in [
@@ -296,4 +298,229 @@ async fn kubectl_applies_deployment_manifests_client_and_server_side() {
         server.object("v1/configmaps", "kok-test", "kok-config").is_none(),
         "namespace contents go with it"
     );
+}
+
+/// A self-signed certificate and key for `kubectl create secret tls`, or None (with the reason printed)
+/// when openssl is not installed.
+fn tls_pair(dir: &Path) -> Option<(String, String)> {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=testkit",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output();
+    match made {
+        Ok(o) if o.status.success() => Some((cert.display().to_string(), key.display().to_string())),
+        other => {
+            eprintln!("skipping kubectl create secret tls: openssl could not make a certificate: {other:?}");
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
+    if !tools::kubectl_or_skip("kubectl_generator_commands_send_protobuf_and_are_stored") {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl::for_server(&server);
+    let files = tempfile::tempdir().unwrap();
+    let key_file = files.path().join("id_ed25519");
+    std::fs::write(&key_file, "not a real key\n").unwrap();
+    let settings = files.path().join("settings.ini");
+    std::fs::write(&settings, "[a]\nb = c\n").unwrap();
+    let from_key = format!("--from-file=ssh-privatekey={}", key_file.display());
+    let from_settings = format!("--from-file={}", settings.display());
+
+    k.ok(&["create", "namespace", "gen"]).await;
+    let n = ["-n", "gen"];
+    for args in [
+        vec![
+            "create",
+            "secret",
+            "generic",
+            "ssh",
+            "--type=kubernetes.io/ssh-auth",
+            &from_key,
+        ],
+        vec![
+            "create",
+            "secret",
+            "docker-registry",
+            "pull",
+            "--docker-server=registry.test",
+            "--docker-username=u",
+            "--docker-password=p",
+        ],
+        vec![
+            "create",
+            "configmap",
+            "cfg",
+            "--from-literal=mode=fast",
+            &from_settings,
+        ],
+        vec!["create", "serviceaccount", "runner"],
+        vec!["create", "job", "once", "--image=busybox:1", "--", "echo", "hi"],
+        vec![
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods,configmaps",
+        ],
+        vec![
+            "create",
+            "rolebinding",
+            "reader",
+            "--role=reader",
+            "--serviceaccount=gen:runner",
+        ],
+        vec![
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1",
+            "--port=80",
+            "--replicas=2",
+        ],
+        vec!["create", "service", "clusterip", "web", "--tcp=80:8080"],
+        vec![
+            "create",
+            "clusterrole",
+            "nodes",
+            "--verb=get",
+            "--resource=namespaces",
+        ],
+        vec![
+            "create",
+            "clusterrolebinding",
+            "nodes",
+            "--clusterrole=nodes",
+            "--user=alice",
+        ],
+    ] {
+        let args: Vec<&str> = n.iter().copied().chain(args).collect();
+        let out = k.ok(&args).await;
+        assert!(out.contains("created"), "kubectl {args:?}: {out}");
+    }
+
+    let ns = server.object("namespaces", "", "gen").expect("namespace stored");
+    assert_eq!(ns["status"]["phase"], "Active");
+    let ssh = server.object("secrets", "gen", "ssh").expect("secret stored");
+    assert_eq!(ssh["type"], "kubernetes.io/ssh-auth");
+    assert_eq!(ssh["data"]["ssh-privatekey"], "bm90IGEgcmVhbCBrZXkK");
+    assert!(
+        ssh["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()),
+        "{ssh}"
+    );
+    let pull = server.object("secrets", "gen", "pull").expect("secret stored");
+    assert_eq!(pull["type"], "kubernetes.io/dockerconfigjson");
+    let cfg = server
+        .object("configmaps", "gen", "cfg")
+        .expect("configmap stored");
+    assert_eq!(cfg["data"]["mode"], "fast");
+    assert_eq!(cfg["data"]["settings.ini"], "[a]\nb = c\n");
+    assert!(server.object("serviceaccounts", "gen", "runner").is_some());
+    let job = server.object("batch/v1/jobs", "gen", "once").expect("job stored");
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "busybox:1");
+    assert_eq!(container["command"], serde_json::json!(["echo", "hi"]));
+    assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    let role = server
+        .object(("rbac.authorization.k8s.io", "v1", "roles"), "gen", "reader")
+        .expect("role stored");
+    assert_eq!(role["rules"][0]["verbs"], serde_json::json!(["get", "list"]));
+    let binding = server
+        .object(
+            ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+            "gen",
+            "reader",
+        )
+        .expect("rolebinding stored");
+    assert_eq!(binding["roleRef"]["name"], "reader");
+    assert_eq!(binding["subjects"][0]["namespace"], "gen");
+    let web = server
+        .object(("apps", "v1", "deployments"), "gen", "web")
+        .expect("deployment stored");
+    assert_eq!(web["spec"]["replicas"], 2);
+    assert_eq!(
+        web["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
+        80
+    );
+    let svc = server.object("services", "gen", "web").expect("service stored");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080);
+    let crb = server
+        .object(
+            ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"),
+            "",
+            "nodes",
+        )
+        .expect("clusterrolebinding stored");
+    assert_eq!(crb["subjects"][0]["name"], "alice");
+
+    if let Some((cert, key)) = tls_pair(files.path()) {
+        let (cert, key) = (format!("--cert={cert}"), format!("--key={key}"));
+        k.ok(&["-n", "gen", "create", "secret", "tls", "web-tls", &cert, &key])
+            .await;
+        let tls = server.object("secrets", "gen", "web-tls").expect("secret stored");
+        assert_eq!(tls["type"], "kubernetes.io/tls");
+        assert!(
+            tls["data"]["tls.crt"].as_str().is_some_and(|c| c.len() > 100),
+            "{}",
+            tls["type"]
+        );
+    }
+
+    // What was stored reads back through kubectl as JSON.
+    let got = k
+        .ok(&[
+            "-n",
+            "gen",
+            "get",
+            "secret",
+            "ssh",
+            "-o",
+            "jsonpath={.data.ssh-privatekey}",
+        ])
+        .await;
+    assert_eq!(got, "bm90IGEgcmVhbCBrZXkK");
+}
+
+#[tokio::test]
+async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3() {
+    if !tools::kubectl_or_skip("kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3") {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl::for_server(&server);
+    let out = k.ok(&["explain", "configmap.data"]).await;
+    assert!(
+        out.contains("KIND:       ConfigMap") && out.contains("FIELD: data <map[string]string>"),
+        "{out}"
+    );
+    let out = k
+        .ok(&["explain", "jobs.spec.template.spec.containers.image"])
+        .await;
+    assert!(out.contains("Container image name."), "{out}");
+    k.ok(&["apply", "-f", &fixture("widget-crd.yaml")]).await;
+    let out = k.ok(&["explain", "widgets"]).await;
+    assert!(
+        out.contains("KIND:       Widget") && out.contains("VERSION:    v1"),
+        "{out}"
+    );
+    let err = k.run(&["explain", "configmap.nothere"], None).await.unwrap_err();
+    assert!(err.contains("nothere"), "{err}");
 }

@@ -41,8 +41,8 @@ fn widget(name: &str, size: i64) -> Widget {
     }
 }
 
-/// Starts a server on `dir`, creates three ConfigMaps and stops it; returns the log's length.
-async fn fill(dir: &Path) -> u64 {
+/// Starts a server on `dir`, creates three ConfigMaps and stops it.
+async fn fill(dir: &Path) {
     let server = start(dir).await.unwrap();
     let api: Api<ConfigMap> = Api::default_namespaced(server.client());
     for i in 0..3 {
@@ -51,7 +51,6 @@ async fn fill(dir: &Path) -> u64 {
             .unwrap();
     }
     drop(server);
-    std::fs::metadata(dir.join("wal.log")).unwrap().len()
 }
 
 fn start_error(r: anyhow::Result<ApiServer>) -> String {
@@ -202,138 +201,87 @@ async fn deletions_and_garbage_collection_survive_a_restart() {
 }
 
 #[tokio::test]
-async fn a_stop_between_the_new_snapshot_and_the_new_log_loses_nothing() {
+async fn a_damaged_database_stops_the_start_naming_the_file_and_changing_nothing() {
     let dir = tempfile::tempdir().unwrap();
     fill(dir.path()).await;
-    let old_log = std::fs::read(dir.path().join("wal.log")).unwrap();
-    // The restart folds the log into a new snapshot, then replaces the log.
-    drop(start(dir.path()).await.unwrap());
-    // As if it had stopped before replacing the log: the new snapshot beside the old log.
-    std::fs::write(dir.path().join("wal.log"), &old_log).unwrap();
-    let server = start(dir.path())
-        .await
-        .expect("the records already in the snapshot are skipped");
-    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
-    for i in 0..3 {
-        assert!(api.get_opt(&format!("c{i}")).await.unwrap().is_some());
+    let db = dir.path().join("store.db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    // Overwrite the page after the header page: a table's b-tree.
+    for b in bytes.iter_mut().skip(4096).take(64) {
+        *b = 0xA5;
     }
-    let d = api
-        .create(&PostParams::default(), &cm("d", "k", "v"))
-        .await
-        .unwrap();
-    assert_eq!(d.resource_version(), Some(server.resource_version().to_string()));
+    std::fs::write(&db, &bytes).unwrap();
+
+    let msg = start_error(start(dir.path()).await);
+    assert!(msg.contains(&db.display().to_string()), "{msg}");
+    assert!(msg.contains("damaged"), "{msg}");
+    assert!(msg.contains("move it aside"), "{msg}");
+    assert_eq!(std::fs::read(&db).unwrap(), bytes, "the database was rewritten");
 }
 
 #[tokio::test]
-async fn a_truncated_log_stops_the_start_naming_the_file_and_changing_nothing() {
+async fn a_file_that_is_not_a_database_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
-    let len = fill(dir.path()).await;
-    let wal = dir.path().join("wal.log");
-    let file = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
-    file.set_len(len - 5).unwrap();
-    drop(file);
-    let before = std::fs::read(&wal).unwrap();
-    let snapshot = std::fs::read(dir.path().join("snapshot")).unwrap();
-
+    let db = dir.path().join("store.db");
+    std::fs::write(
+        &db,
+        b"this is not an SQLite database, just some text that is long enough".repeat(100),
+    )
+    .unwrap();
     let msg = start_error(start(dir.path()).await);
-    assert!(msg.contains(&wal.display().to_string()), "{msg}");
-    assert!(msg.contains("truncated at byte"), "{msg}");
-    assert!(
-        msg.contains("truncate -s"),
-        "the message says how to keep the earlier writes: {msg}"
-    );
-    assert_eq!(std::fs::read(&wal).unwrap(), before, "the log was rewritten");
-    assert_eq!(std::fs::read(dir.path().join("snapshot")).unwrap(), snapshot);
+    assert!(msg.contains(&db.display().to_string()), "{msg}");
+    assert!(msg.contains("damaged"), "{msg}");
 }
 
 #[tokio::test]
-async fn cutting_a_truncated_log_back_to_the_named_offset_keeps_the_earlier_writes() {
+async fn a_full_disk_refuses_writes_with_a_clear_error_and_keeps_what_was_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
-    let len = fill(dir.path()).await;
-    let wal = dir.path().join("wal.log");
-    let file = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
-    file.set_len(len - 5).unwrap();
-    let msg = start_error(start(dir.path()).await);
-    let offset: u64 = msg
-        .split("truncated at byte ")
-        .nth(1)
-        .and_then(|rest| rest.split(':').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no offset in {msg}"));
-    file.set_len(offset).unwrap();
-    drop(file);
+    let server = ApiServer::start_with(Options {
+        data_dir: Some(dir.path().to_path_buf()),
+        db_page_limit: Some(24),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    // Raw requests: kube's client would retry the 503s.
+    let big = "x".repeat(3000);
+    let mut acknowledged = Vec::new();
+    let refusal = loop {
+        let name = format!("c{}", acknowledged.len());
+        let body = serde_json::to_value(cm(&name, "k", &big)).unwrap();
+        let got = common::send(
+            &server,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some(&body),
+        )
+        .await;
+        match got.status {
+            201 => acknowledged.push(name),
+            _ => break got,
+        }
+        assert!(acknowledged.len() < 200, "the page limit was never reached");
+    };
+    assert_eq!(refusal.status, 503, "{}", refusal.body);
+    let message = refusal.body["message"].as_str().unwrap_or("");
+    assert!(message.contains("full"), "{message}");
+    assert!(message.contains("store.db"), "{message}");
+    let later = common::send(&server, "GET", "/api/v1/namespaces/default/configmaps/c0", None).await;
+    assert_eq!(later.status, 503, "every later request is refused");
+    drop(server);
 
     let server = start(dir.path()).await.unwrap();
     let api: Api<ConfigMap> = Api::default_namespaced(server.client());
-    assert!(api.get_opt("c1").await.unwrap().is_some());
-    assert!(
-        api.get_opt("c2").await.unwrap().is_none(),
-        "the cut write is the last one"
-    );
-}
-
-#[tokio::test]
-async fn a_flipped_byte_in_the_log_is_reported_as_corrupt() {
-    let dir = tempfile::tempdir().unwrap();
-    let len = fill(dir.path()).await;
-    let wal = dir.path().join("wal.log");
-    let mut bytes = std::fs::read(&wal).unwrap();
-    bytes[len as usize - 20] ^= 0x01;
-    std::fs::write(&wal, &bytes).unwrap();
-
-    let msg = start_error(start(dir.path()).await);
-    assert!(msg.contains(&wal.display().to_string()), "{msg}");
-    assert!(msg.contains("corrupt at byte"), "{msg}");
-    assert!(msg.contains("checksum"), "{msg}");
-    assert!(msg.contains("move it aside"), "{msg}");
-    assert_eq!(std::fs::read(&wal).unwrap(), bytes, "the log was rewritten");
-}
-
-#[tokio::test]
-async fn a_flipped_byte_in_the_snapshot_is_reported_as_corrupt() {
-    let dir = tempfile::tempdir().unwrap();
-    fill(dir.path()).await;
-    // Restarting folds the log into the snapshot.
-    drop(start(dir.path()).await.unwrap());
-    let snapshot = dir.path().join("snapshot");
-    let mut bytes = std::fs::read(&snapshot).unwrap();
-    let at = bytes.len() / 2;
-    bytes[at] ^= 0x01;
-    std::fs::write(&snapshot, &bytes).unwrap();
-
-    let msg = start_error(start(dir.path()).await);
-    assert!(msg.contains(&snapshot.display().to_string()), "{msg}");
-    assert!(msg.contains("corrupt"), "{msg}");
-}
-
-#[tokio::test]
-async fn a_log_without_its_snapshot_is_a_version_mismatch() {
-    let dir = tempfile::tempdir().unwrap();
-    fill(dir.path()).await;
-    std::fs::remove_file(dir.path().join("snapshot")).unwrap();
-    let msg = start_error(start(dir.path()).await);
-    assert!(msg.contains("version mismatch"), "{msg}");
-    assert!(msg.contains("snapshot"), "{msg}");
-}
-
-#[tokio::test]
-async fn a_log_from_another_store_is_a_version_mismatch() {
-    let a = tempfile::tempdir().unwrap();
-    let b = tempfile::tempdir().unwrap();
-    fill(a.path()).await;
-    fill(b.path()).await;
-    // b restarted once more: its snapshot is newer than a's log expects.
-    drop(start(b.path()).await.unwrap());
-    {
-        let server = start(b.path()).await.unwrap();
-        let api: Api<ConfigMap> = Api::default_namespaced(server.client());
-        api.create(&PostParams::default(), &cm("more", "k", "v"))
-            .await
-            .unwrap();
+    for name in &acknowledged {
+        assert!(
+            api.get_opt(name).await.unwrap().is_some(),
+            "{name} was acknowledged"
+        );
     }
-    std::fs::copy(b.path().join("wal.log"), a.path().join("wal.log")).unwrap();
-    let msg = start_error(start(a.path()).await);
-    assert!(msg.contains("version mismatch"), "{msg}");
+    assert_eq!(
+        api.list(&Default::default()).await.unwrap().items.len(),
+        acknowledged.len()
+    );
 }
 
 #[tokio::test]
@@ -376,4 +324,112 @@ async fn watches_from_before_a_restart_are_told_to_list_again() {
         kube::api::WatchEvent::Error(e) => assert_eq!(e.code, 410),
         other => panic!("expected 410 Gone, got {other:?}"),
     }
+}
+
+/// The data every ConfigMap of the kill test holds: derived from its name, so a half-written one shows.
+fn payload(name: &str) -> String {
+    format!("{name}:").repeat(50)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_thousand_concurrent_writes_loses_no_acknowledged_write() {
+    use futures::stream::{self, StreamExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("store");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kok-testkit"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("kok-testkit serve starts");
+    let mut port = None;
+    for _ in 0..200 {
+        port = std::fs::read_to_string(&kubeconfig).ok().and_then(|k| {
+            k.split("http://127.0.0.1:")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u16>()
+                .ok()
+        });
+        if port.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let port = port.expect("the server wrote its kubeconfig");
+
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let killed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let child_id = child.id();
+    let writes = stream::iter(0..1000).map(|i| {
+        let (acked, killed) = (acked.clone(), killed.clone());
+        async move {
+            let name = format!("w{i:04}");
+            let body = serde_json::to_string(&cm(&name, "data", &payload(&name))).unwrap();
+            let path = "/api/v1/namespaces/default/configmaps";
+            let Ok(answer) = common::request(port, "POST", path, "application/json", &body).await else {
+                return;
+            };
+            if answer.status != 201 {
+                return;
+            }
+            let rv = answer.body["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let mut acked = acked.lock().unwrap();
+            acked.push((name, rv));
+            // Mid-way, with dozens of writes in flight, the process is killed outright.
+            if acked.len() == 400 && !killed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &child_id.to_string()])
+                    .status();
+            }
+        }
+    });
+    writes.buffer_unordered(64).collect::<Vec<()>>().await;
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    assert!(
+        killed.load(std::sync::atomic::Ordering::SeqCst),
+        "the kill happened during the writes"
+    );
+    assert!(!status.success(), "the server was killed, not stopped: {status}");
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() >= 400 && acked.len() < 1000,
+        "{} writes acknowledged",
+        acked.len()
+    );
+
+    let server = start(&data).await.expect("the store opens after SIGKILL");
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let stored = api.list(&Default::default()).await.unwrap().items;
+    for (name, rv) in &acked {
+        let found = stored
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("acknowledged write {name} was lost"));
+        assert_eq!(
+            found.metadata.resource_version.as_deref(),
+            Some(rv.as_str()),
+            "{name}"
+        );
+    }
+    for c in &stored {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let data = c
+            .data
+            .as_ref()
+            .and_then(|d| d.get("data"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(data, payload(&name), "{name} is whole");
+    }
+    assert!(server.resource_version() >= acked.len() as u64);
 }

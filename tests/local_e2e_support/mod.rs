@@ -35,6 +35,9 @@ pub const GREETING: &str = "hello from the local e2e test";
 pub const FAILURE_MESSAGE: &str = "this playbook fails on purpose";
 
 pub use tools::ansible_or_skip;
+// Not every test that includes this module runs kubectl.
+#[allow(unused_imports)]
+pub use tools::{command, kubectl_or_skip};
 
 /// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
 /// greeting and the commit, and appends one line per run to `<marks>/<mark>.runs`.

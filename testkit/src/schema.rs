@@ -1,0 +1,409 @@
+//! Custom resources against their CRD's structural schema, as the real API server checks them:
+//! unknown fields pruned (and reported or refused per `fieldValidation`), then types, required
+//! fields, enums, patterns, lengths, bounds and item counts, then the `x-kubernetes-validations`
+//! CEL rules. Errors carry the real server's wording (see `tests/realapi.rs`).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::{json, Value};
+
+use crate::errors::{cause, ApiError, Cause};
+
+/// `fieldValidation`: what an unknown field does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Pruned silently.
+    Ignore,
+    /// Pruned with a `Warning` header (the default).
+    #[default]
+    Warn,
+    /// The request is refused (400).
+    Strict,
+}
+
+impl FieldValidation {
+    /// The query parameter's value; anything else is a 400.
+    pub fn parse(value: Option<&str>) -> Result<FieldValidation, ApiError> {
+        match value {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation must be one of Ignore, Warn or Strict, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// What one custom resource kind is checked against.
+pub struct Target<'a> {
+    /// The CRD's `openAPIV3Schema` for the version written.
+    pub schema: &'a Value,
+    /// API group.
+    pub group: &'a str,
+    /// Version written.
+    pub version: &'a str,
+    /// Kind.
+    pub kind: &'a str,
+}
+
+/// Fields every object has, outside the schema's say.
+const OBJECT_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
+
+/// Removes fields the schema does not know; returns their paths.
+fn prune(schema: &Value, value: &mut Value, path: &str, top: bool, unknown: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            let preserve = schema["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true);
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for key in keys {
+                if top && OBJECT_FIELDS.contains(&key.as_str()) {
+                    continue;
+                }
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                if let Some(s) = props.and_then(|p| p.get(&key)).or(additional) {
+                    if let Some(v) = map.get_mut(&key) {
+                        prune(s, v, &child, false, unknown);
+                    }
+                } else if !preserve && (props.is_some() || schema.get("type").is_some()) {
+                    map.remove(&key);
+                    unknown.push(child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune(s, item, &format!("{path}[{i}]"), false, unknown);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn type_matches(expected: &str, actual: &str) -> bool {
+    expected == actual || (expected == "number" && actual == "integer")
+}
+
+fn regex(pattern: &str) -> Option<regex::Regex> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<regex::Regex>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    cache
+        .entry(pattern.to_string())
+        .or_insert_with(|| regex::Regex::new(pattern).ok())
+        .clone()
+}
+
+fn invalid(path: &str, value: &Value, why: String) -> Cause {
+    cause(
+        "FieldValueInvalid",
+        path,
+        format!("Invalid value: {value}: {path} in body {why}"),
+    )
+}
+
+/// Checks a value against its schema, collecting causes.
+fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cause>) {
+    if value.is_null() {
+        return;
+    }
+    let actual = type_name(value);
+    if schema["x-kubernetes-int-or-string"] == Value::Bool(true) {
+        if !matches!(actual, "integer" | "string") {
+            out.push(type_error(path, actual, "integer,string"));
+        }
+        return;
+    }
+    if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+        if !type_matches(expected, actual) {
+            out.push(type_error(path, actual, expected));
+            return;
+        }
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        if !options.contains(value) {
+            let listed: Vec<String> = options.iter().map(Value::to_string).collect();
+            out.push(cause(
+                "FieldValueNotSupported",
+                path,
+                format!(
+                    "Unsupported value: {value}: supported values: {}",
+                    listed.join(", ")
+                ),
+            ));
+        }
+    }
+    let bound = |key: &str| schema.get(key).and_then(Value::as_f64);
+    match value {
+        Value::String(s) => {
+            let len = s.chars().count() as f64;
+            if bound("maxLength").is_some_and(|m| len > m) {
+                out.push(cause(
+                    "FieldValueTooLong",
+                    path,
+                    format!(
+                        "Too long: may not be more than {} bytes",
+                        number(&schema["maxLength"])
+                    ),
+                ));
+            }
+            if bound("minLength").is_some_and(|m| len < m) {
+                out.push(invalid(
+                    path,
+                    value,
+                    format!("should be at least {} chars long", number(&schema["minLength"])),
+                ));
+            }
+            if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
+                if regex(p).is_some_and(|r| !r.is_match(s)) {
+                    out.push(invalid(path, value, format!("should match '{p}'")));
+                }
+            }
+        }
+        Value::Number(n) => {
+            let n = n.as_f64().unwrap_or(0.0);
+            if bound("minimum").is_some_and(|m| n < m) {
+                out.push(invalid(
+                    path,
+                    value,
+                    format!(
+                        "should be greater than or equal to {}",
+                        number(&schema["minimum"])
+                    ),
+                ));
+            }
+            if bound("maximum").is_some_and(|m| n > m) {
+                out.push(invalid(
+                    path,
+                    value,
+                    format!("should be less than or equal to {}", number(&schema["maximum"])),
+                ));
+            }
+        }
+        Value::Array(items) => {
+            if bound("maxItems").is_some_and(|m| items.len() as f64 > m) {
+                out.push(cause(
+                    "FieldValueTooMany",
+                    path,
+                    format!(
+                        "Too many: {}: must have at most {} items",
+                        items.len(),
+                        number(&schema["maxItems"])
+                    ),
+                ));
+            }
+            if bound("minItems").is_some_and(|m| (items.len() as f64) < m) {
+                out.push(invalid(
+                    path,
+                    &json!(items.len()),
+                    format!("should have at least {} items", number(&schema["minItems"])),
+                ));
+            }
+            if let Some(s) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check(s, item, &format!("{path}[{i}]"), false, out);
+                }
+            }
+        }
+        Value::Object(map) => {
+            for required in schema
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let name = required.as_str().unwrap_or("");
+                if map.get(name).is_none_or(Value::is_null) {
+                    let field = if path.is_empty() {
+                        name.to_string()
+                    } else {
+                        format!("{path}.{name}")
+                    };
+                    out.push(cause("FieldValueRequired", &field, "Required value"));
+                }
+            }
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, v) in map {
+                if top && OBJECT_FIELDS.contains(&key.as_str()) {
+                    continue;
+                }
+                if let Some(s) = props.and_then(|p| p.get(key)).or(additional) {
+                    let child = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    check(s, v, &child, false, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A schema number as Go prints it: `1`, not `1.0`.
+fn number(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+        _ => v.to_string(),
+    }
+}
+
+fn type_error(path: &str, actual: &str, expected: &str) -> Cause {
+    cause(
+        "FieldValueTypeInvalid",
+        path,
+        format!("Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\""),
+    )
+}
+
+/// Whether a schema has CEL rules anywhere.
+fn has_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(m) => m.contains_key("x-kubernetes-validations") || m.values().any(has_rules),
+        Value::Array(a) => a.iter().any(has_rules),
+        _ => false,
+    }
+}
+
+fn cel_value(v: &Value) -> Option<cel::Value> {
+    cel::to_value(v).ok()
+}
+
+/// Evaluates the `x-kubernetes-validations` rules of `schema` and below. Rules naming `oldSelf` run
+/// only on updates where the old value exists.
+fn rules(schema: &Value, new: &Value, old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
+    for rule in schema["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let text = rule["rule"].as_str().unwrap_or("");
+        let transition = text.contains("oldSelf");
+        if transition && old.is_none() {
+            continue;
+        }
+        let Ok(program) = cel::Program::compile(text) else {
+            out.push(cause(
+                "FieldValueInvalid",
+                path,
+                format!("Invalid value: rule {text:?} does not compile"),
+            ));
+            continue;
+        };
+        let mut ctx = cel::Context::default();
+        if let Some(v) = cel_value(new) {
+            ctx.add_variable_from_value("self", v);
+        }
+        if let Some(v) = old.and_then(cel_value) {
+            ctx.add_variable_from_value("oldSelf", v);
+        }
+        if !matches!(program.execute(&ctx), Ok(cel::Value::Bool(true))) {
+            let message = rule["message"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("failed rule: {text}"));
+            out.push(cause(
+                "FieldValueInvalid",
+                path,
+                format!("Invalid value: {message}"),
+            ));
+        }
+    }
+    if let (Some(props), Value::Object(map)) = (schema.get("properties").and_then(Value::as_object), new) {
+        for (key, s) in props {
+            if let Some(v) = map.get(key) {
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                rules(s, v, old.and_then(|o| o.get(key)), &child, out);
+            }
+        }
+    }
+}
+
+/// Prunes `obj` and validates it (and, on updates, its transition from `old`). Returns the
+/// warnings to send; refuses with the real server's Status on unknown fields under `Strict` and on
+/// invalid values.
+pub fn validate(
+    target: &Target,
+    name: &str,
+    old: Option<&Value>,
+    obj: &mut Value,
+    mode: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let mut unknown = Vec::new();
+    prune(target.schema, obj, "", true, &mut unknown);
+    let mut warnings = Vec::new();
+    match mode {
+        FieldValidation::Strict if !unknown.is_empty() => {
+            let listed: Vec<String> = unknown.iter().map(|u| format!("unknown field \"{u}\"")).collect();
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{}\" cannot be handled as a {kind}: strict decoding error: {}",
+                target.version,
+                listed.join(", "),
+                kind = target.kind
+            )));
+        }
+        FieldValidation::Warn => warnings.extend(unknown.iter().map(|u| format!("unknown field \"{u}\""))),
+        _ => {}
+    }
+    let mut causes = Vec::new();
+    check(target.schema, obj, "", true, &mut causes);
+    causes.sort_by(|a, b| a.field.cmp(&b.field));
+    let skipped_rules = causes.iter().any(|c| {
+        matches!(
+            c.reason.as_str(),
+            "FieldValueTypeInvalid"
+                | "FieldValueRequired"
+                | "FieldValueNotSupported"
+                | "FieldValueTooLong"
+                | "FieldValueTooMany"
+        )
+    });
+    if skipped_rules && has_rules(target.schema) {
+        causes.push(cause(
+            "FieldValueInvalid",
+            "<nil>",
+            "Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+        ));
+    }
+    if causes.is_empty() {
+        rules(target.schema, obj, old, "", &mut causes);
+    }
+    if causes.is_empty() {
+        return Ok(warnings);
+    }
+    let mut e = ApiError::invalid(
+        target.group,
+        &format!("{}.{}", target.kind, target.group),
+        name,
+        causes,
+    );
+    e.details.kind = target.kind.to_string();
+    Err(e)
+}
