@@ -14,7 +14,9 @@ use super::OutputFormat;
 use crate::api::DEFAULT_NAMESPACE;
 use crate::layout::{self, Diagnostic, Parsed};
 use crate::materialize::{canonical_json, render_cluster, RenderContext, ZERO_SHA};
-use crate::source::{attribute, Credentials, GitTree, Source, SourceConfig};
+use crate::source::{
+    attribute, check_range, open_local, resolve_revision, Credentials, GitTree, Source, SourceConfig,
+};
 
 /// Where the remote is and how to reach it; shared by the commands that read a git remote.
 #[derive(clap::Args, Debug, Clone)]
@@ -177,22 +179,72 @@ pub struct Plan {
     pub repo_diagnostics: Vec<Diagnostic>,
 }
 
+/// The repository a plan reads: the user's own when `--repo` is a local repository (a CI checkout of
+/// a pull request: `--repo . --from origin/main --to HEAD`), else the bare cache of the remote with all
+/// its branches and tags.
+enum PlanRepository {
+    /// A local repository, read in place; nothing is fetched.
+    Local(git2::Repository),
+    /// The cache of a remote.
+    Cache(Box<Source>),
+}
+
+impl PlanRepository {
+    fn repository(&self) -> &git2::Repository {
+        match self {
+            PlanRepository::Local(repo) => repo,
+            PlanRepository::Cache(source) => source.repository(),
+        }
+    }
+}
+
+/// The ends of the range `args` asks for, resolved as `git rev-parse` resolves them.
+fn open_range(args: &Args) -> anyhow::Result<(PlanRepository, Option<Oid>, Oid)> {
+    let shown = crate::source::redact(&args.git.repo);
+    let (repository, to) = match open_local(&args.git.repo) {
+        Some(repo) => {
+            let to = match &args.to {
+                Some(rev) => resolve_revision(&repo, rev, &shown)?,
+                None => resolve_revision(&repo, &args.git.reference, &shown).map_err(|e| {
+                    anyhow::anyhow!(
+                        "ref {:?} does not exist in {shown}; check --ref ({e})",
+                        args.git.reference
+                    )
+                })?,
+            };
+            (PlanRepository::Local(repo), to)
+        }
+        None => {
+            let (mut source, tip) = args.git.fetch()?;
+            let to = match &args.to {
+                Some(rev) => {
+                    source.fetch_branches_and_tags()?;
+                    resolve_revision(source.repository(), rev, &shown)?
+                }
+                None if args.from.is_some() => {
+                    source.fetch_branches_and_tags()?;
+                    tip
+                }
+                None => tip,
+            };
+            (PlanRepository::Cache(Box::new(source)), to)
+        }
+    };
+    let repo = repository.repository();
+    let from = match &args.from {
+        Some(rev) => Some(resolve_revision(repo, rev, &shown)?),
+        None => repo.find_commit(to).ok().and_then(|c| c.parent_id(0).ok()),
+    };
+    if let Some(from) = from {
+        check_range(repo, from, to, &shown)?;
+    }
+    Ok((repository, from, to))
+}
+
 /// Runs `kok plan`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (source, tip) = args.git.fetch()?;
-    let to = match &args.to {
-        Some(rev) => source.resolve_commit(rev)?,
-        None => tip,
-    };
-    let from = match &args.from {
-        Some(rev) => Some(source.resolve_commit(rev)?),
-        None => source
-            .repository()
-            .find_commit(to)
-            .ok()
-            .and_then(|c| c.parent_id(0).ok()),
-    };
-    let plan = compute(&source, from, to, &args.path, &args.namespace)?;
+    let (repository, from, to) = open_range(&args)?;
+    let plan = compute(repository.repository(), from, to, &args.path, &args.namespace)?;
     let mut out = std::io::stdout().lock();
     match args.output {
         OutputFormat::Json => {
@@ -209,21 +261,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// revision, so revision annotations do not count as updates; only clusters the diff reports are
 /// compared.
 pub fn compute(
-    source: &Source,
+    repo: &git2::Repository,
     from: Option<Oid>,
     to: Oid,
     root: &str,
     namespace: &str,
 ) -> anyhow::Result<Plan> {
-    let repo = source.repository();
-    let changes = source.diff(from, to, root)?;
+    let changes = crate::source::diff::diff(repo, from, to, root)?;
     let touched = changes.touched();
     let mut names: Vec<String> = touched.iter().chain(&changes.removed).cloned().collect();
     names.sort();
     names.dedup();
-    let at_to = parse(source, to, root, &names)?;
+    let at_to = parse(repo, to, root, &names)?;
     let at_from = match from {
-        Some(f) if repo.find_commit(f).is_ok() => parse(source, f, root, &names)?,
+        Some(f) if repo.find_commit(f).is_ok() => parse(repo, f, root, &names)?,
         _ => Parsed::default(),
     };
     let introduced = attribute(repo, from, to, root, &touched)?;
@@ -307,8 +358,8 @@ pub fn compute(
     })
 }
 
-fn parse(source: &Source, commit: Oid, root: &str, names: &[String]) -> anyhow::Result<Parsed> {
-    let tree: GitTree<'_> = source.tree(commit)?;
+fn parse(repo: &git2::Repository, commit: Oid, root: &str, names: &[String]) -> anyhow::Result<Parsed> {
+    let tree = GitTree::at_commit(repo, commit)?;
     Ok(layout::parse_clusters(&tree, root, names))
 }
 

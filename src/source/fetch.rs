@@ -175,6 +175,31 @@ impl Source {
             })
     }
 
+    /// Fetches every branch (as `refs/heads/*` and `refs/remotes/origin/*`) and tag of the remote into
+    /// the cache and points the cache's HEAD at the configured branch, so that revisions read there as
+    /// `git rev-parse` reads them in a clone: `main`, `origin/main`, `v1`, `HEAD`, `main~2`.
+    pub fn fetch_branches_and_tags(&mut self) -> Result<(), SourceError> {
+        for (name, into) in [
+            ("refs/heads/*", "refs/heads/*"),
+            ("refs/heads/*", "refs/remotes/origin/*"),
+            ("refs/tags/*", "refs/tags/*"),
+        ] {
+            self.fetches += 1;
+            self.network_into(Some(name.to_string()), into)?;
+        }
+        if let Some(name) = self
+            .resolved_ref
+            .as_deref()
+            .filter(|n| n.starts_with("refs/heads/"))
+        {
+            self.repo.set_head(name).map_err(SourceError::git(format!(
+                "point HEAD of the cache {} at {name}",
+                self.cache_path.display()
+            )))?;
+        }
+        Ok(())
+    }
+
     /// A [`crate::layout::TreeReader`] over `commit`'s tree.
     pub fn tree(&self, commit: Oid) -> Result<GitTree<'_>, SourceError> {
         GitTree::at_commit(&self.repo, commit)
