@@ -37,7 +37,7 @@ fn planned(repo: &str, from: &str, to: &str) -> Vec<String> {
         .unwrap()
         .iter()
         .flat_map(|c| c["operations"].as_array().unwrap().iter())
-        .map(|o| format!("{}", o["id"].as_str().unwrap()))
+        .map(|o| o["id"].as_str().unwrap().to_string())
         .collect()
 }
 
