@@ -10,7 +10,6 @@ use anyhow::Context;
 use git2::Oid;
 use serde::Serialize;
 
-use super::OutputFormat;
 use crate::api::DEFAULT_NAMESPACE;
 use crate::layout::{self, Diagnostic, Parsed};
 use crate::materialize::{canonical_json, render_cluster, RenderContext, ZERO_SHA};
@@ -104,8 +103,23 @@ pub struct Args {
     #[arg(long, default_value = DEFAULT_NAMESPACE, env = "KOK_NAMESPACE")]
     pub namespace: String,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text, env = "KOK_OUTPUT")]
-    pub output: OutputFormat,
+    #[arg(long, value_enum, default_value_t = PlanFormat::Text, env = "KOK_OUTPUT")]
+    pub output: PlanFormat,
+    /// Exit codes as terraform's: 0 nothing to do, 2 objects would be written or operations would
+    /// run, 1 an error (an invalid cluster or kok.yml at --to included).
+    #[arg(long, env = "KOK_DETAILED_EXITCODE")]
+    pub detailed_exitcode: bool,
+}
+
+/// Output formats of `kok plan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlanFormat {
+    /// Lines for humans.
+    Text,
+    /// JSON for tools.
+    Json,
+    /// Markdown, one table per cluster: a pull-request comment.
+    Markdown,
 }
 
 /// One object, by kind and name.
@@ -245,16 +259,34 @@ fn open_range(args: &Args) -> anyhow::Result<(PlanRepository, Option<Oid>, Oid)>
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (repository, from, to) = open_range(&args)?;
     let plan = compute(repository.repository(), from, to, &args.path, &args.namespace)?;
-    let mut out = std::io::stdout().lock();
-    match args.output {
-        OutputFormat::Json => {
-            serde_json::to_writer_pretty(&mut out, &plan).context("writing the plan to stdout")?;
-            std::io::Write::write_all(&mut out, b"\n").context("writing the plan to stdout")?;
-        }
-        OutputFormat::Text => std::io::Write::write_all(&mut out, text(&plan).as_bytes())
-            .context("writing the plan to stdout")?,
+    let rendered = match args.output {
+        PlanFormat::Json => serde_json::to_string_pretty(&plan).context("serializing the plan")? + "\n",
+        PlanFormat::Text => text(&plan),
+        PlanFormat::Markdown => markdown(&plan),
+    };
+    std::io::Write::write_all(&mut std::io::stdout().lock(), rendered.as_bytes())
+        .context("writing the plan to stdout")?;
+    Ok(if !args.detailed_exitcode {
+        ExitCode::SUCCESS
+    } else if plan.has_errors() {
+        ExitCode::FAILURE
+    } else if plan.has_changes() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+impl Plan {
+    /// True when the merge would write an object or run an operation.
+    pub fn has_changes(&self) -> bool {
+        !self.clusters.is_empty()
     }
-    Ok(ExitCode::SUCCESS)
+
+    /// True when a cluster or kok.yml is invalid at `to`.
+    pub fn has_errors(&self) -> bool {
+        !self.invalid.is_empty() || !self.repo_diagnostics.is_empty()
+    }
 }
 
 /// Computes the plan of `(from, to]` under `root`. Both ends are rendered with the same neutral
@@ -444,6 +476,68 @@ pub fn text(plan: &Plan) -> String {
         for d in &invalid.diagnostics {
             out.push_str(&format!("  {d}\n"));
         }
+    }
+    out
+}
+
+/// A markdown table cell: pipes escaped, line breaks folded.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The plan as markdown, one table per cluster, fit for a pull-request comment.
+pub fn markdown(plan: &Plan) -> String {
+    let short = |s: &str| s.chars().take(8).collect::<String>();
+    let from = plan
+        .from
+        .as_deref()
+        .map(short)
+        .unwrap_or_else(|| "(root)".to_string());
+    let mut out = format!("### kok plan `{from}..{}`\n\n", short(&plan.to));
+    if plan.full_resync {
+        out.push_str("Full resync: the start is not an ancestor of the end; every cluster compared.\n\n");
+    }
+    for d in &plan.repo_diagnostics {
+        out.push_str(&format!("- :x: `{}`\n", cell(&d.to_string())));
+    }
+    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+        out.push_str("No changes.\n");
+    }
+    for cluster in &plan.clusters {
+        out.push_str(&format!(
+            "#### {}\n\n| change | kind | name | detail |\n|---|---|---|---|\n",
+            cluster.name
+        ));
+        for (change, list) in [
+            ("create", &cluster.created),
+            ("update", &cluster.updated),
+            ("delete", &cluster.deleted),
+        ] {
+            for o in list {
+                out.push_str(&format!("| {change} | {} | `{}` | |\n", o.kind, o.name));
+            }
+        }
+        for op in &cluster.operations {
+            out.push_str(&format!(
+                "| run | ClusterOperation | `{}` | `{}` (`{}`) from `{}` {} |\n",
+                op.name,
+                cell(&op.id),
+                cell(&op.action),
+                short(&op.commit),
+                cell(&op.subject)
+            ));
+        }
+        out.push('\n');
+    }
+    for invalid in &plan.invalid {
+        out.push_str(&format!(
+            "#### {} (invalid: left at its last good state)\n\n",
+            invalid.name
+        ));
+        for d in &invalid.diagnostics {
+            out.push_str(&format!("- `{}`\n", cell(&d.to_string())));
+        }
+        out.push('\n');
     }
     out
 }
