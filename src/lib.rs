@@ -7,6 +7,7 @@
 //! - [`controller`] turns ClusterOperations into ansible Jobs, one at a time per cluster.
 //! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
 //! - [`server`] is the HTTP listener: health, metrics, webhooks.
+//! - [`redact`] holds the secrets kok knows and scrubs them from every text that comes back from outside.
 //! - [`cli`] wires the subcommands; `main.rs` only parses arguments and calls it.
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod local;
 pub mod materialize;
 pub mod metrics;
 pub mod reconcile;
+pub mod redact;
 pub mod report;
 pub mod server;
 pub mod service;

@@ -23,6 +23,7 @@ pub struct Metrics {
     status_deliveries: Family,
     last_reconciled_commit_time: AtomicU64,
     reconcile: Histogram,
+    signature_refusals: Family,
 }
 
 /// The process-wide registry that the service renders on `/metrics`.
@@ -74,6 +75,11 @@ impl Metrics {
             .store(unix_seconds.max(0) as u64, Ordering::Relaxed);
     }
 
+    /// Counts one commit refused by signature verification; `reason` is e.g. `unsigned`.
+    pub fn signature_refusal(&self, reason: &str) {
+        self.signature_refusals.add(&[("reason", reason)], 1.0);
+    }
+
     /// The value of one labelled series, for tests and readiness checks.
     pub fn status_deliveries(&self, sink: &str, result: &str) -> u64 {
         self.status_deliveries.get(&[("sink", sink), ("result", result)]) as u64
@@ -117,6 +123,12 @@ impl Metrics {
             "kok_status_deliveries_total",
             "counter",
             "Commit status delivery attempts, by sink and result.",
+        );
+        self.signature_refusals.render(
+            &mut out,
+            "kok_signature_refusals_total",
+            "counter",
+            "Commits refused by signature verification, by reason.",
         );
         header(
             &mut out,

@@ -16,6 +16,7 @@ use tracing::{info, instrument, warn};
 use crate::layout::{self, Diagnostic};
 use crate::materialize::{self, apply, state, RenderContext};
 use crate::metrics::Metrics;
+use crate::source::verify::{self, RangeVerdict, Verification};
 use crate::source::{self, Source, SourceError};
 
 /// What a pass needs besides the source and the client.
@@ -61,6 +62,9 @@ pub enum PassError {
     /// Loading or saving the last reconciled commit failed.
     #[error(transparent)]
     State(#[from] state::StateError),
+    /// The trust material for signature verification could not be read.
+    #[error("signature verification: {0}")]
+    Trust(#[from] verify::TrustError),
     /// The blocking git work panicked or was cancelled.
     #[error("the git worker stopped unexpectedly: {0}")]
     Worker(String),
@@ -83,6 +87,31 @@ where
     .await
     .map_err(|e| PassError::Worker(e.to_string()))?
     .map_err(PassError::from)
+}
+
+/// Verifies the signatures of the commits reconciling `new` would accept: `new` alone, or with
+/// [`verify::VerifyMode::All`] every commit since `old`. Reads the trust material afresh.
+#[instrument(skip_all, fields(commit = %new))]
+pub async fn verify_signatures(
+    source: &SharedSource,
+    verification: &Verification,
+    old: Option<Oid>,
+    new: Oid,
+) -> Result<RangeVerdict, PassError> {
+    let files = verification.files.clone();
+    let trust = tokio::task::spawn_blocking(move || verify::Trust::load(&files))
+        .await
+        .map_err(|e| PassError::Worker(e.to_string()))??;
+    let mode = verification.mode;
+    let now = jiff::Timestamp::now().as_second();
+    with_source(source, move |s| {
+        let repo = s.repository();
+        let commits = verify::commits_to_verify(repo, old, new, mode).map_err(SourceError::git(format!(
+            "list the commits between {old:?} and {new}"
+        )))?;
+        verify::verify_range(repo, &commits, &trust, now).map_err(SourceError::git("read commit signatures"))
+    })
+    .await
 }
 
 /// A queue base that sorts after every earlier pass: milliseconds since the epoch, zero-padded.

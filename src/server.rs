@@ -94,7 +94,11 @@ pub struct WebhookSecret(Vec<u8>);
 impl WebhookSecret {
     /// Wraps a secret (surrounding whitespace, such as a file's trailing newline, is dropped).
     pub fn new(secret: impl AsRef<[u8]>) -> Self {
-        WebhookSecret(secret.as_ref().trim_ascii().to_vec())
+        let secret = secret.as_ref().trim_ascii().to_vec();
+        if let Ok(text) = std::str::from_utf8(&secret) {
+            crate::redact::register(text);
+        }
+        WebhookSecret(secret)
     }
 }
 
@@ -220,9 +224,10 @@ async fn hook(
             .into_response();
     };
     if let Err(err) = verify(provider, &headers, &body, &secret.0) {
-        tracing::warn!(provider = ?provider, error = %err, "webhook refused");
+        let message = crate::redact::scrub(&err.to_string());
+        tracing::warn!(provider = ?provider, error = %message, "webhook refused");
         let code = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::UNAUTHORIZED);
-        return (code, format!("{err}\n")).into_response();
+        return (code, format!("{message}\n")).into_response();
     }
     if let Some(trigger) = &state.trigger {
         let queued = trigger.trigger(Reason::Webhook(provider));

@@ -5,6 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use git2::Oid;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Client;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -16,7 +18,15 @@ use crate::reconcile::{self, PassConfig, PassError, SharedSource};
 use crate::report::{self, Reporter};
 use crate::server::Readiness;
 use crate::source::trigger::{self, Interval, TriggerReceiver, TriggerSender};
+use crate::source::verify::{RangeVerdict, Verification};
 use crate::source::{Poll, Source, SourceConfig};
+
+/// Most refused commits below a refused tip that get their own `kok/sync: error` (the warning
+/// log names every one).
+const MAX_REFUSED_STATUSES: usize = 20;
+
+/// Longest Event note the API server accepts.
+const EVENT_NOTE_MAX: usize = 1024;
 
 /// How long the controller and the reporter get to finish in-flight writes on shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -42,6 +52,8 @@ pub struct ServiceConfig {
     pub leader: Option<LeaderConfig>,
     /// How long the remote may be unreachable before `/readyz` fails.
     pub unreachable_threshold: Duration,
+    /// Signature verification; `None` reconciles every commit.
+    pub verification: Option<Verification>,
 }
 
 /// Failures that stop the service.
@@ -149,6 +161,58 @@ pub async fn run(
     result
 }
 
+/// Reports a refused tip: a counter per refused commit and reason, a warning, an Event, and `kok/sync:
+/// error` on the tip and on each refused commit. Nothing of the commit is materialized.
+async fn refuse(
+    client: &Client,
+    cfg: &ServiceConfig,
+    reporter: &Arc<Reporter>,
+    tip: Oid,
+    verdict: &RangeVerdict,
+    metrics: &crate::metrics::Metrics,
+) {
+    let description = verdict.describe(tip);
+    for (commit, refusal) in &verdict.refused {
+        metrics.signature_refusal(refusal.reason());
+        warn!(%commit, %tip, reason = refusal.reason(), "commit refused: {refusal}");
+    }
+    warn!(commit = %tip, "{description}");
+    publish_refusal(client, &cfg.namespace, &description).await;
+    let mut statuses = vec![(tip, report::refused_status(&description))];
+    let below = verdict.refused.iter().filter(|(c, _)| *c != tip);
+    for (commit, refusal) in below.take(MAX_REFUSED_STATUSES) {
+        let text = format!("not reconciled: {refusal}");
+        statuses.push((*commit, report::refused_status(&text)));
+    }
+    for (commit, status) in statuses {
+        if let Err(e) = reporter.deliver_sync(&commit.to_string(), &status).await {
+            warn!(error = %e, %commit, "recording the kok/sync status failed");
+        }
+    }
+}
+
+/// A Warning Event `CommitRefused` on kok's state ConfigMap.
+async fn publish_refusal(client: &Client, namespace: &str, note: &str) {
+    let recorder = Recorder::new(client.clone(), crate::materialize::apply::reporter());
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "CommitRefused".into(),
+        note: Some(report::status::cut(note, EVENT_NOTE_MAX)),
+        action: "VerifySignatures".into(),
+        secondary: None,
+    };
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: Some(crate::api::STATE_CONFIG_MAP.into()),
+        namespace: Some(namespace.into()),
+        ..Default::default()
+    };
+    if let Err(e) = recorder.publish(&ev, &reference).await {
+        warn!(error = %e, "the CommitRefused event was not published");
+    }
+}
+
 async fn wait_true(mut rx: watch::Receiver<bool>) {
     while !*rx.borrow() {
         if rx.changed().await.is_err() {
@@ -182,6 +246,8 @@ async fn poll_loop(
         info!(%commit, "resuming from the last reconciled commit");
     }
     let mut interval = Interval::new(cfg.interval);
+    // The tip last refused, so that a refusal is counted, logged and reported once per tip.
+    let mut refused_tip: Option<Oid> = None;
     let mut next_resync = tokio::time::Instant::now() + cfg.resync_interval;
     tokio::pin!(stopped);
     // The first round runs at once; later ones wait for the interval or a trigger.
@@ -196,7 +262,10 @@ async fn poll_loop(
         }
         first = false;
         let full = tokio::time::Instant::now() >= next_resync;
-        let polled = reconcile::with_source(source, move |s| s.poll(last)).await;
+        // A refused tip counts as known: polling it again costs one listing, and it is verified
+        // again (with the trust material read afresh) at the next resync or push.
+        let known = refused_tip.or(last);
+        let polled = reconcile::with_source(source, move |s| s.poll(known)).await;
         let commit = match polled {
             Err(e) => {
                 metrics.poll("error");
@@ -219,6 +288,33 @@ async fn poll_loop(
                 p.commit()
             }
         };
+        if let (Some(verification), true) = (&cfg.verification, last != Some(commit)) {
+            match reconcile::verify_signatures(source, verification, last, commit).await {
+                Ok(verdict) if verdict.trusted() => {
+                    if let Some(signer) = &verdict.tip_signer {
+                        info!(%commit, %signer, "commit signature verified");
+                    }
+                }
+                Ok(verdict) => {
+                    // Refusing is kok doing its job: it stays ready, so webhooks still reach it.
+                    interval.success();
+                    readiness.mark_reconciled();
+                    if full {
+                        next_resync = tokio::time::Instant::now() + cfg.resync_interval;
+                    }
+                    if refused_tip != Some(commit) {
+                        refused_tip = Some(commit);
+                        refuse(client, cfg, reporter, commit, &verdict, metrics).await;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    interval.failure();
+                    error!(error = %e, %commit, "verifying commit signatures failed; not reconciling the commit");
+                    continue;
+                }
+            }
+        }
         match reconcile::pass(client, source, &pass_cfg, last, commit, full, metrics).await {
             Ok(outcome) => {
                 interval.success();
@@ -238,6 +334,7 @@ async fn poll_loop(
                     }
                 }
                 last = Some(commit);
+                refused_tip = None;
                 readiness.remote_reachable();
                 readiness.mark_reconciled();
             }

@@ -454,6 +454,58 @@ async fn the_history_limit_deletes_the_oldest_finished_operations_no_longer_in_t
 }
 
 #[tokio::test]
+async fn the_history_limit_applies_as_soon_as_finished_operations_leave_the_file() {
+    let server = server().await;
+    let client = server.client();
+    let ids = ["a", "b", "c", "d", "e"];
+    let entries = ids.iter().map(|id| entry(id, "run.yml", &[])).collect();
+    let mut dir = cluster_dir("prod", HOSTS, entries, None);
+    dir.settings.defaults.history_limit = Some(2);
+    let d = render(&dir, 1, &[]);
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let names: Vec<String> = ids.iter().map(|id| op_name(&d, id)).collect();
+    for n in &names {
+        wait_phase(&client, n, Phase::Running).await;
+        server.complete_job(NS, &job_name(n)).await.unwrap();
+        wait_phase(&client, n, Phase::Succeeded).await;
+    }
+    // Finished but still entries of the file: all kept.
+    for n in &names {
+        assert!(op(&client, n).await.is_some(), "{n} is current and kept");
+    }
+
+    // All five leave operations.yml: only the two that finished last stay, without a restart.
+    dir.operations.clear();
+    apply_cluster(&client, NS, &render(&dir, 2, &[])).await.unwrap();
+    wait_for("the history limit to leave two operations", || async {
+        let left: Vec<String> = Api::<kok::api::ClusterOperation>::namespaced(client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .map(|o| o.name_any())
+            .collect();
+        (left.len() == 2).then_some(left)
+    })
+    .await;
+    for n in &names[..3] {
+        assert!(
+            op(&client, n).await.is_none(),
+            "{n} finished first and is deleted"
+        );
+    }
+    for n in &names[3..] {
+        assert!(
+            op(&client, n).await.is_some(),
+            "{n} is among the newest two and kept"
+        );
+    }
+    ctl.stop().await;
+}
+
+#[tokio::test]
 async fn an_unedited_operation_never_runs_again_across_repolls_and_restarts() {
     let server = server().await;
     let client = server.client();

@@ -45,6 +45,7 @@ fn status(context: &str, state: StatusState, description: &str) -> CommitStatus 
         state,
         description: description.into(),
         target_url: None,
+        run: None,
     }
 }
 

@@ -15,6 +15,7 @@ fn status(state: StatusState, description: &str) -> CommitStatus {
         state,
         description: description.into(),
         target_url: Some("https://logs.example/kok-system/kok-job".into()),
+        run: None,
     }
 }
 

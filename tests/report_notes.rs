@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 
 use kok::api::{CommitStatus, StatusState};
 use kok::report::notes::{read_all_notes, read_notes, NotesSink, PushTarget, NOTES_REF};
@@ -41,6 +42,7 @@ fn status(context: &str, state: StatusState, description: &str) -> CommitStatus 
         state,
         description: description.into(),
         target_url: None,
+        run: None,
     }
 }
 
@@ -104,6 +106,68 @@ async fn notes_are_readable_with_git_log_keep_other_contexts_and_reach_a_file_re
     let local = git(&cache, &["rev-parse", NOTES_REF]);
     let pushed = git(&dir.path().join("remote.git"), &["rev-parse", NOTES_REF]);
     assert_eq!(local, pushed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_delivered_together_share_notes_commits_and_all_reach_the_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let sha = setup(dir.path());
+    let cache = dir.path().join("cache.git");
+    let remote = dir.path().join("remote.git");
+    let sink = Arc::new(NotesSink::new(&cache).with_push(PushTarget {
+        remote: format!("file://{}", remote.display()),
+        callbacks: None,
+    }));
+    // A second commit, so one batch holds statuses of two commits.
+    let work = dir.path().join("work");
+    std::fs::write(work.join("vars.yml"), "x: 1\n").unwrap();
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "vars"]);
+    git(
+        dir.path(),
+        &["--git-dir", "cache.git", "fetch", "-q", "work", "main:main"],
+    );
+    let second = git(&work, &["rev-parse", "HEAD"]);
+
+    const N: usize = 200;
+    let deliveries: Vec<_> = (0..N)
+        .map(|i| {
+            let sink = sink.clone();
+            let commit = if i % 10 == 0 { second.clone() } else { sha.clone() };
+            tokio::spawn(async move {
+                let s = status(&format!("kok/c{i:03}/install"), StatusState::Pending, "waiting");
+                sink.deliver(&commit, &s).await
+            })
+        })
+        .collect();
+    for delivery in deliveries {
+        delivery.await.unwrap().unwrap();
+    }
+
+    let commits: usize = git(&cache, &["rev-list", "--count", NOTES_REF]).parse().unwrap();
+    assert!(
+        commits <= N / 10,
+        "{N} statuses took {commits} notes commits; deliveries that wait together share one"
+    );
+    let first = read_notes(&cache, &sha).unwrap();
+    let other = read_notes(&cache, &second).unwrap();
+    assert_eq!(first.len() + other.len(), N);
+    assert_eq!(other.len(), N / 10);
+    for i in 0..N {
+        let context = format!("kok/c{i:03}/install");
+        let entries = if i % 10 == 0 { &other } else { &first };
+        assert!(
+            entries.iter().any(|e| e.context == context),
+            "{context} is missing from the notes"
+        );
+    }
+    // Every notes commit has a single parent chain (batches are squashed), and the remote has the last.
+    let merges = git(&cache, &["rev-list", "--merges", "--count", NOTES_REF]);
+    assert_eq!(merges, "0");
+    assert_eq!(
+        git(&remote, &["rev-parse", NOTES_REF]),
+        git(&cache, &["rev-parse", NOTES_REF])
+    );
 }
 
 #[tokio::test]

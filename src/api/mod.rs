@@ -504,6 +504,22 @@ pub struct CommitStatus {
     /// Link shown with the status, from `--status-url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_url: Option<String>,
+    /// What ansible reported about the run, whole: kept in the git notes (and `kok history --output json`);
+    /// forges get the description only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunRecord>,
+}
+
+/// A finished run's summary and first failure, as recorded with its commit status.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    /// Task results per host and in total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<RunSummary>,
+    /// The first failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
 }
 
 /// Observed state of a ClusterOperation.

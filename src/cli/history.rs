@@ -7,12 +7,13 @@ use anyhow::Context;
 use git2::{Oid, Repository};
 use serde::Serialize;
 
-use super::plan::GitArgs;
+use super::plan::{GitArgs, TrustFileArgs};
 use super::OutputFormat;
-use crate::api::StatusState;
+use crate::api::{RunRecord, StatusState};
 use crate::layout;
 use crate::report::notes::{parse_note, NoteEntry, NOTES_REF};
 use crate::report::status::CONTEXT_PREFIX;
+use crate::source::verify::signature_states;
 use crate::source::{cluster_history, HistoryEntry};
 
 /// Where the remote's `refs/notes/kok` is fetched to in the cache, beside the cache's own notes
@@ -36,6 +37,9 @@ pub struct OperationOutcome {
     /// Link of the status, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_url: Option<String>,
+    /// The finished run's ansible summary and first failure, whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunRecord>,
 }
 
 /// A commit of the history with the outcomes of the operations it started.
@@ -46,6 +50,10 @@ pub struct JoinedEntry {
     pub entry: HistoryEntry,
     /// Its operations' statuses, in note order.
     pub operations: Vec<OperationOutcome>,
+    /// Who signed it (`signed by alice@example.com (ssh key SHA256:…)`), or why it is not trusted.
+    pub signature: String,
+    /// Whether it carries a signature at all (the text output names the signers of signed commits).
+    pub signed: bool,
 }
 
 /// Arguments of `kok history`.
@@ -65,6 +73,9 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text, env = "KOK_OUTPUT")]
     pub output: OutputFormat,
+    /// The keys signatures are checked against (without them every signature shows as untrusted).
+    #[command(flatten)]
+    pub trust: TrustFileArgs,
 }
 
 /// Runs `kok history`.
@@ -83,7 +94,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         &[NOTES_REF]
     };
-    let entries = join_notes(source.repository(), refs, &args.cluster, history);
+    let mut entries = join_notes(source.repository(), refs, &args.cluster, history);
+    let trust = args.trust.load()?;
+    let now = jiff::Timestamp::now().as_second();
+    for joined in &mut entries {
+        let commit = Oid::from_str(&joined.entry.commit)?;
+        if let Some(state) = signature_states(source.repository(), &[commit], &trust, now)?.pop() {
+            joined.signed = state.signed;
+            joined.signature = state.state;
+        }
+    }
     let mut out = std::io::stdout().lock();
     let result = match args.output {
         OutputFormat::Json => serde_json::to_writer_pretty(&mut out, &entries)
@@ -150,10 +170,16 @@ pub fn join_notes(
                         description: n.description,
                         time: n.time,
                         target_url: n.target_url,
+                        run: n.run,
                     })
                 })
                 .collect();
-            JoinedEntry { entry, operations }
+            JoinedEntry {
+                entry,
+                operations,
+                signature: String::new(),
+                signed: false,
+            }
         })
         .collect()
 }
@@ -167,6 +193,9 @@ pub fn joined_text(cluster: &str, root: &str, entries: &[JoinedEntry]) -> String
     let mut out = String::new();
     for joined in entries {
         out.push_str(&text(cluster, root, std::slice::from_ref(&joined.entry)));
+        if joined.signed {
+            out.push_str(&format!("  {}\n", joined.signature));
+        }
         for op in &joined.operations {
             let state = match op.state {
                 StatusState::Pending => "pending",

@@ -18,6 +18,9 @@ use crate::layout::{self, Diagnostic};
 use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
 use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
 use crate::source::attribution::to_render_attribution;
+use crate::source::verify::{
+    commits_to_verify, signature_states, CommitSignature, Trust, TrustFiles, Verification, VerifyMode,
+};
 use crate::source::{
     check_range, open_local, read_commit, resolve_revision, CommitRead, Credentials, GitTree, Source,
     SourceConfig,
@@ -80,6 +83,64 @@ impl GitArgs {
     }
 }
 
+/// The trust material commits are checked against; shared by `run`, `validate`, `plan` and `history`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TrustFileArgs {
+    /// OpenSSH allowed_signers file of the trusted SSH signing keys.
+    #[arg(long, env = "KOK_ALLOWED_SIGNERS")]
+    pub allowed_signers: Option<PathBuf>,
+    /// Directory of trusted OpenPGP public keys (armored or binary, one or more per file).
+    #[arg(long, env = "KOK_TRUSTED_KEYS")]
+    pub trusted_keys: Option<PathBuf>,
+}
+
+impl TrustFileArgs {
+    /// The trust files given (possibly none).
+    pub fn files(&self) -> TrustFiles {
+        TrustFiles {
+            allowed_signers: self.allowed_signers.clone(),
+            trusted_keys: self.trusted_keys.clone(),
+        }
+    }
+
+    /// The trusted keys; none when no file is given (every signature then shows as untrusted).
+    pub fn load(&self) -> anyhow::Result<Trust> {
+        let files = self.files();
+        if files == TrustFiles::default() {
+            return Ok(Trust::default());
+        }
+        Ok(Trust::load(&files)?)
+    }
+}
+
+/// Which commits must be signed, and by whom; shared by `run`, `validate` and `plan`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TrustArgs {
+    /// Refuse commits without a valid signature by a trusted key: `tip` (the newest commit) or
+    /// `all` (every commit since the last reconciled one, or since --from / --since).
+    #[arg(long, value_enum, env = "KOK_VERIFY_SIGNATURES")]
+    pub verify_signatures: Option<VerifyMode>,
+    /// The trust material.
+    #[command(flatten)]
+    pub trust: TrustFileArgs,
+}
+
+impl TrustArgs {
+    /// The verification `kok run` performs: the mode and the trust material, read once now so that
+    /// a missing or malformed file stops kok at start.
+    pub fn verification(&self) -> anyhow::Result<Option<Verification>> {
+        let files = self.trust.files();
+        let Some(mode) = self.verify_signatures else {
+            if files != TrustFiles::default() {
+                anyhow::bail!("--allowed-signers and --trusted-keys need --verify-signatures tip|all");
+            }
+            return Ok(None);
+        };
+        Trust::load(&files)?;
+        Ok(Some(Verification { mode, files }))
+    }
+}
+
 /// `$XDG_CACHE_HOME/kok/git`, `~/.cache/kok/git`, or `<tmp>/kok-cache/git`.
 pub fn default_cache_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -119,6 +180,10 @@ pub struct Args {
     /// run, 1 an error (an invalid cluster or kok.yml at --to included).
     #[arg(long, env = "KOK_DETAILED_EXITCODE")]
     pub detailed_exitcode: bool,
+    /// Signature checks: every commit of the range is reported; with --verify-signatures, an
+    /// untrusted one (the tip alone with `tip`) makes the exit code 1.
+    #[command(flatten)]
+    pub trust: TrustArgs,
 }
 
 /// Output formats of `kok plan`.
@@ -204,6 +269,8 @@ pub struct Plan {
     pub invalid: Vec<InvalidCluster>,
     /// Repository-wide diagnostics at `to` (kok.yml).
     pub repo_diagnostics: Vec<Diagnostic>,
+    /// The signature state of every commit of the range, newest first.
+    pub signatures: Vec<CommitSignature>,
 }
 
 /// The repository a plan reads: the user's own when `--repo` is a local repository (a CI checkout of
@@ -316,7 +383,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             })?,
         None => prepared.simulated_baseline(),
     };
-    let plan = decide(&prepared, &baseline);
+    let mut plan = decide(&prepared, &baseline);
+    let trust = args.trust.trust.load()?;
+    let repo = repository.repository();
+    let range = commits_to_verify(repo, from, to, VerifyMode::All)?;
+    plan.signatures = signature_states(repo, &range, &trust, jiff::Timestamp::now().as_second())?;
+    let refused = match args.trust.verify_signatures {
+        Some(VerifyMode::All) => plan.signatures.iter().any(|s| !s.trusted),
+        Some(VerifyMode::Tip) => plan.signatures.first().is_some_and(|s| !s.trusted),
+        None => false,
+    };
     let rendered = match args.output {
         PlanFormat::Json => serde_json::to_string_pretty(&plan).context("serializing the plan")? + "\n",
         PlanFormat::Text => text(&plan),
@@ -324,7 +400,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     std::io::Write::write_all(&mut std::io::stdout().lock(), rendered.as_bytes())
         .context("writing the plan to stdout")?;
-    Ok(if !args.detailed_exitcode {
+    Ok(if refused {
+        ExitCode::FAILURE
+    } else if !args.detailed_exitcode {
         ExitCode::SUCCESS
     } else if plan.has_errors() {
         ExitCode::FAILURE
@@ -624,6 +702,7 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
             .filter(|d| d.cluster.is_none())
             .cloned()
             .collect(),
+        signatures: Vec::new(),
     }
 }
 
@@ -733,6 +812,12 @@ pub fn text(plan: &Plan) -> String {
             out.push_str(&format!("  {d}\n"));
         }
     }
+    if !plan.signatures.is_empty() {
+        out.push_str("\nsignatures:\n");
+        for signature in &plan.signatures {
+            out.push_str(&format!("  {signature}\n"));
+        }
+    }
     out
 }
 
@@ -797,6 +882,12 @@ pub fn markdown(plan: &Plan) -> String {
             out.push_str(&format!("- `{}`\n", cell(&d.to_string())));
         }
         out.push('\n');
+    }
+    if !plan.signatures.is_empty() {
+        out.push_str("#### Signatures\n\n");
+        for signature in &plan.signatures {
+            out.push_str(&format!("- {}\n", cell(&signature.to_string())));
+        }
     }
     out
 }

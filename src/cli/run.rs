@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::ValueEnum;
 
 use crate::api::DEFAULT_NAMESPACE;
-use crate::cli::plan::GitArgs;
+use crate::cli::plan::{GitArgs, TrustArgs};
 use crate::controller::ControllerConfig;
 use crate::layout;
 use crate::leader::{self, LeaderConfig};
@@ -38,6 +38,9 @@ pub struct Args {
     /// The git remote and its credentials.
     #[command(flatten)]
     pub git: GitArgs,
+    /// Signature verification of the commits reconciled.
+    #[command(flatten)]
+    pub trust: TrustArgs,
     /// Root directory of the cluster directories inside the repository.
     #[arg(long, default_value = layout::DEFAULT_ROOT, env = "KOK_PATH")]
     pub path: String,
@@ -173,7 +176,7 @@ impl Args {
     }
 
     /// The service configuration these flags describe.
-    pub fn service_config(&self) -> ServiceConfig {
+    pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
         let mut controller = ControllerConfig::new(&self.namespace);
         controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
         controller.status_url = self.status_url.clone();
@@ -182,7 +185,7 @@ impl Args {
             cfg.lease_duration = self.lease_duration.max(Duration::from_secs(3));
             cfg
         });
-        ServiceConfig {
+        Ok(ServiceConfig {
             source: self.git.source_config(),
             root: self.path.clone(),
             namespace: self.namespace.clone(),
@@ -192,7 +195,8 @@ impl Args {
             status_url: self.status_url.clone(),
             leader,
             unreachable_threshold: self.unreachable_threshold,
-        }
+            verification: self.trust.verification()?,
+        })
     }
 }
 
@@ -206,6 +210,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+    // Bad trust material stops kok before it connects anywhere.
+    if let Some(verification) = args.trust.verification()? {
+        if let Some(repo) = crate::source::RemoteUrl::parse(&args.git.repo)?.local_path() {
+            verification.files.check_outside(&repo)?;
+        }
+    }
     if args.local {
         return serve_local(args).await;
     }
@@ -237,7 +247,7 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let api = crate::local::embedded::start(&state_dir, args.api_port, &args.namespace).await?;
     let client = api.client();
-    let cfg = args.service_config();
+    let cfg = args.service_config()?;
     let workdir = match &args.workdir {
         Some(dir) => crate::local::runner::Workdir::Fixed(dir.clone()),
         None => crate::local::runner::Workdir::Checkout {
@@ -285,7 +295,7 @@ pub async fn run_with_client(
     client: kube::Client,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<ExitCode> {
-    let cfg = args.service_config();
+    let cfg = args.service_config()?;
     let cache_repo = cache_repo_path(&cfg.source)?;
     let sinks = report::Sinks::new(args.sinks(cache_repo)?, crate::metrics::global());
     let (trigger_tx, trigger_rx) = crate::source::trigger::channel();

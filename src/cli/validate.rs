@@ -5,8 +5,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+use super::plan::TrustArgs;
 use super::OutputFormat;
 use crate::layout::{self, DiskTree, Parsed, Severity};
+use crate::source::verify::{commits_to_verify, signature_states, CommitSignature, Trust};
 
 /// Arguments of `kok validate`.
 #[derive(clap::Args, Debug)]
@@ -17,9 +19,17 @@ pub struct Args {
     /// Directory inside the repository that holds one directory per cluster.
     #[arg(long, default_value = layout::DEFAULT_ROOT, env = "KOK_PATH")]
     pub path: String,
-    /// `text`: one `path:line:col: message` line per problem; `json`: {clusters, invalid, diagnostics}.
+    /// `text`: one `path:line:col: message` line per problem; `json`: {clusters, invalid, diagnostics}
+    /// (and `signatures` with --verify-signatures).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text, env = "KOK_OUTPUT")]
     pub output: OutputFormat,
+    /// Also check the signatures of the repository's commits: HEAD with `tip`, every commit after
+    /// --since with `all`; an untrusted one makes the exit code 1.
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// With `--verify-signatures all`: the commits after this revision (e.g. origin/main) are checked.
+    #[arg(long, env = "KOK_SINCE")]
+    pub since: Option<String>,
 }
 
 /// Runs `kok validate`: diagnostics to stdout, a summary to stderr; exit 0 without errors, 1 with.
@@ -37,16 +47,68 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let parsed = layout::parse_repo(&DiskTree::new(&args.dir), &args.path);
+    let signatures = match args.trust.verification()? {
+        Some(verification) => Some(check_signatures(&args, &verification)?),
+        None => None,
+    };
     match args.output {
-        OutputFormat::Text => print!("{}", text_report(&parsed)),
-        OutputFormat::Json => println!("{}", json_report(&parsed)?),
+        OutputFormat::Text => {
+            print!("{}", text_report(&parsed));
+            for signature in signatures.iter().flatten() {
+                match signature.trusted {
+                    true => println!("{signature}"),
+                    false => println!("{}: error: {}", signature.short(), signature.state),
+                }
+            }
+        }
+        OutputFormat::Json => println!("{}", json_report(&parsed, signatures.as_deref())?),
     }
     eprintln!("{}", summary(&parsed));
-    Ok(if parsed.has_errors() {
+    let refused = signatures.iter().flatten().filter(|s| !s.trusted).count();
+    if let Some(checked) = &signatures {
+        eprintln!("{} commits checked, {refused} not trusted", checked.len());
+    }
+    Ok(if parsed.has_errors() || refused > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The signature states of HEAD (and, with `all`, the commits after --since) of the repository in DIR.
+fn check_signatures(
+    args: &Args,
+    verification: &crate::source::verify::Verification,
+) -> anyhow::Result<Vec<CommitSignature>> {
+    let dir = args.dir.display();
+    let repo = git2::Repository::discover(&args.dir)
+        .with_context(|| format!("--verify-signatures: {dir} is not inside a git repository"))?;
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .with_context(|| format!("--verify-signatures: the repository of {dir} has no HEAD commit"))?
+        .id();
+    let since = match &args.since {
+        Some(rev) => Some(
+            repo.revparse_single(rev)
+                .and_then(|o| o.peel_to_commit())
+                .with_context(|| format!("--since {rev:?} is not a commit of the repository of {dir}"))?
+                .id(),
+        ),
+        None => None,
+    };
+    if let Some(work_tree) = repo.workdir() {
+        verification.files.check_outside(work_tree)?;
+    }
+    verification.files.check_outside(repo.path())?;
+    let trust = Trust::load(&verification.files)?;
+    let commits = commits_to_verify(&repo, since, head, verification.mode)?;
+    Ok(signature_states(
+        &repo,
+        &commits,
+        &trust,
+        jiff::Timestamp::now().as_second(),
+    )?)
 }
 
 /// One line per diagnostic, as [`layout::Diagnostic`] displays it.
@@ -54,13 +116,17 @@ pub fn text_report(parsed: &Parsed) -> String {
     parsed.diagnostics.iter().map(|d| format!("{d}\n")).collect()
 }
 
-/// `{"clusters": [valid names], "invalid": [names], "diagnostics": [...]}`, pretty-printed.
-pub fn json_report(parsed: &Parsed) -> anyhow::Result<String> {
-    let doc = serde_json::json!({
+/// `{"clusters": [valid names], "invalid": [names], "diagnostics": [...]}` and, when checked,
+/// `"signatures": [...]`, pretty-printed.
+pub fn json_report(parsed: &Parsed, signatures: Option<&[CommitSignature]>) -> anyhow::Result<String> {
+    let mut doc = serde_json::json!({
         "clusters": parsed.clusters.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
         "invalid": parsed.invalid,
         "diagnostics": parsed.diagnostics,
     });
+    if let Some(signatures) = signatures {
+        doc["signatures"] = serde_json::to_value(signatures).context("encoding the signature states")?;
+    }
     serde_json::to_string_pretty(&doc).context("encoding the validation report as JSON")
 }
 
@@ -133,7 +199,7 @@ mod tests {
             diagnostics: vec![diag(Severity::Error)],
             ..Parsed::default()
         };
-        let json: serde_json::Value = serde_json::from_str(&json_report(&parsed).unwrap()).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&json_report(&parsed, None).unwrap()).unwrap();
         assert_eq!(json["clusters"], serde_json::json!([]));
         assert_eq!(json["invalid"], serde_json::json!(["a"]));
         assert_eq!(json["diagnostics"][0]["severity"], "error");

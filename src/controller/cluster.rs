@@ -186,12 +186,8 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     if ctx.operations.wait_until_ready().await.is_err() || ctx.secrets.wait_until_ready().await.is_err() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    let all = ctx.operations.state();
-    let ops: Vec<&ClusterOperation> = all
-        .iter()
-        .map(|o| o.as_ref())
-        .filter(|o| o.spec.cluster == name)
-        .collect();
+    let all = super::cache::cluster_operations(&ctx.operations, &ctx.index, ns, &name);
+    let ops: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
 
     let secret = match &cluster.spec.ssh_auth_ref {
         None => Ok("NoSecret"),

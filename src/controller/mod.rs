@@ -4,13 +4,15 @@
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
+//! - [`cache`]: the watch caches and the index of operations by cluster that reconciles read.
 //! - [`secret`]: the ssh Secret check.
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
 //!
-//! [`run`] runs all three loops until shutdown; tests run it in-process against testkit.
+//! [`run`] runs all the loops until shutdown; tests run it in-process against testkit.
 
+pub mod cache;
 pub mod cluster;
 pub mod credentials;
 pub mod job;
@@ -108,6 +110,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Every ClusterOperation kok manages, as the operation controller sees them.
     pub operations: Store<ClusterOperation>,
+    /// The operations by cluster, and the running ones.
+    pub index: Arc<cache::OpIndex>,
     /// The Secrets of the namespace, key names only ([`secret::strip_values`]).
     pub secrets: Store<Secret>,
     /// kok's Jobs in the namespace.
@@ -149,11 +153,31 @@ pub async fn run(
 
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
     let (cluster_wake_tx, cluster_wake_rx) = futures::channel::mpsc::unbounded();
-    let op_controller = Controller::new(ops.clone(), wc.clone())
+    let (store, op_writer) = reflector::store::<ClusterOperation>();
+    let index = Arc::new(cache::OpIndex::default());
+    let indexer = index.clone();
+    let cluster_ns = ns.clone();
+    let wake_cluster = cluster_wake_tx.clone();
+    // The cache and the index hold an operation's change before its Cluster is reconciled, so the Cluster
+    // reconciler (status, history limit) always sees it.
+    let op_events = watcher(ops, wc.clone())
+        .default_backoff()
+        .modify(|op: &mut ClusterOperation| op.metadata.managed_fields = None)
+        .reflect(op_writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                indexer.observe(event);
+                if let watcher::Event::Apply(op) | watcher::Event::Delete(op) = event {
+                    let cluster = ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns);
+                    let _ = wake_cluster.unbounded_send(cluster);
+                }
+            }
+        })
+        .applied_objects();
+    let op_controller = Controller::for_stream(op_events, store.clone())
         .owns(jobs.clone(), wc.clone())
         .reconcile_on(wake_rx)
         .graceful_shutdown_on(stopped());
-    let store = op_controller.store();
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
     let job_cache = watcher(jobs.clone(), wc.clone())
@@ -171,6 +195,7 @@ pub async fn run(
         client: client.clone(),
         config,
         operations: store.clone(),
+        index,
         secrets,
         jobs: job_store,
         claims: Mutex::new(BTreeMap::new()),
@@ -187,11 +212,7 @@ pub async fn run(
                 Err(e) => warn!(error = %e, "operation reconcile failed"),
             }
         });
-    let cluster_ns = ns.clone();
     let cluster_controller = Controller::new(clusters, wc.clone())
-        .watches(ops, wc, move |op: ClusterOperation| {
-            Some(ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns))
-        })
         .reconcile_on(cluster_wake_rx)
         .graceful_shutdown_on(stopped());
     let cluster_store = cluster_controller.store();

@@ -21,6 +21,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
+use super::cache::cluster_operations;
 use super::credentials;
 use super::job::{build_job, job_name, CONTAINER_NAME, JOB_NAME_LABEL};
 use super::queue::{decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome, Wait};
@@ -175,11 +176,16 @@ fn wake_slot_waiters(ctx: &Context) {
 
 /// Schedules a reconcile of every operation of `cluster` that waits, so the next one starts at once.
 fn wake_cluster(ctx: &Context, cluster: &str) {
-    for o in ctx.operations.state() {
-        if o.spec.cluster == cluster && matches!(phase(&o), Phase::Pending | Phase::Queued) {
+    for o in siblings_of(ctx, cluster) {
+        if matches!(phase(&o), Phase::Pending | Phase::Queued) {
             let _ = ctx.wake.unbounded_send(ObjectRef::from(o.as_ref()));
         }
     }
+}
+
+/// The operations of `cluster`, from the cache.
+fn siblings_of(ctx: &Context, cluster: &str) -> Vec<Arc<ClusterOperation>> {
+    cluster_operations(&ctx.operations, &ctx.index, &ctx.config.namespace, cluster)
 }
 
 fn now() -> Timestamp {
@@ -309,12 +315,8 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
     if op.status.as_ref().is_some_and(|s| s.hold_released.is_some()) {
         return Ok(());
     }
-    let all = ctx.operations.state();
-    let siblings: Vec<&ClusterOperation> = all
-        .iter()
-        .map(|o| o.as_ref())
-        .filter(|o| o.spec.cluster == op.spec.cluster)
-        .collect();
+    let all = siblings_of(ctx, &op.spec.cluster);
+    let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
     if !released_by_removal(op, &siblings) {
         return Ok(());
     }
@@ -414,12 +416,7 @@ async fn start_or_wait(
         }
     }
     let _guard = ctx.start_lock.lock().await;
-    let all = ctx.operations.state();
-    let mut busy: BTreeSet<String> = all
-        .iter()
-        .filter(|o| phase(o) == Phase::Running)
-        .map(|o| o.name_any())
-        .collect();
+    let mut busy: BTreeSet<String> = ctx.index.running();
     if let Ok(mut claims) = ctx.claims.lock() {
         let alive = |n: &String| {
             let key = ObjectRef::<ClusterOperation>::new(n).within(&ctx.config.namespace);
@@ -429,11 +426,8 @@ async fn start_or_wait(
         busy.extend(claims.keys().cloned());
     }
     busy.remove(&op.name_any());
-    let siblings: Vec<&ClusterOperation> = all
-        .iter()
-        .map(|o| o.as_ref())
-        .filter(|o| o.spec.cluster == op.spec.cluster)
-        .collect();
+    let all = siblings_of(ctx, &op.spec.cluster);
+    let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
     if let Err(why) = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs) {
         if matches!(why, Wait::NoJobSlot { .. }) {
             if let Ok(mut w) = ctx.slot_waiters.lock() {

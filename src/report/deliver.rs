@@ -33,7 +33,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use super::sink::{DeliveryError, Sink};
@@ -55,8 +55,9 @@ const ALL_PHASES: [Phase; 6] = [
     Phase::Failed,
     Phase::Canceled,
 ];
-/// Most operation deliveries running at once.
-pub const MAX_IN_FLIGHT: usize = 8;
+/// Most operation deliveries running at once (each sink may allow fewer, see
+/// [`Sink::max_in_flight`]; the notes sink writes the deliveries in flight together in one batch).
+pub const MAX_IN_FLIGHT: usize = 64;
 /// Wait before recording a delivered status again after the API server refused the patch.
 const RECORD_RETRY: Duration = Duration::from_secs(5);
 
@@ -137,6 +138,8 @@ type Partial = HashMap<(String, String), (CommitStatus, HashSet<usize>)>;
 /// Every configured sink, with per-sink bookkeeping so a status reaches each sink once.
 pub struct Sinks {
     sinks: Vec<Arc<dyn Sink>>,
+    /// Per sink, the permits of its deliveries in flight when it limits them.
+    limits: Vec<Option<Arc<Semaphore>>>,
     metrics: &'static Metrics,
     /// (commit, context) → the status and the indexes of the sinks that took it, while others still fail.
     partial: Mutex<Partial>,
@@ -153,8 +156,13 @@ impl std::fmt::Debug for Sinks {
 impl Sinks {
     /// Delivers to each of `sinks`, counting results in `metrics`.
     pub fn new(sinks: Vec<Arc<dyn Sink>>, metrics: &'static Metrics) -> Self {
+        let limits = sinks
+            .iter()
+            .map(|s| s.max_in_flight().map(|n| Arc::new(Semaphore::new(n.max(1)))))
+            .collect();
         Sinks {
             sinks,
+            limits,
             metrics,
             partial: Mutex::default(),
         }
@@ -179,6 +187,10 @@ impl Sinks {
             if done.contains(&index) {
                 continue;
             }
+            let _permit = match &self.limits[index] {
+                Some(limit) => limit.clone().acquire_owned().await.ok(),
+                None => None,
+            };
             match sink.deliver(commit, status).await {
                 Ok(()) => {
                     self.metrics.status_delivery(sink.name(), "delivered");
@@ -834,6 +846,7 @@ mod tests {
             state: crate::api::StatusState::Pending,
             description: d.into(),
             target_url: None,
+            run: None,
         };
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": "ns"},

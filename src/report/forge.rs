@@ -278,7 +278,10 @@ impl ForgeSink {
         };
         let response = match self.client.post(&url).json(&self.body(status)).send().await {
             Ok(r) => r,
-            Err(err) => return Err(retryable(format!("POST {url}: {}", err.without_url()), None)),
+            Err(err) => {
+                let reason = crate::redact::scrub(&format!("POST {url}: {}", err.without_url()));
+                return Err(retryable(reason, None));
+            }
         };
         let code = response.status();
         if code.is_success() {
@@ -290,7 +293,8 @@ impl ForgeSink {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()));
         let body = response.text().await.unwrap_or_default();
-        let snippet = cut(body.trim(), 300);
+        // A server may echo the request, Authorization header included: scrub before cutting.
+        let snippet = cut(&crate::redact::scrub(body.trim()), 300);
         let reason = format!("POST {url} answered {code}: {snippet}");
         if code == StatusCode::TOO_MANY_REQUESTS || code.is_server_error() {
             return Err(retryable(reason, retry_after));

@@ -17,4 +17,4 @@ pub use deliver::{Backoff, Reporter, Sinks};
 pub use forge::{Forge, ForgeSink};
 pub use notes::{read_all_notes, read_notes, CommitNotes, NoteEntry, NotesSink};
 pub use sink::{DeliveryError, Sink, Token};
-pub use status::{operation_status, sync_status, SYNC_CONTEXT};
+pub use status::{operation_status, refused_status, sync_status, SYNC_CONTEXT};

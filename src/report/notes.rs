@@ -8,9 +8,21 @@
 //! kok/prod-bj/add-node7: success 2026-11-22T00:03:12Z https://logs.example/kok-system/kok-job succeeded in 3m12s
 //! ```
 //!
-//! Each line is `<context>: <state> <time> <url or -> <description>`. Updating a context rewrites its
-//! line and keeps the others (lines kok does not recognise are kept as they are); writing a line that
-//! is already there (same state, url and description) changes nothing.
+//! Each line is `<context>: <state> <time> <url or -> <description>`. A finished run's record (its
+//! ansible summary and first failure, as JSON) follows its line on a continuation line:
+//!
+//! ```text
+//! kok/prod-bj/install: success 2026-11-22T00:03:12Z - succeeded in 3m12s: 3 hosts, 41 changed
+//!   run {"summary":{"hostCount":3,"hosts":{...},"total":{...}}}
+//! ```
+//!
+//! Updating a context rewrites its line (and its continuation) and keeps the others (lines kok does not
+//! recognise are kept as they are); writing a line that is already there (same state, url, description
+//! and record) changes nothing.
+//!
+//! Writes are batched: statuses that arrive while a write is in progress wait for it, then go into the
+//! next notes commit together (each note rewritten once per batch, one commit and one push per batch),
+//! so delivering N statuses costs far fewer than N commits. A delivery returns once its batch is written.
 //!
 //! Pushing: after a write, `refs/notes/kok:refs/notes/kok` is pushed (never forced) to the configured
 //! remote. Before the first push, and again when a push is refused, the remote's notes are fetched and
@@ -28,10 +40,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use git2::{Oid, PushOptions, RemoteCallbacks, Repository, Signature};
-use tokio::sync::Mutex;
+use tokio::sync::{oneshot, Mutex};
 
 use super::sink::{DeliveryError, Sink};
-use crate::api::{CommitStatus, StatusState};
+use crate::api::{CommitStatus, RunRecord, StatusState};
 
 /// The notes reference kok writes.
 pub const NOTES_REF: &str = "refs/notes/kok";
@@ -53,7 +65,12 @@ pub struct NoteEntry {
     pub target_url: Option<String>,
     /// Description of the status.
     pub description: String,
+    /// The finished run's record, from the continuation line.
+    pub run: Option<RunRecord>,
 }
+
+/// Start of the continuation line holding an entry's run record.
+pub const RUN_LINE_PREFIX: &str = "  run ";
 
 /// A commit and the statuses recorded on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +122,9 @@ pub enum NotesError {
     /// The blocking task did not finish.
     #[error("the git notes task stopped before finishing: {0}")]
     Join(String),
+    /// The batch this status was written in failed (the message is the batch's error).
+    #[error("{0}")]
+    Batch(String),
 }
 
 /// Sets up credentials (and anything else) on the callbacks of a notes push.
@@ -137,6 +157,19 @@ struct PushState {
     joined: bool,
 }
 
+/// The error of a status whose batch was dropped before it was written (kok is stopping).
+fn abandoned() -> NotesError {
+    NotesError::Batch("the notes batch holding this status was abandoned".into())
+}
+
+/// A status waiting for the next batch, and where its result goes.
+#[derive(Debug)]
+struct Queued {
+    commit: Oid,
+    status: CommitStatus,
+    done: oneshot::Sender<Result<bool, NotesError>>,
+}
+
 /// Writes statuses as git notes in a repository (the bare cache the source maintains).
 #[derive(Debug)]
 pub struct NotesSink {
@@ -144,6 +177,8 @@ pub struct NotesSink {
     push: Option<PushTarget>,
     /// Serializes writers of the notes ref and holds the push state.
     state: Arc<Mutex<PushState>>,
+    /// Statuses waiting for the next batch.
+    queue: Arc<std::sync::Mutex<Vec<Queued>>>,
 }
 
 impl NotesSink {
@@ -153,6 +188,7 @@ impl NotesSink {
             repo: repo.into(),
             push: None,
             state: Arc::default(),
+            queue: Arc::default(),
         }
     }
 
@@ -162,28 +198,68 @@ impl NotesSink {
         self
     }
 
-    /// Writes `status` into the note of `commit` and pushes; returns whether the note changed.
+    /// Writes `status` into the note of `commit` and pushes; returns whether the note changed. The
+    /// status joins the next batch: statuses queued while another batch is written go out together.
     pub async fn write(&self, commit: &str, status: &CommitStatus) -> Result<bool, NotesError> {
+        let oid = parse_commit(commit)?;
+        let (done, mut result) = oneshot::channel();
+        self.lock_queue().push(Queued {
+            commit: oid,
+            status: status.clone(),
+            done,
+        });
         let mut state = self.state.lock().await;
+        match result.try_recv() {
+            // A batch written while this call waited for the lock took the status.
+            Ok(written) => return written,
+            Err(oneshot::error::TryRecvError::Closed) => return Err(abandoned()),
+            Err(oneshot::error::TryRecvError::Empty) => {}
+        }
+        let batch = std::mem::take(&mut *self.lock_queue());
+        let entries: Vec<(Oid, CommitStatus)> = batch.iter().map(|q| (q.commit, q.status.clone())).collect();
+        let written = self.write_batch(&mut state, entries).await;
+        drop(state);
+        match written {
+            Ok(changed) => {
+                for (queued, changed) in batch.into_iter().zip(changed) {
+                    let _ = queued.done.send(Ok(changed));
+                }
+            }
+            Err(err) => {
+                let message = err.to_string();
+                for queued in batch {
+                    let _ = queued.done.send(Err(NotesError::Batch(message.clone())));
+                }
+            }
+        }
+        result.await.unwrap_or_else(|_| Err(abandoned()))
+    }
+
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, Vec<Queued>> {
+        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Writes `entries` in one notes commit and pushes it; returns, per entry, whether it changed its note.
+    async fn write_batch(
+        &self,
+        state: &mut PushState,
+        entries: Vec<(Oid, CommitStatus)>,
+    ) -> Result<Vec<bool>, NotesError> {
         let repo = self.repo.clone();
         let push = self.push.clone();
-        let commit = commit.to_string();
-        let status = status.clone();
         let pushed = state.pushed;
         let joined = state.joined;
         let (changed, push_result) = tokio::task::spawn_blocking(move || {
+            let now = jiff::Timestamp::now();
             let Some(target) = &push else {
-                return Ok::<_, NotesError>((
-                    write_note(&repo, &commit, &status, jiff::Timestamp::now())?,
-                    Ok(None),
-                ));
+                return Ok::<_, NotesError>((write_notes(&repo, &entries, now)?, Ok(None)));
             };
             // Join the remote's notes once (the cache may be new), and again when a push is refused.
             let mut join_error = None;
             if !joined {
                 join_error = join_remote(&repo, target).err();
             }
-            let changed = write_note(&repo, &commit, &status, jiff::Timestamp::now())?;
+            let changed = write_notes(&repo, &entries, now)?;
             let mut pushed_now = push_notes(&repo, target, pushed);
             if pushed_now.is_err() && joined {
                 if let Err(e) = join_remote(&repo, target) {
@@ -210,6 +286,8 @@ impl NotesSink {
             }
             Ok(None) => {}
             Err(message) => {
+                // The remote's answer may echo the credentials sent with the push.
+                let message = crate::redact::scrub(&message);
                 if state.last_failure.as_deref() != Some(message.as_str()) {
                     tracing::warn!(
                         remote = %self.remote_name(),
@@ -231,6 +309,11 @@ impl NotesSink {
 impl Sink for NotesSink {
     fn name(&self) -> &str {
         NOTES_SINK
+    }
+
+    /// Statuses arriving together are written in one batch, so every delivery may be in flight.
+    fn max_in_flight(&self) -> Option<usize> {
+        None
     }
 
     fn deliver<'a>(
@@ -306,7 +389,22 @@ pub fn read_all_notes(repo: &Path) -> Result<Vec<CommitNotes>, NotesError> {
 
 /// Parses a note's text; lines that are not kok entries are skipped.
 pub fn parse_note(text: &str) -> Vec<NoteEntry> {
-    text.lines().filter_map(parse_line).collect()
+    let mut entries: Vec<NoteEntry> = Vec::new();
+    let mut last_was_entry = false;
+    for line in text.lines() {
+        if let Some(entry) = parse_line(line) {
+            entries.push(entry);
+            last_was_entry = true;
+            continue;
+        }
+        if last_was_entry {
+            if let (Some(json), Some(entry)) = (line.strip_prefix(RUN_LINE_PREFIX), entries.last_mut()) {
+                entry.run = serde_json::from_str(json).ok();
+            }
+        }
+        last_was_entry = false;
+    }
+    entries
 }
 
 /// Renders one entry as its note line.
@@ -317,16 +415,21 @@ pub fn render_line(entry: &NoteEntry) -> String {
         .filter(|u| !u.is_empty())
         .unwrap_or("-");
     let description = one_line(&entry.description);
-    format!(
+    let line = format!(
         "{}: {} {} {} {}",
         entry.context,
         state_word(entry.state),
         entry.time,
         one_line(url),
         description
-    )
-    .trim_end()
-    .to_string()
+    );
+    let mut line = line.trim_end().to_string();
+    if let Some(json) = entry.run.as_ref().and_then(|r| serde_json::to_string(r).ok()) {
+        line.push('\n');
+        line.push_str(RUN_LINE_PREFIX);
+        line.push_str(&json);
+    }
+    line
 }
 
 fn parse_line(line: &str) -> Option<NoteEntry> {
@@ -345,6 +448,7 @@ fn parse_line(line: &str) -> Option<NoteEntry> {
         time,
         target_url: (url != "-").then(|| url.to_string()),
         description,
+        run: None,
     })
 }
 
@@ -389,16 +493,9 @@ fn parse_commit(commit: &str) -> Result<Oid, NotesError> {
     })
 }
 
-/// Sets the line of `status.context` in the note of `commit`; returns whether the note changed.
-fn write_note(
-    repo: &Path,
-    commit: &str,
-    status: &CommitStatus,
-    now: jiff::Timestamp,
-) -> Result<bool, NotesError> {
-    let repository = open(repo)?;
-    let oid = parse_commit(commit)?;
-    let entry = NoteEntry {
+/// The note entry of `status` written at `now`.
+fn entry_of(status: &CommitStatus, now: jiff::Timestamp) -> NoteEntry {
+    NoteEntry {
         context: status.context.clone(),
         state: status.state,
         time: now.round(jiff::Unit::Second).unwrap_or(now).to_string(),
@@ -407,50 +504,128 @@ fn write_note(
             .clone()
             .map(|u| one_line(&u).replace(' ', "%20")),
         description: one_line(&status.description).trim_end().to_string(),
-    };
-    write_entry(&repository, oid, &entry).map_err(|source| NotesError::Write {
-        path: repo.to_path_buf(),
-        commit: commit.to_string(),
-        source,
-    })
+        run: status.run.clone(),
+    }
 }
 
-/// Sets `entry`'s line in the note of `oid` under [`NOTES_REF`]; false when an equal line (same state,
-/// url and description) is already there.
-fn write_entry(repository: &Repository, oid: Oid, entry: &NoteEntry) -> Result<bool, git2::Error> {
-    let existing = match repository.find_note(Some(NOTES_REF), oid) {
-        Ok(note) => note.message().unwrap_or_default().to_string(),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => String::new(),
-        Err(e) => return Err(e),
+/// Sets the line of each status in the note of its commit, in one notes commit; returns, per status,
+/// whether it changed its note.
+fn write_notes(
+    repo: &Path,
+    entries: &[(Oid, CommitStatus)],
+    now: jiff::Timestamp,
+) -> Result<Vec<bool>, NotesError> {
+    let repository = open(repo)?;
+    let write_err = |commit: Oid| {
+        let path = repo.to_path_buf();
+        move |source| NotesError::Write {
+            path,
+            commit: commit.to_string(),
+            source,
+        }
     };
+    let mut changed = vec![false; entries.len()];
+    // Each commit's note is read once, every entry of the batch applied, and written once.
+    let mut notes: Vec<(Oid, String, bool)> = Vec::new();
+    for (index, (commit, status)) in entries.iter().enumerate() {
+        let slot = match notes.iter().position(|(c, _, _)| c == commit) {
+            Some(slot) => slot,
+            None => {
+                let text = note_text(&repository, *commit).map_err(write_err(*commit))?;
+                notes.push((*commit, text, false));
+                notes.len() - 1
+            }
+        };
+        let (_, text, dirty) = &mut notes[slot];
+        if let Some(updated) = set_line(text, &entry_of(status, now)) {
+            *text = updated;
+            *dirty = true;
+            changed[index] = true;
+        }
+    }
+    let dirty: Vec<&(Oid, String, bool)> = notes.iter().filter(|(_, _, d)| *d).collect();
+    let Some((first, _, _)) = dirty.first() else {
+        return Ok(changed);
+    };
+    let before = repository.refname_to_id(NOTES_REF).ok();
+    let signature = Signature::now("kok", "kok@localhost").map_err(write_err(*first))?;
+    for (commit, text, _) in &dirty {
+        repository
+            .note(&signature, &signature, Some(NOTES_REF), *commit, text, true)
+            .map_err(write_err(*commit))?;
+    }
+    if dirty.len() > 1 {
+        squash_notes(&repository, before, &signature, entries.len()).map_err(write_err(*first))?;
+    }
+    Ok(changed)
+}
+
+/// Replaces the notes commits written since `before` by one commit with the same tree.
+fn squash_notes(
+    repository: &Repository,
+    before: Option<Oid>,
+    signature: &Signature<'_>,
+    statuses: usize,
+) -> Result<(), git2::Error> {
+    let last = repository.find_commit(repository.refname_to_id(NOTES_REF)?)?;
+    let tree = last.tree()?;
+    let parent = before.map(|oid| repository.find_commit(oid)).transpose()?;
+    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+    let message = format!("kok: {statuses} commit statuses\n");
+    let squashed = repository.commit(None, signature, signature, &message, &tree, &parents)?;
+    repository.reference(NOTES_REF, squashed, true, "kok: notes batch")?;
+    Ok(())
+}
+
+/// The note of `oid` under [`NOTES_REF`] ("" when there is none).
+fn note_text(repository: &Repository, oid: Oid) -> Result<String, git2::Error> {
+    match repository.find_note(Some(NOTES_REF), oid) {
+        Ok(note) => Ok(note.message().unwrap_or_default().to_string()),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(String::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `existing` with `entry`'s line set; `None` when an equal line (same state, url and description)
+/// is already there.
+fn set_line(existing: &str, entry: &NoteEntry) -> Option<String> {
     let new_line = render_line(entry);
-    let mut lines: Vec<String> = Vec::new();
+    let old = parse_note(existing)
+        .into_iter()
+        .find(|o| o.context == entry.context);
+    if old.is_some_and(|old| {
+        old.state == entry.state
+            && old.target_url == entry.target_url
+            && old.description == entry.description
+            && old.run == entry.run
+    }) {
+        return None;
+    }
+    let mut lines: Vec<&str> = Vec::new();
     let mut found = false;
+    // Whether the previous line was this context's entry line, whose run line goes with it.
+    let mut in_entry = false;
     for line in existing.lines() {
         match parse_line(line) {
             Some(old) if old.context == entry.context => {
-                if old.state == entry.state
-                    && old.target_url == entry.target_url
-                    && old.description == entry.description
-                {
-                    return Ok(false);
-                }
                 if !found {
-                    lines.push(new_line.clone());
+                    lines.push(&new_line);
                     found = true;
                 }
+                in_entry = true;
+                continue;
             }
-            _ => lines.push(line.to_string()),
+            _ if in_entry && line.starts_with(RUN_LINE_PREFIX) => {}
+            _ => lines.push(line),
         }
+        in_entry = false;
     }
     if !found {
-        lines.push(new_line);
+        lines.push(&new_line);
     }
     let mut text = lines.join("\n");
     text.push('\n');
-    let signature = Signature::now("kok", "kok@localhost")?;
-    repository.note(&signature, &signature, Some(NOTES_REF), oid, &text, true)?;
-    Ok(true)
+    Some(text)
 }
 
 /// Every note under `notes_ref`: annotated commit and its entries.
@@ -514,9 +689,21 @@ fn join_remote(repo: &Path, target: &PushTarget) -> Result<(), String> {
     repository
         .reference(NOTES_REF, theirs, true, message)
         .map_err(|e| e.message().to_string())?;
+    let write_err = |e: git2::Error| e.message().to_string();
+    let signature = Signature::now("kok", "kok@localhost").map_err(write_err)?;
     for (oid, entries) in local {
-        for entry in entries {
-            write_entry(&repository, oid, &entry).map_err(|e| e.message().to_string())?;
+        let mut text = note_text(&repository, oid).map_err(write_err)?;
+        let mut dirty = false;
+        for entry in &entries {
+            if let Some(updated) = set_line(&text, entry) {
+                text = updated;
+                dirty = true;
+            }
+        }
+        if dirty {
+            repository
+                .note(&signature, &signature, Some(NOTES_REF), oid, &text, true)
+                .map_err(write_err)?;
         }
     }
     Ok(())
@@ -626,6 +813,7 @@ mod tests {
             time: "2026-11-22T00:03:12Z".into(),
             target_url: Some("https://logs/x".into()),
             description: "succeeded in 3m12s".into(),
+            run: None,
         };
         let line = render_line(&entry);
         assert_eq!(
@@ -638,6 +826,51 @@ mod tests {
             ..entry
         };
         assert_eq!(parse_line(&render_line(&bare)), Some(bare));
+    }
+
+    #[test]
+    fn a_run_record_rides_on_a_continuation_line_and_is_replaced_with_its_entry() {
+        let run = RunRecord {
+            summary: Some(crate::api::RunSummary {
+                host_count: 3,
+                ..Default::default()
+            }),
+            failure: None,
+        };
+        let entry = NoteEntry {
+            context: "kok/prod-bj/install".into(),
+            state: StatusState::Success,
+            time: "2026-11-22T00:03:12Z".into(),
+            target_url: None,
+            description: "succeeded in 3m12s: 3 hosts, 0 changed".into(),
+            run: Some(run),
+        };
+        let note = format!(
+            "kok/sync: success 2026-11-22T00:00:00Z - materialized 1 cluster\n{}\nforeign\n",
+            render_line(&entry)
+        );
+        let parsed = parse_note(&note);
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed[1], entry);
+        assert_eq!(
+            set_line(&note, &entry),
+            None,
+            "the same entry and record change nothing"
+        );
+
+        let failed = NoteEntry {
+            state: StatusState::Failure,
+            description: "failed".into(),
+            run: None,
+            ..entry
+        };
+        let updated = set_line(&note, &failed).unwrap();
+        assert!(
+            !updated.contains(RUN_LINE_PREFIX),
+            "the old record went with its line:\n{updated}"
+        );
+        assert!(updated.ends_with("foreign\n"), "foreign lines stay:\n{updated}");
+        assert_eq!(parse_note(&updated)[1], failed);
     }
 
     #[test]

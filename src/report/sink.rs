@@ -21,13 +21,22 @@ pub trait Sink: Send + Sync {
         commit: &'a str,
         status: &'a CommitStatus,
     ) -> BoxFuture<'a, Result<(), DeliveryError>>;
+
+    /// Most deliveries to this sink at once; `None` for no limit (a sink that batches what arrives
+    /// together).
+    fn max_in_flight(&self) -> Option<usize> {
+        Some(DEFAULT_SINK_IN_FLIGHT)
+    }
 }
+
+/// Most deliveries at once to a sink that does not say otherwise (a forge's API).
+pub const DEFAULT_SINK_IN_FLIGHT: usize = 8;
 
 /// Why a status could not be delivered, and whether trying again can help.
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryError {
     /// The sink is unavailable for now (network error, 5xx, 429, rate limit): retry with backoff.
-    #[error("{sink}: delivering status {context} on {commit} failed, will retry: {reason}")]
+    #[error("{sink}: delivering status {context} on {commit} failed, will retry: {}", crate::redact::scrub(.reason))]
     Retryable {
         /// Sink name.
         sink: String,
@@ -35,14 +44,17 @@ pub enum DeliveryError {
         context: String,
         /// Commit sha.
         commit: String,
-        /// What went wrong (never contains a token).
+        /// What went wrong (scrubbed of every secret kok holds).
         reason: String,
         /// How long the sink asked to wait (Retry-After), if it said.
         retry_after: Option<Duration>,
     },
     /// The sink refused the status (4xx other than 429): retrying the same request will not help until
     /// the configuration (token, project, base URL) is fixed.
-    #[error("{sink}: delivering status {context} on {commit} was refused: {reason}; check the status sink configuration and token")]
+    #[error(
+        "{sink}: delivering status {context} on {commit} was refused: {}; check the status sink configuration and token",
+        crate::redact::scrub(.reason)
+    )]
     Permanent {
         /// Sink name.
         sink: String,
@@ -50,7 +62,7 @@ pub enum DeliveryError {
         context: String,
         /// Commit sha.
         commit: String,
-        /// What went wrong (never contains a token).
+        /// What went wrong (scrubbed of every secret kok holds).
         reason: String,
     },
 }
@@ -103,7 +115,9 @@ pub struct Token(String);
 impl Token {
     /// Wraps a token value (surrounding whitespace is dropped).
     pub fn new(value: impl Into<String>) -> Self {
-        Token(value.into().trim().to_string())
+        let token = value.into().trim().to_string();
+        crate::redact::register(&token);
+        Token(token)
     }
 
     /// Reads the token from a file (a mounted Secret), trimming the trailing newline.

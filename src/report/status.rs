@@ -2,7 +2,9 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::api::{ClusterOperation, CommitStatus, Phase, RunFailure, RunSummary, StatusState, HELD_PREFIX};
+use crate::api::{
+    ClusterOperation, CommitStatus, Phase, RunFailure, RunRecord, RunSummary, StatusState, HELD_PREFIX,
+};
 use crate::layout::model::{Diagnostic, Severity};
 
 /// Context of the per-commit status saying whether the commit materialized.
@@ -92,11 +94,19 @@ pub fn operation_status(
             },
         )
     });
+    let run = status
+        .filter(|_| phase.is_terminal())
+        .map(|s| RunRecord {
+            summary: s.summary.clone(),
+            failure: s.failure.clone(),
+        })
+        .filter(|r| r.summary.is_some() || r.failure.is_some());
     CommitStatus {
         context: operation_context(&spec.cluster, &spec.id),
         state,
         description: cut(&description, MAX_STORED_DESCRIPTION),
         target_url,
+        run,
     }
 }
 
@@ -146,6 +156,18 @@ pub fn sync_status(
         state,
         description: cut(&description, MAX_STORED_DESCRIPTION),
         target_url,
+        run: None,
+    }
+}
+
+/// The `kok/sync` status of a commit refused by signature verification: `error`, with the reason.
+pub fn refused_status(description: &str) -> CommitStatus {
+    CommitStatus {
+        context: SYNC_CONTEXT.to_string(),
+        state: StatusState::Error,
+        description: cut(description, MAX_STORED_DESCRIPTION),
+        target_url: None,
+        run: None,
     }
 }
 

@@ -107,6 +107,7 @@ pub(crate) fn install<'a>(
                     Err(e) => return Err(fail(&cred_log, e)),
                 };
                 let user = user.unwrap_or_else(|| super::TOKEN_USERNAME.to_string());
+                crate::redact::register_basic(&user, &token);
                 record(&cred_log, |l| {
                     l.tried
                         .push(format!("token from {} as {user:?}", token_file.display()))
@@ -121,6 +122,7 @@ pub(crate) fn install<'a>(
                 let user = user
                     .or_else(|| username_from_url.map(str::to_string))
                     .unwrap_or_default();
+                crate::redact::register_basic(&user, &password);
                 record(&cred_log, |l| {
                     l.tried
                         .push(format!("password from {} as {user:?}", password_file.display()))

@@ -389,7 +389,7 @@ impl NetFailure {
                 } else {
                     log.tried.join(", ")
                 },
-                message: error.message().to_string(),
+                message: crate::redact::scrub(error.message()),
             };
         }
         if is_local_failure(&error) {
@@ -401,7 +401,7 @@ impl NetFailure {
         SourceError::Remote {
             what: what.to_string(),
             url: url.to_string(),
-            message: error.message().to_string(),
+            message: crate::redact::scrub(error.message()),
         }
     }
 }

@@ -39,6 +39,8 @@
 //! - [`diff`] compares the trees of two commits under the root path; [`attribution`] finds the
 //!   commit that introduced each new operation; [`history`] lists the commits that touched a cluster.
 //! - [`revision`] reads revisions as `git rev-parse` does, in the user's repository or the cache.
+//! - [`verify`] checks commit signatures (SSH and OpenPGP) against trust material from the local
+//!   file system.
 //! - [`trigger`] holds the interval timer with jitter and backoff, webhook verification and the
 //!   local `notify` watcher; they all feed a [`trigger::channel`] that says "poll now".
 
@@ -52,6 +54,7 @@ pub mod revision;
 mod tree;
 pub mod trigger;
 mod url;
+pub mod verify;
 
 pub use attribution::{attribute, Attributions, Introduced};
 pub use diff::{diff_trees, ChangeSet};
@@ -140,7 +143,7 @@ pub enum SourceError {
         reason: String,
     },
     /// The cache directory could not be created or initialized.
-    #[error("could not create the git cache at {path}: {message}; check that --cache-dir is writable")]
+    #[error("could not create the git cache at {path}: {}; check that --cache-dir is writable", crate::redact::scrub(.message))]
     CacheInit {
         /// Cache repository path.
         path: PathBuf,
@@ -148,7 +151,7 @@ pub enum SourceError {
         message: String,
     },
     /// The cache was re-created once and still failed.
-    #[error("the git cache at {path} is unusable even after re-creating it: {message}")]
+    #[error("the git cache at {path} is unusable even after re-creating it: {}", crate::redact::scrub(.message))]
     CacheCorrupt {
         /// Cache repository path.
         path: PathBuf,
@@ -156,7 +159,7 @@ pub enum SourceError {
         message: String,
     },
     /// A credential file could not be read.
-    #[error("could not read the {what} file {path}: {message}")]
+    #[error("could not read the {what} file {path}: {}", crate::redact::scrub(.message))]
     ReadCredential {
         /// Which credential (e.g. "token").
         what: &'static str,
@@ -166,7 +169,7 @@ pub enum SourceError {
         message: String,
     },
     /// The server refused every credential offered.
-    #[error("authentication to {url} failed after trying {tried}: {message}; check the credential files")]
+    #[error("authentication to {url} failed after trying {tried}: {}; check the credential files", crate::redact::scrub(.message))]
     AuthFailed {
         /// Remote (redacted).
         url: String,
@@ -212,7 +215,7 @@ pub enum SourceError {
         looked_for: String,
     },
     /// The remote could not be reached or the transfer failed.
-    #[error("could not {what} {url}: {message}; check the URL and that the server is reachable")]
+    #[error("could not {what} {url}: {}; check the URL and that the server is reachable", crate::redact::scrub(.message))]
     Remote {
         /// "list refs of" or "fetch ... from".
         what: String,
@@ -238,7 +241,7 @@ pub enum SourceError {
         url: String,
     },
     /// A revision could not be found in the cache.
-    #[error("revision {rev:?} is not in the fetched history of {url}: {message}")]
+    #[error("revision {rev:?} is not in the fetched history of {url}: {}", crate::redact::scrub(.message))]
     RevisionNotFound {
         /// The revision asked for.
         rev: String,
@@ -248,7 +251,7 @@ pub enum SourceError {
         message: String,
     },
     /// Reading the cache failed.
-    #[error("could not {what}: {source}")]
+    #[error("could not {what}: {}", crate::redact::scrub(&.source.to_string()))]
     Git {
         /// What was attempted.
         what: String,

@@ -144,6 +144,8 @@ pub struct KokOptions {
     pub log: PathBuf,
     /// More arguments (`--status ...`).
     pub args: Vec<String>,
+    /// Environment variables set on top of the defaults (`KOK_LOG`, ...).
+    pub env: Vec<(String, String)>,
 }
 
 /// A free TCP port on 127.0.0.1 (bound then released).
@@ -180,6 +182,7 @@ impl Kok {
             cache: remote.scratch("cache"),
             log: remote.scratch("logs").join("kok.log"),
             args: args.to_vec(),
+            env: Vec::new(),
         })
     }
 
@@ -213,6 +216,7 @@ impl Kok {
             .env("KOK_LOG", "info,kok=debug")
             .env_remove("KOK_STATUS")
             .env_remove("KOK_STATUS_TOKEN_FILE")
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log"))
             .stderr(log)
@@ -233,6 +237,11 @@ impl Kok {
     /// `http://127.0.0.1:<port><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Kills kok with SIGKILL and reaps it.

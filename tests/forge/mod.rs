@@ -51,6 +51,12 @@ impl Reply {
         }
     }
 
+    /// An answer whose body echoes the request's credentials, as a careless server or proxy does:
+    /// `{authorization}` and `{private-token}` in `body` become those request headers.
+    pub fn echo(status: u16) -> Self {
+        Reply::new(status, r#"{"message": "boom {authorization}{private-token}"}"#)
+    }
+
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.to_string(), value.to_string()));
         self
@@ -83,7 +89,15 @@ impl ForgeServer {
             axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
                 let state = state.clone();
                 async move {
-                    let reply = {
+                    let echoed = |name: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_string()
+                    };
+                    let (authorization, private_token) = (echoed("authorization"), echoed("private-token"));
+                    let mut reply = {
                         let mut s = state.lock().unwrap();
                         s.requests.push(Recorded {
                             method: method.to_string(),
@@ -93,6 +107,10 @@ impl ForgeServer {
                         });
                         s.script.pop_front().unwrap_or_else(|| Reply::new(201, "{}"))
                     };
+                    reply.body = reply
+                        .body
+                        .replace("{authorization}", &authorization)
+                        .replace("{private-token}", &private_token);
                     let mut response: Response = reply.body.into_response();
                     *response.status_mut() = StatusCode::from_u16(reply.status).unwrap();
                     for (name, value) in reply.headers {

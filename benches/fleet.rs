@@ -1,0 +1,912 @@
+//! Fleet benchmark: the real `kok` binary as a process on generated fleets (every cluster with five
+//! hosts, a `cluster.yml` naming an ssh Secret that does not exist, so no ansible runs), in service
+//! mode against an in-process testkit API server and in local mode (`kok run --local`).
+//!
+//! For each fleet and mode it measures: time until the commit is reconciled (the `kok-state`
+//! ConfigMap names it), time until every status is in the git notes and on a local fake GitHub, peak
+//! RSS of kok, CPU and API requests during an idle window, a one-cluster change and a full resync
+//! (kok restarted with a short `--resync-interval`). It prints a table and the issue's targets beside
+//! the figures, writes JSON, and asserts nothing about time.
+//!
+//! Environment: `KOK_FLEET_SIZES` (default `100x10,1000x10,10000x1`, clusters × operations),
+//! `KOK_FLEET_MODES` (default `service,local`), `KOK_FLEET_IDLE_SECS` (default 30),
+//! `KOK_FLEET_TIMEOUT_SECS` (longest wait of each phase, default 300), `KOK_FLEET_RESYNC_SECS`
+//! (`--resync-interval` of the restarted kok, default 20), `KOK_FLEET_JSON` (default
+//! `<target dir>/fleet.json`).
+
+#[path = "../tests/e2e/mod.rs"]
+mod e2e;
+#[path = "../tests/forge/mod.rs"]
+mod forge;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde::Serialize;
+
+use e2e::{Kok, KokOptions, Remote, NS};
+use kok::api::STATE_CONFIG_MAP;
+
+/// Time between two looks at the reconciled commit.
+const POLL: Duration = Duration::from_millis(100);
+/// Looks at the notes and the forge happen every this many polls.
+const STATUS_POLL_EVERY: u32 = 3;
+/// The Secret every cluster.yml names; it never exists.
+const SSH_SECRET: &str = "fleet-ssh";
+/// The operation budget of a forge sink above which one summary context stands for the commit.
+const FORGE_BUDGET: usize = 50;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Service,
+    Local,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Service => "service",
+            Mode::Local => "local",
+        }
+    }
+}
+
+struct Config {
+    sizes: Vec<(usize, usize)>,
+    modes: Vec<Mode>,
+    idle: Duration,
+    timeout: Duration,
+    resync_after: Duration,
+    json: PathBuf,
+}
+
+fn env_secs(name: &str, default: u64) -> anyhow::Result<Duration> {
+    match std::env::var(name) {
+        Ok(v) => Ok(Duration::from_secs(v.trim().parse().map_err(|_| {
+            anyhow::anyhow!("{name}={v:?} is not a number of seconds")
+        })?)),
+        Err(_) => Ok(Duration::from_secs(default)),
+    }
+}
+
+impl Config {
+    fn from_env() -> anyhow::Result<Config> {
+        let sizes = std::env::var("KOK_FLEET_SIZES").unwrap_or_else(|_| "100x10,1000x10,10000x1".into());
+        let sizes = sizes
+            .split(',')
+            .map(|s| {
+                let (c, o) = s.trim().split_once('x').unwrap_or(("", ""));
+                match (c.parse(), o.parse()) {
+                    (Ok(c), Ok(o)) if c > 0 && o > 0 => Ok((c, o)),
+                    _ => Err(anyhow::anyhow!(
+                        "KOK_FLEET_SIZES: {s:?} is not <clusters>x<operations>, e.g. 100x10"
+                    )),
+                }
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let modes = std::env::var("KOK_FLEET_MODES").unwrap_or_else(|_| "service,local".into());
+        let modes = modes
+            .split(',')
+            .map(|m| match m.trim() {
+                "service" => Ok(Mode::Service),
+                "local" => Ok(Mode::Local),
+                other => Err(anyhow::anyhow!(
+                    "KOK_FLEET_MODES: {other:?} is neither service nor local"
+                )),
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        // The kok binary is <target>/<profile>/kok.
+        let target = PathBuf::from(env!("CARGO_BIN_EXE_kok"))
+            .parent()
+            .and_then(|p| p.parent())
+            .map(|p| p.to_path_buf())
+            .unwrap_or_else(|| PathBuf::from("target"));
+        let json = std::env::var_os("KOK_FLEET_JSON")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| target.join("fleet.json"));
+        Ok(Config {
+            sizes,
+            modes,
+            idle: env_secs("KOK_FLEET_IDLE_SECS", 30)?,
+            timeout: env_secs("KOK_FLEET_TIMEOUT_SECS", 300)?,
+            resync_after: env_secs("KOK_FLEET_RESYNC_SECS", 20)?,
+            json,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The generated repository
+
+fn cluster_name(i: usize) -> String {
+    format!("c{i:05}")
+}
+
+/// hosts.yml with `hosts` nodes, the first one the control plane.
+fn hosts_yml(cluster: usize, hosts: usize) -> String {
+    let mut text = String::from("all:\n  hosts:\n");
+    for h in 1..=hosts {
+        text.push_str(&format!(
+            "    node{h}:\n      ansible_host: 10.{}.{}.{h}\n",
+            cluster / 256,
+            cluster % 256
+        ));
+    }
+    text.push_str("  children:\n    kube_control_plane:\n      hosts:\n        node1:\n");
+    text.push_str("    kube_node:\n      hosts:\n");
+    for h in 1..=hosts {
+        text.push_str(&format!("        node{h}:\n"));
+    }
+    text
+}
+
+/// Writes the fleet into the work clone and pushes it; returns the commit.
+fn generate(remote: &Remote, clusters: usize, ops: usize) -> String {
+    let mut operations = String::new();
+    for j in 0..ops {
+        operations.push_str(&format!("- id: op{j:02}\n  action: cluster.yml\n"));
+    }
+    for i in 0..clusters {
+        let name = cluster_name(i);
+        remote
+            .write(&format!("clusters/{name}/hosts.yml"), &hosts_yml(i, 5))
+            .write(
+                &format!("clusters/{name}/vars.yml"),
+                &format!("cluster_name: {name}\nkube_version: v1.33.0\n"),
+            )
+            .write(
+                &format!("clusters/{name}/cluster.yml"),
+                &format!("sshAuthSecret: {SSH_SECRET}\n"),
+            )
+            .write(&format!("clusters/{name}/operations.yml"), &operations);
+    }
+    remote.push(&format!("{clusters} clusters x {ops} operations"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observing kok
+
+/// Where kok's objects live: the bench's own testkit server, or kok's embedded one.
+enum Meta {
+    Service(testkit::ApiServer),
+    Local {
+        kubeconfig: PathBuf,
+        client: Option<kube::Client>,
+    },
+}
+
+impl Meta {
+    /// The commit the `kok-state` ConfigMap names. The bench's server is read without a request, so
+    /// the request counters hold kok's requests only.
+    async fn reconciled_commit(&mut self) -> Option<String> {
+        match self {
+            Meta::Service(api) => {
+                let cm = api.object("v1/configmaps", NS, STATE_CONFIG_MAP)?;
+                cm["data"]["commit"].as_str().map(str::to_string)
+            }
+            Meta::Local { kubeconfig, client } => {
+                if client.is_none() {
+                    *client = local_client(kubeconfig).await;
+                }
+                let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone()?, NS);
+                match api.get_opt(STATE_CONFIG_MAP).await {
+                    Ok(cm) => cm?.data?.get("commit").cloned(),
+                    Err(_) => {
+                        // kok restarted: its embedded server listens on a new port.
+                        *client = None;
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    fn requests(&self) -> Option<Counts> {
+        match self {
+            Meta::Service(api) => Some(Counts::of(&api.requests())),
+            Meta::Local { .. } => None,
+        }
+    }
+}
+
+/// A client of the embedded API server, once its kubeconfig is written.
+async fn local_client(path: &std::path::Path) -> Option<kube::Client> {
+    let config = kube::config::Kubeconfig::read_from(path).ok()?;
+    let options = kube::config::KubeConfigOptions::default();
+    let config = kube::Config::from_custom_kubeconfig(config, &options)
+        .await
+        .ok()?;
+    kube::Client::try_from(config).ok()
+}
+
+/// API requests by `verb resource`.
+#[derive(Clone, Debug, Default)]
+struct Counts(BTreeMap<String, usize>);
+
+impl Counts {
+    fn of(log: &testkit::RequestLog) -> Counts {
+        Counts(
+            log.snapshot()
+                .into_iter()
+                .map(|((verb, resource), n)| (format!("{verb} {resource}"), n))
+                .collect(),
+        )
+    }
+
+    /// What happened between `earlier` and `self`.
+    fn since(&self, earlier: &Counts) -> Counts {
+        Counts(
+            self.0
+                .iter()
+                .map(|(k, n)| (k.clone(), n - earlier.0.get(k).copied().unwrap_or(0)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        )
+    }
+
+    fn total(&self) -> usize {
+        self.0.values().sum()
+    }
+
+    fn by_verb(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for (k, n) in &self.0 {
+            let verb = k.split(' ').next().unwrap_or_default().to_string();
+            *out.entry(verb).or_default() += n;
+        }
+        out
+    }
+
+    fn verb(&self, verb: &str) -> usize {
+        self.by_verb().get(verb).copied().unwrap_or(0)
+    }
+
+    fn writes(&self) -> usize {
+        ["create", "update", "patch", "delete", "deletecollection"]
+            .iter()
+            .map(|v| self.verb(v))
+            .sum()
+    }
+
+    fn summary(&self) -> String {
+        let verbs = self.by_verb();
+        if verbs.is_empty() {
+            return "0".into();
+        }
+        verbs
+            .iter()
+            .map(|(v, n)| format!("{v} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may contain spaces.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / clock_ticks())
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// Peak resident set size (VmHWM) of a process, in MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// One value of kok's /metrics (the first series of that name).
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        let value = rest.strip_prefix(' ').or_else(|| {
+            rest.starts_with('{')
+                .then(|| rest.rsplit_once(' ').map(|(_, v)| v))
+                .flatten()
+        })?;
+        value.trim().parse().ok()
+    })
+}
+
+async fn metrics(http: &reqwest::Client, kok: &Kok) -> Option<String> {
+    http.get(kok.url("/metrics")).send().await.ok()?.text().await.ok()
+}
+
+/// Contexts on `sha` in the remote's notes.
+fn note_contexts(remote: &Remote, sha: &str) -> usize {
+    remote.note(sha).lines().filter(|l| l.starts_with("kok/")).count()
+}
+
+/// Contexts on `sha` the fake GitHub received, whether it received a summary context, and its
+/// request count.
+fn forge_contexts(server: &forge::ForgeServer, sha: &str) -> (usize, bool, usize) {
+    let requests = server.requests();
+    let posted = e2e::posted(&requests);
+    let contexts: BTreeSet<&str> = posted
+        .iter()
+        .filter(|p| p.sha == sha)
+        .map(|p| p.context.as_str())
+        .collect();
+    (contexts.len(), contexts.contains("kok/summary"), requests.len())
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// One run
+
+#[derive(Debug, Default, Serialize)]
+struct Run {
+    fleet: String,
+    clusters: usize,
+    operations_per_cluster: usize,
+    mode: String,
+    /// Statuses expected on the commit: one per operation plus kok/sync.
+    statuses: usize,
+    reconciled_secs: Option<f64>,
+    /// API requests from kok's start until the commit was reconciled (service mode).
+    reconcile_requests: Option<BTreeMap<String, usize>>,
+    notes_secs: Option<f64>,
+    notes_contexts: usize,
+    forge_secs: Option<f64>,
+    forge_contexts: usize,
+    forge_requests: usize,
+    /// VmHWM of the kok process (in local mode it includes the embedded API server).
+    peak_rss_mib: Option<f64>,
+    idle_secs: f64,
+    idle_cpu_percent: Option<f64>,
+    idle_requests: Option<BTreeMap<String, usize>>,
+    change_ms: Option<f64>,
+    change_api_writes: Option<usize>,
+    change_kok_writes: Option<f64>,
+    resync_secs: Option<f64>,
+    resync_kok_writes: Option<f64>,
+    /// API requests while the resync pass ran (service mode; anything else kok did then included).
+    resync_requests: Option<BTreeMap<String, usize>>,
+    /// Timeouts and other things that went wrong.
+    problems: Vec<String>,
+}
+
+struct Bench<'a> {
+    cfg: &'a Config,
+    http: reqwest::Client,
+}
+
+impl Bench<'_> {
+    async fn run(&self, clusters: usize, ops: usize, mode: Mode) -> anyhow::Result<Run> {
+        let mut run = Run {
+            fleet: format!("{clusters}x{ops}"),
+            clusters,
+            operations_per_cluster: ops,
+            mode: mode.as_str().into(),
+            statuses: clusters * ops + 1,
+            idle_secs: self.cfg.idle.as_secs_f64(),
+            ..Run::default()
+        };
+        let remote = Remote::new();
+        let generated = Instant::now();
+        let sha = generate(&remote, clusters, ops);
+        eprintln!(
+            "[{} {}] fleet generated and pushed in {:.1} s",
+            run.fleet,
+            run.mode,
+            generated.elapsed().as_secs_f64()
+        );
+        let forge = forge::ForgeServer::start().await;
+        let state_dir = remote.scratch("state");
+        let mut meta = match mode {
+            Mode::Service => {
+                let api = testkit::ApiServer::start_with(testkit::Options {
+                    event_window: 200_000,
+                    ..testkit::Options::default()
+                })
+                .await?;
+                api.install_crds(&kok::api::crds()).await?;
+                api.requests().reset();
+                Meta::Service(api)
+            }
+            Mode::Local => Meta::Local {
+                kubeconfig: state_dir.join("kubeconfig"),
+                client: None,
+            },
+        };
+        let kubeconfig = match &meta {
+            Meta::Service(api) => api.kubeconfig_path().to_path_buf(),
+            Meta::Local { kubeconfig, .. } => kubeconfig.clone(),
+        };
+        let options = |resync: Duration| {
+            let mut args = e2e::github_args(&forge.url());
+            args.extend(["--resync-interval".to_string(), format!("{}s", resync.as_secs())]);
+            if mode == Mode::Local {
+                args.extend(["--local".to_string(), "--state-dir".to_string()]);
+                args.push(state_dir.display().to_string());
+            }
+            KokOptions {
+                kubeconfig: kubeconfig.clone(),
+                repo: remote.bare(),
+                cache: remote.scratch("cache"),
+                log: remote.scratch("logs").join("kok.log"),
+                args,
+                env: vec![("KOK_LOG".into(), "info".into())],
+            }
+        };
+
+        // Cold start: reconcile, then every status delivered.
+        let before = meta.requests();
+        let first = options(Duration::from_secs(24 * 3600));
+        let started = Instant::now();
+        let mut kok = Kok::start(&first);
+        let deadline = started + self.cfg.timeout;
+        let mut polls = 0u32;
+        let mut forge_requests = 0;
+        while run.reconciled_secs.is_none() || run.notes_secs.is_none() || run.forge_secs.is_none() {
+            if let Some(status) = kok.try_wait() {
+                run.problems.push(format!("kok exited with {status}"));
+                break;
+            }
+            if run.reconciled_secs.is_none()
+                && meta.reconciled_commit().await.as_deref() == Some(sha.as_str())
+            {
+                run.reconciled_secs = Some(secs(started.elapsed()));
+                run.reconcile_requests = meta
+                    .requests()
+                    .zip(before.as_ref())
+                    .map(|(now, before)| now.since(before).0);
+            }
+            if polls.is_multiple_of(STATUS_POLL_EVERY) {
+                if run.notes_secs.is_none() {
+                    run.notes_contexts = note_contexts(&remote, &sha);
+                    if run.notes_contexts >= run.statuses {
+                        run.notes_secs = Some(secs(started.elapsed()));
+                    }
+                }
+                if run.forge_secs.is_none() {
+                    let (seen, summary, requests) = forge_contexts(&forge, &sha);
+                    run.forge_contexts = seen;
+                    forge_requests = requests;
+                    if seen >= run.statuses || summary {
+                        run.forge_secs = Some(secs(started.elapsed()));
+                    }
+                }
+            }
+            polls += 1;
+            if Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let waited = self.cfg.timeout.as_secs();
+        if run.reconciled_secs.is_none() {
+            run.problems
+                .push(format!("commit reconciled: timed out after {waited} s"));
+        }
+        if run.notes_secs.is_none() {
+            run.problems.push(format!(
+                "notes: timed out after {waited} s ({} of {} statuses)",
+                run.notes_contexts, run.statuses
+            ));
+        }
+        if run.forge_secs.is_none() {
+            run.problems.push(format!(
+                "fake GitHub: timed out after {waited} s ({} of {} statuses)",
+                run.forge_contexts, run.statuses
+            ));
+        }
+        run.forge_requests = forge_requests;
+        eprintln!(
+            "[{} {}] reconciled {:?} s, notes {:?} s ({}/{}), fake GitHub {:?} s ({}/{})",
+            run.fleet,
+            run.mode,
+            run.reconciled_secs,
+            run.notes_secs,
+            run.notes_contexts,
+            run.statuses,
+            run.forge_secs,
+            run.forge_contexts,
+            run.statuses
+        );
+        if run.reconciled_secs.is_none() {
+            run.peak_rss_mib = peak_rss_mib(kok.pid());
+            kok.kill();
+            return Ok(run);
+        }
+
+        // Idle: nothing changes.
+        let pid = kok.pid();
+        let cpu_before = cpu_seconds(pid);
+        let requests_before = meta.requests();
+        tokio::time::sleep(self.cfg.idle).await;
+        let cpu_after = cpu_seconds(pid);
+        run.idle_cpu_percent = cpu_before
+            .zip(cpu_after)
+            .map(|(a, b)| ((b - a) / self.cfg.idle.as_secs_f64().max(1e-9) * 1000.0).round() / 10.0);
+        run.idle_requests = meta
+            .requests()
+            .zip(requests_before.as_ref())
+            .map(|(now, before)| now.since(before).0);
+        eprintln!(
+            "[{} {}] idle {} s: CPU {:?} %, requests {:?}",
+            run.fleet,
+            run.mode,
+            self.cfg.idle.as_secs(),
+            run.idle_cpu_percent,
+            run.idle_requests
+        );
+
+        // Full resync of the unchanged fleet: kok restarted with a short resync interval; its first
+        // pass is the resync. The first process's peak RSS is taken before it stops.
+        run.peak_rss_mib = peak_rss_mib(pid);
+        kok.terminate();
+        let stop_deadline = Instant::now() + Duration::from_secs(30);
+        while kok.try_wait().is_none() && Instant::now() < stop_deadline {
+            tokio::time::sleep(POLL).await;
+        }
+        kok.kill();
+        if let Meta::Local { kubeconfig, client } = &mut meta {
+            let _ = std::fs::remove_file(kubeconfig);
+            *client = None;
+        }
+        let second = options(self.cfg.resync_after);
+        let restarted = Instant::now();
+        kok = Kok::start(&second);
+        let deadline = restarted + self.cfg.resync_after + self.cfg.timeout;
+        let mut history: Vec<(Instant, Option<Counts>)> = Vec::new();
+        loop {
+            let now = Instant::now();
+            history.push((now, meta.requests()));
+            let text = metrics(&self.http, &kok).await.unwrap_or_default();
+            if metric(&text, "kok_reconcile_duration_seconds_count").unwrap_or(0.0) >= 1.0 {
+                let took = metric(&text, "kok_reconcile_duration_seconds_sum").unwrap_or(0.0);
+                run.resync_secs = Some((took * 1000.0).round() / 1000.0);
+                run.resync_kok_writes = metric(&text, "kok_objects_written_total");
+                let began = now
+                    .checked_sub(Duration::from_secs_f64(took) + POLL)
+                    .unwrap_or(now);
+                let at_start = history
+                    .iter()
+                    .rev()
+                    .find(|(t, _)| *t <= began)
+                    .or(history.first())
+                    .and_then(|(_, c)| c.clone());
+                run.resync_requests = meta
+                    .requests()
+                    .zip(at_start.as_ref())
+                    .map(|(now, before)| now.since(before).0);
+                break;
+            }
+            if Instant::now() > deadline || kok.try_wait().is_some() {
+                run.problems.push(format!(
+                    "full resync: none finished within {} s of the restart",
+                    (self.cfg.resync_after + self.cfg.timeout).as_secs()
+                ));
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        eprintln!(
+            "[{} {}] full resync {:?} s, writes {:?}, requests {:?}",
+            run.fleet, run.mode, run.resync_secs, run.resync_kok_writes, run.resync_requests
+        );
+        // One cluster changes (a sixth host), with the restarted kok.
+        let written_before = metrics(&self.http, &kok)
+            .await
+            .and_then(|m| metric(&m, "kok_objects_written_total"));
+        let requests_before = meta.requests();
+        remote.write("clusters/c00000/hosts.yml", &hosts_yml(0, 6));
+        let pushed = Instant::now();
+        let sha2 = remote.push("c00000: a sixth host");
+        let deadline = pushed + self.cfg.timeout;
+        loop {
+            if meta.reconciled_commit().await.as_deref() == Some(sha2.as_str()) {
+                run.change_ms = Some((pushed.elapsed().as_secs_f64() * 1e4).round() / 10.0);
+                break;
+            }
+            if Instant::now() > deadline || kok.try_wait().is_some() {
+                run.problems
+                    .push(format!("one-cluster change: not reconciled within {waited} s"));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        run.change_api_writes = meta
+            .requests()
+            .zip(requests_before.as_ref())
+            .map(|(now, before)| now.since(before).writes());
+        let written_after = metrics(&self.http, &kok)
+            .await
+            .and_then(|m| metric(&m, "kok_objects_written_total"));
+        run.change_kok_writes = written_after.zip(written_before).map(|(a, b)| a - b);
+        run.peak_rss_mib = match (run.peak_rss_mib, peak_rss_mib(kok.pid())) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        eprintln!(
+            "[{} {}] one-cluster change {:?} ms, API writes {:?} (by the pass {:?}); peak RSS {:?} MiB",
+            run.fleet,
+            run.mode,
+            run.change_ms,
+            run.change_api_writes,
+            run.change_kok_writes,
+            run.peak_rss_mib
+        );
+
+        kok.kill();
+        Ok(run)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+fn fmt_opt(v: Option<f64>, unit: &str) -> String {
+    v.map(|v| format!("{v:.1}{unit}")).unwrap_or_else(|| "—".into())
+}
+
+fn counts(m: &Option<BTreeMap<String, usize>>) -> Option<Counts> {
+    m.as_ref().map(|m| Counts(m.clone()))
+}
+
+fn table(runs: &[Run]) -> String {
+    let mut out = String::new();
+    out.push_str("| fleet | mode | commit reconciled | all statuses in notes | all statuses on fake GitHub | peak RSS | idle CPU | idle API requests | one-cluster change | full resync |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    for r in runs {
+        let delivered = |at: Option<f64>, seen: usize| match at {
+            Some(s) => format!("{s:.1} s ({seen})"),
+            None => format!("timed out ({seen} of {})", r.statuses),
+        };
+        let idle = counts(&r.idle_requests)
+            .map(|c| {
+                format!(
+                    "{:.1}/s ({})",
+                    c.total() as f64 / r.idle_secs.max(1e-9),
+                    c.summary()
+                )
+            })
+            .unwrap_or_else(|| "n/a".into());
+        let change_writes = match (r.change_api_writes, r.change_kok_writes) {
+            (Some(api), Some(pass)) => format!("{api} writes, {pass} by the pass"),
+            (None, Some(pass)) => format!("{pass} writes by the pass"),
+            (Some(api), None) => format!("{api} writes"),
+            (None, None) => "—".into(),
+        };
+        let resync_requests = counts(&r.resync_requests)
+            .map(|c| format!(", {} requests", c.total()))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "| {} × {} | {} | {} | {} | {}, {} requests | {} | {} | {} | {} ({}) | {} ({} writes{}) |\n",
+            r.clusters,
+            r.operations_per_cluster,
+            r.mode,
+            fmt_opt(r.reconciled_secs, " s"),
+            delivered(r.notes_secs, r.notes_contexts),
+            delivered(r.forge_secs, r.forge_contexts),
+            r.forge_requests,
+            fmt_opt(r.peak_rss_mib, " MiB"),
+            fmt_opt(r.idle_cpu_percent, " %"),
+            idle,
+            r.change_ms
+                .map(|v| format!("{v:.0} ms"))
+                .unwrap_or_else(|| "—".into()),
+            change_writes,
+            r.resync_secs
+                .map(|v| format!("{v:.2} s"))
+                .unwrap_or_else(|| "—".into()),
+            r.resync_kok_writes
+                .map(|w| format!("{w:.0}"))
+                .unwrap_or_else(|| "—".into()),
+            resync_requests,
+        ));
+    }
+    out
+}
+
+/// A target of the issue beside a figure: met, missed, or not measurable here.
+#[derive(Debug, Serialize)]
+struct Verdict {
+    fleet: String,
+    mode: String,
+    target: String,
+    figure: String,
+    met: Option<bool>,
+}
+
+fn verdicts(runs: &[Run]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let find = |clusters: usize, ops: usize, mode: &str| {
+        runs.iter()
+            .find(|r| r.clusters == clusters && r.operations_per_cluster == ops && r.mode == mode)
+    };
+    for r in runs {
+        let mut add = |target: String, figure: String, met: Option<bool>| {
+            out.push(Verdict {
+                fleet: r.fleet.clone(),
+                mode: r.mode.clone(),
+                target,
+                figure,
+                met,
+            })
+        };
+        let service = r.mode == "service";
+        let fleet = (r.clusters, r.operations_per_cluster);
+        if service && fleet == (1000, 10) {
+            add(
+                "commit reconciled ≤ 20 s".into(),
+                fmt_opt(r.reconciled_secs, " s"),
+                Some(r.reconciled_secs.is_some_and(|s| s <= 20.0)),
+            );
+            if let Some(small) = find(100, 10, "service").and_then(|s| s.reconciled_secs) {
+                add(
+                    "commit reconciled ≤ 12× the 100 × 10 figure".into(),
+                    r.reconciled_secs
+                        .map(|s| format!("{:.1}×", s / small.max(1e-9)))
+                        .unwrap_or_else(|| "—".into()),
+                    Some(r.reconciled_secs.is_some_and(|s| s <= 12.0 * small)),
+                );
+            }
+        }
+        if service && fleet == (10000, 1) {
+            add(
+                "commit reconciled ≤ 60 s".into(),
+                fmt_opt(r.reconciled_secs, " s"),
+                Some(r.reconciled_secs.is_some_and(|s| s <= 60.0)),
+            );
+        }
+        if service {
+            let reads = counts(&r.reconcile_requests).map(|c| c.verb("get") + c.verb("list"));
+            add(
+                format!(
+                    "no GET or LIST per cluster while reconciling (< {} in all)",
+                    r.clusters
+                ),
+                reads
+                    .map(|n| format!("{n} GET+LIST"))
+                    .unwrap_or_else(|| "—".into()),
+                reads.map(|n| n < r.clusters),
+            );
+        }
+        let after = r.notes_secs.zip(r.reconciled_secs).map(|(n, c)| n - c);
+        add(
+            "every status in the notes ≤ 10 s after the reconcile".into(),
+            after
+                .map(|s| format!("{s:.1} s after"))
+                .unwrap_or_else(|| format!("{} of {}", r.notes_contexts, r.statuses)),
+            Some(after.is_some_and(|s| s <= 10.0)),
+        );
+        if r.clusters * r.operations_per_cluster > FORGE_BUDGET {
+            add(
+                format!("fake GitHub: one summary context above {FORGE_BUDGET} operations"),
+                format!("{} contexts, {} requests", r.forge_contexts, r.forge_requests),
+                Some(r.forge_contexts <= FORGE_BUDGET + 1),
+            );
+        }
+        if service {
+            let idle = counts(&r.idle_requests).map(|c| c.total());
+            add(
+                "idle: no API requests (no Lease here: leader election off)".into(),
+                idle.map(|n| format!("{n} requests"))
+                    .unwrap_or_else(|| "—".into()),
+                idle.map(|n| n == 0),
+            );
+            add(
+                "idle: < 2 % of a core".into(),
+                fmt_opt(r.idle_cpu_percent, " %"),
+                r.idle_cpu_percent.map(|p| p < 2.0),
+            );
+        }
+        if service && fleet == (1000, 10) {
+            let requests = counts(&r.resync_requests).map(|c| c.total());
+            add(
+                "full resync: 0 writes, ≤ 1 s, no request per object".into(),
+                format!(
+                    "{}, {} writes, {} requests",
+                    r.resync_secs
+                        .map(|s| format!("{s:.2} s"))
+                        .unwrap_or_else(|| "—".into()),
+                    fmt_opt(r.resync_kok_writes, ""),
+                    requests.map(|n| n.to_string()).unwrap_or_else(|| "—".into())
+                ),
+                Some(
+                    r.resync_secs.is_some_and(|s| s <= 1.0)
+                        && r.resync_kok_writes == Some(0.0)
+                        && requests.is_some_and(|n| n < r.clusters),
+                ),
+            );
+        }
+        let rss_limit = match (r.mode.as_str(), fleet) {
+            ("service", (1000, 10)) => Some(64.0),
+            ("service", (10000, 1)) => Some(128.0),
+            ("local", (1000, 10)) => Some(400.0),
+            _ => None,
+        };
+        if let Some(limit) = rss_limit {
+            add(
+                format!("peak RSS ≤ {limit:.0} MiB"),
+                fmt_opt(r.peak_rss_mib, " MiB"),
+                Some(r.peak_rss_mib.is_some_and(|m| m <= limit)),
+            );
+        }
+        if r.clusters > 100 {
+            if let Some(small) = find(100, 10, &r.mode).and_then(|s| s.change_ms) {
+                add(
+                    "one-cluster change ≤ 2× the 100-cluster figure".into(),
+                    r.change_ms
+                        .map(|c| format!("{c:.0} ms vs {small:.0} ms"))
+                        .unwrap_or_else(|| "—".into()),
+                    Some(r.change_ms.is_some_and(|c| c <= 2.0 * small)),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn print_verdicts(verdicts: &[Verdict]) -> String {
+    let mut out = String::new();
+    for v in verdicts {
+        let mark = match v.met {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "n/a",
+        };
+        out.push_str(&format!(
+            "{:>8} {:<7} {:<62} {:<40} {mark}\n",
+            v.fleet, v.mode, v.target, v.figure
+        ));
+    }
+    out
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let cfg = Config::from_env()?;
+    let bench = Bench {
+        cfg: &cfg,
+        http: reqwest::Client::new(),
+    };
+    let mut runs = Vec::new();
+    for &(clusters, ops) in &cfg.sizes {
+        for &mode in &cfg.modes {
+            match bench.run(clusters, ops, mode).await {
+                Ok(run) => runs.push(run),
+                Err(e) => eprintln!("[{clusters}x{ops} {}] failed: {e:#}", mode.as_str()),
+            }
+        }
+    }
+    println!("\n{}", table(&runs));
+    println!("Peak RSS in local mode includes kok's embedded API server (one process); its API requests are not counted.");
+    for r in &runs {
+        for p in &r.problems {
+            println!("{} {}: {p}", r.fleet, r.mode);
+        }
+    }
+    let verdicts = verdicts(&runs);
+    println!("\nTargets:\n{}", print_verdicts(&verdicts));
+    let json = serde_json::json!({ "runs": runs, "targets": verdicts });
+    std::fs::write(&cfg.json, serde_json::to_string_pretty(&json)?)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", cfg.json.display()))?;
+    println!("JSON written to {}", cfg.json.display());
+    Ok(())
+}
