@@ -93,3 +93,43 @@ fn detailed_exitcode_is_0_for_nothing_2_for_changes_and_1_for_errors() {
     );
     assert_eq!(code(&scale, &broken, false).0, 0);
 }
+
+#[test]
+fn scale_down_out_of_order_is_warned_about_in_the_plan() {
+    let two = "all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n    node8:\n      ansible_host: 10.0.0.8\n";
+    let one = "all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n";
+    let mut repo = RepoBuilder::new();
+    repo.file("clusters/prod-bj/hosts.yml", two)
+        .file("clusters/prod-bj/vars.yml", "cluster_name: prod-bj\n")
+        .file("clusters/prod-sh/hosts.yml", two)
+        .file("clusters/prod-sh/vars.yml", "cluster_name: prod-sh\n");
+    let from = repo.commit("two nodes each");
+    // prod-bj: the removal runs in the commit that drops the node; prod-sh: no removal at all.
+    repo.file("clusters/prod-bj/hosts.yml", one)
+        .file(
+            "clusters/prod-bj/operations.yml",
+            "- id: remove-node8\n  action: remove-node.yml\n  extraArgs: [-e, node=node8]\n",
+        )
+        .file("clusters/prod-sh/hosts.yml", one);
+    let to = repo.commit("drop node8");
+    let cache = tempfile::tempdir().unwrap();
+    let (_, md) = plan(
+        &repo,
+        &["--from", &from, "--to", &to, "--output", "markdown"],
+        cache.path(),
+    );
+    assert!(
+        md.contains("> :warning: prod-bj: operation remove-node8 names node8, which this change removes from hosts.yml"),
+        "{md}"
+    );
+    assert!(!md.contains("prod-bj: node8 leaves hosts.yml"), "{md}");
+    assert!(
+        md.contains("> :warning: prod-sh: node8 leaves hosts.yml and no operation names it"),
+        "{md}"
+    );
+    let (_, text) = plan(&repo, &["--from", &from, "--to", &to], cache.path());
+    assert!(
+        text.contains("  warning: prod-sh: node8 leaves hosts.yml"),
+        "{text}"
+    );
+}

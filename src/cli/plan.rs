@@ -240,6 +240,9 @@ pub struct ClusterPlan {
     pub deleted: Vec<ObjectRef>,
     /// Operations that would run, in commit order then file order.
     pub operations: Vec<PlannedOperation>,
+    /// Scale-down order problems (promise 7): a new operation naming a host the range removes from
+    /// hosts.yml, or a host removed that no new operation names.
+    pub warnings: Vec<String>,
 }
 
 /// A cluster that is invalid at `to`: nothing of it changes.
@@ -434,6 +437,7 @@ pub struct Prepared {
     read: CommitRead,
     desired: Vec<DesiredCluster>,
     at_from: BTreeMap<String, DesiredCluster>,
+    hosts_at_from: BTreeMap<String, BTreeSet<String>>,
     subjects: BTreeMap<String, String>,
 }
 
@@ -582,6 +586,7 @@ pub fn prepare(
         .map(|c| render_cluster(c, &ctx))
         .collect();
     let mut at_from = BTreeMap::new();
+    let mut hosts_at_from = BTreeMap::new();
     if let Some(from) = from {
         let names: Vec<String> = if read.changes.full_resync {
             crate::source::diff::diff(repo, None, from, root)?.added
@@ -600,6 +605,7 @@ pub fn prepare(
         let ctx = RenderContext::new(namespace, ref_name, &from_sha);
         for cluster in &parsed.clusters {
             at_from.insert(cluster.name.clone(), render_cluster(cluster, &ctx));
+            hosts_at_from.insert(cluster.name.clone(), cluster.inventory.hosts.clone());
         }
     }
     let path = crate::source::attribution::first_parent_path(repo, from, to)?;
@@ -619,6 +625,7 @@ pub fn prepare(
         read,
         desired,
         at_from,
+        hosts_at_from,
         subjects,
     })
 }
@@ -671,6 +678,7 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
             }
         }
         plan.operations = planned_operations(prepared, &name, &writes);
+        plan.warnings = scale_down_warnings(prepared, &name, &plan.operations);
         if !writes.is_empty() {
             clusters.push(plan);
         }
@@ -704,6 +712,48 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
             .collect(),
         signatures: Vec::new(),
     }
+}
+
+/// The scale-down warnings of cluster `name`: `remove-node.yml` must run while the node is still in
+/// hosts.yml, and a node left out of hosts.yml without one stays in the cluster.
+fn scale_down_warnings(prepared: &Prepared, name: &str, operations: &[PlannedOperation]) -> Vec<String> {
+    let Some(before) = prepared.hosts_at_from.get(name) else {
+        return Vec::new();
+    };
+    let after = prepared
+        .read
+        .parsed
+        .clusters
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| c.inventory.hosts.clone())
+        .unwrap_or_default();
+    let removed: BTreeSet<&String> = before.difference(&after).collect();
+    let cluster = prepared.read.parsed.clusters.iter().find(|c| c.name == name);
+    let mut named: BTreeSet<String> = BTreeSet::new();
+    let mut warnings = Vec::new();
+    for planned in operations {
+        let Some(op) = cluster.and_then(|c| c.operations.iter().find(|o| o.id == planned.id)) else {
+            continue;
+        };
+        for host in layout::host_references(&op.extra_args) {
+            if removed.contains(&host.name) {
+                warnings.push(format!(
+                    "{name}: operation {} names {}, which this change removes from hosts.yml: \
+                     {} must run while the node is still in hosts.yml; remove the host in a later commit",
+                    op.id, host.name, op.action
+                ));
+            }
+            named.insert(host.name);
+        }
+    }
+    for host in removed.iter().filter(|h| !named.contains(h.as_str())) {
+        warnings.push(format!(
+            "{name}: {host} leaves hosts.yml and no operation names it, so it stays in the cluster; \
+             run remove-node.yml with -e node={host} in an earlier commit"
+        ));
+    }
+    warnings
 }
 
 /// The operations the writes of cluster `name` create, in commit order then file order.
@@ -790,6 +840,9 @@ pub fn text(plan: &Plan) -> String {
                 out.push_str(&format!("  {sign} {} {} ({})\n", o.kind, o.name, o.what));
             }
         }
+        for w in &cluster.warnings {
+            out.push_str(&format!("  warning: {w}\n"));
+        }
         if !cluster.operations.is_empty() {
             out.push_str("  operations that would run:\n");
             for op in &cluster.operations {
@@ -872,6 +925,12 @@ pub fn markdown(plan: &Plan) -> String {
             ));
         }
         out.push('\n');
+        for w in &cluster.warnings {
+            out.push_str(&format!("> :warning: {w}\n"));
+        }
+        if !cluster.warnings.is_empty() {
+            out.push('\n');
+        }
     }
     for invalid in &plan.invalid {
         out.push_str(&format!(
