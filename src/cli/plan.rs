@@ -803,6 +803,55 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
     out.into_iter().map(|(_, _, p)| p).collect()
 }
 
+/// Context of the status a pull-request head gets.
+pub const PLAN_CONTEXT: &str = "kok/plan";
+
+/// The `kok/plan` status of a pull-request head: `error` naming the file and line of the first
+/// problem when a cluster or kok.yml is invalid, else `success` saying what would run (and the
+/// scale-down warnings), e.g. `prod-bj: add-node8 (scale.yml) would run`. Forges cut the
+/// description to their limits.
+pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
+    let first_error = plan
+        .repo_diagnostics
+        .iter()
+        .chain(plan.invalid.iter().flat_map(|i| &i.diagnostics))
+        .find(|d| d.severity == layout::Severity::Error);
+    if let Some(d) = first_error {
+        return (crate::api::StatusState::Error, d.to_string());
+    }
+    let mut parts: Vec<String> = plan
+        .clusters
+        .iter()
+        .filter(|c| !c.operations.is_empty())
+        .map(|c| {
+            let ops: Vec<String> = c
+                .operations
+                .iter()
+                .map(|o| format!("{} ({})", o.id, o.action))
+                .collect();
+            format!("{}: {} would run", c.name, ops.join(", "))
+        })
+        .collect();
+    if parts.is_empty() {
+        let writes: usize = plan
+            .clusters
+            .iter()
+            .map(|c| c.created.len() + c.updated.len() + c.deleted.len())
+            .sum();
+        parts.push(if writes == 0 {
+            "no changes".to_string()
+        } else {
+            format!("no operation would run; {writes} object writes")
+        });
+    }
+    let warnings: usize = plan.clusters.iter().map(|c| c.warnings.len()).sum();
+    let mut description = parts.join("; ");
+    if let Some(first) = plan.clusters.iter().flat_map(|c| &c.warnings).next() {
+        description.push_str(&format!("; {warnings} warning(s): {first}"));
+    }
+    (crate::api::StatusState::Success, description)
+}
+
 /// The plan for humans.
 pub fn text(plan: &Plan) -> String {
     let short = |s: &str| s.chars().take(8).collect::<String>();
@@ -949,4 +998,75 @@ pub fn markdown(plan: &Plan) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::StatusState;
+
+    fn plan_with(clusters: Vec<ClusterPlan>) -> Plan {
+        Plan {
+            from: None,
+            to: "b".repeat(40),
+            commits: 1,
+            full_resync: false,
+            clusters,
+            invalid: Vec::new(),
+            repo_diagnostics: Vec::new(),
+            signatures: Vec::new(),
+        }
+    }
+
+    fn op(id: &str, action: &str) -> PlannedOperation {
+        PlannedOperation {
+            id: id.into(),
+            name: format!("prod-bj-{id}-12345678"),
+            action: action.into(),
+            commit: "b".repeat(40),
+            subject: "scale".into(),
+            commit_index: 0,
+        }
+    }
+
+    #[test]
+    fn plan_status_says_what_would_run_and_the_warnings() {
+        let bj = ClusterPlan {
+            name: "prod-bj".into(),
+            operations: vec![op("add-node8", "scale.yml")],
+            warnings: vec!["prod-bj: node3 leaves hosts.yml and no operation names it".into()],
+            ..ClusterPlan::default()
+        };
+        let (state, description) = plan_status(&plan_with(vec![bj]));
+        assert_eq!(state, StatusState::Success);
+        assert_eq!(
+            description,
+            "prod-bj: add-node8 (scale.yml) would run; 1 warning(s): prod-bj: node3 leaves hosts.yml and no \
+             operation names it"
+        );
+        assert_eq!(plan_status(&plan_with(Vec::new())).1, "no changes");
+    }
+
+    #[test]
+    fn plan_status_of_an_invalid_cluster_is_an_error_naming_file_and_line() {
+        let mut plan = plan_with(Vec::new());
+        let diagnostic = Diagnostic {
+            cluster: Some("prod-bj".into()),
+            path: "clusters/prod-bj/hosts.yml".into(),
+            line: 3,
+            column: 1,
+            severity: layout::Severity::Error,
+            message: "hosts must be a mapping".into(),
+        };
+        plan.invalid.push(InvalidCluster {
+            name: "prod-bj".into(),
+            diagnostics: vec![diagnostic],
+        });
+        let (state, description) = plan_status(&plan);
+        assert_eq!(state, StatusState::Error);
+        assert!(
+            description.starts_with("clusters/prod-bj/hosts.yml:3"),
+            "{description}"
+        );
+    }
 }

@@ -58,7 +58,7 @@ pub mod verify;
 
 pub use attribution::{attribute, Attributions, Introduced};
 pub use diff::{diff_trees, ChangeSet};
-pub use fetch::{Poll, Source};
+pub use fetch::{Poll, PullRequestHead, Source};
 pub use history::{cluster_history, HistoryEntry};
 pub use read::{read_commit, CommitRead};
 pub use revision::{check_range, open_local, resolve_revision, RevisionError};
