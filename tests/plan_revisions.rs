@@ -2,26 +2,12 @@
 //! (`--repo .`), in a shallow one, and through the cache of a remote.
 
 mod gitkit;
-
-use std::path::Path;
-use std::process::Command;
+#[path = "common/kok.rs"]
+mod kok_process;
 
 use gitkit::{skip_servers, GitDaemon, RepoBuilder};
+use kok_process::kok;
 use serde_json::Value;
-
-fn kok(args: &[&str], cache: &Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kok"))
-        .args(args)
-        .env("KOK_CACHE_DIR", cache)
-        .env("KOK_LOG", "error")
-        .output()
-        .expect("kok runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// The ids of the operations the plan of `repo` between `from` and `to` would run, per cluster.
 fn planned(repo: &str, from: &str, to: &str) -> Vec<String> {
