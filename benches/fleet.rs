@@ -370,6 +370,8 @@ struct Run {
     reconcile_requests: Option<BTreeMap<String, usize>>,
     notes_secs: Option<f64>,
     notes_contexts: usize,
+    /// Commits on refs/notes/kok in the remote once the statuses were delivered (or the wait ended).
+    notes_commits: Option<usize>,
     forge_secs: Option<f64>,
     forge_contexts: usize,
     forge_requests: usize,
@@ -499,8 +501,13 @@ impl Bench<'_> {
         }
         let waited = self.cfg.timeout.as_secs();
         if run.reconciled_secs.is_none() {
-            run.problems
-                .push(format!("commit reconciled: timed out after {waited} s"));
+            run.problems.push(format!(
+                "commit reconciled: timed out after {waited} s (requests counted until then)"
+            ));
+            run.reconcile_requests = meta
+                .requests()
+                .zip(before.as_ref())
+                .map(|(now, before)| now.since(before).0);
         }
         if run.notes_secs.is_none() {
             run.problems.push(format!(
@@ -515,6 +522,8 @@ impl Bench<'_> {
             ));
         }
         run.forge_requests = forge_requests;
+        let counted = e2e::git_output(&remote.bare(), &["rev-list", "--count", "refs/notes/kok"]);
+        run.notes_commits = String::from_utf8_lossy(&counted.stdout).trim().parse().ok();
         eprintln!(
             "[{} {}] reconciled {:?} s, notes {:?} s ({}/{}), fake GitHub {:?} s ({}/{})",
             run.fleet,
@@ -677,15 +686,19 @@ fn table(runs: &[Run]) -> String {
             Some(s) => format!("{s:.1} s ({seen})"),
             None => format!("timed out ({seen} of {})", r.statuses),
         };
-        let idle = counts(&r.idle_requests)
-            .map(|c| {
-                format!(
-                    "{:.1}/s ({})",
-                    c.total() as f64 / r.idle_secs.max(1e-9),
-                    c.summary()
-                )
-            })
-            .unwrap_or_else(|| "n/a".into());
+        let notes_commits = r
+            .notes_commits
+            .map(|n| format!(", {n} notes commits"))
+            .unwrap_or_default();
+        let idle = match (counts(&r.idle_requests), r.idle_cpu_percent) {
+            (Some(c), _) => format!(
+                "{:.1}/s ({})",
+                c.total() as f64 / r.idle_secs.max(1e-9),
+                c.summary()
+            ),
+            (None, Some(_)) => "n/a".into(),
+            (None, None) => "—".into(),
+        };
         let change_writes = match (r.change_api_writes, r.change_kok_writes) {
             (Some(api), Some(pass)) => format!("{api} writes, {pass} by the pass"),
             (None, Some(pass)) => format!("{pass} writes by the pass"),
@@ -696,12 +709,15 @@ fn table(runs: &[Run]) -> String {
             .map(|c| format!(", {} requests", c.total()))
             .unwrap_or_default();
         out.push_str(&format!(
-            "| {} × {} | {} | {} | {} | {}, {} requests | {} | {} | {} | {} ({}) | {} ({} writes{}) |\n",
+            "| {} × {} | {} | {} | {}{} | {}, {} requests | {} | {} | {} | {} ({}) | {} ({} writes{}) |\n",
             r.clusters,
             r.operations_per_cluster,
             r.mode,
-            fmt_opt(r.reconciled_secs, " s"),
+            r.reconciled_secs
+                .map(|s| format!("{s:.1} s"))
+                .unwrap_or_else(|| "timed out".into()),
             delivered(r.notes_secs, r.notes_contexts),
+            notes_commits,
             delivered(r.forge_secs, r.forge_contexts),
             r.forge_requests,
             fmt_opt(r.peak_rss_mib, " MiB"),

@@ -325,8 +325,19 @@ async fn a_missing_secret_gives_no_job_and_a_clear_condition_until_it_exists() {
         .contains("kubectl -n kok-system create secret generic prod-ssh --type=kubernetes.io/ssh-auth"));
     assert!(jobs(&client).await.is_empty());
 
-    // Waiting is event-driven: while nothing changes, the waiting operation and Cluster make no requests.
+    // Waiting is event-driven: once the Cluster's status caught up with its queued operation, nothing
+    // changes, and the waiting operation and Cluster make no requests.
     let log = server.requests();
+    wait_for("the Cluster's status to count the queued operation", || async {
+        let c = Api::<Cluster>::namespaced(client.clone(), NS)
+            .get("prod")
+            .await
+            .ok()?;
+        let last = c.status?.last_operation?;
+        (last.phase == Phase::Queued).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     log.reset();
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let made: Vec<_> = log
