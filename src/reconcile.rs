@@ -13,11 +13,11 @@ use git2::Oid;
 use kube::Client;
 use tracing::{info, instrument, warn};
 
-use crate::layout::{self, Diagnostic, Parsed};
+use crate::layout::{self, Diagnostic};
 use crate::materialize::{self, apply, state, RenderContext};
 use crate::metrics::Metrics;
 use crate::source::verify::{self, RangeVerdict, Verification};
-use crate::source::{self, ChangeSet, Source, SourceError};
+use crate::source::{self, Source, SourceError};
 
 /// What a pass needs besides the source and the client.
 #[derive(Clone, Debug)]
@@ -89,39 +89,6 @@ where
     .map_err(PassError::from)
 }
 
-/// What the blocking half of a pass read from git.
-struct Read {
-    changes: ChangeSet,
-    parsed: Parsed,
-    introduced: Vec<source::Introduced>,
-}
-
-fn read_commit(
-    source: &mut Source,
-    old: Option<Oid>,
-    new: Oid,
-    root: &str,
-    full: bool,
-) -> Result<Read, SourceError> {
-    let changes = source.diff(if full { None } else { old }, new, root)?;
-    let mut names: Vec<String> = changes.added.iter().chain(&changes.changed).cloned().collect();
-    names.sort();
-    names.dedup();
-    let tree = source.tree(new)?;
-    let parsed = layout::parse_clusters(&tree, root, &names);
-    // A full resync has no base to attribute against: its new operations belong to the commit itself.
-    let introduced = if changes.full_resync {
-        Vec::new()
-    } else {
-        source::attribution::attribute_parsed(source.repository(), old, new, root, &names, &parsed)?
-    };
-    Ok(Read {
-        changes,
-        parsed,
-        introduced,
-    })
-}
-
 /// Verifies the signatures of the commits reconciling `new` would accept: `new` alone, or with
 /// [`verify::VerifyMode::All`] every commit since `old`. Reads the trust material afresh.
 #[instrument(skip_all, fields(commit = %new))]
@@ -165,7 +132,10 @@ pub async fn pass(
 ) -> Result<PassOutcome, PassError> {
     let started = Instant::now();
     let root = cfg.root.clone();
-    let read = with_source(source, move |s| read_commit(s, old, new, &root, full)).await?;
+    let read = with_source(source, move |s| {
+        source::read_commit(s.repository(), old, new, &root, full)
+    })
+    .await?;
     let (ref_name, repo_url) = {
         let s = source.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let reference = s.resolved_ref().unwrap_or(&s.config().reference).to_string();

@@ -1,26 +1,14 @@
 //! `kok plan` and `kok history` run as the real binary against repositories built with git.
 
 mod gitkit;
+#[path = "common/kok.rs"]
+mod kok_process;
 
 use std::path::Path;
-use std::process::Command;
 
 use gitkit::RepoBuilder;
+use kok_process::kok;
 use serde_json::Value;
-
-fn kok(args: &[&str], cache: &Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kok"))
-        .args(args)
-        .env("KOK_CACHE_DIR", cache)
-        .env("KOK_LOG", "error")
-        .output()
-        .expect("kok runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn plan_json(repo: &RepoBuilder, extra: &[&str], cache: &Path) -> Value {
     let url = repo.url();

@@ -1,7 +1,7 @@
 //! `kok plan`: what a commit range would change — objects created, updated and deleted per cluster,
 //! and the operations that would run, each with the commit that introduced it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,14 +10,21 @@ use anyhow::Context;
 use git2::Oid;
 use serde::Serialize;
 
-use super::OutputFormat;
-use crate::api::DEFAULT_NAMESPACE;
-use crate::layout::{self, Diagnostic, Parsed};
-use crate::materialize::{canonical_json, render_cluster, RenderContext, ZERO_SHA};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
+
+use crate::api::{Cluster, ClusterOperation, DEFAULT_NAMESPACE, LABEL_CURRENT};
+use crate::layout::{self, Diagnostic};
+use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
+use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
+use crate::source::attribution::to_render_attribution;
 use crate::source::verify::{
     commits_to_verify, signature_states, CommitSignature, Trust, TrustFiles, Verification, VerifyMode,
 };
-use crate::source::{attribute, Credentials, GitTree, Source, SourceConfig};
+use crate::source::{
+    check_range, open_local, read_commit, resolve_revision, CommitRead, Credentials, GitTree, Source,
+    SourceConfig,
+};
 
 /// Where the remote is and how to reach it; shared by the commands that read a git remote.
 #[derive(clap::Args, Debug, Clone)]
@@ -163,21 +170,42 @@ pub struct Args {
     #[arg(long, default_value = DEFAULT_NAMESPACE, env = "KOK_NAMESPACE")]
     pub namespace: String,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text, env = "KOK_OUTPUT")]
-    pub output: OutputFormat,
+    #[arg(long, value_enum, default_value_t = PlanFormat::Text, env = "KOK_OUTPUT")]
+    pub output: PlanFormat,
+    /// Kubeconfig of the meta-cluster: the plan starts from its live objects (also in a pod, from the
+    /// in-cluster configuration). Without one, it starts from the render of --from.
+    #[arg(long, env = "KOK_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Exit codes as terraform's: 0 nothing to do, 2 objects would be written or operations would
+    /// run, 1 an error (an invalid cluster or kok.yml at --to included).
+    #[arg(long, env = "KOK_DETAILED_EXITCODE")]
+    pub detailed_exitcode: bool,
     /// Signature checks: every commit of the range is reported; with --verify-signatures, an
     /// untrusted one (the tip alone with `tip`) makes the exit code 1.
     #[command(flatten)]
     pub trust: TrustArgs,
 }
 
-/// One object, by kind and name.
+/// Output formats of `kok plan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlanFormat {
+    /// Lines for humans.
+    Text,
+    /// JSON for tools.
+    Json,
+    /// Markdown, one table per cluster: a pull-request comment.
+    Markdown,
+}
+
+/// One write, by the kind and name of its object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct ObjectRef {
     /// Kubernetes kind.
     pub kind: String,
     /// Object name.
     pub name: String,
+    /// What the write does.
+    pub what: String,
 }
 
 /// An operation that would run.
@@ -203,14 +231,18 @@ pub struct PlannedOperation {
 pub struct ClusterPlan {
     /// Cluster name.
     pub name: String,
-    /// Objects in `to` and not in `from`.
+    /// Objects created, one write each.
     pub created: Vec<ObjectRef>,
-    /// Objects in both whose content differs.
+    /// Objects written again, one entry per write (a canceled operation is two: its status and its
+    /// label).
     pub updated: Vec<ObjectRef>,
-    /// Objects in `from` and not in `to`.
+    /// Objects deleted.
     pub deleted: Vec<ObjectRef>,
     /// Operations that would run, in commit order then file order.
     pub operations: Vec<PlannedOperation>,
+    /// Scale-down order problems (promise 7): a new operation naming a host the range removes from
+    /// hosts.yml, or a host removed that no new operation names.
+    pub warnings: Vec<String>,
 }
 
 /// A cluster that is invalid at `to`: nothing of it changes.
@@ -244,24 +276,119 @@ pub struct Plan {
     pub signatures: Vec<CommitSignature>,
 }
 
+/// The repository a plan reads: the user's own when `--repo` is a local repository (a CI checkout of
+/// a pull request: `--repo . --from origin/main --to HEAD`), else the bare cache of the remote with all
+/// its branches and tags.
+enum PlanRepository {
+    /// A local repository, read in place; nothing is fetched.
+    Local(git2::Repository),
+    /// The cache of a remote.
+    Cache(Box<Source>),
+}
+
+impl PlanRepository {
+    fn repository(&self) -> &git2::Repository {
+        match self {
+            PlanRepository::Local(repo) => repo,
+            PlanRepository::Cache(source) => source.repository(),
+        }
+    }
+}
+
+/// The ends of the range `args` asks for, resolved as `git rev-parse` resolves them.
+fn open_range(args: &Args) -> anyhow::Result<(PlanRepository, Option<Oid>, Oid)> {
+    let shown = crate::source::redact(&args.git.repo);
+    let (repository, to) = match open_local(&args.git.repo) {
+        Some(repo) => {
+            let to = match &args.to {
+                Some(rev) => resolve_revision(&repo, rev, &shown)?,
+                None => resolve_revision(&repo, &args.git.reference, &shown).map_err(|e| {
+                    anyhow::anyhow!(
+                        "ref {:?} does not exist in {shown}; check --ref ({e})",
+                        args.git.reference
+                    )
+                })?,
+            };
+            (PlanRepository::Local(repo), to)
+        }
+        None => {
+            let (mut source, tip) = args.git.fetch()?;
+            let to = match &args.to {
+                Some(rev) => {
+                    source.fetch_branches_and_tags()?;
+                    resolve_revision(source.repository(), rev, &shown)?
+                }
+                None if args.from.is_some() => {
+                    source.fetch_branches_and_tags()?;
+                    tip
+                }
+                None => tip,
+            };
+            (PlanRepository::Cache(Box::new(source)), to)
+        }
+    };
+    let repo = repository.repository();
+    let from = match &args.from {
+        Some(rev) => Some(resolve_revision(repo, rev, &shown)?),
+        None => repo.find_commit(to).ok().and_then(|c| c.parent_id(0).ok()),
+    };
+    if let Some(from) = from {
+        check_range(repo, from, to, &shown)?;
+    }
+    Ok((repository, from, to))
+}
+
+/// The meta-cluster to read: `--kubeconfig`, or the in-cluster configuration inside a pod.
+fn meta_cluster(args: &Args) -> anyhow::Result<Option<kube::Config>> {
+    if let Some(path) = &args.kubeconfig {
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let config = runtime
+            .block_on(kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &Default::default(),
+            ))
+            .with_context(|| format!("loading the kubeconfig {}", path.display()))?;
+        return Ok(Some(config));
+    }
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        return Ok(Some(
+            kube::Config::incluster().context("reading the in-cluster configuration")?,
+        ));
+    }
+    Ok(None)
+}
+
 /// Runs `kok plan`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (source, tip) = args.git.fetch()?;
-    let to = match &args.to {
-        Some(rev) => source.resolve_commit(rev)?,
-        None => tip,
+    let (repository, from, to) = open_range(&args)?;
+    let ref_name = crate::reconcile::short_ref(&args.git.reference);
+    let prepared = prepare(
+        repository.repository(),
+        from,
+        to,
+        &args.path,
+        &args.namespace,
+        &ref_name,
+    )?;
+    let baseline = match meta_cluster(&args)? {
+        Some(config) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?
+            .block_on(async {
+                let client = kube::Client::try_from(config).context("connecting to the meta-cluster")?;
+                live_baseline(&client, &args.namespace, &prepared).await
+            })?,
+        None => prepared.simulated_baseline(),
     };
-    let from = match &args.from {
-        Some(rev) => Some(source.resolve_commit(rev)?),
-        None => source
-            .repository()
-            .find_commit(to)
-            .ok()
-            .and_then(|c| c.parent_id(0).ok()),
-    };
-    let mut plan = compute(&source, from, to, &args.path, &args.namespace)?;
+    let mut plan = decide(&prepared, &baseline);
     let trust = args.trust.trust.load()?;
-    let repo = source.repository();
+    let repo = repository.repository();
     let range = commits_to_verify(repo, from, to, VerifyMode::All)?;
     plan.signatures = signature_states(repo, &range, &trust, jiff::Timestamp::now().as_second())?;
     let refused = match args.trust.verify_signatures {
@@ -269,100 +396,300 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(VerifyMode::Tip) => plan.signatures.first().is_some_and(|s| !s.trusted),
         None => false,
     };
-    let mut out = std::io::stdout().lock();
-    match args.output {
-        OutputFormat::Json => {
-            serde_json::to_writer_pretty(&mut out, &plan).context("writing the plan to stdout")?;
-            std::io::Write::write_all(&mut out, b"\n").context("writing the plan to stdout")?;
-        }
-        OutputFormat::Text => std::io::Write::write_all(&mut out, text(&plan).as_bytes())
-            .context("writing the plan to stdout")?,
-    }
+    let rendered = match args.output {
+        PlanFormat::Json => serde_json::to_string_pretty(&plan).context("serializing the plan")? + "\n",
+        PlanFormat::Text => text(&plan),
+        PlanFormat::Markdown => markdown(&plan),
+    };
+    std::io::Write::write_all(&mut std::io::stdout().lock(), rendered.as_bytes())
+        .context("writing the plan to stdout")?;
     Ok(if refused {
-        ExitCode::from(1)
+        ExitCode::FAILURE
+    } else if !args.detailed_exitcode {
+        ExitCode::SUCCESS
+    } else if plan.has_errors() {
+        ExitCode::FAILURE
+    } else if plan.has_changes() {
+        ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
     })
 }
 
-/// Computes the plan of `(from, to]` under `root`. Both ends are rendered with the same neutral
-/// revision, so revision annotations do not count as updates; only clusters the diff reports are
-/// compared.
-pub fn compute(
-    source: &Source,
+impl Plan {
+    /// True when the merge would write an object or run an operation.
+    pub fn has_changes(&self) -> bool {
+        !self.clusters.is_empty()
+    }
+
+    /// True when a cluster or kok.yml is invalid at `to`.
+    pub fn has_errors(&self) -> bool {
+        !self.invalid.is_empty() || !self.repo_diagnostics.is_empty()
+    }
+}
+
+/// What a plan reads of git: the commit `to` as the service's pass reads it against `from`, rendered as
+/// the pass renders it, and (for a plan without a meta-cluster) the clusters as `from` renders them.
+pub struct Prepared {
+    from: Option<Oid>,
+    to: Oid,
+    commits: usize,
+    read: CommitRead,
+    desired: Vec<DesiredCluster>,
+    at_from: BTreeMap<String, DesiredCluster>,
+    hosts_at_from: BTreeMap<String, BTreeSet<String>>,
+    subjects: BTreeMap<String, String>,
+}
+
+impl Prepared {
+    /// The clusters whose live objects the plan compares against.
+    pub fn cluster_names(&self) -> BTreeSet<String> {
+        self.desired
+            .iter()
+            .map(|d| d.name.clone())
+            .chain(self.read.changes.removed.iter().cloned())
+            .collect()
+    }
+
+    /// True when `from` is not an ancestor of `to`: every cluster is compared and the others pruned.
+    pub fn full_resync(&self) -> bool {
+        self.read.changes.full_resync
+    }
+
+    /// The live objects as the service would have left them after reconciling `from`, none of its
+    /// operations started: for a plan without a meta-cluster.
+    pub fn simulated_baseline(&self) -> Baseline {
+        let clusters = self
+            .at_from
+            .iter()
+            .map(|(n, d)| (n.clone(), simulate_live(d)))
+            .collect();
+        Baseline {
+            clusters,
+            names: self.at_from.keys().cloned().collect(),
+        }
+    }
+}
+
+/// The live objects a plan starts from: per cluster, and the names of every Cluster kok manages.
+#[derive(Clone, Debug, Default)]
+pub struct Baseline {
+    /// Live objects of the clusters the plan compares.
+    pub clusters: BTreeMap<String, Live>,
+    /// Names of every managed Cluster (read only for a full resync).
+    pub names: BTreeSet<String>,
+}
+
+/// Reads the baseline from the meta-cluster: three lists per cluster compared, one more on a full resync.
+pub async fn live_baseline(
+    client: &kube::Client,
+    namespace: &str,
+    prepared: &Prepared,
+) -> anyhow::Result<Baseline> {
+    let mut baseline = Baseline::default();
+    if prepared.full_resync() {
+        baseline.names = apply::live_cluster_names(client, namespace).await?;
+    }
+    let names: BTreeSet<String> = prepared
+        .cluster_names()
+        .into_iter()
+        .chain(baseline.names.clone())
+        .collect();
+    for name in names {
+        let live = apply::read_live(client, namespace, &name).await?;
+        baseline.clusters.insert(name, live);
+    }
+    Ok(baseline)
+}
+
+/// `desired` as it would stand in the meta-cluster: every object current, every ConfigMap owned by
+/// the Cluster and the operations that pin it, no operation started.
+fn simulate_live(desired: &DesiredCluster) -> Live {
+    let with_uid = |meta: &mut kube::api::ObjectMeta, current: bool| {
+        meta.uid = Some(format!("plan-{}", meta.name.clone().unwrap_or_default()));
+        if current {
+            meta.labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(LABEL_CURRENT.to_string(), "true".to_string());
+        }
+    };
+    let mut cluster = desired.cluster.clone();
+    with_uid(&mut cluster.metadata, false);
+    let operations: BTreeMap<String, ClusterOperation> = desired
+        .operations
+        .iter()
+        .map(|op| {
+            let mut op = op.clone();
+            with_uid(&mut op.metadata, true);
+            op.status = None;
+            (op.name_any(), op)
+        })
+        .collect();
+    let owner = |meta: &kube::api::ObjectMeta, kind: &str, api_version: &str| OwnerReference {
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        ..OwnerReference::default()
+    };
+    let config_maps = desired
+        .config_maps
+        .iter()
+        .map(|cm| {
+            let mut cm = cm.clone();
+            with_uid(&mut cm.metadata, true);
+            let name = cm.name_any();
+            let mut owners = vec![owner(&cluster.metadata, "Cluster", &Cluster::api_version(&()))];
+            owners.extend(
+                operations
+                    .values()
+                    .filter(|o| o.spec.hosts_conf_ref.name == name || o.spec.vars_conf_ref.name == name)
+                    .map(|o| {
+                        owner(
+                            &o.metadata,
+                            "ClusterOperation",
+                            &ClusterOperation::api_version(&()),
+                        )
+                    }),
+            );
+            cm.metadata.owner_references = Some(owners);
+            (name, cm)
+        })
+        .collect();
+    Live {
+        cluster: Some(cluster),
+        config_maps,
+        operations,
+    }
+}
+
+/// Reads `(from, to]` under `root` as the service's pass reads it, and renders it as the pass would
+/// render it with `ref_name` as the branch.
+pub fn prepare(
+    repo: &git2::Repository,
     from: Option<Oid>,
     to: Oid,
     root: &str,
     namespace: &str,
-) -> anyhow::Result<Plan> {
-    let repo = source.repository();
-    let changes = source.diff(from, to, root)?;
-    let touched = changes.touched();
-    let mut names: Vec<String> = touched.iter().chain(&changes.removed).cloned().collect();
-    names.sort();
-    names.dedup();
-    let at_to = parse(source, to, root, &names)?;
-    let at_from = match from {
-        Some(f) if repo.find_commit(f).is_ok() => parse(source, f, root, &names)?,
-        _ => Parsed::default(),
-    };
-    let introduced = attribute(repo, from, to, root, &touched)?;
-    let path = crate::source::attribution::first_parent_path(repo, from, to)?;
-    let neutral = RenderContext::new(namespace, "plan", ZERO_SHA);
-    let mut clusters = Vec::new();
-    for name in &names {
-        if at_to.invalid.contains(name) {
-            continue;
+    ref_name: &str,
+) -> anyhow::Result<Prepared> {
+    let from = from.filter(|f| repo.find_commit(*f).is_ok());
+    let read = read_commit(repo, from, to, root, false)?;
+    let to_sha = to.to_string();
+    let mut ctx = RenderContext::new(namespace, ref_name, &to_sha);
+    ctx.queue_base = crate::reconcile::queue_base(jiff::Timestamp::now());
+    ctx.attribution = to_render_attribution(&read.introduced);
+    let desired: Vec<DesiredCluster> = read
+        .parsed
+        .clusters
+        .iter()
+        .map(|c| render_cluster(c, &ctx))
+        .collect();
+    let mut at_from = BTreeMap::new();
+    let mut hosts_at_from = BTreeMap::new();
+    if let Some(from) = from {
+        let names: Vec<String> = if read.changes.full_resync {
+            crate::source::diff::diff(repo, None, from, root)?.added
+        } else {
+            let mut names: Vec<String> = desired
+                .iter()
+                .map(|d| d.name.clone())
+                .chain(read.changes.removed.iter().cloned())
+                .collect();
+            names.sort();
+            names
+        };
+        let tree = GitTree::at_commit(repo, from)?;
+        let parsed = layout::parse_clusters(&tree, root, &names);
+        let from_sha = from.to_string();
+        let ctx = RenderContext::new(namespace, ref_name, &from_sha);
+        for cluster in &parsed.clusters {
+            at_from.insert(cluster.name.clone(), render_cluster(cluster, &ctx));
+            hosts_at_from.insert(cluster.name.clone(), cluster.inventory.hosts.clone());
         }
-        let before = objects(&at_from, name, &neutral)?;
-        let after = objects(&at_to, name, &neutral)?;
+    }
+    let path = crate::source::attribution::first_parent_path(repo, from, to)?;
+    let mut subjects = BTreeMap::new();
+    for op in &read.introduced {
+        let subject = Oid::from_str(&op.commit)
+            .ok()
+            .and_then(|id| repo.find_commit(id).ok())
+            .and_then(|c| c.summary().ok().flatten().map(str::to_string))
+            .unwrap_or_default();
+        subjects.insert(op.commit.clone(), subject);
+    }
+    Ok(Prepared {
+        from,
+        to,
+        commits: path.len(),
+        read,
+        desired,
+        at_from,
+        hosts_at_from,
+        subjects,
+    })
+}
+
+/// The plan: the writes the service's pass would make on `baseline` for `prepared`, decided by the
+/// same functions that decide apply's writes.
+pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
+    let now = jiff::Timestamp::now();
+    let empty = Live::default();
+    let live = |name: &str| baseline.clusters.get(name).unwrap_or(&empty);
+    let mut writes: BTreeMap<String, Vec<Write>> = BTreeMap::new();
+    for desired in &prepared.desired {
+        writes.insert(
+            desired.name.clone(),
+            decide_cluster(live(&desired.name), desired, now),
+        );
+    }
+    for name in &prepared.read.changes.removed {
+        writes.insert(name.clone(), decide_removal(live(name), name, now));
+    }
+    if prepared.full_resync() {
+        let kept: BTreeSet<&String> = prepared
+            .desired
+            .iter()
+            .map(|d| &d.name)
+            .chain(&prepared.read.parsed.invalid)
+            .chain(&prepared.read.changes.removed)
+            .collect();
+        for name in baseline.names.iter().filter(|n| !kept.contains(n)) {
+            writes.insert(name.clone(), decide_removal(live(name), name, now));
+        }
+    }
+    let mut clusters = Vec::new();
+    for (name, writes) in writes {
         let mut plan = ClusterPlan {
             name: name.clone(),
             ..ClusterPlan::default()
         };
-        for (key, hash) in &after {
-            match before.get(key) {
-                None => plan.created.push(key.clone()),
-                Some(old) if old != hash => plan.updated.push(key.clone()),
-                Some(_) => {}
+        for write in &writes {
+            let (change, kind, object) = write.target();
+            let entry = ObjectRef {
+                kind: kind.to_string(),
+                name: object.to_string(),
+                what: write.describe().to_string(),
+            };
+            match change {
+                Change::Create => plan.created.push(entry),
+                Change::Update => plan.updated.push(entry),
+                Change::Delete => plan.deleted.push(entry),
             }
         }
-        plan.deleted = before
-            .keys()
-            .filter(|k| !after.contains_key(*k))
-            .cloned()
-            .collect();
-        let cluster_dir = at_to.clusters.iter().find(|c| &c.name == name);
-        for op in introduced.iter().filter(|i| &i.cluster == name) {
-            let action = cluster_dir
-                .and_then(|c| c.operations.iter().find(|o| o.id == op.id))
-                .map(|o| o.action.clone())
-                .unwrap_or_default();
-            let subject = Oid::from_str(&op.commit)
-                .ok()
-                .and_then(|id| repo.find_commit(id).ok())
-                .and_then(|c| c.summary().ok().flatten().map(str::to_string))
-                .unwrap_or_default();
-            plan.operations.push(PlannedOperation {
-                id: op.id.clone(),
-                name: crate::materialize::operation_name(name, &op.id, &op.digest),
-                action,
-                commit: op.commit.clone(),
-                subject,
-                commit_index: op.commit_index,
-            });
-        }
-        if !(plan.created.is_empty() && plan.updated.is_empty() && plan.deleted.is_empty()) {
+        plan.operations = planned_operations(prepared, &name, &writes);
+        plan.warnings = scale_down_warnings(prepared, &name, &plan.operations);
+        if !writes.is_empty() {
             clusters.push(plan);
         }
     }
-    let invalid = at_to
+    let parsed = &prepared.read.parsed;
+    let invalid = parsed
         .invalid
         .iter()
-        .filter(|n| names.contains(n))
         .map(|n| InvalidCluster {
             name: n.clone(),
-            diagnostics: at_to
+            diagnostics: parsed
                 .diagnostics
                 .iter()
                 .filter(|d| d.cluster.as_deref() == Some(n))
@@ -370,50 +697,159 @@ pub fn compute(
                 .collect(),
         })
         .collect();
-    let repo_diagnostics = at_to
-        .diagnostics
-        .iter()
-        .filter(|d| d.cluster.is_none())
-        .cloned()
-        .collect();
-    Ok(Plan {
-        from: from.map(|f| f.to_string()),
-        to: to.to_string(),
-        commits: path.len(),
-        full_resync: changes.full_resync,
+    Plan {
+        from: prepared.from.map(|f| f.to_string()),
+        to: prepared.to.to_string(),
+        commits: prepared.commits,
+        full_resync: prepared.full_resync(),
         clusters,
         invalid,
-        repo_diagnostics,
+        repo_diagnostics: parsed
+            .diagnostics
+            .iter()
+            .filter(|d| d.cluster.is_none())
+            .cloned()
+            .collect(),
         signatures: Vec::new(),
-    })
-}
-
-fn parse(source: &Source, commit: Oid, root: &str, names: &[String]) -> anyhow::Result<Parsed> {
-    let tree: GitTree<'_> = source.tree(commit)?;
-    Ok(layout::parse_clusters(&tree, root, names))
-}
-
-/// The rendered objects of cluster `name`: (kind, name) → canonical JSON.
-fn objects(parsed: &Parsed, name: &str, ctx: &RenderContext) -> anyhow::Result<BTreeMap<ObjectRef, String>> {
-    let Some(cluster) = parsed.clusters.iter().find(|c| c.name == name) else {
-        return Ok(BTreeMap::new());
-    };
-    let desired = render_cluster(cluster, ctx);
-    let mut out = BTreeMap::new();
-    for object in desired.objects()? {
-        let kind = object
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .unwrap_or_default()
-            .to_string();
-        let obj_name = object
-            .pointer("/metadata/name")
-            .and_then(|n| n.as_str())
-            .unwrap_or_default()
-            .to_string();
-        out.insert(ObjectRef { kind, name: obj_name }, canonical_json(&object));
     }
-    Ok(out)
+}
+
+/// The scale-down warnings of cluster `name`: `remove-node.yml` must run while the node is still in
+/// hosts.yml, and a node left out of hosts.yml without one stays in the cluster.
+fn scale_down_warnings(prepared: &Prepared, name: &str, operations: &[PlannedOperation]) -> Vec<String> {
+    let Some(before) = prepared.hosts_at_from.get(name) else {
+        return Vec::new();
+    };
+    let after = prepared
+        .read
+        .parsed
+        .clusters
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| c.inventory.hosts.clone())
+        .unwrap_or_default();
+    let removed: BTreeSet<&String> = before.difference(&after).collect();
+    let cluster = prepared.read.parsed.clusters.iter().find(|c| c.name == name);
+    let mut named: BTreeSet<String> = BTreeSet::new();
+    let mut warnings = Vec::new();
+    for planned in operations {
+        let Some(op) = cluster.and_then(|c| c.operations.iter().find(|o| o.id == planned.id)) else {
+            continue;
+        };
+        for host in layout::host_references(&op.extra_args) {
+            if removed.contains(&host.name) {
+                warnings.push(format!(
+                    "{name}: operation {} names {}, which this change removes from hosts.yml: \
+                     {} must run while the node is still in hosts.yml; remove the host in a later commit",
+                    op.id, host.name, op.action
+                ));
+            }
+            named.insert(host.name);
+        }
+    }
+    for host in removed.iter().filter(|h| !named.contains(h.as_str())) {
+        warnings.push(format!(
+            "{name}: {host} leaves hosts.yml and no operation names it, so it stays in the cluster; \
+             run remove-node.yml with -e node={host} in an earlier commit"
+        ));
+    }
+    warnings
+}
+
+/// The operations the writes of cluster `name` create, in commit order then file order.
+fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<PlannedOperation> {
+    let Some(desired) = prepared.desired.iter().find(|d| d.name == name) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for write in writes {
+        let Write::CreateOperation { name: op_name } = write else {
+            continue;
+        };
+        let Some((file_index, op)) = desired
+            .operations
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.name_any() == *op_name)
+        else {
+            continue;
+        };
+        let introduced = prepared
+            .read
+            .introduced
+            .iter()
+            .find(|i| i.cluster == name && i.id == op.spec.id);
+        let commit = introduced
+            .map(|i| i.commit.clone())
+            .unwrap_or_else(|| prepared.to.to_string());
+        out.push((
+            introduced
+                .map(|i| i.commit_index)
+                .unwrap_or(prepared.commits.saturating_sub(1)),
+            file_index,
+            PlannedOperation {
+                id: op.spec.id.clone(),
+                name: op_name.clone(),
+                action: op.spec.action.clone(),
+                subject: prepared.subjects.get(&commit).cloned().unwrap_or_default(),
+                commit,
+                commit_index: introduced
+                    .map(|i| i.commit_index)
+                    .unwrap_or(prepared.commits.saturating_sub(1)),
+            },
+        ));
+    }
+    out.sort_by_key(|(c, f, _)| (*c, *f));
+    out.into_iter().map(|(_, _, p)| p).collect()
+}
+
+/// Context of the status a pull-request head gets.
+pub const PLAN_CONTEXT: &str = "kok/plan";
+
+/// The `kok/plan` status of a pull-request head: `error` naming the file and line of the first
+/// problem when a cluster or kok.yml is invalid, else `success` saying what would run (and the
+/// scale-down warnings), e.g. `prod-bj: add-node8 (scale.yml) would run`. Forges cut the
+/// description to their limits.
+pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
+    let first_error = plan
+        .repo_diagnostics
+        .iter()
+        .chain(plan.invalid.iter().flat_map(|i| &i.diagnostics))
+        .find(|d| d.severity == layout::Severity::Error);
+    if let Some(d) = first_error {
+        return (crate::api::StatusState::Error, d.to_string());
+    }
+    let mut parts: Vec<String> = plan
+        .clusters
+        .iter()
+        .filter(|c| !c.operations.is_empty())
+        .map(|c| {
+            let ops: Vec<String> = c
+                .operations
+                .iter()
+                .map(|o| format!("{} ({})", o.id, o.action))
+                .collect();
+            format!("{}: {} would run", c.name, ops.join(", "))
+        })
+        .collect();
+    if parts.is_empty() {
+        let writes: usize = plan
+            .clusters
+            .iter()
+            .map(|c| c.created.len() + c.updated.len() + c.deleted.len())
+            .sum();
+        parts.push(if writes == 0 {
+            "no changes".to_string()
+        } else {
+            format!("no operation would run; {writes} object writes")
+        });
+    }
+    let warnings: usize = plan.clusters.iter().map(|c| c.warnings.len()).sum();
+    let mut description = parts.join("; ");
+    if let Some(first) = plan.clusters.iter().flat_map(|c| &c.warnings).next() {
+        description.push_str(&format!("; {warnings} warning(s): {first}"));
+    }
+    (crate::api::StatusState::Success, description)
 }
 
 /// The plan for humans.
@@ -450,8 +886,11 @@ pub fn text(plan: &Plan) -> String {
             ("-", &cluster.deleted),
         ] {
             for o in list {
-                out.push_str(&format!("  {sign} {} {}\n", o.kind, o.name));
+                out.push_str(&format!("  {sign} {} {} ({})\n", o.kind, o.name, o.what));
             }
+        }
+        for w in &cluster.warnings {
+            out.push_str(&format!("  warning: {w}\n"));
         }
         if !cluster.operations.is_empty() {
             out.push_str("  operations that would run:\n");
@@ -482,4 +921,152 @@ pub fn text(plan: &Plan) -> String {
         }
     }
     out
+}
+
+/// A markdown table cell: pipes escaped, line breaks folded.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The plan as markdown, one table per cluster, fit for a pull-request comment.
+pub fn markdown(plan: &Plan) -> String {
+    let short = |s: &str| s.chars().take(8).collect::<String>();
+    let from = plan
+        .from
+        .as_deref()
+        .map(short)
+        .unwrap_or_else(|| "(root)".to_string());
+    let mut out = format!("### kok plan `{from}..{}`\n\n", short(&plan.to));
+    if plan.full_resync {
+        out.push_str("Full resync: the start is not an ancestor of the end; every cluster compared.\n\n");
+    }
+    for d in &plan.repo_diagnostics {
+        out.push_str(&format!("- :x: `{}`\n", cell(&d.to_string())));
+    }
+    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+        out.push_str("No changes.\n");
+    }
+    for cluster in &plan.clusters {
+        out.push_str(&format!(
+            "#### {}\n\n| change | kind | name | detail |\n|---|---|---|---|\n",
+            cluster.name
+        ));
+        for (change, list) in [
+            ("create", &cluster.created),
+            ("update", &cluster.updated),
+            ("delete", &cluster.deleted),
+        ] {
+            for o in list {
+                out.push_str(&format!(
+                    "| {change} | {} | `{}` | {} |\n",
+                    o.kind, o.name, o.what
+                ));
+            }
+        }
+        for op in &cluster.operations {
+            out.push_str(&format!(
+                "| run | ClusterOperation | `{}` | `{}` (`{}`) from `{}` {} |\n",
+                op.name,
+                cell(&op.id),
+                cell(&op.action),
+                short(&op.commit),
+                cell(&op.subject)
+            ));
+        }
+        out.push('\n');
+        for w in &cluster.warnings {
+            out.push_str(&format!("> :warning: {w}\n"));
+        }
+        if !cluster.warnings.is_empty() {
+            out.push('\n');
+        }
+    }
+    for invalid in &plan.invalid {
+        out.push_str(&format!(
+            "#### {} (invalid: left at its last good state)\n\n",
+            invalid.name
+        ));
+        for d in &invalid.diagnostics {
+            out.push_str(&format!("- `{}`\n", cell(&d.to_string())));
+        }
+        out.push('\n');
+    }
+    if !plan.signatures.is_empty() {
+        out.push_str("#### Signatures\n\n");
+        for signature in &plan.signatures {
+            out.push_str(&format!("- {}\n", cell(&signature.to_string())));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::StatusState;
+
+    fn plan_with(clusters: Vec<ClusterPlan>) -> Plan {
+        Plan {
+            from: None,
+            to: "b".repeat(40),
+            commits: 1,
+            full_resync: false,
+            clusters,
+            invalid: Vec::new(),
+            repo_diagnostics: Vec::new(),
+            signatures: Vec::new(),
+        }
+    }
+
+    fn op(id: &str, action: &str) -> PlannedOperation {
+        PlannedOperation {
+            id: id.into(),
+            name: format!("prod-bj-{id}-12345678"),
+            action: action.into(),
+            commit: "b".repeat(40),
+            subject: "scale".into(),
+            commit_index: 0,
+        }
+    }
+
+    #[test]
+    fn plan_status_says_what_would_run_and_the_warnings() {
+        let bj = ClusterPlan {
+            name: "prod-bj".into(),
+            operations: vec![op("add-node8", "scale.yml")],
+            warnings: vec!["prod-bj: node3 leaves hosts.yml and no operation names it".into()],
+            ..ClusterPlan::default()
+        };
+        let (state, description) = plan_status(&plan_with(vec![bj]));
+        assert_eq!(state, StatusState::Success);
+        assert_eq!(
+            description,
+            "prod-bj: add-node8 (scale.yml) would run; 1 warning(s): prod-bj: node3 leaves hosts.yml and no \
+             operation names it"
+        );
+        assert_eq!(plan_status(&plan_with(Vec::new())).1, "no changes");
+    }
+
+    #[test]
+    fn plan_status_of_an_invalid_cluster_is_an_error_naming_file_and_line() {
+        let mut plan = plan_with(Vec::new());
+        let diagnostic = Diagnostic {
+            cluster: Some("prod-bj".into()),
+            path: "clusters/prod-bj/hosts.yml".into(),
+            line: 3,
+            column: 1,
+            severity: layout::Severity::Error,
+            message: "hosts must be a mapping".into(),
+        };
+        plan.invalid.push(InvalidCluster {
+            name: "prod-bj".into(),
+            diagnostics: vec![diagnostic],
+        });
+        let (state, description) = plan_status(&plan);
+        assert_eq!(state, StatusState::Error);
+        assert!(
+            description.starts_with("clusters/prod-bj/hosts.yml:3"),
+            "{description}"
+        );
+    }
 }

@@ -13,7 +13,9 @@
 //! - removed operations that have not started are marked Canceled; running and finished ones only lose
 //!   the current label and stay as the record until the history limit.
 //!
-//! An unchanged cluster therefore costs three reads and no write.
+//! [`decide_cluster`] and [`decide_removal`] decide the writes from the live and the desired objects
+//! (pure); [`apply_cluster`] and [`remove_cluster`] make them; `kok plan` prints them. An unchanged
+//! cluster therefore costs three reads and no write.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,8 +51,6 @@ pub struct ApplyStats {
     pub deleted: usize,
     /// Operations marked Canceled.
     pub canceled: usize,
-    /// Objects already as desired.
-    pub unchanged: usize,
 }
 
 impl std::ops::AddAssign for ApplyStats {
@@ -60,7 +60,6 @@ impl std::ops::AddAssign for ApplyStats {
         self.updated += o.updated;
         self.deleted += o.deleted;
         self.canceled += o.canceled;
-        self.unchanged += o.unchanged;
     }
 }
 
@@ -168,11 +167,34 @@ pub fn cluster_selector(cluster: &str) -> String {
     format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={cluster}")
 }
 
-/// The live objects of one cluster, read with one list per kind.
-struct Live {
-    cluster: Option<Cluster>,
-    config_maps: BTreeMap<String, ConfigMap>,
-    operations: BTreeMap<String, ClusterOperation>,
+/// The live objects of one cluster, read with one list per kind (or simulated by `kok plan` when no
+/// meta-cluster is reachable).
+#[derive(Clone, Debug, Default)]
+pub struct Live {
+    /// The Cluster, when it exists.
+    pub cluster: Option<Cluster>,
+    /// The cluster's ConfigMaps, by name.
+    pub config_maps: BTreeMap<String, ConfigMap>,
+    /// The cluster's ClusterOperations, by name.
+    pub operations: BTreeMap<String, ClusterOperation>,
+}
+
+/// Reads the live objects of `cluster` (three lists, no write).
+pub async fn read_live(client: &Client, namespace: &str, cluster: &str) -> Result<Live, ApplyError> {
+    Apis::new(client, namespace).live(cluster).await
+}
+
+/// Names of the live Clusters kok manages in `namespace` (one list).
+pub async fn live_cluster_names(client: &Client, namespace: &str) -> Result<BTreeSet<String>, ApplyError> {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), namespace);
+    let lp = ListParams::default().labels(&crate::api::managed_selector());
+    let live = clusters.list(&lp).await.map_err(|source| ApplyError::List {
+        kind: "Cluster",
+        cluster: "*".to_string(),
+        namespace: namespace.to_string(),
+        source: Box::new(source),
+    })?;
+    Ok(live.items.iter().map(|c| c.name_any()).collect())
 }
 
 /// The three API handles of a namespace.
@@ -269,6 +291,311 @@ fn usage_ref<K: Resource<DynamicType = ()>>(obj: &K, uid: &str) -> OwnerReferenc
     }
 }
 
+/// Who uses a ConfigMap: an object that exists (its owner reference), or one an earlier write of the
+/// same apply creates (resolved to its uid once created).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Owner {
+    /// An owner reference as it is, or as known from a live object.
+    Known(OwnerReference),
+    /// The Cluster, created by an earlier write.
+    NewCluster(String),
+    /// A ClusterOperation, created by an earlier write.
+    NewOperation(String),
+}
+
+/// One write request apply makes, decided from the live and the desired objects: `kok plan` prints
+/// them, [`apply_cluster`] and [`remove_cluster`] make them, in this order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    /// Server-side apply of the Cluster (`exists`: an update, else a create).
+    ApplyCluster {
+        /// Cluster name.
+        name: String,
+        /// True when the Cluster exists.
+        exists: bool,
+    },
+    /// Create a ClusterOperation, labelled current.
+    CreateOperation {
+        /// Its name.
+        name: String,
+    },
+    /// Set (`current`) or drop the current label of a ClusterOperation.
+    LabelOperation {
+        /// Its name.
+        name: String,
+        /// The label's new state.
+        current: bool,
+    },
+    /// Mark a ClusterOperation that has not started Canceled (status patch).
+    CancelOperation {
+        /// Its name.
+        name: String,
+        /// The status patch, guarded by the resourceVersion it was decided at.
+        patch: serde_json::Value,
+        /// The operation, for the Canceled Event.
+        reference: k8s_openapi::api::core::v1::ObjectReference,
+    },
+    /// Create a ConfigMap, labelled current, with its users as owners.
+    CreateConfigMap {
+        /// Its name.
+        name: String,
+        /// Its users.
+        owners: Vec<Owner>,
+    },
+    /// Set a ConfigMap's owners and current label, guarded by its resourceVersion.
+    PatchConfigMap {
+        /// Its name.
+        name: String,
+        /// The resourceVersion it was decided at.
+        resource_version: Option<String>,
+        /// Its owners after the patch.
+        owners: Vec<Owner>,
+        /// Whether it stays current.
+        current: bool,
+    },
+    /// Delete a ConfigMap nothing uses.
+    DeleteConfigMap {
+        /// Its name.
+        name: String,
+    },
+    /// Delete a Cluster whose directory is gone.
+    DeleteCluster {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// How a write changes its object, as `kok plan` counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    /// The object is created.
+    Create,
+    /// The object is written again.
+    Update,
+    /// The object is deleted.
+    Delete,
+}
+
+impl Write {
+    /// The change, the kind and the name of the object written.
+    pub fn target(&self) -> (Change, &'static str, &str) {
+        match self {
+            Write::ApplyCluster { name, exists } => (
+                if *exists { Change::Update } else { Change::Create },
+                "Cluster",
+                name,
+            ),
+            Write::CreateOperation { name } => (Change::Create, "ClusterOperation", name),
+            Write::LabelOperation { name, .. } | Write::CancelOperation { name, .. } => {
+                (Change::Update, "ClusterOperation", name)
+            }
+            Write::CreateConfigMap { name, .. } => (Change::Create, "ConfigMap", name),
+            Write::PatchConfigMap { name, .. } => (Change::Update, "ConfigMap", name),
+            Write::DeleteConfigMap { name } => (Change::Delete, "ConfigMap", name),
+            Write::DeleteCluster { name } => (Change::Delete, "Cluster", name),
+        }
+    }
+
+    /// What the write does, in a few words.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Write::ApplyCluster { .. } => "applied",
+            Write::CreateOperation { .. } => "created, queued to run",
+            Write::LabelOperation { current: true, .. } => "an entry of operations.yml again",
+            Write::LabelOperation { current: false, .. } => "no longer an entry of operations.yml",
+            Write::CancelOperation { .. } => "canceled: removed before it started",
+            Write::CreateConfigMap { .. } => "created",
+            Write::PatchConfigMap { current: true, .. } => "gains users",
+            Write::PatchConfigMap { current: false, .. } => "no longer current, kept for its users",
+            Write::DeleteConfigMap { .. } | Write::DeleteCluster { .. } => "deleted",
+        }
+    }
+}
+
+fn uid_of<K: Resource>(obj: &K) -> Option<String> {
+    obj.meta().uid.clone()
+}
+
+/// The writes that make the live objects of one cluster match `desired`: the Cluster (skipped when its
+/// content hash matches), operations created once and labelled current, current ConfigMaps created
+/// with their users as owners, ConfigMaps no longer current released (deleted when nothing uses or
+/// pins them), and operations that left operations.yml retired. Nothing when everything matches.
+pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> Vec<Write> {
+    let mut writes = Vec::new();
+    let cluster_unchanged = matches!(&live.cluster,
+        Some(c) if hash_of(c).is_some() && hash_of(c) == hash_of(&desired.cluster));
+    if !cluster_unchanged {
+        writes.push(Write::ApplyCluster {
+            name: desired.name.clone(),
+            exists: live.cluster.is_some(),
+        });
+    }
+    let cluster_uid = live.cluster.as_ref().and_then(uid_of);
+    let cluster_owner = match (&live.cluster, &cluster_uid) {
+        (Some(c), Some(uid)) => Owner::Known(usage_ref(c, uid)),
+        _ => Owner::NewCluster(desired.name.clone()),
+    };
+
+    // Operations: created once, never updated in spec.
+    let mut op_owners: Vec<(Owner, &ClusterOperation)> = Vec::new();
+    let desired_ops: BTreeSet<String> = desired.operations.iter().map(|o| o.name_any()).collect();
+    for op in &desired.operations {
+        let name = op.name_any();
+        match live.operations.get(&name) {
+            Some(existing) => {
+                if !has_label(existing, LABEL_CURRENT) {
+                    writes.push(Write::LabelOperation {
+                        name: name.clone(),
+                        current: true,
+                    });
+                }
+                let owner = match uid_of(existing) {
+                    Some(uid) => Owner::Known(usage_ref(existing, &uid)),
+                    None => Owner::NewOperation(name),
+                };
+                op_owners.push((owner, op));
+            }
+            None => {
+                writes.push(Write::CreateOperation { name: name.clone() });
+                op_owners.push((Owner::NewOperation(name), op));
+            }
+        }
+    }
+
+    // Current ConfigMaps: created once with their users as owners; missing owners added.
+    let current: BTreeSet<String> = desired.config_maps.iter().map(|c| c.name_any()).collect();
+    for cm in &desired.config_maps {
+        let name = cm.name_any();
+        let mut wanted = vec![cluster_owner.clone()];
+        for (owner, op) in &op_owners {
+            if op.spec.hosts_conf_ref.name == name || op.spec.vars_conf_ref.name == name {
+                wanted.push(owner.clone());
+            }
+        }
+        match live.config_maps.get(&name) {
+            None => writes.push(Write::CreateConfigMap { name, owners: wanted }),
+            Some(existing) => {
+                let have: BTreeSet<&str> = existing
+                    .owner_references()
+                    .iter()
+                    .map(|r| r.uid.as_str())
+                    .collect();
+                let missing: Vec<Owner> = wanted
+                    .into_iter()
+                    .filter(|o| !matches!(o, Owner::Known(r) if have.contains(r.uid.as_str())))
+                    .collect();
+                if missing.is_empty() && has_label(existing, LABEL_CURRENT) {
+                    continue;
+                }
+                let mut owners: Vec<Owner> = existing
+                    .owner_references()
+                    .iter()
+                    .cloned()
+                    .map(Owner::Known)
+                    .collect();
+                owners.extend(missing);
+                writes.push(Write::PatchConfigMap {
+                    name,
+                    resource_version: existing.resource_version(),
+                    owners,
+                    current: true,
+                });
+            }
+        }
+    }
+
+    // ConfigMaps no longer current: the Cluster stops using them; unused ones are deleted.
+    let pinned = pinned_config_maps(live);
+    for (name, cm) in &live.config_maps {
+        if current.contains(name) || !has_label(cm, LABEL_CURRENT) {
+            continue;
+        }
+        let owners: Vec<OwnerReference> = cm
+            .owner_references()
+            .iter()
+            .filter(|r| Some(&r.uid) != cluster_uid.as_ref())
+            .cloned()
+            .collect();
+        if owners.is_empty() && !pinned.contains(name.as_str()) {
+            writes.push(Write::DeleteConfigMap { name: name.clone() });
+        } else {
+            writes.push(Write::PatchConfigMap {
+                name: name.clone(),
+                resource_version: cm.resource_version(),
+                owners: owners.into_iter().map(Owner::Known).collect(),
+                current: false,
+            });
+        }
+    }
+
+    // Operations that left operations.yml.
+    for (name, op) in &live.operations {
+        if desired_ops.contains(name) || !has_label(op, LABEL_CURRENT) {
+            continue;
+        }
+        writes.extend(retire_writes(op, now));
+    }
+    writes
+}
+
+/// Names of the ConfigMaps some live operation pins.
+fn pinned_config_maps(live: &Live) -> BTreeSet<&str> {
+    live.operations
+        .values()
+        .flat_map(|o| {
+            [
+                o.spec.hosts_conf_ref.name.as_str(),
+                o.spec.vars_conf_ref.name.as_str(),
+            ]
+        })
+        .collect()
+}
+
+/// The writes that retire an operation that left operations.yml: cancel it if it has not started,
+/// and drop its current label.
+fn retire_writes(op: &ClusterOperation, now: Timestamp) -> Vec<Write> {
+    let name = op.name_any();
+    let mut writes = Vec::new();
+    let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
+    if matches!(phase, Phase::Pending | Phase::Queued) {
+        writes.push(Write::CancelOperation {
+            name: name.clone(),
+            patch: cancel_patch(op, now),
+            reference: op.object_ref(&()),
+        });
+    }
+    writes.push(Write::LabelOperation { name, current: false });
+    writes
+}
+
+/// The writes that remove a cluster whose directory is gone: its operations retired, its ConfigMaps
+/// that no operation pins or uses deleted, and the Cluster deleted.
+pub fn decide_removal(live: &Live, cluster: &str, now: Timestamp) -> Vec<Write> {
+    let mut writes = Vec::new();
+    for op in live.operations.values() {
+        if has_label(op, LABEL_CURRENT) {
+            writes.extend(retire_writes(op, now));
+        }
+    }
+    let cluster_uid = live.cluster.as_ref().and_then(uid_of);
+    let pinned = pinned_config_maps(live);
+    for (name, cm) in &live.config_maps {
+        let used = cm
+            .owner_references()
+            .iter()
+            .any(|r| Some(&r.uid) != cluster_uid.as_ref());
+        if !used && !pinned.contains(name.as_str()) {
+            writes.push(Write::DeleteConfigMap { name: name.clone() });
+        }
+    }
+    if live.cluster.is_some() {
+        writes.push(Write::DeleteCluster {
+            name: cluster.to_string(),
+        });
+    }
+    writes
+}
+
 /// Applies one desired cluster: Cluster, ConfigMaps and ClusterOperations, and cancels the operations of
 /// this cluster that left operations.yml before they started. Writes nothing when everything matches.
 pub async fn apply_cluster(
@@ -278,53 +605,63 @@ pub async fn apply_cluster(
 ) -> Result<ApplyStats, ApplyError> {
     let apis = Apis::new(client, namespace);
     let live = apis.live(&desired.name).await?;
+    let writes = decide_cluster(&live, desired, Timestamp::now());
+    let stats = make_writes(client, &apis, Some(desired), &writes).await?;
+    debug!(cluster = %desired.name, ?stats, "cluster reconciled");
+    Ok(stats)
+}
+
+/// Resolves an owner to its reference; owners created by an earlier write are looked up by name.
+fn resolve_owner(
+    owner: &Owner,
+    made: &BTreeMap<(&'static str, String), OwnerReference>,
+) -> Option<OwnerReference> {
+    match owner {
+        Owner::Known(r) => Some(r.clone()),
+        Owner::NewCluster(name) => made.get(&("Cluster", name.clone())).cloned(),
+        Owner::NewOperation(name) => made.get(&("ClusterOperation", name.clone())).cloned(),
+    }
+}
+
+/// Makes `writes` in order. `desired` holds the bodies of the objects created or applied.
+async fn make_writes(
+    client: &Client,
+    apis: &Apis,
+    desired: Option<&DesiredCluster>,
+    writes: &[Write],
+) -> Result<ApplyStats, ApplyError> {
     let mut stats = ApplyStats::default();
-
-    // The Cluster first: ConfigMaps need its uid as their owner.
-    let cluster_uid = match &live.cluster {
-        Some(c) if hash_of(c).is_some() && hash_of(c) == hash_of(&desired.cluster) => {
-            stats.unchanged += 1;
-            apis.uid(c, "Cluster")?
-        }
-        _ => {
-            let pp = PatchParams::apply(FIELD_MANAGER).force();
-            let applied = apis
-                .clusters
-                .patch(&desired.name, &pp, &Patch::Apply(&desired.cluster))
-                .await
-                .map_err(|source| ApplyError::ApplyCluster {
-                    name: desired.name.clone(),
-                    namespace: namespace.to_string(),
-                    source: Box::new(source),
-                })?;
-            stats.writes += 1;
-            if live.cluster.is_some() {
-                stats.updated += 1;
-            } else {
-                stats.created += 1;
-            }
-            info!(cluster = %desired.name, revision = %desired.cluster.spec.source.revision, "cluster applied");
-            apis.uid(&applied, "Cluster")?
-        }
-    };
-
-    // Operations: created once, never updated in spec; uids collected for ConfigMap ownership.
-    let mut op_uids: BTreeMap<String, (String, &ClusterOperation)> = BTreeMap::new();
-    let desired_ops: BTreeSet<String> = desired.operations.iter().map(|o| o.name_any()).collect();
-    for op in &desired.operations {
-        let name = op.name_any();
-        match live.operations.get(&name) {
-            Some(existing) => {
-                if !has_label(existing, LABEL_CURRENT) {
-                    set_current_label(&apis, &name, true).await?;
-                    stats.writes += 1;
+    let mut made: BTreeMap<(&'static str, String), OwnerReference> = BTreeMap::new();
+    let mut gone: BTreeSet<String> = BTreeSet::new();
+    let namespace = apis.namespace.as_str();
+    for write in writes {
+        match write {
+            Write::ApplyCluster { name, exists } => {
+                let Some(desired) = desired else { continue };
+                let pp = PatchParams::apply(FIELD_MANAGER).force();
+                let applied = apis
+                    .clusters
+                    .patch(name, &pp, &Patch::Apply(&desired.cluster))
+                    .await
+                    .map_err(|source| ApplyError::ApplyCluster {
+                        name: name.clone(),
+                        namespace: namespace.to_string(),
+                        source: Box::new(source),
+                    })?;
+                let uid = apis.uid(&applied, "Cluster")?;
+                made.insert(("Cluster", name.clone()), usage_ref(&applied, &uid));
+                if *exists {
                     stats.updated += 1;
                 } else {
-                    stats.unchanged += 1;
+                    stats.created += 1;
                 }
-                op_uids.insert(name, (apis.uid(existing, "ClusterOperation")?, op));
+                info!(cluster = %name, revision = %desired.cluster.spec.source.revision, "cluster applied");
             }
-            None => {
+            Write::CreateOperation { name } => {
+                let Some(op) = desired.and_then(|d| d.operations.iter().find(|o| o.name_any() == *name))
+                else {
+                    continue;
+                };
                 let mut obj = op.clone();
                 obj.metadata
                     .labels
@@ -334,107 +671,118 @@ pub async fn apply_cluster(
                 let created = match apis.operations.create(&PostParams::default(), &obj).await {
                     Ok(o) => o,
                     Err(e) if is_conflict(&e) => {
-                        apis.operations.get(&name).await.map_err(apis.op_err(&name))?
+                        apis.operations.get(name).await.map_err(apis.op_err(name))?
                     }
-                    Err(e) => return Err(apis.op_err(&name)(e)),
+                    Err(e) => return Err(apis.op_err(name)(e)),
                 };
-                stats.writes += 1;
+                let uid = apis.uid(&created, "ClusterOperation")?;
+                made.insert(("ClusterOperation", name.clone()), usage_ref(&created, &uid));
                 stats.created += 1;
-                info!(cluster = %desired.name, operation = %name, "operation created");
-                op_uids.insert(name, (apis.uid(&created, "ClusterOperation")?, op));
+                info!(operation = %name, "operation created");
             }
-        }
-    }
-
-    // Current ConfigMaps: created once with their users as owners; missing owners added.
-    let current: BTreeSet<String> = desired.config_maps.iter().map(|c| c.name_any()).collect();
-    for cm in &desired.config_maps {
-        let name = cm.name_any();
-        let mut wanted = vec![usage_ref(&desired.cluster, &cluster_uid)];
-        for (uid, op) in op_uids.values() {
-            if op.spec.hosts_conf_ref.name == name || op.spec.vars_conf_ref.name == name {
-                wanted.push(usage_ref(*op, uid));
+            Write::LabelOperation { name, current } => {
+                if gone.contains(name) {
+                    continue;
+                }
+                match set_current_label(apis, name, *current).await {
+                    Ok(()) => {}
+                    Err(ApplyError::WriteOperation { source, .. }) if !current && is_not_found(&source) => {
+                        continue
+                    }
+                    Err(e) => return Err(e),
+                }
+                stats.updated += 1;
             }
-        }
-        match live.config_maps.get(&name) {
-            None => {
+            Write::CancelOperation {
+                name,
+                patch,
+                reference,
+            } => {
+                match apis
+                    .operations
+                    .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                {
+                    Ok(_) => {
+                        stats.canceled += 1;
+                        info!(operation = %name, "operation canceled: {CANCELED_MESSAGE}");
+                        publish_canceled(client, name, reference).await;
+                    }
+                    // Started or changed meanwhile: it is history now, not something to cancel.
+                    Err(e) if is_conflict(&e) => {
+                        warn!(operation = %name, "not canceled: it changed while being canceled")
+                    }
+                    Err(e) if is_not_found(&e) => {
+                        gone.insert(name.clone());
+                        continue;
+                    }
+                    Err(e) => return Err(apis.op_err(name)(e)),
+                }
+            }
+            Write::CreateConfigMap { name, owners } => {
+                let Some(cm) = desired.and_then(|d| d.config_maps.iter().find(|c| c.name_any() == *name))
+                else {
+                    continue;
+                };
                 let mut obj = cm.clone();
                 obj.metadata
                     .labels
                     .get_or_insert_with(BTreeMap::new)
                     .insert(LABEL_CURRENT.into(), "true".into());
-                obj.metadata.owner_references = Some(wanted);
+                obj.metadata.owner_references =
+                    Some(owners.iter().filter_map(|o| resolve_owner(o, &made)).collect());
                 match apis.config_maps.create(&PostParams::default(), &obj).await {
                     Ok(_) => {}
                     // Created concurrently: the next apply adds whatever owner is missing.
                     Err(e) if is_conflict(&e) => {}
-                    Err(e) => return Err(apis.cm_err(&name)(e)),
+                    Err(e) => return Err(apis.cm_err(name)(e)),
                 }
-                stats.writes += 1;
                 stats.created += 1;
             }
-            Some(existing) => {
-                let have: BTreeSet<&str> = existing
-                    .owner_references()
-                    .iter()
-                    .map(|r| r.uid.as_str())
-                    .collect();
-                let missing: Vec<OwnerReference> = wanted
-                    .into_iter()
-                    .filter(|r| !have.contains(r.uid.as_str()))
-                    .collect();
-                if missing.is_empty() && has_label(existing, LABEL_CURRENT) {
-                    stats.unchanged += 1;
-                    continue;
-                }
-                let mut owners = existing.owner_references().to_vec();
-                owners.extend(missing);
-                patch_config_map_meta(&apis, existing, &owners, Some("true")).await?;
-                stats.writes += 1;
+            Write::PatchConfigMap {
+                name,
+                resource_version,
+                owners,
+                current,
+            } => {
+                let owners: Vec<OwnerReference> =
+                    owners.iter().filter_map(|o| resolve_owner(o, &made)).collect();
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": resource_version,
+                        "ownerReferences": owners,
+                        "labels": {LABEL_CURRENT: current.then_some("true")},
+                    }
+                });
+                apis.config_maps
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(apis.cm_err(name))?;
                 stats.updated += 1;
             }
-        }
-    }
-
-    // ConfigMaps no longer current: the Cluster stops using them; unused ones are deleted.
-    let pinned: BTreeSet<&str> = live
-        .operations
-        .values()
-        .flat_map(|o| {
-            [
-                o.spec.hosts_conf_ref.name.as_str(),
-                o.spec.vars_conf_ref.name.as_str(),
-            ]
-        })
-        .collect();
-    for (name, cm) in &live.config_maps {
-        if current.contains(name) || !has_label(cm, LABEL_CURRENT) {
-            continue;
-        }
-        let owners: Vec<OwnerReference> = cm
-            .owner_references()
-            .iter()
-            .filter(|r| r.uid != cluster_uid)
-            .cloned()
-            .collect();
-        if owners.is_empty() && !pinned.contains(name.as_str()) {
-            delete_config_map(&apis, name).await?;
-            stats.deleted += 1;
-        } else {
-            patch_config_map_meta(&apis, cm, &owners, None).await?;
-            stats.updated += 1;
+            Write::DeleteConfigMap { name } => {
+                delete_config_map(apis, name).await?;
+                stats.deleted += 1;
+            }
+            Write::DeleteCluster { name } => {
+                match apis.clusters.delete(name, &DeleteParams::background()).await {
+                    Ok(_) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(source) => {
+                        return Err(ApplyError::Delete {
+                            kind: "Cluster",
+                            name: name.clone(),
+                            namespace: namespace.to_string(),
+                            source: Box::new(source),
+                        })
+                    }
+                }
+                stats.deleted += 1;
+                info!(cluster = %name, "cluster removed");
+            }
         }
         stats.writes += 1;
     }
-
-    // Operations that left operations.yml.
-    for (name, op) in &live.operations {
-        if desired_ops.contains(name) || !has_label(op, LABEL_CURRENT) {
-            continue;
-        }
-        stats += retire_operation(client, &apis, op).await?;
-    }
-    debug!(cluster = %desired.name, ?stats, "cluster reconciled");
     Ok(stats)
 }
 
@@ -449,28 +797,6 @@ async fn set_current_label(apis: &Apis, name: &str, current: bool) -> Result<(),
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(apis.op_err(name))?;
-    Ok(())
-}
-
-/// Sets a ConfigMap's owner references and current label, guarded by its resourceVersion.
-async fn patch_config_map_meta(
-    apis: &Apis,
-    cm: &ConfigMap,
-    owners: &[OwnerReference],
-    current: Option<&str>,
-) -> Result<(), ApplyError> {
-    let name = cm.name_any();
-    let patch = json!({
-        "metadata": {
-            "resourceVersion": cm.resource_version(),
-            "ownerReferences": owners,
-            "labels": {LABEL_CURRENT: current},
-        }
-    });
-    apis.config_maps
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(apis.cm_err(&name))?;
     Ok(())
 }
 
@@ -508,46 +834,6 @@ pub fn cancel_patch(op: &ClusterOperation, now: Timestamp) -> serde_json::Value 
     })
 }
 
-/// An operation left operations.yml: cancel it if it has not started, and drop its current label.
-async fn retire_operation(
-    client: &Client,
-    apis: &Apis,
-    op: &ClusterOperation,
-) -> Result<ApplyStats, ApplyError> {
-    let name = op.name_any();
-    let mut stats = ApplyStats::default();
-    let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
-    if matches!(phase, Phase::Pending | Phase::Queued) {
-        let patch = cancel_patch(op, Timestamp::now());
-        match apis
-            .operations
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                stats.canceled += 1;
-                info!(operation = %name, "operation canceled: {CANCELED_MESSAGE}");
-                publish_canceled(client, op).await;
-            }
-            // Started or changed meanwhile: it is history now, not something to cancel.
-            Err(e) if is_conflict(&e) => {
-                warn!(operation = %name, "not canceled: it changed while being canceled")
-            }
-            Err(e) if is_not_found(&e) => return Ok(stats),
-            Err(e) => return Err(apis.op_err(&name)(e)),
-        }
-        stats.writes += 1;
-    }
-    match set_current_label(apis, &name, false).await {
-        Ok(()) => {}
-        Err(ApplyError::WriteOperation { source, .. }) if is_not_found(&source) => return Ok(stats),
-        Err(e) => return Err(e),
-    }
-    stats.writes += 1;
-    stats.updated += 1;
-    Ok(stats)
-}
-
 /// The reporter of Events kok publishes.
 pub fn reporter() -> Reporter {
     Reporter {
@@ -556,7 +842,11 @@ pub fn reporter() -> Reporter {
     }
 }
 
-async fn publish_canceled(client: &Client, op: &ClusterOperation) {
+async fn publish_canceled(
+    client: &Client,
+    name: &str,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+) {
     let recorder = Recorder::new(client.clone(), reporter());
     let ev = Event {
         type_: EventType::Normal,
@@ -565,8 +855,8 @@ async fn publish_canceled(client: &Client, op: &ClusterOperation) {
         action: "Cancel".into(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&ev, &op.object_ref(&())).await {
-        warn!(operation = %op.name_any(), error = %e, "event not published");
+    if let Err(e) = recorder.publish(&ev, reference).await {
+        warn!(operation = %name, error = %e, "event not published");
     }
 }
 
@@ -580,48 +870,8 @@ pub async fn remove_cluster(
 ) -> Result<ApplyStats, ApplyError> {
     let apis = Apis::new(client, namespace);
     let live = apis.live(cluster).await?;
-    let mut stats = ApplyStats::default();
-    for op in live.operations.values() {
-        if has_label(op, LABEL_CURRENT) {
-            stats += retire_operation(client, &apis, op).await?;
-        }
-    }
-    let cluster_uid = live.cluster.as_ref().and_then(|c| c.uid());
-    for (name, cm) in &live.config_maps {
-        let users: Vec<OwnerReference> = cm
-            .owner_references()
-            .iter()
-            .filter(|r| Some(&r.uid) != cluster_uid.as_ref())
-            .cloned()
-            .collect();
-        let pinned = live
-            .operations
-            .values()
-            .any(|o| o.spec.hosts_conf_ref.name == *name || o.spec.vars_conf_ref.name == *name);
-        if users.is_empty() && !pinned {
-            delete_config_map(&apis, name).await?;
-            stats.deleted += 1;
-            stats.writes += 1;
-        }
-    }
-    if live.cluster.is_some() {
-        match apis.clusters.delete(cluster, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(source) => {
-                return Err(ApplyError::Delete {
-                    kind: "Cluster",
-                    name: cluster.to_string(),
-                    namespace: namespace.to_string(),
-                    source: Box::new(source),
-                })
-            }
-        }
-        stats.deleted += 1;
-        stats.writes += 1;
-        info!(%cluster, "cluster removed");
-    }
-    Ok(stats)
+    let writes = decide_removal(&live, cluster, Timestamp::now());
+    make_writes(client, &apis, None, &writes).await
 }
 
 /// Prunes after a full resync: every live Cluster kok manages whose name is not in `desired` is removed
@@ -631,17 +881,8 @@ pub async fn prune(
     namespace: &str,
     desired: &BTreeSet<String>,
 ) -> Result<ApplyStats, ApplyError> {
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), namespace);
-    let lp = ListParams::default().labels(&crate::api::managed_selector());
-    let live = clusters.list(&lp).await.map_err(|source| ApplyError::List {
-        kind: "Cluster",
-        cluster: "*".to_string(),
-        namespace: namespace.to_string(),
-        source: Box::new(source),
-    })?;
     let mut stats = ApplyStats::default();
-    for c in live.items {
-        let name = c.name_any();
+    for name in live_cluster_names(client, namespace).await? {
         if !desired.contains(&name) {
             stats += remove_cluster(client, namespace, &name).await?;
         }

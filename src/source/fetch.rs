@@ -175,6 +175,50 @@ impl Source {
             })
     }
 
+    /// Fetches every branch (as `refs/heads/*` and `refs/remotes/origin/*`) and tag of the remote into
+    /// the cache and points the cache's HEAD at the configured branch, so that revisions read there as
+    /// `git rev-parse` reads them in a clone: `main`, `origin/main`, `v1`, `HEAD`, `main~2`.
+    pub fn fetch_branches_and_tags(&mut self) -> Result<(), SourceError> {
+        for (name, into) in [
+            ("refs/heads/*", "refs/heads/*"),
+            ("refs/heads/*", "refs/remotes/origin/*"),
+            ("refs/tags/*", "refs/tags/*"),
+        ] {
+            self.fetches += 1;
+            self.network_into(Some(name.to_string()), into)?;
+        }
+        if let Some(name) = self
+            .resolved_ref
+            .as_deref()
+            .filter(|n| n.starts_with("refs/heads/"))
+        {
+            self.repo.set_head(name).map_err(SourceError::git(format!(
+                "point HEAD of the cache {} at {name}",
+                self.cache_path.display()
+            )))?;
+        }
+        Ok(())
+    }
+
+    /// The heads of the remote's open pull requests — `refs/pull/N/head` (GitHub, Gitea) and
+    /// `refs/merge-requests/N/head` (GitLab) — from one ref listing, as the main poll makes it; nothing
+    /// is fetched. A closed or merged pull request whose ref is gone is simply absent.
+    pub fn pull_request_heads(&mut self) -> Result<Vec<PullRequestHead>, SourceError> {
+        Ok(pull_request_refs(&self.list_remote()?))
+    }
+
+    /// Fetches the head of a pull request into `refs/kok/pull/<number>` of the cache; returns its
+    /// commit. Only read (parsed and planned), never run.
+    pub fn fetch_pull_request(&mut self, head: &PullRequestHead) -> Result<Oid, SourceError> {
+        let into = format!("refs/kok/pull/{}", head.number);
+        self.fetches += 1;
+        self.network_into(Some(head.reference.clone()), &into)?;
+        self.repo.refname_to_id(&into).map_err(SourceError::git(format!(
+            "read {into} in the cache {}",
+            self.cache_path.display()
+        )))
+    }
+
     /// A [`crate::layout::TreeReader`] over `commit`'s tree.
     pub fn tree(&self, commit: Oid) -> Result<GitTree<'_>, SourceError> {
         GitTree::at_commit(&self.repo, commit)
@@ -482,6 +526,39 @@ fn is_local_failure(error: &git2::Error) -> bool {
     )
 }
 
+/// The head of an open pull request (GitLab: merge request).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PullRequestHead {
+    /// Its number on the forge.
+    pub number: u64,
+    /// The full ref name, e.g. `refs/pull/7/head`.
+    pub reference: String,
+    /// The commit the ref points at.
+    pub commit: Oid,
+}
+
+/// The pull-request heads of a ref listing, by number.
+fn pull_request_refs(heads: &[(String, Oid)]) -> Vec<PullRequestHead> {
+    let mut out: Vec<PullRequestHead> = heads
+        .iter()
+        .filter_map(|(name, oid)| {
+            let number = name
+                .strip_prefix("refs/pull/")
+                .or_else(|| name.strip_prefix("refs/merge-requests/"))?
+                .strip_suffix("/head")?
+                .parse()
+                .ok()?;
+            Some(PullRequestHead {
+                number,
+                reference: name.clone(),
+                commit: *oid,
+            })
+        })
+        .collect();
+    out.sort_by_key(|h| h.number);
+    out
+}
+
 /// The names the configured ref may stand for, in the order they are tried.
 fn candidates(reference: &str) -> Vec<String> {
     if reference.starts_with("refs/") || reference == "HEAD" {
@@ -544,6 +621,29 @@ mod tests {
 
     fn oid(n: u8) -> Oid {
         Oid::from_bytes(&[n; 20]).unwrap()
+    }
+
+    #[test]
+    fn pull_request_heads_are_read_from_github_and_gitlab_refs_only() {
+        let listing = vec![
+            ("refs/heads/main".to_string(), oid(1)),
+            ("refs/pull/12/head".to_string(), oid(2)),
+            ("refs/pull/12/merge".to_string(), oid(3)),
+            ("refs/merge-requests/3/head".to_string(), oid(4)),
+            ("refs/pull/x/head".to_string(), oid(5)),
+        ];
+        let heads = pull_request_refs(&listing);
+        let got: Vec<(u64, &str, Oid)> = heads
+            .iter()
+            .map(|h| (h.number, h.reference.as_str(), h.commit))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (3, "refs/merge-requests/3/head", oid(4)),
+                (12, "refs/pull/12/head", oid(2))
+            ]
+        );
     }
 
     #[test]

@@ -38,6 +38,7 @@
 //!   entries, wildcards, negations, `@revoked`; hashed `|1|` entries are not read).
 //! - [`diff`] compares the trees of two commits under the root path; [`attribution`] finds the
 //!   commit that introduced each new operation; [`history`] lists the commits that touched a cluster.
+//! - [`revision`] reads revisions as `git rev-parse` does, in the user's repository or the cache.
 //! - [`verify`] checks commit signatures (SSH and OpenPGP) against trust material from the local
 //!   file system.
 //! - [`trigger`] holds the interval timer with jitter and backoff, webhook verification and the
@@ -48,6 +49,8 @@ mod auth;
 pub mod diff;
 mod fetch;
 pub mod history;
+pub mod read;
+pub mod revision;
 mod tree;
 pub mod trigger;
 mod url;
@@ -55,10 +58,12 @@ pub mod verify;
 
 pub use attribution::{attribute, Attributions, Introduced};
 pub use diff::{diff_trees, ChangeSet};
-pub use fetch::{Poll, Source};
+pub use fetch::{Poll, PullRequestHead, Source};
 pub use history::{cluster_history, HistoryEntry};
+pub use read::{read_commit, CommitRead};
+pub use revision::{check_range, open_local, resolve_revision, RevisionError};
 pub use tree::GitTree;
-pub use url::{cache_dir_name, RemoteUrl};
+pub use url::{cache_dir_name, redact, RemoteUrl};
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -28,6 +28,17 @@ impl RepoBuilder {
         RepoBuilder { dir }
     }
 
+    /// A clone of `url` (`git clone <extra...> url`), e.g. a CI checkout of a pull request.
+    pub fn clone_of(url: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut args = vec!["clone", "-q"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[url, "."]);
+        git(dir.path(), &args);
+        git(dir.path(), &["config", "commit.gpgsign", "false"]);
+        RepoBuilder { dir }
+    }
+
     /// The work tree.
     pub fn path(&self) -> &Path {
         self.dir.path()

@@ -1,0 +1,45 @@
+//! What one reconciliation reads of a commit: the clusters changed since the last one, parsed, and
+//! the commit that introduced each new operation. The service's pass and `kok plan` read alike.
+
+use git2::{Oid, Repository};
+
+use super::{attribution, diff, ChangeSet, Introduced, SourceError};
+use crate::layout::{self, Parsed};
+
+/// A commit as a reconciliation reads it.
+#[derive(Clone, Debug)]
+pub struct CommitRead {
+    /// Clusters added, changed and removed since the base.
+    pub changes: ChangeSet,
+    /// The added and changed clusters, parsed at the commit.
+    pub parsed: Parsed,
+    /// The operations new since the base, each with the commit that introduced it.
+    pub introduced: Vec<Introduced>,
+}
+
+/// Reads `new` against `old` (against nothing when `full`) under `root`.
+pub fn read_commit(
+    repo: &Repository,
+    old: Option<Oid>,
+    new: Oid,
+    root: &str,
+    full: bool,
+) -> Result<CommitRead, SourceError> {
+    let changes = diff::diff(repo, if full { None } else { old }, new, root)?;
+    let mut names: Vec<String> = changes.added.iter().chain(&changes.changed).cloned().collect();
+    names.sort();
+    names.dedup();
+    let tree = super::GitTree::at_commit(repo, new)?;
+    let parsed = layout::parse_clusters(&tree, root, &names);
+    // A full resync has no base to attribute against: its new operations belong to the commit itself.
+    let introduced = if changes.full_resync {
+        Vec::new()
+    } else {
+        attribution::attribute_parsed(repo, old, new, root, &names, &parsed)?
+    };
+    Ok(CommitRead {
+        changes,
+        parsed,
+        introduced,
+    })
+}

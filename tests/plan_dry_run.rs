@@ -1,0 +1,403 @@
+//! `kok plan` is apply's dry run: after every commit, the writes the plan lists are exactly the writes
+//! testkit counts when the service's pass reconciles that commit — on the pull request that once
+//! disagreed, and on random commit sequences.
+
+mod controller_support;
+mod gitkit;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use git2::Oid;
+use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::json;
+
+use controller_support::{server, NS};
+use gitkit::RepoBuilder;
+use kok::api::ClusterOperation;
+use kok::cli::plan::{decide, live_baseline, prepare, Plan};
+use kok::metrics::Metrics;
+use kok::reconcile::{pass, PassConfig, SharedSource};
+use kok::source::{Source, SourceConfig};
+
+/// The service's side: a source on the work repository and a testkit meta-cluster.
+struct Service {
+    server: testkit::ApiServer,
+    source: SharedSource,
+    repo: RepoBuilder,
+    last: Option<Oid>,
+    _cache: tempfile::TempDir,
+}
+
+impl Service {
+    async fn start(repo: RepoBuilder) -> Service {
+        let cache = tempfile::tempdir().unwrap();
+        let source = Source::open(SourceConfig::new(repo.url(), "main", cache.path())).unwrap();
+        Service {
+            server: server().await,
+            source: Arc::new(Mutex::new(source)),
+            repo,
+            last: None,
+            _cache: cache,
+        }
+    }
+
+    /// The plan of the repository's new tip against the live objects.
+    async fn plan(&self) -> Plan {
+        let tip = Oid::from_str(&self.repo.head()).unwrap();
+        let prepared = {
+            let repo = git2::Repository::open(self.repo.path()).unwrap();
+            prepare(&repo, self.last, tip, "clusters", NS, "main").unwrap()
+        };
+        let baseline = live_baseline(&self.server.client(), NS, &prepared).await.unwrap();
+        decide(&prepared, &baseline)
+    }
+
+    /// Reconciles the repository's tip; returns the writes counted, by kind and change.
+    async fn reconcile(&mut self) -> BTreeMap<(String, &'static str), usize> {
+        let source = self.source.clone();
+        let tip = tokio::task::spawn_blocking(move || source.lock().unwrap().fetch().unwrap())
+            .await
+            .unwrap();
+        let cfg = PassConfig {
+            namespace: NS.into(),
+            root: "clusters".into(),
+            status_url: None,
+        };
+        let log = self.server.requests();
+        log.reset();
+        let client = self.server.client();
+        pass(
+            &client,
+            &self.source,
+            &cfg,
+            self.last,
+            tip,
+            false,
+            &Metrics::new(),
+        )
+        .await
+        .unwrap();
+        self.last = Some(tip);
+        let mut counted = BTreeMap::new();
+        for (kind, resource) in [
+            ("Cluster", "clusters"),
+            ("ConfigMap", "configmaps"),
+            ("ClusterOperation", "clusteroperations"),
+        ] {
+            let mut writes = log.writes_to(resource);
+            if kind == "ConfigMap" {
+                writes -= 1; // the pass records the commit in ConfigMap kok-state
+            }
+            let deletes = log.count("delete", resource);
+            counted.insert((kind.to_string(), "writes"), writes);
+            counted.insert((kind.to_string(), "deletes"), deletes);
+        }
+        counted
+    }
+
+    /// Sets the phase of the operation `name` as the controller would.
+    async fn set_phase(&self, name: &str, phase: &str) {
+        let api: Api<ClusterOperation> = Api::namespaced(self.server.client(), NS);
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": phase}})),
+        )
+        .await
+        .unwrap();
+    }
+
+    async fn operations(&self) -> Vec<String> {
+        let api: Api<ClusterOperation> = Api::namespaced(self.server.client(), NS);
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|o| o.name_any())
+            .collect()
+    }
+}
+
+/// `kok plan` as a process, from `from` to the tip, against `kubeconfig` or from the render of `from`.
+fn kok_plan(repo: &RepoBuilder, from: &str, kubeconfig: Option<&std::path::Path>) -> serde_json::Value {
+    let here = repo.path().display().to_string();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kok"));
+    cmd.args([
+        "plan", "--repo", &here, "--from", from, "--to", "HEAD", "--output", "json",
+    ])
+    .env_remove("KUBERNETES_SERVICE_HOST")
+    .env("KOK_LOG", "error");
+    if let Some(path) = kubeconfig {
+        cmd.arg("--kubeconfig").arg(path);
+    }
+    let out = cmd.output().expect("kok runs");
+    assert!(
+        out.status.success(),
+        "kok plan failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("plan is JSON")
+}
+
+/// The plan's writes, by kind and change, as [`Service::reconcile`] counts them.
+fn planned(plan: &Plan) -> BTreeMap<(String, &'static str), usize> {
+    let mut out: BTreeMap<(String, &'static str), usize> = BTreeMap::new();
+    for kind in ["Cluster", "ConfigMap", "ClusterOperation"] {
+        out.insert((kind.to_string(), "writes"), 0);
+        out.insert((kind.to_string(), "deletes"), 0);
+    }
+    for cluster in &plan.clusters {
+        for o in cluster.created.iter().chain(&cluster.updated) {
+            *out.get_mut(&(o.kind.clone(), "writes")).unwrap() += 1;
+        }
+        for o in &cluster.deleted {
+            *out.get_mut(&(o.kind.clone(), "writes")).unwrap() += 1;
+            *out.get_mut(&(o.kind.clone(), "deletes")).unwrap() += 1;
+        }
+    }
+    out
+}
+
+fn hosts(nodes: &[String]) -> String {
+    let mut out = String::from("all:\n  hosts:\n");
+    for (i, n) in nodes.iter().enumerate() {
+        out.push_str(&format!("    {n}:\n      ansible_host: 10.0.0.{}\n", i + 1));
+    }
+    out
+}
+
+// Two worker threads: testkit answers the `kok plan` process while the test waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pull_request_adding_node8_plans_exactly_what_the_merge_writes() {
+    let mut repo = RepoBuilder::new();
+    let nodes: Vec<String> = (1..=6).map(|i| format!("node{i}")).collect();
+    repo.file("clusters/prod-bj/hosts.yml", &hosts(&nodes))
+        .file("clusters/prod-bj/vars.yml", "cluster_name: prod-bj\n")
+        .op("prod-bj", "install", "cluster.yml");
+    repo.commit("prod-bj");
+    let mut service = Service::start(repo).await;
+    service.reconcile().await;
+    let seven: Vec<String> = (1..=7).map(|i| format!("node{i}")).collect();
+    service
+        .repo
+        .file("clusters/prod-bj/hosts.yml", &hosts(&seven))
+        .op("prod-bj", "add-node7", "scale.yml");
+    service.repo.commit("add node7");
+    service.reconcile().await;
+    let install = service
+        .operations()
+        .await
+        .into_iter()
+        .find(|n| n.contains("install"))
+        .unwrap();
+    service.set_phase(&install, "Succeeded").await;
+
+    let eight: Vec<String> = (1..=8).map(|i| format!("node{i}")).collect();
+    service
+        .repo
+        .file("clusters/prod-bj/hosts.yml", &hosts(&eight))
+        .op("prod-bj", "add-node8", "scale.yml");
+    service.repo.commit("add node8");
+    let plan = service.plan().await;
+    let from = service.last.unwrap().to_string();
+    let live_cli = kok_plan(&service.repo, &from, Some(service.server.kubeconfig_path()));
+    assert_eq!(
+        live_cli["clusters"][0]["created"].as_array().unwrap().len(),
+        plan.clusters[0].created.len()
+    );
+    assert_eq!(
+        live_cli["clusters"][0]["updated"].as_array().unwrap().len(),
+        plan.clusters[0].updated.len()
+    );
+    let rendered = kok_plan(&service.repo, &from, None);
+    let bj = &rendered["clusters"][0];
+    assert_eq!(
+        bj["deleted"],
+        json!([]),
+        "from the render of --from too: {rendered:#}"
+    );
+    assert!(
+        bj["updated"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["kind"] != "ClusterOperation"),
+        "{rendered:#}"
+    );
+    assert_eq!(bj["operations"][0]["id"], "add-node8");
+    let bj = &plan.clusters[0];
+    assert!(
+        bj.deleted.is_empty(),
+        "the queued add-node7 still pins the old hosts: {plan:#?}"
+    );
+    assert!(
+        bj.updated.iter().all(|o| o.kind != "ClusterOperation"),
+        "no operation is rewritten: {plan:#?}"
+    );
+    let ops: Vec<&str> = bj.operations.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(ops, ["add-node8"]);
+    let wrote = service.reconcile().await;
+    assert_eq!(planned(&plan), wrote, "{plan:#?}");
+}
+
+/// A small seeded generator (xorshift64*), so a failing case can be replayed from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// One cluster directory as the generator keeps it.
+#[derive(Clone, Debug, Default)]
+struct Dir {
+    nodes: Vec<String>,
+    ops: Vec<(String, String)>,
+    broken: bool,
+}
+
+/// Writes `dirs` into the work tree (removing the directories that are gone) and commits.
+fn write(repo: &mut RepoBuilder, dirs: &BTreeMap<String, Dir>, gone: &[String], message: &str) {
+    for name in gone {
+        if repo.path().join("clusters").join(name).exists() {
+            repo.remove(&format!("clusters/{name}"));
+        }
+    }
+    for (name, dir) in dirs {
+        let hosts_yml = if dir.broken {
+            "all: [not, a, mapping]\n".to_string()
+        } else {
+            hosts(&dir.nodes)
+        };
+        repo.file(&format!("clusters/{name}/hosts.yml"), &hosts_yml);
+        repo.file(
+            &format!("clusters/{name}/vars.yml"),
+            &format!("cluster_name: {name}\n"),
+        );
+        let ops_path = format!("clusters/{name}/operations.yml");
+        if dir.ops.is_empty() {
+            if repo.path().join(&ops_path).exists() {
+                repo.remove(&ops_path);
+            }
+        } else {
+            let text: String = dir
+                .ops
+                .iter()
+                .map(|(id, args)| format!("- id: {id}\n  action: scale.yml\n  extraArgs: [\"{args}\"]\n"))
+                .collect();
+            repo.file(&ops_path, &text);
+        }
+    }
+    repo.commit(message);
+}
+
+/// One random change to the repository.
+fn mutate(rng: &mut Rng, dirs: &mut BTreeMap<String, Dir>, gone: &mut Vec<String>, counter: &mut u32) {
+    *counter += 1;
+    let names = ["a", "b", "c"];
+    let name = names[rng.below(names.len())].to_string();
+    let Some(dir) = dirs.get_mut(&name) else {
+        gone.retain(|g| *g != name);
+        dirs.insert(
+            name,
+            Dir {
+                nodes: vec!["node1".into()],
+                ops: vec![("install".into(), "--limit=node1".into())],
+                broken: false,
+            },
+        );
+        return;
+    };
+    match rng.below(8) {
+        0 => {
+            dirs.remove(&name);
+            gone.push(name);
+        }
+        1 => dir.nodes.push(format!("node{}", *counter + 1)),
+        2 if dir.nodes.len() > 1 => {
+            let i = rng.below(dir.nodes.len());
+            dir.nodes.remove(i);
+        }
+        3 => dir
+            .ops
+            .push((format!("op{counter}"), format!("--limit={}", dir.nodes[0]))),
+        4 if !dir.ops.is_empty() => {
+            let i = rng.below(dir.ops.len());
+            dir.ops.remove(i);
+        }
+        5 if !dir.ops.is_empty() => {
+            let i = rng.below(dir.ops.len());
+            dir.ops[i].1 = format!("--limit=node{counter}");
+        }
+        6 => dir.broken = !dir.broken,
+        _ => dir.nodes.push(format!("node{}", *counter + 1)),
+    }
+}
+
+#[tokio::test]
+async fn on_random_commit_sequences_plan_lists_exactly_the_writes_the_pass_makes() {
+    let cases: u64 = std::env::var("KOK_PLAN_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let mut seen: BTreeMap<(String, &'static str), usize> = BTreeMap::new();
+    let mut invalid = 0;
+    for case in 0..cases {
+        let seed = 0x9e37_79b9_7f4a_7c15u64 ^ (case + 1).wrapping_mul(0x1000_0000_01b3);
+        let mut rng = Rng(seed);
+        let mut dirs: BTreeMap<String, Dir> = BTreeMap::new();
+        let mut gone = Vec::new();
+        let mut counter = 0;
+        let mut repo = RepoBuilder::new();
+        mutate(&mut rng, &mut dirs, &mut gone, &mut counter);
+        write(&mut repo, &dirs, &gone, "start");
+        let mut service = Service::start(repo).await;
+        service.reconcile().await;
+        for step in 0..5 {
+            // The controller's side: some operations start, finish or wait in the queue.
+            for name in service.operations().await {
+                match rng.below(4) {
+                    0 => service.set_phase(&name, "Queued").await,
+                    1 => service.set_phase(&name, "Running").await,
+                    2 => service.set_phase(&name, "Succeeded").await,
+                    _ => {}
+                }
+            }
+            for _ in 0..=rng.below(3) {
+                mutate(&mut rng, &mut dirs, &mut gone, &mut counter);
+            }
+            write(&mut service.repo, &dirs, &gone, &format!("step {step}"));
+            let plan = service.plan().await;
+            let wrote = service.reconcile().await;
+            assert_eq!(
+                planned(&plan),
+                wrote,
+                "case {case} (seed {seed:#x}), step {step}: the plan differs from the pass\n{plan:#?}\n{dirs:#?}"
+            );
+            for (key, n) in wrote {
+                *seen.entry(key).or_default() += n;
+            }
+            invalid += plan.invalid.len();
+        }
+    }
+    // The sequences reach every kind of write apply makes (it never deletes an operation): the
+    // comparison above is not between empty plans.
+    for (key, n) in seen
+        .iter()
+        .filter(|(k, _)| **k != ("ClusterOperation".to_string(), "deletes"))
+    {
+        assert!(*n > 0, "no {key:?} in {cases} cases: {seen:?}");
+    }
+    assert!(invalid > 0, "no invalid cluster in {cases} cases");
+}

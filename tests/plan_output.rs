@@ -1,0 +1,135 @@
+//! `kok plan --output markdown` (a pull-request comment) and `--detailed-exitcode` (terraform's codes).
+
+mod gitkit;
+
+use std::path::Path;
+use std::process::Command;
+
+use gitkit::RepoBuilder;
+
+/// Runs `kok plan` on `repo` with `extra`; returns the exit code and stdout.
+fn plan(repo: &RepoBuilder, extra: &[&str], cache: &Path) -> (i32, String) {
+    let here = repo.path().display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_kok"))
+        .args(["plan", "--repo", &here])
+        .args(extra)
+        .env("KOK_CACHE_DIR", cache)
+        .env("KOK_LOG", "error")
+        .output()
+        .expect("kok runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code().expect("kok exits"), stdout)
+}
+
+#[test]
+fn markdown_has_one_table_per_cluster_with_writes_and_runs() {
+    let mut repo = RepoBuilder::new();
+    repo.cluster("prod-bj").cluster("prod-sh");
+    let from = repo.commit("two clusters");
+    repo.op("prod-bj", "add-node8", "scale.yml");
+    repo.file(
+        "clusters/prod-sh/vars.yml",
+        "cluster_name: prod-sh\nkube_version: v1.31.0\n",
+    );
+    let to = repo.commit("add node8 | bump prod-sh");
+    let cache = tempfile::tempdir().unwrap();
+    let (code, md) = plan(
+        &repo,
+        &["--from", &from, "--to", &to, "--output", "markdown"],
+        cache.path(),
+    );
+    assert_eq!(code, 0, "{md}");
+    assert!(
+        md.starts_with(&format!("### kok plan `{}..{}`\n", &from[..8], &to[..8])),
+        "{md}"
+    );
+    assert_eq!(md.matches("| change | kind | name | detail |").count(), 2, "{md}");
+    let bj = &md[md.find("#### prod-bj").expect(&md)..md.find("#### prod-sh").expect(&md)];
+    assert!(
+        bj.contains("| create | ClusterOperation | `prod-bj-add-node8-"),
+        "{bj}"
+    );
+    assert!(
+        bj.contains(&format!(
+            "(`scale.yml`) from `{}` add node8 \\| bump prod-sh |",
+            &to[..8]
+        )),
+        "the subject's pipe is escaped: {bj}"
+    );
+    let sh = &md[md.find("#### prod-sh").unwrap()..];
+    assert!(sh.contains("| create | ConfigMap | `prod-sh-vars-"), "{sh}");
+    assert!(sh.contains("| delete | ConfigMap | `prod-sh-vars-"), "{sh}");
+    assert!(!sh.contains("| run |"), "{sh}");
+}
+
+#[test]
+fn detailed_exitcode_is_0_for_nothing_2_for_changes_and_1_for_errors() {
+    let mut repo = RepoBuilder::new();
+    repo.cluster("prod-bj");
+    let start = repo.commit("start");
+    repo.file("README.md", "docs only\n");
+    let docs = repo.commit("docs");
+    repo.op("prod-bj", "add-node8", "scale.yml");
+    let scale = repo.commit("scale");
+    repo.file("clusters/prod-bj/hosts.yml", "all: [not, a, mapping]\n");
+    let broken = repo.commit("broken");
+    let cache = tempfile::tempdir().unwrap();
+    let code = |from: &str, to: &str, detailed: bool| {
+        let mut args = vec!["--from", from, "--to", to];
+        if detailed {
+            args.push("--detailed-exitcode");
+        }
+        plan(&repo, &args, cache.path())
+    };
+    let (nothing, out) = code(&start, &docs, true);
+    assert_eq!(nothing, 0, "{out}");
+    assert!(out.contains("no changes"), "{out}");
+    assert_eq!(code(&docs, &scale, true).0, 2);
+    assert_eq!(code(&scale, &broken, true).0, 1);
+    assert_eq!(
+        code(&docs, &scale, false).0,
+        0,
+        "without the flag a plan with changes exits 0"
+    );
+    assert_eq!(code(&scale, &broken, false).0, 0);
+}
+
+#[test]
+fn scale_down_out_of_order_is_warned_about_in_the_plan() {
+    let two = "all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n    node8:\n      ansible_host: 10.0.0.8\n";
+    let one = "all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n";
+    let mut repo = RepoBuilder::new();
+    repo.file("clusters/prod-bj/hosts.yml", two)
+        .file("clusters/prod-bj/vars.yml", "cluster_name: prod-bj\n")
+        .file("clusters/prod-sh/hosts.yml", two)
+        .file("clusters/prod-sh/vars.yml", "cluster_name: prod-sh\n");
+    let from = repo.commit("two nodes each");
+    // prod-bj: the removal runs in the commit that drops the node; prod-sh: no removal at all.
+    repo.file("clusters/prod-bj/hosts.yml", one)
+        .file(
+            "clusters/prod-bj/operations.yml",
+            "- id: remove-node8\n  action: remove-node.yml\n  extraArgs: [-e, node=node8]\n",
+        )
+        .file("clusters/prod-sh/hosts.yml", one);
+    let to = repo.commit("drop node8");
+    let cache = tempfile::tempdir().unwrap();
+    let (_, md) = plan(
+        &repo,
+        &["--from", &from, "--to", &to, "--output", "markdown"],
+        cache.path(),
+    );
+    assert!(
+        md.contains("> :warning: prod-bj: operation remove-node8 names node8, which this change removes from hosts.yml"),
+        "{md}"
+    );
+    assert!(!md.contains("prod-bj: node8 leaves hosts.yml"), "{md}");
+    assert!(
+        md.contains("> :warning: prod-sh: node8 leaves hosts.yml and no operation names it"),
+        "{md}"
+    );
+    let (_, text) = plan(&repo, &["--from", &from, "--to", &to], cache.path());
+    assert!(
+        text.contains("  warning: prod-sh: node8 leaves hosts.yml"),
+        "{text}"
+    );
+}
