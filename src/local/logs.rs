@@ -265,12 +265,9 @@ impl LogWriter {
         let mut out: &[u8] = bytes;
         if !self.redactions.is_empty() {
             let text = String::from_utf8_lossy(bytes);
+            // Bytes pass as they are unless a Secret value is in them.
             if self.redactions.iter().any(|r| text.contains(r.as_str())) {
-                let mut text = text.into_owned();
-                for r in &self.redactions {
-                    text = text.replace(r.as_str(), REDACTED);
-                }
-                owned = text.into_bytes();
+                owned = self.redact(&text).into_bytes();
                 out = &owned;
             }
         }
