@@ -118,7 +118,14 @@ pub async fn run(
         }
     });
 
-    let controller_task = tokio::spawn(controller::run(client.clone(), cfg.controller.clone(), stopped()));
+    let feeds = controller::live::caches(&cfg.controller.namespace);
+    let live = feeds.live.clone();
+    let controller_task = tokio::spawn(controller::run(
+        client.clone(),
+        cfg.controller.clone(),
+        feeds,
+        stopped(),
+    ));
     let reporter = Reporter::new(
         client.clone(),
         cfg.namespace.clone(),
@@ -134,7 +141,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        r = poll_loop(&client, &cfg, &source, &reporter, triggers, &readiness, stopped()) => r,
+        r = poll_loop(&client, &cfg, &source, &reporter, triggers, &readiness, live, stopped()) => r,
         _ = lost => Err(ServiceError::LeadershipLost),
     };
     // Whatever ended the loop, stop the controller and the reporter too.
@@ -221,6 +228,7 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the loop's shared handles, each used throughout
 async fn poll_loop(
     client: &Client,
     cfg: &ServiceConfig,
@@ -228,6 +236,7 @@ async fn poll_loop(
     reporter: &Arc<Reporter>,
     mut triggers: TriggerReceiver,
     readiness: &Readiness,
+    live: Arc<controller::live::LiveCache>,
     stopped: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServiceError> {
     let metrics = crate::metrics::global();
@@ -235,6 +244,7 @@ async fn poll_loop(
         namespace: cfg.namespace.clone(),
         root: cfg.root.clone(),
         status_url: cfg.status_url.clone(),
+        live: Some(live),
     };
     let saved = state::load_state(client, &cfg.namespace)
         .await
