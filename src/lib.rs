@@ -6,6 +6,7 @@
 //! - [`api`] holds the CRD types and every shared constant.
 //! - [`controller`] turns ClusterOperations into ansible Jobs, one at a time per cluster.
 //! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
+//! - [`events`] publishes the Events of transitions.
 //! - [`server`] is the HTTP listener: health, metrics, webhooks.
 //! - [`redact`] holds the secrets kok knows and scrubs them from every text that comes back from outside.
 //! - [`cli`] wires the subcommands; `main.rs` only parses arguments and calls it.
@@ -14,6 +15,7 @@
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod events;
 pub mod layout;
 pub mod leader;
 pub mod local;

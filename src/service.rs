@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use git2::Oid;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::Client;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -200,7 +200,7 @@ async fn refuse(
 
 /// A Warning Event `CommitRefused` on kok's state ConfigMap.
 async fn publish_refusal(client: &Client, namespace: &str, note: &str) {
-    let recorder = Recorder::new(client.clone(), crate::materialize::apply::reporter());
+    let recorder = crate::events::Publisher::new(client);
     let ev = Event {
         type_: EventType::Warning,
         reason: "CommitRefused".into(),

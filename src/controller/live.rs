@@ -6,8 +6,8 @@
 //! delete); until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
-//! The watches keep what the decisions read and drop the rest: ConfigMaps without their data, every
-//! object without `managedFields`.
+//! The watches keep what the decisions read and drop the rest: ConfigMaps without their data,
+//! operations without the commit statuses the reporter delivers, every object without `managedFields`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -105,13 +105,23 @@ pub fn operation_events(
         managed(),
     )
     .default_backoff()
-    .modify(|op: &mut ClusterOperation| op.metadata.managed_fields = None)
+    .modify(strip_operation)
     .reflect(writer)
     .inspect(move |event| {
         if let Ok(event) = event {
             index.observe(event);
         }
     })
+}
+
+/// Drops what neither the controller nor apply reads of an operation: the statuses the reporter
+/// delivers (it watches them itself) and `managedFields`.
+fn strip_operation(op: &mut ClusterOperation) {
+    op.metadata.managed_fields = None;
+    if let Some(status) = op.status.as_mut() {
+        status.desired_status = None;
+        status.reported = None;
+    }
 }
 
 /// The Cluster watch, feeding the store.

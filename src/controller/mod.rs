@@ -33,7 +33,6 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::Client;
@@ -109,7 +108,7 @@ pub struct Context {
     /// Settings.
     pub config: ControllerConfig,
     /// Publishes one Event per transition.
-    pub recorder: Recorder,
+    pub recorder: crate::events::Publisher,
     /// Every ClusterOperation kok manages, as the operation controller sees them.
     pub operations: Store<ClusterOperation>,
     /// The operations by cluster, and the running ones.
@@ -192,7 +191,7 @@ pub async fn run(
             futures::future::ready(())
         });
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), crate::materialize::apply::reporter()),
+        recorder: crate::events::Publisher::new(&client),
         client: client.clone(),
         config,
         operations: store.clone(),

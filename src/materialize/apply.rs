@@ -25,7 +25,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -981,20 +981,12 @@ pub fn cancel_patch(op: &ClusterOperation, now: Timestamp) -> serde_json::Value 
     })
 }
 
-/// The reporter of Events kok publishes.
-pub fn reporter() -> Reporter {
-    Reporter {
-        controller: FIELD_MANAGER.to_string(),
-        instance: std::env::var("HOSTNAME").ok(),
-    }
-}
-
 async fn publish_canceled(
     client: &Client,
     name: &str,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
 ) {
-    let recorder = Recorder::new(client.clone(), reporter());
+    let recorder = crate::events::Publisher::new(client);
     let ev = Event {
         type_: EventType::Normal,
         reason: "Canceled".into(),
