@@ -37,7 +37,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use super::sink::{DeliveryError, Sink};
-use crate::api::{ClusterOperation, CommitStatus, Phase};
+use super::status::{summary_status, Tally};
+use crate::api::{ClusterOperation, CommitStatus, Phase, StatusState};
 use crate::metrics::Metrics;
 
 /// Field manager of the `status.reported` / `status.reportAttempts` patches.
@@ -135,14 +136,46 @@ pub enum ReportError {
 /// (commit, context) → the status being delivered and the indexes of the sinks that took it.
 type Partial = HashMap<(String, String), (CommitStatus, HashSet<usize>)>;
 
-/// Every configured sink, with per-sink bookkeeping so a status reaches each sink once.
+/// Default of `--status-max-contexts`: most operations a commit may have and still get one context per
+/// operation on a forge.
+pub const DEFAULT_MAX_CONTEXTS: usize = 50;
+/// Default shortest time between two updates of a commit's `kok/summary` status.
+pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Which of the sinks a status goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Every sink: `kok/sync`, and the statuses of operations shown one by one.
+    All,
+    /// Only the sinks without a budget (git notes): an operation of a commit above the budget.
+    Unbudgeted,
+    /// Only the budgeted sinks (forges): the `kok/summary` status.
+    Budgeted,
+}
+
+impl Route {
+    fn includes(self, sink: &dyn Sink) -> bool {
+        match self {
+            Route::All => true,
+            Route::Unbudgeted => !sink.budgeted(),
+            Route::Budgeted => sink.budgeted(),
+        }
+    }
+}
+
+/// Every configured sink, with per-sink bookkeeping so a status reaches each sink once, and per-sink
+/// rate-limit pauses.
 pub struct Sinks {
     sinks: Vec<Arc<dyn Sink>>,
     /// Per sink, the permits of its deliveries in flight when it limits them.
     limits: Vec<Option<Arc<Semaphore>>>,
+    /// Per sink, when the pause its rate limit asked for ends.
+    paused: Vec<Mutex<Option<Instant>>>,
     metrics: &'static Metrics,
     /// (commit, context) → the status and the indexes of the sinks that took it, while others still fail.
     partial: Mutex<Partial>,
+    max_contexts: usize,
+    summary_interval: Duration,
 }
 
 impl std::fmt::Debug for Sinks {
@@ -154,18 +187,37 @@ impl std::fmt::Debug for Sinks {
 }
 
 impl Sinks {
-    /// Delivers to each of `sinks`, counting results in `metrics`.
+    /// Delivers to each of `sinks`, counting results in `metrics`, with a budget of
+    /// [`DEFAULT_MAX_CONTEXTS`] per-operation contexts on the budgeted sinks.
     pub fn new(sinks: Vec<Arc<dyn Sink>>, metrics: &'static Metrics) -> Self {
         let limits = sinks
             .iter()
             .map(|s| s.max_in_flight().map(|n| Arc::new(Semaphore::new(n.max(1)))))
             .collect();
+        let paused = sinks.iter().map(|_| Mutex::new(None)).collect();
         Sinks {
             sinks,
             limits,
+            paused,
             metrics,
             partial: Mutex::default(),
+            max_contexts: DEFAULT_MAX_CONTEXTS,
+            summary_interval: SUMMARY_INTERVAL,
         }
+    }
+
+    /// Sets the budget: a commit with more operations than `max` shows one `kok/summary` context
+    /// (plus one per failed operation) on the budgeted sinks instead of one per operation.
+    pub fn with_max_contexts(mut self, max: usize) -> Self {
+        self.max_contexts = max;
+        self
+    }
+
+    /// Sets the shortest time between two updates of a commit's `kok/summary` status that are not its
+    /// first or final one.
+    pub fn with_summary_interval(mut self, interval: Duration) -> Self {
+        self.summary_interval = interval;
+        self
     }
 
     /// Names of the sinks.
@@ -173,28 +225,46 @@ impl Sinks {
         self.sinks.iter().map(|s| s.name().to_string()).collect()
     }
 
+    /// The most operations a commit may have and still show one context each on the budgeted sinks;
+    /// `usize::MAX` when no sink has a budget.
+    fn budget(&self) -> usize {
+        if self.sinks.iter().any(|s| s.budgeted()) {
+            self.max_contexts
+        } else {
+            usize::MAX
+        }
+    }
+
     /// Delivers `status` on `commit` to every sink that has not taken it yet. On failure returns the
     /// error that allows the earliest retry (a retryable one before a refusal).
     pub async fn deliver(&self, commit: &str, status: &CommitStatus) -> Result<(), DeliveryError> {
+        self.deliver_to(commit, status, Route::All).await
+    }
+
+    /// Delivers `status` on `commit` to the sinks of `route` that have not taken it yet, all at once, so
+    /// a slow or paused sink does not hold up the others.
+    pub async fn deliver_to(
+        &self,
+        commit: &str,
+        status: &CommitStatus,
+        route: Route,
+    ) -> Result<(), DeliveryError> {
         // One entry per commit and context: a newer status replaces an older one's bookkeeping.
         let key = (commit.to_string(), status.context.clone());
         let done = match self.lock().get(&key) {
             Some((s, done)) if s == status => done.clone(),
             _ => HashSet::new(),
         };
+        let attempts = self
+            .sinks
+            .iter()
+            .enumerate()
+            .filter(|(index, sink)| !done.contains(index) && route.includes(sink.as_ref()))
+            .map(|(index, _)| async move { (index, self.deliver_one(index, commit, status).await) });
         let mut worst: Option<DeliveryError> = None;
-        for (index, sink) in self.sinks.iter().enumerate() {
-            if done.contains(&index) {
-                continue;
-            }
-            let _permit = match &self.limits[index] {
-                Some(limit) => limit.clone().acquire_owned().await.ok(),
-                None => None,
-            };
-            match sink.deliver(commit, status).await {
+        for (index, result) in futures::future::join_all(attempts).await {
+            match result {
                 Ok(()) => {
-                    self.metrics.status_delivery(sink.name(), "delivered");
-                    tracing::info!(sink = sink.name(), %commit, context = %status.context, state = ?status.state, "commit status delivered");
                     let mut partial = self.lock();
                     let entry = partial
                         .entry(key.clone())
@@ -205,9 +275,6 @@ impl Sinks {
                     entry.1.insert(index);
                 }
                 Err(err) => {
-                    let result = if err.is_retryable() { "retry" } else { "failed" };
-                    self.metrics.status_delivery(sink.name(), result);
-                    tracing::warn!(sink = sink.name(), %commit, context = %status.context, error = %err, "commit status not delivered");
                     worst = Some(match worst {
                         Some(prev) if prefer(&prev, &err) => prev,
                         _ => err,
@@ -221,6 +288,78 @@ impl Sinks {
                 self.lock().remove(&key);
                 Ok(())
             }
+        }
+    }
+
+    /// One delivery to sink `index`, unless it is paused; a wait the sink asks for pauses it.
+    async fn deliver_one(
+        &self,
+        index: usize,
+        commit: &str,
+        status: &CommitStatus,
+    ) -> Result<(), DeliveryError> {
+        let sink = &self.sinks[index];
+        let paused = |wait: Duration| {
+            self.metrics.status_delivery(sink.name(), "paused");
+            tracing::debug!(sink = sink.name(), %commit, context = %status.context, "commit status waits for the sink's rate limit");
+            Err(DeliveryError::Paused {
+                sink: sink.name().to_string(),
+                context: status.context.clone(),
+                commit: commit.to_string(),
+                wait,
+            })
+        };
+        if let Some(wait) = self.pause_left(index) {
+            return paused(wait);
+        }
+        let _permit = match &self.limits[index] {
+            Some(limit) => limit.clone().acquire_owned().await.ok(),
+            None => None,
+        };
+        // The pause may have begun while this delivery waited for a permit.
+        if let Some(wait) = self.pause_left(index) {
+            return paused(wait);
+        }
+        let result = sink.deliver(commit, status).await;
+        match &result {
+            Ok(()) => {
+                self.metrics.status_delivery(sink.name(), "delivered");
+                tracing::info!(sink = sink.name(), %commit, context = %status.context, state = ?status.state, "commit status delivered");
+            }
+            Err(err) => {
+                let result = if err.is_retryable() { "retry" } else { "failed" };
+                self.metrics.status_delivery(sink.name(), result);
+                tracing::warn!(sink = sink.name(), %commit, context = %status.context, error = %err, "commit status not delivered");
+                if let Some(wait) = err.retry_after().filter(|_| err.is_retryable()) {
+                    self.pause(index, wait);
+                }
+            }
+        }
+        result
+    }
+
+    /// Time left of sink `index`'s pause, if it is paused.
+    fn pause_left(&self, index: usize) -> Option<Duration> {
+        let until = (*self.paused[index].lock().unwrap_or_else(|p| p.into_inner()))?;
+        let now = Instant::now();
+        (until > now).then(|| until - now)
+    }
+
+    /// Pauses sink `index` for `wait` (capped at an hour), unless it is already paused for longer.
+    fn pause(&self, index: usize, wait: Duration) {
+        let wait = wait.min(Duration::from_secs(3600));
+        if wait.is_zero() {
+            return;
+        }
+        let until = Instant::now() + wait;
+        let mut paused = self.paused[index].lock().unwrap_or_else(|p| p.into_inner());
+        if paused.is_none_or(|p| p < until) {
+            *paused = Some(until);
+            tracing::warn!(
+                sink = self.sinks[index].name(),
+                seconds = wait.as_secs(),
+                "the sink asked to wait (rate limit); pausing its deliveries, the other sinks go on"
+            );
         }
     }
 
@@ -317,12 +456,27 @@ impl Reporter {
         tokio::pin!(events);
         tokio::pin!(shutdown);
         let mut queue = Queue::default();
-        let mut in_flight: JoinSet<(String, Outcome)> = JoinSet::new();
+        let budget = self.sinks.budget();
+        let interval = self.sinks.summary_interval;
+        let mut in_flight: JoinSet<Done> = JoinSet::new();
         loop {
-            for (name, job) in queue.take_due(Instant::now(), MAX_IN_FLIGHT.saturating_sub(in_flight.len())) {
-                in_flight.spawn(self.clone().deliver_operation(name, job));
+            // While the watch lists, the operations of a commit are not all counted yet: wait for the
+            // whole list before deciding which contexts a commit shows.
+            if !queue.listing() {
+                let now = Instant::now();
+                for (commit, summary) in queue.due_summaries(now, budget, interval) {
+                    in_flight.spawn(self.clone().deliver_summary(commit, summary));
+                }
+                for (name, job) in queue.take_due(now, MAX_IN_FLIGHT.saturating_sub(in_flight.len())) {
+                    let route = queue.route(&job, budget);
+                    in_flight.spawn(self.clone().deliver_operation(name, job, route));
+                }
             }
-            let next_due = queue.next_due();
+            let next_due = queue
+                .next_due()
+                .into_iter()
+                .chain(queue.next_summary(Instant::now(), budget, interval))
+                .min();
             tokio::select! {
                 _ = &mut shutdown => break,
                 event = events.next() => match event {
@@ -339,7 +493,8 @@ impl Reporter {
                     None => break,
                 },
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => match done {
-                    Ok((name, outcome)) => queue.finish(&name, outcome, Instant::now()),
+                    Ok(Done::Operation(name, outcome)) => queue.finish(&name, outcome, Instant::now()),
+                    Ok(Done::Summary { commit, status, retry }) => queue.finish_summary(&commit, status, retry, Instant::now()),
                     Err(err) => tracing::warn!(error = %err, "a commit status delivery task stopped"),
                 },
                 _ = sleep_until(next_due), if next_due.is_some() => {}
@@ -348,8 +503,32 @@ impl Reporter {
         while in_flight.join_next().await.is_some() {}
     }
 
-    /// Delivers one operation's desired status (unless it already was) and records it on the object.
-    async fn deliver_operation(self: Arc<Self>, name: String, job: Pending) -> (String, Outcome) {
+    /// Delivers a commit's `kok/summary` status to the budgeted sinks.
+    async fn deliver_summary(self: Arc<Self>, commit: String, job: SummaryJob) -> Done {
+        let result = self.sinks.deliver_to(&commit, &job.status, Route::Budgeted).await;
+        let retry = result
+            .err()
+            .map(|err| self.backoff.delay(job.attempts.saturating_add(1), &err));
+        Done::Summary {
+            commit,
+            status: job.status,
+            retry,
+        }
+    }
+
+    /// Delivers one operation's desired status to the sinks of `route` (unless it already was) and
+    /// records it on the object.
+    async fn deliver_operation(self: Arc<Self>, name: String, job: Pending, route: Route) -> Done {
+        let (name, outcome) = self.deliver_and_record(name, job, route).await;
+        Done::Operation(name, outcome)
+    }
+
+    async fn deliver_and_record(
+        self: Arc<Self>,
+        name: String,
+        job: Pending,
+        route: Route,
+    ) -> (String, Outcome) {
         let api: Api<ClusterOperation> = Api::namespaced(self.client.clone(), &self.namespace);
         let record_failed = |err: kube::Error| {
             let err = ReportError::PatchOperationStatus {
@@ -360,7 +539,19 @@ impl Reporter {
             tracing::warn!(error = %err, "commit status bookkeeping failed; retrying");
         };
         if !job.delivered {
-            if let Err(err) = self.sinks.deliver(&job.commit, &job.desired).await {
+            if let Err(err) = self.sinks.deliver_to(&job.commit, &job.desired, route).await {
+                if err.is_paused() {
+                    // Nothing was sent: not an attempt, just a wait for the sink's rate limit.
+                    let delay = self.backoff.delay(job.attempts.max(1), &err);
+                    return (
+                        name,
+                        Outcome::Failed {
+                            desired: job.desired,
+                            attempts: job.attempts,
+                            delay,
+                        },
+                    );
+                }
                 let attempts = job.attempts.saturating_add(1);
                 let delay = self.backoff.delay(attempts, &err);
                 let patch = serde_json::json!({ "status": { "reportAttempts": attempts } });
@@ -639,6 +830,26 @@ struct Pending {
     not_before: Instant,
 }
 
+/// A delivery task's result.
+#[derive(Debug)]
+enum Done {
+    /// An operation's status, by ClusterOperation name.
+    Operation(String, Outcome),
+    /// A commit's `kok/summary` status; `retry` is the wait before the next attempt when it failed.
+    Summary {
+        commit: String,
+        status: CommitStatus,
+        retry: Option<Duration>,
+    },
+}
+
+/// A `kok/summary` status to deliver, and the failed attempts before it.
+#[derive(Debug)]
+struct SummaryJob {
+    status: CommitStatus,
+    attempts: u32,
+}
+
 /// How one delivery task ended.
 #[derive(Debug)]
 enum Outcome {
@@ -667,6 +878,50 @@ struct Queue {
     relisting: Option<HashSet<String>>,
     /// Phase of every operation, for the `kok_operations{phase}` gauge.
     phases: HashMap<String, Phase>,
+    /// Per operation: its commit and the state of its desired status, as counted in [`Queue::commits`].
+    counted: HashMap<String, (String, Option<StatusState>)>,
+    /// Per commit: its operations by state, and its `kok/summary` bookkeeping.
+    commits: HashMap<String, CommitOps>,
+}
+
+/// What the loop knows of one commit's operations.
+#[derive(Debug, Default)]
+struct CommitOps {
+    /// The commit's operations by state; finished operations stay counted after they are deleted
+    /// (history limit), unfinished ones leave with their object.
+    tally: Tally,
+    /// Operations of the commit that still exist; the entry goes when none is left.
+    live: usize,
+    /// Per-operation contexts sent to every sink: they keep being updated there even once the commit
+    /// has grown above the budget, so none is left stale.
+    shown: HashSet<String>,
+    /// The `kok/summary` status last delivered, and when.
+    summary_sent: Option<(CommitStatus, Instant)>,
+    /// Failed attempts at delivering the current summary, and when the next may start.
+    summary_retry: Option<(u32, Instant)>,
+    /// A summary delivery is in flight.
+    summary_busy: bool,
+}
+
+impl CommitOps {
+    /// The summary to send and when it may go, when it differs from the one delivered. The first and
+    /// the final summary (nothing running or queued) go at once; those between at most once per
+    /// `interval`; a failed one waits for its retry.
+    fn summary_due(&self, now: Instant, interval: Duration) -> Option<(CommitStatus, Instant)> {
+        if self.summary_busy {
+            return None;
+        }
+        let wanted = summary_status(&self.tally);
+        let mut at = match &self.summary_sent {
+            Some((sent, _)) if *sent == wanted => return None,
+            Some((_, at)) if !self.tally.finished() => *at + interval,
+            _ => now,
+        };
+        if let Some((_, retry)) = self.summary_retry {
+            at = at.max(retry);
+        }
+        Some((wanted, at))
+    }
 }
 
 impl Queue {
@@ -681,16 +936,147 @@ impl Queue {
             }
             watcher::Event::InitDone => {
                 if let Some(seen) = self.relisting.take() {
-                    self.pending.retain(|name, _| seen.contains(name));
-                    self.recorded.retain(|name, _| seen.contains(name));
-                    self.phases.retain(|name, _| seen.contains(name));
+                    let gone: Vec<String> = self
+                        .phases
+                        .keys()
+                        .chain(self.pending.keys())
+                        .filter(|name| !seen.contains(*name))
+                        .cloned()
+                        .collect();
+                    for name in gone {
+                        self.forget(&name);
+                    }
                 }
             }
             watcher::Event::Apply(op) => self.apply(&op),
-            watcher::Event::Delete(op) => {
-                self.pending.remove(&op.name_any());
-                self.recorded.remove(&op.name_any());
-                self.phases.remove(&op.name_any());
+            watcher::Event::Delete(op) => self.forget(&op.name_any()),
+        }
+    }
+
+    /// True while the watch (re)lists the operations.
+    fn listing(&self) -> bool {
+        self.relisting.is_some()
+    }
+
+    /// Drops an operation that no longer exists.
+    fn forget(&mut self, name: &str) {
+        self.pending.remove(name);
+        self.recorded.remove(name);
+        self.phases.remove(name);
+        let Some((commit, state)) = self.counted.remove(name) else {
+            return;
+        };
+        let Some(ops) = self.commits.get_mut(&commit) else {
+            return;
+        };
+        if !matches!(
+            state,
+            Some(StatusState::Success | StatusState::Failure | StatusState::Error)
+        ) {
+            let slot = ops.tally.slot(state);
+            *slot = slot.saturating_sub(1);
+        }
+        ops.live = ops.live.saturating_sub(1);
+        if ops.live == 0 {
+            self.commits.remove(&commit);
+        }
+    }
+
+    /// Counts `name` on `commit` with the state of its desired status.
+    fn count(&mut self, name: &str, commit: &str, state: Option<StatusState>) {
+        if let Some((old_commit, old_state)) = self.counted.get(name).cloned() {
+            if old_commit == commit && old_state == state {
+                return;
+            }
+            self.forget_count(name, &old_commit, old_state);
+            if old_commit != commit && self.commits.get(&old_commit).is_some_and(|o| o.live == 0) {
+                self.commits.remove(&old_commit);
+            }
+        }
+        let ops = self.commits.entry(commit.to_string()).or_default();
+        *ops.tally.slot(state) += 1;
+        ops.live += 1;
+        self.counted.insert(name.to_string(), (commit.to_string(), state));
+    }
+
+    /// Takes `name` out of `commit`'s counts (its state changes, or its commit does).
+    fn forget_count(&mut self, name: &str, commit: &str, state: Option<StatusState>) {
+        self.counted.remove(name);
+        if let Some(ops) = self.commits.get_mut(commit) {
+            let slot = ops.tally.slot(state);
+            *slot = slot.saturating_sub(1);
+            ops.live = ops.live.saturating_sub(1);
+        }
+    }
+
+    /// The sinks `job`'s status goes to: every sink while its commit has at most `budget` operations,
+    /// when it failed, or when its context was already sent to every sink; else only the sinks without
+    /// a budget (the budgeted ones show the commit's `kok/summary` instead).
+    fn route(&mut self, job: &Pending, budget: usize) -> Route {
+        let Some(ops) = self.commits.get_mut(&job.commit) else {
+            return Route::All;
+        };
+        let context = &job.desired.context;
+        if ops.tally.total() <= budget {
+            if !ops.shown.contains(context) {
+                ops.shown.insert(context.clone());
+            }
+            return Route::All;
+        }
+        if ops.shown.contains(context)
+            || matches!(job.desired.state, StatusState::Failure | StatusState::Error)
+        {
+            return Route::All;
+        }
+        Route::Unbudgeted
+    }
+
+    /// The commits above `budget` whose `kok/summary` is due, marked busy.
+    fn due_summaries(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        interval: Duration,
+    ) -> Vec<(String, SummaryJob)> {
+        let mut due = Vec::new();
+        for (commit, ops) in self.commits.iter_mut() {
+            if ops.tally.total() <= budget {
+                continue;
+            }
+            let Some((status, at)) = ops.summary_due(now, interval) else {
+                continue;
+            };
+            if at <= now {
+                ops.summary_busy = true;
+                let attempts = ops.summary_retry.map_or(0, |(n, _)| n);
+                due.push((commit.clone(), SummaryJob { status, attempts }));
+            }
+        }
+        due
+    }
+
+    /// When the earliest summary not due yet becomes due.
+    fn next_summary(&self, now: Instant, budget: usize, interval: Duration) -> Option<Instant> {
+        self.commits
+            .values()
+            .filter(|ops| ops.tally.total() > budget)
+            .filter_map(|ops| ops.summary_due(now, interval).map(|(_, at)| at))
+            .min()
+    }
+
+    fn finish_summary(&mut self, commit: &str, status: CommitStatus, retry: Option<Duration>, now: Instant) {
+        let Some(ops) = self.commits.get_mut(commit) else {
+            return;
+        };
+        ops.summary_busy = false;
+        match retry {
+            None => {
+                ops.summary_sent = Some((status, now));
+                ops.summary_retry = None;
+            }
+            Some(delay) => {
+                let attempts = ops.summary_retry.map_or(0, |(n, _)| n).saturating_add(1);
+                ops.summary_retry = Some((attempts, now + delay));
             }
         }
     }
@@ -713,6 +1099,9 @@ impl Queue {
             .insert(name.clone(), status.map(|s| s.phase).unwrap_or_default());
         let desired = status.and_then(|s| s.desired_status.as_ref());
         let reported = status.and_then(|s| s.reported.as_ref());
+        if !op.spec.source.commit.is_empty() {
+            self.count(&name, &op.spec.source.commit, desired.map(|d| d.state));
+        }
         if let Some(memo) = self.recorded.get(&name) {
             if reported == Some(memo) || desired != Some(memo) {
                 self.recorded.remove(&name); // the watch caught up, or there is a newer desired status
