@@ -20,8 +20,26 @@
 //!   the ConfigMap [`SYNC_CONFIGMAP`], one data key per commit holding `{"desired", "reported",
 //!   "attempts", "time"}` as JSON, and the same retry policy delivers them. The newest
 //!   [`SYNC_HISTORY`] commits are kept.
-//! - With several sinks, each status is delivered to every sink; a sink that already took it is not
-//!   sent it again while the others are retried (in memory; after a restart all sinks get it again).
+//! - With several sinks, each status is delivered to every sink, to all of them at once; a sink that
+//!   already took it is not sent it again while the others are retried (in memory; after a restart all
+//!   sinks get it again).
+//! - Rate limits: a sink that answers with a wait (Retry-After, or a rate-limit reset time, see
+//!   [`super::forge`]) is paused until then. Deliveries to a paused sink do not send a request: they
+//!   fail at once with [`DeliveryError::Paused`], the other sinks take the status meanwhile, and the
+//!   operation is tried again when the pause ends, with its newest desired status (so the paused sink
+//!   gets the newest status of each commit and context, and none is lost). A pause is not counted in
+//!   `reportAttempts`.
+//! - Budget: the forge sinks ([`Sink::budgeted`]) show one context per operation only while the commit
+//!   has at most `--status-max-contexts` operations ([`Sinks::with_max_contexts`]). Above it, an
+//!   operation's status goes to the other sinks only (git notes keep every context), except a failure,
+//!   and except a context the forges already show (it keeps being updated, so none is left stale when a
+//!   commit grows past the budget); the forges show instead one `kok/summary` status per commit
+//!   ([`super::status::summary_status`]). The summary counts the operations by the state of their
+//!   desired status (a finished operation deleted by the history limit stays counted); its first and
+//!   its final value (nothing running or queued) go out at once, the values between at most once per
+//!   minute. Operations are not delivered while the watch lists them, so that a commit's operations are
+//!   counted before any of its contexts is sent. After a restart, each commit above the budget gets its
+//!   summary once more.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -1305,6 +1323,94 @@ mod tests {
         q.observe(watcher::Event::InitApply(op("a", Some("queued"), None)));
         q.observe(watcher::Event::InitDone);
         assert_eq!(q.pending.keys().collect::<Vec<_>>(), ["a"]);
+    }
+
+    fn op_in(name: &str, state: crate::api::StatusState) -> ClusterOperation {
+        let mut op = op(name, Some("d"), None);
+        let desired = op.status.as_mut().unwrap().desired_status.as_mut().unwrap();
+        desired.context = format!("kok/c/{name}");
+        desired.state = state;
+        op
+    }
+
+    #[test]
+    fn above_the_budget_only_failures_and_contexts_already_shown_reach_every_sink() {
+        use crate::api::StatusState::*;
+        let mut q = Queue::default();
+        q.observe(watcher::Event::Apply(op_in("a", Pending)));
+        let job_a = q.pending["a"].clone();
+        assert_eq!(q.route(&job_a, 2), Route::All, "within the budget");
+        q.observe(watcher::Event::Apply(op_in("b", Pending)));
+        q.observe(watcher::Event::Apply(op_in("c", Failure)));
+        assert_eq!(q.commits["abc"].tally.total(), 3);
+        assert_eq!(q.route(&q.pending["b"].clone(), 2), Route::Unbudgeted);
+        assert_eq!(
+            q.route(&q.pending["c"].clone(), 2),
+            Route::All,
+            "failures always show"
+        );
+        assert_eq!(
+            q.route(&job_a, 2),
+            Route::All,
+            "a context already shown keeps its updates"
+        );
+        q.observe(watcher::Event::Delete(op_in("c", Failure)));
+        q.observe(watcher::Event::Delete(op_in("b", Pending)));
+        let tally = q.commits["abc"].tally;
+        assert_eq!(
+            (tally.failed, tally.queued),
+            (1, 1),
+            "a finished operation deleted stays counted"
+        );
+        q.observe(watcher::Event::Delete(op_in("a", Pending)));
+        assert!(
+            q.commits.is_empty(),
+            "the commit is forgotten with its last operation"
+        );
+    }
+
+    #[test]
+    fn summaries_go_first_and_final_at_once_and_between_at_most_once_per_interval() {
+        use crate::api::StatusState::*;
+        let interval = Duration::from_secs(60);
+        let mut q = Queue::default();
+        for name in ["a", "b", "c"] {
+            q.observe(watcher::Event::Apply(op_in(name, Pending)));
+        }
+        let now = Instant::now();
+        assert!(
+            q.due_summaries(now, 3, interval).is_empty(),
+            "within the budget: no summary"
+        );
+        let first = q.due_summaries(now, 2, interval);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].1.status.description, "0/3 succeeded, 3 queued");
+        assert!(
+            q.due_summaries(now, 2, interval).is_empty(),
+            "one delivery at a time"
+        );
+        q.finish_summary("abc", first[0].1.status.clone(), None, now);
+        q.observe(watcher::Event::Apply(op_in("a", Success)));
+        assert!(
+            q.due_summaries(now, 2, interval).is_empty(),
+            "an update waits for the interval"
+        );
+        assert_eq!(q.next_summary(now, 2, interval), Some(now + interval));
+        q.observe(watcher::Event::Apply(op_in("b", Success)));
+        q.observe(watcher::Event::Apply(op_in("c", Error)));
+        let last = q.due_summaries(now, 2, interval);
+        assert_eq!(last.len(), 1, "the final summary is not held back");
+        assert_eq!(last[0].1.status.description, "2/3 succeeded, 1 failed");
+        assert_eq!(last[0].1.status.state, Failure);
+        q.finish_summary("abc", last[0].1.status.clone(), Some(Duration::from_secs(5)), now);
+        assert!(
+            q.due_summaries(now, 2, interval).is_empty(),
+            "a failed delivery waits for its retry"
+        );
+        assert_eq!(
+            q.due_summaries(now + Duration::from_secs(5), 2, interval).len(),
+            1
+        );
     }
 
     #[test]
