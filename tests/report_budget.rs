@@ -106,16 +106,20 @@ impl Harness {
 
     /// Starts a reporter over `sinks`; dropping the sender stops it.
     fn reporter(&self, sinks: Sinks) -> oneshot::Sender<()> {
+        self.start_reporter(sinks).1
+    }
+
+    fn start_reporter(&self, sinks: Sinks) -> (Arc<Reporter>, oneshot::Sender<()>) {
         let backoff = Backoff {
             initial: Duration::from_millis(10),
             max: Duration::from_millis(200),
         };
         let reporter = Reporter::new(self.api.client(), NS, sinks, backoff);
         let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(reporter.run(async move {
+        tokio::spawn(reporter.clone().run(async move {
             let _ = rx.await;
         }));
-        tx
+        (reporter, tx)
     }
 
     async fn create(&self, name: &str, desired: Option<StatusState>) {
@@ -372,5 +376,46 @@ async fn a_rate_limited_forge_pauses_alone_and_sends_the_newest_statuses_after()
     assert_eq!(
         got, expected,
         "no status is lost: the newest of each context went out after the pause"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_growing_past_the_budget_shows_no_operation_context_once_its_pass_finished() {
+    let h = Harness::start().await;
+    let server = ForgeServer::start().await;
+    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics)
+        .with_max_contexts(2)
+        .with_settle_quiet(Duration::from_secs(3600));
+    let (reporter, _stop) = h.start_reporter(sinks);
+    let names = ["op1", "op2", "op3"];
+    for name in names {
+        h.create(name, Some(StatusState::Pending)).await;
+    }
+    eventually("every queued status in the notes", || h.note_states().len() == 3).await;
+    assert!(
+        server.statuses().is_empty(),
+        "the forge waits while the commit's operations may still grow"
+    );
+    // The reconcile pass that created the operations finished.
+    reporter.settle();
+    let sha = h.sha.clone();
+    eventually("the summary of the queued operations", || {
+        newest(&server, &sha).get("kok/summary").map(|s| s.1.as_str()) == Some("0/3 succeeded, 3 queued")
+    })
+    .await;
+    for name in names {
+        h.set(name, StatusState::Success).await;
+    }
+    eventually("the final summary", || {
+        newest(&server, &sha).get("kok/summary")
+            == Some(&("success".to_string(), "3/3 succeeded".to_string()))
+    })
+    .await;
+    h.wait_all_reported(&names).await;
+    let shown = newest(&server, &sha);
+    assert_eq!(
+        shown.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["kok/summary"],
+        "no operation's own context reached the forge: {shown:#?}"
     );
 }

@@ -157,6 +157,9 @@ type Partial = HashMap<(String, String), (CommitStatus, HashSet<usize>)>;
 /// Default of `--status-max-contexts`: most operations a commit may have and still get one context per
 /// operation on a forge.
 pub const DEFAULT_MAX_CONTEXTS: usize = 50;
+/// A commit whose operations stop appearing for this long counts as settled even when no reconcile
+/// pass says so (see [`Reporter::settle`]).
+pub const SETTLE_QUIET: Duration = Duration::from_secs(2);
 /// Default shortest time between two updates of a commit's `kok/summary` status.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -169,13 +172,15 @@ pub enum Route {
     Unbudgeted,
     /// Only the budgeted sinks (forges): the `kok/summary` status.
     Budgeted,
+    /// The sinks without a budget now, the budgeted ones once the commit's operations are all known.
+    Hold,
 }
 
 impl Route {
     fn includes(self, sink: &dyn Sink) -> bool {
         match self {
             Route::All => true,
-            Route::Unbudgeted => !sink.budgeted(),
+            Route::Unbudgeted | Route::Hold => !sink.budgeted(),
             Route::Budgeted => sink.budgeted(),
         }
     }
@@ -194,6 +199,7 @@ pub struct Sinks {
     partial: Mutex<Partial>,
     max_contexts: usize,
     summary_interval: Duration,
+    settle_quiet: Duration,
 }
 
 impl std::fmt::Debug for Sinks {
@@ -221,6 +227,7 @@ impl Sinks {
             partial: Mutex::default(),
             max_contexts: DEFAULT_MAX_CONTEXTS,
             summary_interval: SUMMARY_INTERVAL,
+            settle_quiet: SETTLE_QUIET,
         }
     }
 
@@ -235,6 +242,13 @@ impl Sinks {
     /// first or final one.
     pub fn with_summary_interval(mut self, interval: Duration) -> Self {
         self.summary_interval = interval;
+        self
+    }
+
+    /// Sets how long a commit's operations must stop appearing before the forges get their statuses
+    /// when no reconcile pass says the commit is complete ([`Reporter::settle`]).
+    pub fn with_settle_quiet(mut self, quiet: Duration) -> Self {
+        self.settle_quiet = quiet;
         self
     }
 
@@ -421,6 +435,7 @@ pub struct Reporter {
     /// Per ClusterOperation (or `sync/<commit>`): the status being retried and when it may be tried again.
     not_before: Mutex<HashMap<String, (CommitStatus, Instant)>>,
     sync_wake: Notify,
+    settle_wake: Notify,
 }
 
 impl std::fmt::Debug for Reporter {
@@ -442,6 +457,7 @@ impl Reporter {
             backoff,
             not_before: Mutex::default(),
             sync_wake: Notify::new(),
+            settle_wake: Notify::new(),
         })
     }
 
@@ -473,7 +489,7 @@ impl Reporter {
         let events = watcher(api, watcher::Config::default()).default_backoff();
         tokio::pin!(events);
         tokio::pin!(shutdown);
-        let mut queue = Queue::default();
+        let mut queue = Queue::new(self.sinks.settle_quiet);
         let budget = self.sinks.budget();
         let interval = self.sinks.summary_interval;
         let mut in_flight: JoinSet<Done> = JoinSet::new();
@@ -482,6 +498,7 @@ impl Reporter {
             // whole list before deciding which contexts a commit shows.
             if !queue.listing() {
                 let now = Instant::now();
+                queue.settle(false, now);
                 for (commit, summary) in queue.due_summaries(now, budget, interval) {
                     in_flight.spawn(self.clone().deliver_summary(commit, summary));
                 }
@@ -490,11 +507,14 @@ impl Reporter {
                     in_flight.spawn(self.clone().deliver_operation(name, job, route));
                 }
             }
-            let next_due = queue
-                .next_due()
-                .into_iter()
-                .chain(queue.next_summary(Instant::now(), budget, interval))
-                .min();
+            let next_due = match queue.listing() {
+                true => None,
+                false => queue
+                    .next_due()
+                    .into_iter()
+                    .chain(queue.next_summary(Instant::now(), budget, interval))
+                    .min(),
+            };
             tokio::select! {
                 _ = &mut shutdown => break,
                 event = events.next() => match event {
@@ -515,6 +535,7 @@ impl Reporter {
                     Ok(Done::Summary { commit, status, retry }) => queue.finish_summary(&commit, status, retry, Instant::now()),
                     Err(err) => tracing::warn!(error = %err, "a commit status delivery task stopped"),
                 },
+                _ = self.settle_wake.notified() => queue.settle(true, Instant::now()),
                 _ = sleep_until(next_due), if next_due.is_some() => {}
             }
         }
@@ -589,6 +610,9 @@ impl Reporter {
                 );
             }
         }
+        if route == Route::Hold {
+            return (name, Outcome::Held { desired: job.desired });
+        }
         let patch = serde_json::json!({ "status": { "reported": &job.desired, "reportAttempts": null } });
         match api
             .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
@@ -609,8 +633,16 @@ impl Reporter {
         }
     }
 
-    /// Records the `kok/sync` status of `commit` and wakes the sync loop to deliver it.
+    /// Says a reconcile pass finished: the operations of every commit known now are all known, so the
+    /// forges may get their statuses (each commit's or its summary, by the budget).
+    pub fn settle(&self) {
+        self.settle_wake.notify_one();
+    }
+
+    /// Records the `kok/sync` status of `commit` and wakes the sync loop to deliver it. It also settles
+    /// the commits known now (see [`Reporter::settle`]): kok/sync is recorded once a pass finished.
     pub async fn deliver_sync(&self, commit: &str, status: &CommitStatus) -> Result<(), ReportError> {
+        self.settle();
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let sync_err = |source| ReportError::SyncRecord {
             namespace: self.namespace.clone(),
@@ -845,6 +877,9 @@ struct Pending {
     attempts: u32,
     /// The sinks took it; only recording it on the object is left.
     delivered: bool,
+    /// The sinks without a budget took it; the budgeted ones wait until the operations of its commit
+    /// are all known ([`CommitOps::settled`]).
+    held: bool,
     not_before: Instant,
 }
 
@@ -873,6 +908,8 @@ struct SummaryJob {
 enum Outcome {
     /// Delivered and recorded as `status.reported`.
     Recorded { desired: CommitStatus },
+    /// Delivered to the sinks without a budget; the others wait until its commit is settled.
+    Held { desired: CommitStatus },
     /// Delivered, but recording it failed: only the record is retried.
     DeliveredNotRecorded { desired: CommitStatus, delay: Duration },
     /// Not delivered; retried after `delay`.
@@ -900,10 +937,12 @@ struct Queue {
     counted: HashMap<String, (String, Option<StatusState>)>,
     /// Per commit: its operations by state, and its `kok/summary` bookkeeping.
     commits: HashMap<String, CommitOps>,
+    /// How long without a new operation settles a commit.
+    settle_quiet: Duration,
 }
 
 /// What the loop knows of one commit's operations.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct CommitOps {
     /// The commit's operations by state; finished operations stay counted after they are deleted
     /// (history limit), unfinished ones leave with their object.
@@ -919,6 +958,27 @@ struct CommitOps {
     summary_retry: Option<(u32, Instant)>,
     /// A summary delivery is in flight.
     summary_busy: bool,
+    /// Every operation of the commit is known: a reconcile pass finished since it appeared, the watch
+    /// listed it, or no new operation of it appeared for [`SETTLE_QUIET`]. Until then the budgeted
+    /// sinks get neither its operations' statuses nor its summary (its count may still grow).
+    settled: bool,
+    /// When the last new operation of the commit appeared.
+    last_new: Instant,
+}
+
+impl Default for CommitOps {
+    fn default() -> Self {
+        CommitOps {
+            tally: Tally::default(),
+            live: 0,
+            shown: HashSet::new(),
+            summary_sent: None,
+            summary_retry: None,
+            summary_busy: false,
+            settled: false,
+            last_new: Instant::now(),
+        }
+    }
 }
 
 impl CommitOps {
@@ -943,6 +1003,13 @@ impl CommitOps {
 }
 
 impl Queue {
+    fn new(settle_quiet: Duration) -> Self {
+        Queue {
+            settle_quiet,
+            ..Queue::default()
+        }
+    }
+
     fn observe(&mut self, event: watcher::Event<ClusterOperation>) {
         match event {
             watcher::Event::Init => self.relisting = Some(HashSet::new()),
@@ -965,6 +1032,7 @@ impl Queue {
                         self.forget(&name);
                     }
                 }
+                self.settle(true, Instant::now());
             }
             watcher::Event::Apply(op) => self.apply(&op),
             watcher::Event::Delete(op) => self.forget(&op.name_any()),
@@ -1014,6 +1082,9 @@ impl Queue {
         let ops = self.commits.entry(commit.to_string()).or_default();
         *ops.tally.slot(state) += 1;
         ops.live += 1;
+        if !ops.settled {
+            ops.last_new = Instant::now();
+        }
         self.counted.insert(name.to_string(), (commit.to_string(), state));
     }
 
@@ -1035,18 +1106,39 @@ impl Queue {
             return Route::All;
         };
         let context = &job.desired.context;
-        if ops.tally.total() <= budget {
-            if !ops.shown.contains(context) {
-                ops.shown.insert(context.clone());
-            }
+        let failed = matches!(job.desired.state, StatusState::Failure | StatusState::Error);
+        if budget == usize::MAX || failed || ops.shown.contains(context) {
             return Route::All;
         }
-        if ops.shown.contains(context)
-            || matches!(job.desired.state, StatusState::Failure | StatusState::Error)
-        {
+        if !ops.settled && ops.tally.total() <= budget {
+            return Route::Hold;
+        }
+        if ops.tally.total() <= budget {
+            ops.shown.insert(context.clone());
             return Route::All;
         }
         Route::Unbudgeted
+    }
+
+    /// Marks every commit known now as settled (a reconcile pass finished, or the watch listed them), and
+    /// those without a new operation for the quiet time; their held statuses become due.
+    fn settle(&mut self, all: bool, now: Instant) {
+        let mut settled = Vec::new();
+        for (commit, ops) in self.commits.iter_mut() {
+            if !ops.settled && (all || ops.last_new + self.settle_quiet <= now) {
+                ops.settled = true;
+                settled.push(commit.clone());
+            }
+        }
+        if settled.is_empty() {
+            return;
+        }
+        for p in self.pending.values_mut() {
+            if p.held && settled.contains(&p.commit) {
+                p.held = false;
+                p.not_before = now;
+            }
+        }
     }
 
     /// The commits above `budget` whose `kok/summary` is due, marked busy.
@@ -1058,7 +1150,7 @@ impl Queue {
     ) -> Vec<(String, SummaryJob)> {
         let mut due = Vec::new();
         for (commit, ops) in self.commits.iter_mut() {
-            if ops.tally.total() <= budget {
+            if !ops.settled || ops.tally.total() <= budget {
                 continue;
             }
             let Some((status, at)) = ops.summary_due(now, interval) else {
@@ -1077,7 +1169,7 @@ impl Queue {
     fn next_summary(&self, now: Instant, budget: usize, interval: Duration) -> Option<Instant> {
         self.commits
             .values()
-            .filter(|ops| ops.tally.total() > budget)
+            .filter(|ops| ops.settled && ops.tally.total() > budget)
             .filter_map(|ops| ops.summary_due(now, interval).map(|(_, at)| at))
             .min()
     }
@@ -1146,6 +1238,7 @@ impl Queue {
                     desired: desired.clone(),
                     attempts,
                     delivered: false,
+                    held: false,
                     not_before: Instant::now(),
                 };
                 self.pending.insert(name, pending);
@@ -1158,7 +1251,7 @@ impl Queue {
         let mut due: Vec<(String, Pending)> = self
             .pending
             .iter()
-            .filter(|(name, p)| p.not_before <= now && !self.busy.contains(*name))
+            .filter(|(name, p)| p.not_before <= now && !p.held && !self.busy.contains(*name))
             .map(|(name, p)| (name.clone(), p.clone()))
             .collect();
         due.sort_by_key(|(_, p)| p.not_before);
@@ -1173,8 +1266,14 @@ impl Queue {
     fn next_due(&self) -> Option<Instant> {
         self.pending
             .iter()
-            .filter(|(name, _)| !self.busy.contains(*name))
+            .filter(|(name, p)| !p.held && !self.busy.contains(*name))
             .map(|(_, p)| p.not_before)
+            .chain(
+                self.commits
+                    .values()
+                    .filter(|ops| !ops.settled)
+                    .map(|ops| ops.last_new + self.settle_quiet),
+            )
             .min()
     }
 
@@ -1188,6 +1287,11 @@ impl Queue {
                 if p.desired == desired {
                     self.pending.remove(name);
                     self.recorded.insert(name.to_string(), desired);
+                }
+            }
+            Outcome::Held { desired } => {
+                if p.desired == desired {
+                    p.held = true;
                 }
             }
             Outcome::DeliveredNotRecorded { desired, delay } => {
@@ -1336,9 +1440,34 @@ mod tests {
     #[test]
     fn above_the_budget_only_failures_and_contexts_already_shown_reach_every_sink() {
         use crate::api::StatusState::*;
-        let mut q = Queue::default();
+        let mut q = Queue::new(SETTLE_QUIET);
         q.observe(watcher::Event::Apply(op_in("a", Pending)));
         let job_a = q.pending["a"].clone();
+        assert_eq!(
+            q.route(&job_a, 2),
+            Route::Hold,
+            "the forges wait until the commit's operations are all known"
+        );
+        assert_eq!(
+            q.route(&job_a, usize::MAX),
+            Route::All,
+            "no budgeted sink: nothing waits"
+        );
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        q.finish(&name, Outcome::Held { desired: job.desired }, Instant::now());
+        assert!(
+            q.take_due(Instant::now(), 8).is_empty(),
+            "a held status waits for the commit"
+        );
+        let now = Instant::now();
+        q.settle(false, now);
+        assert!(q.take_due(now, 8).is_empty(), "operations may still appear");
+        q.settle(false, now + SETTLE_QUIET);
+        assert_eq!(
+            q.take_due(now + SETTLE_QUIET, 8).len(),
+            1,
+            "settled once none appeared for a while"
+        );
         assert_eq!(q.route(&job_a, 2), Route::All, "within the budget");
         q.observe(watcher::Event::Apply(op_in("b", Pending)));
         q.observe(watcher::Event::Apply(op_in("c", Failure)));
@@ -1378,6 +1507,11 @@ mod tests {
             q.observe(watcher::Event::Apply(op_in(name, Pending)));
         }
         let now = Instant::now();
+        assert!(
+            q.due_summaries(now, 2, interval).is_empty(),
+            "not before the commit is settled"
+        );
+        q.settle(true, now);
         assert!(
             q.due_summaries(now, 3, interval).is_empty(),
             "within the budget: no summary"
