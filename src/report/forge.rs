@@ -8,6 +8,10 @@
 //!
 //! Limits: GitHub descriptions are cut to 140 characters, GitLab's and Gitea's to 255; contexts (GitLab:
 //! `name`) longer than 255 characters are shortened with a hash suffix.
+//!
+//! Rate limits: a 403 or 429 with `Retry-After`, or with `x-ratelimit-remaining: 0` (GitHub, Gitea)
+//! and a reset time (`x-ratelimit-reset`, GitLab's `RateLimit-Reset`, Unix seconds; a 429 needs no
+//! remaining count) is retryable with that wait, which pauses the sink (see [`super::deliver`]).
 
 use std::time::Duration;
 
