@@ -160,6 +160,25 @@ impl ForgeServer {
             .collect()
     }
 
+    /// Requests received so far by kind: method and the path with the repository and commit left out
+    /// (`POST statuses`, `GET commits/status`, …).
+    pub fn request_kinds(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut kinds = std::collections::BTreeMap::new();
+        for r in self.requests() {
+            let path = r.path.split('?').next().unwrap_or_default();
+            let kind = match path.split_once("/statuses/") {
+                Some(_) => "statuses".to_string(),
+                None => path
+                    .rsplit('/')
+                    .find(|segment| !segment.is_empty())
+                    .unwrap_or("/")
+                    .to_string(),
+            };
+            *kinds.entry(format!("{} {kind}", r.method)).or_insert(0) += 1;
+        }
+        kinds
+    }
+
     /// Every request received so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.lock().unwrap().requests.clone()
