@@ -3,57 +3,24 @@
 //! context; a rate-limited forge pauses alone and delivers the newest statuses after the pause.
 
 mod forge;
+#[path = "common/git.rs"]
+mod git;
+#[path = "common/operation.rs"]
+mod operation;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use forge::{ForgeServer, Reply};
+use git::git;
 use kok::api::{ClusterOperation, CommitStatus, StatusState};
 use kok::metrics::Metrics;
 use kok::report::{read_notes, Backoff, Forge, ForgeSink, NotesSink, Reporter, Sink, Sinks, Token};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
+use operation::{operation, NS};
 use tokio::sync::oneshot;
-
-const NS: &str = "kok-system";
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-fn operation(name: &str, commit: &str) -> ClusterOperation {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "kok.dev/v1alpha1",
-        "kind": "ClusterOperation",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "cluster": "prod-bj",
-            "id": name,
-            "digest": "0123abcd",
-            "action": "scale.yml",
-            "image": "quay.io/kubespray/kubespray:v2.27.0",
-            "hostsConfRef": {"name": "prod-bj-hosts-01234567"},
-            "varsConfRef": {"name": "prod-bj-vars-01234567"},
-            "source": {"commit": commit, "revision": format!("main@sha1:{commit}"), "path": "clusters/prod-bj"},
-            "queuePosition": "0000",
-        },
-    }))
-    .unwrap()
-}
 
 fn status(name: &str, state: StatusState) -> CommitStatus {
     CommitStatus {
