@@ -385,4 +385,9 @@ async fn a_commit_growing_past_the_budget_shows_no_operation_context_once_its_pa
         ["kok/summary"],
         "no operation's own context reached the forge: {shown:#?}"
     );
+    assert_eq!(
+        h.metrics.status_deliveries("git-notes", "delivered"),
+        6,
+        "the notes took each status once, held ones included"
+    );
 }

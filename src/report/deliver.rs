@@ -317,7 +317,10 @@ impl Sinks {
         match worst {
             Some(err) => Err(err),
             None => {
-                self.lock().remove(&key);
+                // A held status still goes to the budgeted sinks later: keep which sinks took it.
+                if route != Route::Hold {
+                    self.lock().remove(&key);
+                }
                 Ok(())
             }
         }
