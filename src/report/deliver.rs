@@ -510,10 +510,12 @@ impl Reporter {
                     in_flight.spawn(self.clone().deliver_operation(name, job, route));
                 }
             }
-            let next_due = match queue.listing() {
-                true => None,
-                false => queue
+            // Nothing is taken while listing; at the in-flight limit a finished task wakes the loop.
+            let next_due = match (queue.listing(), in_flight.len() >= MAX_IN_FLIGHT) {
+                (true, _) => None,
+                (false, full) => queue
                     .next_due()
+                    .filter(|_| !full)
                     .into_iter()
                     .chain(queue.next_summary(Instant::now(), budget, interval))
                     .min(),
