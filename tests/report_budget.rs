@@ -391,3 +391,36 @@ async fn a_commit_growing_past_the_budget_shows_no_operation_context_once_its_pa
         "the notes took each status once, held ones included"
     );
 }
+
+#[tokio::test]
+async fn statuses_held_until_the_commit_settles_reach_the_forge_in_order() {
+    let h = Harness::start().await;
+    let server = ForgeServer::start().await;
+    let sinks =
+        Sinks::new(vec![h.notes(), github(&server)], h.metrics).with_settle_quiet(Duration::from_secs(3600));
+    let (reporter, _stop) = h.start_reporter(sinks);
+    h.create("a", Some(StatusState::Pending)).await;
+    eventually("the queued status in the notes", || {
+        h.note_states().get("kok/prod-bj/a") == Some(&StatusState::Pending)
+    })
+    .await;
+    h.set("a", StatusState::Running).await;
+    eventually("the running status in the notes", || {
+        h.note_states().get("kok/prod-bj/a") == Some(&StatusState::Running)
+    })
+    .await;
+    assert!(
+        server.statuses().is_empty(),
+        "held for the forge until the commit settles"
+    );
+    reporter.settle();
+    h.wait_all_reported(&["a"]).await;
+    h.set("a", StatusState::Success).await;
+    h.wait_all_reported(&["a"]).await;
+    let descriptions: Vec<String> = server.statuses().into_iter().map(|(_, _, _, d)| d).collect();
+    assert_eq!(
+        descriptions,
+        ["pending", "running", "success"],
+        "every status, in order, each once"
+    );
+}

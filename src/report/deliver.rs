@@ -38,8 +38,10 @@
 //!   desired status (a finished operation deleted by the history limit stays counted); its first and
 //!   its final value (nothing running or queued) go out at once, the values between at most once per
 //!   minute. Operations are not delivered while the watch lists them, so that a commit's operations are
-//!   counted before any of its contexts is sent. After a restart, each commit above the budget gets its
-//!   summary once more.
+//!   counted before any of its contexts is sent. Until a commit is settled (its reconcile pass
+//!   finished, see [`Reporter::settle`]) its operations' statuses go to the notes only and are held for
+//!   the forges, which get them in order once the commit turns out to be within the budget (or drop
+//!   them when it is above). After a restart, each commit above the budget gets its summary once more.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -326,6 +328,18 @@ impl Sinks {
         }
     }
 
+    /// Delivers `status` once to the sinks of `route`, without retries or bookkeeping (failures are
+    /// logged and counted only).
+    async fn deliver_once(&self, commit: &str, status: &CommitStatus, route: Route) {
+        let attempts = self
+            .sinks
+            .iter()
+            .enumerate()
+            .filter(|(_, sink)| route.includes(sink.as_ref()))
+            .map(|(index, _)| self.deliver_one(index, commit, status));
+        futures::future::join_all(attempts).await;
+    }
+
     /// One delivery to sink `index`, unless it is paused; a wait the sink asks for pauses it.
     async fn deliver_one(
         &self,
@@ -505,8 +519,9 @@ impl Reporter {
                 for (commit, summary) in queue.due_summaries(now, budget, interval) {
                     in_flight.spawn(self.clone().deliver_summary(commit, summary));
                 }
-                for (name, job) in queue.take_due(now, MAX_IN_FLIGHT.saturating_sub(in_flight.len())) {
+                for (name, mut job) in queue.take_due(now, MAX_IN_FLIGHT.saturating_sub(in_flight.len())) {
                     let route = queue.route(&job, budget);
+                    job.backlog = queue.take_backlog(&name, route);
                     in_flight.spawn(self.clone().deliver_operation(name, job, route));
                 }
             }
@@ -583,6 +598,10 @@ impl Reporter {
             tracing::warn!(error = %err, "commit status bookkeeping failed; retrying");
         };
         if !job.delivered {
+            // Best effort, in order: the newest status below is the one that must arrive.
+            for older in &job.backlog {
+                self.sinks.deliver_once(&job.commit, older, Route::Budgeted).await;
+            }
             if let Err(err) = self.sinks.deliver_to(&job.commit, &job.desired, route).await {
                 if err.is_paused() {
                     // Nothing was sent: not an attempt, just a wait for the sink's rate limit.
@@ -885,6 +904,9 @@ struct Pending {
     /// The sinks without a budget took it; the budgeted ones wait until the operations of its commit
     /// are all known ([`CommitOps::settled`]).
     held: bool,
+    /// Older statuses of the operation that only the sinks without a budget took while it was held:
+    /// the budgeted sinks get them first, in order, when it is sent to every sink.
+    backlog: Vec<CommitStatus>,
     not_before: Instant,
 }
 
@@ -944,6 +966,8 @@ struct Queue {
     commits: HashMap<String, CommitOps>,
     /// How long without a new operation settles a commit.
     settle_quiet: Duration,
+    /// Per operation: older statuses the budgeted sinks have not had because they were held.
+    backlog: HashMap<String, Vec<CommitStatus>>,
 }
 
 /// What the loop knows of one commit's operations.
@@ -1052,6 +1076,7 @@ impl Queue {
     /// Drops an operation that no longer exists.
     fn forget(&mut self, name: &str) {
         self.pending.remove(name);
+        self.backlog.remove(name);
         self.recorded.remove(name);
         self.phases.remove(name);
         let Some((commit, state)) = self.counted.remove(name) else {
@@ -1123,6 +1148,19 @@ impl Queue {
             return Route::All;
         }
         Route::Unbudgeted
+    }
+
+    /// The held statuses of `name` that go to the budgeted sinks before its current one, when it goes
+    /// by `route`: all of them for every sink, none (dropped) when only the other sinks get it.
+    fn take_backlog(&mut self, name: &str, route: Route) -> Vec<CommitStatus> {
+        match route {
+            Route::All => self.backlog.remove(name).unwrap_or_default(),
+            Route::Unbudgeted => {
+                self.backlog.remove(name);
+                Vec::new()
+            }
+            Route::Budgeted | Route::Hold => Vec::new(),
+        }
     }
 
     /// Marks every commit known now as settled (a reconcile pass finished, or the watch listed them), and
@@ -1244,9 +1282,15 @@ impl Queue {
                     attempts,
                     delivered: false,
                     held: false,
+                    backlog: Vec::new(),
                     not_before: Instant::now(),
                 };
-                self.pending.insert(name, pending);
+                // A held status that is superseded still goes to the budgeted sinks, before this one.
+                if let Some(old) = self.pending.insert(name.clone(), pending) {
+                    if old.held {
+                        self.backlog.entry(name).or_default().push(old.desired);
+                    }
+                }
             }
         }
     }
@@ -1295,8 +1339,12 @@ impl Queue {
                 }
             }
             Outcome::Held { desired } => {
-                if p.desired == desired {
+                if p.desired != desired {
+                    self.backlog.entry(name.to_string()).or_default().push(desired);
+                } else if self.commits.get(&p.commit).is_some_and(|c| !c.settled) {
                     p.held = true;
+                } else {
+                    p.not_before = now; // the commit settled meanwhile
                 }
             }
             Outcome::DeliveredNotRecorded { desired, delay } => {
@@ -1500,6 +1548,40 @@ mod tests {
         assert!(
             q.commits.is_empty(),
             "the commit is forgotten with its last operation"
+        );
+    }
+
+    #[test]
+    fn held_statuses_reach_the_forges_in_order_and_none_stays_held_once_settled() {
+        use crate::api::StatusState::*;
+        let mut q = Queue::new(SETTLE_QUIET);
+        let now = Instant::now();
+        q.observe(watcher::Event::Apply(op_in("a", Pending)));
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        assert_eq!(q.route(&job, 50), Route::Hold);
+        q.finish(&name, Outcome::Held { desired: job.desired }, now);
+        q.observe(watcher::Event::Apply(op_in("a", Running)));
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        assert_eq!(q.route(&job, 50), Route::Hold);
+        // Superseded while its delivery runs.
+        q.observe(watcher::Event::Apply(op_in("a", Failure)));
+        q.finish(&name, Outcome::Held { desired: job.desired }, now);
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        let route = q.route(&job, 50);
+        assert_eq!(route, Route::All, "a failure is not held");
+        let states: Vec<_> = q.take_backlog(&name, route).iter().map(|s| s.state).collect();
+        assert_eq!(states, [Pending, Running], "the held statuses first, in order");
+        assert!(q.take_backlog(&name, route).is_empty());
+
+        q.observe(watcher::Event::Apply(op_in("b", Pending)));
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        assert_eq!(q.route(&job, 50), Route::Hold);
+        q.settle(true, now);
+        q.finish(&name, Outcome::Held { desired: job.desired }, now);
+        assert_eq!(
+            q.take_due(Instant::now(), 8).len(),
+            1,
+            "settled while its delivery ran: due at once, not held"
         );
     }
 
