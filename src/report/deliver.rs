@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -162,7 +162,8 @@ pub const DEFAULT_MAX_CONTEXTS: usize = 50;
 /// A commit whose operations stop appearing for this long counts as settled even when no reconcile
 /// pass says so (see [`Reporter::settle`]).
 pub const SETTLE_QUIET: Duration = Duration::from_secs(2);
-/// Default shortest time between two updates of a commit's `kok/summary` status.
+/// Shortest time between two updates of a commit's `kok/summary` status (its first and final ones go
+/// at once).
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Which of the sinks a status goes to.
@@ -200,7 +201,6 @@ pub struct Sinks {
     /// (commit, context) → the status and the indexes of the sinks that took it, while others still fail.
     partial: Mutex<Partial>,
     max_contexts: usize,
-    summary_interval: Duration,
     settle_quiet: Duration,
 }
 
@@ -228,7 +228,6 @@ impl Sinks {
             metrics,
             partial: Mutex::default(),
             max_contexts: DEFAULT_MAX_CONTEXTS,
-            summary_interval: SUMMARY_INTERVAL,
             settle_quiet: SETTLE_QUIET,
         }
     }
@@ -237,13 +236,6 @@ impl Sinks {
     /// (plus one per failed operation) on the budgeted sinks instead of one per operation.
     pub fn with_max_contexts(mut self, max: usize) -> Self {
         self.max_contexts = max;
-        self
-    }
-
-    /// Sets the shortest time between two updates of a commit's `kok/summary` status that are not its
-    /// first or final one.
-    pub fn with_summary_interval(mut self, interval: Duration) -> Self {
-        self.summary_interval = interval;
         self
     }
 
@@ -508,7 +500,7 @@ impl Reporter {
         tokio::pin!(shutdown);
         let mut queue = Queue::new(self.sinks.settle_quiet);
         let budget = self.sinks.budget();
-        let interval = self.sinks.summary_interval;
+        let interval = SUMMARY_INTERVAL;
         let mut in_flight: JoinSet<Done> = JoinSet::new();
         loop {
             // While the watch lists, the operations of a commit are not all counted yet: wait for the
@@ -537,29 +529,52 @@ impl Reporter {
             };
             tokio::select! {
                 _ = &mut shutdown => break,
-                event = events.next() => match event {
-                    Some(Ok(event)) => {
-                        let counted = !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_));
-                        queue.observe(event);
-                        if counted {
-                            for (phase, n) in queue.phase_counts() {
-                                self.sinks.metrics.set_operations(phase, n);
-                            }
-                        }
-                    }
-                    Some(Err(err)) => tracing::warn!(error = %err, "watching ClusterOperations for commit statuses failed; retrying"),
-                    None => break,
+                event = events.next() => if !self.take_event(&mut queue, event) {
+                    break;
                 },
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => match done {
                     Ok(Done::Operation(name, outcome)) => queue.finish(&name, outcome, Instant::now()),
                     Ok(Done::Summary { commit, status, retry }) => queue.finish_summary(&commit, status, retry, Instant::now()),
                     Err(err) => tracing::warn!(error = %err, "a commit status delivery task stopped"),
                 },
-                _ = self.settle_wake.notified() => queue.settle(true, Instant::now()),
+                _ = self.settle_wake.notified() => {
+                    // The pass's writes are done: take the events already received before settling,
+                    // so that its last operations are counted.
+                    while let Some(event) = events.next().now_or_never() {
+                        if !self.take_event(&mut queue, event) {
+                            break;
+                        }
+                    }
+                    queue.settle(true, Instant::now());
+                }
                 _ = sleep_until(next_due), if next_due.is_some() => {}
             }
         }
         while in_flight.join_next().await.is_some() {}
+    }
+
+    /// Feeds one watch event to `queue` and the phase gauge; false when the watch ended.
+    fn take_event(
+        &self,
+        queue: &mut Queue,
+        event: Option<Result<watcher::Event<ClusterOperation>, watcher::Error>>,
+    ) -> bool {
+        match event {
+            Some(Ok(event)) => {
+                let counted = !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_));
+                queue.observe(event);
+                if counted {
+                    for (phase, n) in queue.phase_counts() {
+                        self.sinks.metrics.set_operations(phase, n);
+                    }
+                }
+            }
+            Some(Err(err)) => {
+                tracing::warn!(error = %err, "watching ClusterOperations for commit statuses failed; retrying")
+            }
+            None => return false,
+        }
+        true
     }
 
     /// Delivers a commit's `kok/summary` status to the budgeted sinks.
