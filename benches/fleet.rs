@@ -337,9 +337,9 @@ fn note_contexts(remote: &Remote, sha: &str) -> usize {
     remote.note(sha).lines().filter(|l| l.starts_with("kok/")).count()
 }
 
-/// Contexts on `sha` the fake GitHub received, whether it received a summary context, and its
-/// request count.
-fn forge_contexts(server: &forge::ForgeServer, sha: &str) -> (usize, bool, usize) {
+/// Contexts on `sha` the fake GitHub received, whether its newest `kok/summary` counts all
+/// `operations`, and its request count.
+fn forge_contexts(server: &forge::ForgeServer, sha: &str, operations: usize) -> (usize, bool, usize) {
     let requests = server.requests();
     let posted = e2e::posted(&requests);
     let contexts: BTreeSet<&str> = posted
@@ -347,7 +347,13 @@ fn forge_contexts(server: &forge::ForgeServer, sha: &str) -> (usize, bool, usize
         .filter(|p| p.sha == sha)
         .map(|p| p.context.as_str())
         .collect();
-    (contexts.len(), contexts.contains("kok/summary"), requests.len())
+    let counted = format!("/{operations} succeeded");
+    let summary = posted
+        .iter()
+        .rev()
+        .find(|p| p.sha == sha && p.context == "kok/summary")
+        .is_some_and(|p| p.description.contains(&counted));
+    (contexts.len(), summary, requests.len())
 }
 
 fn secs(d: Duration) -> f64 {
@@ -374,7 +380,10 @@ struct Run {
     notes_commits: Option<usize>,
     forge_secs: Option<f64>,
     forge_contexts: usize,
+    /// Requests the fake GitHub received (once the idle window is over, when the run got that far).
     forge_requests: usize,
+    /// The same by method and kind of path (`POST statuses`).
+    forge_request_kinds: BTreeMap<String, usize>,
     /// VmHWM of the kok process (in local mode it includes the embedded API server).
     peak_rss_mib: Option<f64>,
     idle_secs: f64,
@@ -440,6 +449,7 @@ impl Bench<'_> {
         };
         let options = |resync: Duration| {
             let mut args = e2e::github_args(&forge.url());
+            args.extend(["--status-max-contexts".to_string(), FORGE_BUDGET.to_string()]);
             args.extend(["--resync-interval".to_string(), format!("{}s", resync.as_secs())]);
             if mode == Mode::Local {
                 args.extend(["--local".to_string(), "--state-dir".to_string()]);
@@ -485,7 +495,7 @@ impl Bench<'_> {
                     }
                 }
                 if run.forge_secs.is_none() {
-                    let (seen, summary, requests) = forge_contexts(&forge, &sha);
+                    let (seen, summary, requests) = forge_contexts(&forge, &sha, clusters * ops);
                     run.forge_contexts = seen;
                     forge_requests = requests;
                     if seen >= run.statuses || summary {
@@ -522,6 +532,7 @@ impl Bench<'_> {
             ));
         }
         run.forge_requests = forge_requests;
+        run.forge_request_kinds = forge.request_kinds();
         let counted = e2e::git_output(&remote.bare(), &["rev-list", "--count", "refs/notes/kok"]);
         run.notes_commits = String::from_utf8_lossy(&counted.stdout).trim().parse().ok();
         eprintln!(
@@ -563,6 +574,9 @@ impl Bench<'_> {
             run.idle_cpu_percent,
             run.idle_requests
         );
+
+        run.forge_requests = forge.requests().len();
+        run.forge_request_kinds = forge.request_kinds();
 
         // Full resync of the unchanged fleet: kok restarted with a short resync interval; its first
         // pass is the resync. The first process's peak RSS is taken before it stops.
@@ -677,6 +691,15 @@ fn counts(m: &Option<BTreeMap<String, usize>>) -> Option<Counts> {
     m.as_ref().map(|m| Counts(m.clone()))
 }
 
+/// ` (POST statuses: 3, …)`, or nothing without requests.
+fn forge_kinds(kinds: &BTreeMap<String, usize>) -> String {
+    if kinds.is_empty() {
+        return String::new();
+    }
+    let listed: Vec<String> = kinds.iter().map(|(kind, n)| format!("{kind}: {n}")).collect();
+    format!(" ({})", listed.join(", "))
+}
+
 fn table(runs: &[Run]) -> String {
     let mut out = String::new();
     out.push_str("| fleet | mode | commit reconciled | all statuses in notes | all statuses on fake GitHub | peak RSS | idle CPU | idle API requests | one-cluster change | full resync |\n");
@@ -709,7 +732,7 @@ fn table(runs: &[Run]) -> String {
             .map(|c| format!(", {} requests", c.total()))
             .unwrap_or_default();
         out.push_str(&format!(
-            "| {} × {} | {} | {} | {}{} | {}, {} requests | {} | {} | {} | {} ({}) | {} ({} writes{}) |\n",
+            "| {} × {} | {} | {} | {}{} | {}, {} forge requests{} | {} | {} | {} | {} ({}) | {} ({} writes{}) |\n",
             r.clusters,
             r.operations_per_cluster,
             r.mode,
@@ -720,6 +743,7 @@ fn table(runs: &[Run]) -> String {
             notes_commits,
             delivered(r.forge_secs, r.forge_contexts),
             r.forge_requests,
+            forge_kinds(&r.forge_request_kinds),
             fmt_opt(r.peak_rss_mib, " MiB"),
             fmt_opt(r.idle_cpu_percent, " %"),
             idle,

@@ -2,6 +2,8 @@
 //! backoff, and resumes from the objects after a restart.
 
 mod forge;
+#[path = "common/operation.rs"]
+mod operation;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,30 +16,10 @@ use kok::report::deliver::{SyncRecord, SYNC_CONFIGMAP};
 use kok::report::{Backoff, Forge, ForgeSink, Reporter, Sink, Sinks, Token};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
+use operation::{operation, NS};
 use tokio::sync::oneshot;
 
-const NS: &str = "kok-system";
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
-
-fn operation(name: &str) -> ClusterOperation {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "kok.dev/v1alpha1",
-        "kind": "ClusterOperation",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "cluster": "prod-bj",
-            "id": name,
-            "digest": "0123abcd",
-            "action": "scale.yml",
-            "image": "quay.io/kubespray/kubespray:v2.27.0",
-            "hostsConfRef": {"name": "prod-bj-hosts-01234567"},
-            "varsConfRef": {"name": "prod-bj-vars-01234567"},
-            "source": {"commit": SHA, "revision": format!("main@sha1:{SHA}"), "path": "clusters/prod-bj"},
-            "queuePosition": "0000",
-        },
-    }))
-    .unwrap()
-}
 
 fn status(context: &str, state: StatusState, description: &str) -> CommitStatus {
     CommitStatus {
@@ -93,7 +75,7 @@ impl Harness {
 
     async fn create_with_desired(&self, name: &str, desired: &CommitStatus) {
         self.ops()
-            .create(&PostParams::default(), &operation(name))
+            .create(&PostParams::default(), &operation(name, SHA))
             .await
             .unwrap();
         self.set_desired(name, desired).await;

@@ -77,6 +77,10 @@ pub struct Args {
     /// File holding the forge token (else the KOK_STATUS_TOKEN environment variable).
     #[arg(long, env = "KOK_STATUS_TOKEN_FILE")]
     pub status_token_file: Option<PathBuf>,
+    /// Most operations a commit may have and still get one status context each on a forge; above it
+    /// the forge shows one kok/summary context plus one per failed operation (git notes keep all).
+    #[arg(long, default_value_t = report::deliver::DEFAULT_MAX_CONTEXTS, env = "KOK_STATUS_MAX_CONTEXTS")]
+    pub status_max_contexts: usize,
     /// Address of the HTTP listener (/healthz, /readyz, /metrics, /hooks/<provider>).
     #[arg(long, default_value = server::DEFAULT_LISTEN, env = "KOK_LISTEN")]
     pub listen: String,
@@ -297,7 +301,8 @@ pub async fn run_with_client(
 ) -> anyhow::Result<ExitCode> {
     let cfg = args.service_config()?;
     let cache_repo = cache_repo_path(&cfg.source)?;
-    let sinks = report::Sinks::new(args.sinks(cache_repo)?, crate::metrics::global());
+    let sinks = report::Sinks::new(args.sinks(cache_repo)?, crate::metrics::global())
+        .with_max_contexts(args.status_max_contexts);
     let (trigger_tx, trigger_rx) = crate::source::trigger::channel();
     let listener = server::bind(&args.listen).await?;
     let mut state = ServerState::new(Readiness::new(cfg.unreachable_threshold));

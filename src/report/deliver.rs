@@ -20,14 +20,34 @@
 //!   the ConfigMap [`SYNC_CONFIGMAP`], one data key per commit holding `{"desired", "reported",
 //!   "attempts", "time"}` as JSON, and the same retry policy delivers them. The newest
 //!   [`SYNC_HISTORY`] commits are kept.
-//! - With several sinks, each status is delivered to every sink; a sink that already took it is not
-//!   sent it again while the others are retried (in memory; after a restart all sinks get it again).
+//! - With several sinks, each status is delivered to every sink, to all of them at once; a sink that
+//!   already took it is not sent it again while the others are retried (in memory; after a restart all
+//!   sinks get it again).
+//! - Rate limits: a sink that answers with a wait (Retry-After, or a rate-limit reset time, see
+//!   [`super::forge`]) is paused until then. Deliveries to a paused sink do not send a request: they
+//!   fail at once with [`DeliveryError::Paused`], the other sinks take the status meanwhile, and the
+//!   operation is tried again when the pause ends, with its newest desired status (so the paused sink
+//!   gets the newest status of each commit and context, and none is lost). A pause is not counted in
+//!   `reportAttempts`.
+//! - Budget: the forge sinks ([`Sink::budgeted`]) show one context per operation only while the commit
+//!   has at most `--status-max-contexts` operations ([`Sinks::with_max_contexts`]). Above it, an
+//!   operation's status goes to the other sinks only (git notes keep every context), except a failure,
+//!   and except a context the forges already show (it keeps being updated, so none is left stale when a
+//!   commit grows past the budget); the forges show instead one `kok/summary` status per commit
+//!   ([`super::status::summary_status`]). The summary counts the operations by the state of their
+//!   desired status (a finished operation deleted by the history limit stays counted); its first and
+//!   its final value (nothing running or queued) go out at once, the values between at most once per
+//!   minute. Operations are not delivered while the watch lists them, so that a commit's operations are
+//!   counted before any of its contexts is sent. Until a commit is settled (its reconcile pass
+//!   finished, see [`Reporter::settle`]) its operations' statuses go to the notes only and are held for
+//!   the forges, which get them in order once the commit turns out to be within the budget (or drop
+//!   them when it is above). After a restart, each commit above the budget gets its summary once more.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -37,7 +57,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use super::sink::{DeliveryError, Sink};
-use crate::api::{ClusterOperation, CommitStatus, Phase};
+use super::status::{summary_status, Tally};
+use crate::api::{ClusterOperation, CommitStatus, Phase, StatusState};
 use crate::metrics::Metrics;
 
 /// Field manager of the `status.reported` / `status.reportAttempts` patches.
@@ -135,14 +156,52 @@ pub enum ReportError {
 /// (commit, context) → the status being delivered and the indexes of the sinks that took it.
 type Partial = HashMap<(String, String), (CommitStatus, HashSet<usize>)>;
 
-/// Every configured sink, with per-sink bookkeeping so a status reaches each sink once.
+/// Default of `--status-max-contexts`: most operations a commit may have and still get one context per
+/// operation on a forge.
+pub const DEFAULT_MAX_CONTEXTS: usize = 50;
+/// A commit whose operations stop appearing for this long counts as settled even when no reconcile
+/// pass says so (see [`Reporter::settle`]).
+pub const SETTLE_QUIET: Duration = Duration::from_secs(2);
+/// Shortest time between two updates of a commit's `kok/summary` status (its first and final ones go
+/// at once).
+pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Which of the sinks a status goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Every sink: `kok/sync`, and the statuses of operations shown one by one.
+    All,
+    /// Only the sinks without a budget (git notes): an operation of a commit above the budget.
+    Unbudgeted,
+    /// Only the budgeted sinks (forges): the `kok/summary` status.
+    Budgeted,
+    /// The sinks without a budget now, the budgeted ones once the commit's operations are all known.
+    Hold,
+}
+
+impl Route {
+    fn includes(self, sink: &dyn Sink) -> bool {
+        match self {
+            Route::All => true,
+            Route::Unbudgeted | Route::Hold => !sink.budgeted(),
+            Route::Budgeted => sink.budgeted(),
+        }
+    }
+}
+
+/// Every configured sink, with per-sink bookkeeping so a status reaches each sink once, and per-sink
+/// rate-limit pauses.
 pub struct Sinks {
     sinks: Vec<Arc<dyn Sink>>,
     /// Per sink, the permits of its deliveries in flight when it limits them.
     limits: Vec<Option<Arc<Semaphore>>>,
+    /// Per sink, when the pause its rate limit asked for ends.
+    paused: Vec<Mutex<Option<Instant>>>,
     metrics: &'static Metrics,
     /// (commit, context) → the status and the indexes of the sinks that took it, while others still fail.
     partial: Mutex<Partial>,
+    max_contexts: usize,
+    settle_quiet: Duration,
 }
 
 impl std::fmt::Debug for Sinks {
@@ -154,18 +213,37 @@ impl std::fmt::Debug for Sinks {
 }
 
 impl Sinks {
-    /// Delivers to each of `sinks`, counting results in `metrics`.
+    /// Delivers to each of `sinks`, counting results in `metrics`, with a budget of
+    /// [`DEFAULT_MAX_CONTEXTS`] per-operation contexts on the budgeted sinks.
     pub fn new(sinks: Vec<Arc<dyn Sink>>, metrics: &'static Metrics) -> Self {
         let limits = sinks
             .iter()
             .map(|s| s.max_in_flight().map(|n| Arc::new(Semaphore::new(n.max(1)))))
             .collect();
+        let paused = sinks.iter().map(|_| Mutex::new(None)).collect();
         Sinks {
             sinks,
             limits,
+            paused,
             metrics,
             partial: Mutex::default(),
+            max_contexts: DEFAULT_MAX_CONTEXTS,
+            settle_quiet: SETTLE_QUIET,
         }
+    }
+
+    /// Sets the budget: a commit with more operations than `max` shows one `kok/summary` context
+    /// (plus one per failed operation) on the budgeted sinks instead of one per operation.
+    pub fn with_max_contexts(mut self, max: usize) -> Self {
+        self.max_contexts = max;
+        self
+    }
+
+    /// Sets how long a commit's operations must stop appearing before the forges get their statuses
+    /// when no reconcile pass says the commit is complete ([`Reporter::settle`]).
+    pub fn with_settle_quiet(mut self, quiet: Duration) -> Self {
+        self.settle_quiet = quiet;
+        self
     }
 
     /// Names of the sinks.
@@ -173,28 +251,46 @@ impl Sinks {
         self.sinks.iter().map(|s| s.name().to_string()).collect()
     }
 
+    /// The most operations a commit may have and still show one context each on the budgeted sinks;
+    /// `usize::MAX` when no sink has a budget.
+    fn budget(&self) -> usize {
+        if self.sinks.iter().any(|s| s.budgeted()) {
+            self.max_contexts
+        } else {
+            usize::MAX
+        }
+    }
+
     /// Delivers `status` on `commit` to every sink that has not taken it yet. On failure returns the
     /// error that allows the earliest retry (a retryable one before a refusal).
     pub async fn deliver(&self, commit: &str, status: &CommitStatus) -> Result<(), DeliveryError> {
+        self.deliver_to(commit, status, Route::All).await
+    }
+
+    /// Delivers `status` on `commit` to the sinks of `route` that have not taken it yet, all at once, so
+    /// a slow or paused sink does not hold up the others.
+    pub async fn deliver_to(
+        &self,
+        commit: &str,
+        status: &CommitStatus,
+        route: Route,
+    ) -> Result<(), DeliveryError> {
         // One entry per commit and context: a newer status replaces an older one's bookkeeping.
         let key = (commit.to_string(), status.context.clone());
         let done = match self.lock().get(&key) {
             Some((s, done)) if s == status => done.clone(),
             _ => HashSet::new(),
         };
+        let attempts = self
+            .sinks
+            .iter()
+            .enumerate()
+            .filter(|(index, sink)| !done.contains(index) && route.includes(sink.as_ref()))
+            .map(|(index, _)| async move { (index, self.deliver_one(index, commit, status).await) });
         let mut worst: Option<DeliveryError> = None;
-        for (index, sink) in self.sinks.iter().enumerate() {
-            if done.contains(&index) {
-                continue;
-            }
-            let _permit = match &self.limits[index] {
-                Some(limit) => limit.clone().acquire_owned().await.ok(),
-                None => None,
-            };
-            match sink.deliver(commit, status).await {
+        for (index, result) in futures::future::join_all(attempts).await {
+            match result {
                 Ok(()) => {
-                    self.metrics.status_delivery(sink.name(), "delivered");
-                    tracing::info!(sink = sink.name(), %commit, context = %status.context, state = ?status.state, "commit status delivered");
                     let mut partial = self.lock();
                     let entry = partial
                         .entry(key.clone())
@@ -205,9 +301,6 @@ impl Sinks {
                     entry.1.insert(index);
                 }
                 Err(err) => {
-                    let result = if err.is_retryable() { "retry" } else { "failed" };
-                    self.metrics.status_delivery(sink.name(), result);
-                    tracing::warn!(sink = sink.name(), %commit, context = %status.context, error = %err, "commit status not delivered");
                     worst = Some(match worst {
                         Some(prev) if prefer(&prev, &err) => prev,
                         _ => err,
@@ -218,9 +311,96 @@ impl Sinks {
         match worst {
             Some(err) => Err(err),
             None => {
-                self.lock().remove(&key);
+                // A held status still goes to the budgeted sinks later: keep which sinks took it.
+                if route != Route::Hold {
+                    self.lock().remove(&key);
+                }
                 Ok(())
             }
+        }
+    }
+
+    /// Delivers `status` once to the sinks of `route`, without retries or bookkeeping (failures are
+    /// logged and counted only).
+    async fn deliver_once(&self, commit: &str, status: &CommitStatus, route: Route) {
+        let attempts = self
+            .sinks
+            .iter()
+            .enumerate()
+            .filter(|(_, sink)| route.includes(sink.as_ref()))
+            .map(|(index, _)| self.deliver_one(index, commit, status));
+        futures::future::join_all(attempts).await;
+    }
+
+    /// One delivery to sink `index`, unless it is paused; a wait the sink asks for pauses it.
+    async fn deliver_one(
+        &self,
+        index: usize,
+        commit: &str,
+        status: &CommitStatus,
+    ) -> Result<(), DeliveryError> {
+        let sink = &self.sinks[index];
+        let paused = |wait: Duration| {
+            self.metrics.status_delivery(sink.name(), "paused");
+            tracing::debug!(sink = sink.name(), %commit, context = %status.context, "commit status waits for the sink's rate limit");
+            Err(DeliveryError::Paused {
+                sink: sink.name().to_string(),
+                context: status.context.clone(),
+                commit: commit.to_string(),
+                wait,
+            })
+        };
+        if let Some(wait) = self.pause_left(index) {
+            return paused(wait);
+        }
+        let _permit = match &self.limits[index] {
+            Some(limit) => limit.clone().acquire_owned().await.ok(),
+            None => None,
+        };
+        // The pause may have begun while this delivery waited for a permit.
+        if let Some(wait) = self.pause_left(index) {
+            return paused(wait);
+        }
+        let result = sink.deliver(commit, status).await;
+        match &result {
+            Ok(()) => {
+                self.metrics.status_delivery(sink.name(), "delivered");
+                tracing::info!(sink = sink.name(), %commit, context = %status.context, state = ?status.state, "commit status delivered");
+            }
+            Err(err) => {
+                let result = if err.is_retryable() { "retry" } else { "failed" };
+                self.metrics.status_delivery(sink.name(), result);
+                tracing::warn!(sink = sink.name(), %commit, context = %status.context, error = %err, "commit status not delivered");
+                if let Some(wait) = err.retry_after().filter(|_| err.is_retryable()) {
+                    self.pause(index, wait);
+                }
+            }
+        }
+        result
+    }
+
+    /// Time left of sink `index`'s pause, if it is paused.
+    fn pause_left(&self, index: usize) -> Option<Duration> {
+        let until = (*self.paused[index].lock().unwrap_or_else(|p| p.into_inner()))?;
+        let now = Instant::now();
+        (until > now).then(|| until - now)
+    }
+
+    /// Pauses sink `index` for `wait` (capped at an hour), unless it is already paused for longer.
+    fn pause(&self, index: usize, wait: Duration) {
+        let wait = wait.min(Duration::from_secs(3600));
+        if wait.is_zero() {
+            return;
+        }
+        let until = Instant::now() + wait;
+        let mut paused = self.paused[index].lock().unwrap_or_else(|p| p.into_inner());
+        if paused.is_none_or(|p| p < until) {
+            *paused = Some(until);
+            tracing::warn!(
+                sink = self.sinks[index].name(),
+                seconds = wait.as_secs(),
+                "the sink asked to wait (rate limit); pausing its deliveries, the other sinks go on"
+            );
         }
     }
 
@@ -264,6 +444,7 @@ pub struct Reporter {
     /// Per ClusterOperation (or `sync/<commit>`): the status being retried and when it may be tried again.
     not_before: Mutex<HashMap<String, (CommitStatus, Instant)>>,
     sync_wake: Notify,
+    settle_wake: Notify,
 }
 
 impl std::fmt::Debug for Reporter {
@@ -285,6 +466,7 @@ impl Reporter {
             backoff,
             not_before: Mutex::default(),
             sync_wake: Notify::new(),
+            settle_wake: Notify::new(),
         })
     }
 
@@ -316,40 +498,111 @@ impl Reporter {
         let events = watcher(api, watcher::Config::default()).default_backoff();
         tokio::pin!(events);
         tokio::pin!(shutdown);
-        let mut queue = Queue::default();
-        let mut in_flight: JoinSet<(String, Outcome)> = JoinSet::new();
+        let mut queue = Queue::new(self.sinks.settle_quiet);
+        let budget = self.sinks.budget();
+        let interval = SUMMARY_INTERVAL;
+        let mut in_flight: JoinSet<Done> = JoinSet::new();
         loop {
-            for (name, job) in queue.take_due(Instant::now(), MAX_IN_FLIGHT.saturating_sub(in_flight.len())) {
-                in_flight.spawn(self.clone().deliver_operation(name, job));
+            // While the watch lists, the operations of a commit are not all counted yet: wait for the
+            // whole list before deciding which contexts a commit shows.
+            if !queue.listing() {
+                let now = Instant::now();
+                queue.settle(false, now);
+                for (commit, summary) in queue.due_summaries(now, budget, interval) {
+                    in_flight.spawn(self.clone().deliver_summary(commit, summary));
+                }
+                for (name, mut job) in queue.take_due(now, MAX_IN_FLIGHT.saturating_sub(in_flight.len())) {
+                    let route = queue.route(&job, budget);
+                    job.backlog = queue.take_backlog(&name, route);
+                    in_flight.spawn(self.clone().deliver_operation(name, job, route));
+                }
             }
-            let next_due = queue.next_due();
+            // Nothing is taken while listing; at the in-flight limit a finished task wakes the loop.
+            let next_due = match (queue.listing(), in_flight.len() >= MAX_IN_FLIGHT) {
+                (true, _) => None,
+                (false, full) => queue
+                    .next_due()
+                    .filter(|_| !full)
+                    .into_iter()
+                    .chain(queue.next_summary(Instant::now(), budget, interval))
+                    .min(),
+            };
             tokio::select! {
                 _ = &mut shutdown => break,
-                event = events.next() => match event {
-                    Some(Ok(event)) => {
-                        let counted = !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_));
-                        queue.observe(event);
-                        if counted {
-                            for (phase, n) in queue.phase_counts() {
-                                self.sinks.metrics.set_operations(phase, n);
-                            }
-                        }
-                    }
-                    Some(Err(err)) => tracing::warn!(error = %err, "watching ClusterOperations for commit statuses failed; retrying"),
-                    None => break,
+                event = events.next() => if !self.take_event(&mut queue, event) {
+                    break;
                 },
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => match done {
-                    Ok((name, outcome)) => queue.finish(&name, outcome, Instant::now()),
+                    Ok(Done::Operation(name, outcome)) => queue.finish(&name, outcome, Instant::now()),
+                    Ok(Done::Summary { commit, status, retry }) => queue.finish_summary(&commit, status, retry, Instant::now()),
                     Err(err) => tracing::warn!(error = %err, "a commit status delivery task stopped"),
                 },
+                _ = self.settle_wake.notified() => {
+                    // The pass's writes are done: take the events already received before settling,
+                    // so that its last operations are counted.
+                    while let Some(event) = events.next().now_or_never() {
+                        if !self.take_event(&mut queue, event) {
+                            break;
+                        }
+                    }
+                    queue.settle(true, Instant::now());
+                }
                 _ = sleep_until(next_due), if next_due.is_some() => {}
             }
         }
         while in_flight.join_next().await.is_some() {}
     }
 
-    /// Delivers one operation's desired status (unless it already was) and records it on the object.
-    async fn deliver_operation(self: Arc<Self>, name: String, job: Pending) -> (String, Outcome) {
+    /// Feeds one watch event to `queue` and the phase gauge; false when the watch ended.
+    fn take_event(
+        &self,
+        queue: &mut Queue,
+        event: Option<Result<watcher::Event<ClusterOperation>, watcher::Error>>,
+    ) -> bool {
+        match event {
+            Some(Ok(event)) => {
+                let counted = !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_));
+                queue.observe(event);
+                if counted {
+                    for (phase, n) in queue.phase_counts() {
+                        self.sinks.metrics.set_operations(phase, n);
+                    }
+                }
+            }
+            Some(Err(err)) => {
+                tracing::warn!(error = %err, "watching ClusterOperations for commit statuses failed; retrying")
+            }
+            None => return false,
+        }
+        true
+    }
+
+    /// Delivers a commit's `kok/summary` status to the budgeted sinks.
+    async fn deliver_summary(self: Arc<Self>, commit: String, job: SummaryJob) -> Done {
+        let result = self.sinks.deliver_to(&commit, &job.status, Route::Budgeted).await;
+        let retry = result
+            .err()
+            .map(|err| self.backoff.delay(job.attempts.saturating_add(1), &err));
+        Done::Summary {
+            commit,
+            status: job.status,
+            retry,
+        }
+    }
+
+    /// Delivers one operation's desired status to the sinks of `route` (unless it already was) and
+    /// records it on the object.
+    async fn deliver_operation(self: Arc<Self>, name: String, job: Pending, route: Route) -> Done {
+        let (name, outcome) = self.deliver_and_record(name, job, route).await;
+        Done::Operation(name, outcome)
+    }
+
+    async fn deliver_and_record(
+        self: Arc<Self>,
+        name: String,
+        job: Pending,
+        route: Route,
+    ) -> (String, Outcome) {
         let api: Api<ClusterOperation> = Api::namespaced(self.client.clone(), &self.namespace);
         let record_failed = |err: kube::Error| {
             let err = ReportError::PatchOperationStatus {
@@ -360,7 +613,23 @@ impl Reporter {
             tracing::warn!(error = %err, "commit status bookkeeping failed; retrying");
         };
         if !job.delivered {
-            if let Err(err) = self.sinks.deliver(&job.commit, &job.desired).await {
+            // Best effort, in order: the newest status below is the one that must arrive.
+            for older in &job.backlog {
+                self.sinks.deliver_once(&job.commit, older, Route::Budgeted).await;
+            }
+            if let Err(err) = self.sinks.deliver_to(&job.commit, &job.desired, route).await {
+                if err.is_paused() {
+                    // Nothing was sent: not an attempt, just a wait for the sink's rate limit.
+                    let delay = self.backoff.delay(job.attempts.max(1), &err);
+                    return (
+                        name,
+                        Outcome::Failed {
+                            desired: job.desired,
+                            attempts: job.attempts,
+                            delay,
+                        },
+                    );
+                }
                 let attempts = job.attempts.saturating_add(1);
                 let delay = self.backoff.delay(attempts, &err);
                 let patch = serde_json::json!({ "status": { "reportAttempts": attempts } });
@@ -379,6 +648,9 @@ impl Reporter {
                     },
                 );
             }
+        }
+        if route == Route::Hold {
+            return (name, Outcome::Held { desired: job.desired });
         }
         let patch = serde_json::json!({ "status": { "reported": &job.desired, "reportAttempts": null } });
         match api
@@ -400,8 +672,16 @@ impl Reporter {
         }
     }
 
-    /// Records the `kok/sync` status of `commit` and wakes the sync loop to deliver it.
+    /// Says a reconcile pass finished: the operations of every commit known now are all known, so the
+    /// forges may get their statuses (each commit's or its summary, by the budget).
+    pub fn settle(&self) {
+        self.settle_wake.notify_one();
+    }
+
+    /// Records the `kok/sync` status of `commit` and wakes the sync loop to deliver it. It also settles
+    /// the commits known now (see [`Reporter::settle`]): kok/sync is recorded once a pass finished.
     pub async fn deliver_sync(&self, commit: &str, status: &CommitStatus) -> Result<(), ReportError> {
+        self.settle();
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let sync_err = |source| ReportError::SyncRecord {
             namespace: self.namespace.clone(),
@@ -636,7 +916,33 @@ struct Pending {
     attempts: u32,
     /// The sinks took it; only recording it on the object is left.
     delivered: bool,
+    /// The sinks without a budget took it; the budgeted ones wait until the operations of its commit
+    /// are all known ([`CommitOps::settled`]).
+    held: bool,
+    /// Older statuses of the operation that only the sinks without a budget took while it was held:
+    /// the budgeted sinks get them first, in order, when it is sent to every sink.
+    backlog: Vec<CommitStatus>,
     not_before: Instant,
+}
+
+/// A delivery task's result.
+#[derive(Debug)]
+enum Done {
+    /// An operation's status, by ClusterOperation name.
+    Operation(String, Outcome),
+    /// A commit's `kok/summary` status; `retry` is the wait before the next attempt when it failed.
+    Summary {
+        commit: String,
+        status: CommitStatus,
+        retry: Option<Duration>,
+    },
+}
+
+/// A `kok/summary` status to deliver, and the failed attempts before it.
+#[derive(Debug)]
+struct SummaryJob {
+    status: CommitStatus,
+    attempts: u32,
 }
 
 /// How one delivery task ended.
@@ -644,6 +950,8 @@ struct Pending {
 enum Outcome {
     /// Delivered and recorded as `status.reported`.
     Recorded { desired: CommitStatus },
+    /// Delivered to the sinks without a budget; the others wait until its commit is settled.
+    Held { desired: CommitStatus },
     /// Delivered, but recording it failed: only the record is retried.
     DeliveredNotRecorded { desired: CommitStatus, delay: Duration },
     /// Not delivered; retried after `delay`.
@@ -667,9 +975,85 @@ struct Queue {
     relisting: Option<HashSet<String>>,
     /// Phase of every operation, for the `kok_operations{phase}` gauge.
     phases: HashMap<String, Phase>,
+    /// Per operation: its commit and the state of its desired status, as counted in [`Queue::commits`].
+    counted: HashMap<String, (String, Option<StatusState>)>,
+    /// Per commit: its operations by state, and its `kok/summary` bookkeeping.
+    commits: HashMap<String, CommitOps>,
+    /// How long without a new operation settles a commit.
+    settle_quiet: Duration,
+    /// Per operation: older statuses the budgeted sinks have not had because they were held.
+    backlog: HashMap<String, Vec<CommitStatus>>,
+}
+
+/// What the loop knows of one commit's operations.
+#[derive(Debug)]
+struct CommitOps {
+    /// The commit's operations by state; finished operations stay counted after they are deleted
+    /// (history limit), unfinished ones leave with their object.
+    tally: Tally,
+    /// Operations of the commit that still exist; the entry goes when none is left.
+    live: usize,
+    /// Per-operation contexts sent to every sink: they keep being updated there even once the commit
+    /// has grown above the budget, so none is left stale.
+    shown: HashSet<String>,
+    /// The `kok/summary` status last delivered, and when.
+    summary_sent: Option<(CommitStatus, Instant)>,
+    /// Failed attempts at delivering the current summary, and when the next may start.
+    summary_retry: Option<(u32, Instant)>,
+    /// A summary delivery is in flight.
+    summary_busy: bool,
+    /// Every operation of the commit is known: a reconcile pass finished since it appeared, the watch
+    /// listed it, or no new operation of it appeared for [`SETTLE_QUIET`]. Until then the budgeted
+    /// sinks get neither its operations' statuses nor its summary (its count may still grow).
+    settled: bool,
+    /// When the last new operation of the commit appeared.
+    last_new: Instant,
+}
+
+impl Default for CommitOps {
+    fn default() -> Self {
+        CommitOps {
+            tally: Tally::default(),
+            live: 0,
+            shown: HashSet::new(),
+            summary_sent: None,
+            summary_retry: None,
+            summary_busy: false,
+            settled: false,
+            last_new: Instant::now(),
+        }
+    }
+}
+
+impl CommitOps {
+    /// The summary to send and when it may go, when it differs from the one delivered. The first and
+    /// the final summary (nothing running or queued) go at once; those between at most once per
+    /// `interval`; a failed one waits for its retry.
+    fn summary_due(&self, now: Instant, interval: Duration) -> Option<(CommitStatus, Instant)> {
+        if self.summary_busy {
+            return None;
+        }
+        let wanted = summary_status(&self.tally);
+        let mut at = match &self.summary_sent {
+            Some((sent, _)) if *sent == wanted => return None,
+            Some((_, at)) if !self.tally.finished() => *at + interval,
+            _ => now,
+        };
+        if let Some((_, retry)) = self.summary_retry {
+            at = at.max(retry);
+        }
+        Some((wanted, at))
+    }
 }
 
 impl Queue {
+    fn new(settle_quiet: Duration) -> Self {
+        Queue {
+            settle_quiet,
+            ..Queue::default()
+        }
+    }
+
     fn observe(&mut self, event: watcher::Event<ClusterOperation>) {
         match event {
             watcher::Event::Init => self.relisting = Some(HashSet::new()),
@@ -681,16 +1065,186 @@ impl Queue {
             }
             watcher::Event::InitDone => {
                 if let Some(seen) = self.relisting.take() {
-                    self.pending.retain(|name, _| seen.contains(name));
-                    self.recorded.retain(|name, _| seen.contains(name));
-                    self.phases.retain(|name, _| seen.contains(name));
+                    let gone: Vec<String> = self
+                        .phases
+                        .keys()
+                        .chain(self.pending.keys())
+                        .filter(|name| !seen.contains(*name))
+                        .cloned()
+                        .collect();
+                    for name in gone {
+                        self.forget(&name);
+                    }
                 }
+                self.settle(true, Instant::now());
             }
             watcher::Event::Apply(op) => self.apply(&op),
-            watcher::Event::Delete(op) => {
-                self.pending.remove(&op.name_any());
-                self.recorded.remove(&op.name_any());
-                self.phases.remove(&op.name_any());
+            watcher::Event::Delete(op) => self.forget(&op.name_any()),
+        }
+    }
+
+    /// True while the watch (re)lists the operations.
+    fn listing(&self) -> bool {
+        self.relisting.is_some()
+    }
+
+    /// Drops an operation that no longer exists.
+    fn forget(&mut self, name: &str) {
+        self.pending.remove(name);
+        self.backlog.remove(name);
+        self.recorded.remove(name);
+        self.phases.remove(name);
+        let Some((commit, state)) = self.counted.remove(name) else {
+            return;
+        };
+        let Some(ops) = self.commits.get_mut(&commit) else {
+            return;
+        };
+        if !matches!(
+            state,
+            Some(StatusState::Success | StatusState::Failure | StatusState::Error)
+        ) {
+            let slot = ops.tally.slot(state);
+            *slot = slot.saturating_sub(1);
+        }
+        ops.live = ops.live.saturating_sub(1);
+        if ops.live == 0 {
+            self.commits.remove(&commit);
+        }
+    }
+
+    /// Counts `name` on `commit` with the state of its desired status.
+    fn count(&mut self, name: &str, commit: &str, state: Option<StatusState>) {
+        if let Some((old_commit, old_state)) = self.counted.get(name).cloned() {
+            if old_commit == commit && old_state == state {
+                return;
+            }
+            self.forget_count(name, &old_commit, old_state);
+            if old_commit != commit && self.commits.get(&old_commit).is_some_and(|o| o.live == 0) {
+                self.commits.remove(&old_commit);
+            }
+        }
+        let ops = self.commits.entry(commit.to_string()).or_default();
+        *ops.tally.slot(state) += 1;
+        ops.live += 1;
+        if !ops.settled {
+            ops.last_new = Instant::now();
+        }
+        self.counted.insert(name.to_string(), (commit.to_string(), state));
+    }
+
+    /// Takes `name` out of `commit`'s counts (its state changes, or its commit does).
+    fn forget_count(&mut self, name: &str, commit: &str, state: Option<StatusState>) {
+        self.counted.remove(name);
+        if let Some(ops) = self.commits.get_mut(commit) {
+            let slot = ops.tally.slot(state);
+            *slot = slot.saturating_sub(1);
+            ops.live = ops.live.saturating_sub(1);
+        }
+    }
+
+    /// The sinks `job`'s status goes to: every sink while its commit has at most `budget` operations,
+    /// when it failed, or when its context was already sent to every sink; else only the sinks without
+    /// a budget (the budgeted ones show the commit's `kok/summary` instead).
+    fn route(&mut self, job: &Pending, budget: usize) -> Route {
+        let Some(ops) = self.commits.get_mut(&job.commit) else {
+            return Route::All;
+        };
+        let context = &job.desired.context;
+        let failed = matches!(job.desired.state, StatusState::Failure | StatusState::Error);
+        if budget == usize::MAX || failed || ops.shown.contains(context) {
+            return Route::All;
+        }
+        if !ops.settled && ops.tally.total() <= budget {
+            return Route::Hold;
+        }
+        if ops.tally.total() <= budget {
+            ops.shown.insert(context.clone());
+            return Route::All;
+        }
+        Route::Unbudgeted
+    }
+
+    /// The held statuses of `name` that go to the budgeted sinks before its current one, when it goes
+    /// by `route`: all of them for every sink, none (dropped) when only the other sinks get it.
+    fn take_backlog(&mut self, name: &str, route: Route) -> Vec<CommitStatus> {
+        match route {
+            Route::All => self.backlog.remove(name).unwrap_or_default(),
+            Route::Unbudgeted => {
+                self.backlog.remove(name);
+                Vec::new()
+            }
+            Route::Budgeted | Route::Hold => Vec::new(),
+        }
+    }
+
+    /// Marks every commit known now as settled (a reconcile pass finished, or the watch listed them), and
+    /// those without a new operation for the quiet time; their held statuses become due.
+    fn settle(&mut self, all: bool, now: Instant) {
+        let mut settled = Vec::new();
+        for (commit, ops) in self.commits.iter_mut() {
+            if !ops.settled && (all || ops.last_new + self.settle_quiet <= now) {
+                ops.settled = true;
+                settled.push(commit.clone());
+            }
+        }
+        if settled.is_empty() {
+            return;
+        }
+        for p in self.pending.values_mut() {
+            if p.held && settled.contains(&p.commit) {
+                p.held = false;
+                p.not_before = now;
+            }
+        }
+    }
+
+    /// The commits above `budget` whose `kok/summary` is due, marked busy.
+    fn due_summaries(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        interval: Duration,
+    ) -> Vec<(String, SummaryJob)> {
+        let mut due = Vec::new();
+        for (commit, ops) in self.commits.iter_mut() {
+            if !ops.settled || ops.tally.total() <= budget {
+                continue;
+            }
+            let Some((status, at)) = ops.summary_due(now, interval) else {
+                continue;
+            };
+            if at <= now {
+                ops.summary_busy = true;
+                let attempts = ops.summary_retry.map_or(0, |(n, _)| n);
+                due.push((commit.clone(), SummaryJob { status, attempts }));
+            }
+        }
+        due
+    }
+
+    /// When the earliest summary not due yet becomes due.
+    fn next_summary(&self, now: Instant, budget: usize, interval: Duration) -> Option<Instant> {
+        self.commits
+            .values()
+            .filter(|ops| ops.settled && ops.tally.total() > budget)
+            .filter_map(|ops| ops.summary_due(now, interval).map(|(_, at)| at))
+            .min()
+    }
+
+    fn finish_summary(&mut self, commit: &str, status: CommitStatus, retry: Option<Duration>, now: Instant) {
+        let Some(ops) = self.commits.get_mut(commit) else {
+            return;
+        };
+        ops.summary_busy = false;
+        match retry {
+            None => {
+                ops.summary_sent = Some((status, now));
+                ops.summary_retry = None;
+            }
+            Some(delay) => {
+                let attempts = ops.summary_retry.map_or(0, |(n, _)| n).saturating_add(1);
+                ops.summary_retry = Some((attempts, now + delay));
             }
         }
     }
@@ -713,6 +1267,9 @@ impl Queue {
             .insert(name.clone(), status.map(|s| s.phase).unwrap_or_default());
         let desired = status.and_then(|s| s.desired_status.as_ref());
         let reported = status.and_then(|s| s.reported.as_ref());
+        if !op.spec.source.commit.is_empty() {
+            self.count(&name, &op.spec.source.commit, desired.map(|d| d.state));
+        }
         if let Some(memo) = self.recorded.get(&name) {
             if reported == Some(memo) || desired != Some(memo) {
                 self.recorded.remove(&name); // the watch caught up, or there is a newer desired status
@@ -739,9 +1296,16 @@ impl Queue {
                     desired: desired.clone(),
                     attempts,
                     delivered: false,
+                    held: false,
+                    backlog: Vec::new(),
                     not_before: Instant::now(),
                 };
-                self.pending.insert(name, pending);
+                // A held status that is superseded still goes to the budgeted sinks, before this one.
+                if let Some(old) = self.pending.insert(name.clone(), pending) {
+                    if old.held {
+                        self.backlog.entry(name).or_default().push(old.desired);
+                    }
+                }
             }
         }
     }
@@ -751,7 +1315,7 @@ impl Queue {
         let mut due: Vec<(String, Pending)> = self
             .pending
             .iter()
-            .filter(|(name, p)| p.not_before <= now && !self.busy.contains(*name))
+            .filter(|(name, p)| p.not_before <= now && !p.held && !self.busy.contains(*name))
             .map(|(name, p)| (name.clone(), p.clone()))
             .collect();
         due.sort_by_key(|(_, p)| p.not_before);
@@ -766,8 +1330,14 @@ impl Queue {
     fn next_due(&self) -> Option<Instant> {
         self.pending
             .iter()
-            .filter(|(name, _)| !self.busy.contains(*name))
+            .filter(|(name, p)| !p.held && !self.busy.contains(*name))
             .map(|(_, p)| p.not_before)
+            .chain(
+                self.commits
+                    .values()
+                    .filter(|ops| !ops.settled)
+                    .map(|ops| ops.last_new + self.settle_quiet),
+            )
             .min()
     }
 
@@ -781,6 +1351,15 @@ impl Queue {
                 if p.desired == desired {
                     self.pending.remove(name);
                     self.recorded.insert(name.to_string(), desired);
+                }
+            }
+            Outcome::Held { desired } => {
+                if p.desired != desired {
+                    self.backlog.entry(name.to_string()).or_default().push(desired);
+                } else if self.commits.get(&p.commit).is_some_and(|c| !c.settled) {
+                    p.held = true;
+                } else {
+                    p.not_before = now; // the commit settled meanwhile
                 }
             }
             Outcome::DeliveredNotRecorded { desired, delay } => {
@@ -916,6 +1495,158 @@ mod tests {
         q.observe(watcher::Event::InitApply(op("a", Some("queued"), None)));
         q.observe(watcher::Event::InitDone);
         assert_eq!(q.pending.keys().collect::<Vec<_>>(), ["a"]);
+    }
+
+    fn op_in(name: &str, state: crate::api::StatusState) -> ClusterOperation {
+        let mut op = op(name, Some("d"), None);
+        let desired = op.status.as_mut().unwrap().desired_status.as_mut().unwrap();
+        desired.context = format!("kok/c/{name}");
+        desired.state = state;
+        op
+    }
+
+    #[test]
+    fn above_the_budget_only_failures_and_contexts_already_shown_reach_every_sink() {
+        use crate::api::StatusState::*;
+        let mut q = Queue::new(SETTLE_QUIET);
+        q.observe(watcher::Event::Apply(op_in("a", Pending)));
+        let job_a = q.pending["a"].clone();
+        assert_eq!(
+            q.route(&job_a, 2),
+            Route::Hold,
+            "the forges wait until the commit's operations are all known"
+        );
+        assert_eq!(
+            q.route(&job_a, usize::MAX),
+            Route::All,
+            "no budgeted sink: nothing waits"
+        );
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        q.finish(&name, Outcome::Held { desired: job.desired }, Instant::now());
+        assert!(
+            q.take_due(Instant::now(), 8).is_empty(),
+            "a held status waits for the commit"
+        );
+        let now = Instant::now();
+        q.settle(false, now);
+        assert!(q.take_due(now, 8).is_empty(), "operations may still appear");
+        q.settle(false, now + SETTLE_QUIET);
+        assert_eq!(
+            q.take_due(now + SETTLE_QUIET, 8).len(),
+            1,
+            "settled once none appeared for a while"
+        );
+        assert_eq!(q.route(&job_a, 2), Route::All, "within the budget");
+        q.observe(watcher::Event::Apply(op_in("b", Pending)));
+        q.observe(watcher::Event::Apply(op_in("c", Failure)));
+        assert_eq!(q.commits["abc"].tally.total(), 3);
+        assert_eq!(q.route(&q.pending["b"].clone(), 2), Route::Unbudgeted);
+        assert_eq!(
+            q.route(&q.pending["c"].clone(), 2),
+            Route::All,
+            "failures always show"
+        );
+        assert_eq!(
+            q.route(&job_a, 2),
+            Route::All,
+            "a context already shown keeps its updates"
+        );
+        q.observe(watcher::Event::Delete(op_in("c", Failure)));
+        q.observe(watcher::Event::Delete(op_in("b", Pending)));
+        let tally = q.commits["abc"].tally;
+        assert_eq!(
+            (tally.failed, tally.queued),
+            (1, 1),
+            "a finished operation deleted stays counted"
+        );
+        q.observe(watcher::Event::Delete(op_in("a", Pending)));
+        assert!(
+            q.commits.is_empty(),
+            "the commit is forgotten with its last operation"
+        );
+    }
+
+    #[test]
+    fn held_statuses_reach_the_forges_in_order_and_none_stays_held_once_settled() {
+        use crate::api::StatusState::*;
+        let mut q = Queue::new(SETTLE_QUIET);
+        let now = Instant::now();
+        q.observe(watcher::Event::Apply(op_in("a", Pending)));
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        assert_eq!(q.route(&job, 50), Route::Hold);
+        q.finish(&name, Outcome::Held { desired: job.desired }, now);
+        q.observe(watcher::Event::Apply(op_in("a", Running)));
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        assert_eq!(q.route(&job, 50), Route::Hold);
+        // Superseded while its delivery runs.
+        q.observe(watcher::Event::Apply(op_in("a", Failure)));
+        q.finish(&name, Outcome::Held { desired: job.desired }, now);
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        let route = q.route(&job, 50);
+        assert_eq!(route, Route::All, "a failure is not held");
+        let states: Vec<_> = q.take_backlog(&name, route).iter().map(|s| s.state).collect();
+        assert_eq!(states, [Pending, Running], "the held statuses first, in order");
+        assert!(q.take_backlog(&name, route).is_empty());
+
+        q.observe(watcher::Event::Apply(op_in("b", Pending)));
+        let (name, job) = q.take_due(Instant::now(), 8).remove(0);
+        assert_eq!(q.route(&job, 50), Route::Hold);
+        q.settle(true, now);
+        q.finish(&name, Outcome::Held { desired: job.desired }, now);
+        assert_eq!(
+            q.take_due(Instant::now(), 8).len(),
+            1,
+            "settled while its delivery ran: due at once, not held"
+        );
+    }
+
+    #[test]
+    fn summaries_go_first_and_final_at_once_and_between_at_most_once_per_interval() {
+        use crate::api::StatusState::*;
+        let interval = Duration::from_secs(60);
+        let mut q = Queue::default();
+        for name in ["a", "b", "c"] {
+            q.observe(watcher::Event::Apply(op_in(name, Pending)));
+        }
+        let now = Instant::now();
+        assert!(
+            q.due_summaries(now, 2, interval).is_empty(),
+            "not before the commit is settled"
+        );
+        q.settle(true, now);
+        assert!(
+            q.due_summaries(now, 3, interval).is_empty(),
+            "within the budget: no summary"
+        );
+        let first = q.due_summaries(now, 2, interval);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].1.status.description, "0/3 succeeded, 3 queued");
+        assert!(
+            q.due_summaries(now, 2, interval).is_empty(),
+            "one delivery at a time"
+        );
+        q.finish_summary("abc", first[0].1.status.clone(), None, now);
+        q.observe(watcher::Event::Apply(op_in("a", Success)));
+        assert!(
+            q.due_summaries(now, 2, interval).is_empty(),
+            "an update waits for the interval"
+        );
+        assert_eq!(q.next_summary(now, 2, interval), Some(now + interval));
+        q.observe(watcher::Event::Apply(op_in("b", Success)));
+        q.observe(watcher::Event::Apply(op_in("c", Error)));
+        let last = q.due_summaries(now, 2, interval);
+        assert_eq!(last.len(), 1, "the final summary is not held back");
+        assert_eq!(last[0].1.status.description, "2/3 succeeded, 1 failed");
+        assert_eq!(last[0].1.status.state, Failure);
+        q.finish_summary("abc", last[0].1.status.clone(), Some(Duration::from_secs(5)), now);
+        assert!(
+            q.due_summaries(now, 2, interval).is_empty(),
+            "a failed delivery waits for its retry"
+        );
+        assert_eq!(
+            q.due_summaries(now + Duration::from_secs(5), 2, interval).len(),
+            1
+        );
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //!
 //! Limits: GitHub descriptions are cut to 140 characters, GitLab's and Gitea's to 255; contexts (GitLab:
 //! `name`) longer than 255 characters are shortened with a hash suffix.
+//!
+//! Rate limits: a 403 or 429 with `Retry-After`, or with `x-ratelimit-remaining: 0` (GitHub, Gitea)
+//! and a reset time (`x-ratelimit-reset`, GitLab's `RateLimit-Reset`, Unix seconds; a 429 needs no
+//! remaining count) is retryable with that wait, which pauses the sink (see [`super::deliver`]).
 
 use std::time::Duration;
 
@@ -296,11 +300,14 @@ impl ForgeSink {
         // A server may echo the request, Authorization header included: scrub before cutting.
         let snippet = cut(&crate::redact::scrub(body.trim()), 300);
         let reason = format!("POST {url} answered {code}: {snippet}");
-        if code == StatusCode::TOO_MANY_REQUESTS || code.is_server_error() {
+        if code == StatusCode::TOO_MANY_REQUESTS {
+            return Err(retryable(reason, rate_limit_wait(&headers, retry_after, true)));
+        }
+        if code.is_server_error() {
             return Err(retryable(reason, retry_after));
         }
         if code == StatusCode::FORBIDDEN {
-            if let Some(wait) = rate_limit_wait(&headers, retry_after) {
+            if let Some(wait) = rate_limit_wait(&headers, retry_after, false) {
                 return Err(retryable(reason, Some(wait)));
             }
         }
@@ -326,6 +333,10 @@ impl Sink for ForgeSink {
         status: &'a CommitStatus,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
         self.post(commit, status).boxed()
+    }
+
+    fn budgeted(&self) -> bool {
+        true
     }
 }
 
@@ -353,16 +364,25 @@ fn gitlab_refused_from(body: &str) -> Option<&str> {
     Some(&from[..end])
 }
 
-/// GitHub answers 403 when a rate limit is hit: wait for Retry-After or until `x-ratelimit-reset`.
-fn rate_limit_wait(headers: &HeaderMap, retry_after: Option<Duration>) -> Option<Duration> {
+/// How long a rate-limited forge asked to wait: `Retry-After` when given, else until the reset time
+/// (Unix seconds) of `x-ratelimit-reset` (GitHub, Gitea) or `RateLimit-Reset` (GitLab). GitHub also
+/// answers 403 to a request refused for other reasons, so a 403 (`too_many` false) counts as a rate
+/// limit only when the remaining count says 0; a 429 always does.
+fn rate_limit_wait(headers: &HeaderMap, retry_after: Option<Duration>, too_many: bool) -> Option<Duration> {
     if retry_after.is_some() {
         return retry_after;
     }
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if header("x-ratelimit-remaining") != Some("0") {
+    let header = |names: [&str; 2]| {
+        names
+            .iter()
+            .find_map(|name| headers.get(*name))
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if !too_many && header(["x-ratelimit-remaining", "ratelimit-remaining"]) != Some("0") {
         return None;
     }
-    let reset: i64 = header("x-ratelimit-reset")?.parse().ok()?;
+    let reset: i64 = header(["x-ratelimit-reset", "ratelimit-reset"])?.parse().ok()?;
     let wait = reset.saturating_sub(jiff::Timestamp::now().as_second());
     Some(Duration::from_secs(wait.max(1) as u64))
 }
@@ -430,6 +450,37 @@ mod tests {
         assert_eq!(forge_state(Forge::GitLab, StatusState::Failure), "failed");
         assert_eq!(forge_state(Forge::GitHub, StatusState::Error), "error");
         assert_eq!(forge_state(Forge::Gitea, StatusState::Failure), "failure");
+    }
+
+    #[test]
+    fn rate_limit_waits_come_from_retry_after_or_the_reset_time() {
+        let reset = (jiff::Timestamp::now().as_second() + 120).to_string();
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_str(value).unwrap());
+            }
+            map
+        };
+        let github = headers(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", &reset)]);
+        let wait = rate_limit_wait(&github, None, false).unwrap();
+        assert!(
+            wait > Duration::from_secs(100) && wait <= Duration::from_secs(120),
+            "{wait:?}"
+        );
+        let gitlab = headers(&[("ratelimit-reset", &reset)]);
+        assert!(rate_limit_wait(&gitlab, None, true).is_some());
+        assert_eq!(
+            rate_limit_wait(&gitlab, None, false),
+            None,
+            "a 403 without remaining 0 is a refusal"
+        );
+        let refused = headers(&[("x-ratelimit-remaining", "4999"), ("x-ratelimit-reset", &reset)]);
+        assert_eq!(rate_limit_wait(&refused, None, false), None);
+        assert_eq!(
+            rate_limit_wait(&refused, Some(Duration::from_secs(7)), false),
+            Some(Duration::from_secs(7))
+        );
     }
 
     #[test]

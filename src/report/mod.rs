@@ -5,7 +5,8 @@
 //! - [`sink`]: the [`Sink`] trait, [`DeliveryError`] (retryable or refused) and the redacting [`Token`].
 //! - [`notes`]: the default sink, git notes under `refs/notes/kok`, and their readers for `kok history`.
 //! - [`forge`]: GitHub, GitLab and Gitea/Forgejo statuses APIs.
-//! - [`deliver`]: [`Reporter`], which delivers `desiredStatus` until it is `reported`, across restarts.
+//! - [`deliver`]: [`Reporter`], which delivers `desiredStatus` until it is `reported`, across restarts,
+//!   pausing a rate-limited sink alone and keeping forges within a per-commit context budget.
 
 pub mod deliver;
 pub mod forge;
@@ -13,8 +14,10 @@ pub mod notes;
 pub mod sink;
 pub mod status;
 
-pub use deliver::{Backoff, Reporter, Sinks};
+pub use deliver::{Backoff, Reporter, Route, Sinks};
 pub use forge::{Forge, ForgeSink};
 pub use notes::{read_all_notes, read_notes, CommitNotes, NoteEntry, NotesSink};
 pub use sink::{DeliveryError, Sink, Token};
-pub use status::{operation_status, refused_status, sync_status, SYNC_CONTEXT};
+pub use status::{
+    operation_status, refused_status, summary_status, sync_status, Tally, SUMMARY_CONTEXT, SYNC_CONTEXT,
+};

@@ -27,6 +27,13 @@ pub trait Sink: Send + Sync {
     fn max_in_flight(&self) -> Option<usize> {
         Some(DEFAULT_SINK_IN_FLIGHT)
     }
+
+    /// True when the per-operation contexts this sink shows are limited by `--status-max-contexts`
+    /// (forges, whose API rate limits make one context per operation too costly on a large commit);
+    /// false when it holds every context (git notes).
+    fn budgeted(&self) -> bool {
+        false
+    }
 }
 
 /// Most deliveries at once to a sink that does not say otherwise (a forge's API).
@@ -49,6 +56,18 @@ pub enum DeliveryError {
         /// How long the sink asked to wait (Retry-After), if it said.
         retry_after: Option<Duration>,
     },
+    /// The sink is paused until its rate limit resets; nothing was sent.
+    #[error("{sink}: paused by its rate limit for {}s more; status {context} on {commit} goes out after", .wait.as_secs())]
+    Paused {
+        /// Sink name.
+        sink: String,
+        /// Status context.
+        context: String,
+        /// Commit sha.
+        commit: String,
+        /// Time left until the pause ends.
+        wait: Duration,
+    },
     /// The sink refused the status (4xx other than 429): retrying the same request will not help until
     /// the configuration (token, project, base URL) is fixed.
     #[error(
@@ -70,13 +89,22 @@ pub enum DeliveryError {
 impl DeliveryError {
     /// True when a later attempt may succeed without a configuration change.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, DeliveryError::Retryable { .. })
+        matches!(
+            self,
+            DeliveryError::Retryable { .. } | DeliveryError::Paused { .. }
+        )
+    }
+
+    /// True when the sink was not even asked: it is paused by its rate limit.
+    pub fn is_paused(&self) -> bool {
+        matches!(self, DeliveryError::Paused { .. })
     }
 
     /// The wait the sink asked for, if any.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             DeliveryError::Retryable { retry_after, .. } => *retry_after,
+            DeliveryError::Paused { wait, .. } => Some(*wait),
             DeliveryError::Permanent { .. } => None,
         }
     }

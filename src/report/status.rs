@@ -171,6 +171,77 @@ pub fn refused_status(description: &str) -> CommitStatus {
     }
 }
 
+/// Context of the one status that stands for all of a commit's operations when they are more than a
+/// forge sink's budget (`--status-max-contexts`).
+pub const SUMMARY_CONTEXT: &str = "kok/summary";
+
+/// How many of a commit's operations are in each state, for its [`summary_status`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Succeeded.
+    pub succeeded: usize,
+    /// Failed or canceled (status failure or error).
+    pub failed: usize,
+    /// Running.
+    pub running: usize,
+    /// Pending or queued, or without a status yet.
+    pub queued: usize,
+}
+
+impl Tally {
+    /// Every operation counted.
+    pub fn total(&self) -> usize {
+        self.succeeded + self.failed + self.running + self.queued
+    }
+
+    /// The counter an operation whose status is in `state` (`None`: no status yet) belongs to.
+    pub fn slot(&mut self, state: Option<StatusState>) -> &mut usize {
+        match state {
+            Some(StatusState::Success) => &mut self.succeeded,
+            Some(StatusState::Failure | StatusState::Error) => &mut self.failed,
+            Some(StatusState::Running) => &mut self.running,
+            Some(StatusState::Pending) | None => &mut self.queued,
+        }
+    }
+
+    /// True when no operation is running or waiting.
+    pub fn finished(&self) -> bool {
+        self.running == 0 && self.queued == 0
+    }
+}
+
+/// The `kok/summary` status of a commit whose operations are counted in `tally`.
+///
+/// The description is `<succeeded>/<total> succeeded`, followed by `, N failed`, `, N running` and
+/// `, N queued` for the counts that are not zero (e.g. `812/1000 succeeded, 3 failed, 185 running`).
+/// The state is pending while any operation runs or waits, then failure when any failed, else success.
+pub fn summary_status(tally: &Tally) -> CommitStatus {
+    let mut description = format!("{}/{} succeeded", tally.succeeded, tally.total());
+    for (n, word) in [
+        (tally.failed, "failed"),
+        (tally.running, "running"),
+        (tally.queued, "queued"),
+    ] {
+        if n > 0 {
+            description.push_str(&format!(", {n} {word}"));
+        }
+    }
+    let state = if !tally.finished() {
+        StatusState::Pending
+    } else if tally.failed > 0 {
+        StatusState::Failure
+    } else {
+        StatusState::Success
+    };
+    CommitStatus {
+        context: SUMMARY_CONTEXT.to_string(),
+        state,
+        description,
+        target_url: None,
+        run: None,
+    }
+}
+
 /// Cuts `text` to at most `max` characters, ending with `…` when something was cut.
 pub fn cut(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -428,6 +499,37 @@ mod tests {
             "clusters/prod-bj/hosts.yml:12: host \"node7\" is not defined"
         );
         assert_eq!(bad.target_url.as_deref(), Some("https://ci/abc"));
+    }
+
+    #[test]
+    fn summary_counts_every_state_and_is_pending_until_all_finished() {
+        let mut tally = Tally {
+            succeeded: 812,
+            failed: 3,
+            running: 185,
+            queued: 0,
+        };
+        let s = summary_status(&tally);
+        assert_eq!(s.context, "kok/summary");
+        assert_eq!(s.description, "812/1000 succeeded, 3 failed, 185 running");
+        assert_eq!(s.state, StatusState::Pending);
+        tally.running = 0;
+        tally.queued = 2;
+        assert_eq!(
+            summary_status(&tally).description,
+            "812/817 succeeded, 3 failed, 2 queued"
+        );
+        tally.queued = 0;
+        assert_eq!(summary_status(&tally).state, StatusState::Failure);
+        tally.failed = 0;
+        let done = summary_status(&tally);
+        assert_eq!(
+            (done.state, done.description.as_str()),
+            (StatusState::Success, "812/812 succeeded")
+        );
+        *tally.slot(Some(StatusState::Error)) += 1;
+        *tally.slot(None) += 1;
+        assert_eq!((tally.failed, tally.queued), (1, 1));
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub struct Recorded {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When it arrived (to compare the order of requests to several servers).
+    pub at: std::time::Instant,
 }
 
 impl Recorded {
@@ -104,6 +106,7 @@ impl ForgeServer {
                             path: uri.to_string(),
                             headers,
                             body,
+                            at: std::time::Instant::now(),
                         });
                         s.script.pop_front().unwrap_or_else(|| Reply::new(201, "{}"))
                     };
@@ -136,6 +139,44 @@ impl ForgeServer {
     /// Queues the next answers, in order.
     pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
         self.shared.lock().unwrap().script.extend(replies);
+    }
+
+    /// The statuses received so far, in order, from GitHub, Gitea and GitLab status posts:
+    /// (commit, context, state, description).
+    pub fn statuses(&self) -> Vec<(String, String, String, String)> {
+        self.requests()
+            .iter()
+            .filter_map(|r| {
+                let (_, commit) = r.path.split_once("/statuses/")?;
+                let body: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+                let field = |name: &str| body[name].as_str().unwrap_or_default().to_string();
+                let context = if body.get("name").is_some() {
+                    field("name")
+                } else {
+                    field("context")
+                };
+                Some((commit.to_string(), context, field("state"), field("description")))
+            })
+            .collect()
+    }
+
+    /// Requests received so far by kind: method and the path with the repository and commit left out
+    /// (`POST statuses`, `GET commits/status`, …).
+    pub fn request_kinds(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut kinds = std::collections::BTreeMap::new();
+        for r in self.requests() {
+            let path = r.path.split('?').next().unwrap_or_default();
+            let kind = match path.split_once("/statuses/") {
+                Some(_) => "statuses".to_string(),
+                None => path
+                    .rsplit('/')
+                    .find(|segment| !segment.is_empty())
+                    .unwrap_or("/")
+                    .to_string(),
+            };
+            *kinds.entry(format!("{} {kind}", r.method)).or_insert(0) += 1;
+        }
+        kinds
     }
 
     /// Every request received so far.
