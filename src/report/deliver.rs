@@ -77,8 +77,9 @@ const ALL_PHASES: [Phase; 6] = [
     Phase::Canceled,
 ];
 /// Most operation deliveries running at once (each sink may allow fewer, see
-/// [`Sink::max_in_flight`]; the notes sink writes the deliveries in flight together in one batch).
-pub const MAX_IN_FLIGHT: usize = 64;
+/// [`Sink::max_in_flight`]; the notes sink writes the deliveries in flight together in one batch, so
+/// this bounds how many statuses one notes commit takes when a fleet-size commit reports at once).
+pub const MAX_IN_FLIGHT: usize = 512;
 /// Wait before recording a delivered status again after the API server refused the patch.
 const RECORD_RETRY: Duration = Duration::from_secs(5);
 
