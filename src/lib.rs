@@ -4,6 +4,7 @@
 //! - [`source`] fetches the git repository, polls cheaply and diffs commits into changed clusters.
 //! - [`materialize`] renders clusters into desired objects (pure) and applies/prunes them.
 //! - [`api`] holds the CRD types and every shared constant.
+//! - [`plan`] decides what a commit range would write and run, without writing: `kok plan` and `kok/plan`.
 //! - [`controller`] turns ClusterOperations into ansible Jobs, one at a time per cluster.
 //! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
 //! - [`server`] is the HTTP listener: health, metrics, webhooks.
@@ -19,6 +20,7 @@ pub mod leader;
 pub mod local;
 pub mod materialize;
 pub mod metrics;
+pub mod plan;
 pub mod reconcile;
 pub mod redact;
 pub mod report;
