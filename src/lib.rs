@@ -5,6 +5,7 @@
 //! - [`materialize`] renders clusters into desired objects (pure) and applies/prunes them.
 //! - [`api`] holds the CRD types and every shared constant.
 //! - [`plan`] decides what a commit range would write and run, without writing: `kok plan` and `kok/plan`.
+//! - [`pulls`] plans open pull requests in the service: `kok/plan` and the plan comment, nothing run.
 //! - [`controller`] turns ClusterOperations into ansible Jobs, one at a time per cluster.
 //! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
 //! - [`server`] is the HTTP listener: health, metrics, webhooks.
@@ -21,6 +22,7 @@ pub mod local;
 pub mod materialize;
 pub mod metrics;
 pub mod plan;
+pub mod pulls;
 pub mod reconcile;
 pub mod redact;
 pub mod report;

@@ -608,6 +608,14 @@ impl Reporter {
     }
 }
 
+impl Reporter {
+    /// The sinks, for statuses whose retry lives elsewhere (a pull request's `kok/plan` is planned and
+    /// sent again at the next poll until delivered).
+    pub fn sinks(&self) -> &Sinks {
+        &self.sinks
+    }
+}
+
 fn patch_params() -> PatchParams {
     PatchParams {
         field_manager: Some(REPORT_FIELD_MANAGER.to_string()),

@@ -5,8 +5,10 @@
 //! - [`sink`]: the [`Sink`] trait, [`DeliveryError`] (retryable or refused) and the redacting [`Token`].
 //! - [`notes`]: the default sink, git notes under `refs/notes/kok`, and their readers for `kok history`.
 //! - [`forge`]: GitHub, GitLab and Gitea/Forgejo statuses APIs.
+//! - [`comments`]: the plan comment kept on each pull request (`--pr-comments`).
 //! - [`deliver`]: [`Reporter`], which delivers `desiredStatus` until it is `reported`, across restarts.
 
+pub mod comments;
 pub mod deliver;
 pub mod forge;
 pub mod notes;

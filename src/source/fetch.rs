@@ -49,6 +49,7 @@ pub struct Source {
     fetches: u64,
     listings: u64,
     pending: Option<JoinHandle<()>>,
+    pull_requests: Vec<PullRequestHead>,
 }
 
 impl std::fmt::Debug for Source {
@@ -83,6 +84,7 @@ impl Source {
             fetches: 0,
             listings: 0,
             pending: None,
+            pull_requests: Vec::new(),
         })
     }
 
@@ -136,6 +138,7 @@ impl Source {
     #[instrument(skip(self), fields(url = %redact(&self.config.url), reference = %self.config.reference))]
     pub fn poll(&mut self, last: Option<Oid>) -> Result<Poll, SourceError> {
         let heads = self.list_remote()?;
+        self.pull_requests = pull_request_refs(&heads);
         let (name, listed) =
             resolve(&self.config.reference, &heads).ok_or_else(|| SourceError::RefNotFound {
                 reference: self.config.reference.clone(),
@@ -205,6 +208,12 @@ impl Source {
     /// is fetched. A closed or merged pull request whose ref is gone is simply absent.
     pub fn pull_request_heads(&mut self) -> Result<Vec<PullRequestHead>, SourceError> {
         Ok(pull_request_refs(&self.list_remote()?))
+    }
+
+    /// The open pull requests' heads as the last [`Source::poll`] listed them (its one listing serves
+    /// both: nothing more is asked of the remote).
+    pub fn polled_pull_requests(&self) -> &[PullRequestHead] {
+        &self.pull_requests
     }
 
     /// Fetches the head of a pull request into `refs/kok/pull/<number>` of the cache; returns its

@@ -1,0 +1,327 @@
+//! Pull requests in the service: `kok/plan` on every open pull request's head, and with
+//! `--pr-comments` one comment per pull request holding the markdown plan.
+//!
+//! - The poll's one ref listing names the heads (`refs/pull/N/head`, `refs/merge-requests/N/head`);
+//!   a `pull_request` / `merge_request` webhook asks for that poll at once and says which pull
+//!   requests closed.
+//! - A head is planned when it is new or moved, or when the reconciled commit moved: the plan reads
+//!   what merging the head into the reconciled commit would give (the head itself when it is a
+//!   fast-forward, else a merge commit built in the git cache, as the forge's test merge) and starts
+//!   from the live objects, so it says what the merge would make kok write and run.
+//! - A pull request is only parsed and rendered: nothing of it is written to the meta-cluster, no
+//!   Secret is read and nothing runs. Its statuses go to the same sinks as the others (git notes
+//!   and the forge); one that is not delivered is sent again at the next poll.
+//! - A pull request whose ref is gone, whose head is already in the reconciled history (merged), or
+//!   that a webhook said was closed, is forgotten; a later push to it brings it back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use git2::Oid;
+use kube::Client;
+use tracing::{debug, info, warn};
+
+use crate::api::{CommitStatus, StatusState};
+use crate::plan::{self, Plan, PlanError, Prepared, PLAN_CONTEXT};
+use crate::reconcile::{with_source, PassError, SharedSource};
+use crate::report::comments::{PlanComment, PlanComments};
+use crate::report::Sinks;
+use crate::source::trigger::PullEvent;
+use crate::source::{merge_target, MergeTarget, PullRequestHead};
+
+/// Most pull requests planned in one poll round; the rest wait for the next round (which the
+/// service asks for at once), so a push to the main branch is never held up for long.
+pub const MAX_PLANS_PER_ROUND: usize = 8;
+
+/// What planning a pull request needs to know of the service.
+#[derive(Clone, Debug)]
+pub struct PullConfig {
+    /// kok's namespace.
+    pub namespace: String,
+    /// Root directory of the cluster directories.
+    pub root: String,
+    /// Short name of the branch kok reconciles (`main`), as the render names it.
+    pub branch: String,
+    /// The plan comments, with `--pr-comments`.
+    pub comments: Option<Arc<PlanComments>>,
+}
+
+/// What kok last did for one open pull request.
+#[derive(Clone, Debug)]
+struct Tracked {
+    head: Oid,
+    base: Option<Oid>,
+    /// The `kok/plan` status delivered on `head`.
+    delivered: Option<CommitStatus>,
+    comment: Option<PlanComment>,
+    /// Planned for `(head, base)`, status delivered and comment kept.
+    done: bool,
+}
+
+/// Why planning one pull request stopped; it is planned again at the next poll.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// Fetching or reading its commits failed.
+    #[error(transparent)]
+    Source(#[from] PassError),
+    /// The plan could not be made.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+/// The plan of one pull request head, ready to report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PullPlan {
+    /// The `kok/plan` status.
+    pub status: CommitStatus,
+    /// The markdown for the comment.
+    pub markdown: String,
+}
+
+/// The open pull requests kok knows of, in memory: after a restart every head is planned again
+/// (equal statuses are harmless to every sink, and the comment is found by its marker).
+#[derive(Debug, Default)]
+pub struct PullRequests {
+    tracked: BTreeMap<u64, Tracked>,
+    /// Pull requests a webhook said were closed, with the head it named.
+    closed: BTreeMap<u64, Option<String>>,
+}
+
+impl PullRequests {
+    /// Nothing known yet.
+    pub fn new() -> Self {
+        PullRequests::default()
+    }
+
+    /// How many pull requests are remembered.
+    pub fn len(&self) -> usize {
+        self.tracked.len()
+    }
+
+    /// True when no pull request is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.tracked.is_empty()
+    }
+
+    /// One round: takes the webhook `events`, forgets the pull requests that are gone, closed or
+    /// merged, and plans up to [`MAX_PLANS_PER_ROUND`] heads of `heads` against `base` (the
+    /// reconciled commit). Returns true when heads are left for the next round.
+    pub async fn round(
+        &mut self,
+        client: &Client,
+        source: &SharedSource,
+        sinks: &Sinks,
+        cfg: &PullConfig,
+        heads: &[PullRequestHead],
+        base: Option<Oid>,
+        events: Vec<PullEvent>,
+    ) -> bool {
+        for event in events {
+            if event.closed {
+                self.closed.insert(event.number, event.head);
+            } else {
+                self.closed.remove(&event.number);
+            }
+        }
+        let open: BTreeMap<u64, &PullRequestHead> = heads
+            .iter()
+            .filter(|h| !self.is_closed(h))
+            .map(|h| (h.number, h))
+            .collect();
+        self.closed
+            .retain(|number, _| heads.iter().any(|h| h.number == *number));
+        let before = self.tracked.len();
+        self.tracked.retain(|number, _| open.contains_key(number));
+        if self.tracked.len() < before {
+            info!(
+                forgotten = before - self.tracked.len(),
+                "pull requests closed; forgotten"
+            );
+        }
+        let due: Vec<&PullRequestHead> = open
+            .values()
+            .filter(|h| {
+                self.tracked
+                    .get(&h.number)
+                    .is_none_or(|t| !t.done || t.head != h.commit || t.base != base)
+            })
+            .copied()
+            .collect();
+        for head in due.iter().take(MAX_PLANS_PER_ROUND) {
+            self.plan_and_report(client, source, sinks, cfg, head, base).await;
+        }
+        due.len() > MAX_PLANS_PER_ROUND
+    }
+
+    fn is_closed(&self, head: &PullRequestHead) -> bool {
+        match self.closed.get(&head.number) {
+            Some(Some(sha)) => *sha == head.commit.to_string(),
+            Some(None) => true,
+            None => false,
+        }
+    }
+
+    async fn plan_and_report(
+        &mut self,
+        client: &Client,
+        source: &SharedSource,
+        sinks: &Sinks,
+        cfg: &PullConfig,
+        head: &PullRequestHead,
+        base: Option<Oid>,
+    ) {
+        let number = head.number;
+        let planned = match plan_pull_request(client, source, cfg, head, base).await {
+            Ok(Some(planned)) => planned,
+            Ok(None) => {
+                debug!(number, head = %head.commit, "pull request head already reconciled; forgotten");
+                self.tracked.remove(&number);
+                return;
+            }
+            Err(e) => {
+                warn!(number, head = %head.commit, error = %e, "planning the pull request failed; retrying at the next poll");
+                return;
+            }
+        };
+        let tracked = self.tracked.entry(number).or_insert_with(|| Tracked {
+            head: head.commit,
+            base,
+            delivered: None,
+            comment: None,
+            done: false,
+        });
+        if tracked.head != head.commit {
+            tracked.delivered = None;
+        }
+        tracked.head = head.commit;
+        tracked.base = base;
+        let sha = head.commit.to_string();
+        let mut done = true;
+        if tracked.delivered.as_ref() != Some(&planned.status) {
+            match sinks.deliver(&sha, &planned.status).await {
+                Ok(()) => tracked.delivered = Some(planned.status.clone()),
+                Err(e) => {
+                    warn!(number, error = %e, "the kok/plan status was not delivered; retrying at the next poll");
+                    done = false;
+                }
+            }
+        }
+        if let Some(comments) = &cfg.comments {
+            match comments
+                .keep(number, tracked.comment.as_ref(), &planned.markdown)
+                .await
+            {
+                Ok(comment) => tracked.comment = comment,
+                Err(e) => {
+                    warn!(number, error = %e, "the plan comment was not written; retrying at the next poll");
+                    // Look the comment up again next time: it may have been deleted.
+                    tracked.comment = None;
+                    done = false;
+                }
+            }
+        }
+        info!(number, head = %sha, state = ?planned.status.state, description = %planned.status.description, "pull request planned");
+        tracked.done = done;
+    }
+}
+
+/// Fetches the head of a pull request and plans the merge of it into `base`; `None` when the head is
+/// already in the reconciled history.
+pub async fn plan_pull_request(
+    client: &Client,
+    source: &SharedSource,
+    cfg: &PullConfig,
+    head: &PullRequestHead,
+    base: Option<Oid>,
+) -> Result<Option<PullPlan>, PullError> {
+    let number = head.number;
+    let listed = head.clone();
+    let fetched = with_source(source, move |s| s.fetch_pull_request(&listed)).await?;
+    let (root, namespace, branch) = (cfg.root.clone(), cfg.namespace.clone(), cfg.branch.clone());
+    let read = with_source(source, move |s| {
+        let repo = s.repository();
+        let target = merge_target(repo, base, fetched, number)?;
+        let subject = repo
+            .find_commit(fetched)
+            .ok()
+            .and_then(|c| c.summary().ok().flatten().map(str::to_string))
+            .unwrap_or_default();
+        Ok(match target {
+            MergeTarget::Merged => Read::Merged,
+            MergeTarget::Conflict { paths } => Read::Conflict(paths),
+            MergeTarget::Plan { commit, synthetic } => Read::Plan {
+                prepared: Box::new(plan::prepare(repo, base, commit, &root, &namespace, &branch)),
+                merge: synthetic.then_some(commit),
+                subject,
+            },
+        })
+    })
+    .await?;
+    let (prepared, merge, subject) = match read {
+        Read::Merged => return Ok(None),
+        Read::Conflict(paths) => return Ok(Some(conflict_plan(&cfg.branch, &paths))),
+        Read::Plan {
+            prepared,
+            merge,
+            subject,
+        } => ((*prepared)?, merge, subject),
+    };
+    let baseline = plan::live_baseline(client, &cfg.namespace, &prepared).await?;
+    let mut plan = plan::decide(&prepared, &baseline);
+    if let Some(merge) = merge {
+        attribute_to_head(&mut plan, merge, fetched, &subject);
+    }
+    let (state, description) = plan::plan_status(&plan);
+    Ok(Some(PullPlan {
+        status: plan_commit_status(state, description),
+        markdown: plan::markdown(&plan),
+    }))
+}
+
+/// What the git side of a pull request's plan found.
+enum Read {
+    Merged,
+    Conflict(Vec<String>),
+    Plan {
+        prepared: Box<Result<Prepared, PlanError>>,
+        merge: Option<Oid>,
+        subject: String,
+    },
+}
+
+fn plan_commit_status(state: StatusState, description: String) -> CommitStatus {
+    CommitStatus {
+        context: PLAN_CONTEXT.to_string(),
+        state,
+        description,
+        target_url: None,
+        run: None,
+    }
+}
+
+/// The status and comment of a head that does not merge cleanly: kok cannot say what the merge does.
+fn conflict_plan(branch: &str, paths: &[String]) -> PullPlan {
+    let description = format!(
+        "does not merge cleanly into {branch} (conflicts in {}); merge {branch} into the branch to get a plan",
+        paths.join(", ")
+    );
+    PullPlan {
+        markdown: format!("### kok plan\n\n:x: This pull request {description}.\n"),
+        status: plan_commit_status(StatusState::Error, description),
+    }
+}
+
+/// The merge commit built for the plan exists only in kok's cache: what it introduces is shown as
+/// the pull request's head, which a reviewer can find.
+fn attribute_to_head(plan: &mut Plan, merge: Oid, head: Oid, subject: &str) {
+    let (merge, head) = (merge.to_string(), head.to_string());
+    if plan.to == merge {
+        plan.to = head.clone();
+    }
+    for op in plan.clusters.iter_mut().flat_map(|c| c.operations.iter_mut()) {
+        if op.commit == merge {
+            op.commit = head.clone();
+            op.subject = subject.to_string();
+        }
+    }
+}
