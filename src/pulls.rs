@@ -46,6 +46,17 @@ pub struct PullConfig {
     pub comments: Option<Arc<PlanComments>>,
 }
 
+/// What planning reads and reports through: the meta-cluster (read only), the git source and the sinks.
+#[derive(Clone, Copy)]
+pub struct PullIo<'a> {
+    /// The meta-cluster, for the live objects a plan starts from.
+    pub client: &'a Client,
+    /// The git source.
+    pub source: &'a SharedSource,
+    /// Where `kok/plan` goes.
+    pub sinks: &'a Sinks,
+}
+
 /// What kok last did for one open pull request.
 #[derive(Clone, Debug)]
 struct Tracked {
@@ -108,9 +119,7 @@ impl PullRequests {
     /// reconciled commit). Returns true when heads are left for the next round.
     pub async fn round(
         &mut self,
-        client: &Client,
-        source: &SharedSource,
-        sinks: &Sinks,
+        io: PullIo<'_>,
         cfg: &PullConfig,
         heads: &[PullRequestHead],
         base: Option<Oid>,
@@ -148,7 +157,7 @@ impl PullRequests {
             .copied()
             .collect();
         for head in due.iter().take(MAX_PLANS_PER_ROUND) {
-            self.plan_and_report(client, source, sinks, cfg, head, base).await;
+            self.plan_and_report(io, cfg, head, base).await;
         }
         due.len() > MAX_PLANS_PER_ROUND
     }
@@ -163,15 +172,13 @@ impl PullRequests {
 
     async fn plan_and_report(
         &mut self,
-        client: &Client,
-        source: &SharedSource,
-        sinks: &Sinks,
+        io: PullIo<'_>,
         cfg: &PullConfig,
         head: &PullRequestHead,
         base: Option<Oid>,
     ) {
         let number = head.number;
-        let planned = match plan_pull_request(client, source, cfg, head, base).await {
+        let planned = match plan_pull_request(io.client, io.source, cfg, head, base).await {
             Ok(Some(planned)) => planned,
             Ok(None) => {
                 debug!(number, head = %head.commit, "pull request head already reconciled; forgotten");
@@ -198,7 +205,7 @@ impl PullRequests {
         let sha = head.commit.to_string();
         let mut done = true;
         if tracked.delivered.as_ref() != Some(&planned.status) {
-            match sinks.deliver(&sha, &planned.status).await {
+            match io.sinks.deliver(&sha, &planned.status).await {
                 Ok(()) => tracked.delivered = Some(planned.status.clone()),
                 Err(e) => {
                     warn!(number, error = %e, "the kok/plan status was not delivered; retrying at the next poll");

@@ -14,7 +14,7 @@ use tracing::{error, info, warn};
 use crate::controller::{self, ControllerConfig};
 use crate::leader::{self, LeaderConfig};
 use crate::materialize::state;
-use crate::pulls::{PullConfig, PullRequests};
+use crate::pulls::{PullConfig, PullIo, PullRequests};
 use crate::reconcile::{self, PassConfig, PassError, SharedSource};
 use crate::report::comments::PlanComments;
 use crate::report::{self, Reporter};
@@ -237,7 +237,6 @@ struct LoopState {
     interval: Interval,
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn poll_loop(
     client: &Client,
     cfg: &ServiceConfig,
@@ -295,9 +294,12 @@ async fn poll_loop(
                 }
             };
             let base = round.last;
-            let more = pulls
-                .round(client, source, reporter.sinks(), pull_cfg, &heads, base, events)
-                .await;
+            let io = PullIo {
+                client,
+                source,
+                sinks: reporter.sinks(),
+            };
+            let more = pulls.round(io, pull_cfg, &heads, base, events).await;
             if more {
                 again.trigger(trigger::Reason::Manual);
             }
