@@ -22,6 +22,9 @@ use super::status::cut;
 /// First line of every plan comment; how kok finds its comment among the others.
 pub const COMMENT_MARKER: &str = "<!-- kok/plan -->";
 
+/// Longest comment body kok writes, in characters (GitHub refuses bodies over 65,536).
+pub const COMMENT_MAX: usize = 60_000;
+
 /// Comments listed per page (GitHub and GitLab allow 100; Gitea's default maximum is 50).
 const PAGE_SIZE: usize = 50;
 /// Most pages of comments read when looking for the plan comment.
@@ -60,9 +63,18 @@ impl PlanComments {
         PlanComments { sink }
     }
 
-    /// The body of the plan comment for `markdown`.
+    /// The body of the plan comment for `markdown`, cut to [`COMMENT_MAX`] with a line saying where
+    /// the whole plan is.
     pub fn body(markdown: &str) -> String {
-        format!("{COMMENT_MARKER}\n{markdown}")
+        let whole = format!("{COMMENT_MARKER}\n{markdown}");
+        if whole.chars().count() <= COMMENT_MAX {
+            return whole;
+        }
+        let note =
+            "\n\n… (the plan is longer than a comment holds; `kok plan --output markdown` prints it whole)\n";
+        let mut cut: String = whole.chars().take(COMMENT_MAX - note.chars().count()).collect();
+        cut.push_str(note);
+        cut
     }
 
     /// Keeps the plan comment of pull request `number` at `markdown`: edits `known` (or the comment
@@ -189,5 +201,27 @@ impl PlanComments {
             return Ok(Value::Null);
         }
         serde_json::from_str(&text).map_err(|e| failed(format!("the answer is not JSON: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_comment_starts_with_the_marker_and_a_long_plan_is_cut_to_what_a_forge_holds() {
+        assert_eq!(
+            PlanComments::body("### kok plan\n"),
+            "<!-- kok/plan -->\n### kok plan\n"
+        );
+        let long = "| run | x |\n".repeat(10_000);
+        let body = PlanComments::body(&long);
+        assert_eq!(body.chars().count(), COMMENT_MAX);
+        assert!(body.starts_with(COMMENT_MARKER));
+        assert!(
+            body.ends_with("prints it whole)\n"),
+            "{}",
+            &body[body.len() - 100..]
+        );
     }
 }

@@ -216,10 +216,22 @@ impl Source {
         &self.pull_requests
     }
 
-    /// Fetches the head of a pull request into `refs/kok/pull/<number>` of the cache; returns its
-    /// commit. Only read (parsed and planned), never run.
+    /// Fetches the head of a pull request into `refs/kok/pull/<number>` of the cache (no round trip
+    /// when the cache already has the commit); returns its commit. Only read (parsed and planned),
+    /// never run.
     pub fn fetch_pull_request(&mut self, head: &PullRequestHead) -> Result<Oid, SourceError> {
         let into = format!("refs/kok/pull/{}", head.number);
+        if self.repo.find_commit(head.commit).is_ok() {
+            // Already in the cache (planned before, against another base): no round trip.
+            self.repo
+                .reference(&into, head.commit, true, "kok: pull request head")
+                .map_err(SourceError::git(format!(
+                    "point {into} of the cache {} at {}",
+                    self.cache_path.display(),
+                    head.commit
+                )))?;
+            return Ok(head.commit);
+        }
         self.fetches += 1;
         self.network_into(Some(head.reference.clone()), &into)?;
         self.repo.refname_to_id(&into).map_err(SourceError::git(format!(

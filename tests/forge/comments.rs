@@ -142,17 +142,22 @@ impl Comments {
         let numbers: Vec<u64> = s.comments.keys().copied().chain(1..=100).collect();
         for number in numbers {
             if path == kind.comments_path(number) && r.method == "GET" {
-                let first_page = query.split('&').any(|p| p == "page=1");
-                let list: Vec<serde_json::Value> = if first_page {
-                    s.comments
-                        .get(&number)
-                        .into_iter()
-                        .flatten()
-                        .map(|(id, body)| serde_json::json!({"id": id, "body": body}))
-                        .collect()
-                } else {
-                    Vec::new()
+                let param = |name: &str| {
+                    query
+                        .split('&')
+                        .find_map(|p| p.strip_prefix(name)?.strip_prefix('=')?.parse::<usize>().ok())
                 };
+                let size = param("per_page").or_else(|| param("limit")).unwrap_or(30);
+                let page = param("page").unwrap_or(1).max(1);
+                let list: Vec<serde_json::Value> = s
+                    .comments
+                    .get(&number)
+                    .into_iter()
+                    .flatten()
+                    .skip((page - 1) * size)
+                    .take(size)
+                    .map(|(id, body)| serde_json::json!({"id": id, "body": body}))
+                    .collect();
                 return Reply::new(200, &serde_json::Value::Array(list).to_string());
             }
             if path == kind.comments_path(number) && r.method == "POST" {
