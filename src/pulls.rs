@@ -27,7 +27,7 @@ use crate::reconcile::{with_source, PassError, SharedSource};
 use crate::report::comments::{PlanComment, PlanComments};
 use crate::report::Sinks;
 use crate::source::trigger::PullEvent;
-use crate::source::{merge_target, MergeTarget, PullRequestHead};
+use crate::source::{in_history, merge_target, MergeTarget, PullRequestHead};
 
 /// Most pull requests planned in one poll round; the rest wait for the next round (which the
 /// service asks for at once), so a push to the main branch is never held up for long.
@@ -96,22 +96,15 @@ pub struct PullRequests {
     tracked: BTreeMap<u64, Tracked>,
     /// Pull requests a webhook said were closed, with the head it named.
     closed: BTreeMap<u64, Option<String>>,
+    /// Heads already in the reconciled history (merged pull requests whose ref the forge keeps),
+    /// skipped while they stay the same.
+    merged: BTreeMap<u64, Oid>,
 }
 
 impl PullRequests {
     /// Nothing known yet.
     pub fn new() -> Self {
         PullRequests::default()
-    }
-
-    /// How many pull requests are remembered.
-    pub fn len(&self) -> usize {
-        self.tracked.len()
-    }
-
-    /// True when no pull request is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.tracked.is_empty()
     }
 
     /// One round: takes the webhook `events`, forgets the pull requests that are gone, closed or
@@ -147,8 +140,11 @@ impl PullRequests {
                 "pull requests closed; forgotten"
             );
         }
-        let due: Vec<&PullRequestHead> = open
+        self.merged
+            .retain(|number, head| open.get(number).is_some_and(|h| h.commit == *head));
+        let mut due: Vec<&PullRequestHead> = open
             .values()
+            .filter(|h| self.merged.get(&h.number) != Some(&h.commit))
             .filter(|h| {
                 self.tracked
                     .get(&h.number)
@@ -156,6 +152,32 @@ impl PullRequests {
             })
             .copied()
             .collect();
+        // Heads seen for the first time that are already merged are set aside in one pass over the
+        // cache, without a fetch each (a forge keeps the refs of every merged pull request).
+        let fresh: Vec<Oid> = due
+            .iter()
+            .filter(|h| !self.tracked.contains_key(&h.number))
+            .map(|h| h.commit)
+            .collect();
+        if !fresh.is_empty() {
+            let checked = fresh.clone();
+            if let Ok(merged) =
+                with_source(io.source, move |s| Ok(in_history(s.repository(), base, &checked))).await
+            {
+                let merged: Vec<Oid> = fresh
+                    .iter()
+                    .zip(merged)
+                    .filter_map(|(head, merged)| merged.then_some(*head))
+                    .collect();
+                due.retain(|h| {
+                    let is_merged = merged.contains(&h.commit) && !self.tracked.contains_key(&h.number);
+                    if is_merged {
+                        self.merged.insert(h.number, h.commit);
+                    }
+                    !is_merged
+                });
+            }
+        }
         for head in due.iter().take(MAX_PLANS_PER_ROUND) {
             self.plan_and_report(io, cfg, head, base).await;
         }
@@ -183,6 +205,7 @@ impl PullRequests {
             Ok(None) => {
                 debug!(number, head = %head.commit, "pull request head already reconciled; forgotten");
                 self.tracked.remove(&number);
+                self.merged.insert(number, head.commit);
                 return;
             }
             Err(e) => {

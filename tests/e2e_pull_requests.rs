@@ -137,6 +137,11 @@ async fn a_pull_request_shows_the_plan_and_its_merge_runs_exactly_that() {
             "only kok/plan is ever posted on the pull request head: {p:?}"
         );
     }
+    assert_eq!(
+        posted_for(&forge.requests(), &head, "kok/plan").len(),
+        1,
+        "the merged head is not planned again"
+    );
     for op in objects.operations().await {
         assert_ne!(op.spec.source.commit, head, "no operation belongs to the head");
     }

@@ -57,7 +57,7 @@ fn pull_request_heads_are_listed_fetched_and_forgotten_when_their_ref_goes() {
 
 #[test]
 fn a_pull_request_is_planned_as_its_merge_into_the_reconciled_commit() {
-    use kok::source::{merge_target, MergeTarget};
+    use kok::source::{in_history, merge_target, MergeTarget};
     let mut work = RepoBuilder::new();
     work.cluster("prod-bj");
     let base = work.commit("start");
@@ -109,6 +109,12 @@ fn a_pull_request_is_planned_as_its_merge_into_the_reconciled_commit() {
         }
     );
     assert_eq!(work.git(&["for-each-ref"]), refs_before, "no ref moved");
+    assert_eq!(
+        in_history(&repo, Some(oid(&main2)), &[oid(&base), oid(&head), oid(&main2)]),
+        [true, false, true],
+        "merged heads are told apart from open ones in one pass"
+    );
+    assert_eq!(in_history(&repo, None, &[oid(&base)]), [false]);
 
     // Main changed the same lines: a conflict naming the file.
     work.op("prod-bj", "upgrade", "upgrade-cluster.yml");

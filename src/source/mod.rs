@@ -62,7 +62,7 @@ pub use attribution::{attribute, Attributions, Introduced};
 pub use diff::{diff_trees, ChangeSet};
 pub use fetch::{Poll, PullRequestHead, Source};
 pub use history::{cluster_history, HistoryEntry};
-pub use pulls::{merge_target, MergeTarget};
+pub use pulls::{in_history, merge_target, MergeTarget};
 pub use read::{read_commit, CommitRead};
 pub use revision::{check_range, open_local, resolve_revision, RevisionError};
 pub use tree::GitTree;

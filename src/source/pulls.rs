@@ -89,6 +89,21 @@ pub fn merge_target(
     })
 }
 
+/// For each of `heads`, whether it is already in the history of `base` (the commit itself or an
+/// ancestor): a merged pull request. Only the cache is read; a head it lacks is not merged.
+pub fn in_history(repo: &Repository, base: Option<Oid>, heads: &[Oid]) -> Vec<bool> {
+    heads
+        .iter()
+        .map(|head| match base {
+            Some(base) => {
+                repo.find_commit(*head).is_ok()
+                    && (*head == base || descends(repo, base, *head).unwrap_or(false))
+            }
+            None => false,
+        })
+        .collect()
+}
+
 /// True when `descendant` has `ancestor` in its history.
 fn descends(repo: &Repository, descendant: Oid, ancestor: Oid) -> Result<bool, SourceError> {
     repo.graph_descendant_of(descendant, ancestor)
