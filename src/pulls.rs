@@ -107,9 +107,10 @@ impl PullRequests {
         PullRequests::default()
     }
 
-    /// One round: takes the webhook `events`, forgets the pull requests that are gone, closed or
-    /// merged, and plans up to [`MAX_PLANS_PER_ROUND`] heads of `heads` against `base` (the
-    /// reconciled commit). Returns true when heads are left for the next round.
+    /// One round: takes the webhook `events`, forgets the pull requests that are gone or closed, sets
+    /// the merged ones aside, and plans up to [`MAX_PLANS_PER_ROUND`] heads of `heads` against `base`
+    /// (the reconciled commit). Returns true when heads are left and this round made progress, so
+    /// another round may follow at once.
     pub async fn round(
         &mut self,
         io: PullIo<'_>,
@@ -178,10 +179,21 @@ impl PullRequests {
                 });
             }
         }
+        // New and moved heads first; one whose plan or delivery failed before waits behind them, so
+        // a pull request that keeps failing does not hold the others up.
+        due.sort_by_key(|h| {
+            let failed = self
+                .tracked
+                .get(&h.number)
+                .is_some_and(|t| !t.done && t.head == h.commit && t.base == base);
+            (failed, h.number)
+        });
+        let mut progressed = false;
         for head in due.iter().take(MAX_PLANS_PER_ROUND) {
-            self.plan_and_report(io, cfg, head, base).await;
+            progressed |= self.plan_and_report(io, cfg, head, base).await;
         }
-        due.len() > MAX_PLANS_PER_ROUND
+        // Another round at once only while rounds get work done; failures wait for the interval.
+        progressed && due.len() > MAX_PLANS_PER_ROUND
     }
 
     fn is_closed(&self, head: &PullRequestHead) -> bool {
@@ -198,7 +210,7 @@ impl PullRequests {
         cfg: &PullConfig,
         head: &PullRequestHead,
         base: Option<Oid>,
-    ) {
+    ) -> bool {
         let number = head.number;
         let planned = match plan_pull_request(io.client, io.source, cfg, head, base).await {
             Ok(Some(planned)) => planned,
@@ -206,11 +218,14 @@ impl PullRequests {
                 debug!(number, head = %head.commit, "pull request head already reconciled; forgotten");
                 self.tracked.remove(&number);
                 self.merged.insert(number, head.commit);
-                return;
+                return true;
             }
             Err(e) => {
                 warn!(number, head = %head.commit, error = %e, "planning the pull request failed; retrying at the next poll");
-                return;
+                if let Some(tracked) = self.tracked.get_mut(&number) {
+                    tracked.done = false;
+                }
+                return false;
             }
         };
         let tracked = self.tracked.entry(number).or_insert_with(|| Tracked {
@@ -252,6 +267,7 @@ impl PullRequests {
         }
         info!(number, head = %sha, state = ?planned.status.state, description = %planned.status.description, "pull request planned");
         tracked.done = done;
+        done
     }
 }
 

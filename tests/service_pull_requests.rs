@@ -525,3 +525,40 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
     );
     service.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_open_pull_requests_are_planned_in_rounds_without_waiting_for_the_interval() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let kind = Kind::GitHub;
+    let (remote, _) = one_cluster_remote();
+    git(&remote.work(), &["checkout", "-q", "-b", "scale"]);
+    remote.write("clusters/prod-bj/hosts.yml", &hosts(true));
+    remote.write("clusters/prod-bj/operations.yml", OPS_SCALE);
+    let head = push_ref(&remote, "refs/heads/scale", "prod-bj: add node7");
+    let count = kok::pulls::MAX_PLANS_PER_ROUND as u64 * 2 + 1;
+    for number in 1..=count {
+        git(
+            &remote.bare(),
+            &["update-ref", &format!("refs/pull/{number}/head"), &head],
+        );
+    }
+    // The refs exist before kok starts and an hour passes between polls: only the rounds that
+    // follow one another at once can plan them all.
+    let repo = remote.bare().display().to_string();
+    let service = Service::start(
+        &api,
+        &repo,
+        &remote.scratch("kok"),
+        (kind, &forge.url()),
+        &["--interval", "1h"],
+    );
+    wait_for("kok/plan for every pull request", None, || async {
+        (plans(kind, &forge, &head).len() as u64 == count).then_some(())
+    })
+    .await;
+    assert!(plans(kind, &forge, &head)
+        .iter()
+        .all(|p| p.description == "prod-bj: add-node7 (scale.yml) would run"));
+    service.stop().await;
+}
