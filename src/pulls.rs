@@ -371,3 +371,64 @@ fn attribute_to_head(plan: &mut Plan, merge: Oid, head: Oid, subject: &str) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{ClusterPlan, PlannedOperation};
+
+    #[test]
+    fn what_the_plans_merge_commit_introduces_is_shown_as_the_pull_requests_head() {
+        let merge = Oid::from_str(&"a".repeat(40)).unwrap();
+        let head = Oid::from_str(&"b".repeat(40)).unwrap();
+        let planned = |commit: &str| PlannedOperation {
+            id: "add-node8".into(),
+            name: "prod-bj-add-node8-12345678".into(),
+            action: "scale.yml".into(),
+            commit: commit.into(),
+            subject: "Merge pull request #7".into(),
+            commit_index: 0,
+        };
+        let mut plan = Plan {
+            from: Some("c".repeat(40)),
+            to: merge.to_string(),
+            commits: 1,
+            full_resync: false,
+            clusters: vec![ClusterPlan {
+                name: "prod-bj".into(),
+                operations: vec![planned(&merge.to_string()), planned(&"d".repeat(40))],
+                ..ClusterPlan::default()
+            }],
+            invalid: Vec::new(),
+            repo_diagnostics: Vec::new(),
+            signatures: Vec::new(),
+        };
+        attribute_to_head(&mut plan, merge, head, "prod-bj: add node8");
+        assert_eq!(plan.to, head.to_string());
+        let ops = &plan.clusters[0].operations;
+        assert_eq!(
+            (ops[0].commit.as_str(), ops[0].subject.as_str()),
+            (head.to_string().as_str(), "prod-bj: add node8")
+        );
+        assert_eq!(
+            ops[1].commit,
+            "d".repeat(40),
+            "a real commit keeps its own attribution"
+        );
+    }
+
+    #[test]
+    fn a_head_that_does_not_merge_is_an_error_naming_the_files() {
+        let planned = conflict_plan("main", &["clusters/prod-bj/hosts.yml".to_string()]);
+        assert_eq!(planned.status.context, "kok/plan");
+        assert_eq!(planned.status.state, StatusState::Error);
+        assert_eq!(
+            planned.status.description,
+            "does not merge cleanly into main (conflicts in clusters/prod-bj/hosts.yml); merge main into the \
+             branch to get a plan"
+        );
+        assert!(planned
+            .markdown
+            .contains(":x: This pull request does not merge cleanly"));
+    }
+}
