@@ -147,49 +147,75 @@ fn push_ref(remote: &Remote, reference: &str, message: &str) -> String {
     git(&remote.work(), &["rev-parse", "HEAD"])
 }
 
-fn one_cluster_remote() -> (Remote, String) {
-    let remote = Remote::new();
-    remote.cluster("prod-bj");
-    remote.write("clusters/prod-bj/operations.yml", OPS_INSTALL);
-    let first = remote.push("prod-bj: install");
-    (remote, first)
+/// A meta-cluster, a fake forge of one kind with its comments API, and a remote whose `main` (its
+/// first commit) has the cluster `prod-bj` running `install`.
+struct World {
+    api: testkit::ApiServer,
+    forge: ForgeServer,
+    comments: Comments,
+    kind: Kind,
+    remote: Remote,
+    first: String,
 }
 
-/// Waits until the forge has the `kok/sync` status of `sha` (the service reconciled it).
-async fn synced(kind: Kind, forge: &ForgeServer, sha: &str) {
-    wait_for(&format!("kok/sync on {sha}"), None, || async {
-        statuses(kind, &forge.requests())
-            .iter()
-            .any(|s| s.sha == sha && s.context == "kok/sync")
-            .then_some(())
-    })
-    .await;
+impl World {
+    async fn new(kind: Kind) -> World {
+        let api = meta_cluster().await;
+        let forge = ForgeServer::start().await;
+        let comments = Comments::serve(&forge, kind, TOKEN);
+        let remote = Remote::new();
+        remote.cluster("prod-bj");
+        remote.write("clusters/prod-bj/operations.yml", OPS_INSTALL);
+        let first = remote.push("prod-bj: install");
+        World {
+            api,
+            forge,
+            comments,
+            kind,
+            remote,
+            first,
+        }
+    }
+
+    /// Starts kok on `repo` (the bare remote's path when `None`) with `extra` flags.
+    fn start(&self, repo: Option<&str>, extra: &[&str]) -> Service {
+        let path = self.remote.bare().display().to_string();
+        Service::start(
+            &self.api,
+            repo.unwrap_or(&path),
+            &self.remote.scratch("kok"),
+            (self.kind, &self.forge.url()),
+            extra,
+        )
+    }
+
+    /// Waits until the forge has the `kok/sync` status of `sha` (the service reconciled it).
+    async fn synced(&self, sha: &str) {
+        wait_for(&format!("kok/sync on {sha}"), None, || async {
+            statuses(self.kind, &self.forge.requests())
+                .iter()
+                .any(|s| s.sha == sha && s.context == "kok/sync")
+                .then_some(())
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push() {
-    let api = meta_cluster().await;
-    let forge = ForgeServer::start().await;
-    let kind = Kind::GitHub;
-    let comments = Comments::serve(&forge, kind, TOKEN);
-    let (remote, first) = one_cluster_remote();
-    let repo = remote.bare().display().to_string();
-    let service = Service::start(
-        &api,
-        &repo,
-        &remote.scratch("kok"),
-        (kind, &forge.url()),
-        &["--interval", "1h", "--pr-comments"],
-    );
-    synced(kind, &forge, &first).await;
+    let w = World::new(Kind::GitHub).await;
+    let (api, forge, comments, kind, remote, first) =
+        (&w.api, &w.forge, &w.comments, w.kind, &w.remote, &w.first);
+    let service = w.start(None, &["--interval", "1h", "--pr-comments"]);
+    w.synced(first).await;
 
     // Pull request #1 adds node7 and an operation scaling it in.
     git(&remote.work(), &["checkout", "-q", "-b", "pr1"]);
     remote.write("clusters/prod-bj/hosts.yml", &hosts(true));
     remote.write("clusters/prod-bj/operations.yml", OPS_SCALE);
-    let head1 = push_ref(&remote, "refs/pull/1/head", "prod-bj: add node7");
+    let head1 = push_ref(remote, "refs/pull/1/head", "prod-bj: add node7");
     let plan = wait_for("kok/plan on the pull request head", None, || async {
-        plans(kind, &forge, &head1).pop()
+        plans(kind, forge, &head1).pop()
     })
     .await;
     assert_eq!(plan.state, "success", "{plan:?}");
@@ -219,7 +245,7 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
     assert_eq!(posts[0].header(header), auth);
     assert_eq!(posts[0].json(), serde_json::json!({ "body": body }));
     assert_eq!(
-        comment_requests(kind, &forge),
+        comment_requests(kind, forge),
         [
             (
                 "GET".to_string(),
@@ -230,7 +256,7 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
         ],
         "the comment is looked for, the pull request checked open, then the comment created"
     );
-    let objects = Objects::new(&api);
+    let objects = Objects::new(api);
     assert!(
         objects.operation("prod-bj", "add-node7").await.is_none(),
         "nothing of a pull request is written to the meta-cluster"
@@ -241,9 +267,9 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
         "clusters/prod-bj/operations.yml",
         &format!("{OPS_SCALE}- id: ping\n  action: ping.yml\n"),
     );
-    let head2 = push_ref(&remote, "refs/pull/1/head", "prod-bj: ping too");
+    let head2 = push_ref(remote, "refs/pull/1/head", "prod-bj: ping too");
     let plan = wait_for("kok/plan on the second head", None, || async {
-        plans(kind, &forge, &head2).pop()
+        plans(kind, forge, &head2).pop()
     })
     .await;
     assert_eq!(
@@ -269,12 +295,12 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
 
     // Pull request #2 is opened; then #1 closes (its ref goes) and main moves: #2 is planned again
     // against the new main (through a merge commit kok builds), #1 is not.
-    git(&remote.work(), &["checkout", "-q", "-b", "pr2", &first]);
+    git(&remote.work(), &["checkout", "-q", "-b", "pr2", first]);
     remote.write(
         "clusters/prod-bj/operations.yml",
         "- id: install\n  action: cluster.yml\n- id: upgrade\n  action: upgrade-cluster.yml\n",
     );
-    let pr2 = push_ref(&remote, "refs/pull/2/head", "prod-bj: upgrade");
+    let pr2 = push_ref(remote, "refs/pull/2/head", "prod-bj: upgrade");
     wait_for("the comment on #2", None, || async {
         (!comments.on(2).is_empty()).then_some(())
     })
@@ -290,7 +316,7 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
     git(&remote.work(), &["checkout", "-q", "main"]);
     remote.cluster("prod-sh");
     let main2 = remote.push("prod-sh: new cluster");
-    synced(kind, &forge, &main2).await;
+    w.synced(&main2).await;
     let comment2 = comments.on(2)[0].0;
     let replanned = wait_for("the comment on #2 edited for the new main", None, || async {
         let on = comments.on(2);
@@ -309,12 +335,12 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
         !replanned.contains("prod-sh"),
         "main's own change is not the pull request's:\n{replanned}"
     );
-    assert_eq!(patches_of_1(&forge), 1, "the closed pull request is forgotten");
+    assert_eq!(patches_of_1(forge), 1, "the closed pull request is forgotten");
 
     // Forgotten means no memory of it: when its ref comes back, it is planned afresh.
     git(&remote.bare(), &["update-ref", "refs/pull/1/head", &head2]);
     wait_for("kok/plan on #1 again", None, || async {
-        (plans(kind, &forge, &head2).len() == 2).then_some(())
+        (plans(kind, forge, &head2).len() == 2).then_some(())
     })
     .await;
     service.stop().await;
@@ -322,16 +348,11 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_merge_request_gets_an_error_naming_file_and_line_and_a_restart_keeps_its_note() {
-    let api = meta_cluster().await;
-    let forge = ForgeServer::start().await;
-    let kind = Kind::GitLab;
-    let comments = Comments::serve(&forge, kind, TOKEN);
-    let (remote, first) = one_cluster_remote();
-    let repo = remote.bare().display().to_string();
-    let scratch = remote.scratch("kok");
+    let w = World::new(Kind::GitLab).await;
+    let (forge, comments, kind, remote, first) = (&w.forge, &w.comments, w.kind, &w.remote, &w.first);
     let flags = ["--interval", "1h", "--pr-comments"];
-    let service = Service::start(&api, &repo, &scratch, (kind, &forge.url()), &flags);
-    synced(kind, &forge, &first).await;
+    let service = w.start(None, &flags);
+    w.synced(first).await;
     comments.add(3, "Looks good to me");
 
     git(&remote.work(), &["checkout", "-q", "-b", "mr3"]);
@@ -339,9 +360,9 @@ async fn an_invalid_merge_request_gets_an_error_naming_file_and_line_and_a_resta
         "clusters/prod-bj/operations.yml",
         "- id: install\n  action: cluster.yml\n- id: add-node7\n  action: scale.yml\n  action: remove-node.yml\n",
     );
-    let head = push_ref(&remote, "refs/merge-requests/3/head", "prod-bj: broken");
+    let head = push_ref(remote, "refs/merge-requests/3/head", "prod-bj: broken");
     let plan = wait_for("kok/plan on the merge request head", None, || async {
-        plans(kind, &forge, &head).pop()
+        plans(kind, forge, &head).pop()
     })
     .await;
     assert_eq!(plan.state, "failed", "GitLab's word for error: {plan:?}");
@@ -363,12 +384,12 @@ async fn an_invalid_merge_request_gets_an_error_naming_file_and_line_and_a_resta
     service.stop().await;
 
     // After a restart the fix finds kok's note by its marker and edits it: still one note by kok.
-    let service = Service::start(&api, &repo, &scratch, (kind, &forge.url()), &flags);
+    let service = w.start(None, &flags);
     remote.write("clusters/prod-bj/hosts.yml", &hosts(true));
     remote.write("clusters/prod-bj/operations.yml", OPS_SCALE);
-    let fixed = push_ref(&remote, "refs/merge-requests/3/head", "prod-bj: fixed");
+    let fixed = push_ref(remote, "refs/merge-requests/3/head", "prod-bj: fixed");
     let plan = wait_for("kok/plan on the fixed head", None, || async {
-        plans(kind, &forge, &fixed).pop()
+        plans(kind, forge, &fixed).pop()
     })
     .await;
     assert_eq!(
@@ -404,20 +425,14 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
     if gitkit::skip_servers("git daemon") {
         return;
     }
-    let api = meta_cluster().await;
-    let forge = ForgeServer::start().await;
-    let kind = Kind::Gitea;
-    let (remote, first) = one_cluster_remote();
+    let w = World::new(Kind::Gitea).await;
+    let (forge, kind, remote, first) = (&w.forge, w.kind, &w.remote, &w.first);
     // Served by git daemon: no local watch, and an hour between polls; only the webhook can wake kok.
     let daemon = gitkit::GitDaemon::start(remote.bare().parent().unwrap());
-    let scratch = remote.scratch("kok");
-    let secret = scratch.join("webhook-secret");
+    let secret = remote.scratch("kok").join("webhook-secret");
     std::fs::write(&secret, "hook-secret\n").unwrap();
-    let service = Service::start(
-        &api,
-        &daemon.url("remote.git"),
-        &scratch,
-        (kind, &forge.url()),
+    let service = w.start(
+        Some(&daemon.url("remote.git")),
         &[
             "--interval",
             "1h",
@@ -425,12 +440,12 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
             secret.to_str().unwrap(),
         ],
     );
-    synced(kind, &forge, &first).await;
+    w.synced(first).await;
 
     git(&remote.work(), &["checkout", "-q", "-b", "pr5"]);
     remote.write("clusters/prod-bj/hosts.yml", &hosts(true));
     remote.write("clusters/prod-bj/operations.yml", OPS_SCALE);
-    let head = push_ref(&remote, "refs/pull/5/head", "prod-bj: add node7");
+    let head = push_ref(remote, "refs/pull/5/head", "prod-bj: add node7");
     let hook = |event: &'static str, body: serde_json::Value| {
         let body = body.to_string();
         let signature = hex::encode(kok::source::trigger::sign(body.as_bytes(), b"hook-secret"));
@@ -456,7 +471,7 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
     };
     hook("pull_request", pull_event("opened", 5, &head)).await;
     let plan = wait_for("kok/plan after the webhook", None, || async {
-        plans(kind, &forge, &head).pop()
+        plans(kind, forge, &head).pop()
     })
     .await;
     assert_eq!(
@@ -480,15 +495,15 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
 
     // #6 opens; #5 is closed (its ref stays, as on Gitea and GitHub); main then changes the lines
     // both edit. #6 is planned again and conflicts; #5 is forgotten and gets nothing more.
-    git(&remote.work(), &["checkout", "-q", "-b", "pr6", &first]);
+    git(&remote.work(), &["checkout", "-q", "-b", "pr6", first]);
     remote.write(
         "clusters/prod-bj/operations.yml",
         "- id: install\n  action: cluster.yml\n- id: upgrade\n  action: upgrade-cluster.yml\n",
     );
-    let head6 = push_ref(&remote, "refs/pull/6/head", "prod-bj: upgrade");
+    let head6 = push_ref(remote, "refs/pull/6/head", "prod-bj: upgrade");
     hook("pull_request", pull_event("opened", 6, &head6)).await;
     let plan6 = wait_for("kok/plan on #6", None, || async {
-        plans(kind, &forge, &head6).pop()
+        plans(kind, forge, &head6).pop()
     })
     .await;
     assert_eq!(
@@ -508,7 +523,7 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
     )
     .await;
     let conflict = wait_for("#6 planned against the new main", None, || async {
-        plans(kind, &forge, &head6)
+        plans(kind, forge, &head6)
             .into_iter()
             .find(|s| s.state == "error")
     })
@@ -519,7 +534,7 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
          into the branch to get a plan"
     );
     assert_eq!(
-        plans(kind, &forge, &head).len(),
+        plans(kind, forge, &head).len(),
         1,
         "the closed pull request is forgotten"
     );
@@ -528,14 +543,12 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_open_pull_requests_are_planned_in_rounds_without_waiting_for_the_interval() {
-    let api = meta_cluster().await;
-    let forge = ForgeServer::start().await;
-    let kind = Kind::GitHub;
-    let (remote, _) = one_cluster_remote();
+    let w = World::new(Kind::GitHub).await;
+    let (forge, kind, remote) = (&w.forge, w.kind, &w.remote);
     git(&remote.work(), &["checkout", "-q", "-b", "scale"]);
     remote.write("clusters/prod-bj/hosts.yml", &hosts(true));
     remote.write("clusters/prod-bj/operations.yml", OPS_SCALE);
-    let head = push_ref(&remote, "refs/heads/scale", "prod-bj: add node7");
+    let head = push_ref(remote, "refs/heads/scale", "prod-bj: add node7");
     let count = kok::pulls::MAX_PLANS_PER_ROUND as u64 * 2 + 1;
     for number in 1..=count {
         git(
@@ -545,19 +558,12 @@ async fn many_open_pull_requests_are_planned_in_rounds_without_waiting_for_the_i
     }
     // The refs exist before kok starts and an hour passes between polls: only the rounds that
     // follow one another at once can plan them all.
-    let repo = remote.bare().display().to_string();
-    let service = Service::start(
-        &api,
-        &repo,
-        &remote.scratch("kok"),
-        (kind, &forge.url()),
-        &["--interval", "1h"],
-    );
+    let service = w.start(None, &["--interval", "1h"]);
     wait_for("kok/plan for every pull request", None, || async {
-        (plans(kind, &forge, &head).len() as u64 == count).then_some(())
+        (plans(kind, forge, &head).len() as u64 == count).then_some(())
     })
     .await;
-    assert!(plans(kind, &forge, &head)
+    assert!(plans(kind, forge, &head)
         .iter()
         .all(|p| p.description == "prod-bj: add-node7 (scale.yml) would run"));
     service.stop().await;
