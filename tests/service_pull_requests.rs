@@ -568,3 +568,38 @@ async fn many_open_pull_requests_are_planned_in_rounds_without_waiting_for_the_i
         .all(|p| p.description == "prod-bj: add-node7 (scale.yml) would run"));
     service.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pr_comments_without_one_forge_sink_is_refused_at_start() {
+    let api = meta_cluster().await;
+    let remote = Remote::new();
+    let repo = remote.bare().display().to_string();
+    for status in ["notes", "github,gitea"] {
+        let argv = [
+            "kok",
+            "run",
+            "--repo",
+            &repo,
+            "--status",
+            status,
+            "--status-repo",
+            "acme/infra",
+            "--status-base-url",
+            "http://127.0.0.1:9",
+            "--pr-comments",
+            "--listen",
+            "127.0.0.1:0",
+        ];
+        let Command::Run(args) = Cli::parse_from(argv).command else {
+            panic!("kok run parses as the run command");
+        };
+        let err = kok::cli::run::run_with_client(*args, api.client(), std::future::pending())
+            .await
+            .expect_err("kok refuses to start");
+        assert!(
+            err.to_string()
+                .contains("--pr-comments needs exactly one forge in --status"),
+            "{status}: {err}"
+        );
+    }
+}
