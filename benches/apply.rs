@@ -203,7 +203,8 @@ async fn main() -> anyhow::Result<()> {
     let mut cfg = ControllerConfig::new(NS);
     cfg.max_concurrent_jobs = 4 * n;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let ctl = tokio::spawn(run(client.clone(), cfg, async move {
+    let feeds = kok::controller::live::caches(NS);
+    let ctl = tokio::spawn(run(client.clone(), cfg, feeds, async move {
         let _ = stop_rx.await;
     }));
     let first = desired[7].operations[0].name_any();

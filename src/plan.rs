@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
 use crate::api::{Cluster, ClusterOperation, LABEL_CURRENT};
+use crate::controller::live::LiveCache;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
 use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
@@ -179,9 +180,32 @@ pub async fn live_baseline(
     namespace: &str,
     prepared: &Prepared,
 ) -> Result<Baseline, PlanError> {
+    baseline_from(client, namespace, None, prepared).await
+}
+
+/// [`live_baseline`] from the service's watch caches: no request, but for a cluster whose last writes
+/// the caches do not show yet (that one is listed).
+pub async fn cached_baseline(
+    client: &kube::Client,
+    namespace: &str,
+    cache: &LiveCache,
+    prepared: &Prepared,
+) -> Result<Baseline, PlanError> {
+    baseline_from(client, namespace, Some(cache), prepared).await
+}
+
+async fn baseline_from(
+    client: &kube::Client,
+    namespace: &str,
+    cache: Option<&LiveCache>,
+    prepared: &Prepared,
+) -> Result<Baseline, PlanError> {
     let mut baseline = Baseline::default();
     if prepared.full_resync() {
-        baseline.names = apply::live_cluster_names(client, namespace).await?;
+        baseline.names = match cache {
+            Some(cache) => cache.cluster_names(),
+            None => apply::live_cluster_names(client, namespace).await?,
+        };
     }
     let names: BTreeSet<String> = prepared
         .cluster_names()
@@ -189,7 +213,14 @@ pub async fn live_baseline(
         .chain(baseline.names.clone())
         .collect();
     for name in names {
-        let live = apply::read_live(client, namespace, &name).await?;
+        let cached = match cache {
+            Some(cache) => cache.live(&name).await,
+            None => None,
+        };
+        let live = match cached {
+            Some(live) => live,
+            None => apply::read_live(client, namespace, &name).await?,
+        };
         baseline.clusters.insert(name, live);
     }
     Ok(baseline)

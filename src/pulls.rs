@@ -7,7 +7,8 @@
 //! - A head is planned when it is new or moved, or when the reconciled commit moved: the plan reads
 //!   what merging the head into the reconciled commit would give (the head itself when it is a
 //!   fast-forward, else a merge commit built in the git cache, as the forge's test merge) and starts
-//!   from the live objects, so it says what the merge would make kok write and run.
+//!   from the live objects (the service's watch caches), so it says what the merge would make kok
+//!   write and run.
 //! - A pull request is only parsed and rendered: nothing of it is written to the meta-cluster, no
 //!   Secret is read and nothing runs. Its statuses go to the same sinks as the others (git notes
 //!   and the forge); one that is not delivered is sent again at the next poll.
@@ -22,6 +23,7 @@ use kube::Client;
 use tracing::{debug, info, warn};
 
 use crate::api::{CommitStatus, StatusState};
+use crate::controller::live::LiveCache;
 use crate::plan::{self, Plan, PlanError, Prepared, PLAN_CONTEXT};
 use crate::reconcile::{with_source, PassError, SharedSource};
 use crate::report::comments::{PlanComment, PlanComments};
@@ -51,6 +53,8 @@ pub struct PullConfig {
 pub struct PullIo<'a> {
     /// The meta-cluster, for the live objects a plan starts from.
     pub client: &'a Client,
+    /// The service's watch caches of those objects, read instead of listing when given.
+    pub live: Option<&'a LiveCache>,
     /// The git source.
     pub source: &'a SharedSource,
     /// Where `kok/plan` goes.
@@ -212,7 +216,7 @@ impl PullRequests {
         base: Option<Oid>,
     ) -> bool {
         let number = head.number;
-        let planned = match plan_pull_request(io.client, io.source, cfg, head, base).await {
+        let planned = match plan_pull_request(io, cfg, head, base).await {
             Ok(Some(planned)) => planned,
             Ok(None) => {
                 debug!(number, head = %head.commit, "pull request head already reconciled; forgotten");
@@ -274,17 +278,16 @@ impl PullRequests {
 /// Fetches the head of a pull request and plans the merge of it into `base`; `None` when the head is
 /// already in the reconciled history.
 pub async fn plan_pull_request(
-    client: &Client,
-    source: &SharedSource,
+    io: PullIo<'_>,
     cfg: &PullConfig,
     head: &PullRequestHead,
     base: Option<Oid>,
 ) -> Result<Option<PullPlan>, PullError> {
     let number = head.number;
     let listed = head.clone();
-    let fetched = with_source(source, move |s| s.fetch_pull_request(&listed)).await?;
+    let fetched = with_source(io.source, move |s| s.fetch_pull_request(&listed)).await?;
     let (root, namespace, branch) = (cfg.root.clone(), cfg.namespace.clone(), cfg.branch.clone());
-    let read = with_source(source, move |s| {
+    let read = with_source(io.source, move |s| {
         let repo = s.repository();
         let target = merge_target(repo, base, fetched, number)?;
         let subject = repo
@@ -312,7 +315,10 @@ pub async fn plan_pull_request(
             subject,
         } => ((*prepared)?, merge, subject),
     };
-    let baseline = plan::live_baseline(client, &cfg.namespace, &prepared).await?;
+    let baseline = match io.live {
+        Some(cache) => plan::cached_baseline(io.client, &cfg.namespace, cache, &prepared).await?,
+        None => plan::live_baseline(io.client, &cfg.namespace, &prepared).await?,
+    };
     let mut plan = plan::decide(&prepared, &baseline);
     if let Some(merge) = merge {
         attribute_to_head(&mut plan, merge, fetched, &subject);

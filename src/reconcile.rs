@@ -9,10 +9,12 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use futures::{stream, StreamExt, TryStreamExt};
 use git2::Oid;
 use kube::Client;
 use tracing::{info, instrument, warn};
 
+use crate::controller::live::LiveCache;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::{self, apply, state, RenderContext};
 use crate::metrics::Metrics;
@@ -28,7 +30,12 @@ pub struct PassConfig {
     pub root: String,
     /// `--status-url` template, for the `kok/sync` status.
     pub status_url: Option<String>,
+    /// The watch caches the writes are decided from; without them each cluster's objects are listed.
+    pub live: Option<Arc<LiveCache>>,
 }
+
+/// Most clusters applied or removed at once.
+pub const CONCURRENT_CLUSTERS: usize = 16;
 
 /// The result of one pass.
 #[derive(Clone, Debug, Default)]
@@ -153,17 +160,31 @@ pub async fn pass(
         diagnostics: read.parsed.diagnostics.clone(),
         ..PassOutcome::default()
     };
-    for cluster in &read.parsed.clusters {
-        let desired = materialize::render_cluster(cluster, &ctx);
-        let stats = apply::apply_cluster(client, &cfg.namespace, &desired).await?;
-        outcome.writes += stats.writes;
-        outcome.applied.push(cluster.name.clone());
+    if let Some(live) = &cfg.live {
+        live.ready().await;
     }
-    for name in &read.changes.removed {
-        let stats = apply::remove_cluster(client, &cfg.namespace, name).await?;
-        outcome.writes += stats.writes;
-        outcome.removed.push(name.clone());
-    }
+    let live = cfg.live.as_deref();
+    let ns = cfg.namespace.as_str();
+    let ctx = &ctx;
+    let untouched = &read.untouched;
+    let applied: Vec<apply::Applied> = stream::iter(&read.parsed.clusters)
+        .map(|cluster| async move {
+            let desired = materialize::render_cluster(cluster, ctx);
+            let view = match live {
+                Some(l) => l.live(&cluster.name).await,
+                None => None,
+            };
+            let keep = untouched.contains(&cluster.name);
+            let applied = apply::apply_cluster_from(client, ns, &desired, view, keep).await?;
+            Ok::<_, PassError>(noted(live, &cluster.name, applied))
+        })
+        .buffered(CONCURRENT_CLUSTERS)
+        .try_collect()
+        .await?;
+    outcome.writes += applied.iter().map(|a| a.stats.writes).sum::<usize>();
+    outcome.applied = read.parsed.clusters.iter().map(|c| c.name.clone()).collect();
+    outcome.writes += remove_clusters(client, ns, live, &read.changes.removed).await?;
+    outcome.removed = read.changes.removed.clone();
     if read.changes.full_resync {
         // Everything still in the tree is desired, valid or not: an invalid cluster keeps its last good state.
         let desired: BTreeSet<String> = read
@@ -173,8 +194,12 @@ pub async fn pass(
             .map(|c| c.name.clone())
             .chain(read.parsed.invalid.iter().cloned())
             .collect();
-        let stats = apply::prune(client, &cfg.namespace, &desired).await?;
-        outcome.writes += stats.writes;
+        let names = match live {
+            Some(l) => l.cluster_names(),
+            None => apply::live_cluster_names(client, ns).await?,
+        };
+        let gone: Vec<String> = names.into_iter().filter(|n| !desired.contains(n)).collect();
+        outcome.writes += remove_clusters(client, ns, live, &gone).await?;
     }
     for d in &outcome.diagnostics {
         match d.severity {
@@ -204,6 +229,36 @@ pub async fn pass(
         "commit reconciled"
     );
     Ok(outcome)
+}
+
+/// Tells the caches what a cluster's writes left behind, so the next pass waits until they show it.
+fn noted(live: Option<&LiveCache>, cluster: &str, applied: apply::Applied) -> apply::Applied {
+    if let Some(l) = live {
+        l.wrote(cluster, applied.written.clone());
+    }
+    applied
+}
+
+/// Removes the clusters `names` (their directories are gone), several at once; returns the writes.
+async fn remove_clusters(
+    client: &Client,
+    namespace: &str,
+    live: Option<&LiveCache>,
+    names: &[String],
+) -> Result<usize, PassError> {
+    let removed: Vec<apply::Applied> = stream::iter(names)
+        .map(|name| async move {
+            let view = match live {
+                Some(l) => l.live(name).await,
+                None => None,
+            };
+            let applied = apply::remove_cluster_from(client, namespace, name, view).await?;
+            Ok::<_, PassError>(noted(live, name, applied))
+        })
+        .buffered(CONCURRENT_CLUSTERS)
+        .try_collect()
+        .await?;
+    Ok(removed.iter().map(|a| a.stats.writes).sum())
 }
 
 /// `main` for `refs/heads/main` and `refs/tags/main`; other names unchanged.

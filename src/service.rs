@@ -124,7 +124,14 @@ pub async fn run(
         }
     });
 
-    let controller_task = tokio::spawn(controller::run(client.clone(), cfg.controller.clone(), stopped()));
+    let feeds = controller::live::caches(&cfg.controller.namespace);
+    let live = feeds.live.clone();
+    let controller_task = tokio::spawn(controller::run(
+        client.clone(),
+        cfg.controller.clone(),
+        feeds,
+        stopped(),
+    ));
     let reporter = Reporter::new(
         client.clone(),
         cfg.namespace.clone(),
@@ -140,7 +147,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        r = poll_loop(&client, &cfg, &source, &reporter, (trigger_tx.clone(), triggers), &readiness, stopped()) => r,
+        r = poll_loop(&client, &cfg, &source, &reporter, (trigger_tx.clone(), triggers), &readiness, live, stopped()) => r,
         _ = lost => Err(ServiceError::LeadershipLost),
     };
     // Whatever ended the loop, stop the controller and the reporter too.
@@ -229,6 +236,8 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
 
 /// What the poll loop carries from one round to the next.
 struct LoopState {
+    /// What each pass needs besides the source and the client.
+    pass_cfg: PassConfig,
     /// The last reconciled commit.
     last: Option<Oid>,
     /// The tip last refused, so that a refusal is counted, logged and reported once per tip.
@@ -237,6 +246,7 @@ struct LoopState {
     interval: Interval,
 }
 
+#[allow(clippy::too_many_arguments)] // the loop's shared handles, each used throughout
 async fn poll_loop(
     client: &Client,
     cfg: &ServiceConfig,
@@ -244,8 +254,15 @@ async fn poll_loop(
     reporter: &Arc<Reporter>,
     (again, mut triggers): (TriggerSender, TriggerReceiver),
     readiness: &Readiness,
+    live: Arc<controller::live::LiveCache>,
     stopped: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServiceError> {
+    let pass_cfg = PassConfig {
+        namespace: cfg.namespace.clone(),
+        root: cfg.root.clone(),
+        status_url: cfg.status_url.clone(),
+        live: Some(live),
+    };
     let saved = state::load_state(client, &cfg.namespace)
         .await
         .map_err(ServiceError::LoadState)?;
@@ -256,6 +273,7 @@ async fn poll_loop(
         info!(%commit, "resuming from the last reconciled commit");
     }
     let mut round = LoopState {
+        pass_cfg,
         last,
         refused_tip: None,
         next_resync: tokio::time::Instant::now() + cfg.resync_interval,
@@ -296,6 +314,7 @@ async fn poll_loop(
             let base = round.last;
             let io = PullIo {
                 client,
+                live: round.pass_cfg.live.as_deref(),
                 source,
                 sinks: reporter.sinks(),
             };
@@ -318,11 +337,6 @@ impl LoopState {
         readiness: &Readiness,
     ) {
         let metrics = crate::metrics::global();
-        let pass_cfg = PassConfig {
-            namespace: cfg.namespace.clone(),
-            root: cfg.root.clone(),
-            status_url: cfg.status_url.clone(),
-        };
         let full = tokio::time::Instant::now() >= self.next_resync;
         // A refused tip counts as known: polling it again costs one listing, and it is verified
         // again (with the trust material read afresh) at the next resync or push.
@@ -378,7 +392,7 @@ impl LoopState {
                 }
             }
         }
-        match reconcile::pass(client, source, &pass_cfg, last, commit, full, metrics).await {
+        match reconcile::pass(client, source, &self.pass_cfg, last, commit, full, metrics).await {
             Ok(outcome) => {
                 self.interval.success();
                 if full {

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 
 use controller_support::*;
 use kok::api::{Cluster, ClusterOperation, Phase, LABEL_CURRENT};
-use kok::materialize::apply::{apply_cluster, prune, remove_cluster};
+use kok::materialize::apply::{apply_cluster, live_cluster_names, remove_cluster, ApplyStats};
 use kok::materialize::state::{load_state, save_state, ReconcileState};
 
 const HOSTS: &str = "all:\n  hosts:\n    node1: {}\n";
@@ -207,9 +207,14 @@ async fn a_removed_cluster_loses_its_cluster_and_unused_config_maps_but_keeps_it
     let keep = cluster_dir("kept", HOSTS, vec![], None);
     apply_cluster(&client, NS, &render(&keep, 1, &[])).await.unwrap();
 
-    let stats = prune(&client, NS, &BTreeSet::from(["kept".to_string()]))
-        .await
-        .unwrap();
+    // A full resync removes every live Cluster whose directory is gone.
+    let desired = BTreeSet::from(["kept".to_string()]);
+    let mut stats = ApplyStats::default();
+    for name in live_cluster_names(&client, NS).await.unwrap() {
+        if !desired.contains(&name) {
+            stats += remove_cluster(&client, NS, &name).await.unwrap();
+        }
+    }
     assert_eq!(stats.canceled, 1, "the pending install is canceled: {stats:?}");
     let clusters: Vec<String> = Api::<Cluster>::namespaced(client.clone(), NS)
         .list(&ListParams::default())
@@ -257,7 +262,9 @@ async fn an_apply_failing_on_injected_errors_is_retried_without_duplicates() {
     let client = server.client();
     let dir = cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None);
     let desired = render(&dir, 1, &[]);
-    server.inject_fault(testkit::Fault::on("patch", "clusters", 409, 1));
+    // A conflict means the objects changed since they were read: they are read again and the writes
+    // decided again, a few times; a conflict that persists surfaces.
+    server.inject_fault(testkit::Fault::on("patch", "clusters", 409, 4));
     let err = apply_cluster(&client, NS, &desired)
         .await
         .expect_err("the injected 409 surfaces");
@@ -276,5 +283,20 @@ async fn an_apply_failing_on_injected_errors_is_retried_without_duplicates() {
         apply_cluster(&client, NS, &desired).await.unwrap().writes,
         0,
         "converged"
+    );
+
+    // A single conflict is decided again from a fresh read and made.
+    let next = render(&dir, 2, &[("install", 1)]);
+    server.inject_fault(testkit::Fault::on("patch", "clusters", 409, 1));
+    server.requests().reset();
+    let stats = apply_cluster(&client, NS, &next).await.unwrap();
+    assert_eq!(
+        stats.updated, 1,
+        "the Cluster is written after the conflict: {stats:?}"
+    );
+    assert_eq!(
+        server.requests().count("list", "clusters"),
+        2,
+        "read again after the conflict"
     );
 }

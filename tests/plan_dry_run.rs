@@ -1,6 +1,7 @@
 //! `kok plan` is apply's dry run: after every commit, the writes the plan lists are exactly the writes
 //! testkit counts when the service's pass reconciles that commit — on the pull request that once
-//! disagreed, and on random commit sequences.
+//! disagreed, and on random commit sequences. The pass decides from the watch caches the service
+//! runs, the plan from lists: the two views must agree.
 
 mod controller_support;
 mod gitkit;
@@ -15,8 +16,11 @@ use serde_json::json;
 
 use controller_support::{server, NS};
 use gitkit::RepoBuilder;
-use kok::api::ClusterOperation;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kok::api::{Cluster, ClusterOperation, LABEL_CLUSTER};
 use kok::cli::plan::{decide, live_baseline, prepare, Plan};
+use kok::controller::live::{caches, LiveCache};
+use kok::materialize::apply::{read_live, Live};
 use kok::metrics::Metrics;
 use kok::reconcile::{pass, PassConfig, SharedSource};
 use kok::source::{Source, SourceConfig};
@@ -27,20 +31,93 @@ struct Service {
     source: SharedSource,
     repo: RepoBuilder,
     last: Option<Oid>,
+    live: Arc<LiveCache>,
+    watches: tokio::task::JoinHandle<()>,
     _cache: tempfile::TempDir,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.watches.abort();
+    }
+}
+
+/// resourceVersions by kind and name: what a pass decides from.
+fn versions(live: &Live) -> BTreeMap<(&'static str, String), Option<String>> {
+    let rv = |m: &kube::api::ObjectMeta| m.resource_version.clone();
+    let mut out = BTreeMap::new();
+    if let Some(c) = &live.cluster {
+        out.insert(("Cluster", c.name_any()), rv(&c.metadata));
+    }
+    for (name, cm) in &live.config_maps {
+        out.insert(("ConfigMap", name.clone()), rv(&cm.metadata));
+    }
+    for (name, op) in &live.operations {
+        out.insert(("ClusterOperation", name.clone()), rv(&op.metadata));
+    }
+    out
 }
 
 impl Service {
     async fn start(repo: RepoBuilder) -> Service {
         let cache = tempfile::tempdir().unwrap();
         let source = Source::open(SourceConfig::new(repo.url(), "main", cache.path())).unwrap();
+        let server = server().await;
+        let feeds = caches(NS);
+        let live = feeds.live.clone();
+        let watches = tokio::spawn(feeds.watch(server.client(), std::future::pending()));
         Service {
-            server: server().await,
+            server,
             source: Arc::new(Mutex::new(source)),
             repo,
             last: None,
+            live,
+            watches,
             _cache: cache,
         }
+    }
+
+    /// Waits until the watch caches show every cluster as lists do (the test's own status writes
+    /// included), so that the pass and the plan decide from the same objects.
+    async fn caches_caught_up(&self) {
+        let client = self.server.client();
+        for _ in 0..1000 {
+            let mut clusters = std::collections::BTreeSet::new();
+            let labels =
+                |m: &kube::api::ObjectMeta| m.labels.as_ref().and_then(|l| l.get(LABEL_CLUSTER).cloned());
+            for c in Api::<Cluster>::namespaced(client.clone(), NS)
+                .list(&Default::default())
+                .await
+                .unwrap()
+            {
+                clusters.extend(labels(&c.metadata));
+            }
+            for c in Api::<ConfigMap>::namespaced(client.clone(), NS)
+                .list(&Default::default())
+                .await
+                .unwrap()
+            {
+                clusters.extend(labels(&c.metadata));
+            }
+            for o in Api::<ClusterOperation>::namespaced(client.clone(), NS)
+                .list(&Default::default())
+                .await
+                .unwrap()
+            {
+                clusters.extend(labels(&o.metadata));
+            }
+            let mut same = true;
+            for name in &clusters {
+                let listed = read_live(&client, NS, name).await.unwrap();
+                let cached = self.live.live(name).await;
+                same &= cached.is_some_and(|c| versions(&c) == versions(&listed));
+            }
+            if same {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the watch caches never showed what lists show");
     }
 
     /// The plan of the repository's new tip against the live objects.
@@ -56,6 +133,12 @@ impl Service {
 
     /// Reconciles the repository's tip; returns the writes counted, by kind and change.
     async fn reconcile(&mut self) -> BTreeMap<(String, &'static str), usize> {
+        self.pass(false).await
+    }
+
+    /// Reconciles the repository's tip against the last commit, or every cluster when `full` (a
+    /// periodic resync); returns the writes counted, by kind and change.
+    async fn pass(&mut self, full: bool) -> BTreeMap<(String, &'static str), usize> {
         let source = self.source.clone();
         let tip = tokio::task::spawn_blocking(move || source.lock().unwrap().fetch().unwrap())
             .await
@@ -64,22 +147,30 @@ impl Service {
             namespace: NS.into(),
             root: "clusters".into(),
             status_url: None,
+            live: Some(self.live.clone()),
         };
+        self.caches_caught_up().await;
         let log = self.server.requests();
         log.reset();
         let client = self.server.client();
-        pass(
-            &client,
-            &self.source,
-            &cfg,
-            self.last,
-            tip,
-            false,
-            &Metrics::new(),
-        )
-        .await
-        .unwrap();
+        pass(&client, &self.source, &cfg, self.last, tip, full, &Metrics::new())
+            .await
+            .unwrap();
+        let moved = self.last != Some(tip);
         self.last = Some(tip);
+        for resource in ["clusters", "configmaps", "clusteroperations"] {
+            assert_eq!(
+                log.count("list", resource),
+                0,
+                "the pass listed {resource}: {:?}",
+                log.snapshot()
+            );
+            assert!(
+                log.count("get", resource) <= 1,
+                "the pass read {resource} one by one: {:?}",
+                log.snapshot()
+            );
+        }
         let mut counted = BTreeMap::new();
         for (kind, resource) in [
             ("Cluster", "clusters"),
@@ -87,8 +178,8 @@ impl Service {
             ("ClusterOperation", "clusteroperations"),
         ] {
             let mut writes = log.writes_to(resource);
-            if kind == "ConfigMap" {
-                writes -= 1; // the pass records the commit in ConfigMap kok-state
+            if kind == "ConfigMap" && moved {
+                writes -= 1; // the pass records a new commit in ConfigMap kok-state
             }
             let deletes = log.count("delete", resource);
             counted.insert((kind.to_string(), "writes"), writes);
@@ -167,6 +258,44 @@ fn hosts(nodes: &[String]) -> String {
         out.push_str(&format!("    {n}:\n      ansible_host: 10.0.0.{}\n", i + 1));
     }
     out
+}
+
+fn total(counted: &BTreeMap<(String, &'static str), usize>) -> usize {
+    counted
+        .iter()
+        .filter(|((_, what), _)| *what == "writes")
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[tokio::test]
+async fn a_periodic_resync_decides_from_the_caches_and_rewrites_only_what_changed() {
+    let mut repo = RepoBuilder::new();
+    for name in ["a", "b", "c"] {
+        repo.cluster(name).op(name, "install", "cluster.yml");
+    }
+    repo.commit("three clusters");
+    let mut service = Service::start(repo).await;
+    let created = service.reconcile().await;
+    assert_eq!(created[&("Cluster".to_string(), "writes")], 3, "{created:?}");
+    let first = service.last.unwrap();
+
+    // Nothing changed: no write at all (and, as every pass here, no list).
+    assert_eq!(total(&service.pass(true).await), 0);
+
+    // One cluster changes; the resync writes that cluster only, and the others keep their revision.
+    service.repo.file(
+        "clusters/b/hosts.yml",
+        &hosts(&["node1".to_string(), "node2".to_string()]),
+    );
+    service.repo.commit("grow b");
+    let wrote = service.pass(true).await;
+    assert_eq!(wrote[&("Cluster".to_string(), "writes")], 1, "{wrote:?}");
+    let clusters: Api<Cluster> = Api::namespaced(service.server.client(), NS);
+    for (name, commit) in [("a", first), ("b", service.last.unwrap()), ("c", first)] {
+        let revision = clusters.get(name).await.unwrap().spec.source.revision;
+        assert_eq!(revision, format!("main@sha1:{commit}"), "cluster {name}");
+    }
 }
 
 // Two worker threads: testkit answers the `kok plan` process while the test waits for it.

@@ -24,10 +24,11 @@ const OPS_SCALE: &str = "- id: install\n  action: cluster.yml\n\
                          - id: add-node7\n  action: scale.yml\n  extraArgs: [--limit=node7]\n";
 const MARKER: &str = "<!-- kok/plan -->";
 
-/// `kok run` inside the test's runtime; stopped when dropped.
+/// `kok run` in this process, on a thread with its own runtime (as `main` runs it: its future is
+/// driven by `block_on`, never spawned); stopped when dropped.
 struct Service {
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<anyhow::Result<std::process::ExitCode>>,
+    thread: std::thread::JoinHandle<anyhow::Result<std::process::ExitCode>>,
     port: u16,
 }
 
@@ -78,14 +79,26 @@ impl Service {
         let shutdown = async move {
             let _ = stopped.wait_for(|s| *s).await;
         };
-        let task = tokio::spawn(kok::cli::run::run_with_client(*args, api.client(), shutdown));
-        Service { stop, task, port }
+        let client = api.client();
+        let thread = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime for kok")
+                .block_on(kok::cli::run::run_with_client(*args, client, shutdown))
+        });
+        Service { stop, thread, port }
     }
 
     /// Stops the service and waits for it.
     async fn stop(self) {
         let _ = self.stop.send(true);
-        let result = self.task.await.expect("the service task");
+        let thread = self.thread;
+        let result = tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .expect("joining the service thread")
+            .expect("the service thread");
         assert!(result.is_ok(), "kok run failed: {result:?}");
     }
 }

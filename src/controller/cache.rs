@@ -9,43 +9,33 @@ use std::sync::{Arc, Mutex};
 
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 use super::queue::phase;
-use crate::api::{ClusterOperation, Phase};
+use crate::api::{ClusterOperation, Phase, LABEL_CLUSTER};
 
-/// Names of operations by cluster, and the names of the running ones.
+/// Names of objects by the cluster they belong to, following one watch (relists included).
 #[derive(Debug, Default)]
-pub struct OpIndex {
-    inner: Mutex<Inner>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
+struct ByCluster {
     by_cluster: HashMap<String, BTreeSet<String>>,
     cluster_of: HashMap<String, String>,
-    running: BTreeSet<String>,
     /// Names seen since the watch restarted (a relist), to drop the ones that are gone at its end.
     relisting: Option<HashSet<String>>,
 }
 
-impl Inner {
-    fn upsert(&mut self, op: &ClusterOperation) {
-        let name = op.name_any();
-        let cluster = op.spec.cluster.clone();
-        if let Some(old) = self.cluster_of.insert(name.clone(), cluster.clone()) {
+impl ByCluster {
+    fn upsert(&mut self, name: &str, cluster: &str) {
+        if let Some(old) = self.cluster_of.insert(name.to_string(), cluster.to_string()) {
             if old != cluster {
-                self.forget_in(&old, &name);
+                self.forget_in(&old, name);
             }
         }
-        self.by_cluster.entry(cluster).or_default().insert(name.clone());
-        if phase(op) == Phase::Running {
-            self.running.insert(name.clone());
-        } else {
-            self.running.remove(&name);
-        }
+        self.by_cluster
+            .entry(cluster.to_string())
+            .or_default()
+            .insert(name.to_string());
         if let Some(seen) = self.relisting.as_mut() {
-            seen.insert(name);
+            seen.insert(name.to_string());
         }
     }
 
@@ -62,31 +52,79 @@ impl Inner {
         if let Some(cluster) = self.cluster_of.remove(name) {
             self.forget_in(&cluster, name);
         }
-        self.running.remove(name);
     }
+
+    /// Follows a watch event: `cluster_of` names the cluster an object belongs to. Returns the names a
+    /// finished relist dropped.
+    fn observe<K: Resource>(
+        &mut self,
+        event: &watcher::Event<K>,
+        cluster_of: impl Fn(&K) -> Option<String>,
+    ) -> Vec<String> {
+        match event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                let name = obj.meta().name.clone().unwrap_or_default();
+                match cluster_of(obj) {
+                    Some(cluster) => self.upsert(&name, &cluster),
+                    None => self.remove(&name),
+                }
+                Vec::new()
+            }
+            watcher::Event::Delete(obj) => {
+                let name = obj.meta().name.clone().unwrap_or_default();
+                self.remove(&name);
+                vec![name]
+            }
+            watcher::Event::Init => {
+                self.relisting = Some(HashSet::new());
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let Some(seen) = self.relisting.take() else {
+                    return Vec::new();
+                };
+                let gone: Vec<String> = self
+                    .cluster_of
+                    .keys()
+                    .filter(|n| !seen.contains(*n))
+                    .cloned()
+                    .collect();
+                for name in &gone {
+                    self.remove(name);
+                }
+                gone
+            }
+        }
+    }
+
+    fn names_in(&self, cluster: &str) -> Vec<String> {
+        self.by_cluster
+            .get(cluster)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Names of operations by cluster, and the names of the running ones.
+#[derive(Debug, Default)]
+pub struct OpIndex {
+    inner: Mutex<(ByCluster, BTreeSet<String>)>,
 }
 
 impl OpIndex {
     /// Follows one watch event of the ClusterOperation watch.
     pub fn observe(&self, event: &watcher::Event<ClusterOperation>) {
-        let Ok(mut inner) = self.inner.lock() else { return };
-        match event {
-            watcher::Event::Apply(op) | watcher::Event::InitApply(op) => inner.upsert(op),
-            watcher::Event::Delete(op) => inner.remove(&op.name_any()),
-            watcher::Event::Init => inner.relisting = Some(HashSet::new()),
-            watcher::Event::InitDone => {
-                if let Some(seen) = inner.relisting.take() {
-                    let gone: Vec<String> = inner
-                        .cluster_of
-                        .keys()
-                        .filter(|n| !seen.contains(*n))
-                        .cloned()
-                        .collect();
-                    for name in gone {
-                        inner.remove(&name);
-                    }
-                }
+        let Ok(mut guard) = self.inner.lock() else { return };
+        let (by_cluster, running) = &mut *guard;
+        if let watcher::Event::Apply(op) | watcher::Event::InitApply(op) = event {
+            if phase(op) == Phase::Running {
+                running.insert(op.name_any());
+            } else {
+                running.remove(&op.name_any());
             }
+        }
+        for gone in by_cluster.observe(event, |op| Some(op.spec.cluster.clone())) {
+            running.remove(&gone);
         }
     }
 
@@ -94,15 +132,33 @@ impl OpIndex {
     pub fn names_in(&self, cluster: &str) -> Vec<String> {
         self.inner
             .lock()
-            .map(|i| i.by_cluster.get(cluster).map(|s| s.iter().cloned().collect()))
-            .ok()
-            .flatten()
+            .map(|i| i.0.names_in(cluster))
             .unwrap_or_default()
     }
 
     /// Names of the running operations, across clusters.
     pub fn running(&self) -> BTreeSet<String> {
-        self.inner.lock().map(|i| i.running.clone()).unwrap_or_default()
+        self.inner.lock().map(|i| i.1.clone()).unwrap_or_default()
+    }
+}
+
+/// Names of objects by their `kok.dev/cluster` label.
+#[derive(Debug, Default)]
+pub struct LabelIndex {
+    inner: Mutex<ByCluster>,
+}
+
+impl LabelIndex {
+    /// Follows one watch event.
+    pub fn observe<K: Resource>(&self, event: &watcher::Event<K>) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.observe(event, |obj| obj.labels().get(LABEL_CLUSTER).cloned());
+        }
+    }
+
+    /// Names of the objects labelled with `cluster`.
+    pub fn names_in(&self, cluster: &str) -> Vec<String> {
+        self.inner.lock().map(|i| i.names_in(cluster)).unwrap_or_default()
     }
 }
 

@@ -4,7 +4,8 @@
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
-//! - [`cache`]: the watch caches and the index of operations by cluster that reconciles read.
+//! - [`cache`]: the indexes of operations and ConfigMaps by cluster that reconciles read.
+//! - [`live`]: the watch caches, shared with the reconcile pass.
 //! - [`secret`]: the ssh Secret check.
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
@@ -16,6 +17,7 @@ pub mod cache;
 pub mod cluster;
 pub mod credentials;
 pub mod job;
+pub mod live;
 pub mod operation;
 pub mod queue;
 pub mod schedule;
@@ -127,17 +129,23 @@ pub struct Context {
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<ClusterOperation>>,
 }
 
-/// Runs the ClusterOperation controller, the Cluster controller and the scheduler until `shutdown`.
+/// Runs the ClusterOperation controller, the Cluster controller, the scheduler and the watches that
+/// fill `feeds` until `shutdown`.
 pub async fn run(
     client: Client,
     config: ControllerConfig,
+    feeds: live::Feeds,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let ns = config.namespace.clone();
     let wc = watcher::Config::default().labels(&managed_selector());
-    let ops: Api<ClusterOperation> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    let live::Feeds {
+        operations: op_writer,
+        clusters: cluster_writer,
+        config_maps: cm_writer,
+        live,
+    } = feeds;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -153,24 +161,17 @@ pub async fn run(
 
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
     let (cluster_wake_tx, cluster_wake_rx) = futures::channel::mpsc::unbounded();
-    let (store, op_writer) = reflector::store::<ClusterOperation>();
-    let index = Arc::new(cache::OpIndex::default());
-    let indexer = index.clone();
+    let store = live.operations.clone();
+    let index = live.op_index.clone();
     let cluster_ns = ns.clone();
     let wake_cluster = cluster_wake_tx.clone();
     // The cache and the index hold an operation's change before its Cluster is reconciled, so the Cluster
     // reconciler (status, history limit) always sees it.
-    let op_events = watcher(ops, wc.clone())
-        .default_backoff()
-        .modify(|op: &mut ClusterOperation| op.metadata.managed_fields = None)
-        .reflect(op_writer)
+    let op_events = live::operation_events(&client, &ns, op_writer, index.clone())
         .inspect(move |event| {
-            if let Ok(event) = event {
-                indexer.observe(event);
-                if let watcher::Event::Apply(op) | watcher::Event::Delete(op) = event {
-                    let cluster = ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns);
-                    let _ = wake_cluster.unbounded_send(cluster);
-                }
+            if let Ok(watcher::Event::Apply(op) | watcher::Event::Delete(op)) = event {
+                let cluster = ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns);
+                let _ = wake_cluster.unbounded_send(cluster);
             }
         })
         .applied_objects();
@@ -212,10 +213,14 @@ pub async fn run(
                 Err(e) => warn!(error = %e, "operation reconcile failed"),
             }
         });
-    let cluster_controller = Controller::new(clusters, wc.clone())
-        .reconcile_on(cluster_wake_rx)
-        .graceful_shutdown_on(stopped());
-    let cluster_store = cluster_controller.store();
+    let cluster_store = live.clusters.clone();
+    let cluster_controller = Controller::for_stream(
+        live::cluster_events(&client, &ns, cluster_writer).applied_objects(),
+        cluster_store.clone(),
+    )
+    .reconcile_on(cluster_wake_rx)
+    .graceful_shutdown_on(stopped());
+    let cm_cache = live::watch_config_maps(client.clone(), cm_writer, live.clone(), stopped());
     let secret_loop = watch_secrets(
         Api::namespaced(client.clone(), &ns),
         secret_writer,
@@ -239,7 +244,7 @@ pub async fn run(
             () = stopped() => {}
         }
     };
-    futures::join!(op_loop, cluster_loop, scheduler, secret_loop, job_cache);
+    futures::join!(op_loop, cluster_loop, scheduler, secret_loop, job_cache, cm_cache);
 }
 
 /// Keeps the Secret cache and wakes what waits on a Secret that appeared, changed or went away: the

@@ -1,7 +1,8 @@
 //! Writing desired clusters into the meta-cluster, and pruning what is no longer desired.
 //!
-//! Each call reads only the objects of the cluster it handles (one list per kind, by label), so the cost
-//! follows the change, not the repository. What is written, and how:
+//! Each call decides from the live objects of the cluster it handles: the service's watch caches
+//! ([`crate::controller::live`]) or, without them, one list per kind by label; so the cost follows the
+//! change, not the repository. What is written, and how:
 //!
 //! - the Cluster: server-side apply with kok's field manager, skipped when the live object's
 //!   `kok.dev/content-hash` equals the desired one;
@@ -14,8 +15,9 @@
 //!   the current label and stay as the record until the history limit.
 //!
 //! [`decide_cluster`] and [`decide_removal`] decide the writes from the live and the desired objects
-//! (pure); [`apply_cluster`] and [`remove_cluster`] make them; `kok plan` prints them. An unchanged
-//! cluster therefore costs three reads and no write.
+//! (pure); [`apply_cluster_from`] and [`remove_cluster_from`] make them; `kok plan` prints them. An
+//! unchanged cluster costs no write, and no read when the caches vouch for it. Guarded writes that meet
+//! a conflict (the view was stale) list the cluster afresh and decide again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -199,6 +201,7 @@ pub async fn live_cluster_names(client: &Client, namespace: &str) -> Result<BTre
 
 /// The three API handles of a namespace.
 struct Apis {
+    client: Client,
     namespace: String,
     clusters: Api<Cluster>,
     config_maps: Api<ConfigMap>,
@@ -208,6 +211,7 @@ struct Apis {
 impl Apis {
     fn new(client: &Client, namespace: &str) -> Self {
         Apis {
+            client: client.clone(),
             namespace: namespace.to_string(),
             clusters: Api::namespaced(client.clone(), namespace),
             config_maps: Api::namespaced(client.clone(), namespace),
@@ -353,10 +357,12 @@ pub enum Write {
         /// Whether it stays current.
         current: bool,
     },
-    /// Delete a ConfigMap nothing uses.
+    /// Delete a ConfigMap nothing uses, guarded by its resourceVersion.
     DeleteConfigMap {
         /// Its name.
         name: String,
+        /// The resourceVersion it was decided at.
+        resource_version: Option<String>,
     },
     /// Delete a Cluster whose directory is gone.
     DeleteCluster {
@@ -391,7 +397,7 @@ impl Write {
             }
             Write::CreateConfigMap { name, .. } => (Change::Create, "ConfigMap", name),
             Write::PatchConfigMap { name, .. } => (Change::Update, "ConfigMap", name),
-            Write::DeleteConfigMap { name } => (Change::Delete, "ConfigMap", name),
+            Write::DeleteConfigMap { name, .. } => (Change::Delete, "ConfigMap", name),
             Write::DeleteCluster { name } => (Change::Delete, "Cluster", name),
         }
     }
@@ -517,7 +523,10 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
             .cloned()
             .collect();
         if owners.is_empty() && !pinned.contains(name.as_str()) {
-            writes.push(Write::DeleteConfigMap { name: name.clone() });
+            writes.push(Write::DeleteConfigMap {
+                name: name.clone(),
+                resource_version: cm.resource_version(),
+            });
         } else {
             writes.push(Write::PatchConfigMap {
                 name: name.clone(),
@@ -585,7 +594,10 @@ pub fn decide_removal(live: &Live, cluster: &str, now: Timestamp) -> Vec<Write> 
             .iter()
             .any(|r| Some(&r.uid) != cluster_uid.as_ref());
         if !used && !pinned.contains(name.as_str()) {
-            writes.push(Write::DeleteConfigMap { name: name.clone() });
+            writes.push(Write::DeleteConfigMap {
+                name: name.clone(),
+                resource_version: cm.resource_version(),
+            });
         }
     }
     if live.cluster.is_some() {
@@ -603,12 +615,97 @@ pub async fn apply_cluster(
     namespace: &str,
     desired: &DesiredCluster,
 ) -> Result<ApplyStats, ApplyError> {
+    Ok(apply_cluster_from(client, namespace, desired, None, false)
+        .await?
+        .stats)
+}
+
+/// What applying or removing one cluster did, and what its writes left behind.
+#[derive(Clone, Debug, Default)]
+pub struct Applied {
+    /// The counts.
+    pub stats: ApplyStats,
+    /// The objects written, with the resourceVersion each write returned (`None`: deleted).
+    pub written: Vec<Written>,
+}
+
+/// An object a write left behind: a watch cache that shows it at this resourceVersion (or later, or
+/// gone when deleted) has seen the write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// `Cluster`, `ConfigMap` or `ClusterOperation`.
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+    /// Its resourceVersion after the write; `None` when it was deleted.
+    pub resource_version: Option<String>,
+}
+
+/// How many times a cluster's writes are decided again after a conflict (something changed the
+/// objects since they were read).
+const CONFLICT_RETRIES: usize = 3;
+
+/// Applies one desired cluster, deciding from `live` (a watch cache's view) when given, else from
+/// three lists. A conflict means the view was stale: the objects are listed afresh and the rest of the
+/// writes decided again.
+///
+/// With `keep_revision` (a periodic resync of a cluster whose directory did not change) the Cluster
+/// keeps the revision it has, so an unchanged cluster is not rewritten.
+pub async fn apply_cluster_from(
+    client: &Client,
+    namespace: &str,
+    desired: &DesiredCluster,
+    live: Option<Live>,
+    keep_revision: bool,
+) -> Result<Applied, ApplyError> {
     let apis = Apis::new(client, namespace);
-    let live = apis.live(&desired.name).await?;
-    let writes = decide_cluster(&live, desired, Timestamp::now());
-    let stats = make_writes(client, &apis, Some(desired), &writes).await?;
-    debug!(cluster = %desired.name, ?stats, "cluster reconciled");
-    Ok(stats)
+    let live = match live {
+        Some(live) => live,
+        None => apis.live(&desired.name).await?,
+    };
+    let kept;
+    let desired = match (&live.cluster, keep_revision) {
+        (Some(c), true) => {
+            kept = super::render::with_revision(desired, &c.spec.source.revision);
+            &kept
+        }
+        _ => desired,
+    };
+    let applied = with_retries(&apis, &desired.name, Some(live), |live| {
+        let writes = decide_cluster(live, desired, Timestamp::now());
+        (writes, Some(desired))
+    })
+    .await?;
+    debug!(cluster = %desired.name, stats = ?applied.stats, "cluster reconciled");
+    Ok(applied)
+}
+
+/// Decides and makes writes from `live` (or three lists), listing afresh and deciding again after
+/// each conflict, at most [`CONFLICT_RETRIES`] times.
+async fn with_retries<'d>(
+    apis: &Apis,
+    cluster: &str,
+    live: Option<Live>,
+    decide: impl Fn(&Live) -> (Vec<Write>, Option<&'d DesiredCluster>),
+) -> Result<Applied, ApplyError> {
+    let mut live = match live {
+        Some(live) => live,
+        None => apis.live(cluster).await?,
+    };
+    let mut applied = Applied::default();
+    let mut attempt = 0;
+    loop {
+        let (writes, desired) = decide(&live);
+        match make_writes(apis, desired, &writes, &mut applied).await {
+            Ok(()) => return Ok(applied),
+            Err(e) if attempt < CONFLICT_RETRIES && e.is_conflict() => {
+                attempt += 1;
+                debug!(%cluster, error = %e, "live objects changed meanwhile; reading them again");
+                live = apis.live(cluster).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Resolves an owner to its reference; owners created by an earlier write are looked up by name.
@@ -623,14 +720,16 @@ fn resolve_owner(
     }
 }
 
-/// Makes `writes` in order. `desired` holds the bodies of the objects created or applied.
+/// Makes `writes` in order, counting them and noting what they left behind in `applied`. `desired`
+/// holds the bodies of the objects created or applied.
 async fn make_writes(
-    client: &Client,
     apis: &Apis,
     desired: Option<&DesiredCluster>,
     writes: &[Write],
-) -> Result<ApplyStats, ApplyError> {
-    let mut stats = ApplyStats::default();
+    applied: &mut Applied,
+) -> Result<(), ApplyError> {
+    let Applied { stats, written } = applied;
+    let client = &apis.client;
     let mut made: BTreeMap<(&'static str, String), OwnerReference> = BTreeMap::new();
     let mut gone: BTreeSet<String> = BTreeSet::new();
     let namespace = apis.namespace.as_str();
@@ -650,6 +749,7 @@ async fn make_writes(
                     })?;
                 let uid = apis.uid(&applied, "Cluster")?;
                 made.insert(("Cluster", name.clone()), usage_ref(&applied, &uid));
+                written.push(Written::of("Cluster", &applied));
                 if *exists {
                     stats.updated += 1;
                 } else {
@@ -677,6 +777,7 @@ async fn make_writes(
                 };
                 let uid = apis.uid(&created, "ClusterOperation")?;
                 made.insert(("ClusterOperation", name.clone()), usage_ref(&created, &uid));
+                written.push(Written::of("ClusterOperation", &created));
                 stats.created += 1;
                 info!(operation = %name, "operation created");
             }
@@ -685,7 +786,7 @@ async fn make_writes(
                     continue;
                 }
                 match set_current_label(apis, name, *current).await {
-                    Ok(()) => {}
+                    Ok(op) => written.push(Written::of("ClusterOperation", &op)),
                     Err(ApplyError::WriteOperation { source, .. }) if !current && is_not_found(&source) => {
                         continue
                     }
@@ -703,15 +804,13 @@ async fn make_writes(
                     .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
                 {
-                    Ok(_) => {
+                    Ok(op) => {
                         stats.canceled += 1;
+                        written.push(Written::of("ClusterOperation", &op));
                         info!(operation = %name, "operation canceled: {CANCELED_MESSAGE}");
                         publish_canceled(client, name, reference).await;
                     }
-                    // Started or changed meanwhile: it is history now, not something to cancel.
-                    Err(e) if is_conflict(&e) => {
-                        warn!(operation = %name, "not canceled: it changed while being canceled")
-                    }
+                    // Changed meanwhile (started, perhaps): a conflict, decided again from what it is now.
                     Err(e) if is_not_found(&e) => {
                         gone.insert(name.clone());
                         continue;
@@ -732,7 +831,7 @@ async fn make_writes(
                 obj.metadata.owner_references =
                     Some(owners.iter().filter_map(|o| resolve_owner(o, &made)).collect());
                 match apis.config_maps.create(&PostParams::default(), &obj).await {
-                    Ok(_) => {}
+                    Ok(cm) => written.push(Written::of("ConfigMap", &cm)),
                     // Created concurrently: the next apply adds whatever owner is missing.
                     Err(e) if is_conflict(&e) => {}
                     Err(e) => return Err(apis.cm_err(name)(e)),
@@ -754,14 +853,20 @@ async fn make_writes(
                         "labels": {LABEL_CURRENT: current.then_some("true")},
                     }
                 });
-                apis.config_maps
+                let cm = apis
+                    .config_maps
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(apis.cm_err(name))?;
+                written.push(Written::of("ConfigMap", &cm));
                 stats.updated += 1;
             }
-            Write::DeleteConfigMap { name } => {
-                delete_config_map(apis, name).await?;
+            Write::DeleteConfigMap {
+                name,
+                resource_version,
+            } => {
+                delete_config_map(apis, name, resource_version.clone()).await?;
+                written.push(Written::gone("ConfigMap", name));
                 stats.deleted += 1;
             }
             Write::DeleteCluster { name } => {
@@ -777,16 +882,48 @@ async fn make_writes(
                         })
                     }
                 }
+                written.push(Written::gone("Cluster", name));
                 stats.deleted += 1;
                 info!(cluster = %name, "cluster removed");
             }
         }
         stats.writes += 1;
     }
-    Ok(stats)
+    Ok(())
 }
 
-async fn set_current_label(apis: &Apis, name: &str, current: bool) -> Result<(), ApplyError> {
+impl Written {
+    fn of<K: Resource>(kind: &'static str, obj: &K) -> Self {
+        Written {
+            kind,
+            name: obj.meta().name.clone().unwrap_or_default(),
+            resource_version: obj.meta().resource_version.clone(),
+        }
+    }
+
+    fn gone(kind: &'static str, name: &str) -> Self {
+        Written {
+            kind,
+            name: name.to_string(),
+            resource_version: None,
+        }
+    }
+}
+
+impl ApplyError {
+    /// True when the API server refused a write because the object changed since it was read.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            ApplyError::ApplyCluster { source, .. }
+            | ApplyError::WriteConfigMap { source, .. }
+            | ApplyError::WriteOperation { source, .. }
+            | ApplyError::Delete { source, .. } => is_conflict(source),
+            ApplyError::List { .. } | ApplyError::NoUid { .. } => false,
+        }
+    }
+}
+
+async fn set_current_label(apis: &Apis, name: &str, current: bool) -> Result<ClusterOperation, ApplyError> {
     let value = if current {
         json!("true")
     } else {
@@ -796,12 +933,22 @@ async fn set_current_label(apis: &Apis, name: &str, current: bool) -> Result<(),
     apis.operations
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(apis.op_err(name))?;
-    Ok(())
+        .map_err(apis.op_err(name))
 }
 
-async fn delete_config_map(apis: &Apis, name: &str) -> Result<(), ApplyError> {
-    match apis.config_maps.delete(name, &DeleteParams::background()).await {
+async fn delete_config_map(
+    apis: &Apis,
+    name: &str,
+    resource_version: Option<String>,
+) -> Result<(), ApplyError> {
+    let mut params = DeleteParams::background();
+    if resource_version.is_some() {
+        params = params.preconditions(kube::api::Preconditions {
+            resource_version,
+            uid: None,
+        });
+    }
+    match apis.config_maps.delete(name, &params).await {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
         Err(source) => Err(ApplyError::Delete {
@@ -868,24 +1015,20 @@ pub async fn remove_cluster(
     namespace: &str,
     cluster: &str,
 ) -> Result<ApplyStats, ApplyError> {
-    let apis = Apis::new(client, namespace);
-    let live = apis.live(cluster).await?;
-    let writes = decide_removal(&live, cluster, Timestamp::now());
-    make_writes(client, &apis, None, &writes).await
+    Ok(remove_cluster_from(client, namespace, cluster, None).await?.stats)
 }
 
-/// Prunes after a full resync: every live Cluster kok manages whose name is not in `desired` is removed
-/// with [`remove_cluster`]. Clusters that failed validation must be in `desired` (their last good state stays).
-pub async fn prune(
+/// Removes a cluster, deciding from `live` (a watch cache's view) when given, else from three lists;
+/// conflicts are handled as in [`apply_cluster_from`].
+pub async fn remove_cluster_from(
     client: &Client,
     namespace: &str,
-    desired: &BTreeSet<String>,
-) -> Result<ApplyStats, ApplyError> {
-    let mut stats = ApplyStats::default();
-    for name in live_cluster_names(client, namespace).await? {
-        if !desired.contains(&name) {
-            stats += remove_cluster(client, namespace, &name).await?;
-        }
-    }
-    Ok(stats)
+    cluster: &str,
+    live: Option<Live>,
+) -> Result<Applied, ApplyError> {
+    let apis = Apis::new(client, namespace);
+    with_retries(&apis, cluster, live, |live| {
+        (decide_removal(live, cluster, Timestamp::now()), None)
+    })
+    .await
 }

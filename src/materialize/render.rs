@@ -334,6 +334,20 @@ fn metadata(
     }
 }
 
+/// `desired` with its Cluster at `revision` instead (spec, annotation and hash): a periodic resync
+/// keeps the revision of a cluster whose directory did not change, so an unchanged cluster is not
+/// rewritten and keeps naming the commit of its last change.
+pub fn with_revision(desired: &DesiredCluster, revision: &str) -> DesiredCluster {
+    let mut kept = desired.clone();
+    let cluster = &mut kept.cluster;
+    cluster.spec.source.revision = revision.to_string();
+    let annotations = cluster.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(ANNOTATION_REVISION.to_string(), revision.to_string());
+    annotations.remove(ANNOTATION_CONTENT_HASH);
+    stamp(cluster);
+    kept
+}
+
 /// Sets the `kok.dev/content-hash` annotation of `obj` to [`content_hash`] of the object.
 fn stamp<K: kube::Resource + Serialize>(obj: &mut K) {
     // Serializing these objects to JSON cannot fail: every map is keyed by strings and no field is
@@ -502,6 +516,18 @@ mod tests {
         let annotated =
             desired.cluster.metadata.annotations.as_ref().unwrap()[ANNOTATION_CONTENT_HASH].clone();
         assert_eq!(content_hash(&desired.cluster).unwrap(), annotated);
+    }
+
+    #[test]
+    fn a_cluster_kept_at_an_earlier_revision_hashes_as_if_rendered_there() {
+        let earlier = render_cluster(&cluster(), &ctx());
+        let later = render_cluster(
+            &cluster(),
+            &RenderContext::new("kok-system", "main", "b".repeat(40)),
+        );
+        let kept = with_revision(&later, &earlier.cluster.spec.source.revision);
+        assert_eq!(kept.cluster, earlier.cluster);
+        assert_eq!(kept.operations, later.operations);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! What one reconciliation reads of a commit: the clusters changed since the last one, parsed, and
 //! the commit that introduced each new operation. The service's pass and `kok plan` read alike.
 
+use std::collections::BTreeSet;
+
 use git2::{Oid, Repository};
 
 use super::{attribution, diff, ChangeSet, Introduced, SourceError};
@@ -15,6 +17,9 @@ pub struct CommitRead {
     pub parsed: Parsed,
     /// The operations new since the base, each with the commit that introduced it.
     pub introduced: Vec<Introduced>,
+    /// On a periodic resync (`full` with a base the commit descends from), the clusters whose
+    /// directories did not change since the base: they keep the revision they were reconciled at.
+    pub untouched: BTreeSet<String>,
 }
 
 /// Reads `new` against `old` (against nothing when `full`) under `root`.
@@ -37,9 +42,22 @@ pub fn read_commit(
     } else {
         attribution::attribute_parsed(repo, old, new, root, &names, &parsed)?
     };
+    let untouched = match (full, old) {
+        (true, Some(old)) => {
+            let since = diff::diff(repo, Some(old), new, root)?;
+            if since.full_resync || since.settings_changed {
+                BTreeSet::new()
+            } else {
+                let touched: BTreeSet<&String> = since.added.iter().chain(&since.changed).collect();
+                names.iter().filter(|n| !touched.contains(n)).cloned().collect()
+            }
+        }
+        _ => BTreeSet::new(),
+    };
     Ok(CommitRead {
         changes,
         parsed,
         introduced,
+        untouched,
     })
 }

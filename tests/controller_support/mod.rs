@@ -148,8 +148,9 @@ pub fn config(max_concurrent_jobs: usize) -> ControllerConfig {
 pub fn start(client: &Client, config: ControllerConfig) -> Running {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let client = client.clone();
+    let feeds = kok::controller::live::caches(&config.namespace);
     let task = tokio::spawn(async move {
-        run(client, config, async move {
+        run(client, config, feeds, async move {
             let _ = rx.await;
         })
         .await

@@ -1,0 +1,314 @@
+//! The live objects of every cluster as kok's watches show them, for the reconcile pass.
+//!
+//! The pass decides its writes from this view instead of listing each cluster's objects, so a commit
+//! that touches a thousand clusters costs its writes and no reads. The view is only trusted for a cluster
+//! once it shows that cluster's own last writes (their resourceVersions, or their absence after a
+//! delete); until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
+//! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
+//!
+//! The watches keep what the decisions read and drop the rest: ConfigMaps without their data, every
+//! object without `managedFields`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use tracing::{debug, warn};
+
+use super::cache::{LabelIndex, OpIndex};
+use crate::api::{managed_selector, Cluster, ClusterOperation, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::materialize::apply::{Live, Written};
+
+/// How long the pass waits for the watches to show a cluster's last writes before listing it.
+pub const CATCH_UP: Duration = Duration::from_secs(2);
+
+/// The writing ends of the watch caches: the controller (or [`Feeds::watch`]) runs the watches.
+pub struct Feeds {
+    /// Feeds the ClusterOperation store.
+    pub operations: reflector::store::Writer<ClusterOperation>,
+    /// Feeds the Cluster store.
+    pub clusters: reflector::store::Writer<Cluster>,
+    /// Feeds the ConfigMap store.
+    pub config_maps: reflector::store::Writer<ConfigMap>,
+    /// The view the stores make up.
+    pub live: Arc<LiveCache>,
+}
+
+/// The live objects kok manages in its namespace, from its watches.
+pub struct LiveCache {
+    namespace: String,
+    /// Every ClusterOperation kok manages.
+    pub operations: Store<ClusterOperation>,
+    /// Every Cluster kok manages.
+    pub clusters: Store<Cluster>,
+    /// Every ConfigMap kok manages, without data.
+    config_maps: Store<ConfigMap>,
+    /// Operations by cluster, and the running ones.
+    pub op_index: Arc<OpIndex>,
+    cm_index: LabelIndex,
+    /// Per cluster, what the pass's last writes left behind and the watches may not show yet.
+    expected: Mutex<HashMap<String, Vec<Written>>>,
+}
+
+impl std::fmt::Debug for LiveCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCache")
+            .field("namespace", &self.namespace)
+            .field("clusters", &self.clusters.len())
+            .field("operations", &self.operations.len())
+            .field("config_maps", &self.config_maps.len())
+            .finish()
+    }
+}
+
+/// Empty caches of `namespace` and the ends that fill them.
+pub fn caches(namespace: &str) -> Feeds {
+    let (operations, op_writer) = reflector::store::<ClusterOperation>();
+    let (clusters, cluster_writer) = reflector::store::<Cluster>();
+    let (config_maps, cm_writer) = reflector::store::<ConfigMap>();
+    Feeds {
+        operations: op_writer,
+        clusters: cluster_writer,
+        config_maps: cm_writer,
+        live: Arc::new(LiveCache {
+            namespace: namespace.to_string(),
+            operations,
+            clusters,
+            config_maps,
+            op_index: Arc::new(OpIndex::default()),
+            cm_index: LabelIndex::default(),
+            expected: Mutex::new(HashMap::new()),
+        }),
+    }
+}
+
+fn managed() -> watcher::Config {
+    watcher::Config::default().labels(&managed_selector())
+}
+
+/// The ClusterOperation watch, feeding the store and the index.
+pub fn operation_events(
+    client: &Client,
+    namespace: &str,
+    writer: reflector::store::Writer<ClusterOperation>,
+    index: Arc<OpIndex>,
+) -> impl Stream<Item = Result<watcher::Event<ClusterOperation>, watcher::Error>> + Send {
+    watcher(
+        Api::<ClusterOperation>::namespaced(client.clone(), namespace),
+        managed(),
+    )
+    .default_backoff()
+    .modify(|op: &mut ClusterOperation| op.metadata.managed_fields = None)
+    .reflect(writer)
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            index.observe(event);
+        }
+    })
+}
+
+/// The Cluster watch, feeding the store.
+pub fn cluster_events(
+    client: &Client,
+    namespace: &str,
+    writer: reflector::store::Writer<Cluster>,
+) -> impl Stream<Item = Result<watcher::Event<Cluster>, watcher::Error>> + Send {
+    watcher(Api::<Cluster>::namespaced(client.clone(), namespace), managed())
+        .default_backoff()
+        .modify(|c: &mut Cluster| c.metadata.managed_fields = None)
+        .reflect(writer)
+}
+
+/// Keeps the ConfigMap cache (metadata only) until `stopped`.
+pub async fn watch_config_maps(
+    client: Client,
+    writer: reflector::store::Writer<ConfigMap>,
+    live: Arc<LiveCache>,
+    stopped: impl Future<Output = ()>,
+) {
+    let api = Api::<ConfigMap>::namespaced(client, &live.namespace);
+    let events = watcher(api, managed())
+        .default_backoff()
+        .modify(|cm: &mut ConfigMap| {
+            cm.data = None;
+            cm.binary_data = None;
+            cm.metadata.managed_fields = None;
+        })
+        .reflect(writer)
+        .for_each(|event| {
+            match event {
+                Ok(event) => live.cm_index.observe(&event),
+                Err(e) => warn!(error = %e, "watching ConfigMaps failed; retrying"),
+            }
+            futures::future::ready(())
+        });
+    tokio::select! {
+        () = events => {}
+        () = stopped => {}
+    }
+}
+
+impl Feeds {
+    /// Runs the three watches alone, for a pass without the controller, until `stopped`.
+    pub async fn watch(self, client: Client, stopped: impl Future<Output = ()> + Send + 'static) {
+        let ns = self.live.namespace.clone();
+        let ops = operation_events(&client, &ns, self.operations, self.live.op_index.clone())
+            .for_each(|e| logged("ClusterOperations", e));
+        let clusters = cluster_events(&client, &ns, self.clusters).for_each(|e| logged("Clusters", e));
+        let cms = watch_config_maps(
+            client.clone(),
+            self.config_maps,
+            self.live.clone(),
+            std::future::pending(),
+        );
+        tokio::select! {
+            _ = futures::future::join3(ops, clusters, cms) => {}
+            () = stopped => {}
+        }
+    }
+}
+
+fn logged<T>(kind: &str, event: Result<T, watcher::Error>) -> futures::future::Ready<()> {
+    if let Err(e) = event {
+        warn!(error = %e, "watching {kind} failed; retrying");
+    }
+    futures::future::ready(())
+}
+
+/// True when a cache that shows `have` has seen a write that returned `want`. resourceVersions are
+/// opaque, but every API server in use hands out increasing integers; other values must match exactly.
+fn seen(have: Option<&str>, want: &str) -> bool {
+    match (have.and_then(|h| h.parse::<u64>().ok()), want.parse::<u64>().ok()) {
+        (Some(h), Some(w)) => h >= w,
+        _ => have == Some(want),
+    }
+}
+
+impl LiveCache {
+    /// Waits until every watch has listed once.
+    pub async fn ready(&self) {
+        let _ = self.operations.wait_until_ready().await;
+        let _ = self.clusters.wait_until_ready().await;
+        let _ = self.config_maps.wait_until_ready().await;
+    }
+
+    fn rv_of<K: Resource<DynamicType = ()> + Clone>(&self, store: &Store<K>, name: &str) -> Option<String> {
+        store
+            .get(&ObjectRef::new(name).within(&self.namespace))
+            .and_then(|o| o.meta().resource_version.clone())
+    }
+
+    fn shows(&self, w: &Written) -> bool {
+        let have = match w.kind {
+            "Cluster" => self.rv_of(&self.clusters, &w.name),
+            "ConfigMap" => self.rv_of(&self.config_maps, &w.name),
+            _ => self.rv_of(&self.operations, &w.name),
+        };
+        match &w.resource_version {
+            Some(want) => seen(have.as_deref(), want),
+            None => have.is_none(),
+        }
+    }
+
+    fn caught_up(&self, cluster: &str) -> bool {
+        let Ok(mut expected) = self.expected.lock() else {
+            return false;
+        };
+        let done = expected
+            .get(cluster)
+            .is_none_or(|writes| writes.iter().all(|w| self.shows(w)));
+        if done {
+            expected.remove(cluster);
+        }
+        done
+    }
+
+    /// Notes what a pass's writes to `cluster` left behind: the cluster's view is trusted again once
+    /// the watches show it.
+    pub fn wrote(&self, cluster: &str, written: Vec<Written>) {
+        if written.is_empty() {
+            return;
+        }
+        if let Ok(mut expected) = self.expected.lock() {
+            expected.entry(cluster.to_string()).or_default().extend(written);
+        }
+    }
+
+    /// The live objects of `cluster` as the watches show them, once they show its last writes; `None`
+    /// when they do not within [`CATCH_UP`] (the caller lists instead).
+    pub async fn live(&self, cluster: &str) -> Option<Live> {
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
+        while !self.caught_up(cluster) {
+            if tokio::time::Instant::now() >= deadline {
+                debug!(%cluster, "the watches lag behind the last writes; listing instead");
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Some(self.snapshot(cluster))
+    }
+
+    fn snapshot(&self, cluster: &str) -> Live {
+        let ns = self.namespace.as_str();
+        let cluster_obj = self
+            .clusters
+            .get(&ObjectRef::new(cluster).within(ns))
+            .map(|c| (*c).clone());
+        let config_maps: BTreeMap<String, ConfigMap> = self
+            .cm_index
+            .names_in(cluster)
+            .into_iter()
+            .filter_map(|name| {
+                let cm = self.config_maps.get(&ObjectRef::new(&name).within(ns))?;
+                Some((name, (*cm).clone()))
+            })
+            .collect();
+        let operations: BTreeMap<String, ClusterOperation> = self
+            .op_index
+            .names_in(cluster)
+            .into_iter()
+            .filter_map(|name| {
+                let op = self.operations.get(&ObjectRef::new(&name).within(ns))?;
+                (op.labels().get(crate::api::LABEL_CLUSTER).map(String::as_str) == Some(cluster))
+                    .then(|| (name, (*op).clone()))
+            })
+            .collect();
+        Live {
+            cluster: cluster_obj,
+            config_maps,
+            operations,
+        }
+    }
+
+    /// Names of the Clusters kok manages, as the watch shows them.
+    pub fn cluster_names(&self) -> BTreeSet<String> {
+        self.clusters
+            .state()
+            .iter()
+            .filter(|c| c.labels().get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY))
+            .map(|c| c.name_any())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_is_seen_at_its_resource_version_or_later() {
+        assert!(seen(Some("12"), "12"));
+        assert!(seen(Some("13"), "12"));
+        assert!(!seen(Some("11"), "12"));
+        assert!(!seen(None, "12"));
+        assert!(seen(Some("abc"), "abc"));
+        assert!(!seen(Some("abd"), "abc"));
+    }
+}
