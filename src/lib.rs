@@ -4,6 +4,8 @@
 //! - [`source`] fetches the git repository, polls cheaply and diffs commits into changed clusters.
 //! - [`materialize`] renders clusters into desired objects (pure) and applies/prunes them.
 //! - [`api`] holds the CRD types and every shared constant.
+//! - [`plan`] decides what a commit range would write and run, without writing: `kok plan` and `kok/plan`.
+//! - [`pulls`] plans open pull requests in the service: `kok/plan` and the plan comment, nothing run.
 //! - [`controller`] turns ClusterOperations into ansible Jobs, one at a time per cluster.
 //! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
 //! - [`events`] publishes the Events of transitions.
@@ -21,6 +23,8 @@ pub mod leader;
 pub mod local;
 pub mod materialize;
 pub mod metrics;
+pub mod plan;
+pub mod pulls;
 pub mod reconcile;
 pub mod redact;
 pub mod report;

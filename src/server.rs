@@ -5,7 +5,9 @@
 //!   unreachable for longer than [`Readiness`]'s threshold; 200 otherwise. The body says why.
 //! - `GET /metrics`: the [`Metrics`] registry in the Prometheus text format.
 //! - `POST /hooks/github|gitlab|gitea|generic`: verified with [`crate::source::trigger::verify`]
-//!   against the webhook secret, then a "poll now" is sent on the trigger channel. Answers 202
+//!   against the webhook secret, then a "poll now" is sent on the trigger channel; a pull-request event
+//!   (GitHub/Gitea `pull_request`, GitLab `Merge Request Hook`) also says which pull request moved or
+//!   closed, and the poll plans it at once. Answers 202
 //!   accepted, 401 bad or missing signature, 413 body over
 //!   [`MAX_WEBHOOK_BODY`] bytes, 404 unknown provider or
 //!   webhooks not configured, 405 another method.
@@ -24,7 +26,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
-use crate::source::trigger::{verify, Provider, Reason, TriggerSender, MAX_WEBHOOK_BODY};
+use crate::source::trigger::{pull_request_event, verify, Provider, Reason, TriggerSender, MAX_WEBHOOK_BODY};
 
 /// Address `--listen` binds when not given.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -230,8 +232,16 @@ async fn hook(
         return (code, format!("{message}\n")).into_response();
     }
     if let Some(trigger) = &state.trigger {
-        let queued = trigger.trigger(Reason::Webhook(provider));
-        tracing::debug!(provider = ?provider, queued, "webhook accepted; poll requested");
+        match pull_request_event(provider, &headers, &body) {
+            Some(event) => {
+                tracing::info!(provider = ?provider, number = event.number, closed = event.closed, "pull-request webhook accepted; planning it now");
+                trigger.pull_request(provider, event);
+            }
+            None => {
+                let queued = trigger.trigger(Reason::Webhook(provider));
+                tracing::debug!(provider = ?provider, queued, "webhook accepted; poll requested");
+            }
+        }
     }
     (StatusCode::ACCEPTED, "accepted\n").into_response()
 }

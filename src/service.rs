@@ -14,7 +14,9 @@ use tracing::{error, info, warn};
 use crate::controller::{self, ControllerConfig};
 use crate::leader::{self, LeaderConfig};
 use crate::materialize::state;
+use crate::pulls::{PullConfig, PullIo, PullRequests};
 use crate::reconcile::{self, PassConfig, PassError, SharedSource};
+use crate::report::comments::PlanComments;
 use crate::report::{self, Reporter};
 use crate::server::Readiness;
 use crate::source::trigger::{self, Interval, TriggerReceiver, TriggerSender};
@@ -54,6 +56,10 @@ pub struct ServiceConfig {
     pub unreachable_threshold: Duration,
     /// Signature verification; `None` reconciles every commit.
     pub verification: Option<Verification>,
+    /// Plan open pull requests and put `kok/plan` on their heads.
+    pub pull_requests: bool,
+    /// With `--pr-comments`: the plan comment kept on each pull request.
+    pub pr_comments: Option<Arc<PlanComments>>,
 }
 
 /// Failures that stop the service.
@@ -141,7 +147,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        r = poll_loop(&client, &cfg, &source, &reporter, triggers, &readiness, live, stopped()) => r,
+        r = poll_loop(&client, &cfg, &source, &reporter, (trigger_tx.clone(), triggers), &readiness, live, stopped()) => r,
         _ = lost => Err(ServiceError::LeadershipLost),
     };
     // Whatever ended the loop, stop the controller and the reporter too.
@@ -228,18 +234,29 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
     }
 }
 
+/// What the poll loop carries from one round to the next.
+struct LoopState {
+    /// What each pass needs besides the source and the client.
+    pass_cfg: PassConfig,
+    /// The last reconciled commit.
+    last: Option<Oid>,
+    /// The tip last refused, so that a refusal is counted, logged and reported once per tip.
+    refused_tip: Option<Oid>,
+    next_resync: tokio::time::Instant,
+    interval: Interval,
+}
+
 #[allow(clippy::too_many_arguments)] // the loop's shared handles, each used throughout
 async fn poll_loop(
     client: &Client,
     cfg: &ServiceConfig,
     source: &SharedSource,
     reporter: &Arc<Reporter>,
-    mut triggers: TriggerReceiver,
+    (again, mut triggers): (TriggerSender, TriggerReceiver),
     readiness: &Readiness,
     live: Arc<controller::live::LiveCache>,
     stopped: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServiceError> {
-    let metrics = crate::metrics::global();
     let pass_cfg = PassConfig {
         namespace: cfg.namespace.clone(),
         root: cfg.root.clone(),
@@ -249,16 +266,28 @@ async fn poll_loop(
     let saved = state::load_state(client, &cfg.namespace)
         .await
         .map_err(ServiceError::LoadState)?;
-    let mut last: Option<Oid> = saved
+    let last: Option<Oid> = saved
         .filter(|s| s.repo == cfg.source.url)
         .and_then(|s| Oid::from_str(&s.commit).ok());
     if let Some(commit) = last {
         info!(%commit, "resuming from the last reconciled commit");
     }
-    let mut interval = Interval::new(cfg.interval);
-    // The tip last refused, so that a refusal is counted, logged and reported once per tip.
-    let mut refused_tip: Option<Oid> = None;
-    let mut next_resync = tokio::time::Instant::now() + cfg.resync_interval;
+    let mut round = LoopState {
+        pass_cfg,
+        last,
+        refused_tip: None,
+        next_resync: tokio::time::Instant::now() + cfg.resync_interval,
+        interval: Interval::new(cfg.interval),
+    };
+    // With no sink and no comments a plan would reach no one.
+    let reported = !reporter.sinks().names().is_empty() || cfg.pr_comments.is_some();
+    let pull_cfg = (cfg.pull_requests && reported).then(|| PullConfig {
+        namespace: cfg.namespace.clone(),
+        root: cfg.root.clone(),
+        branch: reconcile::short_ref(&cfg.source.reference),
+        comments: cfg.pr_comments.clone(),
+    });
+    let mut pulls = PullRequests::new();
     tokio::pin!(stopped);
     // The first round runs at once; later ones wait for the interval or a trigger.
     let mut first = true;
@@ -266,30 +295,67 @@ async fn poll_loop(
         if !first {
             tokio::select! {
                 _ = &mut stopped => return Ok(()),
-                _ = interval.tick() => {}
+                _ = round.interval.tick() => {}
                 _ = triggers.recv() => {}
             }
         }
         first = false;
-        let full = tokio::time::Instant::now() >= next_resync;
+        round.reconcile(client, cfg, source, reporter, readiness).await;
+        if let Some(pull_cfg) = &pull_cfg {
+            let events = triggers.take_pull_events();
+            let heads = match reconcile::with_source(source, |s| Ok(s.polled_pull_requests().to_vec())).await
+            {
+                Ok(heads) => heads,
+                Err(e) => {
+                    warn!(error = %e, "reading the listed pull requests failed");
+                    continue;
+                }
+            };
+            let base = round.last;
+            let io = PullIo {
+                client,
+                live: round.pass_cfg.live.as_deref(),
+                source,
+                sinks: reporter.sinks(),
+            };
+            let more = pulls.round(io, pull_cfg, &heads, base, events).await;
+            if more {
+                again.trigger(trigger::Reason::Manual);
+            }
+        }
+    }
+}
+
+impl LoopState {
+    /// Polls the branch and reconciles a new commit (or a due full resync).
+    async fn reconcile(
+        &mut self,
+        client: &Client,
+        cfg: &ServiceConfig,
+        source: &SharedSource,
+        reporter: &Arc<Reporter>,
+        readiness: &Readiness,
+    ) {
+        let metrics = crate::metrics::global();
+        let full = tokio::time::Instant::now() >= self.next_resync;
         // A refused tip counts as known: polling it again costs one listing, and it is verified
         // again (with the trust material read afresh) at the next resync or push.
-        let known = refused_tip.or(last);
+        let known = self.refused_tip.or(self.last);
         let polled = reconcile::with_source(source, move |s| s.poll(known)).await;
         let commit = match polled {
             Err(e) => {
                 metrics.poll("error");
-                interval.failure();
-                warn!(error = %e, failures = interval.failures(), "poll failed");
+                self.interval.failure();
+                warn!(error = %e, failures = self.interval.failures(), "poll failed");
                 readiness.remote_unreachable();
-                continue;
+                return;
             }
             Ok(Poll::Unchanged { .. }) if !full => {
                 metrics.poll("unchanged");
-                interval.success();
+                self.interval.success();
                 readiness.remote_reachable();
                 readiness.mark_reconciled();
-                continue;
+                return;
             }
             Ok(p) => {
                 metrics.poll("changed");
@@ -298,6 +364,7 @@ async fn poll_loop(
                 p.commit()
             }
         };
+        let last = self.last;
         if let (Some(verification), true) = (&cfg.verification, last != Some(commit)) {
             match reconcile::verify_signatures(source, verification, last, commit).await {
                 Ok(verdict) if verdict.trusted() => {
@@ -307,29 +374,29 @@ async fn poll_loop(
                 }
                 Ok(verdict) => {
                     // Refusing is kok doing its job: it stays ready, so webhooks still reach it.
-                    interval.success();
+                    self.interval.success();
                     readiness.mark_reconciled();
                     if full {
-                        next_resync = tokio::time::Instant::now() + cfg.resync_interval;
+                        self.next_resync = tokio::time::Instant::now() + cfg.resync_interval;
                     }
-                    if refused_tip != Some(commit) {
-                        refused_tip = Some(commit);
+                    if self.refused_tip != Some(commit) {
+                        self.refused_tip = Some(commit);
                         refuse(client, cfg, reporter, commit, &verdict, metrics).await;
                     }
-                    continue;
+                    return;
                 }
                 Err(e) => {
-                    interval.failure();
+                    self.interval.failure();
                     error!(error = %e, %commit, "verifying commit signatures failed; not reconciling the commit");
-                    continue;
+                    return;
                 }
             }
         }
-        match reconcile::pass(client, source, &pass_cfg, last, commit, full, metrics).await {
+        match reconcile::pass(client, source, &self.pass_cfg, last, commit, full, metrics).await {
             Ok(outcome) => {
-                interval.success();
+                self.interval.success();
                 if full {
-                    next_resync = tokio::time::Instant::now() + cfg.resync_interval;
+                    self.next_resync = tokio::time::Instant::now() + cfg.resync_interval;
                 }
                 if last != Some(commit) {
                     let status = report::sync_status(
@@ -343,13 +410,13 @@ async fn poll_loop(
                         warn!(error = %e, "recording the kok/sync status failed");
                     }
                 }
-                last = Some(commit);
-                refused_tip = None;
+                self.last = Some(commit);
+                self.refused_tip = None;
                 readiness.remote_reachable();
                 readiness.mark_reconciled();
             }
             Err(e) => {
-                interval.failure();
+                self.interval.failure();
                 error!(error = %e, %commit, "reconciling the commit failed; retrying at the next poll");
             }
         }

@@ -13,6 +13,7 @@ use crate::cli::plan::{GitArgs, TrustArgs};
 use crate::controller::ControllerConfig;
 use crate::layout;
 use crate::leader::{self, LeaderConfig};
+use crate::report::comments::PlanComments;
 use crate::report::{self, Forge, ForgeSink, NotesSink, Sink, Token};
 use crate::server::{self, Readiness, ServerState, WebhookSecret};
 use crate::service::{self, ServiceConfig};
@@ -81,6 +82,14 @@ pub struct Args {
     /// the forge shows one kok/summary context plus one per failed operation (git notes keep all).
     #[arg(long, default_value_t = report::deliver::DEFAULT_MAX_CONTEXTS, env = "KOK_STATUS_MAX_CONTEXTS")]
     pub status_max_contexts: usize,
+    /// Plan every open pull request (refs/pull/*/head, refs/merge-requests/*/head) and put the
+    /// `kok/plan` status on its head; nothing of a pull request runs.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "KOK_PULL_REQUESTS")]
+    pub pull_requests: bool,
+    /// Also keep one comment per pull request with the markdown plan, edited in place on each push
+    /// (needs a github, gitlab or gitea --status sink; its token must be allowed to comment).
+    #[arg(long, env = "KOK_PR_COMMENTS")]
+    pub pr_comments: bool,
     /// Address of the HTTP listener (/healthz, /readyz, /metrics, /hooks/<provider>).
     #[arg(long, default_value = server::DEFAULT_LISTEN, env = "KOK_LISTEN")]
     pub listen: String,
@@ -179,6 +188,33 @@ impl Args {
         Ok(sinks)
     }
 
+    /// The plan comments `--pr-comments` asks for, through the forge of the one forge status sink.
+    fn plan_comments(&self) -> anyhow::Result<Option<Arc<PlanComments>>> {
+        if !self.pr_comments {
+            return Ok(None);
+        }
+        let forges: Vec<Forge> = self
+            .status
+            .iter()
+            .filter_map(|kind| match kind {
+                StatusSink::Github => Some(Forge::GitHub),
+                StatusSink::Gitlab => Some(Forge::GitLab),
+                StatusSink::Gitea => Some(Forge::Gitea),
+                StatusSink::Notes | StatusSink::None => None,
+            })
+            .collect();
+        let [forge] = forges[..] else {
+            anyhow::bail!(
+                "--pr-comments needs exactly one forge in --status (github, gitlab or gitea) to comment through; got {}",
+                forges.len()
+            );
+        };
+        if !self.pull_requests {
+            anyhow::bail!("--pr-comments needs --pull-requests true");
+        }
+        Ok(Some(Arc::new(PlanComments::new(self.forge_sink(forge)?))))
+    }
+
     /// The service configuration these flags describe.
     pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
         let mut controller = ControllerConfig::new(&self.namespace);
@@ -200,6 +236,8 @@ impl Args {
             leader,
             unreachable_threshold: self.unreachable_threshold,
             verification: self.trust.verification()?,
+            pull_requests: self.pull_requests,
+            pr_comments: self.plan_comments()?,
         })
     }
 }

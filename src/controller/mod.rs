@@ -175,6 +175,7 @@ pub async fn run(
         })
         .applied_objects();
     let op_controller = Controller::for_stream(op_events, store.clone())
+        .with_config(controller_config())
         .owns(jobs.clone(), wc.clone())
         .reconcile_on(wake_rx)
         .graceful_shutdown_on(stopped());
@@ -217,6 +218,7 @@ pub async fn run(
         live::cluster_events(&client, &ns, cluster_writer).applied_objects(),
         cluster_store.clone(),
     )
+    .with_config(controller_config())
     .reconcile_on(cluster_wake_rx)
     .graceful_shutdown_on(stopped());
     let cm_cache = live::watch_config_maps(client.clone(), cm_writer, live.clone(), stopped());
@@ -244,6 +246,14 @@ pub async fn run(
         }
     };
     futures::join!(op_loop, cluster_loop, scheduler, secret_loop, job_cache, cm_cache);
+}
+
+/// Most reconciles of one controller running at once. Each holds an API request; without a bound a
+/// fleet-size commit starts one per operation at once, each with its own connection and buffers.
+pub const CONCURRENT_RECONCILES: u16 = 32;
+
+fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES)
 }
 
 /// Keeps the Secret cache and wakes what waits on a Secret that appeared, changed or went away: the

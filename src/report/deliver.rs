@@ -79,7 +79,7 @@ const ALL_PHASES: [Phase; 6] = [
 /// Most operation deliveries running at once (each sink may allow fewer, see
 /// [`Sink::max_in_flight`]; the notes sink writes the deliveries in flight together in one batch, so
 /// this bounds how many statuses one notes commit takes when a fleet-size commit reports at once).
-pub const MAX_IN_FLIGHT: usize = 512;
+pub const MAX_IN_FLIGHT: usize = 256;
 /// Wait before recording a delivered status again after the API server refused the patch.
 const RECORD_RETRY: Duration = Duration::from_secs(5);
 
@@ -886,6 +886,14 @@ impl Reporter {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+    }
+}
+
+impl Reporter {
+    /// The sinks, for statuses whose retry lives elsewhere (a pull request's `kok/plan` is planned and
+    /// sent again at the next poll until delivered).
+    pub fn sinks(&self) -> &Sinks {
+        &self.sinks
     }
 }
 

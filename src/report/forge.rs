@@ -400,6 +400,29 @@ fn encode_segment(raw: &str) -> String {
     out
 }
 
+/// What other requests to the same forge (the plan comments) share with the statuses.
+impl ForgeSink {
+    /// The forge this sink speaks to.
+    pub fn forge(&self) -> Forge {
+        self.forge
+    }
+
+    /// The repository's API URL: `{base}/repos/{owner}/{repo}` (GitHub), `{base}/api/v4/projects/{id}`
+    /// (GitLab), `{base}/api/v1/repos/{owner}/{repo}` (Gitea).
+    pub fn repository_url(&self) -> String {
+        match self.forge {
+            Forge::GitHub => format!("{}/repos/{}", self.base, self.repo_path),
+            Forge::GitLab => format!("{}/api/v4/projects/{}", self.base, self.repo_path),
+            Forge::Gitea => format!("{}/api/v1/repos/{}", self.base, self.repo_path),
+        }
+    }
+
+    /// The HTTP client, with the forge's token and accept headers.
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,9 @@
 //! - [`forge`]: GitHub, GitLab and Gitea/Forgejo statuses APIs.
 //! - [`deliver`]: [`Reporter`], which delivers `desiredStatus` until it is `reported`, across restarts,
 //!   pausing a rate-limited sink alone and keeping forges within a per-commit context budget.
+//! - [`comments`]: the plan comment kept on each pull request (`--pr-comments`).
 
+pub mod comments;
 pub mod deliver;
 pub mod forge;
 pub mod notes;

@@ -49,6 +49,7 @@ pub struct Source {
     fetches: u64,
     listings: u64,
     pending: Option<JoinHandle<()>>,
+    pull_requests: Vec<PullRequestHead>,
 }
 
 impl std::fmt::Debug for Source {
@@ -83,6 +84,7 @@ impl Source {
             fetches: 0,
             listings: 0,
             pending: None,
+            pull_requests: Vec::new(),
         })
     }
 
@@ -136,6 +138,7 @@ impl Source {
     #[instrument(skip(self), fields(url = %redact(&self.config.url), reference = %self.config.reference))]
     pub fn poll(&mut self, last: Option<Oid>) -> Result<Poll, SourceError> {
         let heads = self.list_remote()?;
+        self.pull_requests = pull_request_refs(&heads);
         let (name, listed) =
             resolve(&self.config.reference, &heads).ok_or_else(|| SourceError::RefNotFound {
                 reference: self.config.reference.clone(),
@@ -207,10 +210,28 @@ impl Source {
         Ok(pull_request_refs(&self.list_remote()?))
     }
 
-    /// Fetches the head of a pull request into `refs/kok/pull/<number>` of the cache; returns its
-    /// commit. Only read (parsed and planned), never run.
+    /// The open pull requests' heads as the last [`Source::poll`] listed them (its one listing serves
+    /// both: nothing more is asked of the remote).
+    pub fn polled_pull_requests(&self) -> &[PullRequestHead] {
+        &self.pull_requests
+    }
+
+    /// Fetches the head of a pull request into `refs/kok/pull/<number>` of the cache (no round trip
+    /// when the cache already has the commit); returns its commit. Only read (parsed and planned),
+    /// never run.
     pub fn fetch_pull_request(&mut self, head: &PullRequestHead) -> Result<Oid, SourceError> {
         let into = format!("refs/kok/pull/{}", head.number);
+        if self.repo.find_commit(head.commit).is_ok() {
+            // Already in the cache (planned before, against another base): no round trip.
+            self.repo
+                .reference(&into, head.commit, true, "kok: pull request head")
+                .map_err(SourceError::git(format!(
+                    "point {into} of the cache {} at {}",
+                    self.cache_path.display(),
+                    head.commit
+                )))?;
+            return Ok(head.commit);
+        }
         self.fetches += 1;
         self.network_into(Some(head.reference.clone()), &into)?;
         self.repo.refname_to_id(&into).map_err(SourceError::git(format!(

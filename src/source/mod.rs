@@ -38,6 +38,7 @@
 //!   entries, wildcards, negations, `@revoked`; hashed `|1|` entries are not read).
 //! - [`diff`] compares the trees of two commits under the root path; [`attribution`] finds the
 //!   commit that introduced each new operation; [`history`] lists the commits that touched a cluster.
+//! - [`pulls`] builds the commit a pull request's plan reads: its head merged into the reconciled commit.
 //! - [`revision`] reads revisions as `git rev-parse` does, in the user's repository or the cache.
 //! - [`verify`] checks commit signatures (SSH and OpenPGP) against trust material from the local
 //!   file system.
@@ -49,6 +50,7 @@ mod auth;
 pub mod diff;
 mod fetch;
 pub mod history;
+pub mod pulls;
 pub mod read;
 pub mod revision;
 mod tree;
@@ -60,6 +62,7 @@ pub use attribution::{attribute, Attributions, Introduced};
 pub use diff::{diff_trees, ChangeSet};
 pub use fetch::{Poll, PullRequestHead, Source};
 pub use history::{cluster_history, HistoryEntry};
+pub use pulls::{in_history, merge_target, MergeTarget};
 pub use read::{read_commit, CommitRead};
 pub use revision::{check_range, open_local, resolve_revision, RevisionError};
 pub use tree::GitTree;

@@ -30,39 +30,134 @@ pub enum Reason {
     LocalChange,
     /// Asked for by hand (tests, admin).
     Manual,
+    /// A verified pull-request (GitLab: merge-request) webhook arrived from this provider.
+    PullRequest(Provider),
 }
+
+/// What a pull-request webhook says about one pull request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PullEvent {
+    /// Its number (GitLab: iid).
+    pub number: u64,
+    /// Its head commit, when the payload names it.
+    pub head: Option<String>,
+    /// True when it was closed or merged; false when opened, reopened or pushed to.
+    pub closed: bool,
+}
+
+/// Most pull-request events kept between two polls (the oldest are dropped beyond it; the next ref
+/// listing finds every open pull request anyway).
+const MAX_PENDING_PULL_EVENTS: usize = 256;
+
+type PullEvents = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<PullEvent>>>;
 
 /// Sending half of the "poll now" channel; cheap to clone, usable from any thread.
 #[derive(Clone, Debug)]
-pub struct TriggerSender(mpsc::Sender<Reason>);
+pub struct TriggerSender {
+    tx: mpsc::Sender<Reason>,
+    pulls: PullEvents,
+}
 
 /// Receiving half of the "poll now" channel.
 #[derive(Debug)]
-pub struct TriggerReceiver(mpsc::Receiver<Reason>);
+pub struct TriggerReceiver {
+    rx: mpsc::Receiver<Reason>,
+    pulls: PullEvents,
+}
 
 /// A "poll now" channel. Requests coalesce: while one is pending, further ones are dropped, since a
-/// single poll answers them all.
+/// single poll answers them all. Pull-request events are kept beside it (they say which pull
+/// requests closed), so coalescing loses none of them.
 pub fn channel() -> (TriggerSender, TriggerReceiver) {
     let (tx, rx) = mpsc::channel(1);
-    (TriggerSender(tx), TriggerReceiver(rx))
+    let pulls = PullEvents::default();
+    (
+        TriggerSender {
+            tx,
+            pulls: pulls.clone(),
+        },
+        TriggerReceiver { rx, pulls },
+    )
 }
 
 impl TriggerSender {
     /// Asks for a poll; returns false when one was already pending or the receiver is gone.
     pub fn trigger(&self, reason: Reason) -> bool {
-        self.0.try_send(reason).is_ok()
+        self.tx.try_send(reason).is_ok()
+    }
+
+    /// Records a pull-request event and asks for a poll (which plans the pull requests at once).
+    pub fn pull_request(&self, provider: Provider, event: PullEvent) -> bool {
+        {
+            let mut pulls = self.pulls.lock().unwrap_or_else(|p| p.into_inner());
+            if pulls.len() >= MAX_PENDING_PULL_EVENTS {
+                pulls.pop_front();
+            }
+            pulls.push_back(event);
+        }
+        self.trigger(Reason::PullRequest(provider))
     }
 }
 
 impl TriggerReceiver {
     /// Waits for the next request; `None` once every sender is gone.
     pub async fn recv(&mut self) -> Option<Reason> {
-        self.0.recv().await
+        self.rx.recv().await
     }
 
     /// A pending request, without waiting.
     pub fn try_recv(&mut self) -> Option<Reason> {
-        self.0.try_recv().ok()
+        self.rx.try_recv().ok()
+    }
+
+    /// The pull-request events received since the last call, oldest first.
+    pub fn take_pull_events(&self) -> Vec<PullEvent> {
+        let mut pulls = self.pulls.lock().unwrap_or_else(|p| p.into_inner());
+        pulls.drain(..).collect()
+    }
+}
+
+/// The pull-request event a verified webhook carries, if it is one: GitHub's and Gitea's
+/// `pull_request` (header `X-GitHub-Event` / `X-Gitea-Event`; `number`, `action`,
+/// `pull_request.head.sha`) and GitLab's `Merge Request Hook` (`object_attributes.iid`, `.action`,
+/// `.last_commit.id`). Other events, and payloads that do not parse, give `None`.
+pub fn pull_request_event(provider: Provider, headers: &HeaderMap, body: &[u8]) -> Option<PullEvent> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let event_header = match provider {
+        Provider::GitHub => "x-github-event",
+        Provider::Gitea => "x-gitea-event",
+        Provider::GitLab => "x-gitlab-event",
+        Provider::Generic => return None,
+    };
+    let event = header(event_header)?;
+    let payload: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    match provider {
+        Provider::GitLab => {
+            if event != "Merge Request Hook" {
+                return None;
+            }
+            let attributes = &payload["object_attributes"];
+            let action = attributes["action"].as_str().unwrap_or_default();
+            let state = attributes["state"].as_str().unwrap_or_default();
+            Some(PullEvent {
+                number: attributes["iid"].as_u64()?,
+                head: text(&attributes["last_commit"]["id"]),
+                closed: matches!(action, "close" | "merge") || matches!(state, "closed" | "merged"),
+            })
+        }
+        _ => {
+            if event != "pull_request" {
+                return None;
+            }
+            Some(PullEvent {
+                number: payload["number"]
+                    .as_u64()
+                    .or_else(|| payload["pull_request"]["number"].as_u64())?,
+                head: text(&payload["pull_request"]["head"]["sha"]),
+                closed: payload["action"].as_str() == Some("closed"),
+            })
+        }
     }
 }
 
@@ -486,6 +581,71 @@ mod tests {
         let body = vec![b'x'; MAX_WEBHOOK_BODY + 1];
         let err = verify(Provider::GitLab, &headers("x-gitlab-token", "k"), &body, b"k").unwrap_err();
         assert_eq!(err.status(), 413);
+    }
+
+    #[test]
+    fn pull_request_webhooks_name_the_pull_request_its_head_and_whether_it_closed() {
+        let github = br#"{"action":"synchronize","number":7,"pull_request":{"head":{"sha":"abc"}}}"#;
+        assert_eq!(
+            pull_request_event(
+                Provider::GitHub,
+                &headers("x-github-event", "pull_request"),
+                github
+            ),
+            Some(PullEvent {
+                number: 7,
+                head: Some("abc".into()),
+                closed: false
+            })
+        );
+        assert_eq!(
+            pull_request_event(Provider::GitHub, &headers("x-github-event", "push"), github),
+            None
+        );
+        let gitea = br#"{"action":"closed","number":3,"pull_request":{"head":{"sha":"def"}}}"#;
+        assert!(
+            pull_request_event(Provider::Gitea, &headers("x-gitea-event", "pull_request"), gitea)
+                .unwrap()
+                .closed
+        );
+        let gitlab = br#"{"object_kind":"merge_request","object_attributes":{"iid":12,"action":"update","state":"opened","last_commit":{"id":"0123"}}}"#;
+        assert_eq!(
+            pull_request_event(
+                Provider::GitLab,
+                &headers("x-gitlab-event", "Merge Request Hook"),
+                gitlab
+            ),
+            Some(PullEvent {
+                number: 12,
+                head: Some("0123".into()),
+                closed: false
+            })
+        );
+        let merged = br#"{"object_attributes":{"iid":12,"action":"merge","state":"merged"}}"#;
+        assert!(
+            pull_request_event(
+                Provider::GitLab,
+                &headers("x-gitlab-event", "Merge Request Hook"),
+                merged
+            )
+            .unwrap()
+            .closed
+        );
+    }
+
+    #[test]
+    fn pull_request_events_survive_coalesced_polls() {
+        let (tx, mut rx) = channel();
+        let event = |number| PullEvent {
+            number,
+            head: None,
+            closed: true,
+        };
+        assert!(tx.pull_request(Provider::GitHub, event(1)));
+        assert!(!tx.pull_request(Provider::GitHub, event(2)));
+        assert_eq!(rx.try_recv(), Some(Reason::PullRequest(Provider::GitHub)));
+        assert_eq!(rx.take_pull_events(), vec![event(1), event(2)]);
+        assert!(rx.take_pull_events().is_empty());
     }
 
     #[test]

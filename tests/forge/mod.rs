@@ -1,6 +1,8 @@
 //! A recording HTTP server on 127.0.0.1 for tests: it keeps every request and answers from a script.
 #![allow(dead_code)]
 
+pub mod comments;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -65,10 +67,14 @@ impl Reply {
     }
 }
 
+/// Answers requests the script does not: a fake forge with state (see [`comments`]).
+pub type Responder = Arc<dyn Fn(&Recorded) -> Option<Reply> + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     requests: Vec<Recorded>,
     script: VecDeque<Reply>,
+    responder: Option<Responder>,
 }
 
 /// The server; it runs on the test's runtime and stops with it.
@@ -101,14 +107,17 @@ impl ForgeServer {
                     let (authorization, private_token) = (echoed("authorization"), echoed("private-token"));
                     let mut reply = {
                         let mut s = state.lock().unwrap();
-                        s.requests.push(Recorded {
+                        let recorded = Recorded {
                             method: method.to_string(),
                             path: uri.to_string(),
                             headers,
                             body,
                             at: std::time::Instant::now(),
-                        });
-                        s.script.pop_front().unwrap_or_else(|| Reply::new(201, "{}"))
+                        };
+                        let scripted = s.script.pop_front();
+                        let answered = scripted.or_else(|| s.responder.as_ref().and_then(|r| r(&recorded)));
+                        s.requests.push(recorded);
+                        answered.unwrap_or_else(|| Reply::new(201, "{}"))
                     };
                     reply.body = reply
                         .body
@@ -177,6 +186,11 @@ impl ForgeServer {
             *kinds.entry(format!("{} {kind}", r.method)).or_insert(0) += 1;
         }
         kinds
+    }
+
+    /// Answers the requests the script does not with `responder` (when it gives a reply).
+    pub fn respond_with(&self, responder: impl Fn(&Recorded) -> Option<Reply> + Send + Sync + 'static) {
+        self.shared.lock().unwrap().responder = Some(Arc::new(responder));
     }
 
     /// Every request received so far.

@@ -1,0 +1,796 @@
+//! What a commit range would make kok do: the plan (objects created, updated and deleted per
+//! cluster, operations that would run), decided by the functions that decide apply's writes, its
+//! `kok/plan` status and its text and markdown renderings. Shared by `kok plan` and the service's
+//! pull-request plans.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use git2::Oid;
+use serde::Serialize;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
+
+use crate::api::{Cluster, ClusterOperation, LABEL_CURRENT};
+use crate::controller::live::LiveCache;
+use crate::layout::{self, Diagnostic};
+use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
+use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
+use crate::source::attribution::to_render_attribution;
+use crate::source::verify::CommitSignature;
+use crate::source::{read_commit, CommitRead, GitTree, SourceError};
+
+/// Why a plan could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// Reading the commits of the range failed.
+    #[error(transparent)]
+    Read(#[from] SourceError),
+    /// Reading the live objects of the meta-cluster failed.
+    #[error("reading the live objects the plan starts from: {0}")]
+    Live(#[from] apply::ApplyError),
+}
+
+/// One write, by the kind and name of its object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ObjectRef {
+    /// Kubernetes kind.
+    pub kind: String,
+    /// Object name.
+    pub name: String,
+    /// What the write does.
+    pub what: String,
+}
+
+/// An operation that would run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedOperation {
+    /// Operation id.
+    pub id: String,
+    /// ClusterOperation name.
+    pub name: String,
+    /// Playbook or script.
+    pub action: String,
+    /// Full sha of the commit that introduced it.
+    pub commit: String,
+    /// Subject of that commit.
+    pub subject: String,
+    /// Position of that commit in the range, oldest first.
+    pub commit_index: usize,
+}
+
+/// The plan of one cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ClusterPlan {
+    /// Cluster name.
+    pub name: String,
+    /// Objects created, one write each.
+    pub created: Vec<ObjectRef>,
+    /// Objects written again, one entry per write (a canceled operation is two: its status and its
+    /// label).
+    pub updated: Vec<ObjectRef>,
+    /// Objects deleted.
+    pub deleted: Vec<ObjectRef>,
+    /// Operations that would run, in commit order then file order.
+    pub operations: Vec<PlannedOperation>,
+    /// Scale-down order problems (promise 7): a new operation naming a host the range removes from
+    /// hosts.yml, or a host removed that no new operation names.
+    pub warnings: Vec<String>,
+}
+
+/// A cluster that is invalid at `to`: nothing of it changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InvalidCluster {
+    /// Cluster name.
+    pub name: String,
+    /// Its diagnostics at `to`.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// What a commit range would change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Start of the range (exclusive); `None` when `to` has no parent.
+    pub from: Option<String>,
+    /// End of the range.
+    pub to: String,
+    /// Commits in the range on the first-parent path.
+    pub commits: usize,
+    /// True when `from` is not an ancestor of `to`: every cluster was compared.
+    pub full_resync: bool,
+    /// Clusters with changes, sorted by name.
+    pub clusters: Vec<ClusterPlan>,
+    /// Clusters left at their last good state because they are invalid at `to`.
+    pub invalid: Vec<InvalidCluster>,
+    /// Repository-wide diagnostics at `to` (kok.yml).
+    pub repo_diagnostics: Vec<Diagnostic>,
+    /// The signature state of every commit of the range, newest first.
+    pub signatures: Vec<CommitSignature>,
+}
+
+impl Plan {
+    /// True when the merge would write an object or run an operation.
+    pub fn has_changes(&self) -> bool {
+        !self.clusters.is_empty()
+    }
+
+    /// True when a cluster or kok.yml is invalid at `to`.
+    pub fn has_errors(&self) -> bool {
+        !self.invalid.is_empty() || !self.repo_diagnostics.is_empty()
+    }
+}
+
+/// What a plan reads of git: the commit `to` as the service's pass reads it against `from`, rendered as
+/// the pass renders it, and (for a plan without a meta-cluster) the clusters as `from` renders them.
+pub struct Prepared {
+    from: Option<Oid>,
+    to: Oid,
+    commits: usize,
+    read: CommitRead,
+    desired: Vec<DesiredCluster>,
+    at_from: BTreeMap<String, DesiredCluster>,
+    hosts_at_from: BTreeMap<String, BTreeSet<String>>,
+    subjects: BTreeMap<String, String>,
+}
+
+impl Prepared {
+    /// The clusters whose live objects the plan compares against.
+    pub fn cluster_names(&self) -> BTreeSet<String> {
+        self.desired
+            .iter()
+            .map(|d| d.name.clone())
+            .chain(self.read.changes.removed.iter().cloned())
+            .collect()
+    }
+
+    /// True when `from` is not an ancestor of `to`: every cluster is compared and the others pruned.
+    pub fn full_resync(&self) -> bool {
+        self.read.changes.full_resync
+    }
+
+    /// The live objects as the service would have left them after reconciling `from`, none of its
+    /// operations started: for a plan without a meta-cluster.
+    pub fn simulated_baseline(&self) -> Baseline {
+        let clusters = self
+            .at_from
+            .iter()
+            .map(|(n, d)| (n.clone(), simulate_live(d)))
+            .collect();
+        Baseline {
+            clusters,
+            names: self.at_from.keys().cloned().collect(),
+        }
+    }
+}
+
+/// The live objects a plan starts from: per cluster, and the names of every Cluster kok manages.
+#[derive(Clone, Debug, Default)]
+pub struct Baseline {
+    /// Live objects of the clusters the plan compares.
+    pub clusters: BTreeMap<String, Live>,
+    /// Names of every managed Cluster (read only for a full resync).
+    pub names: BTreeSet<String>,
+}
+
+/// Reads the baseline from the meta-cluster: three lists per cluster compared, one more on a full resync.
+pub async fn live_baseline(
+    client: &kube::Client,
+    namespace: &str,
+    prepared: &Prepared,
+) -> Result<Baseline, PlanError> {
+    baseline_from(client, namespace, None, prepared).await
+}
+
+/// [`live_baseline`] from the service's watch caches: no request, but for a cluster whose last writes
+/// the caches do not show yet (that one is listed).
+pub async fn cached_baseline(
+    client: &kube::Client,
+    namespace: &str,
+    cache: &LiveCache,
+    prepared: &Prepared,
+) -> Result<Baseline, PlanError> {
+    baseline_from(client, namespace, Some(cache), prepared).await
+}
+
+async fn baseline_from(
+    client: &kube::Client,
+    namespace: &str,
+    cache: Option<&LiveCache>,
+    prepared: &Prepared,
+) -> Result<Baseline, PlanError> {
+    let mut baseline = Baseline::default();
+    if prepared.full_resync() {
+        baseline.names = match cache {
+            Some(cache) => cache.cluster_names(),
+            None => apply::live_cluster_names(client, namespace).await?,
+        };
+    }
+    let names: BTreeSet<String> = prepared
+        .cluster_names()
+        .into_iter()
+        .chain(baseline.names.clone())
+        .collect();
+    for name in names {
+        let cached = match cache {
+            Some(cache) => cache.live(&name).await,
+            None => None,
+        };
+        let live = match cached {
+            Some(live) => live,
+            None => apply::read_live(client, namespace, &name).await?,
+        };
+        baseline.clusters.insert(name, live);
+    }
+    Ok(baseline)
+}
+
+/// `desired` as it would stand in the meta-cluster: every object current, every ConfigMap owned by
+/// the Cluster and the operations that pin it, no operation started.
+fn simulate_live(desired: &DesiredCluster) -> Live {
+    let with_uid = |meta: &mut kube::api::ObjectMeta, current: bool| {
+        meta.uid = Some(format!("plan-{}", meta.name.clone().unwrap_or_default()));
+        if current {
+            meta.labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(LABEL_CURRENT.to_string(), "true".to_string());
+        }
+    };
+    let mut cluster = desired.cluster.clone();
+    with_uid(&mut cluster.metadata, false);
+    let operations: BTreeMap<String, ClusterOperation> = desired
+        .operations
+        .iter()
+        .map(|op| {
+            let mut op = op.clone();
+            with_uid(&mut op.metadata, true);
+            op.status = None;
+            (op.name_any(), op)
+        })
+        .collect();
+    let owner = |meta: &kube::api::ObjectMeta, kind: &str, api_version: &str| OwnerReference {
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        ..OwnerReference::default()
+    };
+    let config_maps = desired
+        .config_maps
+        .iter()
+        .map(|cm| {
+            let mut cm = cm.clone();
+            with_uid(&mut cm.metadata, true);
+            let name = cm.name_any();
+            let mut owners = vec![owner(&cluster.metadata, "Cluster", &Cluster::api_version(&()))];
+            owners.extend(
+                operations
+                    .values()
+                    .filter(|o| o.spec.hosts_conf_ref.name == name || o.spec.vars_conf_ref.name == name)
+                    .map(|o| {
+                        owner(
+                            &o.metadata,
+                            "ClusterOperation",
+                            &ClusterOperation::api_version(&()),
+                        )
+                    }),
+            );
+            cm.metadata.owner_references = Some(owners);
+            (name, cm)
+        })
+        .collect();
+    Live {
+        cluster: Some(cluster),
+        config_maps,
+        operations,
+    }
+}
+
+/// Reads `(from, to]` under `root` as the service's pass reads it, and renders it as the pass would
+/// render it with `ref_name` as the branch.
+pub fn prepare(
+    repo: &git2::Repository,
+    from: Option<Oid>,
+    to: Oid,
+    root: &str,
+    namespace: &str,
+    ref_name: &str,
+) -> Result<Prepared, PlanError> {
+    let from = from.filter(|f| repo.find_commit(*f).is_ok());
+    let read = read_commit(repo, from, to, root, false)?;
+    let to_sha = to.to_string();
+    let mut ctx = RenderContext::new(namespace, ref_name, &to_sha);
+    ctx.queue_base = crate::reconcile::queue_base(jiff::Timestamp::now());
+    ctx.attribution = to_render_attribution(&read.introduced);
+    let desired: Vec<DesiredCluster> = read
+        .parsed
+        .clusters
+        .iter()
+        .map(|c| render_cluster(c, &ctx))
+        .collect();
+    let mut at_from = BTreeMap::new();
+    let mut hosts_at_from = BTreeMap::new();
+    if let Some(from) = from {
+        let names: Vec<String> = if read.changes.full_resync {
+            crate::source::diff::diff(repo, None, from, root)?.added
+        } else {
+            let mut names: Vec<String> = desired
+                .iter()
+                .map(|d| d.name.clone())
+                .chain(read.changes.removed.iter().cloned())
+                .collect();
+            names.sort();
+            names
+        };
+        let tree = GitTree::at_commit(repo, from)?;
+        let parsed = layout::parse_clusters(&tree, root, &names);
+        let from_sha = from.to_string();
+        let ctx = RenderContext::new(namespace, ref_name, &from_sha);
+        for cluster in &parsed.clusters {
+            at_from.insert(cluster.name.clone(), render_cluster(cluster, &ctx));
+            hosts_at_from.insert(cluster.name.clone(), cluster.inventory.hosts.clone());
+        }
+    }
+    let path = crate::source::attribution::first_parent_path(repo, from, to)?;
+    let mut subjects = BTreeMap::new();
+    for op in &read.introduced {
+        let subject = Oid::from_str(&op.commit)
+            .ok()
+            .and_then(|id| repo.find_commit(id).ok())
+            .and_then(|c| c.summary().ok().flatten().map(str::to_string))
+            .unwrap_or_default();
+        subjects.insert(op.commit.clone(), subject);
+    }
+    Ok(Prepared {
+        from,
+        to,
+        commits: path.len(),
+        read,
+        desired,
+        at_from,
+        hosts_at_from,
+        subjects,
+    })
+}
+
+/// The plan: the writes the service's pass would make on `baseline` for `prepared`, decided by the
+/// same functions that decide apply's writes.
+pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
+    let now = jiff::Timestamp::now();
+    let empty = Live::default();
+    let live = |name: &str| baseline.clusters.get(name).unwrap_or(&empty);
+    let mut writes: BTreeMap<String, Vec<Write>> = BTreeMap::new();
+    for desired in &prepared.desired {
+        writes.insert(
+            desired.name.clone(),
+            decide_cluster(live(&desired.name), desired, now),
+        );
+    }
+    for name in &prepared.read.changes.removed {
+        writes.insert(name.clone(), decide_removal(live(name), name, now));
+    }
+    if prepared.full_resync() {
+        let kept: BTreeSet<&String> = prepared
+            .desired
+            .iter()
+            .map(|d| &d.name)
+            .chain(&prepared.read.parsed.invalid)
+            .chain(&prepared.read.changes.removed)
+            .collect();
+        for name in baseline.names.iter().filter(|n| !kept.contains(n)) {
+            writes.insert(name.clone(), decide_removal(live(name), name, now));
+        }
+    }
+    let mut clusters = Vec::new();
+    for (name, writes) in writes {
+        let mut plan = ClusterPlan {
+            name: name.clone(),
+            ..ClusterPlan::default()
+        };
+        for write in &writes {
+            let (change, kind, object) = write.target();
+            let entry = ObjectRef {
+                kind: kind.to_string(),
+                name: object.to_string(),
+                what: write.describe().to_string(),
+            };
+            match change {
+                Change::Create => plan.created.push(entry),
+                Change::Update => plan.updated.push(entry),
+                Change::Delete => plan.deleted.push(entry),
+            }
+        }
+        plan.operations = planned_operations(prepared, &name, &writes);
+        plan.warnings = scale_down_warnings(prepared, &name, &plan.operations);
+        if !writes.is_empty() {
+            clusters.push(plan);
+        }
+    }
+    let parsed = &prepared.read.parsed;
+    let invalid = parsed
+        .invalid
+        .iter()
+        .map(|n| InvalidCluster {
+            name: n.clone(),
+            diagnostics: parsed
+                .diagnostics
+                .iter()
+                .filter(|d| d.cluster.as_deref() == Some(n))
+                .cloned()
+                .collect(),
+        })
+        .collect();
+    Plan {
+        from: prepared.from.map(|f| f.to_string()),
+        to: prepared.to.to_string(),
+        commits: prepared.commits,
+        full_resync: prepared.full_resync(),
+        clusters,
+        invalid,
+        repo_diagnostics: parsed
+            .diagnostics
+            .iter()
+            .filter(|d| d.cluster.is_none())
+            .cloned()
+            .collect(),
+        signatures: Vec::new(),
+    }
+}
+
+/// The scale-down warnings of cluster `name`: `remove-node.yml` must run while the node is still in
+/// hosts.yml, and a node left out of hosts.yml without one stays in the cluster.
+fn scale_down_warnings(prepared: &Prepared, name: &str, operations: &[PlannedOperation]) -> Vec<String> {
+    let Some(before) = prepared.hosts_at_from.get(name) else {
+        return Vec::new();
+    };
+    let after = prepared
+        .read
+        .parsed
+        .clusters
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| c.inventory.hosts.clone())
+        .unwrap_or_default();
+    let removed: BTreeSet<&String> = before.difference(&after).collect();
+    let cluster = prepared.read.parsed.clusters.iter().find(|c| c.name == name);
+    let mut named: BTreeSet<String> = BTreeSet::new();
+    let mut warnings = Vec::new();
+    for planned in operations {
+        let Some(op) = cluster.and_then(|c| c.operations.iter().find(|o| o.id == planned.id)) else {
+            continue;
+        };
+        for host in layout::host_references(&op.extra_args) {
+            if removed.contains(&host.name) {
+                warnings.push(format!(
+                    "{name}: operation {} names {}, which this change removes from hosts.yml: \
+                     {} must run while the node is still in hosts.yml; remove the host in a later commit",
+                    op.id, host.name, op.action
+                ));
+            }
+            named.insert(host.name);
+        }
+    }
+    for host in removed.iter().filter(|h| !named.contains(h.as_str())) {
+        warnings.push(format!(
+            "{name}: {host} leaves hosts.yml and no operation names it, so it stays in the cluster; \
+             run remove-node.yml with -e node={host} in an earlier commit"
+        ));
+    }
+    warnings
+}
+
+/// The operations the writes of cluster `name` create, in commit order then file order.
+fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<PlannedOperation> {
+    let Some(desired) = prepared.desired.iter().find(|d| d.name == name) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for write in writes {
+        let Write::CreateOperation { name: op_name } = write else {
+            continue;
+        };
+        let Some((file_index, op)) = desired
+            .operations
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.name_any() == *op_name)
+        else {
+            continue;
+        };
+        let introduced = prepared
+            .read
+            .introduced
+            .iter()
+            .find(|i| i.cluster == name && i.id == op.spec.id);
+        let commit = introduced
+            .map(|i| i.commit.clone())
+            .unwrap_or_else(|| prepared.to.to_string());
+        out.push((
+            introduced
+                .map(|i| i.commit_index)
+                .unwrap_or(prepared.commits.saturating_sub(1)),
+            file_index,
+            PlannedOperation {
+                id: op.spec.id.clone(),
+                name: op_name.clone(),
+                action: op.spec.action.clone(),
+                subject: prepared.subjects.get(&commit).cloned().unwrap_or_default(),
+                commit,
+                commit_index: introduced
+                    .map(|i| i.commit_index)
+                    .unwrap_or(prepared.commits.saturating_sub(1)),
+            },
+        ));
+    }
+    out.sort_by_key(|(c, f, _)| (*c, *f));
+    out.into_iter().map(|(_, _, p)| p).collect()
+}
+
+/// Context of the status a pull-request head gets.
+pub const PLAN_CONTEXT: &str = "kok/plan";
+
+/// The `kok/plan` status of a pull-request head: `error` naming the file and line of the first
+/// problem when a cluster or kok.yml is invalid, else `success` saying what would run (and the
+/// scale-down warnings), e.g. `prod-bj: add-node8 (scale.yml) would run`. Forges cut the
+/// description to their limits.
+pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
+    let first_error = plan
+        .repo_diagnostics
+        .iter()
+        .chain(plan.invalid.iter().flat_map(|i| &i.diagnostics))
+        .find(|d| d.severity == layout::Severity::Error);
+    if let Some(d) = first_error {
+        return (crate::api::StatusState::Error, d.to_string());
+    }
+    let mut parts: Vec<String> = plan
+        .clusters
+        .iter()
+        .filter(|c| !c.operations.is_empty())
+        .map(|c| {
+            let ops: Vec<String> = c
+                .operations
+                .iter()
+                .map(|o| format!("{} ({})", o.id, o.action))
+                .collect();
+            format!("{}: {} would run", c.name, ops.join(", "))
+        })
+        .collect();
+    if parts.is_empty() {
+        let writes: usize = plan
+            .clusters
+            .iter()
+            .map(|c| c.created.len() + c.updated.len() + c.deleted.len())
+            .sum();
+        parts.push(if writes == 0 {
+            "no changes".to_string()
+        } else {
+            format!("no operation would run; {writes} object writes")
+        });
+    }
+    let warnings: usize = plan.clusters.iter().map(|c| c.warnings.len()).sum();
+    let mut description = parts.join("; ");
+    if let Some(first) = plan.clusters.iter().flat_map(|c| &c.warnings).next() {
+        description.push_str(&format!("; {warnings} warning(s): {first}"));
+    }
+    (crate::api::StatusState::Success, description)
+}
+
+/// The plan for humans.
+pub fn text(plan: &Plan) -> String {
+    let short = |s: &str| s.chars().take(8).collect::<String>();
+    let mut out = String::new();
+    let from = plan
+        .from
+        .as_deref()
+        .map(short)
+        .unwrap_or_else(|| "(root)".to_string());
+    let commits = if plan.commits == 1 {
+        "1 commit".to_string()
+    } else {
+        format!("{} commits", plan.commits)
+    };
+    out.push_str(&format!("plan {from}..{} ({commits})\n", short(&plan.to)));
+    if plan.full_resync {
+        out.push_str(
+            "full resync: the start is not an ancestor of the end (or is unknown); every cluster compared\n",
+        );
+    }
+    for d in &plan.repo_diagnostics {
+        out.push_str(&format!("{d}\n"));
+    }
+    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+        out.push_str("no changes\n");
+    }
+    for cluster in &plan.clusters {
+        out.push_str(&format!("\ncluster {}\n", cluster.name));
+        for (sign, list) in [
+            ("+", &cluster.created),
+            ("~", &cluster.updated),
+            ("-", &cluster.deleted),
+        ] {
+            for o in list {
+                out.push_str(&format!("  {sign} {} {} ({})\n", o.kind, o.name, o.what));
+            }
+        }
+        for w in &cluster.warnings {
+            out.push_str(&format!("  warning: {w}\n"));
+        }
+        if !cluster.operations.is_empty() {
+            out.push_str("  operations that would run:\n");
+            for op in &cluster.operations {
+                out.push_str(&format!(
+                    "    {} ({}) from {} {:?}\n",
+                    op.id,
+                    op.action,
+                    short(&op.commit),
+                    op.subject
+                ));
+            }
+        }
+    }
+    for invalid in &plan.invalid {
+        out.push_str(&format!(
+            "\ncluster {}: invalid, it would be left at its last good state\n",
+            invalid.name
+        ));
+        for d in &invalid.diagnostics {
+            out.push_str(&format!("  {d}\n"));
+        }
+    }
+    if !plan.signatures.is_empty() {
+        out.push_str("\nsignatures:\n");
+        for signature in &plan.signatures {
+            out.push_str(&format!("  {signature}\n"));
+        }
+    }
+    out
+}
+
+/// A markdown table cell: pipes escaped, line breaks folded.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The plan as markdown, one table per cluster, fit for a pull-request comment.
+pub fn markdown(plan: &Plan) -> String {
+    let short = |s: &str| s.chars().take(8).collect::<String>();
+    let from = plan
+        .from
+        .as_deref()
+        .map(short)
+        .unwrap_or_else(|| "(root)".to_string());
+    let mut out = format!("### kok plan `{from}..{}`\n\n", short(&plan.to));
+    if plan.full_resync {
+        out.push_str("Full resync: the start is not an ancestor of the end; every cluster compared.\n\n");
+    }
+    for d in &plan.repo_diagnostics {
+        out.push_str(&format!("- :x: `{}`\n", cell(&d.to_string())));
+    }
+    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+        out.push_str("No changes.\n");
+    }
+    for cluster in &plan.clusters {
+        out.push_str(&format!(
+            "#### {}\n\n| change | kind | name | detail |\n|---|---|---|---|\n",
+            cluster.name
+        ));
+        for (change, list) in [
+            ("create", &cluster.created),
+            ("update", &cluster.updated),
+            ("delete", &cluster.deleted),
+        ] {
+            for o in list {
+                out.push_str(&format!(
+                    "| {change} | {} | `{}` | {} |\n",
+                    o.kind, o.name, o.what
+                ));
+            }
+        }
+        for op in &cluster.operations {
+            out.push_str(&format!(
+                "| run | ClusterOperation | `{}` | `{}` (`{}`) from `{}` {} |\n",
+                op.name,
+                cell(&op.id),
+                cell(&op.action),
+                short(&op.commit),
+                cell(&op.subject)
+            ));
+        }
+        out.push('\n');
+        for w in &cluster.warnings {
+            out.push_str(&format!("> :warning: {w}\n"));
+        }
+        if !cluster.warnings.is_empty() {
+            out.push('\n');
+        }
+    }
+    for invalid in &plan.invalid {
+        out.push_str(&format!(
+            "#### {} (invalid: left at its last good state)\n\n",
+            invalid.name
+        ));
+        for d in &invalid.diagnostics {
+            out.push_str(&format!("- `{}`\n", cell(&d.to_string())));
+        }
+        out.push('\n');
+    }
+    if !plan.signatures.is_empty() {
+        out.push_str("#### Signatures\n\n");
+        for signature in &plan.signatures {
+            out.push_str(&format!("- {}\n", cell(&signature.to_string())));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::StatusState;
+
+    fn plan_with(clusters: Vec<ClusterPlan>) -> Plan {
+        Plan {
+            from: None,
+            to: "b".repeat(40),
+            commits: 1,
+            full_resync: false,
+            clusters,
+            invalid: Vec::new(),
+            repo_diagnostics: Vec::new(),
+            signatures: Vec::new(),
+        }
+    }
+
+    fn op(id: &str, action: &str) -> PlannedOperation {
+        PlannedOperation {
+            id: id.into(),
+            name: format!("prod-bj-{id}-12345678"),
+            action: action.into(),
+            commit: "b".repeat(40),
+            subject: "scale".into(),
+            commit_index: 0,
+        }
+    }
+
+    #[test]
+    fn plan_status_says_what_would_run_and_the_warnings() {
+        let bj = ClusterPlan {
+            name: "prod-bj".into(),
+            operations: vec![op("add-node8", "scale.yml")],
+            warnings: vec!["prod-bj: node3 leaves hosts.yml and no operation names it".into()],
+            ..ClusterPlan::default()
+        };
+        let (state, description) = plan_status(&plan_with(vec![bj]));
+        assert_eq!(state, StatusState::Success);
+        assert_eq!(
+            description,
+            "prod-bj: add-node8 (scale.yml) would run; 1 warning(s): prod-bj: node3 leaves hosts.yml and no \
+             operation names it"
+        );
+        assert_eq!(plan_status(&plan_with(Vec::new())).1, "no changes");
+    }
+
+    #[test]
+    fn plan_status_of_an_invalid_cluster_is_an_error_naming_file_and_line() {
+        let mut plan = plan_with(Vec::new());
+        let diagnostic = Diagnostic {
+            cluster: Some("prod-bj".into()),
+            path: "clusters/prod-bj/hosts.yml".into(),
+            line: 3,
+            column: 1,
+            severity: layout::Severity::Error,
+            message: "hosts must be a mapping".into(),
+        };
+        plan.invalid.push(InvalidCluster {
+            name: "prod-bj".into(),
+            diagnostics: vec![diagnostic],
+        });
+        let (state, description) = plan_status(&plan);
+        assert_eq!(state, StatusState::Error);
+        assert!(
+            description.starts_with("clusters/prod-bj/hosts.yml:3"),
+            "{description}"
+        );
+    }
+}
