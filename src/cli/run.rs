@@ -262,8 +262,12 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         api_url: Some(api.url()),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let store_failed = api.store_failed();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            e = store_failed => tracing::error!(error = %e, "stopping"),
+        }
         let _ = stop_tx.send(true);
     });
     let runner = tokio::spawn(crate::local::runner::run(
@@ -277,8 +281,12 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         Err(e) => tracing::warn!(error = %e, "the local Job runner task failed"),
         Ok(Ok(())) => {}
     }
+    let store_failure = api.store_failure();
     api.stop().await;
-    result
+    match store_failure {
+        Some(e) => Err(e),
+        None => result,
+    }
 }
 
 /// The bare cache repository the source keeps for `config`.

@@ -430,6 +430,27 @@ impl ApiServer {
         Ok(())
     }
 
+    /// Why the server stopped persisting (a write to its data directory failed, for example on a full
+    /// disk), if it did; from then on it refuses every request with 503 until restarted.
+    pub fn persist_failure(&self) -> Option<String> {
+        self.shared.lock().store.persist_failure().map(|e| e.message)
+    }
+
+    /// Resolves with the reason once a write could not be persisted; never without a data directory.
+    pub fn persist_failed(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+        let rx = self.shared.lock().store.persist_failed();
+        async move {
+            let Some(mut rx) = rx else {
+                return std::future::pending().await;
+            };
+            let why = rx.wait_for(Option::is_some).await.ok().and_then(|why| why.clone());
+            match why {
+                Some(why) => why,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
     /// Request counts (a live view: later requests show up in it).
     pub fn requests(&self) -> RequestLog {
         self.shared.log.clone()

@@ -134,6 +134,8 @@ pub struct Db {
     conn: Option<Connection>,
     lock: Option<File>,
     failure: Option<String>,
+    /// Announces the failure that stopped writes (not a normal close).
+    failed: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl Db {
@@ -163,8 +165,14 @@ impl Db {
     }
 
     fn fail(&mut self, why: String) {
+        self.failed.send_replace(Some(why.clone()));
         self.failure = Some(why);
         self.conn = None;
+    }
+
+    /// Follows the failure that stopped writes: `None` until a write could not be persisted.
+    pub fn failed(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.failed.subscribe()
     }
 
     /// Closes the database and releases the directory's lock; later writes are refused.
@@ -353,6 +361,7 @@ pub fn open(dir: &Path, page_limit: Option<u64>, state: &mut State) -> Result<()
         conn: Some(conn),
         lock: Some(lock),
         failure: None,
+        failed: tokio::sync::watch::Sender::new(None),
     });
     Ok(())
 }

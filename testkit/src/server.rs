@@ -8,6 +8,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, Request, State as AxumState};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -314,13 +315,11 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         .map(|v| json_response(200, &v))
         .unwrap_or_else(not_found_path);
     }
-    if protobuf_only(&parts.headers) {
-        let mut e = ApiError::new(
-            406,
-            "testkit writes JSON responses only; accept application/json as well as protobuf",
-        );
-        e.reason = "NotAcceptable".into();
-        return error_response(&e);
+    let pb = protobuf_only(&parts.headers);
+    if pb {
+        if let Some(e) = no_protobuf_form(&shared.lock(), &rp) {
+            return error_response(&e);
+        }
     }
     let q = query_map(&parts.uri);
     let verb = match (&parts.method, rp.name.is_some()) {
@@ -354,16 +353,76 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
             format!("testkit injected fault: {verb} {logged} failed with {code}"),
         );
         e.reason = reason_for_code(code).into();
-        return error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
+        let r = error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
+        return negotiated(pb, false, r).await;
     }
-    if let Some(e) = shared.lock().store.persist_failure() {
-        return error_response(&e);
+    let refused = shared.lock().store.persist_failure();
+    if let Some(e) = refused {
+        return negotiated(pb, false, error_response(&e)).await;
     }
     let response = resource_request(&shared, &parts.headers, &q, rp, verb, body);
     // A write that could not be persisted is not acknowledged.
-    match shared.lock().store.persist_failure() {
+    let refused = shared.lock().store.persist_failure();
+    let response = match refused {
         Some(e) => error_response(&e),
         None => response,
+    };
+    negotiated(pb, verb == "watch", response).await
+}
+
+/// Why a client that accepts only protobuf cannot be answered: custom resources are JSON and YAML
+/// only (406, worded as the apiserver words it), and some built-ins have no protobuf form in testkit.
+fn no_protobuf_form(state: &State, rp: &ResourcePath) -> Option<ApiError> {
+    let info = state.registry.get(&rp.group, &rp.version, &rp.resource)?;
+    let message = if info.custom {
+        "only the following media types are accepted: application/json, application/yaml".to_string()
+    } else if !crate::protobuf::encodes(&info.api_version(), &info.kind) {
+        format!(
+            "testkit cannot write {} {} as protobuf; accept application/json as well",
+            info.api_version(),
+            info.kind
+        )
+    } else {
+        return None;
+    };
+    let mut e = ApiError::new(406, message);
+    e.reason = "NotAcceptable".into();
+    Some(e)
+}
+
+/// The response in protobuf when that is all the client accepts: objects, lists and Status bodies
+/// enveloped, watch events as length-prefixed frames. JSON otherwise, unchanged.
+async fn negotiated(pb: bool, watch: bool, response: Response) -> Response {
+    if !pb {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let content_type = if watch {
+        let frames = body
+            .into_data_stream()
+            .map(|line| line.map(|line| Bytes::from(crate::protobuf::watch_frame(&line))));
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(crate::protobuf::WATCH_CONTENT_TYPE),
+        );
+        return Response::from_parts(parts, Body::from_stream(frames));
+    } else {
+        crate::protobuf::CONTENT_TYPE
+    };
+    let encoded = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(json) => serde_json::from_slice::<Value>(&json)
+            .map_err(|e| ApiError::new(500, format!("testkit wrote an unreadable response: {e}")))
+            .and_then(|v| crate::protobuf::encode(&v)),
+        Err(e) => Err(ApiError::new(500, format!("reading the response failed: {e}"))),
+    };
+    match encoded {
+        Ok(bytes) => {
+            parts
+                .headers
+                .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+            Response::from_parts(parts, Body::from(bytes))
+        }
+        Err(e) => error_response(&e),
     }
 }
 
