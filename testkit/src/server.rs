@@ -205,6 +205,18 @@ fn protobuf_only(headers: &HeaderMap) -> bool {
         })
 }
 
+/// Whether the client takes JSON (or anything): no Accept, `*/*` or `application/json`.
+fn accepts_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|a| {
+            a.split(',')
+                .map(|t| t.split(';').next().unwrap_or("").trim())
+                .any(|t| matches!(t, "application/json" | "*/*" | "application/*" | ""))
+        })
+}
+
 fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -279,7 +291,9 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
                 .map(|doc| json_response(200, &doc))
                 .unwrap_or_else(not_found_path);
         }
-        (Method::GET, "/openapi/v2") => {
+        (Method::GET, "/openapi/v2") if !accepts_json(&parts.headers) => {
+            // The protobuf (gnostic) form is not written: an empty document, which kubectl reads as
+            // "no schemas" and so validates nothing on the client side.
             return (
                 StatusCode::OK,
                 [(
@@ -290,6 +304,7 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
             )
                 .into_response()
         }
+        (Method::GET, "/openapi/v2") => return json_response(200, &crate::openapi::swagger(&shared.lock())),
         (Method::GET, p) if p.starts_with("/apis/") && p.matches('/').count() == 2 => {
             let group = &p["/apis/".len()..];
             return discovery::api_group(&shared.lock().registry, group)
