@@ -275,7 +275,10 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         runner_cfg,
         wait_true(stop_rx.clone()),
     ));
-    let result = run_with_client(args, client, wait_true(stop_rx)).await;
+    let result = tokio::select! {
+        r = run_with_client(args, client, wait_true(stop_rx)) => r,
+        e = api.store_failed_past_grace() => Err(e),
+    };
     match runner.await {
         Ok(Err(e)) => tracing::warn!(error = %e, "the local Job runner stopped with an error"),
         Err(e) => tracing::warn!(error = %e, "the local Job runner task failed"),

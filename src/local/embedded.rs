@@ -21,6 +21,9 @@ pub struct Embedded {
     data_dir: PathBuf,
 }
 
+/// How long in-flight work gets to stop once the store cannot be written.
+pub const STORE_FAILURE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Variable capping the embedded store's database at this many 4 KiB pages, as a nearly full disk
 /// would; only tests of what a full disk does set it.
 pub const DB_PAGE_LIMIT_ENV: &str = "KOK_TEST_API_DB_PAGE_LIMIT";
@@ -57,6 +60,17 @@ impl Embedded {
         let failed = self.server.persist_failed();
         let dir = self.data_dir.clone();
         async move { store_error(&dir, &failed.await) }
+    }
+
+    /// Resolves [`STORE_FAILURE_GRACE`] after [`Embedded::store_failed`]: work still retrying against
+    /// the refusing server by then is abandoned (it is redone from the store at the next start).
+    pub fn store_failed_past_grace(&self) -> impl std::future::Future<Output = anyhow::Error> + Send + 'static {
+        let failed = self.store_failed();
+        async move {
+            let e = failed.await;
+            tokio::time::sleep(STORE_FAILURE_GRACE).await;
+            e
+        }
     }
 
     /// The error of [`Embedded::store_failed`], if the server has stopped persisting.

@@ -16,6 +16,7 @@ pub mod api;
 pub mod apply;
 pub mod discovery;
 pub mod errors;
+pub mod formats;
 pub mod openapi;
 pub mod patch;
 pub mod persist;

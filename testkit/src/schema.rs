@@ -69,7 +69,11 @@ fn prune(schema: &Value, value: &mut Value, path: &str, top: bool, unknown: &mut
                     format!("{path}.{key}")
                 };
                 if let Some(s) = props.and_then(|p| p.get(&key)).or(additional) {
-                    if let Some(v) = map.get_mut(&key) {
+                    // A null the schema does not allow is dropped, as the apiserver does before
+                    // defaulting.
+                    if map[&key].is_null() && s["nullable"] != Value::Bool(true) {
+                        map.remove(&key);
+                    } else if let Some(v) = map.get_mut(&key) {
                         prune(s, v, &child, false, unknown);
                     }
                 } else if !preserve && (props.is_some() || schema.get("type").is_some()) {
@@ -125,7 +129,14 @@ fn invalid(path: &str, value: &Value, why: String) -> Cause {
 
 /// Checks a value against its schema, collecting causes.
 fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cause>) {
+    composition(schema, value, path, out);
     if value.is_null() {
+        // Null fields were pruned; what is left is a list item or an allowed null.
+        if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+            if schema["nullable"] != Value::Bool(true) {
+                out.push(type_error(path, "null", expected));
+            }
+        }
         return;
     }
     let actual = type_name(value);
@@ -180,25 +191,44 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
                     out.push(invalid(path, value, format!("should match '{p}'")));
                 }
             }
+            if let Some(format) = schema.get("format").and_then(Value::as_str) {
+                if !crate::formats::conforms(format, s) {
+                    out.push(cause(
+                        "FieldValueTypeInvalid",
+                        path,
+                        format!("Invalid value: {value}: {path} in body must be of type {format}: {value}"),
+                    ));
+                }
+            }
         }
         Value::Number(n) => {
             let n = n.as_f64().unwrap_or(0.0);
-            if bound("minimum").is_some_and(|m| n < m) {
-                out.push(invalid(
-                    path,
-                    value,
-                    format!(
-                        "should be greater than or equal to {}",
-                        number(&schema["minimum"])
-                    ),
-                ));
+            let exclusive = |key: &str| schema[key] == Value::Bool(true);
+            if let Some(m) = bound("minimum") {
+                let min = number(&schema["minimum"]);
+                if exclusive("exclusiveMinimum") && n <= m {
+                    out.push(invalid(path, value, format!("should be greater than {min}")));
+                } else if n < m {
+                    out.push(invalid(path, value, format!("should be greater than or equal to {min}")));
+                }
             }
-            if bound("maximum").is_some_and(|m| n > m) {
-                out.push(invalid(
-                    path,
-                    value,
-                    format!("should be less than or equal to {}", number(&schema["maximum"])),
-                ));
+            if let Some(m) = bound("maximum") {
+                let max = number(&schema["maximum"]);
+                if exclusive("exclusiveMaximum") && n >= m {
+                    out.push(invalid(path, value, format!("should be less than {max}")));
+                } else if n > m {
+                    out.push(invalid(path, value, format!("should be less than or equal to {max}")));
+                }
+            }
+            if let Some(factor) = bound("multipleOf").filter(|f| *f > 0.0) {
+                let q = n / factor;
+                if (q - q.round()).abs() > 1e-9 {
+                    out.push(invalid(
+                        path,
+                        value,
+                        format!("should be a multiple of {}", number(&schema["multipleOf"])),
+                    ));
+                }
             }
         }
         Value::Array(items) => {
@@ -227,6 +257,24 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
             }
         }
         Value::Object(map) => {
+            let count = map.len() - if top { OBJECT_FIELDS.iter().filter(|f| map.contains_key(**f)).count() } else { 0 };
+            if bound("maxProperties").is_some_and(|m| count as f64 > m) {
+                out.push(cause(
+                    "FieldValueTooMany",
+                    path,
+                    format!(
+                        "Too many: {count}: must have at most {} items",
+                        number(&schema["maxProperties"])
+                    ),
+                ));
+            }
+            if bound("minProperties").is_some_and(|m| (count as f64) < m) {
+                out.push(invalid(
+                    path,
+                    &json!(""),
+                    format!("should have at least {} properties", number(&schema["minProperties"])),
+                ));
+            }
             for required in schema
                 .get("required")
                 .and_then(Value::as_array)
@@ -263,6 +311,60 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
     }
 }
 
+/// `allOf`, `anyOf`, `oneOf` and `not`: in a structural schema they hold value validations only,
+/// checked against the same value.
+fn composition(schema: &Value, value: &Value, path: &str, out: &mut Vec<Cause>) {
+    let results = |key: &str| -> Vec<Vec<Cause>> {
+        schema[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|sub| {
+                let mut causes = Vec::new();
+                check(sub, value, path, false, &mut causes);
+                causes
+            })
+            .collect()
+    };
+    let composite = |message: String| invalid_composite(path, message);
+    let all = results("allOf");
+    if all.iter().any(|r| !r.is_empty()) {
+        let none = if all.iter().all(|r| !r.is_empty()) { ". None validated" } else { "" };
+        out.push(composite(format!("must validate all the schemas (allOf){none}")));
+        out.extend(all.into_iter().flatten());
+    }
+    let any = results("anyOf");
+    if !any.is_empty() && any.iter().all(|r| !r.is_empty()) {
+        out.push(composite("must validate at least one schema (anyOf)".into()));
+        out.extend(any.into_iter().flatten());
+    }
+    let one = results("oneOf");
+    let valid = one.iter().filter(|r| r.is_empty()).count();
+    if !one.is_empty() && valid != 1 {
+        let detail = if valid == 0 { "" } else { " Found 2 valid alternatives" };
+        out.push(composite(format!("must validate one and only one schema (oneOf).{detail}")));
+        if valid == 0 {
+            out.extend(one.into_iter().flatten());
+        }
+    }
+    if let Some(not) = schema.get("not") {
+        let mut causes = Vec::new();
+        check(not, value, path, false, &mut causes);
+        if causes.is_empty() {
+            out.push(composite("must not validate the schema (not)".into()));
+        }
+    }
+}
+
+/// A composite error carries no value; the apiserver prints it as `""`.
+fn invalid_composite(path: &str, message: String) -> Cause {
+    cause(
+        "FieldValueInvalid",
+        path,
+        format!("Invalid value: \"\": {path} {message}"),
+    )
+}
+
 /// A schema number as Go prints it: `1`, not `1.0`.
 fn number(v: &Value) -> String {
     match v.as_f64() {
@@ -290,6 +392,17 @@ fn has_rules(schema: &Value) -> bool {
 
 fn cel_value(v: &Value) -> Option<cel::Value> {
     cel::to_value(v).ok()
+}
+
+/// The message a rule's `messageExpression` computes: used when it evaluates to a non-empty string
+/// of one line, as the apiserver does; None otherwise (the static `message` applies).
+fn message_expression(rule: &Value, ctx: &cel::Context) -> Option<String> {
+    let expression = rule["messageExpression"].as_str()?;
+    let program = cel::Program::compile(expression).ok()?;
+    match program.execute(ctx) {
+        Ok(cel::Value::String(s)) if !s.trim().is_empty() && !s.contains('\n') => Some(s.to_string()),
+        _ => None,
+    }
 }
 
 /// Evaluates the `x-kubernetes-validations` rules of `schema` and below. Rules naming `oldSelf` run
@@ -321,15 +434,21 @@ fn rules(schema: &Value, new: &Value, old: Option<&Value>, path: &str, out: &mut
             ctx.add_variable_from_value("oldSelf", v);
         }
         if !matches!(program.execute(&ctx), Ok(cel::Value::Bool(true))) {
-            let message = rule["message"]
-                .as_str()
-                .map(str::to_string)
+            let message = message_expression(rule, &ctx)
+                .or_else(|| rule["message"].as_str().map(str::to_string))
                 .unwrap_or_else(|| format!("failed rule: {text}"));
-            out.push(cause(
-                "FieldValueInvalid",
-                path,
-                format!("Invalid value: {message}"),
-            ));
+            let field = match rule["fieldPath"].as_str() {
+                Some(f) if path.is_empty() => f.trim_start_matches('.').to_string(),
+                Some(f) => format!("{path}{f}"),
+                None => path.to_string(),
+            };
+            let (reason, text) = match rule["reason"].as_str() {
+                Some("FieldValueForbidden") => ("FieldValueForbidden", format!("Forbidden: {message}")),
+                Some("FieldValueRequired") => ("FieldValueRequired", format!("Required value: {message}")),
+                Some("FieldValueDuplicate") => ("FieldValueDuplicate", format!("Duplicate value: {message}")),
+                _ => ("FieldValueInvalid", format!("Invalid value: {message}")),
+            };
+            out.push(cause(reason, &field, text));
         }
     }
     if let (Some(props), Value::Object(map)) = (schema.get("properties").and_then(Value::as_object), new) {
