@@ -526,3 +526,114 @@ pub fn validate(
     e.details.kind = target.kind.to_string();
     Err(e)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(schema: &Value) -> Target<'_> {
+        Target {
+            schema,
+            group: "example.test",
+            version: "v1",
+            kind: "Widget",
+        }
+    }
+
+    /// The causes (field, message) of validating `spec` against `spec_schema`.
+    fn causes(spec_schema: Value, spec: Value) -> Vec<(String, String)> {
+        let schema = json!({"type": "object", "properties": {"spec": spec_schema}});
+        let mut obj = json!({"apiVersion": "example.test/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": spec});
+        match validate(&target(&schema), "w", None, &mut obj, FieldValidation::Strict) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.details.causes.into_iter().map(|c| (c.field, c.message)).collect(),
+        }
+    }
+
+    fn one(field: &str, message: &str) -> Vec<(String, String)> {
+        vec![(field.to_string(), message.to_string())]
+    }
+
+    #[test]
+    fn formats_are_type_errors_worded_as_the_apiserver_words_them() {
+        let schema = json!({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
+            "size": {"type": "integer", "format": "int32"}}});
+        assert_eq!(
+            causes(schema.clone(), json!({"when": "soon", "size": 5_000_000_000u64})),
+            one(
+                "spec.when",
+                "Invalid value: \"soon\": spec.when in body must be of type date-time: \"soon\""
+            )
+        );
+        assert!(causes(schema, json!({"when": "2026-11-23T21:00:00Z"})).is_empty());
+    }
+
+    #[test]
+    fn nulls_are_dropped_unless_nullable_and_refused_in_lists() {
+        let schema = json!({"type": "object", "properties": {
+            "gone": {"type": "string"}, "kept": {"type": "string", "nullable": true},
+            "list": {"type": "array", "items": {"type": "string"}}}});
+        let full = json!({"type": "object", "properties": {"spec": schema.clone()}});
+        let mut obj = json!({"metadata": {"name": "w"}, "spec": {"gone": null, "kept": null}});
+        validate(&target(&full), "w", None, &mut obj, FieldValidation::Strict).unwrap();
+        assert_eq!(obj["spec"], json!({"kept": null}));
+        assert_eq!(
+            causes(schema, json!({"list": ["a", null]})),
+            one(
+                "spec.list[1]",
+                "Invalid value: \"null\": spec.list[1] in body must be of type string: \"null\""
+            )
+        );
+    }
+
+    #[test]
+    fn exclusive_bounds_and_multiples() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1,
+            "exclusiveMinimum": true, "maximum": 10, "exclusiveMaximum": true, "multipleOf": 3}}});
+        assert_eq!(
+            causes(schema.clone(), json!({"n": 1})),
+            vec![
+                ("spec.n".into(), "Invalid value: 1: spec.n in body should be greater than 1".into()),
+                ("spec.n".into(), "Invalid value: 1: spec.n in body should be a multiple of 3".into()),
+            ]
+        );
+        assert_eq!(
+            causes(schema.clone(), json!({"n": 12})).first().map(|c| c.1.clone()),
+            Some("Invalid value: 12: spec.n in body should be less than 10".into())
+        );
+        assert!(causes(schema, json!({"n": 9})).is_empty());
+    }
+
+    #[test]
+    fn compositions_check_value_validations_against_the_same_value() {
+        let schema = json!({"type": "object", "properties": {"port": {"type": "string",
+            "anyOf": [{"pattern": "^[0-9]+$"}, {"enum": ["http", "https"]}], "not": {"enum": ["0"]}}}});
+        assert!(causes(schema.clone(), json!({"port": "8080"})).is_empty());
+        assert!(causes(schema.clone(), json!({"port": "https"})).is_empty());
+        let got = causes(schema.clone(), json!({"port": "ftp"}));
+        assert_eq!(
+            got[0],
+            (
+                "spec.port".to_string(),
+                "Invalid value: \"\": spec.port must validate at least one schema (anyOf)".to_string()
+            )
+        );
+        assert_eq!(
+            causes(schema, json!({"port": "0"})),
+            one("spec.port", "Invalid value: \"\": spec.port must not validate the schema (not)")
+        );
+    }
+
+    #[test]
+    fn cel_message_expression_reason_and_field_path_shape_the_cause() {
+        let schema = json!({"type": "object", "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.min <= self.max", "fieldPath": ".max",
+                "reason": "FieldValueForbidden", "message": "static",
+                "messageExpression": "'max ' + string(self.max) + ' is below min ' + string(self.min)"}]});
+        assert_eq!(
+            causes(schema, json!({"min": 5, "max": 2})),
+            one("spec.max", "Forbidden: max 2 is below min 5")
+        );
+    }
+}
