@@ -17,6 +17,7 @@ pub mod apply;
 pub mod discovery;
 pub mod errors;
 pub mod formats;
+pub mod legacy;
 pub mod openapi;
 pub mod patch;
 pub mod persist;
