@@ -28,6 +28,7 @@ pub mod selectors;
 pub mod server;
 pub mod store;
 pub mod table;
+pub mod typed;
 pub mod util;
 pub mod validation;
 pub mod watch;

@@ -166,14 +166,11 @@ pub fn group_doc(state: &State, group: &str, version: &str) -> Option<Value> {
         };
         let gvk = json!({"group": group, "version": version, "kind": info.kind});
         let body = json!({"content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{name}")}}}});
-        // kubectl sends `fieldValidation=Strict` when the patch operation declares it; testkit
-        // enforces it for custom resources only (`schema.rs`), so only they declare it.
-        let parameters = if info.custom {
-            json!([{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true},
-                "description": "Ignore, Warn (default) or Strict: what unknown fields in the request do."}])
-        } else {
-            json!([])
-        };
+        // kubectl sends `fieldValidation=Strict` when the patch operation declares it, as it does on
+        // a real server; testkit enforces it (`schema.rs` for custom resources, `typed.rs` for built-ins).
+        let parameters = json!([{"name": "fieldValidation", "in": "query",
+            "schema": {"type": "string", "uniqueItems": true},
+            "description": "Ignore, Warn (default) or Strict: what unknown fields in the request do."}]);
         paths.insert(
             path,
             json!({

@@ -465,6 +465,25 @@ fn rules(schema: &Value, new: &Value, old: Option<&Value>, path: &str, out: &mut
     }
 }
 
+/// What pruned unknown fields do under `mode`: a 400 under `Strict`, a warning each under `Warn`
+/// (returned), nothing under `Ignore`; worded as the apiserver words them.
+pub fn unknown_fields(
+    kind: &str,
+    version: &str,
+    unknown: &[String],
+    mode: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let listed = unknown.iter().map(|u| format!("unknown field \"{u}\""));
+    match mode {
+        FieldValidation::Strict if !unknown.is_empty() => Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            listed.collect::<Vec<_>>().join(", "),
+        ))),
+        FieldValidation::Warn => Ok(listed.collect()),
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// Prunes `obj` and validates it (and, on updates, its transition from `old`). Returns the
 /// warnings to send; refuses with the real server's Status on unknown fields under `Strict` and on
 /// invalid values.
@@ -477,20 +496,7 @@ pub fn validate(
 ) -> Result<Vec<String>, ApiError> {
     let mut unknown = Vec::new();
     prune(target.schema, obj, "", true, &mut unknown);
-    let mut warnings = Vec::new();
-    match mode {
-        FieldValidation::Strict if !unknown.is_empty() => {
-            let listed: Vec<String> = unknown.iter().map(|u| format!("unknown field \"{u}\"")).collect();
-            return Err(ApiError::bad_request(format!(
-                "{kind} in version \"{}\" cannot be handled as a {kind}: strict decoding error: {}",
-                target.version,
-                listed.join(", "),
-                kind = target.kind
-            )));
-        }
-        FieldValidation::Warn => warnings.extend(unknown.iter().map(|u| format!("unknown field \"{u}\""))),
-        _ => {}
-    }
+    let warnings = unknown_fields(target.kind, target.version, &unknown, mode)?;
     let mut causes = Vec::new();
     check(target.schema, obj, "", true, &mut causes);
     causes.sort_by(|a, b| a.field.cmp(&b.field));
