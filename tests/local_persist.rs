@@ -416,7 +416,10 @@ async fn a_store_that_cannot_be_written_stops_kok_naming_the_state_dir() {
     f.commit_operations(&ids.iter().map(String::as_str).collect::<Vec<_>>());
     let status = kok.wait_exit();
     let log = kok.log();
-    assert!(!status.success(), "kok kept running without its store; its log:\n{log}");
+    assert!(
+        !status.success(),
+        "kok kept running without its store; its log:\n{log}"
+    );
     let dir = f.state().canonicalize().expect("state dir").join("api");
     assert!(
         log.contains(&format!("could not write its store in {}", dir.display())),

@@ -64,7 +64,9 @@ impl Embedded {
 
     /// Resolves [`STORE_FAILURE_GRACE`] after [`Embedded::store_failed`]: work still retrying against
     /// the refusing server by then is abandoned (it is redone from the store at the next start).
-    pub fn store_failed_past_grace(&self) -> impl std::future::Future<Output = anyhow::Error> + Send + 'static {
+    pub fn store_failed_past_grace(
+        &self,
+    ) -> impl std::future::Future<Output = anyhow::Error> + Send + 'static {
         let failed = self.store_failed();
         async move {
             let e = failed.await;

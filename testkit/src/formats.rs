@@ -98,7 +98,11 @@ mod tests {
             ("date", "2026-11-23", "2026-11-23T00:00:00Z"),
             ("byte", "aGk=", "not base64!"),
             ("uuid", "123e4567-e89b-12d3-a456-426614174000", "123e4567"),
-            ("uuid4", "123e4567-e89b-42d3-a456-426614174000", "123e4567-e89b-12d3-a456-426614174000"),
+            (
+                "uuid4",
+                "123e4567-e89b-42d3-a456-426614174000",
+                "123e4567-e89b-12d3-a456-426614174000",
+            ),
             ("ipv4", "10.0.0.1", "10.0.0.256"),
             ("ipv6", "fe80::1", "10.0.0.1"),
             ("cidr", "10.0.0.0/8", "10.0.0.0/33"),
@@ -108,6 +112,9 @@ mod tests {
             assert!(conforms(format, good), "{format}: {good}");
             assert!(!conforms(format, bad), "{format}: {bad}");
         }
-        assert!(conforms("int32", "anything"), "int32 is not a checked string format");
+        assert!(
+            conforms("int32", "anything"),
+            "int32 is not a checked string format"
+        );
     }
 }

@@ -129,7 +129,10 @@ fn read(path: &Path) -> Result<Option<Vec<u8>>, PersistError> {
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(path: &Path, (offset, json): (usize, &[u8])) -> Result<T, PersistError> {
+fn parse<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    (offset, json): (usize, &[u8]),
+) -> Result<T, PersistError> {
     serde_json::from_slice(json).map_err(|e| damaged(path, offset, format!("the record does not parse: {e}")))
 }
 
@@ -141,7 +144,11 @@ fn load_snapshot(path: &Path, bytes: &[u8], state: &mut State) -> Result<(), Per
     };
     let snap: Snapshot = parse(path, first)?;
     if snap.format != FORMAT {
-        return Err(damaged(path, first.0, format!("format {} is not format {FORMAT}", snap.format)));
+        return Err(damaged(
+            path,
+            first.0,
+            format!("format {} is not format {FORMAT}", snap.format),
+        ));
     }
     for e in snap.objects {
         let rk = ResourceKey {
@@ -162,7 +169,11 @@ fn replay(path: &Path, bytes: &[u8], state: &mut State) -> Result<(), PersistErr
     };
     let h: WalHeader = parse(path, header)?;
     if h.format != FORMAT {
-        return Err(damaged(path, header.0, format!("format {} is not format {FORMAT}", h.format)));
+        return Err(damaged(
+            path,
+            header.0,
+            format!("format {} is not format {FORMAT}", h.format),
+        ));
     }
     for &frame in writes {
         let write: Write = parse(path, frame)?;
@@ -178,7 +189,10 @@ fn replay(path: &Path, bytes: &[u8], state: &mut State) -> Result<(), PersistErr
             return Err(damaged(
                 path,
                 frame.0,
-                format!("the record has resourceVersion {rv} where {} comes next", current + 1),
+                format!(
+                    "the record has resourceVersion {rv} where {} comes next",
+                    current + 1
+                ),
             ));
         }
         match write {
@@ -199,7 +213,11 @@ fn replay(path: &Path, bytes: &[u8], state: &mut State) -> Result<(), PersistErr
             } => {
                 let rk = ResourceKey { group, resource };
                 if state.store.remove(&rk, &(namespace, name)).is_none() {
-                    return Err(damaged(path, frame.0, "the record removes an object that does not exist"));
+                    return Err(damaged(
+                        path,
+                        frame.0,
+                        "the record removes an object that does not exist",
+                    ));
                 }
             }
         }
@@ -239,7 +257,12 @@ fn write_all(db: &Path, conn: &mut Connection, state: &State) -> Result<(), Pers
 
 /// Imports the earlier release's files in `dir`, if there are any, into the database at `db` and the
 /// store; returns how many objects were imported (`None`: nothing was imported).
-pub fn import(dir: &Path, db: &Path, conn: &mut Connection, state: &mut State) -> Result<Option<usize>, PersistError> {
+pub fn import(
+    dir: &Path,
+    db: &Path,
+    conn: &mut Connection,
+    state: &mut State,
+) -> Result<Option<usize>, PersistError> {
     let snapshot_path = dir.join(SNAPSHOT_FILE);
     let wal_path = dir.join(WAL_FILE);
     let (snapshot, wal) = (read(&snapshot_path)?, read(&wal_path)?);
@@ -302,9 +325,13 @@ mod tests {
         let wal = [
             WAL_MAGIC.to_vec(),
             frame(&json!({"format": 1, "base": 2})),
-            frame(&json!({"op": "put", "rv": 3, "group": "", "resource": "configmaps", "object": cm("c", 0)})),
-            frame(&json!({"op": "remove", "rv": 4, "group": "", "resource": "configmaps",
-                "namespace": "n", "name": "a"})),
+            frame(
+                &json!({"op": "put", "rv": 3, "group": "", "resource": "configmaps", "object": cm("c", 0)}),
+            ),
+            frame(
+                &json!({"op": "remove", "rv": 4, "group": "", "resource": "configmaps",
+                "namespace": "n", "name": "a"}),
+            ),
         ]
         .concat();
         std::fs::write(dir.join(WAL_FILE), &wal).unwrap();
@@ -343,7 +370,9 @@ mod tests {
         let wal = earlier_release(dir.path());
         std::fs::write(dir.path().join(WAL_FILE), &wal[..wal.len() - 3]).unwrap();
         let mut state = State::new(10);
-        let e = crate::persist::open(dir.path(), None, &mut state).unwrap_err().to_string();
+        let e = crate::persist::open(dir.path(), None, &mut state)
+            .unwrap_err()
+            .to_string();
         let path = dir.path().join(WAL_FILE);
         assert!(e.contains("truncate -s "), "{e}");
         assert!(e.contains(&path.display().to_string()), "{e}");

@@ -4,9 +4,12 @@
 //! semantics on [`store`] (objects, a global resourceVersion and an event log) and [`resources`]
 //! (built-in kinds plus CRD-served ones). [`watch`] streams events, [`patch`] and [`apply`] handle
 //! PATCH flavours and managedFields, [`selectors`] filter lists, [`table`] renders `kubectl get`
-//! tables, [`discovery`] answers discovery, [`errors`] renders `Status` objects and [`validation`]
-//! checks names and immutability. Garbage collection of dependents lives in [`api`]. With
-//! [`Options::data_dir`], [`persist`] keeps the store on disk (SQLite, one row per object).
+//! tables, [`discovery`] and [`openapi`] answer discovery, [`errors`] renders `Status` objects,
+//! [`protobuf`] reads and writes Kubernetes protobuf, [`schema`] (with [`formats`]) checks custom
+//! resources against their CRD, [`typed`] prunes built-ins and [`validation`] checks names and
+//! immutability. Garbage collection of dependents lives in [`api`]. With [`Options::data_dir`],
+//! [`persist`] keeps the store on disk (SQLite, one row per object; [`legacy`] imports the earlier
+//! format).
 //!
 //! Jobs are stored, never run: no pods are created. Tests play the kubelet with
 //! [`ApiServer::complete_job`], [`ApiServer::fail_job`] and [`ApiServer::start_job`].
@@ -446,7 +449,11 @@ impl ApiServer {
             let Some(mut rx) = rx else {
                 return std::future::pending().await;
             };
-            let why = rx.wait_for(Option::is_some).await.ok().and_then(|why| why.clone());
+            let why = rx
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|why| why.clone());
             match why {
                 Some(why) => why,
                 None => std::future::pending().await,

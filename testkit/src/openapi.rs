@@ -253,7 +253,10 @@ fn swagger_refs(v: &mut Value) {
 /// One OpenAPI v3 operation in Swagger 2.0: the response schema and query parameters move up a level.
 fn swagger_operation(op: &Value) -> Value {
     let mut op = op.clone();
-    if let Some(schema) = op.pointer("/responses/200/content/application~1json/schema").cloned() {
+    if let Some(schema) = op
+        .pointer("/responses/200/content/application~1json/schema")
+        .cloned()
+    {
         op["responses"] = json!({"200": {"description": "OK", "schema": schema}});
     }
     if let Some(params) = op["parameters"].as_array_mut() {

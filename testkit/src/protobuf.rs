@@ -475,7 +475,9 @@ impl Back<Option<Box<PbSchema>>> for Option<Box<apiextensions::JSONSchemaProps>>
     }
 }
 
-impl Conv<Option<apiextensions::JSONSchemaPropsOrArray>> for Option<Box<pb_apiextensions::JsonSchemaPropsOrArray>> {
+impl Conv<Option<apiextensions::JSONSchemaPropsOrArray>>
+    for Option<Box<pb_apiextensions::JsonSchemaPropsOrArray>>
+{
     fn conv(self, u: &mut Unsupported) -> Option<apiextensions::JSONSchemaPropsOrArray> {
         let v = *self?;
         Some(match v.schema {
@@ -487,7 +489,9 @@ impl Conv<Option<apiextensions::JSONSchemaPropsOrArray>> for Option<Box<pb_apiex
     }
 }
 
-impl Back<Option<Box<pb_apiextensions::JsonSchemaPropsOrArray>>> for Option<apiextensions::JSONSchemaPropsOrArray> {
+impl Back<Option<Box<pb_apiextensions::JsonSchemaPropsOrArray>>>
+    for Option<apiextensions::JSONSchemaPropsOrArray>
+{
     fn back(self, u: &mut Unsupported) -> Option<Box<pb_apiextensions::JsonSchemaPropsOrArray>> {
         Some(Box::new(match self? {
             apiextensions::JSONSchemaPropsOrArray::Schema(s) => pb_apiextensions::JsonSchemaPropsOrArray {
@@ -502,7 +506,9 @@ impl Back<Option<Box<pb_apiextensions::JsonSchemaPropsOrArray>>> for Option<apie
     }
 }
 
-impl Conv<Option<apiextensions::JSONSchemaPropsOrBool>> for Option<Box<pb_apiextensions::JsonSchemaPropsOrBool>> {
+impl Conv<Option<apiextensions::JSONSchemaPropsOrBool>>
+    for Option<Box<pb_apiextensions::JsonSchemaPropsOrBool>>
+{
     fn conv(self, u: &mut Unsupported) -> Option<apiextensions::JSONSchemaPropsOrBool> {
         let v = *self?;
         Some(match v.schema {
@@ -512,7 +518,9 @@ impl Conv<Option<apiextensions::JSONSchemaPropsOrBool>> for Option<Box<pb_apiext
     }
 }
 
-impl Back<Option<Box<pb_apiextensions::JsonSchemaPropsOrBool>>> for Option<apiextensions::JSONSchemaPropsOrBool> {
+impl Back<Option<Box<pb_apiextensions::JsonSchemaPropsOrBool>>>
+    for Option<apiextensions::JSONSchemaPropsOrBool>
+{
     fn back(self, u: &mut Unsupported) -> Option<Box<pb_apiextensions::JsonSchemaPropsOrBool>> {
         Some(Box::new(match self? {
             apiextensions::JSONSchemaPropsOrBool::Schema(s) => pb_apiextensions::JsonSchemaPropsOrBool {
@@ -546,7 +554,10 @@ impl Back<pb_apiextensions::JsonSchemaPropsOrStringArray> for apiextensions::JSO
                 }
             }
             apiextensions::JSONSchemaPropsOrStringArray::Strings(property) => {
-                pb_apiextensions::JsonSchemaPropsOrStringArray { schema: None, property }
+                pb_apiextensions::JsonSchemaPropsOrStringArray {
+                    schema: None,
+                    property,
+                }
             }
         }
     }
@@ -589,21 +600,49 @@ message!(pb_meta::DeleteOptions => meta::DeleteOptions {
     grace_period_seconds, preconditions, orphan_dependents, propagation_policy, dry_run,
 });
 
-message!(pb_apiextensions::CustomResourceDefinition => apiextensions::CustomResourceDefinition {  } required { metadata, spec } ignored { status });
-message!(pb_apiextensions::CustomResourceDefinitionSpec => apiextensions::CustomResourceDefinitionSpec { conversion, preserve_unknown_fields } required { group, names, scope, versions });
-message!(pb_apiextensions::CustomResourceDefinitionStatus => apiextensions::CustomResourceDefinitionStatus { conditions, accepted_names, stored_versions });
-message!(pb_apiextensions::CustomResourceDefinitionNames => apiextensions::CustomResourceDefinitionNames { singular, short_names, list_kind, categories } required { plural, kind });
-message!(pb_apiextensions::CustomResourceDefinitionVersion => apiextensions::CustomResourceDefinitionVersion { deprecated, deprecation_warning, schema, subresources, additional_printer_columns, selectable_fields } required { name, served, storage });
-message!(pb_apiextensions::CustomResourceConversion => apiextensions::CustomResourceConversion { webhook } required { strategy });
-message!(pb_apiextensions::CustomResourceDefinitionCondition => apiextensions::CustomResourceDefinitionCondition { last_transition_time, reason, message } required { status } renamed { r#type => type_ });
-message!(pb_apiextensions::CustomResourceValidation => apiextensions::CustomResourceValidation {  } renamed { open_apiv3_schema => open_api_v3_schema });
-message!(pb_apiextensions::CustomResourceSubresources => apiextensions::CustomResourceSubresources { status, scale });
-message!(pb_apiextensions::CustomResourceColumnDefinition => apiextensions::CustomResourceColumnDefinition { format, description, priority } required { name, json_path } renamed { r#type => type_ });
+message!(pb_apiextensions::CustomResourceDefinition => apiextensions::CustomResourceDefinition {
+    ,
+} required { metadata, spec } ignored { status });
+message!(pb_apiextensions::CustomResourceDefinitionSpec => apiextensions::CustomResourceDefinitionSpec {
+    conversion, preserve_unknown_fields,
+} required { group, names, scope, versions });
+message!(pb_apiextensions::CustomResourceDefinitionStatus => apiextensions::CustomResourceDefinitionStatus {
+    conditions, accepted_names, stored_versions,
+});
+message!(pb_apiextensions::CustomResourceDefinitionNames => apiextensions::CustomResourceDefinitionNames {
+    singular, short_names, list_kind, categories,
+} required { plural, kind });
+message!(pb_apiextensions::CustomResourceDefinitionVersion => apiextensions::CustomResourceDefinitionVersion {
+    deprecated, deprecation_warning, schema, subresources, additional_printer_columns, selectable_fields,
+} required { name, served, storage });
+message!(pb_apiextensions::CustomResourceConversion => apiextensions::CustomResourceConversion {
+    webhook,
+} required { strategy });
+message!(pb_apiextensions::CustomResourceDefinitionCondition => apiextensions::CustomResourceDefinitionCondition {
+    last_transition_time, reason, message,
+} required { status } renamed { r#type => type_ });
+message!(pb_apiextensions::CustomResourceValidation => apiextensions::CustomResourceValidation {
+    ,
+} renamed { open_apiv3_schema => open_api_v3_schema });
+message!(pb_apiextensions::CustomResourceSubresources => apiextensions::CustomResourceSubresources {
+    status, scale,
+});
+message!(pb_apiextensions::CustomResourceColumnDefinition => apiextensions::CustomResourceColumnDefinition {
+    format, description, priority,
+} required { name, json_path } renamed { r#type => type_ });
 message!(pb_apiextensions::SelectableField => apiextensions::SelectableField {  } required { json_path });
-message!(pb_apiextensions::WebhookConversion => apiextensions::WebhookConversion { client_config } required { conversion_review_versions });
-message!(pb_apiextensions::CustomResourceSubresourceScale => apiextensions::CustomResourceSubresourceScale { label_selector_path } required { spec_replicas_path, status_replicas_path });
-message!(pb_apiextensions::WebhookClientConfig => apiextensions::WebhookClientConfig { url, service, ca_bundle });
-message!(pb_apiextensions::ServiceReference => apiextensions::ServiceReference { path, port } required { namespace, name });
+message!(pb_apiextensions::WebhookConversion => apiextensions::WebhookConversion {
+    client_config,
+} required { conversion_review_versions });
+message!(pb_apiextensions::CustomResourceSubresourceScale => apiextensions::CustomResourceSubresourceScale {
+    label_selector_path,
+} required { spec_replicas_path, status_replicas_path });
+message!(pb_apiextensions::WebhookClientConfig => apiextensions::WebhookClientConfig {
+    url, service, ca_bundle,
+});
+message!(pb_apiextensions::ServiceReference => apiextensions::ServiceReference {
+    path, port,
+} required { namespace, name });
 message!(pb_apiextensions::JsonSchemaProps => apiextensions::JSONSchemaProps {
     id, schema, description, format, title, default, maximum, exclusive_maximum, minimum,
     exclusive_minimum, max_length, min_length, pattern, max_items, min_items, unique_items, multiple_of,
@@ -613,7 +652,9 @@ message!(pb_apiextensions::JsonSchemaProps => apiextensions::JSONSchemaProps {
     x_kubernetes_int_or_string, x_kubernetes_list_map_keys, x_kubernetes_list_type,
     x_kubernetes_map_type, x_kubernetes_validations,
 } renamed { r#ref => ref_path, r#type => type_, r#enum => enum_ });
-message!(pb_apiextensions::ExternalDocumentation => apiextensions::ExternalDocumentation { description, url });
+message!(pb_apiextensions::ExternalDocumentation => apiextensions::ExternalDocumentation {
+    description, url,
+});
 message!(pb_apiextensions::ValidationRule => apiextensions::ValidationRule {
     message, message_expression, reason, field_path, optional_old_self,
 } required { rule });
@@ -624,169 +665,379 @@ message!(pb_apiextensions::ValidationRule => apiextensions::ValidationRule {
 message!(pb_core::Pod => core::Pod { spec } required { metadata } ignored { status });
 message!(pb_core::Namespace => core::Namespace { spec } required { metadata } ignored { status });
 message!(pb_core::ConfigMap => core::ConfigMap { immutable, data, binary_data } required { metadata });
-message!(pb_core::Secret => core::Secret { immutable, data, string_data } required { metadata } renamed { r#type => type_ });
-message!(pb_core::ServiceAccount => core::ServiceAccount { secrets, image_pull_secrets, automount_service_account_token } required { metadata });
+message!(pb_core::Secret => core::Secret {
+    immutable, data, string_data,
+} required { metadata } renamed { r#type => type_ });
+message!(pb_core::ServiceAccount => core::ServiceAccount {
+    secrets, image_pull_secrets, automount_service_account_token,
+} required { metadata });
 message!(pb_core::Service => core::Service { spec } required { metadata } ignored { status });
-message!(pb_core::Event => core::Event { reason, message, source, first_timestamp, last_timestamp, count, event_time, series, action, related, reporting_component, reporting_instance } required { metadata, involved_object } renamed { r#type => type_ });
+message!(pb_core::Event => core::Event {
+    reason, message, source, first_timestamp, last_timestamp, count, event_time, series, action, related,
+    reporting_component, reporting_instance,
+} required { metadata, involved_object } renamed { r#type => type_ });
 message!(pb_batch::Job => batch::Job { spec } required { metadata } ignored { status });
 message!(pb_apps::Deployment => apps::Deployment { spec } required { metadata } ignored { status });
 message!(pb_coordination::Lease => coordination::Lease { spec } required { metadata });
 message!(pb_rbac::Role => rbac::Role { rules } required { metadata });
 message!(pb_rbac::ClusterRole => rbac::ClusterRole { rules, aggregation_rule } required { metadata });
 message!(pb_rbac::RoleBinding => rbac::RoleBinding { subjects } required { metadata, role_ref });
-message!(pb_rbac::ClusterRoleBinding => rbac::ClusterRoleBinding { subjects } required { metadata, role_ref });
-message!(pb_events::Event => events::Event { event_time, series, reporting_controller, reporting_instance, action, reason, regarding, related, note, deprecated_source, deprecated_first_timestamp, deprecated_last_timestamp, deprecated_count } required { metadata } renamed { r#type => type_ });
-message!(pb_core::PodSpec => core::PodSpec { volumes, init_containers, ephemeral_containers, restart_policy, termination_grace_period_seconds, active_deadline_seconds, dns_policy, node_selector, service_account_name, service_account, automount_service_account_token, node_name, host_network, host_pid, host_ipc, share_process_namespace, security_context, image_pull_secrets, hostname, subdomain, affinity, scheduler_name, tolerations, host_aliases, priority_class_name, priority, dns_config, readiness_gates, runtime_class_name, enable_service_links, preemption_policy, overhead, topology_spread_constraints, set_hostname_as_fqdn, os, host_users, scheduling_gates, resource_claims, resources } required { containers });
-message!(pb_core::PodStatus => core::PodStatus { observed_generation, phase, conditions, message, reason, nominated_node_name, host_ip, host_ips, pod_ip, pod_ips, start_time, init_container_statuses, container_statuses, qos_class, ephemeral_container_statuses, resize, resource_claim_statuses });
+message!(pb_rbac::ClusterRoleBinding => rbac::ClusterRoleBinding {
+    subjects,
+} required { metadata, role_ref });
+message!(pb_events::Event => events::Event {
+    event_time, series, reporting_controller, reporting_instance, action, reason, regarding, related, note,
+    deprecated_source, deprecated_first_timestamp, deprecated_last_timestamp, deprecated_count,
+} required { metadata } renamed { r#type => type_ });
+message!(pb_core::PodSpec => core::PodSpec {
+    volumes, init_containers, ephemeral_containers, restart_policy, termination_grace_period_seconds,
+    active_deadline_seconds, dns_policy, node_selector, service_account_name, service_account,
+    automount_service_account_token, node_name, host_network, host_pid, host_ipc, share_process_namespace,
+    security_context, image_pull_secrets, hostname, subdomain, affinity, scheduler_name, tolerations,
+    host_aliases, priority_class_name, priority, dns_config, readiness_gates, runtime_class_name,
+    enable_service_links, preemption_policy, overhead, topology_spread_constraints, set_hostname_as_fqdn, os,
+    host_users, scheduling_gates, resource_claims, resources,
+} required { containers });
+message!(pb_core::PodStatus => core::PodStatus {
+    observed_generation, phase, conditions, message, reason, nominated_node_name, host_ip, host_ips, pod_ip,
+    pod_ips, start_time, init_container_statuses, container_statuses, qos_class, ephemeral_container_statuses,
+    resize, resource_claim_statuses,
+});
 message!(pb_core::NamespaceSpec => core::NamespaceSpec { finalizers });
 message!(pb_core::NamespaceStatus => core::NamespaceStatus { phase, conditions });
-message!(pb_core::ObjectReference => core::ObjectReference { kind, namespace, name, uid, api_version, resource_version, field_path });
+message!(pb_core::ObjectReference => core::ObjectReference {
+    kind, namespace, name, uid, api_version, resource_version, field_path,
+});
 message!(pb_core::LocalObjectReference => core::LocalObjectReference {  } required { name });
-message!(pb_core::ServiceSpec => core::ServiceSpec { ports, selector, cluster_ip, cluster_ips, external_ips, session_affinity, load_balancer_ip, load_balancer_source_ranges, external_name, external_traffic_policy, health_check_node_port, publish_not_ready_addresses, session_affinity_config, ip_families, ip_family_policy, allocate_load_balancer_node_ports, load_balancer_class, internal_traffic_policy, traffic_distribution } renamed { r#type => type_ });
+message!(pb_core::ServiceSpec => core::ServiceSpec {
+    ports, selector, cluster_ip, cluster_ips, external_ips, session_affinity, load_balancer_ip,
+    load_balancer_source_ranges, external_name, external_traffic_policy, health_check_node_port,
+    publish_not_ready_addresses, session_affinity_config, ip_families, ip_family_policy,
+    allocate_load_balancer_node_ports, load_balancer_class, internal_traffic_policy, traffic_distribution,
+} renamed { r#type => type_ });
 message!(pb_core::ServiceStatus => core::ServiceStatus { load_balancer, conditions });
 message!(pb_core::EventSource => core::EventSource { component, host });
 message!(pb_core::EventSeries => core::EventSeries { count, last_observed_time });
-message!(pb_batch::JobSpec => batch::JobSpec { parallelism, completions, active_deadline_seconds, pod_failure_policy, success_policy, backoff_limit, backoff_limit_per_index, max_failed_indexes, selector, manual_selector, ttl_seconds_after_finished, completion_mode, suspend, pod_replacement_policy, managed_by } required { template });
-message!(pb_batch::JobStatus => batch::JobStatus { conditions, start_time, completion_time, active, succeeded, failed, terminating, completed_indexes, failed_indexes, uncounted_terminated_pods, ready });
-message!(pb_apps::DeploymentSpec => apps::DeploymentSpec { replicas, strategy, min_ready_seconds, revision_history_limit, paused, progress_deadline_seconds } required { selector, template });
-message!(pb_apps::DeploymentStatus => apps::DeploymentStatus { observed_generation, replicas, updated_replicas, ready_replicas, available_replicas, unavailable_replicas, terminating_replicas, conditions, collision_count });
-message!(pb_coordination::LeaseSpec => coordination::LeaseSpec { holder_identity, lease_duration_seconds, acquire_time, renew_time, lease_transitions, strategy, preferred_holder });
-message!(pb_rbac::PolicyRule => rbac::PolicyRule { api_groups, resources, resource_names } required { verbs } renamed { non_resource_ur_ls => non_resource_urls });
+message!(pb_batch::JobSpec => batch::JobSpec {
+    parallelism, completions, active_deadline_seconds, pod_failure_policy, success_policy, backoff_limit,
+    backoff_limit_per_index, max_failed_indexes, selector, manual_selector, ttl_seconds_after_finished,
+    completion_mode, suspend, pod_replacement_policy, managed_by,
+} required { template });
+message!(pb_batch::JobStatus => batch::JobStatus {
+    conditions, start_time, completion_time, active, succeeded, failed, terminating, completed_indexes,
+    failed_indexes, uncounted_terminated_pods, ready,
+});
+message!(pb_apps::DeploymentSpec => apps::DeploymentSpec {
+    replicas, strategy, min_ready_seconds, revision_history_limit, paused, progress_deadline_seconds,
+} required { selector, template });
+message!(pb_apps::DeploymentStatus => apps::DeploymentStatus {
+    observed_generation, replicas, updated_replicas, ready_replicas, available_replicas, unavailable_replicas,
+    terminating_replicas, conditions, collision_count,
+});
+message!(pb_coordination::LeaseSpec => coordination::LeaseSpec {
+    holder_identity, lease_duration_seconds, acquire_time, renew_time, lease_transitions, strategy,
+    preferred_holder,
+});
+message!(pb_rbac::PolicyRule => rbac::PolicyRule {
+    api_groups, resources, resource_names,
+} required { verbs } renamed { non_resource_ur_ls => non_resource_urls });
 message!(pb_rbac::AggregationRule => rbac::AggregationRule { cluster_role_selectors });
 message!(pb_rbac::Subject => rbac::Subject { api_group, namespace } required { kind, name });
 message!(pb_rbac::RoleRef => rbac::RoleRef {  } required { api_group, kind, name });
 message!(pb_core::Volume => core::Volume {  } required { name } embedded { volume_source });
-message!(pb_core::Container => core::Container { image, command, args, working_dir, ports, env_from, env, resources, resize_policy, restart_policy, volume_mounts, volume_devices, liveness_probe, readiness_probe, startup_probe, lifecycle, termination_message_path, termination_message_policy, image_pull_policy, security_context, stdin, stdin_once, tty } required { name });
-message!(pb_core::EphemeralContainer => core::EphemeralContainer { target_container_name } embedded { ephemeral_container_common });
-message!(pb_core::PodSecurityContext => core::PodSecurityContext { se_linux_options, windows_options, run_as_user, run_as_group, run_as_non_root, supplemental_groups, supplemental_groups_policy, fs_group, sysctls, fs_group_change_policy, seccomp_profile, app_armor_profile, se_linux_change_policy });
+message!(pb_core::Container => core::Container {
+    image, command, args, working_dir, ports, env_from, env, resources, resize_policy, restart_policy,
+    volume_mounts, volume_devices, liveness_probe, readiness_probe, startup_probe, lifecycle,
+    termination_message_path, termination_message_policy, image_pull_policy, security_context, stdin,
+    stdin_once, tty,
+} required { name });
+message!(pb_core::EphemeralContainer => core::EphemeralContainer {
+    target_container_name,
+} embedded { ephemeral_container_common });
+message!(pb_core::PodSecurityContext => core::PodSecurityContext {
+    se_linux_options, windows_options, run_as_user, run_as_group, run_as_non_root, supplemental_groups,
+    supplemental_groups_policy, fs_group, sysctls, fs_group_change_policy, seccomp_profile, app_armor_profile,
+    se_linux_change_policy,
+});
 message!(pb_core::Affinity => core::Affinity { node_affinity, pod_affinity, pod_anti_affinity });
 message!(pb_core::Toleration => core::Toleration { key, operator, value, effect, toleration_seconds });
 message!(pb_core::HostAlias => core::HostAlias { hostnames } required { ip });
 message!(pb_core::PodDnsConfig => core::PodDNSConfig { nameservers, searches, options });
 message!(pb_core::PodReadinessGate => core::PodReadinessGate {  } required { condition_type });
-message!(pb_core::TopologySpreadConstraint => core::TopologySpreadConstraint { label_selector, min_domains, node_affinity_policy, node_taints_policy, match_label_keys } required { max_skew, topology_key, when_unsatisfiable });
+message!(pb_core::TopologySpreadConstraint => core::TopologySpreadConstraint {
+    label_selector, min_domains, node_affinity_policy, node_taints_policy, match_label_keys,
+} required { max_skew, topology_key, when_unsatisfiable });
 message!(pb_core::PodOs => core::PodOS {  } required { name });
 message!(pb_core::PodSchedulingGate => core::PodSchedulingGate {  } required { name });
-message!(pb_core::PodResourceClaim => core::PodResourceClaim { resource_claim_name, resource_claim_template_name } required { name });
+message!(pb_core::PodResourceClaim => core::PodResourceClaim {
+    resource_claim_name, resource_claim_template_name,
+} required { name });
 message!(pb_core::ResourceRequirements => core::ResourceRequirements { limits, requests, claims });
-message!(pb_core::PodCondition => core::PodCondition { observed_generation, last_probe_time, last_transition_time, reason, message } required { status } renamed { r#type => type_ });
+message!(pb_core::PodCondition => core::PodCondition {
+    observed_generation, last_probe_time, last_transition_time, reason, message,
+} required { status } renamed { r#type => type_ });
 message!(pb_core::HostIp => core::HostIP {  } required { ip });
 message!(pb_core::PodIp => core::PodIP {  } required { ip });
-message!(pb_core::ContainerStatus => core::ContainerStatus { state, last_state, container_id, started, allocated_resources, resources, volume_mounts, user, allocated_resources_status, stop_signal } required { name, ready, restart_count, image, image_id });
-message!(pb_core::PodResourceClaimStatus => core::PodResourceClaimStatus { resource_claim_name } required { name });
-message!(pb_core::NamespaceCondition => core::NamespaceCondition { last_transition_time, reason, message } required { status } renamed { r#type => type_ });
-message!(pb_core::ServicePort => core::ServicePort { name, protocol, app_protocol, target_port, node_port } required { port });
+message!(pb_core::ContainerStatus => core::ContainerStatus {
+    state, last_state, container_id, started, allocated_resources, resources, volume_mounts, user,
+    allocated_resources_status, stop_signal,
+} required { name, ready, restart_count, image, image_id });
+message!(pb_core::PodResourceClaimStatus => core::PodResourceClaimStatus {
+    resource_claim_name,
+} required { name });
+message!(pb_core::NamespaceCondition => core::NamespaceCondition {
+    last_transition_time, reason, message,
+} required { status } renamed { r#type => type_ });
+message!(pb_core::ServicePort => core::ServicePort {
+    name, protocol, app_protocol, target_port, node_port,
+} required { port });
 message!(pb_core::SessionAffinityConfig => core::SessionAffinityConfig { client_ip });
 message!(pb_core::LoadBalancerStatus => core::LoadBalancerStatus { ingress });
 message!(pb_batch::PodFailurePolicy => batch::PodFailurePolicy {  } required { rules });
 message!(pb_batch::SuccessPolicy => batch::SuccessPolicy {  } required { rules });
 message!(pb_core::PodTemplateSpec => core::PodTemplateSpec { metadata, spec });
-message!(pb_batch::JobCondition => batch::JobCondition { last_probe_time, last_transition_time, reason, message } required { status } renamed { r#type => type_ });
+message!(pb_batch::JobCondition => batch::JobCondition {
+    last_probe_time, last_transition_time, reason, message,
+} required { status } renamed { r#type => type_ });
 message!(pb_batch::UncountedTerminatedPods => batch::UncountedTerminatedPods { succeeded, failed });
-message!(pb_apps::DeploymentStrategy => apps::DeploymentStrategy { rolling_update } renamed { r#type => type_ });
-message!(pb_apps::DeploymentCondition => apps::DeploymentCondition { last_update_time, last_transition_time, reason, message } required { status } renamed { r#type => type_ });
-message!(pb_core::HostPathVolumeSource => core::HostPathVolumeSource {  } required { path } renamed { r#type => type_ });
+message!(pb_apps::DeploymentStrategy => apps::DeploymentStrategy {
+    rolling_update,
+} renamed { r#type => type_ });
+message!(pb_apps::DeploymentCondition => apps::DeploymentCondition {
+    last_update_time, last_transition_time, reason, message,
+} required { status } renamed { r#type => type_ });
+message!(pb_core::HostPathVolumeSource => core::HostPathVolumeSource {
+    ,
+} required { path } renamed { r#type => type_ });
 message!(pb_core::EmptyDirVolumeSource => core::EmptyDirVolumeSource { medium, size_limit });
-message!(pb_core::GcePersistentDiskVolumeSource => core::GCEPersistentDiskVolumeSource { fs_type, partition, read_only } required { pd_name });
-message!(pb_core::AwsElasticBlockStoreVolumeSource => core::AWSElasticBlockStoreVolumeSource { fs_type, partition, read_only } required { volume_id });
-message!(pb_core::GitRepoVolumeSource => core::GitRepoVolumeSource { revision, directory } required { repository });
-message!(pb_core::SecretVolumeSource => core::SecretVolumeSource { secret_name, items, default_mode, optional });
+message!(pb_core::GcePersistentDiskVolumeSource => core::GCEPersistentDiskVolumeSource {
+    fs_type, partition, read_only,
+} required { pd_name });
+message!(pb_core::AwsElasticBlockStoreVolumeSource => core::AWSElasticBlockStoreVolumeSource {
+    fs_type, partition, read_only,
+} required { volume_id });
+message!(pb_core::GitRepoVolumeSource => core::GitRepoVolumeSource {
+    revision, directory,
+} required { repository });
+message!(pb_core::SecretVolumeSource => core::SecretVolumeSource {
+    secret_name, items, default_mode, optional,
+});
 message!(pb_core::NfsVolumeSource => core::NFSVolumeSource { read_only } required { server, path });
-message!(pb_core::IscsiVolumeSource => core::ISCSIVolumeSource { iscsi_interface, fs_type, read_only, portals, chap_auth_discovery, chap_auth_session, secret_ref, initiator_name } required { target_portal, iqn, lun });
-message!(pb_core::GlusterfsVolumeSource => core::GlusterfsVolumeSource { read_only } required { endpoints, path });
-message!(pb_core::PersistentVolumeClaimVolumeSource => core::PersistentVolumeClaimVolumeSource { read_only } required { claim_name });
-message!(pb_core::RbdVolumeSource => core::RBDVolumeSource { fs_type, pool, user, keyring, secret_ref, read_only } required { monitors, image });
-message!(pb_core::FlexVolumeSource => core::FlexVolumeSource { fs_type, secret_ref, read_only, options } required { driver });
-message!(pb_core::CinderVolumeSource => core::CinderVolumeSource { fs_type, read_only, secret_ref } required { volume_id });
-message!(pb_core::CephFsVolumeSource => core::CephFSVolumeSource { path, user, secret_file, secret_ref, read_only } required { monitors });
+message!(pb_core::IscsiVolumeSource => core::ISCSIVolumeSource {
+    iscsi_interface, fs_type, read_only, portals, chap_auth_discovery, chap_auth_session, secret_ref,
+    initiator_name,
+} required { target_portal, iqn, lun });
+message!(pb_core::GlusterfsVolumeSource => core::GlusterfsVolumeSource {
+    read_only,
+} required { endpoints, path });
+message!(pb_core::PersistentVolumeClaimVolumeSource => core::PersistentVolumeClaimVolumeSource {
+    read_only,
+} required { claim_name });
+message!(pb_core::RbdVolumeSource => core::RBDVolumeSource {
+    fs_type, pool, user, keyring, secret_ref, read_only,
+} required { monitors, image });
+message!(pb_core::FlexVolumeSource => core::FlexVolumeSource {
+    fs_type, secret_ref, read_only, options,
+} required { driver });
+message!(pb_core::CinderVolumeSource => core::CinderVolumeSource {
+    fs_type, read_only, secret_ref,
+} required { volume_id });
+message!(pb_core::CephFsVolumeSource => core::CephFSVolumeSource {
+    path, user, secret_file, secret_ref, read_only,
+} required { monitors });
 message!(pb_core::FlockerVolumeSource => core::FlockerVolumeSource { dataset_name, dataset_uuid });
 message!(pb_core::DownwardAPIVolumeSource => core::DownwardAPIVolumeSource { items, default_mode });
-message!(pb_core::FcVolumeSource => core::FCVolumeSource { lun, fs_type, read_only, wwids } renamed { target_ww_ns => target_wwns });
-message!(pb_core::AzureFileVolumeSource => core::AzureFileVolumeSource { read_only } required { secret_name, share_name });
-message!(pb_core::ConfigMapVolumeSource => core::ConfigMapVolumeSource { items, default_mode, optional } embedded { local_object_reference });
-message!(pb_core::VsphereVirtualDiskVolumeSource => core::VsphereVirtualDiskVolumeSource { fs_type, storage_policy_name, storage_policy_id } required { volume_path });
-message!(pb_core::QuobyteVolumeSource => core::QuobyteVolumeSource { read_only, user, group, tenant } required { registry, volume });
-message!(pb_core::AzureDiskVolumeSource => core::AzureDiskVolumeSource { caching_mode, fs_type, read_only, kind } required { disk_name, disk_uri });
-message!(pb_core::PhotonPersistentDiskVolumeSource => core::PhotonPersistentDiskVolumeSource { fs_type } required { pd_id });
+message!(pb_core::FcVolumeSource => core::FCVolumeSource {
+    lun, fs_type, read_only, wwids,
+} renamed { target_ww_ns => target_wwns });
+message!(pb_core::AzureFileVolumeSource => core::AzureFileVolumeSource {
+    read_only,
+} required { secret_name, share_name });
+message!(pb_core::ConfigMapVolumeSource => core::ConfigMapVolumeSource {
+    items, default_mode, optional,
+} embedded { local_object_reference });
+message!(pb_core::VsphereVirtualDiskVolumeSource => core::VsphereVirtualDiskVolumeSource {
+    fs_type, storage_policy_name, storage_policy_id,
+} required { volume_path });
+message!(pb_core::QuobyteVolumeSource => core::QuobyteVolumeSource {
+    read_only, user, group, tenant,
+} required { registry, volume });
+message!(pb_core::AzureDiskVolumeSource => core::AzureDiskVolumeSource {
+    caching_mode, fs_type, read_only, kind,
+} required { disk_name, disk_uri });
+message!(pb_core::PhotonPersistentDiskVolumeSource => core::PhotonPersistentDiskVolumeSource {
+    fs_type,
+} required { pd_id });
 message!(pb_core::ProjectedVolumeSource => core::ProjectedVolumeSource { sources, default_mode });
-message!(pb_core::PortworxVolumeSource => core::PortworxVolumeSource { fs_type, read_only } required { volume_id });
-message!(pb_core::ScaleIoVolumeSource => core::ScaleIOVolumeSource { ssl_enabled, protection_domain, storage_pool, storage_mode, volume_name, fs_type, read_only } required { gateway, system, secret_ref });
-message!(pb_core::StorageOsVolumeSource => core::StorageOSVolumeSource { volume_name, volume_namespace, fs_type, read_only, secret_ref });
-message!(pb_core::CSIVolumeSource => core::CSIVolumeSource { read_only, fs_type, volume_attributes, node_publish_secret_ref } required { driver });
+message!(pb_core::PortworxVolumeSource => core::PortworxVolumeSource {
+    fs_type, read_only,
+} required { volume_id });
+message!(pb_core::ScaleIoVolumeSource => core::ScaleIOVolumeSource {
+    ssl_enabled, protection_domain, storage_pool, storage_mode, volume_name, fs_type, read_only,
+} required { gateway, system, secret_ref });
+message!(pb_core::StorageOsVolumeSource => core::StorageOSVolumeSource {
+    volume_name, volume_namespace, fs_type, read_only, secret_ref,
+});
+message!(pb_core::CSIVolumeSource => core::CSIVolumeSource {
+    read_only, fs_type, volume_attributes, node_publish_secret_ref,
+} required { driver });
 message!(pb_core::EphemeralVolumeSource => core::EphemeralVolumeSource { volume_claim_template });
 message!(pb_core::ImageVolumeSource => core::ImageVolumeSource { reference, pull_policy });
-message!(pb_core::ContainerPort => core::ContainerPort { name, host_port, protocol, host_ip } required { container_port });
+message!(pb_core::ContainerPort => core::ContainerPort {
+    name, host_port, protocol, host_ip,
+} required { container_port });
 message!(pb_core::EnvFromSource => core::EnvFromSource { prefix, config_map_ref, secret_ref });
 message!(pb_core::EnvVar => core::EnvVar { value, value_from } required { name });
-message!(pb_core::ContainerResizePolicy => core::ContainerResizePolicy {  } required { resource_name, restart_policy });
-message!(pb_core::VolumeMount => core::VolumeMount { read_only, recursive_read_only, sub_path, mount_propagation, sub_path_expr } required { name, mount_path });
+message!(pb_core::ContainerResizePolicy => core::ContainerResizePolicy {
+    ,
+} required { resource_name, restart_policy });
+message!(pb_core::VolumeMount => core::VolumeMount {
+    read_only, recursive_read_only, sub_path, mount_propagation, sub_path_expr,
+} required { name, mount_path });
 message!(pb_core::VolumeDevice => core::VolumeDevice {  } required { name, device_path });
-message!(pb_core::Probe => core::Probe { initial_delay_seconds, timeout_seconds, period_seconds, success_threshold, failure_threshold, termination_grace_period_seconds } embedded { handler });
+message!(pb_core::Probe => core::Probe {
+    initial_delay_seconds, timeout_seconds, period_seconds, success_threshold, failure_threshold,
+    termination_grace_period_seconds,
+} embedded { handler });
 message!(pb_core::Lifecycle => core::Lifecycle { post_start, pre_stop, stop_signal });
-message!(pb_core::SecurityContext => core::SecurityContext { capabilities, privileged, se_linux_options, windows_options, run_as_user, run_as_group, run_as_non_root, read_only_root_filesystem, allow_privilege_escalation, proc_mount, seccomp_profile, app_armor_profile });
+message!(pb_core::SecurityContext => core::SecurityContext {
+    capabilities, privileged, se_linux_options, windows_options, run_as_user, run_as_group, run_as_non_root,
+    read_only_root_filesystem, allow_privilege_escalation, proc_mount, seccomp_profile, app_armor_profile,
+});
 message!(pb_core::SeLinuxOptions => core::SELinuxOptions { user, role, level } renamed { r#type => type_ });
-message!(pb_core::WindowsSecurityContextOptions => core::WindowsSecurityContextOptions { gmsa_credential_spec_name, gmsa_credential_spec, run_as_user_name, host_process });
+message!(pb_core::WindowsSecurityContextOptions => core::WindowsSecurityContextOptions {
+    gmsa_credential_spec_name, gmsa_credential_spec, run_as_user_name, host_process,
+});
 message!(pb_core::Sysctl => core::Sysctl {  } required { name, value });
 message!(pb_core::SeccompProfile => core::SeccompProfile { localhost_profile } renamed { r#type => type_ });
 message!(pb_core::AppArmorProfile => core::AppArmorProfile { localhost_profile } renamed { r#type => type_ });
-message!(pb_core::NodeAffinity => core::NodeAffinity { required_during_scheduling_ignored_during_execution, preferred_during_scheduling_ignored_during_execution });
-message!(pb_core::PodAffinity => core::PodAffinity { required_during_scheduling_ignored_during_execution, preferred_during_scheduling_ignored_during_execution });
-message!(pb_core::PodAntiAffinity => core::PodAntiAffinity { required_during_scheduling_ignored_during_execution, preferred_during_scheduling_ignored_during_execution });
+message!(pb_core::NodeAffinity => core::NodeAffinity {
+    required_during_scheduling_ignored_during_execution, preferred_during_scheduling_ignored_during_execution,
+});
+message!(pb_core::PodAffinity => core::PodAffinity {
+    required_during_scheduling_ignored_during_execution, preferred_during_scheduling_ignored_during_execution,
+});
+message!(pb_core::PodAntiAffinity => core::PodAntiAffinity {
+    required_during_scheduling_ignored_during_execution, preferred_during_scheduling_ignored_during_execution,
+});
 message!(pb_core::PodDnsConfigOption => core::PodDNSConfigOption { name, value });
 message!(pb_core::ResourceClaim => core::ResourceClaim { request } required { name });
 message!(pb_core::ContainerState => core::ContainerState { waiting, running, terminated });
-message!(pb_core::VolumeMountStatus => core::VolumeMountStatus { read_only, recursive_read_only } required { name, mount_path });
+message!(pb_core::VolumeMountStatus => core::VolumeMountStatus {
+    read_only, recursive_read_only,
+} required { name, mount_path });
 message!(pb_core::ContainerUser => core::ContainerUser { linux });
 message!(pb_core::ResourceStatus => core::ResourceStatus { resources } required { name });
 message!(pb_core::ClientIpConfig => core::ClientIPConfig { timeout_seconds });
 message!(pb_core::LoadBalancerIngress => core::LoadBalancerIngress { ip, hostname, ip_mode, ports });
-message!(pb_batch::PodFailurePolicyRule => batch::PodFailurePolicyRule { on_exit_codes, on_pod_conditions } required { action });
+message!(pb_batch::PodFailurePolicyRule => batch::PodFailurePolicyRule {
+    on_exit_codes, on_pod_conditions,
+} required { action });
 message!(pb_batch::SuccessPolicyRule => batch::SuccessPolicyRule { succeeded_indexes, succeeded_count });
 message!(pb_apps::RollingUpdateDeployment => apps::RollingUpdateDeployment { max_unavailable, max_surge });
 message!(pb_core::KeyToPath => core::KeyToPath { mode } required { key, path });
-message!(pb_core::DownwardAPIVolumeFile => core::DownwardAPIVolumeFile { field_ref, resource_field_ref, mode } required { path });
-message!(pb_core::VolumeProjection => core::VolumeProjection { secret, downward_api, config_map, service_account_token, cluster_trust_bundle });
-message!(pb_core::PersistentVolumeClaimTemplate => core::PersistentVolumeClaimTemplate { metadata } required { spec });
-message!(pb_core::ConfigMapEnvSource => core::ConfigMapEnvSource { optional } embedded { local_object_reference });
+message!(pb_core::DownwardAPIVolumeFile => core::DownwardAPIVolumeFile {
+    field_ref, resource_field_ref, mode,
+} required { path });
+message!(pb_core::VolumeProjection => core::VolumeProjection {
+    secret, downward_api, config_map, service_account_token, cluster_trust_bundle,
+});
+message!(pb_core::PersistentVolumeClaimTemplate => core::PersistentVolumeClaimTemplate {
+    metadata,
+} required { spec });
+message!(pb_core::ConfigMapEnvSource => core::ConfigMapEnvSource {
+    optional,
+} embedded { local_object_reference });
 message!(pb_core::SecretEnvSource => core::SecretEnvSource { optional } embedded { local_object_reference });
-message!(pb_core::EnvVarSource => core::EnvVarSource { field_ref, resource_field_ref, config_map_key_ref, secret_key_ref });
+message!(pb_core::EnvVarSource => core::EnvVarSource {
+    field_ref, resource_field_ref, config_map_key_ref, secret_key_ref,
+});
 message!(pb_core::ExecAction => core::ExecAction { command });
-message!(pb_core::HttpGetAction => core::HTTPGetAction { path, host, scheme, http_headers } required { port });
+message!(pb_core::HttpGetAction => core::HTTPGetAction {
+    path, host, scheme, http_headers,
+} required { port });
 message!(pb_core::TcpSocketAction => core::TCPSocketAction { host } required { port });
 message!(pb_core::GrpcAction => core::GRPCAction { service } required { port });
 message!(pb_core::LifecycleHandler => core::LifecycleHandler { exec, http_get, tcp_socket, sleep });
 message!(pb_core::Capabilities => core::Capabilities { add, drop });
 message!(pb_core::NodeSelector => core::NodeSelector {  } required { node_selector_terms });
-message!(pb_core::PreferredSchedulingTerm => core::PreferredSchedulingTerm {  } required { weight, preference });
-message!(pb_core::PodAffinityTerm => core::PodAffinityTerm { label_selector, namespaces, namespace_selector, match_label_keys, mismatch_label_keys } required { topology_key });
-message!(pb_core::WeightedPodAffinityTerm => core::WeightedPodAffinityTerm {  } required { weight, pod_affinity_term });
+message!(pb_core::PreferredSchedulingTerm => core::PreferredSchedulingTerm {
+    ,
+} required { weight, preference });
+message!(pb_core::PodAffinityTerm => core::PodAffinityTerm {
+    label_selector, namespaces, namespace_selector, match_label_keys, mismatch_label_keys,
+} required { topology_key });
+message!(pb_core::WeightedPodAffinityTerm => core::WeightedPodAffinityTerm {
+    ,
+} required { weight, pod_affinity_term });
 message!(pb_core::ContainerStateWaiting => core::ContainerStateWaiting { reason, message });
 message!(pb_core::ContainerStateRunning => core::ContainerStateRunning { started_at });
-message!(pb_core::ContainerStateTerminated => core::ContainerStateTerminated { signal, reason, message, started_at, finished_at, container_id } required { exit_code });
-message!(pb_core::LinuxContainerUser => core::LinuxContainerUser { supplemental_groups } required { uid, gid });
+message!(pb_core::ContainerStateTerminated => core::ContainerStateTerminated {
+    signal, reason, message, started_at, finished_at, container_id,
+} required { exit_code });
+message!(pb_core::LinuxContainerUser => core::LinuxContainerUser {
+    supplemental_groups,
+} required { uid, gid });
 message!(pb_core::ResourceHealth => core::ResourceHealth { health } required { resource_id });
 message!(pb_core::PortStatus => core::PortStatus { error } required { port, protocol });
-message!(pb_batch::PodFailurePolicyOnExitCodesRequirement => batch::PodFailurePolicyOnExitCodesRequirement { container_name } required { operator, values });
-message!(pb_batch::PodFailurePolicyOnPodConditionsPattern => batch::PodFailurePolicyOnPodConditionsPattern {  } required { status } renamed { r#type => type_ });
+message!(pb_batch::PodFailurePolicyOnExitCodesRequirement => batch::PodFailurePolicyOnExitCodesRequirement {
+    container_name,
+} required { operator, values });
+message!(pb_batch::PodFailurePolicyOnPodConditionsPattern => batch::PodFailurePolicyOnPodConditionsPattern {
+    ,
+} required { status } renamed { r#type => type_ });
 message!(pb_core::ObjectFieldSelector => core::ObjectFieldSelector { api_version } required { field_path });
-message!(pb_core::ResourceFieldSelector => core::ResourceFieldSelector { container_name, divisor } required { resource });
-message!(pb_core::SecretProjection => core::SecretProjection { items, optional } embedded { local_object_reference });
+message!(pb_core::ResourceFieldSelector => core::ResourceFieldSelector {
+    container_name, divisor,
+} required { resource });
+message!(pb_core::SecretProjection => core::SecretProjection {
+    items, optional,
+} embedded { local_object_reference });
 message!(pb_core::DownwardAPIProjection => core::DownwardAPIProjection { items });
-message!(pb_core::ConfigMapProjection => core::ConfigMapProjection { items, optional } embedded { local_object_reference });
-message!(pb_core::ServiceAccountTokenProjection => core::ServiceAccountTokenProjection { audience, expiration_seconds } required { path });
-message!(pb_core::ClusterTrustBundleProjection => core::ClusterTrustBundleProjection { name, signer_name, label_selector, optional } required { path });
-message!(pb_core::PersistentVolumeClaimSpec => core::PersistentVolumeClaimSpec { access_modes, selector, resources, volume_name, storage_class_name, volume_mode, data_source, data_source_ref, volume_attributes_class_name });
-message!(pb_core::ConfigMapKeySelector => core::ConfigMapKeySelector { optional } required { key } embedded { local_object_reference });
-message!(pb_core::SecretKeySelector => core::SecretKeySelector { optional } required { key } embedded { local_object_reference });
+message!(pb_core::ConfigMapProjection => core::ConfigMapProjection {
+    items, optional,
+} embedded { local_object_reference });
+message!(pb_core::ServiceAccountTokenProjection => core::ServiceAccountTokenProjection {
+    audience, expiration_seconds,
+} required { path });
+message!(pb_core::ClusterTrustBundleProjection => core::ClusterTrustBundleProjection {
+    name, signer_name, label_selector, optional,
+} required { path });
+message!(pb_core::PersistentVolumeClaimSpec => core::PersistentVolumeClaimSpec {
+    access_modes, selector, resources, volume_name, storage_class_name, volume_mode, data_source,
+    data_source_ref, volume_attributes_class_name,
+});
+message!(pb_core::ConfigMapKeySelector => core::ConfigMapKeySelector {
+    optional,
+} required { key } embedded { local_object_reference });
+message!(pb_core::SecretKeySelector => core::SecretKeySelector {
+    optional,
+} required { key } embedded { local_object_reference });
 message!(pb_core::HttpHeader => core::HTTPHeader {  } required { name, value });
 message!(pb_core::SleepAction => core::SleepAction {  } required { seconds });
 message!(pb_core::NodeSelectorTerm => core::NodeSelectorTerm { match_expressions, match_fields });
 message!(pb_core::VolumeResourceRequirements => core::VolumeResourceRequirements { limits, requests });
-message!(pb_core::TypedLocalObjectReference => core::TypedLocalObjectReference { api_group } required { kind, name });
-message!(pb_core::TypedObjectReference => core::TypedObjectReference { api_group, namespace } required { kind, name });
-message!(pb_core::NodeSelectorRequirement => core::NodeSelectorRequirement { values } required { key, operator });
-embedded!(pb_core::VolumeSource => core::Volume { host_path, empty_dir, gce_persistent_disk, aws_elastic_block_store, git_repo, secret, nfs, iscsi, glusterfs, persistent_volume_claim, rbd, flex_volume, cinder, cephfs, flocker, downward_api, fc, azure_file, config_map, vsphere_volume, quobyte, azure_disk, photon_persistent_disk, projected, portworx_volume, scale_io, storageos, csi, ephemeral, image });
-embedded!(pb_core::EphemeralContainerCommon => core::EphemeralContainer { name, image, command, args, working_dir, ports, env_from, env, resources, resize_policy, restart_policy, volume_mounts, volume_devices, liveness_probe, readiness_probe, startup_probe, lifecycle, termination_message_path, termination_message_policy, image_pull_policy, security_context, stdin, stdin_once, tty });
+message!(pb_core::TypedLocalObjectReference => core::TypedLocalObjectReference {
+    api_group,
+} required { kind, name });
+message!(pb_core::TypedObjectReference => core::TypedObjectReference {
+    api_group, namespace,
+} required { kind, name });
+message!(pb_core::NodeSelectorRequirement => core::NodeSelectorRequirement {
+    values,
+} required { key, operator });
+embedded!(pb_core::VolumeSource => core::Volume {
+    host_path, empty_dir, gce_persistent_disk, aws_elastic_block_store, git_repo, secret, nfs, iscsi,
+    glusterfs, persistent_volume_claim, rbd, flex_volume, cinder, cephfs, flocker, downward_api, fc,
+    azure_file, config_map, vsphere_volume, quobyte, azure_disk, photon_persistent_disk, projected,
+    portworx_volume, scale_io, storageos, csi, ephemeral, image,
+});
+embedded!(pb_core::EphemeralContainerCommon => core::EphemeralContainer {
+    name, image, command, args, working_dir, ports, env_from, env, resources, resize_policy, restart_policy,
+    volume_mounts, volume_devices, liveness_probe, readiness_probe, startup_probe, lifecycle,
+    termination_message_path, termination_message_policy, image_pull_policy, security_context, stdin,
+    stdin_once, tty,
+});
 embedded!(pb_core::LocalObjectReference => core::ConfigMapVolumeSource { name });
 embedded!(pb_core::ProbeHandler => core::Probe { exec, http_get, tcp_socket, grpc });
 embedded!(pb_core::LocalObjectReference => core::ConfigMapEnvSource { name });
@@ -987,10 +1238,16 @@ pub const WATCH_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf;stream
 /// testkit cannot encode becomes an ERROR event with its Status.
 pub fn watch_frame(line: &[u8]) -> Vec<u8> {
     let (kind, object) = match serde_json::from_slice::<Value>(line) {
-        Ok(ev) => (ev["type"].as_str().unwrap_or_default().to_string(), encode(&ev["object"])),
+        Ok(ev) => (
+            ev["type"].as_str().unwrap_or_default().to_string(),
+            encode(&ev["object"]),
+        ),
         Err(e) => (
             String::new(),
-            Err(ApiError::new(500, format!("testkit wrote an unreadable watch event: {e}"))),
+            Err(ApiError::new(
+                500,
+                format!("testkit wrote an unreadable watch event: {e}"),
+            )),
         ),
     };
     let (kind, raw) = match object {
@@ -1116,7 +1373,8 @@ mod tests {
 
     #[test]
     fn crds_with_every_schema_shape_and_events_convert_both_ways() {
-        round_trip(serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        round_trip(
+            serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": "widgets.example.test"},
             "spec": {"group": "example.test", "scope": "Namespaced",
                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
@@ -1134,13 +1392,16 @@ mod tests {
                                 "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                                 "tags": {"type": "array", "items": {"type": "string"}}}},
                         "status": {"type": "object"}}}}}]},
-            "status": {"storedVersions": ["v1"]}}));
-        round_trip(serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "status": {"storedVersions": ["v1"]}}),
+        );
+        round_trip(
+            serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
             "metadata": {"name": "e", "namespace": "n"},
             "eventTime": "2026-11-23T21:00:00.123456Z", "reportingController": "kok", "reportingInstance": "kok-1",
             "action": "Apply", "reason": "Applied", "type": "Normal", "note": "applied",
             "regarding": {"kind": "ConfigMap", "name": "c", "namespace": "n"},
-            "series": {"count": 2, "lastObservedTime": "2026-11-23T21:00:01.000001Z"}}));
+            "series": {"count": 2, "lastObservedTime": "2026-11-23T21:00:01.000001Z"}}),
+        );
     }
 
     #[test]

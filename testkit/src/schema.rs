@@ -209,7 +209,11 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
                 if exclusive("exclusiveMinimum") && n <= m {
                     out.push(invalid(path, value, format!("should be greater than {min}")));
                 } else if n < m {
-                    out.push(invalid(path, value, format!("should be greater than or equal to {min}")));
+                    out.push(invalid(
+                        path,
+                        value,
+                        format!("should be greater than or equal to {min}"),
+                    ));
                 }
             }
             if let Some(m) = bound("maximum") {
@@ -217,7 +221,11 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
                 if exclusive("exclusiveMaximum") && n >= m {
                     out.push(invalid(path, value, format!("should be less than {max}")));
                 } else if n > m {
-                    out.push(invalid(path, value, format!("should be less than or equal to {max}")));
+                    out.push(invalid(
+                        path,
+                        value,
+                        format!("should be less than or equal to {max}"),
+                    ));
                 }
             }
             if let Some(factor) = bound("multipleOf").filter(|f| *f > 0.0) {
@@ -257,7 +265,12 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
             }
         }
         Value::Object(map) => {
-            let count = map.len() - if top { OBJECT_FIELDS.iter().filter(|f| map.contains_key(**f)).count() } else { 0 };
+            let count = map.len()
+                - if top {
+                    OBJECT_FIELDS.iter().filter(|f| map.contains_key(**f)).count()
+                } else {
+                    0
+                };
             if bound("maxProperties").is_some_and(|m| count as f64 > m) {
                 out.push(cause(
                     "FieldValueTooMany",
@@ -272,7 +285,10 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
                 out.push(invalid(
                     path,
                     &json!(""),
-                    format!("should have at least {} properties", number(&schema["minProperties"])),
+                    format!(
+                        "should have at least {} properties",
+                        number(&schema["minProperties"])
+                    ),
                 ));
             }
             for required in schema
@@ -329,7 +345,11 @@ fn composition(schema: &Value, value: &Value, path: &str, out: &mut Vec<Cause>) 
     let composite = |message: String| invalid_composite(path, message);
     let all = results("allOf");
     if all.iter().any(|r| !r.is_empty()) {
-        let none = if all.iter().all(|r| !r.is_empty()) { ". None validated" } else { "" };
+        let none = if all.iter().all(|r| !r.is_empty()) {
+            ". None validated"
+        } else {
+            ""
+        };
         out.push(composite(format!("must validate all the schemas (allOf){none}")));
         out.extend(all.into_iter().flatten());
     }
@@ -341,8 +361,14 @@ fn composition(schema: &Value, value: &Value, path: &str, out: &mut Vec<Cause>) 
     let one = results("oneOf");
     let valid = one.iter().filter(|r| r.is_empty()).count();
     if !one.is_empty() && valid != 1 {
-        let detail = if valid == 0 { "" } else { " Found 2 valid alternatives" };
-        out.push(composite(format!("must validate one and only one schema (oneOf).{detail}")));
+        let detail = if valid == 0 {
+            ""
+        } else {
+            " Found 2 valid alternatives"
+        };
+        out.push(composite(format!(
+            "must validate one and only one schema (oneOf).{detail}"
+        )));
         if valid == 0 {
             out.extend(one.into_iter().flatten());
         }
@@ -553,7 +579,12 @@ mod tests {
             "metadata": {"name": "w"}, "spec": spec});
         match validate(&target(&schema), "w", None, &mut obj, FieldValidation::Strict) {
             Ok(_) => Vec::new(),
-            Err(e) => e.details.causes.into_iter().map(|c| (c.field, c.message)).collect(),
+            Err(e) => e
+                .details
+                .causes
+                .into_iter()
+                .map(|c| (c.field, c.message))
+                .collect(),
         }
     }
 
@@ -600,12 +631,20 @@ mod tests {
         assert_eq!(
             causes(schema.clone(), json!({"n": 1})),
             vec![
-                ("spec.n".into(), "Invalid value: 1: spec.n in body should be greater than 1".into()),
-                ("spec.n".into(), "Invalid value: 1: spec.n in body should be a multiple of 3".into()),
+                (
+                    "spec.n".into(),
+                    "Invalid value: 1: spec.n in body should be greater than 1".into()
+                ),
+                (
+                    "spec.n".into(),
+                    "Invalid value: 1: spec.n in body should be a multiple of 3".into()
+                ),
             ]
         );
         assert_eq!(
-            causes(schema.clone(), json!({"n": 12})).first().map(|c| c.1.clone()),
+            causes(schema.clone(), json!({"n": 12}))
+                .first()
+                .map(|c| c.1.clone()),
             Some("Invalid value: 12: spec.n in body should be less than 10".into())
         );
         assert!(causes(schema, json!({"n": 9})).is_empty());
@@ -627,7 +666,10 @@ mod tests {
         );
         assert_eq!(
             causes(schema, json!({"port": "0"})),
-            one("spec.port", "Invalid value: \"\": spec.port must not validate the schema (not)")
+            one(
+                "spec.port",
+                "Invalid value: \"\": spec.port must not validate the schema (not)"
+            )
         );
     }
 

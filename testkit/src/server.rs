@@ -302,7 +302,7 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
                 )],
                 Vec::<u8>::new(),
             )
-                .into_response()
+                .into_response();
         }
         (Method::GET, "/openapi/v2") => return json_response(200, &crate::openapi::swagger(&shared.lock())),
         (Method::GET, p) if p.starts_with("/apis/") && p.matches('/').count() == 2 => {
@@ -432,9 +432,10 @@ async fn negotiated(pb: bool, watch: bool, response: Response) -> Response {
     };
     match encoded {
         Ok(bytes) => {
-            parts
-                .headers
-                .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(content_type),
+            );
             Response::from_parts(parts, Body::from(bytes))
         }
         Err(e) => error_response(&e),

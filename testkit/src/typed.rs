@@ -93,7 +93,10 @@ mod tests {
     fn fields_the_kind_does_not_have_are_dropped_and_named() {
         let mut cm = json!({"metadata": {"name": "c", "creationTimestamp": null, "labelz": {"a": "b"}},
             "data": {"k": "v"}, "dat": {"k": "v"}});
-        assert_eq!(prune_unknown("v1", "ConfigMap", &mut cm), ["dat", "metadata.labelz"]);
+        assert_eq!(
+            prune_unknown("v1", "ConfigMap", &mut cm),
+            ["dat", "metadata.labelz"]
+        );
         assert_eq!(cm, json!({"metadata": {"name": "c"}, "data": {"k": "v"}}));
         let mut job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
             "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "imagee": "x"}]}}}});

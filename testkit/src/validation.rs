@@ -252,7 +252,11 @@ mod tests {
             e.details.causes[0].field,
             "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[tags].uniqueItems"
         );
-        assert!(e.message.contains("Forbidden: uniqueItems cannot be set to true"), "{}", e.message);
+        assert!(
+            e.message.contains("Forbidden: uniqueItems cannot be set to true"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

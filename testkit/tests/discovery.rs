@@ -151,7 +151,10 @@ async fn openapi_v2_is_one_swagger_document_of_built_in_and_crd_schemas() {
         "ConfigMap"
     );
     let widget = &defs["test.example.v1.Widget"];
-    assert_eq!(widget["properties"]["spec"]["properties"]["size"]["description"], "Size.");
+    assert_eq!(
+        widget["properties"]["spec"]["properties"]["size"]["description"],
+        "Size."
+    );
     let patch = &doc["paths"]["/apis/example.test/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
     assert_eq!(patch["parameters"][0]["name"], "fieldValidation");
     assert_eq!(patch["parameters"][0]["type"], "string");
@@ -163,7 +166,10 @@ async fn openapi_v2_is_one_swagger_document_of_built_in_and_crd_schemas() {
     // kubectl asks for the protobuf form, which is an empty (valid) document.
     let resp = http
         .get(&url)
-        .header("accept", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
+        .header(
+            "accept",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )
         .send()
         .await
         .unwrap();

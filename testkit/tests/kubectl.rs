@@ -554,7 +554,8 @@ async fn kubectl_validate_strict_refuses_unknown_fields_and_warn_prunes_them() {
     let gadgets = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gadgets.example.test\nspec:\n  group: example.test\n  scope: Namespaced\n  names: {plural: gadgets, singular: gadget, kind: Gadget}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec: {type: object, properties: {size: {type: integer}}}\n";
     k.apply_stdin(&["apply", "-f", "-"], gadgets).await;
     let typo_cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\ndat:\n  k: v\n";
-    let typo_widget = "apiVersion: example.test/v1\nkind: Gadget\nmetadata:\n  name: typo\nspec:\n  size: 1\n  sise: 2\n";
+    let typo_widget =
+        "apiVersion: example.test/v1\nkind: Gadget\nmetadata:\n  name: typo\nspec:\n  size: 1\n  sise: 2\n";
     for (yaml, field) in [(typo_cm, "dat"), (typo_widget, "spec.sise")] {
         let err = k
             .run(&["apply", "--validate=strict", "-f", "-"], Some(yaml))

@@ -60,7 +60,11 @@ async fn objects_lists_and_errors_are_protobuf_when_nothing_else_is_accepted() {
         .await
         .unwrap();
 
-    let body = protobuf_body(get(&server, "/api/v1/namespaces/default/configmaps/settings").await, 200).await;
+    let body = protobuf_body(
+        get(&server, "/api/v1/namespaces/default/configmaps/settings").await,
+        200,
+    )
+    .await;
     let (api_version, kind, raw) = unwrap_envelope(&body);
     assert_eq!((api_version.as_str(), kind.as_str()), ("v1", "ConfigMap"));
     let got = pb_core::ConfigMap::decode(&raw[..]).expect("a ConfigMap");
@@ -83,7 +87,11 @@ async fn objects_lists_and_errors_are_protobuf_when_nothing_else_is_accepted() {
         .collect();
     assert_eq!(names, ["settings"]);
 
-    let body = protobuf_body(get(&server, "/api/v1/namespaces/default/configmaps/missing").await, 404).await;
+    let body = protobuf_body(
+        get(&server, "/api/v1/namespaces/default/configmaps/missing").await,
+        404,
+    )
+    .await;
     let (api_version, kind, raw) = unwrap_envelope(&body);
     assert_eq!((api_version.as_str(), kind.as_str()), ("v1", "Status"));
     let status = pb_meta::Status::decode(&raw[..]).expect("a Status");
@@ -104,7 +112,11 @@ async fn objects_lists_and_errors_are_protobuf_when_nothing_else_is_accepted() {
     .unwrap();
     jobs.create(&PostParams::default(), &job).await.unwrap();
     server.complete_job("default", "once").await.unwrap();
-    let body = protobuf_body(get(&server, "/apis/batch/v1/namespaces/default/jobs/once").await, 200).await;
+    let body = protobuf_body(
+        get(&server, "/apis/batch/v1/namespaces/default/jobs/once").await,
+        200,
+    )
+    .await;
     let (_, _, raw) = unwrap_envelope(&body);
     let job = pb_batch::Job::decode(&raw[..]).expect("a Job");
     let status = job.status.expect("status");
@@ -116,7 +128,13 @@ async fn objects_lists_and_errors_are_protobuf_when_nothing_else_is_accepted() {
             .any(|c| c.r#type.as_deref() == Some("Complete") && c.status.as_deref() == Some("True")),
         "{status:?}"
     );
-    let spec = job.spec.expect("spec").template.expect("template").spec.expect("pod spec");
+    let spec = job
+        .spec
+        .expect("spec")
+        .template
+        .expect("template")
+        .spec
+        .expect("pod spec");
     assert_eq!(spec.containers[0].command, ["true"]);
 }
 
