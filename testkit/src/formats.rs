@@ -25,7 +25,7 @@ pub fn conforms(format: &str, s: &str) -> bool {
 
 /// Standard base64 with padding, as Go's `base64.StdEncoding` reads it.
 fn is_base64(s: &str) -> bool {
-    if s.len() % 4 != 0 {
+    if !s.len().is_multiple_of(4) {
         return false;
     }
     let body = s.trim_end_matches('=');
