@@ -292,6 +292,16 @@ async fn jobs(client: &kube::Client) -> Vec<Job> {
     api.list(&ListParams::default()).await.expect("list Jobs").items
 }
 
+/// Runs kok until it has reconciled the first commit, stops it, and returns its store's database.
+async fn synced_once(f: &Fixture) -> PathBuf {
+    let sha = git(&f.repo(), &["rev-parse", "HEAD"]);
+    let mut kok = Kok::start(f, "kok-1");
+    kok.client(f).await;
+    delivered(&mut kok, f, &sha, "kok/sync: success").await;
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+    f.state().join("api").join("store.db")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none_twice() {
     let f = Fixture::new();
@@ -346,12 +356,7 @@ async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none
 #[tokio::test(flavor = "multi_thread")]
 async fn a_damaged_store_stops_kok_naming_the_file_instead_of_starting_empty() {
     let f = Fixture::new();
-    let sha = git(&f.repo(), &["rev-parse", "HEAD"]);
-    let mut kok = Kok::start(&f, "kok-1");
-    kok.client(&f).await;
-    delivered(&mut kok, &f, &sha, "kok/sync: success").await;
-    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
-    let db = f.state().join("api").join("store.db");
+    let db = synced_once(&f).await;
     let mut bytes = std::fs::read(&db).expect("the store has a database");
     for b in bytes.iter_mut().skip(4096).take(64) {
         *b = 0xA5;
@@ -400,12 +405,7 @@ async fn a_second_kok_on_a_state_dir_in_use_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_that_cannot_be_written_stops_kok_naming_the_state_dir() {
     let f = Fixture::new();
-    let sha = git(&f.repo(), &["rev-parse", "HEAD"]);
-    let mut kok = Kok::start(&f, "kok-1");
-    kok.client(&f).await;
-    delivered(&mut kok, &f, &sha, "kok/sync: success").await;
-    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
-    let db = f.state().join("api").join("store.db");
+    let db = synced_once(&f).await;
     let pages = std::fs::metadata(&db).expect("the store has a database").len() / 4096;
 
     // The database may grow by two pages: as on a nearly full disk, the operations below do not fit.

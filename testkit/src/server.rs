@@ -193,28 +193,29 @@ fn wants_aggregated(headers: &HeaderMap) -> bool {
         .is_some_and(|first| first.contains("as=APIGroupDiscoveryList") && first.contains("v=v2;"))
 }
 
-/// Whether the client accepts nothing but protobuf, which testkit does not write.
+/// The media types of the Accept header, without parameters; None without the header.
+fn accepted(headers: &HeaderMap) -> Option<Vec<&str>> {
+    let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
+    Some(
+        accept
+            .split(',')
+            .map(|t| t.split(';').next().unwrap_or("").trim())
+            .collect(),
+    )
+}
+
+/// Whether the client accepts nothing but protobuf.
 fn protobuf_only(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| {
-            a.split(',')
-                .map(|t| t.split(';').next().unwrap_or("").trim())
-                .all(|t| t == crate::protobuf::CONTENT_TYPE)
-        })
+    accepted(headers).is_some_and(|types| types.iter().all(|t| *t == crate::protobuf::CONTENT_TYPE))
 }
 
 /// Whether the client takes JSON (or anything): no Accept, `*/*` or `application/json`.
 fn accepts_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_none_or(|a| {
-            a.split(',')
-                .map(|t| t.split(';').next().unwrap_or("").trim())
-                .any(|t| matches!(t, "application/json" | "*/*" | "application/*" | ""))
-        })
+    accepted(headers).is_none_or(|types| {
+        types
+            .iter()
+            .any(|t| matches!(*t, "application/json" | "*/*" | "application/*" | ""))
+    })
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
