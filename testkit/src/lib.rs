@@ -20,6 +20,7 @@ pub mod apply;
 pub mod discovery;
 pub mod errors;
 pub mod formats;
+pub mod gnostic;
 pub mod legacy;
 pub mod openapi;
 pub mod patch;

@@ -230,10 +230,20 @@ pub fn document(state: &State, path: &str) -> Option<Value> {
     }
 }
 
-/// Rewrites every OpenAPI v3 `$ref` (`#/components/schemas/X`) to Swagger's `#/definitions/X`.
+/// Rewrites every OpenAPI v3 `$ref` (`#/components/schemas/X`) to Swagger's `#/definitions/X`, and
+/// a reference wrapped in a one-item `allOf` (to give it a description) to a plain `$ref` beside the
+/// description, as the apiserver's Swagger document writes it.
 fn swagger_refs(v: &mut Value) {
     match v {
         Value::Object(map) => {
+            let single_ref = match map.get("allOf").and_then(Value::as_array).map(Vec::as_slice) {
+                Some([only]) if only.as_object().is_some_and(|o| o.len() == 1) => only.get("$ref").cloned(),
+                _ => None,
+            };
+            if let Some(r) = single_ref {
+                map.remove("allOf");
+                map.insert("$ref".into(), r);
+            }
             for (key, value) in map.iter_mut() {
                 match value {
                     Value::String(r) if key == "$ref" => {

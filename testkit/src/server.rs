@@ -293,15 +293,14 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
                 .unwrap_or_else(not_found_path);
         }
         (Method::GET, "/openapi/v2") if !accepts_json(&parts.headers) => {
-            // The protobuf (gnostic) form is not written: an empty document, which kubectl reads as
-            // "no schemas" and so validates nothing on the client side.
+            let doc = crate::gnostic::encode(&crate::openapi::swagger(&shared.lock()));
             return (
                 StatusCode::OK,
                 [(
                     header::CONTENT_TYPE,
                     "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
                 )],
-                Vec::<u8>::new(),
+                doc,
             )
                 .into_response();
         }

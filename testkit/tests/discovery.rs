@@ -163,7 +163,15 @@ async fn openapi_v2_is_one_swagger_document_of_built_in_and_crd_schemas() {
         "#/definitions/test.example.v1.Widget"
     );
 
-    // kubectl asks for the protobuf form, which is an empty (valid) document.
+    // A reference with a description is a `$ref` beside it, as in the apiserver's document.
+    let template = &defs["io.k8s.api.batch.v1.JobSpec"]["properties"]["template"];
+    assert_eq!(
+        template["$ref"],
+        "#/definitions/io.k8s.api.core.v1.PodTemplateSpec"
+    );
+    assert!(template["allOf"].is_null(), "{template}");
+
+    // kubectl asks for the protobuf form: gnostic's Document with the same definitions.
     let resp = http
         .get(&url)
         .header(
@@ -178,4 +186,19 @@ async fn openapi_v2_is_one_swagger_document_of_built_in_and_crd_schemas() {
         .to_str()
         .unwrap()
         .contains("protobuf"));
+    let doc = <testkit::gnostic::Document as prost::Message>::decode(resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(doc.swagger, "2.0");
+    let defs = doc.definitions.unwrap().additional_properties;
+    let widget = defs
+        .iter()
+        .find(|d| d.name == "test.example.v1.Widget")
+        .and_then(|d| d.value.as_ref())
+        .expect("the Widget schema");
+    let gvk = widget
+        .vendor_extension
+        .iter()
+        .find(|e| e.name == "x-kubernetes-group-version-kind")
+        .and_then(|e| e.value.as_ref())
+        .expect("the kind extension");
+    assert!(gvk.yaml.contains("kind: Widget"), "{}", gvk.yaml);
 }

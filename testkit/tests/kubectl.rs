@@ -519,8 +519,8 @@ async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
 }
 
 #[tokio::test]
-async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3() {
-    if !tools::kubectl_or_skip("kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3") {
+async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3_and_v2() {
+    if !tools::kubectl_or_skip("kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3_and_v2") {
         return;
     }
     let server = ApiServer::start().await.unwrap();
@@ -542,6 +542,20 @@ async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3() {
     );
     let err = k.run(&["explain", "configmap.nothere"], None).await.unwrap_err();
     assert!(err.contains("nothere"), "{err}");
+
+    // The same from OpenAPI v2, which kubectl reads in its protobuf form.
+    let v2 = "--output=plaintext-openapiv2";
+    let out = k.ok(&["explain", "configmap.data", v2]).await;
+    assert!(out.contains("FIELD:    data <map[string]string>"), "{out}");
+    let out = k
+        .ok(&["explain", "jobs.spec.template.spec.containers.image", v2])
+        .await;
+    assert!(
+        out.contains("FIELD:    image <string>") && out.contains("Container image name."),
+        "{out}"
+    );
+    let out = k.ok(&["explain", "widgets", v2]).await;
+    assert!(out.contains("KIND:     Widget"), "{out}");
 }
 
 #[tokio::test]
