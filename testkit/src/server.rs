@@ -204,18 +204,32 @@ fn accepted(headers: &HeaderMap) -> Option<Vec<&str>> {
     )
 }
 
-/// Whether the client accepts nothing but protobuf.
-fn protobuf_only(headers: &HeaderMap) -> bool {
-    accepted(headers).is_some_and(|types| types.iter().all(|t| *t == crate::protobuf::CONTENT_TYPE))
+fn is_json(media_type: &str) -> bool {
+    matches!(media_type, "application/json" | "*/*" | "application/*" | "")
 }
 
 /// Whether the client takes JSON (or anything): no Accept, `*/*` or `application/json`.
 fn accepts_json(headers: &HeaderMap) -> bool {
-    accepted(headers).is_none_or(|types| {
-        types
-            .iter()
-            .any(|t| matches!(*t, "application/json" | "*/*" | "application/*" | ""))
-    })
+    accepted(headers).is_none_or(|types| types.iter().any(|t| is_json(t)))
+}
+
+/// How a response is written, by the client's first choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Json,
+    /// Protobuf; `or_json`: JSON is acceptable too, for what has no protobuf form.
+    Protobuf {
+        or_json: bool,
+    },
+}
+
+fn wire(headers: &HeaderMap) -> Wire {
+    match accepted(headers) {
+        Some(types) if types.first() == Some(&crate::protobuf::CONTENT_TYPE) => Wire::Protobuf {
+            or_json: types.iter().any(|t| is_json(t)),
+        },
+        _ => Wire::Json,
+    }
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -330,10 +344,13 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         .map(|v| json_response(200, &v))
         .unwrap_or_else(not_found_path);
     }
-    let pb = protobuf_only(&parts.headers);
-    if pb {
+    let mut wire = wire(&parts.headers);
+    if let Wire::Protobuf { or_json } = wire {
         if let Some(e) = no_protobuf_form(&shared.lock(), &rp) {
-            return error_response(&e);
+            if !or_json {
+                return error_response(&e);
+            }
+            wire = Wire::Json;
         }
     }
     let q = query_map(&parts.uri);
@@ -369,11 +386,11 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         );
         e.reason = reason_for_code(code).into();
         let r = error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
-        return negotiated(pb, false, r).await;
+        return negotiated(wire, false, r).await;
     }
     let refused = shared.lock().store.persist_failure();
     if let Some(e) = refused {
-        return negotiated(pb, false, error_response(&e)).await;
+        return negotiated(wire, false, error_response(&e)).await;
     }
     let response = resource_request(&shared, &parts.headers, &q, rp, verb, body);
     // A write that could not be persisted is not acknowledged.
@@ -382,10 +399,10 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         Some(e) => error_response(&e),
         None => response,
     };
-    negotiated(pb, verb == "watch", response).await
+    negotiated(wire, verb == "watch", response).await
 }
 
-/// Why a client that accepts only protobuf cannot be answered: custom resources are JSON and YAML
+/// Why a client that asks for protobuf cannot be answered so: custom resources are JSON and YAML
 /// only (406, worded as the apiserver words it), and some built-ins have no protobuf form in testkit.
 fn no_protobuf_form(state: &State, rp: &ResourcePath) -> Option<ApiError> {
     let info = state.registry.get(&rp.group, &rp.version, &rp.resource)?;
@@ -405,12 +422,13 @@ fn no_protobuf_form(state: &State, rp: &ResourcePath) -> Option<ApiError> {
     Some(e)
 }
 
-/// The response in protobuf when that is all the client accepts: objects, lists and Status bodies
-/// enveloped, watch events as length-prefixed frames. JSON otherwise, unchanged.
-async fn negotiated(pb: bool, watch: bool, response: Response) -> Response {
-    if !pb {
+/// The response in protobuf when that is the client's first choice: objects, lists and Status
+/// bodies enveloped, watch events as length-prefixed frames. What has no protobuf form (a Table)
+/// stays JSON when the client takes JSON too, and is a 406 otherwise.
+async fn negotiated(wire: Wire, watch: bool, response: Response) -> Response {
+    let Wire::Protobuf { or_json } = wire else {
         return response;
-    }
+    };
     let (mut parts, body) = response.into_parts();
     let content_type = if watch {
         let frames = body
@@ -424,12 +442,13 @@ async fn negotiated(pb: bool, watch: bool, response: Response) -> Response {
     } else {
         crate::protobuf::CONTENT_TYPE
     };
-    let encoded = match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(json) => serde_json::from_slice::<Value>(&json)
-            .map_err(|e| ApiError::new(500, format!("testkit wrote an unreadable response: {e}")))
-            .and_then(|v| crate::protobuf::encode(&v)),
-        Err(e) => Err(ApiError::new(500, format!("reading the response failed: {e}"))),
+    let json = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(json) => json,
+        Err(e) => return error_response(&ApiError::new(500, format!("reading the response failed: {e}"))),
     };
+    let encoded = serde_json::from_slice::<Value>(&json)
+        .map_err(|e| ApiError::new(500, format!("testkit wrote an unreadable response: {e}")))
+        .and_then(|v| crate::protobuf::encode(&v));
     match encoded {
         Ok(bytes) => {
             parts.headers.insert(
@@ -438,6 +457,7 @@ async fn negotiated(pb: bool, watch: bool, response: Response) -> Response {
             );
             Response::from_parts(parts, Body::from(bytes))
         }
+        Err(_) if or_json => Response::from_parts(parts, Body::from(json)),
         Err(e) => error_response(&e),
     }
 }

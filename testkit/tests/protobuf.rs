@@ -1,5 +1,6 @@
-//! Protobuf responses for a client that accepts nothing else: objects, lists, Status errors and watch
-//! streams of built-in kinds, decoded here with `k8s-pb`'s generated types; 406 for custom resources.
+//! Protobuf responses for a client that asks for them first: objects, lists, Status errors and watch
+//! streams of built-in kinds, decoded here with `k8s-pb`'s generated types; JSON or 406 for custom
+//! resources and tables.
 
 mod common;
 
@@ -231,4 +232,38 @@ async fn custom_resources_refuse_a_protobuf_only_client_as_the_apiserver_does() 
         status["message"],
         "only the following media types are accepted: application/json, application/yaml"
     );
+}
+
+#[tokio::test]
+async fn a_client_preferring_protobuf_gets_it_where_it_exists_and_json_elsewhere() {
+    let server = ApiServer::start().await.unwrap();
+    server.install_crds(&[Widget::crd()]).await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+    cms.create(&PostParams::default(), &cm("settings", "mode", "fast"))
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let ask = |path: &str, accept: &str| {
+        http.get(format!("{}{path}", server.url()))
+            .header("accept", accept.to_string())
+            .send()
+    };
+    let kubectl = "application/vnd.kubernetes.protobuf,application/json";
+    let content_type = |r: &reqwest::Response| r.headers()["content-type"].to_str().unwrap().to_string();
+
+    let resp = ask("/api/v1/namespaces/default/configmaps/settings", kubectl)
+        .await
+        .unwrap();
+    assert_eq!(content_type(&resp), PROTOBUF);
+    let resp = ask("/apis/example.test/v1/namespaces/default/widgets", kubectl)
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(content_type(&resp), "application/json");
+    // Tables have no protobuf form here.
+    let table = "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let resp = ask("/api/v1/namespaces/default/configmaps", table).await.unwrap();
+    assert_eq!(content_type(&resp), "application/json");
+    let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["kind"], "Table");
 }
