@@ -1103,6 +1103,21 @@ macro_rules! kinds {
             }
         }
 
+        /// An object of the kind with nothing but metadata (a watch bookmark), which need not read as
+        /// the k8s-openapi type (its required fields are absent).
+        fn encode_metadata_only(api_version: &str, kind: &str, metadata: &Value) -> Result<Vec<u8>, ApiError> {
+            let what = format!("{api_version} {kind}");
+            let metadata = Some(message_of::<pb_meta::ObjectMeta, meta::ObjectMeta>(metadata, &what)?);
+            match (api_version, kind) {
+                $( ($av, $kind) => {
+                    let mut m = <$pb>::default();
+                    m.metadata = metadata;
+                    Ok(m.encode_to_vec())
+                } )*
+                _ => Err(not_encoded(&what, "this kind has no protobuf form in testkit")),
+            }
+        }
+
         fn encode_list(api_version: &str, kind: &str, list: &Value) -> Result<Vec<u8>, ApiError> {
             let what = format!("{api_version} {kind}List");
             let metadata = Some(message_of::<pb_meta::ListMeta, meta::ListMeta>(&list["metadata"], &what)?);
@@ -1238,6 +1253,16 @@ pub const WATCH_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf;stream
 /// testkit cannot encode becomes an ERROR event with its Status.
 pub fn watch_frame(line: &[u8]) -> Vec<u8> {
     let (kind, object) = match serde_json::from_slice::<Value>(line) {
+        Ok(ev) if ev["type"] == "BOOKMARK" => {
+            let obj = &ev["object"];
+            let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+            let kind = obj["kind"].as_str().unwrap_or_default();
+            let raw = encode_metadata_only(api_version, kind, &obj["metadata"]);
+            (
+                "BOOKMARK".to_string(),
+                raw.map(|raw| envelope(api_version, kind, raw)),
+            )
+        }
         Ok(ev) => (
             ev["type"].as_str().unwrap_or_default().to_string(),
             encode(&ev["object"]),
