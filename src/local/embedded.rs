@@ -92,7 +92,8 @@ impl Embedded {
 ///
 /// The store persists to `<state_dir>/api/store.db` (SQLite; every write committed before it is
 /// acknowledged), so a restart finds every object as it was; damaged or locked state stops the start
-/// with an error naming the file.
+/// with an error naming the file, and a write that cannot be stored later is reported by
+/// [`Embedded::store_failed`].
 pub async fn start(state_dir: &Path, port: u16, namespace: &str) -> anyhow::Result<Embedded> {
     let data_dir = state_dir.join(API_DATA_DIR);
     let db_page_limit = match std::env::var(DB_PAGE_LIMIT_ENV) {
