@@ -1,5 +1,6 @@
 //! Local mode keeps its meta-cluster across restarts: `kok run --local` stopped and started again
-//! on the same `--state-dir` runs no operation twice, and refuses damaged or busy state.
+//! on the same `--state-dir` runs no operation twice, refuses damaged or busy state, and stops when
+//! its store can no longer be written.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -122,6 +123,10 @@ struct Kok {
 
 impl Kok {
     fn start(f: &Fixture, name: &str) -> Kok {
+        Kok::start_with_env(f, name, &[])
+    }
+
+    fn start_with_env(f: &Fixture, name: &str, env: &[(&str, &str)]) -> Kok {
         let _ = std::fs::remove_file(f.state().join("kubeconfig"));
         let log = f.dir.path().join(format!("{name}.log"));
         let out = File::create(&log).expect("kok log");
@@ -136,6 +141,7 @@ impl Kok {
             .env_remove("KOK_PATH")
             .env_remove("KOK_NAMESPACE")
             .env_remove("KOK_API_PORT")
+            .envs(env.iter().copied())
             .current_dir(f.dir.path())
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("clone log"))
@@ -286,6 +292,16 @@ async fn jobs(client: &kube::Client) -> Vec<Job> {
     api.list(&ListParams::default()).await.expect("list Jobs").items
 }
 
+/// Runs kok until it has reconciled the first commit, stops it, and returns its store's database.
+async fn synced_once(f: &Fixture) -> PathBuf {
+    let sha = git(&f.repo(), &["rev-parse", "HEAD"]);
+    let mut kok = Kok::start(f, "kok-1");
+    kok.client(f).await;
+    delivered(&mut kok, f, &sha, "kok/sync: success").await;
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+    f.state().join("api").join("store.db")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none_twice() {
     let f = Fixture::new();
@@ -340,12 +356,7 @@ async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none
 #[tokio::test(flavor = "multi_thread")]
 async fn a_damaged_store_stops_kok_naming_the_file_instead_of_starting_empty() {
     let f = Fixture::new();
-    let sha = git(&f.repo(), &["rev-parse", "HEAD"]);
-    let mut kok = Kok::start(&f, "kok-1");
-    kok.client(&f).await;
-    delivered(&mut kok, &f, &sha, "kok/sync: success").await;
-    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
-    let db = f.state().join("api").join("store.db");
+    let db = synced_once(&f).await;
     let mut bytes = std::fs::read(&db).expect("the store has a database");
     for b in bytes.iter_mut().skip(4096).take(64) {
         *b = 0xA5;
@@ -389,4 +400,35 @@ async fn a_second_kok_on_a_state_dir_in_use_is_refused() {
         first.log()
     );
     assert!(first.stop(), "kok exits 0 on SIGTERM; its log:\n{}", first.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_that_cannot_be_written_stops_kok_naming_the_state_dir() {
+    let f = Fixture::new();
+    let db = synced_once(&f).await;
+    let pages = std::fs::metadata(&db).expect("the store has a database").len() / 4096;
+
+    // The database may grow by two pages: as on a nearly full disk, the operations below do not fit.
+    let limit = (pages + 2).to_string();
+    let mut kok = Kok::start_with_env(&f, "kok-2", &[("KOK_TEST_API_DB_PAGE_LIMIT", &limit)]);
+    kok.client(&f).await;
+    let ids: Vec<String> = (0..30).map(|i| format!("op-{i:02}")).collect();
+    f.commit_operations(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+    let status = kok.wait_exit();
+    let log = kok.log();
+    assert!(
+        !status.success(),
+        "kok kept running without its store; its log:\n{log}"
+    );
+    let dir = f.state().canonicalize().expect("state dir").join("api");
+    assert!(
+        log.contains(&format!("could not write its store in {}", dir.display())),
+        "{log}"
+    );
+    assert!(log.contains("Free disk space"), "{log}");
+
+    // With room again, kok starts on the same store.
+    let mut kok = Kok::start(&f, "kok-3");
+    kok.client(&f).await;
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }

@@ -304,8 +304,12 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         api_url: Some(api.url()),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let store_failed = api.store_failed();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            e = store_failed => tracing::error!(error = %e, "stopping"),
+        }
         let _ = stop_tx.send(true);
     });
     let runner = tokio::spawn(crate::local::runner::run(
@@ -313,14 +317,21 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         runner_cfg,
         wait_true(stop_rx.clone()),
     ));
-    let result = run_with_client(args, client, wait_true(stop_rx)).await;
+    let result = tokio::select! {
+        r = run_with_client(args, client, wait_true(stop_rx)) => r,
+        e = api.store_failed_past_grace() => Err(e),
+    };
     match runner.await {
         Ok(Err(e)) => tracing::warn!(error = %e, "the local Job runner stopped with an error"),
         Err(e) => tracing::warn!(error = %e, "the local Job runner task failed"),
         Ok(Ok(())) => {}
     }
+    let store_failure = api.store_failure();
     api.stop().await;
-    result
+    match store_failure {
+        Some(e) => Err(e),
+        None => result,
+    }
 }
 
 /// The bare cache repository the source keeps for `config`.

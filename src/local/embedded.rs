@@ -18,6 +18,23 @@ pub const API_DATA_DIR: &str = "api";
 pub struct Embedded {
     server: testkit::ApiServer,
     kubeconfig: PathBuf,
+    data_dir: PathBuf,
+}
+
+/// How long in-flight work gets to stop once the store cannot be written.
+pub const STORE_FAILURE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Variable capping the embedded store's database at this many 4 KiB pages, as a nearly full disk
+/// would; only tests of what a full disk does set it.
+pub const DB_PAGE_LIMIT_ENV: &str = "KOK_TEST_API_DB_PAGE_LIMIT";
+
+fn store_error(data_dir: &Path, why: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the embedded API server could not write its store in {dir}, so kok stopped reconciling: {why}. \
+         Free disk space on the filesystem holding {dir} (or repair it), then start `kok run --local` again; \
+         every acknowledged write is kept",
+        dir = data_dir.display()
+    )
 }
 
 impl Embedded {
@@ -36,6 +53,34 @@ impl Embedded {
         &self.kubeconfig
     }
 
+    /// Resolves once the server could not persist a write (a full disk, a failing filesystem): from then
+    /// on it refuses every request, so local mode stops; the error names the state directory and what
+    /// to do.
+    pub fn store_failed(&self) -> impl std::future::Future<Output = anyhow::Error> + Send + 'static {
+        let failed = self.server.persist_failed();
+        let dir = self.data_dir.clone();
+        async move { store_error(&dir, &failed.await) }
+    }
+
+    /// Resolves [`STORE_FAILURE_GRACE`] after [`Embedded::store_failed`]: work still retrying against
+    /// the refusing server by then is abandoned (it is redone from the store at the next start).
+    pub fn store_failed_past_grace(
+        &self,
+    ) -> impl std::future::Future<Output = anyhow::Error> + Send + 'static {
+        let failed = self.store_failed();
+        async move {
+            let e = failed.await;
+            tokio::time::sleep(STORE_FAILURE_GRACE).await;
+            e
+        }
+    }
+
+    /// The error of [`Embedded::store_failed`], if the server has stopped persisting.
+    pub fn store_failure(&self) -> Option<anyhow::Error> {
+        let why = self.server.persist_failure()?;
+        Some(store_error(&self.data_dir, &why))
+    }
+
     /// Stops serving.
     pub async fn stop(self) {
         drop(self.server);
@@ -47,11 +92,21 @@ impl Embedded {
 ///
 /// The store persists to `<state_dir>/api/store.db` (SQLite; every write committed before it is
 /// acknowledged), so a restart finds every object as it was; damaged or locked state stops the start
-/// with an error naming the file.
+/// with an error naming the file, and a write that cannot be stored later is reported by
+/// [`Embedded::store_failed`].
 pub async fn start(state_dir: &Path, port: u16, namespace: &str) -> anyhow::Result<Embedded> {
+    let data_dir = state_dir.join(API_DATA_DIR);
+    let db_page_limit = match std::env::var(DB_PAGE_LIMIT_ENV) {
+        Ok(v) => Some(
+            v.parse()
+                .with_context(|| format!("{DB_PAGE_LIMIT_ENV}={v} is not a number of pages"))?,
+        ),
+        Err(_) => None,
+    };
     let server = testkit::ApiServer::start_with(testkit::Options {
         port,
-        data_dir: Some(state_dir.join(API_DATA_DIR)),
+        data_dir: Some(data_dir.clone()),
+        db_page_limit,
         ..testkit::Options::default()
     })
     .await
@@ -83,5 +138,9 @@ pub async fn start(state_dir: &Path, port: u16, namespace: &str) -> anyhow::Resu
         "embedded API server ready; inspect it with KUBECONFIG={} kubectl get clusters,clusterops,jobs -A",
         kubeconfig.display()
     );
-    Ok(Embedded { server, kubeconfig })
+    Ok(Embedded {
+        server,
+        kubeconfig,
+        data_dir,
+    })
 }

@@ -367,7 +367,8 @@ impl State {
             .cloned()
     }
 
-    /// Prunes and validates a custom resource against its schema; warnings go to `ctx`.
+    /// Prunes and validates a custom resource against its schema, or prunes the fields a built-in
+    /// kind does not have; warnings go to `ctx`.
     fn check_schema(
         &self,
         info: &ResourceInfo,
@@ -376,6 +377,9 @@ impl State {
         obj: &mut Value,
     ) -> Result<(), ApiError> {
         let Some(schema) = self.custom_schema(info) else {
+            let unknown = crate::typed::prune_unknown(&info.api_version(), &info.kind, obj);
+            let warnings = schema::unknown_fields(&info.kind, &info.version, &unknown, ctx.field_validation)?;
+            ctx.warnings.borrow_mut().extend(warnings);
             return Ok(());
         };
         let name = meta_str(obj, "name").unwrap_or("").to_string();

@@ -4,9 +4,12 @@
 //! semantics on [`store`] (objects, a global resourceVersion and an event log) and [`resources`]
 //! (built-in kinds plus CRD-served ones). [`watch`] streams events, [`patch`] and [`apply`] handle
 //! PATCH flavours and managedFields, [`selectors`] filter lists, [`table`] renders `kubectl get`
-//! tables, [`discovery`] answers discovery, [`errors`] renders `Status` objects and [`validation`]
-//! checks names and immutability. Garbage collection of dependents lives in [`api`]. With
-//! [`Options::data_dir`], [`persist`] keeps the store on disk (SQLite, one row per object).
+//! tables, [`discovery`] and [`openapi`] answer discovery, [`errors`] renders `Status` objects,
+//! [`protobuf`] reads and writes Kubernetes protobuf, [`schema`] (with [`formats`]) checks custom
+//! resources against their CRD, [`typed`] prunes built-ins and [`validation`] checks names and
+//! immutability. Garbage collection of dependents lives in [`api`]. With [`Options::data_dir`],
+//! [`persist`] keeps the store on disk (SQLite, one row per object; [`legacy`] imports the earlier
+//! format).
 //!
 //! Jobs are stored, never run: no pods are created. Tests play the kubelet with
 //! [`ApiServer::complete_job`], [`ApiServer::fail_job`] and [`ApiServer::start_job`].
@@ -16,6 +19,9 @@ pub mod api;
 pub mod apply;
 pub mod discovery;
 pub mod errors;
+pub mod formats;
+pub mod gnostic;
+pub mod legacy;
 pub mod openapi;
 pub mod patch;
 pub mod persist;
@@ -26,6 +32,7 @@ pub mod selectors;
 pub mod server;
 pub mod store;
 pub mod table;
+pub mod typed;
 pub mod util;
 pub mod validation;
 pub mod watch;
@@ -428,6 +435,31 @@ impl ApiServer {
             );
         }
         Ok(())
+    }
+
+    /// Why the server stopped persisting (a write to its data directory failed, for example on a full
+    /// disk), if it did; from then on it refuses every request with 503 until restarted.
+    pub fn persist_failure(&self) -> Option<String> {
+        self.shared.lock().store.persist_failure().map(|e| e.message)
+    }
+
+    /// Resolves with the reason once a write could not be persisted; never without a data directory.
+    pub fn persist_failed(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+        let rx = self.shared.lock().store.persist_failed();
+        async move {
+            let Some(mut rx) = rx else {
+                return std::future::pending().await;
+            };
+            let why = rx
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|why| why.clone());
+            match why {
+                Some(why) => why,
+                None => std::future::pending().await,
+            }
+        }
     }
 
     /// Request counts (a live view: later requests show up in it).

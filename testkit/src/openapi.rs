@@ -1,6 +1,7 @@
 //! OpenAPI v3 (`/openapi/v3` and `/openapi/v3/{api/v1 | apis/group/version}`): the schemas of the
 //! served built-in kinds from k8s-openapi, and of custom resources from their CRD's
 //! `openAPIV3Schema`, each marked with `x-kubernetes-group-version-kind` as `kubectl explain` expects.
+//! `/openapi/v2` is the same content in one Swagger 2.0 document (JSON).
 
 use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination};
 use k8s_openapi::api::{core::v1 as core, events::v1 as events, rbac::v1 as rbac};
@@ -165,14 +166,11 @@ pub fn group_doc(state: &State, group: &str, version: &str) -> Option<Value> {
         };
         let gvk = json!({"group": group, "version": version, "kind": info.kind});
         let body = json!({"content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{name}")}}}});
-        // kubectl sends `fieldValidation=Strict` when the patch operation declares it; testkit
-        // enforces it for custom resources only (`schema.rs`), so only they declare it.
-        let parameters = if info.custom {
-            json!([{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true},
-                "description": "Ignore, Warn (default) or Strict: what unknown fields in the request do."}])
-        } else {
-            json!([])
-        };
+        // kubectl sends `fieldValidation=Strict` when the patch operation declares it, as it does on
+        // a real server; testkit enforces it (`schema.rs` for custom resources, `typed.rs` for built-ins).
+        let parameters = json!([{"name": "fieldValidation", "in": "query",
+            "schema": {"type": "string", "uniqueItems": true},
+            "description": "Ignore, Warn (default) or Strict: what unknown fields in the request do."}]);
         paths.insert(
             path,
             json!({
@@ -230,4 +228,89 @@ pub fn document(state: &State, path: &str) -> Option<Value> {
         ["apis", group, version] => group_doc(state, group, version),
         _ => None,
     }
+}
+
+/// Rewrites every OpenAPI v3 `$ref` (`#/components/schemas/X`) to Swagger's `#/definitions/X`, and
+/// a reference wrapped in a one-item `allOf` (to give it a description) to a plain `$ref` beside the
+/// description, as the apiserver's Swagger document writes it.
+fn swagger_refs(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let single_ref = match map.get("allOf").and_then(Value::as_array).map(Vec::as_slice) {
+                Some([only]) if only.as_object().is_some_and(|o| o.len() == 1) => only.get("$ref").cloned(),
+                _ => None,
+            };
+            if let Some(r) = single_ref {
+                map.remove("allOf");
+                map.insert("$ref".into(), r);
+            }
+            for (key, value) in map.iter_mut() {
+                match value {
+                    Value::String(r) if key == "$ref" => {
+                        if let Some(name) = r.strip_prefix("#/components/schemas/") {
+                            *r = format!("#/definitions/{name}");
+                        }
+                    }
+                    _ => swagger_refs(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(swagger_refs),
+        _ => {}
+    }
+}
+
+/// One OpenAPI v3 operation in Swagger 2.0: the response schema and query parameters move up a level.
+fn swagger_operation(op: &Value) -> Value {
+    let mut op = op.clone();
+    if let Some(schema) = op
+        .pointer("/responses/200/content/application~1json/schema")
+        .cloned()
+    {
+        op["responses"] = json!({"200": {"description": "OK", "schema": schema}});
+    }
+    if let Some(params) = op["parameters"].as_array_mut() {
+        for p in params.iter_mut() {
+            if let Some(Value::Object(schema)) = p.as_object_mut().and_then(|p| p.remove("schema")) {
+                p["type"] = schema.get("type").cloned().unwrap_or(json!("string"));
+                if let Some(u) = schema.get("uniqueItems") {
+                    p["uniqueItems"] = u.clone();
+                }
+            }
+        }
+    }
+    op
+}
+
+/// `/openapi/v2`: every served group version's schemas and operations in one Swagger 2.0 document.
+pub fn swagger(state: &State) -> Value {
+    let mut definitions = Map::new();
+    let mut paths = Map::new();
+    for group in state.registry.groups() {
+        for version in state.registry.versions(&group) {
+            let Some(doc) = group_doc(state, &group, &version) else {
+                continue;
+            };
+            if let Some(schemas) = doc.pointer("/components/schemas").and_then(Value::as_object) {
+                definitions.extend(schemas.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+                let ops: Map<String, Value> = item
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(method, op)| (method.clone(), swagger_operation(op)))
+                    .collect();
+                paths.insert(path.clone(), Value::Object(ops));
+            }
+        }
+    }
+    let mut doc = json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": crate::discovery::version()["gitVersion"]},
+        "paths": paths,
+        "definitions": definitions,
+    });
+    swagger_refs(&mut doc);
+    doc
 }

@@ -12,8 +12,9 @@
 //! is visible or acknowledged. If a commit fails (a full disk), the change is dropped and the server
 //! answers every later request with 503 until it is restarted; what was acknowledged stays.
 //!
-//! Start ([`open`]): lock, open the database, check it (`PRAGMA quick_check`), load every row, serve
-//! the stored CRDs again. A damaged database stops the start with an error naming the file and what to
+//! Start ([`open`]): lock, open the database, check it (`PRAGMA quick_check`), load every row, import
+//! a store of the earlier release's snapshot-and-log format once ([`crate::legacy`]), serve the stored
+//! CRDs again. A damaged database stops the start with an error naming the file and what to
 //! do; nothing is reset or rewritten then. A missing directory is a first start (empty store).
 //!
 //! After a restart the resourceVersion continues from where it was, uids stay (new ones are random
@@ -134,6 +135,8 @@ pub struct Db {
     conn: Option<Connection>,
     lock: Option<File>,
     failure: Option<String>,
+    /// Announces the failure that stopped writes (not a normal close).
+    failed: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl Db {
@@ -163,8 +166,14 @@ impl Db {
     }
 
     fn fail(&mut self, why: String) {
+        self.failed.send_replace(Some(why.clone()));
         self.failure = Some(why);
         self.conn = None;
+    }
+
+    /// Follows the failure that stopped writes: `None` until a write could not be persisted.
+    pub fn failed(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.failed.subscribe()
     }
 
     /// Closes the database and releases the directory's lock; later writes are refused.
@@ -340,8 +349,15 @@ pub fn open(dir: &Path, page_limit: Option<u64>, state: &mut State) -> Result<()
     }
     let lock = lock(dir)?;
     let path = dir.join(DB_FILE);
-    let conn = connect(&path)?;
+    let mut conn = connect(&path)?;
     load(&path, &conn, state)?;
+    if let Some(count) = crate::legacy::import(dir, &path, &mut conn, state)? {
+        tracing::info!(
+            dir = %dir.display(),
+            count,
+            "imported the store of the earlier snapshot-and-log format into SQLite"
+        );
+    }
     if let Some(pages) = page_limit {
         conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
             .map_err(|e| damaged(&path, e))?;
@@ -353,6 +369,7 @@ pub fn open(dir: &Path, page_limit: Option<u64>, state: &mut State) -> Result<()
         conn: Some(conn),
         lock: Some(lock),
         failure: None,
+        failed: tokio::sync::watch::Sender::new(None),
     });
     Ok(())
 }

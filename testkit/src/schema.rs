@@ -69,7 +69,11 @@ fn prune(schema: &Value, value: &mut Value, path: &str, top: bool, unknown: &mut
                     format!("{path}.{key}")
                 };
                 if let Some(s) = props.and_then(|p| p.get(&key)).or(additional) {
-                    if let Some(v) = map.get_mut(&key) {
+                    // A null the schema does not allow is dropped, as the apiserver does before
+                    // defaulting.
+                    if map[&key].is_null() && s["nullable"] != Value::Bool(true) {
+                        map.remove(&key);
+                    } else if let Some(v) = map.get_mut(&key) {
                         prune(s, v, &child, false, unknown);
                     }
                 } else if !preserve && (props.is_some() || schema.get("type").is_some()) {
@@ -125,7 +129,14 @@ fn invalid(path: &str, value: &Value, why: String) -> Cause {
 
 /// Checks a value against its schema, collecting causes.
 fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cause>) {
+    composition(schema, value, path, out);
     if value.is_null() {
+        // Null fields were pruned; what is left is a list item or an allowed null.
+        if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+            if schema["nullable"] != Value::Bool(true) {
+                out.push(type_error(path, "null", expected));
+            }
+        }
         return;
     }
     let actual = type_name(value);
@@ -180,25 +191,52 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
                     out.push(invalid(path, value, format!("should match '{p}'")));
                 }
             }
+            if let Some(format) = schema.get("format").and_then(Value::as_str) {
+                if !crate::formats::conforms(format, s) {
+                    out.push(cause(
+                        "FieldValueTypeInvalid",
+                        path,
+                        format!("Invalid value: {value}: {path} in body must be of type {format}: {value}"),
+                    ));
+                }
+            }
         }
         Value::Number(n) => {
             let n = n.as_f64().unwrap_or(0.0);
-            if bound("minimum").is_some_and(|m| n < m) {
-                out.push(invalid(
-                    path,
-                    value,
-                    format!(
-                        "should be greater than or equal to {}",
-                        number(&schema["minimum"])
-                    ),
-                ));
+            let exclusive = |key: &str| schema[key] == Value::Bool(true);
+            if let Some(m) = bound("minimum") {
+                let min = number(&schema["minimum"]);
+                if exclusive("exclusiveMinimum") && n <= m {
+                    out.push(invalid(path, value, format!("should be greater than {min}")));
+                } else if n < m {
+                    out.push(invalid(
+                        path,
+                        value,
+                        format!("should be greater than or equal to {min}"),
+                    ));
+                }
             }
-            if bound("maximum").is_some_and(|m| n > m) {
-                out.push(invalid(
-                    path,
-                    value,
-                    format!("should be less than or equal to {}", number(&schema["maximum"])),
-                ));
+            if let Some(m) = bound("maximum") {
+                let max = number(&schema["maximum"]);
+                if exclusive("exclusiveMaximum") && n >= m {
+                    out.push(invalid(path, value, format!("should be less than {max}")));
+                } else if n > m {
+                    out.push(invalid(
+                        path,
+                        value,
+                        format!("should be less than or equal to {max}"),
+                    ));
+                }
+            }
+            if let Some(factor) = bound("multipleOf").filter(|f| *f > 0.0) {
+                let q = n / factor;
+                if (q - q.round()).abs() > 1e-9 {
+                    out.push(invalid(
+                        path,
+                        value,
+                        format!("should be a multiple of {}", number(&schema["multipleOf"])),
+                    ));
+                }
             }
         }
         Value::Array(items) => {
@@ -227,6 +265,32 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
             }
         }
         Value::Object(map) => {
+            let count = map.len()
+                - if top {
+                    OBJECT_FIELDS.iter().filter(|f| map.contains_key(**f)).count()
+                } else {
+                    0
+                };
+            if bound("maxProperties").is_some_and(|m| count as f64 > m) {
+                out.push(cause(
+                    "FieldValueTooMany",
+                    path,
+                    format!(
+                        "Too many: {count}: must have at most {} items",
+                        number(&schema["maxProperties"])
+                    ),
+                ));
+            }
+            if bound("minProperties").is_some_and(|m| (count as f64) < m) {
+                out.push(invalid(
+                    path,
+                    &json!(""),
+                    format!(
+                        "should have at least {} properties",
+                        number(&schema["minProperties"])
+                    ),
+                ));
+            }
             for required in schema
                 .get("required")
                 .and_then(Value::as_array)
@@ -263,6 +327,70 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
     }
 }
 
+/// `allOf`, `anyOf`, `oneOf` and `not`: in a structural schema they hold value validations only,
+/// checked against the same value.
+fn composition(schema: &Value, value: &Value, path: &str, out: &mut Vec<Cause>) {
+    let results = |key: &str| -> Vec<Vec<Cause>> {
+        schema[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|sub| {
+                let mut causes = Vec::new();
+                check(sub, value, path, false, &mut causes);
+                causes
+            })
+            .collect()
+    };
+    let composite = |message: String| invalid_composite(path, message);
+    let all = results("allOf");
+    if all.iter().any(|r| !r.is_empty()) {
+        let none = if all.iter().all(|r| !r.is_empty()) {
+            ". None validated"
+        } else {
+            ""
+        };
+        out.push(composite(format!("must validate all the schemas (allOf){none}")));
+        out.extend(all.into_iter().flatten());
+    }
+    let any = results("anyOf");
+    if !any.is_empty() && any.iter().all(|r| !r.is_empty()) {
+        out.push(composite("must validate at least one schema (anyOf)".into()));
+        out.extend(any.into_iter().flatten());
+    }
+    let one = results("oneOf");
+    let valid = one.iter().filter(|r| r.is_empty()).count();
+    if !one.is_empty() && valid != 1 {
+        let detail = if valid == 0 {
+            ""
+        } else {
+            " Found 2 valid alternatives"
+        };
+        out.push(composite(format!(
+            "must validate one and only one schema (oneOf).{detail}"
+        )));
+        if valid == 0 {
+            out.extend(one.into_iter().flatten());
+        }
+    }
+    if let Some(not) = schema.get("not") {
+        let mut causes = Vec::new();
+        check(not, value, path, false, &mut causes);
+        if causes.is_empty() {
+            out.push(composite("must not validate the schema (not)".into()));
+        }
+    }
+}
+
+/// A composite error carries no value; the apiserver prints it as `""`.
+fn invalid_composite(path: &str, message: String) -> Cause {
+    cause(
+        "FieldValueInvalid",
+        path,
+        format!("Invalid value: \"\": {path} {message}"),
+    )
+}
+
 /// A schema number as Go prints it: `1`, not `1.0`.
 fn number(v: &Value) -> String {
     match v.as_f64() {
@@ -290,6 +418,17 @@ fn has_rules(schema: &Value) -> bool {
 
 fn cel_value(v: &Value) -> Option<cel::Value> {
     cel::to_value(v).ok()
+}
+
+/// The message a rule's `messageExpression` computes: used when it evaluates to a non-empty string
+/// of one line, as the apiserver does; None otherwise (the static `message` applies).
+fn message_expression(rule: &Value, ctx: &cel::Context) -> Option<String> {
+    let expression = rule["messageExpression"].as_str()?;
+    let program = cel::Program::compile(expression).ok()?;
+    match program.execute(ctx) {
+        Ok(cel::Value::String(s)) if !s.trim().is_empty() && !s.contains('\n') => Some(s.to_string()),
+        _ => None,
+    }
 }
 
 /// Evaluates the `x-kubernetes-validations` rules of `schema` and below. Rules naming `oldSelf` run
@@ -321,15 +460,21 @@ fn rules(schema: &Value, new: &Value, old: Option<&Value>, path: &str, out: &mut
             ctx.add_variable_from_value("oldSelf", v);
         }
         if !matches!(program.execute(&ctx), Ok(cel::Value::Bool(true))) {
-            let message = rule["message"]
-                .as_str()
-                .map(str::to_string)
+            let message = message_expression(rule, &ctx)
+                .or_else(|| rule["message"].as_str().map(str::to_string))
                 .unwrap_or_else(|| format!("failed rule: {text}"));
-            out.push(cause(
-                "FieldValueInvalid",
-                path,
-                format!("Invalid value: {message}"),
-            ));
+            let field = match rule["fieldPath"].as_str() {
+                Some(f) if path.is_empty() => f.trim_start_matches('.').to_string(),
+                Some(f) => format!("{path}{f}"),
+                None => path.to_string(),
+            };
+            let (reason, text) = match rule["reason"].as_str() {
+                Some("FieldValueForbidden") => ("FieldValueForbidden", format!("Forbidden: {message}")),
+                Some("FieldValueRequired") => ("FieldValueRequired", format!("Required value: {message}")),
+                Some("FieldValueDuplicate") => ("FieldValueDuplicate", format!("Duplicate value: {message}")),
+                _ => ("FieldValueInvalid", format!("Invalid value: {message}")),
+            };
+            out.push(cause(reason, &field, text));
         }
     }
     if let (Some(props), Value::Object(map)) = (schema.get("properties").and_then(Value::as_object), new) {
@@ -346,6 +491,25 @@ fn rules(schema: &Value, new: &Value, old: Option<&Value>, path: &str, out: &mut
     }
 }
 
+/// What pruned unknown fields do under `mode`: a 400 under `Strict`, a warning each under `Warn`
+/// (returned), nothing under `Ignore`; worded as the apiserver words them.
+pub fn unknown_fields(
+    kind: &str,
+    version: &str,
+    unknown: &[String],
+    mode: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let listed = unknown.iter().map(|u| format!("unknown field \"{u}\""));
+    match mode {
+        FieldValidation::Strict if !unknown.is_empty() => Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            listed.collect::<Vec<_>>().join(", "),
+        ))),
+        FieldValidation::Warn => Ok(listed.collect()),
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// Prunes `obj` and validates it (and, on updates, its transition from `old`). Returns the
 /// warnings to send; refuses with the real server's Status on unknown fields under `Strict` and on
 /// invalid values.
@@ -358,20 +522,7 @@ pub fn validate(
 ) -> Result<Vec<String>, ApiError> {
     let mut unknown = Vec::new();
     prune(target.schema, obj, "", true, &mut unknown);
-    let mut warnings = Vec::new();
-    match mode {
-        FieldValidation::Strict if !unknown.is_empty() => {
-            let listed: Vec<String> = unknown.iter().map(|u| format!("unknown field \"{u}\"")).collect();
-            return Err(ApiError::bad_request(format!(
-                "{kind} in version \"{}\" cannot be handled as a {kind}: strict decoding error: {}",
-                target.version,
-                listed.join(", "),
-                kind = target.kind
-            )));
-        }
-        FieldValidation::Warn => warnings.extend(unknown.iter().map(|u| format!("unknown field \"{u}\""))),
-        _ => {}
-    }
+    let warnings = unknown_fields(target.kind, target.version, &unknown, mode)?;
     let mut causes = Vec::new();
     check(target.schema, obj, "", true, &mut causes);
     causes.sort_by(|a, b| a.field.cmp(&b.field));
@@ -406,4 +557,131 @@ pub fn validate(
     );
     e.details.kind = target.kind.to_string();
     Err(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(schema: &Value) -> Target<'_> {
+        Target {
+            schema,
+            group: "example.test",
+            version: "v1",
+            kind: "Widget",
+        }
+    }
+
+    /// The causes (field, message) of validating `spec` against `spec_schema`.
+    fn causes(spec_schema: Value, spec: Value) -> Vec<(String, String)> {
+        let schema = json!({"type": "object", "properties": {"spec": spec_schema}});
+        let mut obj = json!({"apiVersion": "example.test/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": spec});
+        match validate(&target(&schema), "w", None, &mut obj, FieldValidation::Strict) {
+            Ok(_) => Vec::new(),
+            Err(e) => e
+                .details
+                .causes
+                .into_iter()
+                .map(|c| (c.field, c.message))
+                .collect(),
+        }
+    }
+
+    fn one(field: &str, message: &str) -> Vec<(String, String)> {
+        vec![(field.to_string(), message.to_string())]
+    }
+
+    #[test]
+    fn formats_are_type_errors_worded_as_the_apiserver_words_them() {
+        let schema = json!({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
+            "size": {"type": "integer", "format": "int32"}}});
+        assert_eq!(
+            causes(schema.clone(), json!({"when": "soon", "size": 5_000_000_000u64})),
+            one(
+                "spec.when",
+                "Invalid value: \"soon\": spec.when in body must be of type date-time: \"soon\""
+            )
+        );
+        assert!(causes(schema, json!({"when": "2026-11-23T21:00:00Z"})).is_empty());
+    }
+
+    #[test]
+    fn nulls_are_dropped_unless_nullable_and_refused_in_lists() {
+        let schema = json!({"type": "object", "properties": {
+            "gone": {"type": "string"}, "kept": {"type": "string", "nullable": true},
+            "list": {"type": "array", "items": {"type": "string"}}}});
+        let full = json!({"type": "object", "properties": {"spec": schema.clone()}});
+        let mut obj = json!({"metadata": {"name": "w"}, "spec": {"gone": null, "kept": null}});
+        validate(&target(&full), "w", None, &mut obj, FieldValidation::Strict).unwrap();
+        assert_eq!(obj["spec"], json!({"kept": null}));
+        assert_eq!(
+            causes(schema, json!({"list": ["a", null]})),
+            one(
+                "spec.list[1]",
+                "Invalid value: \"null\": spec.list[1] in body must be of type string: \"null\""
+            )
+        );
+    }
+
+    #[test]
+    fn exclusive_bounds_and_multiples() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1,
+            "exclusiveMinimum": true, "maximum": 10, "exclusiveMaximum": true, "multipleOf": 3}}});
+        assert_eq!(
+            causes(schema.clone(), json!({"n": 1})),
+            vec![
+                (
+                    "spec.n".into(),
+                    "Invalid value: 1: spec.n in body should be greater than 1".into()
+                ),
+                (
+                    "spec.n".into(),
+                    "Invalid value: 1: spec.n in body should be a multiple of 3".into()
+                ),
+            ]
+        );
+        assert_eq!(
+            causes(schema.clone(), json!({"n": 12}))
+                .first()
+                .map(|c| c.1.clone()),
+            Some("Invalid value: 12: spec.n in body should be less than 10".into())
+        );
+        assert!(causes(schema, json!({"n": 9})).is_empty());
+    }
+
+    #[test]
+    fn compositions_check_value_validations_against_the_same_value() {
+        let schema = json!({"type": "object", "properties": {"port": {"type": "string",
+            "anyOf": [{"pattern": "^[0-9]+$"}, {"enum": ["http", "https"]}], "not": {"enum": ["0"]}}}});
+        assert!(causes(schema.clone(), json!({"port": "8080"})).is_empty());
+        assert!(causes(schema.clone(), json!({"port": "https"})).is_empty());
+        let got = causes(schema.clone(), json!({"port": "ftp"}));
+        assert_eq!(
+            got[0],
+            (
+                "spec.port".to_string(),
+                "Invalid value: \"\": spec.port must validate at least one schema (anyOf)".to_string()
+            )
+        );
+        assert_eq!(
+            causes(schema, json!({"port": "0"})),
+            one(
+                "spec.port",
+                "Invalid value: \"\": spec.port must not validate the schema (not)"
+            )
+        );
+    }
+
+    #[test]
+    fn cel_message_expression_reason_and_field_path_shape_the_cause() {
+        let schema = json!({"type": "object", "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.min <= self.max", "fieldPath": ".max",
+                "reason": "FieldValueForbidden", "message": "static",
+                "messageExpression": "'max ' + string(self.max) + ' is below min ' + string(self.min)"}]});
+        assert_eq!(
+            causes(schema, json!({"min": 5, "max": 2})),
+            one("spec.max", "Forbidden: max 2 is below min 5")
+        );
+    }
 }

@@ -8,6 +8,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, Request, State as AxumState};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -192,16 +193,43 @@ fn wants_aggregated(headers: &HeaderMap) -> bool {
         .is_some_and(|first| first.contains("as=APIGroupDiscoveryList") && first.contains("v=v2;"))
 }
 
-/// Whether the client accepts nothing but protobuf, which testkit does not write.
-fn protobuf_only(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| {
-            a.split(',')
-                .map(|t| t.split(';').next().unwrap_or("").trim())
-                .all(|t| t == crate::protobuf::CONTENT_TYPE)
-        })
+/// The media types of the Accept header, without parameters; None without the header.
+fn accepted(headers: &HeaderMap) -> Option<Vec<&str>> {
+    let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
+    Some(
+        accept
+            .split(',')
+            .map(|t| t.split(';').next().unwrap_or("").trim())
+            .collect(),
+    )
+}
+
+fn is_json(media_type: &str) -> bool {
+    matches!(media_type, "application/json" | "*/*" | "application/*" | "")
+}
+
+/// Whether the client takes JSON (or anything): no Accept, `*/*` or `application/json`.
+fn accepts_json(headers: &HeaderMap) -> bool {
+    accepted(headers).is_none_or(|types| types.iter().any(|t| is_json(t)))
+}
+
+/// How a response is written, by the client's first choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Json,
+    /// Protobuf; `or_json`: JSON is acceptable too, for what has no protobuf form.
+    Protobuf {
+        or_json: bool,
+    },
+}
+
+fn wire(headers: &HeaderMap) -> Wire {
+    match accepted(headers) {
+        Some(types) if types.first() == Some(&crate::protobuf::CONTENT_TYPE) => Wire::Protobuf {
+            or_json: types.iter().any(|t| is_json(t)),
+        },
+        _ => Wire::Json,
+    }
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -278,17 +306,19 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
                 .map(|doc| json_response(200, &doc))
                 .unwrap_or_else(not_found_path);
         }
-        (Method::GET, "/openapi/v2") => {
+        (Method::GET, "/openapi/v2") if !accepts_json(&parts.headers) => {
+            let doc = crate::gnostic::encode(&crate::openapi::swagger(&shared.lock()));
             return (
                 StatusCode::OK,
                 [(
                     header::CONTENT_TYPE,
                     "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
                 )],
-                Vec::<u8>::new(),
+                doc,
             )
-                .into_response()
+                .into_response();
         }
+        (Method::GET, "/openapi/v2") => return json_response(200, &crate::openapi::swagger(&shared.lock())),
         (Method::GET, p) if p.starts_with("/apis/") && p.matches('/').count() == 2 => {
             let group = &p["/apis/".len()..];
             return discovery::api_group(&shared.lock().registry, group)
@@ -314,13 +344,14 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         .map(|v| json_response(200, &v))
         .unwrap_or_else(not_found_path);
     }
-    if protobuf_only(&parts.headers) {
-        let mut e = ApiError::new(
-            406,
-            "testkit writes JSON responses only; accept application/json as well as protobuf",
-        );
-        e.reason = "NotAcceptable".into();
-        return error_response(&e);
+    let mut wire = wire(&parts.headers);
+    if let Wire::Protobuf { or_json } = wire {
+        if let Some(e) = no_protobuf_form(&shared.lock(), &rp) {
+            if !or_json {
+                return error_response(&e);
+            }
+            wire = Wire::Json;
+        }
     }
     let q = query_map(&parts.uri);
     let verb = match (&parts.method, rp.name.is_some()) {
@@ -354,16 +385,80 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
             format!("testkit injected fault: {verb} {logged} failed with {code}"),
         );
         e.reason = reason_for_code(code).into();
-        return error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
+        let r = error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
+        return negotiated(wire, false, r).await;
     }
-    if let Some(e) = shared.lock().store.persist_failure() {
-        return error_response(&e);
+    let refused = shared.lock().store.persist_failure();
+    if let Some(e) = refused {
+        return negotiated(wire, false, error_response(&e)).await;
     }
     let response = resource_request(&shared, &parts.headers, &q, rp, verb, body);
     // A write that could not be persisted is not acknowledged.
-    match shared.lock().store.persist_failure() {
+    let refused = shared.lock().store.persist_failure();
+    let response = match refused {
         Some(e) => error_response(&e),
         None => response,
+    };
+    negotiated(wire, verb == "watch", response).await
+}
+
+/// Why a client that asks for protobuf cannot be answered so: custom resources are JSON and YAML
+/// only (406, worded as the apiserver words it), and some built-ins have no protobuf form in testkit.
+fn no_protobuf_form(state: &State, rp: &ResourcePath) -> Option<ApiError> {
+    let info = state.registry.get(&rp.group, &rp.version, &rp.resource)?;
+    let message = if info.custom {
+        "only the following media types are accepted: application/json, application/yaml".to_string()
+    } else if !crate::protobuf::encodes(&info.api_version(), &info.kind) {
+        format!(
+            "testkit cannot write {} {} as protobuf; accept application/json as well",
+            info.api_version(),
+            info.kind
+        )
+    } else {
+        return None;
+    };
+    let mut e = ApiError::new(406, message);
+    e.reason = "NotAcceptable".into();
+    Some(e)
+}
+
+/// The response in protobuf when that is the client's first choice: objects, lists and Status
+/// bodies enveloped, watch events as length-prefixed frames. What has no protobuf form (a Table)
+/// stays JSON when the client takes JSON too, and is a 406 otherwise.
+async fn negotiated(wire: Wire, watch: bool, response: Response) -> Response {
+    let Wire::Protobuf { or_json } = wire else {
+        return response;
+    };
+    let (mut parts, body) = response.into_parts();
+    let content_type = if watch {
+        let frames = body
+            .into_data_stream()
+            .map(|line| line.map(|line| Bytes::from(crate::protobuf::watch_frame(&line))));
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(crate::protobuf::WATCH_CONTENT_TYPE),
+        );
+        return Response::from_parts(parts, Body::from_stream(frames));
+    } else {
+        crate::protobuf::CONTENT_TYPE
+    };
+    let json = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(json) => json,
+        Err(e) => return error_response(&ApiError::new(500, format!("reading the response failed: {e}"))),
+    };
+    let encoded = serde_json::from_slice::<Value>(&json)
+        .map_err(|e| ApiError::new(500, format!("testkit wrote an unreadable response: {e}")))
+        .and_then(|v| crate::protobuf::encode(&v));
+    match encoded {
+        Ok(bytes) => {
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(content_type),
+            );
+            Response::from_parts(parts, Body::from(bytes))
+        }
+        Err(_) if or_json => Response::from_parts(parts, Body::from(json)),
+        Err(e) => error_response(&e),
     }
 }
 

@@ -335,6 +335,11 @@ impl Store {
         }
     }
 
+    /// Follows the persistence failure of a store with a database (`None` without one).
+    pub fn persist_failed(&self) -> Option<tokio::sync::watch::Receiver<Option<String>>> {
+        self.db.as_ref().map(Db::failed)
+    }
+
     /// Why writes are refused (a write could not be persisted, or the server stopped), as a 503.
     pub fn persist_failure(&self) -> Option<ApiError> {
         let why = self.db.as_ref()?.failure()?;

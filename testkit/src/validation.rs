@@ -115,6 +115,13 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
                 format!("Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"),
             ));
         }
+        let versions = obj.pointer("/spec/versions").and_then(Value::as_array);
+        for (i, v) in versions.into_iter().flatten().enumerate() {
+            if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+                let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+                unique_items_causes(schema, &path, &mut causes);
+            }
+        }
     }
     if let Some(labels) = meta["labels"].as_object() {
         for (k, v) in labels {
@@ -143,6 +150,30 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::invalid(&info.group, &info.kind, name, causes))
+    }
+}
+
+/// `uniqueItems: true` anywhere in a CRD schema, which a structural schema forbids.
+fn unique_items_causes(schema: &Value, path: &str, out: &mut Vec<Cause>) {
+    if schema["uniqueItems"] == Value::Bool(true) {
+        out.push(cause(
+            "FieldValueForbidden",
+            &format!("{path}.uniqueItems"),
+            "Forbidden: uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
+        ));
+    }
+    for (key, sub) in schema["properties"].as_object().into_iter().flatten() {
+        unique_items_causes(sub, &format!("{path}.properties[{key}]"), out);
+    }
+    for key in ["items", "additionalProperties", "not"] {
+        if schema[key].is_object() {
+            unique_items_causes(&schema[key], &format!("{path}.{key}"), out);
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for (i, sub) in schema[key].as_array().into_iter().flatten().enumerate() {
+            unique_items_causes(sub, &format!("{path}.{key}[{i}]"), out);
+        }
     }
 }
 
@@ -203,6 +234,28 @@ mod tests {
             err.message.contains("must be no more than 63 characters"),
             "{}",
             err.message
+        );
+    }
+
+    #[test]
+    fn crd_schemas_with_unique_items_are_forbidden() {
+        let info = crate::resources::Registry::builtin()
+            .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .unwrap();
+        let crd = serde_json::json!({"metadata": {"name": "widgets.example.test"},
+            "spec": {"group": "example.test", "names": {"plural": "widgets"}, "versions": [{"name": "v1",
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
+                    "properties": {"tags": {"type": "array", "uniqueItems": true, "items": {"type": "string"}}}}}}}}]}});
+        let e = validate_meta(&info, &crd).unwrap_err();
+        assert_eq!(e.code, 422);
+        assert_eq!(
+            e.details.causes[0].field,
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[tags].uniqueItems"
+        );
+        assert!(
+            e.message.contains("Forbidden: uniqueItems cannot be set to true"),
+            "{}",
+            e.message
         );
     }
 

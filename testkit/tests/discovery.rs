@@ -127,3 +127,78 @@ async fn tables_evaluate_printer_columns_including_condition_filters() {
     let one = get_table(&server, "/api/v1/namespaces/default").await;
     assert_eq!(one["rows"][0]["cells"][0], "default");
 }
+
+#[tokio::test]
+async fn openapi_v2_is_one_swagger_document_of_built_in_and_crd_schemas() {
+    let server = ApiServer::start().await.unwrap();
+    server.install_crds(&[Widget::crd()]).await.unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("{}/openapi/v2", server.url());
+    let resp = http
+        .get(&url)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(!text.contains("#/components/"), "v3 references left in v2");
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["swagger"], "2.0");
+    let defs = &doc["definitions"];
+    assert_eq!(
+        defs["io.k8s.api.core.v1.ConfigMap"]["x-kubernetes-group-version-kind"][0]["kind"],
+        "ConfigMap"
+    );
+    let widget = &defs["test.example.v1.Widget"];
+    assert_eq!(
+        widget["properties"]["spec"]["properties"]["size"]["description"],
+        "Size."
+    );
+    let patch = &doc["paths"]["/apis/example.test/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+    assert_eq!(patch["parameters"][0]["name"], "fieldValidation");
+    assert_eq!(patch["parameters"][0]["type"], "string");
+    assert_eq!(
+        patch["responses"]["200"]["schema"]["$ref"],
+        "#/definitions/test.example.v1.Widget"
+    );
+
+    // A reference with a description is a `$ref` beside it, as in the apiserver's document.
+    let template = &defs["io.k8s.api.batch.v1.JobSpec"]["properties"]["template"];
+    assert_eq!(
+        template["$ref"],
+        "#/definitions/io.k8s.api.core.v1.PodTemplateSpec"
+    );
+    assert!(template["allOf"].is_null(), "{template}");
+
+    // kubectl asks for the protobuf form: gnostic's Document with the same definitions.
+    let resp = http
+        .get(&url)
+        .header(
+            "accept",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .contains("protobuf"));
+    let doc = <testkit::gnostic::Document as prost::Message>::decode(resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(doc.swagger, "2.0");
+    let defs = doc.definitions.unwrap().additional_properties;
+    let widget = defs
+        .iter()
+        .find(|d| d.name == "test.example.v1.Widget")
+        .and_then(|d| d.value.as_ref())
+        .expect("the Widget schema");
+    let gvk = widget
+        .vendor_extension
+        .iter()
+        .find(|e| e.name == "x-kubernetes-group-version-kind")
+        .and_then(|e| e.value.as_ref())
+        .expect("the kind extension");
+    assert!(gvk.yaml.contains("kind: Widget"), "{}", gvk.yaml);
+}

@@ -373,6 +373,18 @@ async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
             &from_settings,
         ],
         vec!["create", "serviceaccount", "runner"],
+        vec![
+            "run",
+            "probe",
+            "--image=busybox:1",
+            "--restart=Never",
+            "--labels=app=probe",
+            "--env=MODE=fast",
+            "--port=8080",
+            "--",
+            "sleep",
+            "1",
+        ],
         vec!["create", "job", "once", "--image=busybox:1", "--", "echo", "hi"],
         vec![
             "create",
@@ -434,6 +446,13 @@ async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
     assert_eq!(cfg["data"]["mode"], "fast");
     assert_eq!(cfg["data"]["settings.ini"], "[a]\nb = c\n");
     assert!(server.object("serviceaccounts", "gen", "runner").is_some());
+    let pod = server.object("pods", "gen", "probe").expect("pod stored");
+    assert_eq!(pod["metadata"]["labels"]["app"], "probe");
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(c["env"][0], serde_json::json!({"name": "MODE", "value": "fast"}));
+    assert_eq!(c["ports"][0]["containerPort"], 8080);
+    assert_eq!(c["args"], serde_json::json!(["sleep", "1"]));
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
     let job = server.object("batch/v1/jobs", "gen", "once").expect("job stored");
     let container = &job["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["image"], "busybox:1");
@@ -500,8 +519,8 @@ async fn kubectl_generator_commands_send_protobuf_and_are_stored() {
 }
 
 #[tokio::test]
-async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3() {
-    if !tools::kubectl_or_skip("kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3") {
+async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3_and_v2() {
+    if !tools::kubectl_or_skip("kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3_and_v2") {
         return;
     }
     let server = ApiServer::start().await.unwrap();
@@ -523,4 +542,61 @@ async fn kubectl_explain_reads_built_in_and_crd_schemas_from_openapi_v3() {
     );
     let err = k.run(&["explain", "configmap.nothere"], None).await.unwrap_err();
     assert!(err.contains("nothere"), "{err}");
+
+    // The same from OpenAPI v2, which kubectl reads in its protobuf form.
+    let v2 = "--output=plaintext-openapiv2";
+    let out = k.ok(&["explain", "configmap.data", v2]).await;
+    assert!(out.contains("FIELD:    data <map[string]string>"), "{out}");
+    let out = k
+        .ok(&["explain", "jobs.spec.template.spec.containers.image", v2])
+        .await;
+    assert!(
+        out.contains("FIELD:    image <string>") && out.contains("Container image name."),
+        "{out}"
+    );
+    let out = k.ok(&["explain", "widgets", v2]).await;
+    assert!(out.contains("KIND:     Widget"), "{out}");
+}
+
+#[tokio::test]
+async fn kubectl_validate_strict_refuses_unknown_fields_and_warn_prunes_them() {
+    if !tools::kubectl_or_skip("kubectl_validate_strict_refuses_unknown_fields_and_warn_prunes_them") {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl::for_server(&server);
+    let gadgets = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gadgets.example.test\nspec:\n  group: example.test\n  scope: Namespaced\n  names: {plural: gadgets, singular: gadget, kind: Gadget}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec: {type: object, properties: {size: {type: integer}}}\n";
+    k.apply_stdin(&["apply", "-f", "-"], gadgets).await;
+    let typo_cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\ndat:\n  k: v\n";
+    let typo_widget =
+        "apiVersion: example.test/v1\nkind: Gadget\nmetadata:\n  name: typo\nspec:\n  size: 1\n  sise: 2\n";
+    for (yaml, field) in [(typo_cm, "dat"), (typo_widget, "spec.sise")] {
+        let err = k
+            .run(&["apply", "--validate=strict", "-f", "-"], Some(yaml))
+            .await
+            .unwrap_err();
+        assert!(
+            err.contains(&format!("strict decoding error: unknown field \"{field}\"")),
+            "{err}"
+        );
+    }
+    assert!(server.object("configmaps", "default", "typo").is_none());
+
+    // Under warn the object is stored without the unknown field, and kubectl prints the warning.
+    let mut cmd = k.command(&["apply", "--validate=warn", "-f", "-"]);
+    cmd.stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(typo_cm.as_bytes())
+        .await
+        .unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown field \"dat\""), "{stderr}");
+    let cm = server.object("configmaps", "default", "typo").expect("stored");
+    assert!(cm.get("dat").is_none(), "{cm}");
 }

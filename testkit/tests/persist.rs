@@ -233,12 +233,12 @@ async fn a_file_that_is_not_a_database_stops_the_start() {
     assert!(msg.contains("damaged"), "{msg}");
 }
 
-#[tokio::test]
-async fn a_full_disk_refuses_writes_with_a_clear_error_and_keeps_what_was_acknowledged() {
-    let dir = tempfile::tempdir().unwrap();
+/// Writes ConfigMaps into a server on `dir` until a write is refused, checks the refusal, then
+/// `make_room` and checks a restart keeps every acknowledged write.
+async fn fill_until_refused(dir: &Path, db_page_limit: Option<u64>, make_room: impl FnOnce()) {
     let server = ApiServer::start_with(Options {
-        data_dir: Some(dir.path().to_path_buf()),
-        db_page_limit: Some(24),
+        data_dir: Some(dir.to_path_buf()),
+        db_page_limit,
         ..Options::default()
     })
     .await
@@ -260,17 +260,20 @@ async fn a_full_disk_refuses_writes_with_a_clear_error_and_keeps_what_was_acknow
             201 => acknowledged.push(name),
             _ => break got,
         }
-        assert!(acknowledged.len() < 200, "the page limit was never reached");
+        assert!(acknowledged.len() < 200, "the disk never filled up");
     };
     assert_eq!(refusal.status, 503, "{}", refusal.body);
     let message = refusal.body["message"].as_str().unwrap_or("");
     assert!(message.contains("full"), "{message}");
     assert!(message.contains("store.db"), "{message}");
+    assert_eq!(server.persist_failure().as_deref(), Some(message));
+    assert_eq!(server.persist_failed().await, message);
     let later = common::send(&server, "GET", "/api/v1/namespaces/default/configmaps/c0", None).await;
     assert_eq!(later.status, 503, "every later request is refused");
     drop(server);
 
-    let server = start(dir.path()).await.unwrap();
+    make_room();
+    let server = start(dir).await.unwrap();
     let api: Api<ConfigMap> = Api::default_namespaced(server.client());
     for name in &acknowledged {
         assert!(
@@ -282,6 +285,65 @@ async fn a_full_disk_refuses_writes_with_a_clear_error_and_keeps_what_was_acknow
         api.list(&Default::default()).await.unwrap().items.len(),
         acknowledged.len()
     );
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_writes_with_a_clear_error_and_keeps_what_was_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_until_refused(dir.path(), Some(24), || {}).await;
+}
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` on `dir`; None (with the reason printed) where mounting is not
+    /// allowed, as for a user without CAP_SYS_ADMIN.
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs(dir.to_path_buf())),
+            Ok(o) => {
+                eprintln!(
+                    "skipped: cannot mount a tmpfs here: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    fn resize(&self, size: &str) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "resizing the tmpfs");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[tokio::test]
+async fn a_really_full_filesystem_refuses_writes_and_a_restart_with_room_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(tmpfs) = Tmpfs::mount(dir.path(), "160k") else {
+        return;
+    };
+    let data = dir.path().join("api");
+    fill_until_refused(&data, None, || tmpfs.resize("8m")).await;
 }
 
 #[tokio::test]
