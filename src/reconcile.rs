@@ -34,6 +34,9 @@ pub struct PassConfig {
     pub live: Option<Arc<LiveCache>>,
 }
 
+/// How long a pass waits for the watch caches' first list before it lists each cluster itself.
+const CACHES_READY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Most clusters applied or removed at once.
 pub const CONCURRENT_CLUSTERS: usize = 16;
 
@@ -160,10 +163,14 @@ pub async fn pass(
         diagnostics: read.parsed.diagnostics.clone(),
         ..PassOutcome::default()
     };
-    if let Some(live) = &cfg.live {
-        live.ready().await;
-    }
-    let live = cfg.live.as_deref();
+    let live = match cfg.live.as_deref() {
+        Some(l) if l.ready(CACHES_READY).await => Some(l),
+        Some(_) => {
+            warn!("the watch caches have not listed yet; this pass lists each cluster's objects");
+            None
+        }
+        None => None,
+    };
     let ns = cfg.namespace.as_str();
     let ctx = &ctx;
     let untouched = &read.untouched;

@@ -202,11 +202,15 @@ fn seen(have: Option<&str>, want: &str) -> bool {
 }
 
 impl LiveCache {
-    /// Waits until every watch has listed once.
-    pub async fn ready(&self) {
-        let _ = self.operations.wait_until_ready().await;
-        let _ = self.clusters.wait_until_ready().await;
-        let _ = self.config_maps.wait_until_ready().await;
+    /// Waits until every watch has listed once, at most `within`; false when they have not (the
+    /// caller lists instead).
+    pub async fn ready(&self, within: Duration) -> bool {
+        let all = async {
+            self.operations.wait_until_ready().await.is_ok()
+                && self.clusters.wait_until_ready().await.is_ok()
+                && self.config_maps.wait_until_ready().await.is_ok()
+        };
+        tokio::time::timeout(within, all).await.unwrap_or(false)
     }
 
     fn rv_of<K: Resource<DynamicType = ()> + Clone>(&self, store: &Store<K>, name: &str) -> Option<String> {
