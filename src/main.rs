@@ -3,9 +3,6 @@
 
 use clap::Parser;
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> std::process::ExitCode {
     let cli = kok::cli::Cli::parse();
     kok::cli::main(cli)

@@ -177,10 +177,7 @@ pub async fn pass(
     let applied: Vec<apply::Applied> = stream::iter(&read.parsed.clusters)
         .map(|cluster| async move {
             let desired = materialize::render_cluster(cluster, ctx);
-            let view = match live {
-                Some(l) => l.live(&cluster.name).await,
-                None => None,
-            };
+            let view = cached(live, &cluster.name).await;
             let keep = untouched.contains(&cluster.name);
             let applied = apply::apply_cluster_from(client, ns, &desired, view, keep).await?;
             Ok::<_, PassError>(noted(live, &cluster.name, applied))
@@ -238,6 +235,14 @@ pub async fn pass(
     Ok(outcome)
 }
 
+/// The live objects of `cluster` from the caches, when there are caches and they vouch for it.
+async fn cached(live: Option<&LiveCache>, cluster: &str) -> Option<apply::Live> {
+    match live {
+        Some(l) => l.live(cluster).await,
+        None => None,
+    }
+}
+
 /// Tells the caches what a cluster's writes left behind, so the next pass waits until they show it.
 fn noted(live: Option<&LiveCache>, cluster: &str, applied: apply::Applied) -> apply::Applied {
     if let Some(l) = live {
@@ -255,10 +260,7 @@ async fn remove_clusters(
 ) -> Result<usize, PassError> {
     let removed: Vec<apply::Applied> = stream::iter(names)
         .map(|name| async move {
-            let view = match live {
-                Some(l) => l.live(name).await,
-                None => None,
-            };
+            let view = cached(live, name).await;
             let applied = apply::remove_cluster_from(client, namespace, name, view).await?;
             Ok::<_, PassError>(noted(live, name, applied))
         })
