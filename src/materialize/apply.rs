@@ -169,8 +169,8 @@ pub fn cluster_selector(cluster: &str) -> String {
     format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={cluster}")
 }
 
-/// The live objects of one cluster, read with one list per kind (or simulated by `kok plan` when no
-/// meta-cluster is reachable).
+/// The live objects of one cluster: from the service's watch caches, read with one list per kind, or
+/// simulated by `kok plan` when no meta-cluster is reachable.
 #[derive(Clone, Debug, Default)]
 pub struct Live {
     /// The Cluster, when it exists.
