@@ -298,6 +298,37 @@ async fn a_periodic_resync_decides_from_the_caches_and_rewrites_only_what_change
     }
 }
 
+#[tokio::test]
+async fn an_object_the_pass_wrote_and_someone_deleted_does_not_keep_its_cluster_off_the_caches() {
+    let mut repo = RepoBuilder::new();
+    repo.cluster("a").op("a", "install", "cluster.yml");
+    repo.commit("one cluster");
+    let mut service = Service::start(repo).await;
+    service.reconcile().await;
+    // The history limit (or a person) deletes the operation the pass just created.
+    let name = service.operations().await.pop().expect("the install operation");
+    let api: Api<ClusterOperation> = Api::namespaced(service.server.client(), NS);
+    api.delete(&name, &Default::default()).await.unwrap();
+    let gone = kube::runtime::reflector::ObjectRef::new(&name).within(NS);
+    for _ in 0..1000 {
+        if service.live.operations.get(&gone).is_none() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        service.live.operations.get(&gone).is_none(),
+        "the watch shows the delete"
+    );
+    // The watch is past the write, so the cluster's view is trusted at once, without the operation.
+    let view = service
+        .live
+        .live("a")
+        .await
+        .expect("the caches vouch for the cluster");
+    assert!(view.operations.is_empty(), "{:?}", view.operations.keys());
+}
+
 // Two worker threads: testkit answers the `kok plan` process while the test waits for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pull_request_adding_node8_plans_exactly_what_the_merge_writes() {

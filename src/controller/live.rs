@@ -3,7 +3,8 @@
 //! The pass decides its writes from this view instead of listing each cluster's objects, so a commit
 //! that touches a thousand clusters costs its writes and no reads. The view is only trusted for a cluster
 //! once it shows that cluster's own last writes (their resourceVersions, or their absence after a
-//! delete); until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
+//! delete), or its watch has delivered a later resourceVersion (the object changed or went since);
+//! until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
 //! The watches keep what the decisions read and drop the rest: ConfigMaps without their data,
@@ -11,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +57,27 @@ pub struct LiveCache {
     cm_index: LabelIndex,
     /// Per cluster, what the pass's last writes left behind and the watches may not show yet.
     expected: Mutex<HashMap<String, Vec<Written>>>,
+    /// The newest resourceVersion each watch has delivered (Cluster, ConfigMap, ClusterOperation): a
+    /// write at or below it has been seen, whatever became of its object since.
+    progress: [AtomicU64; 3],
+}
+
+/// The watches, as indexes of [`LiveCache::progress`].
+#[derive(Clone, Copy)]
+enum Watch {
+    Clusters = 0,
+    ConfigMaps = 1,
+    Operations = 2,
+}
+
+impl Watch {
+    fn of(kind: &str) -> Watch {
+        match kind {
+            "Cluster" => Watch::Clusters,
+            "ConfigMap" => Watch::ConfigMaps,
+            _ => Watch::Operations,
+        }
+    }
 }
 
 impl std::fmt::Debug for LiveCache {
@@ -85,6 +108,7 @@ pub fn caches(namespace: &str) -> Feeds {
             op_index: Arc::new(OpIndex::default()),
             cm_index: LabelIndex::default(),
             expected: Mutex::new(HashMap::new()),
+            progress: Default::default(),
         }),
     }
 }
@@ -96,22 +120,20 @@ fn managed() -> watcher::Config {
 /// The ClusterOperation watch, feeding the store and the index.
 pub fn operation_events(
     client: &Client,
-    namespace: &str,
+    live: Arc<LiveCache>,
     writer: reflector::store::Writer<ClusterOperation>,
-    index: Arc<OpIndex>,
 ) -> impl Stream<Item = Result<watcher::Event<ClusterOperation>, watcher::Error>> + Send {
-    watcher(
-        Api::<ClusterOperation>::namespaced(client.clone(), namespace),
-        managed(),
-    )
-    .default_backoff()
-    .modify(strip_operation)
-    .reflect(writer)
-    .inspect(move |event| {
-        if let Ok(event) = event {
-            index.observe(event);
-        }
-    })
+    let api = Api::<ClusterOperation>::namespaced(client.clone(), &live.namespace);
+    watcher(api, managed())
+        .default_backoff()
+        .modify(strip_operation)
+        .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                live.op_index.observe(event);
+                live.advance(Watch::Operations, event);
+            }
+        })
 }
 
 /// Drops what neither the controller nor apply reads of an operation: the statuses the reporter
@@ -127,13 +149,19 @@ fn strip_operation(op: &mut ClusterOperation) {
 /// The Cluster watch, feeding the store.
 pub fn cluster_events(
     client: &Client,
-    namespace: &str,
+    live: Arc<LiveCache>,
     writer: reflector::store::Writer<Cluster>,
 ) -> impl Stream<Item = Result<watcher::Event<Cluster>, watcher::Error>> + Send {
-    watcher(Api::<Cluster>::namespaced(client.clone(), namespace), managed())
+    let api = Api::<Cluster>::namespaced(client.clone(), &live.namespace);
+    watcher(api, managed())
         .default_backoff()
         .modify(|c: &mut Cluster| c.metadata.managed_fields = None)
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                live.advance(Watch::Clusters, event);
+            }
+        })
 }
 
 /// Keeps the ConfigMap cache (metadata only) until `stopped`.
@@ -154,7 +182,10 @@ pub async fn watch_config_maps(
         .reflect(writer)
         .for_each(|event| {
             match event {
-                Ok(event) => live.cm_index.observe(&event),
+                Ok(event) => {
+                    live.cm_index.observe(&event);
+                    live.advance(Watch::ConfigMaps, &event);
+                }
                 Err(e) => warn!(error = %e, "watching ConfigMaps failed; retrying"),
             }
             futures::future::ready(())
@@ -168,10 +199,10 @@ pub async fn watch_config_maps(
 impl Feeds {
     /// Runs the three watches alone, for a pass without the controller, until `stopped`.
     pub async fn watch(self, client: Client, stopped: impl Future<Output = ()> + Send + 'static) {
-        let ns = self.live.namespace.clone();
-        let ops = operation_events(&client, &ns, self.operations, self.live.op_index.clone())
+        let ops = operation_events(&client, self.live.clone(), self.operations)
             .for_each(|e| logged("ClusterOperations", e));
-        let clusters = cluster_events(&client, &ns, self.clusters).for_each(|e| logged("Clusters", e));
+        let clusters =
+            cluster_events(&client, self.live.clone(), self.clusters).for_each(|e| logged("Clusters", e));
         let cms = watch_config_maps(
             client.clone(),
             self.config_maps,
@@ -219,14 +250,35 @@ impl LiveCache {
             .and_then(|o| o.meta().resource_version.clone())
     }
 
+    /// Follows a watch's progress: the newest resourceVersion it delivered after its list (objects of
+    /// a list come in no order, and the store takes them only once the list is whole).
+    fn advance<K: Resource>(&self, watch: Watch, event: &watcher::Event<K>) {
+        let newest = match event {
+            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => obj
+                .meta()
+                .resource_version
+                .as_deref()
+                .and_then(|rv| rv.parse::<u64>().ok()),
+            watcher::Event::InitApply(_) | watcher::Event::Init | watcher::Event::InitDone => None,
+        };
+        if let Some(rv) = newest {
+            self.progress[watch as usize].fetch_max(rv, Ordering::Relaxed);
+        }
+    }
+
     fn shows(&self, w: &Written) -> bool {
-        let have = match w.kind {
-            "Cluster" => self.rv_of(&self.clusters, &w.name),
-            "ConfigMap" => self.rv_of(&self.config_maps, &w.name),
-            _ => self.rv_of(&self.operations, &w.name),
+        let watch = Watch::of(w.kind);
+        let have = match watch {
+            Watch::Clusters => self.rv_of(&self.clusters, &w.name),
+            Watch::ConfigMaps => self.rv_of(&self.config_maps, &w.name),
+            Watch::Operations => self.rv_of(&self.operations, &w.name),
         };
         match &w.resource_version {
-            Some(want) => seen(have.as_deref(), want),
+            // Shown at that version or later, or the watch is past it (the object changed or went since).
+            Some(want) => {
+                let progress = self.progress[watch as usize].load(Ordering::Relaxed);
+                seen(have.as_deref(), want) || (progress > 0 && seen(Some(&progress.to_string()), want))
+            }
             None => have.is_none(),
         }
     }
@@ -262,6 +314,10 @@ impl LiveCache {
         while !self.caught_up(cluster) {
             if tokio::time::Instant::now() >= deadline {
                 debug!(%cluster, "the watches lag behind the last writes; listing instead");
+                // The list is the truth now; the writes decided from it set new expectations.
+                if let Ok(mut expected) = self.expected.lock() {
+                    expected.remove(cluster);
+                }
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -166,7 +166,7 @@ pub async fn run(
     let wake_cluster = cluster_wake_tx.clone();
     // The cache and the index hold an operation's change before its Cluster is reconciled, so the Cluster
     // reconciler (status, history limit) always sees it.
-    let op_events = live::operation_events(&client, &ns, op_writer, index.clone())
+    let op_events = live::operation_events(&client, live.clone(), op_writer)
         .inspect(move |event| {
             if let Ok(watcher::Event::Apply(op) | watcher::Event::Delete(op)) = event {
                 let cluster = ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns);
@@ -215,7 +215,7 @@ pub async fn run(
         });
     let cluster_store = live.clusters.clone();
     let cluster_controller = Controller::for_stream(
-        live::cluster_events(&client, &ns, cluster_writer).applied_objects(),
+        live::cluster_events(&client, live.clone(), cluster_writer).applied_objects(),
         cluster_store.clone(),
     )
     .with_config(controller_config())
