@@ -34,6 +34,7 @@
 //! plain path or `file://`, possibly a work tree) fetches the ref from the cache instead of receiving
 //! a push, with the same fast-forward rule.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -526,32 +527,38 @@ fn write_notes(
     };
     let mut changed = vec![false; entries.len()];
     // Each commit's note is read once, every entry of the batch applied, and written once.
-    let mut notes: Vec<(Oid, String, bool)> = Vec::new();
+    let mut notes: Vec<(Oid, NoteText, bool)> = Vec::new();
     for (index, (commit, status)) in entries.iter().enumerate() {
         let slot = match notes.iter().position(|(c, _, _)| c == commit) {
             Some(slot) => slot,
             None => {
                 let text = note_text(&repository, *commit).map_err(write_err(*commit))?;
-                notes.push((*commit, text, false));
+                notes.push((*commit, NoteText::parse(&text), false));
                 notes.len() - 1
             }
         };
-        let (_, text, dirty) = &mut notes[slot];
-        if let Some(updated) = set_line(text, &entry_of(status, now)) {
-            *text = updated;
+        let (_, note, dirty) = &mut notes[slot];
+        if note.set(&entry_of(status, now)) {
             *dirty = true;
             changed[index] = true;
         }
     }
-    let dirty: Vec<&(Oid, String, bool)> = notes.iter().filter(|(_, _, d)| *d).collect();
+    let dirty: Vec<&(Oid, NoteText, bool)> = notes.iter().filter(|(_, _, d)| *d).collect();
     let Some((first, _, _)) = dirty.first() else {
         return Ok(changed);
     };
     let before = repository.refname_to_id(NOTES_REF).ok();
     let signature = Signature::now("kok", "kok@localhost").map_err(write_err(*first))?;
-    for (commit, text, _) in &dirty {
+    for (commit, note, _) in &dirty {
         repository
-            .note(&signature, &signature, Some(NOTES_REF), *commit, text, true)
+            .note(
+                &signature,
+                &signature,
+                Some(NOTES_REF),
+                *commit,
+                &note.render(),
+                true,
+            )
             .map_err(write_err(*commit))?;
     }
     if dirty.len() > 1 {
@@ -586,46 +593,100 @@ fn note_text(repository: &Repository, oid: Oid) -> Result<String, git2::Error> {
     }
 }
 
-/// `existing` with `entry`'s line set; `None` when an equal line (same state, url and description)
-/// is already there.
-fn set_line(existing: &str, entry: &NoteEntry) -> Option<String> {
-    let new_line = render_line(entry);
-    let old = parse_note(existing)
-        .into_iter()
-        .find(|o| o.context == entry.context);
-    if old.is_some_and(|old| {
-        old.state == entry.state
-            && old.target_url == entry.target_url
-            && old.description == entry.description
-            && old.run == entry.run
-    }) {
-        return None;
-    }
-    let mut lines: Vec<&str> = Vec::new();
-    let mut found = false;
-    // Whether the previous line was this context's entry line, whose run line goes with it.
-    let mut in_entry = false;
-    for line in existing.lines() {
-        match parse_line(line) {
-            Some(old) if old.context == entry.context => {
-                if !found {
-                    lines.push(&new_line);
-                    found = true;
-                }
-                in_entry = true;
+/// A note being edited: its lines in order, and where each context's entry is, so that a batch of
+/// statuses costs one parse and one render of the note however many lines it has.
+#[derive(Debug, Default)]
+struct NoteText {
+    /// The note's lines; an entry's piece also holds its record's continuation line. `None`: dropped.
+    pieces: Vec<Option<Piece>>,
+    /// Per context, its first entry and any later entries of the same context (dropped when it is set).
+    contexts: HashMap<String, Vec<usize>>,
+}
+
+#[derive(Debug)]
+struct Piece {
+    text: String,
+    entry: Option<NoteEntry>,
+}
+
+impl NoteText {
+    fn parse(text: &str) -> NoteText {
+        let mut note = NoteText::default();
+        let mut last_was_entry = false;
+        for line in text.lines() {
+            if let Some(entry) = parse_line(line) {
+                note.push(line.to_string(), Some(entry));
+                last_was_entry = true;
                 continue;
             }
-            _ if in_entry && line.starts_with(RUN_LINE_PREFIX) => {}
-            _ => lines.push(line),
+            if let (true, Some(json), Some(Some(piece))) = (
+                last_was_entry,
+                line.strip_prefix(RUN_LINE_PREFIX),
+                note.pieces.last_mut(),
+            ) {
+                piece.text.push('\n');
+                piece.text.push_str(line);
+                if let Some(entry) = piece.entry.as_mut() {
+                    entry.run = serde_json::from_str(json).ok();
+                }
+            } else {
+                note.push(line.to_string(), None);
+            }
+            last_was_entry = false;
         }
-        in_entry = false;
+        note
     }
-    if !found {
-        lines.push(&new_line);
+
+    fn push(&mut self, text: String, entry: Option<NoteEntry>) {
+        if let Some(e) = &entry {
+            self.contexts
+                .entry(e.context.clone())
+                .or_default()
+                .push(self.pieces.len());
+        }
+        self.pieces.push(Some(Piece { text, entry }));
     }
-    let mut text = lines.join("\n");
-    text.push('\n');
-    Some(text)
+
+    /// Sets `entry`'s line in place of its context's first line (dropping any later ones), or at the
+    /// end; false when an equal line (same state, url, description and record) is already there.
+    fn set(&mut self, entry: &NoteEntry) -> bool {
+        let text = render_line(entry);
+        // The entry as it reads back from its line, so that the next comparison is with the note.
+        let written = NoteText::parse(&text)
+            .pieces
+            .pop()
+            .flatten()
+            .and_then(|p| p.entry);
+        let Some(at) = self.contexts.get(&entry.context).cloned() else {
+            self.push(text, written);
+            return true;
+        };
+        let first = at[0];
+        let old = self.pieces[first].as_ref().and_then(|p| p.entry.as_ref());
+        if old.is_some_and(|old| {
+            old.state == entry.state
+                && old.target_url == entry.target_url
+                && old.description == entry.description
+                && old.run == entry.run
+        }) {
+            return false;
+        }
+        self.pieces[first] = Some(Piece { text, entry: written });
+        for &later in &at[1..] {
+            self.pieces[later] = None;
+        }
+        self.contexts.insert(entry.context.clone(), vec![first]);
+        true
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for piece in self.pieces.iter().flatten() {
+            out.push_str(&piece.text);
+            out.push('\n');
+        }
+        out
+    }
 }
 
 /// Every note under `notes_ref`: annotated commit and its entries.
@@ -692,17 +753,14 @@ fn join_remote(repo: &Path, target: &PushTarget) -> Result<(), String> {
     let write_err = |e: git2::Error| e.message().to_string();
     let signature = Signature::now("kok", "kok@localhost").map_err(write_err)?;
     for (oid, entries) in local {
-        let mut text = note_text(&repository, oid).map_err(write_err)?;
+        let mut note = NoteText::parse(&note_text(&repository, oid).map_err(write_err)?);
         let mut dirty = false;
         for entry in &entries {
-            if let Some(updated) = set_line(&text, entry) {
-                text = updated;
-                dirty = true;
-            }
+            dirty |= note.set(entry);
         }
         if dirty {
             repository
-                .note(&signature, &signature, Some(NOTES_REF), oid, &text, true)
+                .note(&signature, &signature, Some(NOTES_REF), oid, &note.render(), true)
                 .map_err(write_err)?;
         }
     }
@@ -852,9 +910,8 @@ mod tests {
         let parsed = parse_note(&note);
         assert_eq!(parsed.len(), 2);
         assert_eq!(parsed[1], entry);
-        assert_eq!(
-            set_line(&note, &entry),
-            None,
+        assert!(
+            !NoteText::parse(&note).set(&entry),
             "the same entry and record change nothing"
         );
 
@@ -864,13 +921,54 @@ mod tests {
             run: None,
             ..entry
         };
-        let updated = set_line(&note, &failed).unwrap();
+        let mut edited = NoteText::parse(&note);
+        assert!(edited.set(&failed));
+        let updated = edited.render();
         assert!(
             !updated.contains(RUN_LINE_PREFIX),
             "the old record went with its line:\n{updated}"
         );
         assert!(updated.ends_with("foreign\n"), "foreign lines stay:\n{updated}");
         assert_eq!(parse_note(&updated)[1], failed);
+    }
+
+    #[test]
+    fn a_batch_updates_lines_in_place_appends_new_contexts_and_drops_duplicates() {
+        let line = |context: &str, state: StatusState, description: &str| NoteEntry {
+            context: context.into(),
+            state,
+            time: "2026-11-22T00:00:00Z".into(),
+            target_url: None,
+            description: description.into(),
+            run: None,
+        };
+        let a = line("kok/c/a", StatusState::Pending, "queued");
+        let b = line("kok/c/b", StatusState::Pending, "queued");
+        let note = format!(
+            "{}\n{}\nforeign\n{RUN_LINE_PREFIX}{{}}\n{}\n{RUN_LINE_PREFIX}{{}}\n",
+            render_line(&a),
+            render_line(&b),
+            render_line(&a),
+        );
+        let mut edited = NoteText::parse(&note);
+        let a2 = line("kok/c/a", StatusState::Success, "done");
+        let c = line("kok/c/c", StatusState::Pending, "queued");
+        assert!(edited.set(&a2));
+        assert!(!edited.set(&b), "b is already there as it is");
+        assert!(edited.set(&c));
+        assert!(!edited.set(&a2), "a's new line is compared with, not its old one");
+        let rendered = edited.render();
+        assert_eq!(
+            rendered,
+            format!(
+                "{}\n{}\nforeign\n{RUN_LINE_PREFIX}{{}}\n{}\n",
+                render_line(&a2),
+                render_line(&b),
+                render_line(&c)
+            ),
+            "the duplicate of a went with its record; the run line after a foreign line stays"
+        );
+        assert_eq!(parse_note(&rendered), vec![a2, b, c]);
     }
 
     #[test]
