@@ -1274,8 +1274,8 @@ impl Queue {
         let status = op.status.as_ref();
         self.phases
             .insert(name.clone(), status.map(|s| s.phase).unwrap_or_default());
-        let desired = status.and_then(|s| s.desired_status.as_ref());
-        let reported = status.and_then(|s| s.reported.as_ref());
+        let desired = status.and_then(|s| s.desired_status.as_deref());
+        let reported = status.and_then(|s| s.reported.as_deref());
         if !op.spec.source.commit.is_empty() {
             self.count(&name, &op.spec.source.commit, desired.map(|d| d.state));
         }
