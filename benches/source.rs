@@ -1,6 +1,7 @@
 //! Benchmark of the git source on generated repositories (default 1,000 and 10,000 clusters; set
 //! `KOK_BENCH_SIZES=100,1000` to choose): cold clone + full parse, no-op poll, one-cluster-changed
-//! diff + parse, its attribution, the three together as a pass reads them, and the same change handled by re-reading the whole tree, as a ratio.
+//! diff + parse, its attribution, the three together as a pass reads them, and the same change
+//! handled by re-reading the whole tree, as a ratio.
 
 use std::time::{Duration, Instant};
 

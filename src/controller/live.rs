@@ -8,7 +8,8 @@
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
 //! The watches keep what the decisions read and drop the rest: ConfigMaps without their data and
-//! annotations, operations without the commit statuses the reporter delivers, every object without `managedFields`.
+//! annotations, operations without the commit statuses the reporter delivers, every object without
+//! `managedFields`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
