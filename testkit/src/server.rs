@@ -487,6 +487,10 @@ fn resource_request(
     verb: &str,
     body: Bytes,
 ) -> Response {
+    // Bodies are decoded before the store is locked and answers encoded after it is released, so
+    // concurrent requests wait for each other only while the store changes.
+    let parsed = matches!(verb, "create" | "update" | "delete" | "deletecollection")
+        .then(|| parse_body(headers, &body));
     let mut state = shared.lock();
     let Some(info) = state.registry.get(&rp.group, &rp.version, &rp.resource) else {
         return not_found_path();
@@ -633,12 +637,20 @@ fn resource_request(
             )
                 .into_response()
         }
-        "create" => match parse_body(headers, &body) {
-            Ok(v) => respond(201, state.create(&info, &ctx, v)),
+        "create" => match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
+            Ok(v) => {
+                let r = state.create(&info, &ctx, v);
+                drop(state);
+                respond(201, r)
+            }
             Err(e) => error_response(&e),
         },
-        "update" => match parse_body(headers, &body) {
-            Ok(v) => respond(200, state.update(&info, &ctx, &name, v, status)),
+        "update" => match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
+            Ok(v) => {
+                let r = state.update(&info, &ctx, &name, v, status);
+                drop(state);
+                respond(200, r)
+            }
             Err(e) => error_response(&e),
         },
         "patch" => {
@@ -664,10 +676,11 @@ fn resource_request(
             }
             let existed = state.get(&info, rp.namespace.as_deref(), &name).is_ok();
             let r = state.patch(&info, &ctx, &name, kind, &body, status, truthy(q, "force"));
+            drop(state);
             respond(if existed { 200 } else { 201 }, r)
         }
         "delete" => {
-            let b = match parse_body(headers, &body) {
+            let b = match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
                 Ok(b) => b,
                 Err(e) => return error_response(&e),
             };
@@ -675,13 +688,14 @@ fn resource_request(
                 Ok(opts) => {
                     let r = state.delete(&info, &ctx, &name, &opts);
                     let pending = state.get(&info, rp.namespace.as_deref(), &name).is_ok() && !ctx.dry_run;
+                    drop(state);
                     respond(if pending { 202 } else { 200 }, r)
                 }
                 Err(e) => error_response(&e),
             }
         }
         "deletecollection" => {
-            let b = match parse_body(headers, &body) {
+            let b = match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
                 Ok(b) => b,
                 Err(e) => return error_response(&e),
             };
