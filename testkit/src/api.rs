@@ -248,7 +248,7 @@ impl State {
             Some(token) => {
                 let (rv, after) = parse_continue(token)
                     .ok_or_else(|| ApiError::bad_request(format!("invalid continue token {token:?}")))?;
-                if rv < self.store.compacted() {
+                if rv < self.store.compacted(&key) {
                     return Err(ApiError::gone(
                         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
                     ));

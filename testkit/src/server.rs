@@ -613,15 +613,17 @@ fn resource_request(
                 bookmark_interval: shared.bookmark_interval,
             };
             let weak = Arc::downgrade(shared);
+            let resource = info.key();
             let resync: watches::Resync = Arc::new(move |rv| {
                 let shared = weak.upgrade()?;
                 let state = shared.lock();
-                if rv < state.store.compacted() {
+                if rv < state.store.compacted(&resource) {
                     return None;
                 }
                 Some((
-                    state.store.events_since(rv).cloned().collect(),
+                    state.store.events_since(&resource, rv).cloned().collect(),
                     state.store.subscribe(),
+                    state.store.resource_version(),
                 ))
             });
             let rx = watches::start(&state, req, signals, resync);

@@ -1,12 +1,19 @@
-//! Object storage: objects by resource, a global resourceVersion, and the event log watches replay.
+//! Object storage: objects by resource, a global resourceVersion, and the event history watches replay.
 //!
 //! Every change goes through [`Store::put`] or [`Store::remove`], which assign the next
-//! resourceVersion, append one [`WatchEvent`] to the log and broadcast it. That single path is
-//! where the database of [`crate::persist`] is written, when the server has a data directory.
+//! resourceVersion, append one [`WatchEvent`] to its resource's history and broadcast it. That single
+//! path is where the database of [`crate::persist`] is written, when the server has a data directory.
+//!
+//! Like the real API server's watch cache, the history is kept per resource and bounded: each
+//! resource keeps its last `window` events, so a busy resource never pushes a quiet one's events out.
+//! An event holds the object as serialized JSON (written once, sent to every watcher as is) and only
+//! the labels of the object before the change, which is all selector transitions need; superseded
+//! versions of objects are not kept as parsed values.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -39,7 +46,27 @@ impl EventKind {
     }
 }
 
-/// One change, as kept in the log and sent to watchers.
+/// An object's labels, as selectors read them.
+pub type Labels = Vec<(String, String)>;
+
+/// The labels of an object (`metadata.labels`, string values only).
+pub fn labels_of(obj: &Value) -> Labels {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The value of one label.
+pub fn label<'a>(labels: &'a Labels, key: &str) -> Option<&'a str> {
+    labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// One change, as kept in its resource's history and sent to watchers.
 #[derive(Debug, Clone)]
 pub struct WatchEvent {
     /// The resourceVersion this change produced.
@@ -48,10 +75,32 @@ pub struct WatchEvent {
     pub kind: EventKind,
     /// Which resource changed.
     pub resource: ResourceKey,
-    /// The object after the change (for deletions: its last state, with the deletion's rv).
-    pub object: Arc<Value>,
-    /// The object before the change (for selector transitions).
-    pub previous: Option<Arc<Value>>,
+    /// Namespace ("" for cluster-scoped objects) and name of the object.
+    pub key: ObjectKey,
+    /// The stored object's `apiVersion` (a watch at another version rewrites it).
+    pub api_version: String,
+    /// The object after the change (for deletions: its last state, with the deletion's rv), as JSON.
+    pub object: Bytes,
+    /// Labels of the object after the change.
+    pub labels: Labels,
+    /// Labels of the object before the change (for selector transitions); `None` for creations.
+    pub previous_labels: Option<Labels>,
+}
+
+impl WatchEvent {
+    /// The object, parsed (for watches that rewrite or render it).
+    pub fn parsed(&self) -> Value {
+        serde_json::from_slice(&self.object).unwrap_or(Value::Null)
+    }
+}
+
+/// The kept events of one resource.
+#[derive(Debug, Default)]
+struct History {
+    /// The last events, oldest first.
+    events: VecDeque<Arc<WatchEvent>>,
+    /// The resourceVersion of the newest event dropped from `events`.
+    compacted: u64,
 }
 
 /// The in-memory object store.
@@ -59,9 +108,10 @@ pub struct WatchEvent {
 pub struct Store {
     objects: HashMap<ResourceKey, BTreeMap<ObjectKey, Arc<Value>>>,
     rv: u64,
-    log: VecDeque<Arc<WatchEvent>>,
+    history: HashMap<ResourceKey, History>,
     window: usize,
-    compacted: u64,
+    /// Watches of any resource from before this resourceVersion get 410 Gone (start, restart).
+    floor: u64,
     tx: broadcast::Sender<Arc<WatchEvent>>,
     uids: HashMap<String, (ResourceKey, ObjectKey)>,
     dependents: HashMap<String, BTreeSet<(ResourceKey, ObjectKey)>>,
@@ -89,15 +139,15 @@ fn owner_uids(obj: &Value) -> Vec<String> {
 }
 
 impl Store {
-    /// An empty store keeping the last `window` events for watches.
+    /// An empty store keeping the last `window` events of each resource for watches.
     pub fn new(window: usize) -> Store {
         let (tx, _) = broadcast::channel(16384);
         Store {
             objects: HashMap::new(),
             rv: 1,
-            log: VecDeque::new(),
+            history: HashMap::new(),
             window: window.max(1),
-            compacted: 1,
+            floor: 1,
             tx,
             uids: HashMap::new(),
             dependents: HashMap::new(),
@@ -110,9 +160,12 @@ impl Store {
         self.rv
     }
 
-    /// Watches starting at or before this resourceVersion get 410 Gone.
-    pub fn compacted(&self) -> u64 {
-        self.compacted
+    /// Watches of `resource` starting before this resourceVersion get 410 Gone: events after it
+    /// are all kept.
+    pub fn compacted(&self, resource: &ResourceKey) -> u64 {
+        self.history
+            .get(resource)
+            .map_or(self.floor, |h| h.compacted.max(self.floor))
     }
 
     /// Reads one object.
@@ -189,10 +242,11 @@ impl Store {
         self.tx.subscribe()
     }
 
-    /// Logged events with a resourceVersion above `rv`.
-    pub fn events_since(&self, rv: u64) -> impl Iterator<Item = &Arc<WatchEvent>> {
-        let start = self.log.partition_point(|e| e.rv <= rv);
-        self.log.range(start..)
+    /// Kept events of `resource` with a resourceVersion above `rv`.
+    pub fn events_since(&self, resource: &ResourceKey, rv: u64) -> impl Iterator<Item = &Arc<WatchEvent>> {
+        let events = self.history.get(resource).map(|h| &h.events);
+        let start = events.map_or(0, |e| e.partition_point(|e| e.rv <= rv));
+        events.into_iter().flat_map(move |e| e.range(start..))
     }
 
     /// Stores an object (created or replaced), assigning the next resourceVersion.
@@ -200,17 +254,20 @@ impl Store {
     /// nothing changes and [`Store::persist_failure`] says why.
     pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Arc<Value> {
         obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
+        let key = object_key(&obj);
+        let json = obj.to_string();
         let record = Record::Put {
             rv: self.rv + 1,
             group: &resource.group,
             resource: &resource.resource,
-            object: &obj,
+            namespace: &key.0,
+            name: &key.1,
+            json: &json,
         };
         if !self.persist(&record) {
             return Arc::new(obj);
         }
         self.rv += 1;
-        let key = object_key(&obj);
         let obj = Arc::new(obj);
         let previous = self
             .objects
@@ -230,8 +287,11 @@ impl Store {
             rv: self.rv,
             kind,
             resource: resource.clone(),
-            object: obj.clone(),
-            previous,
+            api_version: obj["apiVersion"].as_str().unwrap_or("").to_string(),
+            labels: labels_of(&obj),
+            previous_labels: previous.as_deref().map(labels_of),
+            key,
+            object: Bytes::from(json),
         });
         obj
     }
@@ -253,17 +313,20 @@ impl Store {
         let prev = self.objects.get_mut(resource)?.remove(key)?;
         self.unindex(resource, key, &prev);
         self.rv += 1;
-        let mut last = (*prev).clone();
+        let mut last = Arc::unwrap_or_clone(prev);
         last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        let last = Arc::new(last);
+        let labels = labels_of(&last);
         self.emit(WatchEvent {
             rv: self.rv,
             kind: EventKind::Deleted,
             resource: resource.clone(),
-            object: last.clone(),
-            previous: Some(prev),
+            key: key.clone(),
+            api_version: last["apiVersion"].as_str().unwrap_or("").to_string(),
+            object: Bytes::from(last.to_string()),
+            previous_labels: Some(labels.clone()),
+            labels,
         });
-        Some(last)
+        Some(Arc::new(last))
     }
 
     /// Removes every object of a resource (when its CRD goes away), emitting deletions.
@@ -317,10 +380,10 @@ impl Store {
         self.rv = rv;
     }
 
-    /// Drops the event log: watches from any earlier resourceVersion get 410 Gone.
+    /// Drops the event history: watches from any earlier resourceVersion get 410 Gone.
     pub fn forget_events(&mut self) {
-        self.log.clear();
-        self.compacted = self.rv;
+        self.history.clear();
+        self.floor = self.rv;
     }
 
     /// Persists every later write to this database.
@@ -374,10 +437,11 @@ impl Store {
 
     fn emit(&mut self, event: WatchEvent) {
         let event = Arc::new(event);
-        self.log.push_back(event.clone());
-        while self.log.len() > self.window {
-            if let Some(old) = self.log.pop_front() {
-                self.compacted = old.rv;
+        let history = self.history.entry(event.resource.clone()).or_default();
+        history.events.push_back(event.clone());
+        while history.events.len() > self.window {
+            if let Some(old) = history.events.pop_front() {
+                history.compacted = old.rv;
             }
         }
         // No receivers is fine: nobody watches.
@@ -412,8 +476,8 @@ mod tests {
         assert_eq!(s.dependents_of("u1").len(), 1);
         s.remove(&rk(), &("n".into(), "a".into()));
         assert_eq!(s.missing_owners(), vec!["u1".to_string()]);
-        assert_eq!(s.events_since(0).count(), 2, "window keeps two events");
-        assert_eq!(s.compacted(), 2);
+        assert_eq!(s.events_since(&rk(), 0).count(), 2, "window keeps two events");
+        assert_eq!(s.compacted(&rk()), 2);
         assert_eq!(s.list(&rk(), Some("n")).count(), 1);
     }
 }

@@ -15,7 +15,7 @@ use crate::api::{served, State};
 use crate::errors::ApiError;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{EventKind, WatchEvent};
+use crate::store::{label, EventKind, Labels, WatchEvent};
 use crate::table;
 
 /// What a watch asks for.
@@ -53,15 +53,37 @@ pub struct Signals {
 }
 
 impl WatchRequest {
+    /// Whether the object with this namespace, name and labels (read through `label`) is watched.
+    fn selects<'a>(&self, namespace: &str, name: &str, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        let in_namespace =
+            !self.info.namespaced || self.namespace.as_deref().is_none_or(|ns| ns == namespace);
+        in_namespace && self.labels.matches_with(label) && self.fields.matches_meta(namespace, name)
+    }
+
     fn matches(&self, obj: &Value) -> bool {
-        if self.info.namespaced {
-            if let Some(ns) = &self.namespace {
-                if obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str()) {
-                    return false;
-                }
-            }
+        let meta = |field: &str| obj["metadata"][field].as_str().unwrap_or("");
+        let labels = &obj["metadata"]["labels"];
+        self.selects(meta("namespace"), meta("name"), |k| labels[k].as_str())
+    }
+
+    /// Whether an event's object, with these labels, is watched.
+    fn event_matches(&self, ev: &WatchEvent, labels: &Labels) -> bool {
+        self.selects(&ev.key.0, &ev.key.1, |k| label(labels, k))
+    }
+
+    /// An event's line: its stored JSON as is when the watch neither renames the version nor renders
+    /// a Table.
+    fn event_line(&self, kind: &str, ev: &WatchEvent) -> Bytes {
+        if self.table.is_some() || ev.api_version != self.info.api_version() {
+            return self.line(kind, &Arc::new(ev.parsed()));
         }
-        self.labels.matches(obj) && self.fields.matches(obj)
+        let mut out = Vec::with_capacity(ev.object.len() + 40);
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"object\":");
+        out.extend_from_slice(&ev.object);
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
     }
 
     fn line(&self, kind: &str, obj: &Arc<Value>) -> Bytes {
@@ -97,8 +119,11 @@ impl WatchRequest {
         if ev.resource != self.info.key() {
             return None;
         }
-        let now = self.matches(&ev.object);
-        let before = ev.previous.as_ref().is_some_and(|p| self.matches(p));
+        let now = self.event_matches(ev, &ev.labels);
+        let before = ev
+            .previous_labels
+            .as_ref()
+            .is_some_and(|p| self.event_matches(ev, p));
         match ev.kind {
             EventKind::Added => now.then_some("ADDED"),
             EventKind::Deleted => before.then_some("DELETED"),
@@ -118,10 +143,13 @@ fn error_line(err: &ApiError) -> Bytes {
     Bytes::from(out)
 }
 
-/// Re-reads the log after `rv` and subscribes again, for a watcher that fell behind the broadcast;
-/// None when `rv` has left the event window.
-pub type Resync =
-    Arc<dyn Fn(u64) -> Option<(Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>)> + Send + Sync>;
+/// What a watcher that fell behind the broadcast catches up with: the kept events of its resource
+/// after its progress, a new receiver, and the resourceVersion both start from.
+pub type CatchUp = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>, u64);
+
+/// Re-reads the watched resource's history after `rv` and subscribes again, for a watcher that fell
+/// behind the broadcast; None when `rv` has left that resource's event window.
+pub type Resync = Arc<dyn Fn(u64) -> Option<CatchUp> + Send + Sync>;
 
 /// Opens a watch: computes the backlog under the state lock and streams the rest from a task.
 pub fn start(
@@ -152,17 +180,17 @@ pub fn start(
         }
     } else {
         match rv_param.parse::<u64>() {
-            Ok(rv) if rv < state.store.compacted() => {
+            Ok(rv) if rv < state.store.compacted(&req.info.key()) => {
                 backlog.push(error_line(&ApiError::gone(format!(
                     "too old resource version: {rv} ({})",
-                    state.store.compacted()
+                    state.store.compacted(&req.info.key())
                 ))));
                 failed = true;
             }
             Ok(rv) => {
-                for ev in state.store.events_since(rv) {
+                for ev in state.store.events_since(&req.info.key(), rv) {
                     if let Some(t) = req.translate(ev) {
-                        backlog.push(req.line(t, &ev.object));
+                        backlog.push(req.event_line(t, ev));
                     }
                 }
             }
@@ -207,18 +235,18 @@ pub fn start(
                     Ok(ev) => {
                         progress = progress.max(ev.rv);
                         if let Some(t) = req.translate(&ev) {
-                            if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
+                            if tx.send(Ok(req.event_line(t, &ev))).await.is_err() {
                                 return;
                             }
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => match resync(progress) {
-                        Some((missed, fresh)) => {
+                        Some((missed, fresh, now)) => {
                             events = fresh;
+                            progress = progress.max(now);
                             for ev in missed {
-                                progress = progress.max(ev.rv);
                                 if let Some(t) = req.translate(&ev) {
-                                    if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
+                                    if tx.send(Ok(req.event_line(t, &ev))).await.is_err() {
                                         return;
                                     }
                                 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{cm, Widget, WidgetSpec};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher, Controller, WatchStreamExt};
@@ -141,6 +141,115 @@ async fn too_old_resource_versions_get_410_gone_as_an_error_event() {
         other => panic!("expected a 410 ERROR event, got {other:?}"),
     }
     assert!(events.next().await.is_none(), "the stream ends after the error");
+}
+
+/// The resourceVersion of a bookmark, or None for other events.
+fn bookmark_rv<K>(ev: &WatchEvent<K>) -> Option<u64> {
+    match ev {
+        WatchEvent::Bookmark(b) => b.metadata.resource_version.parse().ok(),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn quiet_watches_get_bookmarks_and_no_410_while_other_resources_churn() {
+    let server = ApiServer::start_with(Options {
+        event_window: 3,
+        bookmark_interval: Duration::from_millis(50),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let secrets: Api<Secret> = Api::default_namespaced(server.client());
+    let start = server.resource_version().to_string();
+    let wp = WatchParams::default().timeout(30);
+    let mut quiet_secrets = secrets.watch(&wp, &start).await.unwrap().boxed();
+    let quiet_wp = WatchParams::default().labels("app=quiet").timeout(30);
+    let mut quiet_cms = cms.watch(&quiet_wp, &start).await.unwrap().boxed();
+    for i in 0..10 {
+        let mut c = cm(&format!("busy{i}"), "k", "v");
+        c.metadata.labels = Some([("app".to_string(), "busy".to_string())].into());
+        cms.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let last = server.resource_version();
+
+    // Both quiet watches learn the latest resourceVersion from bookmarks alone.
+    let ev = next_matching(&mut quiet_secrets, |e| {
+        bookmark_rv(e).is_some_and(|rv| rv >= last)
+    })
+    .await;
+    assert_eq!(bookmark_rv(&ev), Some(last));
+    let ev = next_matching(&mut quiet_cms, |e| bookmark_rv(e).is_some_and(|rv| rv >= last)).await;
+    assert_eq!(bookmark_rv(&ev), Some(last));
+    // Secrets had no events, so their window still reaches back to the start.
+    let mut again = secrets.watch(&wp, &start).await.unwrap().boxed();
+    let mut s = Secret::default();
+    s.metadata.name = Some("s".into());
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+    let ev = next_matching(&mut again, |e| !matches!(e, WatchEvent::Bookmark(_))).await;
+    assert!(
+        matches!(ev, WatchEvent::Added(ref o) if o.name_any() == "s"),
+        "{ev:?}"
+    );
+    // The label-selected watch resumes from its bookmark although ConfigMaps churned past the window.
+    let mut resumed = cms.watch(&quiet_wp, &last.to_string()).await.unwrap().boxed();
+    let mut q = cm("q", "k", "v");
+    q.metadata.labels = Some([("app".to_string(), "quiet".to_string())].into());
+    cms.create(&PostParams::default(), &q).await.unwrap();
+    let ev = next_matching(&mut resumed, |e| !matches!(e, WatchEvent::Bookmark(_))).await;
+    assert!(
+        matches!(ev, WatchEvent::Added(ref o) if o.name_any() == "q"),
+        "{ev:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_watch_from_before_its_resources_window_gets_the_expired_status() {
+    let server = ApiServer::start_with(Options {
+        event_window: 3,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let start = server.resource_version();
+    for i in 0..6 {
+        cms.create(&PostParams::default(), &cm(&format!("c{i}"), "k", "v"))
+            .await
+            .unwrap();
+    }
+    // Six events, three kept: the newest dropped one is the third. Secrets churning after does not
+    // push ConfigMaps out.
+    let dropped = start + 3;
+    let secrets: Api<Secret> = Api::default_namespaced(server.client());
+    for i in 0..6 {
+        let mut s = Secret::default();
+        s.metadata.name = Some(format!("s{i}"));
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let url = format!(
+        "{}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={start}",
+        server.url()
+    );
+    let body = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    let line: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(
+        line,
+        json!({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {start} ({dropped})"),
+            "reason": "Expired", "code": 410,
+        }})
+    );
+    // From the newest dropped version on, every later event is kept.
+    let wp = WatchParams::default().timeout(5).disable_bookmarks();
+    let mut events = cms.watch(&wp, &dropped.to_string()).await.unwrap().boxed();
+    let ev = events.next().await.unwrap().unwrap();
+    assert!(
+        matches!(ev, WatchEvent::Added(ref o) if o.name_any() == "c3"),
+        "{ev:?}"
+    );
 }
 
 #[tokio::test]
