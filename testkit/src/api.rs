@@ -14,7 +14,7 @@ use crate::patch::{self, PatchKind};
 use crate::resources::{Registry, ResourceInfo, ResourceKey};
 use crate::schema::{self, FieldValidation};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{object_key, ObjectKey, Store};
+use crate::store::{label, object_key, ObjectKey, Store};
 use crate::util;
 use crate::validation;
 
@@ -212,7 +212,7 @@ impl State {
     pub fn get(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
         self.store
             .get(&info.key(), &Self::ns_key(info, ns, name))
-            .map(|o| served(info, o))
+            .map(|o| served(info, &o))
             .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))
     }
 
@@ -228,14 +228,13 @@ impl State {
     ) -> Result<Page, ApiError> {
         let key = info.key();
         let ns = if info.namespaced { ns } else { None };
-        let matches = |o: &&Arc<Value>| labels.matches(o) && fields.matches(o);
         if let (Some(name), None) = (fields.pinned_name(), cont) {
             if ns.is_some() || !info.namespaced {
                 let items = self
                     .store
                     .get(&key, &Self::ns_key(info, ns, name))
-                    .filter(matches)
-                    .map(|o| vec![served(info, o)])
+                    .filter(|o| labels.matches(o) && fields.matches(o))
+                    .map(|o| vec![served(info, &o)])
                     .unwrap_or_default();
                 return Ok(Page {
                     items,
@@ -259,17 +258,21 @@ impl State {
         };
         let mut items = Vec::new();
         let mut continue_token = None;
-        let mut filtered = iter.filter(matches);
+        let mut filtered = iter.filter(|((namespace, name), o)| {
+            labels.matches_with(|k| label(&o.labels, k)) && fields.matches_meta(namespace, name)
+        });
         let max = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-        for o in filtered.by_ref() {
-            items.push(served(info, o));
+        let mut last = None;
+        for (key, o) in filtered.by_ref() {
+            items.push(served(info, &Arc::new(o.value())));
+            last = Some(key);
             if items.len() == max {
                 break;
             }
         }
         if items.len() == max && filtered.next().is_some() {
-            if let Some(last) = items.last() {
-                continue_token = Some(make_continue(rv, &object_key(last)));
+            if let Some(last) = last {
+                continue_token = Some(make_continue(rv, last));
             }
         }
         Ok(Page {
@@ -295,7 +298,7 @@ impl State {
             if let Some(prefix) = meta_str(&obj, "generateName").map(str::to_string) {
                 let ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
                 let mut name = format!("{prefix}{}", util::name_suffix());
-                while self.store.get(&info.key(), &(ns.clone(), name.clone())).is_some() {
+                while self.store.contains(&info.key(), &(ns.clone(), name.clone())) {
                     name = format!("{prefix}{}", util::name_suffix());
                 }
                 obj["metadata"]["name"] = json!(name);
@@ -307,7 +310,7 @@ impl State {
         validation::validate_meta(info, &obj)?;
         validate_kind(info, None, &obj)?;
         let key = object_key(&obj);
-        if self.store.get(&info.key(), &key).is_some() {
+        if self.store.contains(&info.key(), &key) {
             return Err(ApiError::already_exists(&info.group, &info.resource, &name));
         }
         let now = util::now();
@@ -347,25 +350,6 @@ impl State {
     }
 
     /// The `openAPIV3Schema` a custom resource version is checked against.
-    fn custom_schema(&self, info: &ResourceInfo) -> Option<Value> {
-        if !info.custom {
-            return None;
-        }
-        let crds = ResourceKey {
-            group: "apiextensions.k8s.io".into(),
-            resource: "customresourcedefinitions".into(),
-        };
-        let crd = self.store.get(
-            &crds,
-            &(String::new(), format!("{}.{}", info.resource, info.group)),
-        )?;
-        crd.pointer("/spec/versions")?
-            .as_array()?
-            .iter()
-            .find(|v| v["name"] == info.version.as_str())?
-            .pointer("/schema/openAPIV3Schema")
-            .cloned()
-    }
 
     /// Prunes and validates a custom resource against its schema, or prunes the fields a built-in
     /// kind does not have; warnings go to `ctx`.
@@ -376,7 +360,7 @@ impl State {
         old: Option<&Value>,
         obj: &mut Value,
     ) -> Result<(), ApiError> {
-        let Some(schema) = self.custom_schema(info) else {
+        let Some(schema) = info.schema.as_deref().filter(|_| info.custom) else {
             let unknown = crate::typed::prune_unknown(&info.api_version(), &info.kind, obj);
             let warnings = schema::unknown_fields(&info.kind, &info.version, &unknown, ctx.field_validation)?;
             ctx.warnings.borrow_mut().extend(warnings);
@@ -384,7 +368,7 @@ impl State {
         };
         let name = meta_str(obj, "name").unwrap_or("").to_string();
         let target = schema::Target {
-            schema: &schema,
+            schema,
             group: &info.group,
             version: &info.version,
             kind: &info.kind,
@@ -463,7 +447,6 @@ impl State {
         let old = self
             .store
             .get(&info.key(), &key)
-            .cloned()
             .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
         self.check_kind(info, &body)?;
         if let Some(n) = meta_str(&body, "name") {
@@ -512,7 +495,7 @@ impl State {
         force: bool,
     ) -> Result<Value, ApiError> {
         let key = Self::ns_key(info, ctx.namespace.as_deref(), name);
-        let old = self.store.get(&info.key(), &key).cloned();
+        let old = self.store.get(&info.key(), &key);
         if kind != PatchKind::Apply {
             let old = old.ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
             let candidate = patch::apply_patch(kind, &old, body)?;
@@ -779,20 +762,17 @@ impl State {
         if obj.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&obj).is_empty() {
             let okey = object_key(&obj);
             self.store.put(&key, obj);
-            return self
-                .remove_now(info, &okey)
-                .map(|o| (*o).clone())
-                .unwrap_or(Value::Null);
+            return self.remove_now(info, &okey).unwrap_or(Value::Null);
         }
         let stored = self.store.put(&key, obj);
         if info.resource == "customresourcedefinitions" && info.group == "apiextensions.k8s.io" {
             self.registry.install_crd(&stored);
         }
-        (*stored).clone()
+        stored
     }
 
     /// Removes an object now and runs garbage collection for it.
-    fn remove_now(&mut self, info: &ResourceInfo, key: &ObjectKey) -> Option<Arc<Value>> {
+    fn remove_now(&mut self, info: &ResourceInfo, key: &ObjectKey) -> Option<Value> {
         let last = self.store.remove(&info.key(), key)?;
         if info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions" {
             if let Some(served) = crate::resources::infos_from_crd(&last).first() {
@@ -819,7 +799,7 @@ impl State {
                 let keys: Vec<ObjectKey> = self
                     .store
                     .list(&ri.key(), Some(&ns))
-                    .map(|o| object_key(o))
+                    .map(|(k, _)| k.clone())
                     .collect();
                 for k in keys {
                     self.store.remove(&ri.key(), &k);
@@ -842,7 +822,7 @@ impl State {
     /// Deletes or un-owns every dependent of a removed (or foreground-deleting) owner.
     fn collect_dependents(&mut self, owner_uid: &str, policy: Propagation) {
         for (rk, okey) in self.store.dependents_of(owner_uid) {
-            let Some(dep) = self.store.get(&rk, &okey).cloned() else {
+            let Some(dep) = self.store.get(&rk, &okey) else {
                 continue;
             };
             let Some(info) = self.info_for(&rk) else { continue };
@@ -897,7 +877,7 @@ impl State {
         let Some((rk, okey)) = self.store.by_uid(uid).cloned() else {
             return;
         };
-        let Some(owner) = self.store.get(&rk, &okey).cloned() else {
+        let Some(owner) = self.store.get(&rk, &okey) else {
             return;
         };
         let fins = finalizers(&owner);
@@ -915,7 +895,7 @@ impl State {
 
     /// Deletes one object by policy: finalizers keep it (with deletionTimestamp) until cleared.
     fn delete_object(&mut self, info: &ResourceInfo, key: &ObjectKey, policy: Propagation) -> Option<Value> {
-        let obj = self.store.get(&info.key(), key).cloned()?;
+        let obj = self.store.get(&info.key(), key)?;
         let uid = meta_str(&obj, "uid").unwrap_or("").to_string();
         let fins = finalizers(&obj);
         match policy {
@@ -939,13 +919,13 @@ impl State {
                 return Some(
                     self.store
                         .get(&info.key(), key)
-                        .map(|o| (**o).clone())
+                        .map(Arc::unwrap_or_clone)
                         .unwrap_or_else(|| (*obj).clone()),
                 );
             }
             _ => {}
         }
-        let obj = self.store.get(&info.key(), key).cloned()?;
+        let obj = self.store.get(&info.key(), key)?;
         if !finalizers(&obj).is_empty() {
             if obj.pointer("/metadata/deletionTimestamp").is_some() {
                 return Some((*obj).clone());
@@ -955,7 +935,7 @@ impl State {
             o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
             return Some(self.commit(info, o));
         }
-        self.remove_now(info, key).map(|o| (*o).clone())
+        self.remove_now(info, key)
     }
 
     /// DELETE of one object.
@@ -970,7 +950,6 @@ impl State {
         let obj = self
             .store
             .get(&info.key(), &key)
-            .cloned()
             .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
         if let Some(uid) = &opts.uid {
             if meta_str(&obj, "uid") != Some(uid.as_str()) {
@@ -1060,7 +1039,6 @@ impl State {
         let old = self
             .store
             .get(&info.key(), &(ns.to_string(), name.to_string()))
-            .cloned()
             .ok_or_else(|| ApiError::not_found("batch", "jobs", name))?;
         let mut new = (*old).clone();
         if !new["status"].is_object() {

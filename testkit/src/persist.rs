@@ -332,8 +332,8 @@ fn restore_registry(state: &mut State) {
         group: "apiextensions.k8s.io".into(),
         resource: "customresourcedefinitions".into(),
     };
-    for crd in state.store.list(&crds, None) {
-        registry.install_crd(crd);
+    for (_, crd) in state.store.list(&crds, None) {
+        registry.install_crd(&crd.value());
     }
     state.registry = registry;
 }

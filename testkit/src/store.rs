@@ -6,9 +6,11 @@
 //!
 //! Like the real API server's watch cache, the history is kept per resource and bounded: each
 //! resource keeps its last `window` events, so a busy resource never pushes a quiet one's events out.
-//! An event holds the object as serialized JSON (written once, sent to every watcher as is) and only
-//! the labels of the object before the change, which is all selector transitions need; superseded
-//! versions of objects are not kept as parsed values.
+//!
+//! Objects are kept as their serialized JSON ([`Stored`]), with the labels, uid and owners that
+//! selectors and the indexes read; reads parse them. An event shares the [`Stored`] version it
+//! produced (sent to every watcher as is) and keeps only the labels of the version before, which is
+//! all selector transitions need.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -66,6 +68,43 @@ pub fn label<'a>(labels: &'a Labels, key: &str) -> Option<&'a str> {
     labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
+/// An object as stored: its JSON, and what selectors, watches and the uid and owner indexes read
+/// without parsing it.
+#[derive(Debug)]
+pub struct Stored {
+    /// The object, serialized.
+    pub json: Bytes,
+    /// Its `apiVersion` (a read at another version rewrites it).
+    pub api_version: String,
+    /// Its labels.
+    pub labels: Labels,
+    /// Its `metadata.uid`, if set.
+    uid: Option<String>,
+    /// The uids its ownerReferences name.
+    owners: Vec<String>,
+}
+
+impl Stored {
+    /// Keeps `obj`, already serialized as `json`.
+    fn new(obj: &Value, json: String) -> Stored {
+        Stored {
+            json: Bytes::from(json),
+            api_version: obj["apiVersion"].as_str().unwrap_or("").to_string(),
+            labels: labels_of(obj),
+            uid: obj
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            owners: owner_uids(obj),
+        }
+    }
+
+    /// The object, parsed. The JSON was written from a `Value`, so it parses.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+}
+
 /// One change, as kept in its resource's history and sent to watchers.
 #[derive(Debug, Clone)]
 pub struct WatchEvent {
@@ -77,21 +116,11 @@ pub struct WatchEvent {
     pub resource: ResourceKey,
     /// Namespace ("" for cluster-scoped objects) and name of the object.
     pub key: ObjectKey,
-    /// The stored object's `apiVersion` (a watch at another version rewrites it).
-    pub api_version: String,
-    /// The object after the change (for deletions: its last state, with the deletion's rv), as JSON.
-    pub object: Bytes,
-    /// Labels of the object after the change.
-    pub labels: Labels,
+    /// The object after the change (for deletions: its last state, with the deletion's rv); shared
+    /// with the store while it is the current version.
+    pub object: Arc<Stored>,
     /// Labels of the object before the change (for selector transitions); `None` for creations.
     pub previous_labels: Option<Labels>,
-}
-
-impl WatchEvent {
-    /// The object, parsed (for watches that rewrite or render it).
-    pub fn parsed(&self) -> Value {
-        serde_json::from_slice(&self.object).unwrap_or(Value::Null)
-    }
 }
 
 /// The kept events of one resource.
@@ -106,7 +135,7 @@ struct History {
 /// The in-memory object store.
 #[derive(Debug)]
 pub struct Store {
-    objects: HashMap<ResourceKey, BTreeMap<ObjectKey, Arc<Value>>>,
+    objects: HashMap<ResourceKey, BTreeMap<ObjectKey, Arc<Stored>>>,
     rv: u64,
     history: HashMap<ResourceKey, History>,
     window: usize,
@@ -138,6 +167,9 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Stored objects in key order, with their keys.
+pub type Objects<'a> = Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<Stored>)> + 'a>;
+
 impl Store {
     /// An empty store keeping the last `window` events of each resource for watches.
     pub fn new(window: usize) -> Store {
@@ -168,27 +200,32 @@ impl Store {
             .map_or(self.floor, |h| h.compacted.max(self.floor))
     }
 
-    /// Reads one object.
-    pub fn get(&self, resource: &ResourceKey, key: &ObjectKey) -> Option<&Arc<Value>> {
+    /// Reads one object, parsed.
+    pub fn get(&self, resource: &ResourceKey, key: &ObjectKey) -> Option<Arc<Value>> {
+        self.stored(resource, key).map(|s| Arc::new(s.value()))
+    }
+
+    /// Reads one object as stored.
+    pub fn stored(&self, resource: &ResourceKey, key: &ObjectKey) -> Option<&Arc<Stored>> {
         self.objects.get(resource).and_then(|m| m.get(key))
     }
 
+    /// Whether an object exists.
+    pub fn contains(&self, resource: &ResourceKey, key: &ObjectKey) -> bool {
+        self.stored(resource, key).is_some()
+    }
+
     /// Objects of a resource, in namespace/name order, optionally within one namespace.
-    pub fn list<'a>(
-        &'a self,
-        resource: &ResourceKey,
-        namespace: Option<&'a str>,
-    ) -> Box<dyn Iterator<Item = &'a Arc<Value>> + 'a> {
+    pub fn list<'a>(&'a self, resource: &ResourceKey, namespace: Option<&'a str>) -> Objects<'a> {
         let Some(map) = self.objects.get(resource) else {
             return Box::new(std::iter::empty());
         };
         match namespace {
             Some(ns) => Box::new(
                 map.range((ns.to_string(), String::new())..)
-                    .take_while(move |((n, _), _)| n == ns)
-                    .map(|(_, v)| v),
+                    .take_while(move |((n, _), _)| n == ns),
             ),
-            None => Box::new(map.values()),
+            None => Box::new(map.iter()),
         }
     }
 
@@ -198,15 +235,15 @@ impl Store {
         resource: &ResourceKey,
         namespace: Option<&'a str>,
         after: &ObjectKey,
-    ) -> Box<dyn Iterator<Item = &'a Arc<Value>> + 'a> {
+    ) -> Objects<'a> {
         use std::ops::Bound;
         let Some(map) = self.objects.get(resource) else {
             return Box::new(std::iter::empty());
         };
         let it = map.range((Bound::Excluded(after.clone()), Bound::Unbounded));
         match namespace {
-            Some(ns) => Box::new(it.take_while(move |((n, _), _)| n == ns).map(|(_, v)| v)),
-            None => Box::new(it.map(|(_, v)| v)),
+            Some(ns) => Box::new(it.take_while(move |((n, _), _)| n == ns)),
+            None => Box::new(it),
         }
     }
 
@@ -249,10 +286,10 @@ impl Store {
         events.into_iter().flat_map(move |e| e.range(start..))
     }
 
-    /// Stores an object (created or replaced), assigning the next resourceVersion.
-    /// With a database, the write is committed before it is visible; if it cannot be written,
+    /// Stores an object (created or replaced), assigning the next resourceVersion; returns it as
+    /// stored. With a database, the write is committed before it is visible; if it cannot be written,
     /// nothing changes and [`Store::persist_failure`] says why.
-    pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Arc<Value> {
+    pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Value {
         obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
         let key = object_key(&obj);
         let json = obj.to_string();
@@ -265,19 +302,19 @@ impl Store {
             json: &json,
         };
         if !self.persist(&record) {
-            return Arc::new(obj);
+            return obj;
         }
         self.rv += 1;
-        let obj = Arc::new(obj);
+        let stored = Arc::new(Stored::new(&obj, json));
         let previous = self
             .objects
             .entry(resource.clone())
             .or_default()
-            .insert(key.clone(), obj.clone());
+            .insert(key.clone(), stored.clone());
         if let Some(prev) = &previous {
             self.unindex(resource, &key, prev);
         }
-        self.index(resource, &key, &obj);
+        self.index(resource, &key, &stored);
         let kind = if previous.is_some() {
             EventKind::Modified
         } else {
@@ -287,19 +324,17 @@ impl Store {
             rv: self.rv,
             kind,
             resource: resource.clone(),
-            api_version: obj["apiVersion"].as_str().unwrap_or("").to_string(),
-            labels: labels_of(&obj),
-            previous_labels: previous.as_deref().map(labels_of),
             key,
-            object: Bytes::from(json),
+            object: stored,
+            previous_labels: previous.map(|p| p.labels.clone()),
         });
         obj
     }
 
     /// Removes an object, returning its last state stamped with the deletion's resourceVersion.
     /// Persisted like [`Store::put`]; `None` also when the removal could not be persisted.
-    pub fn remove(&mut self, resource: &ResourceKey, key: &ObjectKey) -> Option<Arc<Value>> {
-        self.get(resource, key)?;
+    pub fn remove(&mut self, resource: &ResourceKey, key: &ObjectKey) -> Option<Value> {
+        self.stored(resource, key)?;
         let record = Record::Remove {
             rv: self.rv + 1,
             group: &resource.group,
@@ -313,20 +348,18 @@ impl Store {
         let prev = self.objects.get_mut(resource)?.remove(key)?;
         self.unindex(resource, key, &prev);
         self.rv += 1;
-        let mut last = Arc::unwrap_or_clone(prev);
+        let mut last = prev.value();
         last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        let labels = labels_of(&last);
+        let json = last.to_string();
         self.emit(WatchEvent {
             rv: self.rv,
             kind: EventKind::Deleted,
             resource: resource.clone(),
             key: key.clone(),
-            api_version: last["apiVersion"].as_str().unwrap_or("").to_string(),
-            object: Bytes::from(last.to_string()),
-            previous_labels: Some(labels.clone()),
-            labels,
+            object: Arc::new(Stored::new(&last, json)),
+            previous_labels: Some(prev.labels.clone()),
         });
-        Some(Arc::new(last))
+        Some(last)
     }
 
     /// Removes every object of a resource (when its CRD goes away), emitting deletions.
@@ -353,26 +386,27 @@ impl Store {
         true
     }
 
-    /// Every object with its resource.
-    pub fn iter_all(&self) -> impl Iterator<Item = (&ResourceKey, &Arc<Value>)> {
+    /// Every object with its resource and key, as stored.
+    pub fn iter_all(&self) -> impl Iterator<Item = (&ResourceKey, &ObjectKey, &Arc<Stored>)> {
         self.objects
             .iter()
-            .flat_map(|(rk, m)| m.values().map(move |o| (rk, o)))
+            .flat_map(|(rk, m)| m.iter().map(move |(k, o)| (rk, k, o)))
     }
 
     /// Restores an object as it was stored (its resourceVersion kept), without an event or a log record.
     pub fn load(&mut self, resource: &ResourceKey, obj: Value) {
         let key = object_key(&obj);
-        let obj = Arc::new(obj);
+        let json = obj.to_string();
+        let stored = Arc::new(Stored::new(&obj, json));
         if let Some(prev) = self
             .objects
             .entry(resource.clone())
             .or_default()
-            .insert(key.clone(), obj.clone())
+            .insert(key.clone(), stored.clone())
         {
             self.unindex(resource, &key, &prev);
         }
-        self.index(resource, &key, &obj);
+        self.index(resource, &key, &stored);
     }
 
     /// Sets the latest resourceVersion of a restored store.
@@ -409,27 +443,27 @@ impl Store {
         Some(ApiError::new(503, why))
     }
 
-    fn index(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
-        if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
-            self.uids.insert(uid.to_string(), (resource.clone(), key.clone()));
+    fn index(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Stored) {
+        if let Some(uid) = &obj.uid {
+            self.uids.insert(uid.clone(), (resource.clone(), key.clone()));
         }
-        for owner in owner_uids(obj) {
+        for owner in &obj.owners {
             self.dependents
-                .entry(owner)
+                .entry(owner.clone())
                 .or_default()
                 .insert((resource.clone(), key.clone()));
         }
     }
 
-    fn unindex(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
-        if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+    fn unindex(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Stored) {
+        if let Some(uid) = &obj.uid {
             self.uids.remove(uid);
         }
-        for owner in owner_uids(obj) {
-            if let Some(set) = self.dependents.get_mut(&owner) {
+        for owner in &obj.owners {
+            if let Some(set) = self.dependents.get_mut(owner) {
                 set.remove(&(resource.clone(), key.clone()));
                 if set.is_empty() {
-                    self.dependents.remove(&owner);
+                    self.dependents.remove(owner);
                 }
             }
         }

@@ -15,7 +15,7 @@ use crate::api::{served, State};
 use crate::errors::ApiError;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{label, EventKind, Labels, WatchEvent};
+use crate::store::{label, EventKind, Labels, ObjectKey, Stored, WatchEvent};
 use crate::table;
 
 /// What a watch asks for.
@@ -60,33 +60,27 @@ impl WatchRequest {
         in_namespace && self.labels.matches_with(label) && self.fields.matches_meta(namespace, name)
     }
 
-    fn matches(&self, obj: &Value) -> bool {
-        let meta = |field: &str| obj["metadata"][field].as_str().unwrap_or("");
-        let labels = &obj["metadata"]["labels"];
-        self.selects(meta("namespace"), meta("name"), |k| labels[k].as_str())
+    /// Whether the object with this key and these labels is watched.
+    fn matches(&self, (namespace, name): &ObjectKey, labels: &Labels) -> bool {
+        self.selects(namespace, name, |k| label(labels, k))
     }
 
-    /// Whether an event's object, with these labels, is watched.
-    fn event_matches(&self, ev: &WatchEvent, labels: &Labels) -> bool {
-        self.selects(&ev.key.0, &ev.key.1, |k| label(labels, k))
-    }
-
-    /// An event's line: its stored JSON as is when the watch neither renames the version nor renders
+    /// A stored object's line: its JSON as is when the watch neither renames the version nor renders
     /// a Table.
-    fn event_line(&self, kind: &str, ev: &WatchEvent) -> Bytes {
-        if self.table.is_some() || ev.api_version != self.info.api_version() {
-            return self.line(kind, &Arc::new(ev.parsed()));
+    fn line(&self, kind: &str, obj: &Stored) -> Bytes {
+        if self.table.is_some() || obj.api_version != self.info.api_version() {
+            return self.rendered_line(kind, &Arc::new(obj.value()));
         }
-        let mut out = Vec::with_capacity(ev.object.len() + 40);
+        let mut out = Vec::with_capacity(obj.json.len() + 40);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\",\"object\":");
-        out.extend_from_slice(&ev.object);
+        out.extend_from_slice(&obj.json);
         out.extend_from_slice(b"}\n");
         Bytes::from(out)
     }
 
-    fn line(&self, kind: &str, obj: &Arc<Value>) -> Bytes {
+    fn rendered_line(&self, kind: &str, obj: &Arc<Value>) -> Bytes {
         let object = served(&self.info, obj);
         let rendered = match &self.table {
             Some(include) => {
@@ -119,11 +113,11 @@ impl WatchRequest {
         if ev.resource != self.info.key() {
             return None;
         }
-        let now = self.event_matches(ev, &ev.labels);
+        let now = self.matches(&ev.key, &ev.object.labels);
         let before = ev
             .previous_labels
             .as_ref()
-            .is_some_and(|p| self.event_matches(ev, p));
+            .is_some_and(|p| self.matches(&ev.key, p));
         match ev.kind {
             EventKind::Added => now.then_some("ADDED"),
             EventKind::Deleted => before.then_some("DELETED"),
@@ -170,8 +164,8 @@ pub fn start(
         } else {
             None
         };
-        for o in state.store.list(&req.info.key(), ns) {
-            if req.matches(o) {
+        for (key, o) in state.store.list(&req.info.key(), ns) {
+            if req.matches(key, &o.labels) {
                 backlog.push(req.line("ADDED", o));
             }
         }
@@ -190,7 +184,7 @@ pub fn start(
             Ok(rv) => {
                 for ev in state.store.events_since(&req.info.key(), rv) {
                     if let Some(t) = req.translate(ev) {
-                        backlog.push(req.event_line(t, ev));
+                        backlog.push(req.line(t, &ev.object));
                     }
                 }
             }
@@ -235,7 +229,7 @@ pub fn start(
                     Ok(ev) => {
                         progress = progress.max(ev.rv);
                         if let Some(t) = req.translate(&ev) {
-                            if tx.send(Ok(req.event_line(t, &ev))).await.is_err() {
+                            if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
                                 return;
                             }
                         }
@@ -246,7 +240,7 @@ pub fn start(
                             progress = progress.max(now);
                             for ev in missed {
                                 if let Some(t) = req.translate(&ev) {
-                                    if tx.send(Ok(req.event_line(t, &ev))).await.is_err() {
+                                    if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
                                         return;
                                     }
                                 }
