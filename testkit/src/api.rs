@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use serde_json::{json, Value};
 
 use crate::apply::{self, Scope};
@@ -14,7 +15,7 @@ use crate::patch::{self, PatchKind};
 use crate::resources::{Registry, ResourceInfo, ResourceKey};
 use crate::schema::{self, FieldValidation};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{label, object_key, ObjectKey, Store};
+use crate::store::{label, object_key, ObjectKey, Store, Stored};
 use crate::util;
 use crate::validation;
 
@@ -107,8 +108,8 @@ impl DeleteOpts {
 /// One page of a list.
 #[derive(Debug)]
 pub struct Page {
-    /// Matching objects.
-    pub items: Vec<Arc<Value>>,
+    /// Matching objects, as stored.
+    pub items: Vec<Arc<Stored>>,
     /// The list's resourceVersion.
     pub resource_version: u64,
     /// Continue token when more items remain.
@@ -146,6 +147,24 @@ pub fn served(info: &ResourceInfo, obj: &Arc<Value>) -> Arc<Value> {
     let mut o = (**obj).clone();
     o["apiVersion"] = json!(info.api_version());
     Arc::new(o)
+}
+
+/// A stored object's JSON as served at a resource's version: as stored when the versions agree.
+pub fn served_json(info: &ResourceInfo, obj: &Stored) -> Bytes {
+    if obj.api_version == info.api_version() {
+        return obj.json.clone();
+    }
+    Bytes::from(served(info, &Arc::new(obj.value())).to_string())
+}
+
+impl Page {
+    /// The items as served at `info`'s version, parsed.
+    pub fn values(&self, info: &ResourceInfo) -> Vec<Arc<Value>> {
+        self.items
+            .iter()
+            .map(|o| served(info, &Arc::new(o.value())))
+            .collect()
+    }
 }
 
 fn spec_changed(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
@@ -228,13 +247,17 @@ impl State {
     ) -> Result<Page, ApiError> {
         let key = info.key();
         let ns = if info.namespaced { ns } else { None };
+        let selected = |(namespace, name): &ObjectKey, o: &Stored| {
+            labels.matches_with(|k| label(&o.labels, k)) && fields.matches_meta(namespace, name)
+        };
         if let (Some(name), None) = (fields.pinned_name(), cont) {
             if ns.is_some() || !info.namespaced {
+                let okey = Self::ns_key(info, ns, name);
                 let items = self
                     .store
-                    .get(&key, &Self::ns_key(info, ns, name))
-                    .filter(|o| labels.matches(o) && fields.matches(o))
-                    .map(|o| vec![served(info, &o)])
+                    .stored(&key, &okey)
+                    .filter(|o| selected(&okey, o))
+                    .map(|o| vec![o.clone()])
                     .unwrap_or_default();
                 return Ok(Page {
                     items,
@@ -258,13 +281,11 @@ impl State {
         };
         let mut items = Vec::new();
         let mut continue_token = None;
-        let mut filtered = iter.filter(|((namespace, name), o)| {
-            labels.matches_with(|k| label(&o.labels, k)) && fields.matches_meta(namespace, name)
-        });
+        let mut filtered = iter.filter(|(key, o)| selected(key, o));
         let max = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
         let mut last = None;
         for (key, o) in filtered.by_ref() {
-            items.push(served(info, &Arc::new(o.value())));
+            items.push(o.clone());
             last = Some(key);
             if items.len() == max {
                 break;
@@ -1003,7 +1024,7 @@ impl State {
     ) -> Result<Vec<Value>, ApiError> {
         let page = self.list(info, ctx.namespace.as_deref(), labels, fields, None, None)?;
         let mut out = Vec::new();
-        for o in page.items {
+        for o in page.values(info) {
             let name = meta_str(&o, "name").unwrap_or("").to_string();
             let c = WriteCtx {
                 namespace: meta_str(&o, "namespace").map(str::to_string),

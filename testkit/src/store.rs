@@ -87,6 +87,9 @@ pub struct Stored {
 impl Stored {
     /// Keeps `obj`, already serialized as `json`.
     fn new(obj: &Value, json: String) -> Stored {
+        // Serializing grows the buffer by doubling; kept for long, it holds only the JSON.
+        let mut json = json.into_bytes();
+        json.shrink_to_fit();
         Stored {
             json: Bytes::from(json),
             api_version: obj["apiVersion"].as_str().unwrap_or("").to_string(),

@@ -11,7 +11,7 @@ use futures::SinkExt;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
-use crate::api::{served, State};
+use crate::api::{served, served_json, State};
 use crate::errors::ApiError;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -53,29 +53,27 @@ pub struct Signals {
 }
 
 impl WatchRequest {
-    /// Whether the object with this namespace, name and labels (read through `label`) is watched.
-    fn selects<'a>(&self, namespace: &str, name: &str, label: impl Fn(&str) -> Option<&'a str>) -> bool {
-        let in_namespace =
-            !self.info.namespaced || self.namespace.as_deref().is_none_or(|ns| ns == namespace);
-        in_namespace && self.labels.matches_with(label) && self.fields.matches_meta(namespace, name)
-    }
-
     /// Whether the object with this key and these labels is watched.
     fn matches(&self, (namespace, name): &ObjectKey, labels: &Labels) -> bool {
-        self.selects(namespace, name, |k| label(labels, k))
+        let in_namespace =
+            !self.info.namespaced || self.namespace.as_deref().is_none_or(|ns| ns == namespace);
+        in_namespace
+            && self.labels.matches_with(|k| label(labels, k))
+            && self.fields.matches_meta(namespace, name)
     }
 
     /// A stored object's line: its JSON as is when the watch neither renames the version nor renders
     /// a Table.
     fn line(&self, kind: &str, obj: &Stored) -> Bytes {
-        if self.table.is_some() || obj.api_version != self.info.api_version() {
+        if self.table.is_some() {
             return self.rendered_line(kind, &Arc::new(obj.value()));
         }
-        let mut out = Vec::with_capacity(obj.json.len() + 40);
+        let json = served_json(&self.info, obj);
+        let mut out = Vec::with_capacity(json.len() + 40);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\",\"object\":");
-        out.extend_from_slice(&obj.json);
+        out.extend_from_slice(&json);
         out.extend_from_slice(b"}\n");
         Bytes::from(out)
     }

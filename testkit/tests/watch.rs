@@ -389,3 +389,40 @@ async fn controller_reconciles_on_create_and_on_owned_job_status_changes() {
     assert!(ctx.reconciles.load(Ordering::SeqCst) >= 2);
     handle.abort();
 }
+
+#[tokio::test]
+async fn lists_and_watches_through_another_served_version_rename_the_stored_objects() {
+    let server = ApiServer::start().await.unwrap();
+    let mut crd = Widget::crd();
+    let mut v2 = crd.spec.versions[0].clone();
+    v2.name = "v2".into();
+    v2.storage = false;
+    crd.spec.versions.push(v2);
+    server.install_crds(&[crd]).await.unwrap();
+    let v1: Api<Widget> = Api::default_namespaced(server.client());
+    let start = server.resource_version();
+    let w = Widget::new("w", WidgetSpec { size: 1 });
+    v1.create(&PostParams::default(), &w).await.unwrap();
+    let api_versions = |body: &str| -> Vec<String> {
+        body.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .flat_map(|v| {
+                let items = v["items"].as_array().cloned();
+                items.unwrap_or_else(|| vec![v["object"].clone()])
+            })
+            .map(|o| o["apiVersion"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    for version in ["v1", "v2"] {
+        let base = format!(
+            "{}/apis/example.test/{version}/namespaces/default/widgets",
+            server.url()
+        );
+        let list = reqwest::get(&base).await.unwrap().text().await.unwrap();
+        let watch = format!("{base}?watch=true&timeoutSeconds=1&resourceVersion={start}");
+        let events = reqwest::get(&watch).await.unwrap().text().await.unwrap();
+        let want = vec![format!("example.test/{version}")];
+        assert_eq!(api_versions(&list), want, "list at {version}");
+        assert_eq!(api_versions(&events), want, "watch at {version}");
+    }
+}
