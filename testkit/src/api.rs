@@ -370,8 +370,6 @@ impl State {
         Ok(self.commit(info, obj))
     }
 
-    /// The `openAPIV3Schema` a custom resource version is checked against.
-
     /// Prunes and validates a custom resource against its schema, or prunes the fields a built-in
     /// kind does not have; warnings go to `ctx`.
     fn check_schema(
