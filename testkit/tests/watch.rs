@@ -1,5 +1,6 @@
-//! Watches against the real `kube::Api` and kube-runtime: replay, bookmarks, 410 Gone, timeouts,
-//! cut streams, watcher/reflector, streaming lists and a Controller owning Jobs.
+//! Watches against the real `kube::Api` and kube-runtime: replay, bookmarks, 410 Gone per resource,
+//! reads through another served version, timeouts, cut streams, watcher/reflector, streaming lists
+//! and a Controller owning Jobs.
 
 mod common;
 
@@ -117,32 +118,6 @@ async fn bookmarks_arrive_when_allowed() {
     assert_eq!(b.metadata.resource_version, current);
 }
 
-#[tokio::test]
-async fn too_old_resource_versions_get_410_gone_as_an_error_event() {
-    let server = ApiServer::start_with(Options {
-        event_window: 3,
-        ..Options::default()
-    })
-    .await
-    .unwrap();
-    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
-    for i in 0..6 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"), "k", "v"))
-            .await
-            .unwrap();
-    }
-    let mut events = api
-        .watch(&WatchParams::default().timeout(5), "2")
-        .await
-        .unwrap()
-        .boxed();
-    match events.next().await.unwrap().unwrap() {
-        WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
-        other => panic!("expected a 410 ERROR event, got {other:?}"),
-    }
-    assert!(events.next().await.is_none(), "the stream ends after the error");
-}
-
 /// The resourceVersion of a bookmark, or None for other events.
 fn bookmark_rv<K>(ev: &WatchEvent<K>) -> Option<u64> {
     match ev {
@@ -242,8 +217,14 @@ async fn a_watch_from_before_its_resources_window_gets_the_expired_status() {
             "reason": "Expired", "code": 410,
         }})
     );
-    // From the newest dropped version on, every later event is kept.
     let wp = WatchParams::default().timeout(5).disable_bookmarks();
+    let mut expired = cms.watch(&wp, &start.to_string()).await.unwrap().boxed();
+    match expired.next().await.unwrap().unwrap() {
+        WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+    assert!(expired.next().await.is_none(), "the stream ends after the error");
+    // From the newest dropped version on, every later event is kept.
     let mut events = cms.watch(&wp, &dropped.to_string()).await.unwrap().boxed();
     let ev = events.next().await.unwrap().unwrap();
     assert!(
