@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use serde_json::{json, Value};
 
 use crate::apply::{self, Scope};
@@ -14,7 +15,7 @@ use crate::patch::{self, PatchKind};
 use crate::resources::{Registry, ResourceInfo, ResourceKey};
 use crate::schema::{self, FieldValidation};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{object_key, ObjectKey, Store};
+use crate::store::{label, object_key, ObjectKey, Store, Stored};
 use crate::util;
 use crate::validation;
 
@@ -107,8 +108,8 @@ impl DeleteOpts {
 /// One page of a list.
 #[derive(Debug)]
 pub struct Page {
-    /// Matching objects.
-    pub items: Vec<Arc<Value>>,
+    /// Matching objects, as stored.
+    pub items: Vec<Arc<Stored>>,
     /// The list's resourceVersion.
     pub resource_version: u64,
     /// Continue token when more items remain.
@@ -146,6 +147,24 @@ pub fn served(info: &ResourceInfo, obj: &Arc<Value>) -> Arc<Value> {
     let mut o = (**obj).clone();
     o["apiVersion"] = json!(info.api_version());
     Arc::new(o)
+}
+
+/// A stored object's JSON as served at a resource's version: as stored when the versions agree.
+pub fn served_json(info: &ResourceInfo, obj: &Stored) -> Bytes {
+    if obj.api_version == info.api_version() {
+        return obj.json.clone();
+    }
+    Bytes::from(served(info, &Arc::new(obj.value())).to_string())
+}
+
+impl Page {
+    /// The items as served at `info`'s version, parsed.
+    pub fn values(&self, info: &ResourceInfo) -> Vec<Arc<Value>> {
+        self.items
+            .iter()
+            .map(|o| served(info, &Arc::new(o.value())))
+            .collect()
+    }
 }
 
 fn spec_changed(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
@@ -212,7 +231,7 @@ impl State {
     pub fn get(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
         self.store
             .get(&info.key(), &Self::ns_key(info, ns, name))
-            .map(|o| served(info, o))
+            .map(|o| served(info, &o))
             .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))
     }
 
@@ -228,14 +247,17 @@ impl State {
     ) -> Result<Page, ApiError> {
         let key = info.key();
         let ns = if info.namespaced { ns } else { None };
-        let matches = |o: &&Arc<Value>| labels.matches(o) && fields.matches(o);
+        let selected = |(namespace, name): &ObjectKey, o: &Stored| {
+            labels.matches_with(|k| label(&o.labels, k)) && fields.matches_meta(namespace, name)
+        };
         if let (Some(name), None) = (fields.pinned_name(), cont) {
             if ns.is_some() || !info.namespaced {
+                let okey = Self::ns_key(info, ns, name);
                 let items = self
                     .store
-                    .get(&key, &Self::ns_key(info, ns, name))
-                    .filter(matches)
-                    .map(|o| vec![served(info, o)])
+                    .stored(&key, &okey)
+                    .filter(|o| selected(&okey, o))
+                    .map(|o| vec![o.clone()])
                     .unwrap_or_default();
                 return Ok(Page {
                     items,
@@ -248,7 +270,7 @@ impl State {
             Some(token) => {
                 let (rv, after) = parse_continue(token)
                     .ok_or_else(|| ApiError::bad_request(format!("invalid continue token {token:?}")))?;
-                if rv < self.store.compacted() {
+                if rv < self.store.compacted(&key) {
                     return Err(ApiError::gone(
                         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
                     ));
@@ -259,17 +281,19 @@ impl State {
         };
         let mut items = Vec::new();
         let mut continue_token = None;
-        let mut filtered = iter.filter(matches);
+        let mut filtered = iter.filter(|(key, o)| selected(key, o));
         let max = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-        for o in filtered.by_ref() {
-            items.push(served(info, o));
+        let mut last = None;
+        for (key, o) in filtered.by_ref() {
+            items.push(o.clone());
+            last = Some(key);
             if items.len() == max {
                 break;
             }
         }
         if items.len() == max && filtered.next().is_some() {
-            if let Some(last) = items.last() {
-                continue_token = Some(make_continue(rv, &object_key(last)));
+            if let Some(last) = last {
+                continue_token = Some(make_continue(rv, last));
             }
         }
         Ok(Page {
@@ -295,7 +319,7 @@ impl State {
             if let Some(prefix) = meta_str(&obj, "generateName").map(str::to_string) {
                 let ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
                 let mut name = format!("{prefix}{}", util::name_suffix());
-                while self.store.get(&info.key(), &(ns.clone(), name.clone())).is_some() {
+                while self.store.contains(&info.key(), &(ns.clone(), name.clone())) {
                     name = format!("{prefix}{}", util::name_suffix());
                 }
                 obj["metadata"]["name"] = json!(name);
@@ -307,7 +331,7 @@ impl State {
         validation::validate_meta(info, &obj)?;
         validate_kind(info, None, &obj)?;
         let key = object_key(&obj);
-        if self.store.get(&info.key(), &key).is_some() {
+        if self.store.contains(&info.key(), &key) {
             return Err(ApiError::already_exists(&info.group, &info.resource, &name));
         }
         let now = util::now();
@@ -346,27 +370,6 @@ impl State {
         Ok(self.commit(info, obj))
     }
 
-    /// The `openAPIV3Schema` a custom resource version is checked against.
-    fn custom_schema(&self, info: &ResourceInfo) -> Option<Value> {
-        if !info.custom {
-            return None;
-        }
-        let crds = ResourceKey {
-            group: "apiextensions.k8s.io".into(),
-            resource: "customresourcedefinitions".into(),
-        };
-        let crd = self.store.get(
-            &crds,
-            &(String::new(), format!("{}.{}", info.resource, info.group)),
-        )?;
-        crd.pointer("/spec/versions")?
-            .as_array()?
-            .iter()
-            .find(|v| v["name"] == info.version.as_str())?
-            .pointer("/schema/openAPIV3Schema")
-            .cloned()
-    }
-
     /// Prunes and validates a custom resource against its schema, or prunes the fields a built-in
     /// kind does not have; warnings go to `ctx`.
     fn check_schema(
@@ -376,7 +379,7 @@ impl State {
         old: Option<&Value>,
         obj: &mut Value,
     ) -> Result<(), ApiError> {
-        let Some(schema) = self.custom_schema(info) else {
+        let Some(schema) = info.schema.as_deref().filter(|_| info.custom) else {
             let unknown = crate::typed::prune_unknown(&info.api_version(), &info.kind, obj);
             let warnings = schema::unknown_fields(&info.kind, &info.version, &unknown, ctx.field_validation)?;
             ctx.warnings.borrow_mut().extend(warnings);
@@ -384,7 +387,7 @@ impl State {
         };
         let name = meta_str(obj, "name").unwrap_or("").to_string();
         let target = schema::Target {
-            schema: &schema,
+            schema,
             group: &info.group,
             version: &info.version,
             kind: &info.kind,
@@ -463,7 +466,6 @@ impl State {
         let old = self
             .store
             .get(&info.key(), &key)
-            .cloned()
             .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
         self.check_kind(info, &body)?;
         if let Some(n) = meta_str(&body, "name") {
@@ -512,7 +514,7 @@ impl State {
         force: bool,
     ) -> Result<Value, ApiError> {
         let key = Self::ns_key(info, ctx.namespace.as_deref(), name);
-        let old = self.store.get(&info.key(), &key).cloned();
+        let old = self.store.get(&info.key(), &key);
         if kind != PatchKind::Apply {
             let old = old.ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
             let candidate = patch::apply_patch(kind, &old, body)?;
@@ -779,20 +781,17 @@ impl State {
         if obj.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&obj).is_empty() {
             let okey = object_key(&obj);
             self.store.put(&key, obj);
-            return self
-                .remove_now(info, &okey)
-                .map(|o| (*o).clone())
-                .unwrap_or(Value::Null);
+            return self.remove_now(info, &okey).unwrap_or(Value::Null);
         }
         let stored = self.store.put(&key, obj);
         if info.resource == "customresourcedefinitions" && info.group == "apiextensions.k8s.io" {
             self.registry.install_crd(&stored);
         }
-        (*stored).clone()
+        stored
     }
 
     /// Removes an object now and runs garbage collection for it.
-    fn remove_now(&mut self, info: &ResourceInfo, key: &ObjectKey) -> Option<Arc<Value>> {
+    fn remove_now(&mut self, info: &ResourceInfo, key: &ObjectKey) -> Option<Value> {
         let last = self.store.remove(&info.key(), key)?;
         if info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions" {
             if let Some(served) = crate::resources::infos_from_crd(&last).first() {
@@ -819,7 +818,7 @@ impl State {
                 let keys: Vec<ObjectKey> = self
                     .store
                     .list(&ri.key(), Some(&ns))
-                    .map(|o| object_key(o))
+                    .map(|(k, _)| k.clone())
                     .collect();
                 for k in keys {
                     self.store.remove(&ri.key(), &k);
@@ -842,7 +841,7 @@ impl State {
     /// Deletes or un-owns every dependent of a removed (or foreground-deleting) owner.
     fn collect_dependents(&mut self, owner_uid: &str, policy: Propagation) {
         for (rk, okey) in self.store.dependents_of(owner_uid) {
-            let Some(dep) = self.store.get(&rk, &okey).cloned() else {
+            let Some(dep) = self.store.get(&rk, &okey) else {
                 continue;
             };
             let Some(info) = self.info_for(&rk) else { continue };
@@ -897,7 +896,7 @@ impl State {
         let Some((rk, okey)) = self.store.by_uid(uid).cloned() else {
             return;
         };
-        let Some(owner) = self.store.get(&rk, &okey).cloned() else {
+        let Some(owner) = self.store.get(&rk, &okey) else {
             return;
         };
         let fins = finalizers(&owner);
@@ -915,7 +914,7 @@ impl State {
 
     /// Deletes one object by policy: finalizers keep it (with deletionTimestamp) until cleared.
     fn delete_object(&mut self, info: &ResourceInfo, key: &ObjectKey, policy: Propagation) -> Option<Value> {
-        let obj = self.store.get(&info.key(), key).cloned()?;
+        let obj = self.store.get(&info.key(), key)?;
         let uid = meta_str(&obj, "uid").unwrap_or("").to_string();
         let fins = finalizers(&obj);
         match policy {
@@ -939,13 +938,13 @@ impl State {
                 return Some(
                     self.store
                         .get(&info.key(), key)
-                        .map(|o| (**o).clone())
+                        .map(Arc::unwrap_or_clone)
                         .unwrap_or_else(|| (*obj).clone()),
                 );
             }
             _ => {}
         }
-        let obj = self.store.get(&info.key(), key).cloned()?;
+        let obj = self.store.get(&info.key(), key)?;
         if !finalizers(&obj).is_empty() {
             if obj.pointer("/metadata/deletionTimestamp").is_some() {
                 return Some((*obj).clone());
@@ -955,7 +954,7 @@ impl State {
             o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
             return Some(self.commit(info, o));
         }
-        self.remove_now(info, key).map(|o| (*o).clone())
+        self.remove_now(info, key)
     }
 
     /// DELETE of one object.
@@ -970,7 +969,6 @@ impl State {
         let obj = self
             .store
             .get(&info.key(), &key)
-            .cloned()
             .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
         if let Some(uid) = &opts.uid {
             if meta_str(&obj, "uid") != Some(uid.as_str()) {
@@ -1024,7 +1022,7 @@ impl State {
     ) -> Result<Vec<Value>, ApiError> {
         let page = self.list(info, ctx.namespace.as_deref(), labels, fields, None, None)?;
         let mut out = Vec::new();
-        for o in page.items {
+        for o in page.values(info) {
             let name = meta_str(&o, "name").unwrap_or("").to_string();
             let c = WriteCtx {
                 namespace: meta_str(&o, "namespace").map(str::to_string),
@@ -1060,7 +1058,6 @@ impl State {
         let old = self
             .store
             .get(&info.key(), &(ns.to_string(), name.to_string()))
-            .cloned()
             .ok_or_else(|| ApiError::not_found("batch", "jobs", name))?;
         let mut new = (*old).clone();
         if !new["status"].is_object() {

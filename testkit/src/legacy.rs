@@ -24,7 +24,6 @@ use sha2::{Digest, Sha256};
 use crate::api::State;
 use crate::persist::PersistError;
 use crate::resources::ResourceKey;
-use crate::store::object_key;
 
 /// The earlier release's snapshot file in the data directory.
 pub const SNAPSHOT_FILE: &str = "snapshot";
@@ -233,8 +232,8 @@ fn write_all(db: &Path, conn: &mut Connection, state: &State) -> Result<(), Pers
         source: std::io::Error::other(e),
     };
     let tx = conn.transaction().map_err(failed)?;
-    for (rk, obj) in state.store.iter_all() {
-        let (namespace, name) = object_key(obj);
+    for (rk, (namespace, name), stored) in state.store.iter_all() {
+        let obj = stored.value();
         let rv: i64 = obj
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
@@ -339,7 +338,11 @@ mod tests {
     }
 
     fn names(state: &State) -> Vec<String> {
-        let mut names: Vec<String> = state.store.iter_all().map(|(_, o)| object_key(o).1).collect();
+        let mut names: Vec<String> = state
+            .store
+            .iter_all()
+            .map(|(_, (_, name), _)| name.clone())
+            .collect();
         names.sort();
         names
     }

@@ -1,15 +1,15 @@
 //! testkit: an in-memory Kubernetes API server on 127.0.0.1 for kok's tests and benchmarks.
 //!
 //! Architecture: [`server`] routes HTTP paths (axum) to [`api`], which implements the API
-//! semantics on [`store`] (objects, a global resourceVersion and an event log) and [`resources`]
-//! (built-in kinds plus CRD-served ones). [`watch`] streams events, [`patch`] and [`apply`] handle
-//! PATCH flavours and managedFields, [`selectors`] filter lists, [`table`] renders `kubectl get`
-//! tables, [`discovery`] and [`openapi`] answer discovery, [`errors`] renders `Status` objects,
-//! [`protobuf`] reads and writes Kubernetes protobuf, [`schema`] (with [`formats`]) checks custom
-//! resources against their CRD, [`typed`] prunes built-ins and [`validation`] checks names and
-//! immutability. Garbage collection of dependents lives in [`api`]. With [`Options::data_dir`],
-//! [`persist`] keeps the store on disk (SQLite, one row per object; [`legacy`] imports the earlier
-//! format).
+//! semantics on [`store`] (objects as JSON, a global resourceVersion and each resource's event
+//! history) and [`resources`] (built-in kinds plus CRD-served ones). [`watch`] streams events,
+//! [`patch`] and [`apply`] handle PATCH flavours and managedFields, [`selectors`] filter lists,
+//! [`table`] renders `kubectl get` tables, [`discovery`] and [`openapi`] answer discovery, [`errors`]
+//! renders `Status` objects, [`protobuf`] reads and writes Kubernetes protobuf, [`schema`] (with
+//! [`formats`]) checks custom resources against their CRD, [`typed`] prunes built-ins and
+//! [`validation`] checks names and immutability. Garbage collection of dependents lives in [`api`].
+//! With [`Options::data_dir`], [`persist`] keeps the store on disk (SQLite, one row per object;
+//! [`legacy`] imports the earlier format).
 //!
 //! Jobs are stored, never run: no pods are created. Tests play the kubelet with
 //! [`ApiServer::complete_job`], [`ApiServer::fail_job`] and [`ApiServer::start_job`].
@@ -153,7 +153,8 @@ impl Fault {
 pub struct Options {
     /// Port on 127.0.0.1 (0 picks a free one).
     pub port: u16,
-    /// Events kept for watches; older resourceVersions get 410 Gone.
+    /// Events kept per resource for watches; a watch from before its resource's oldest kept event
+    /// gets 410 Gone.
     pub event_window: usize,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,

@@ -118,8 +118,9 @@ fn custom_schemas(state: &State, group: &str, version: &str, (schemas, kinds): &
         group: "apiextensions.k8s.io".into(),
         resource: "customresourcedefinitions".into(),
     };
-    for (key, crd) in state.store.iter_all() {
-        if key != &crds || crd.pointer("/spec/group").and_then(Value::as_str) != Some(group) {
+    for (_, stored) in state.store.list(&crds, None) {
+        let crd = stored.value();
+        if crd.pointer("/spec/group").and_then(Value::as_str) != Some(group) {
             continue;
         }
         let kind = crd
@@ -134,7 +135,7 @@ fn custom_schemas(state: &State, group: &str, version: &str, (schemas, kinds): &
         {
             if v["name"] == version && v["served"] != Value::Bool(false) {
                 let name = format!("{}.{version}.{kind}", reversed(group));
-                schemas.insert(name.clone(), crd_schema(crd, v));
+                schemas.insert(name.clone(), crd_schema(&crd, v));
                 kinds.push((kind.to_string(), name));
             }
         }

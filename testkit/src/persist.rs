@@ -110,8 +110,12 @@ pub enum Record<'a> {
         group: &'a str,
         /// Plural resource.
         resource: &'a str,
-        /// The stored object.
-        object: &'a Value,
+        /// Namespace ("" for cluster-scoped objects).
+        namespace: &'a str,
+        /// Name.
+        name: &'a str,
+        /// The stored object, as JSON.
+        json: &'a str,
     },
     /// An object was removed.
     Remove {
@@ -193,20 +197,14 @@ fn commit(conn: &mut Connection, record: &Record<'_>) -> rusqlite::Result<()> {
             rv,
             group,
             resource,
-            object,
+            namespace,
+            name,
+            json,
         } => {
-            let meta = &object["metadata"];
             tx.execute(
                 "INSERT OR REPLACE INTO objects (grp, resource, namespace, name, rv, object) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
-                    group,
-                    resource,
-                    meta["namespace"].as_str().unwrap_or(""),
-                    meta["name"].as_str().unwrap_or(""),
-                    *rv as i64,
-                    object.to_string()
-                ],
+                params![group, resource, namespace, name, *rv as i64, json],
             )?;
             *rv
         }
@@ -334,8 +332,8 @@ fn restore_registry(state: &mut State) {
         group: "apiextensions.k8s.io".into(),
         resource: "customresourcedefinitions".into(),
     };
-    for crd in state.store.list(&crds, None) {
-        registry.install_crd(crd);
+    for (_, crd) in state.store.list(&crds, None) {
+        registry.install_crd(&crd.value());
     }
     state.registry = registry;
 }

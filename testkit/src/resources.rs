@@ -49,6 +49,8 @@ pub struct ResourceInfo {
     pub columns: Vec<Column>,
     /// Whether this resource comes from a CRD.
     pub custom: bool,
+    /// The CRD's `openAPIV3Schema` for this version (custom resources that have one).
+    pub schema: Option<Arc<Value>>,
 }
 
 impl ResourceInfo {
@@ -223,6 +225,7 @@ impl Registry {
                 generation: b.7,
                 columns: Vec::new(),
                 custom: false,
+                schema: None,
             });
         }
         r
@@ -379,6 +382,7 @@ pub fn infos_from_crd(crd: &Value) -> Vec<ResourceInfo> {
             generation: true,
             columns,
             custom: true,
+            schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
         });
     }
     out

@@ -107,7 +107,11 @@ impl LabelSelector {
     /// Whether an object's `metadata.labels` satisfy every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels");
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    /// Whether labels read through `get` (key to value) satisfy every requirement.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|r| match r {
             Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
             Requirement::NotEq(k, v) => get(k) != Some(v.as_str()),
@@ -162,13 +166,14 @@ impl FieldSelector {
 
     /// Whether an object satisfies every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
+        let meta = |field: &str| obj["metadata"][field].as_str().unwrap_or("");
+        self.matches_meta(meta("namespace"), meta("name"))
+    }
+
+    /// Whether an object with this namespace ("" for none) and name satisfies every requirement.
+    pub fn matches_meta(&self, namespace: &str, name: &str) -> bool {
         self.reqs.iter().all(|(field, eq, value)| {
-            let ptr = if field == "metadata.name" {
-                "/metadata/name"
-            } else {
-                "/metadata/namespace"
-            };
-            let actual = obj.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+            let actual = if field == "metadata.name" { name } else { namespace };
             (actual == value) == *eq
         })
     }

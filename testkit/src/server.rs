@@ -12,7 +12,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::api::{DeleteOpts, State, WriteCtx};
+use crate::api::{served_json, DeleteOpts, State, WriteCtx};
 use crate::discovery;
 use crate::errors::{reason_for_code, ApiError};
 use crate::patch::PatchKind;
@@ -253,7 +253,13 @@ fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
         .to_string()
 }
 
-fn list_body(info: &ResourceInfo, items: &[Arc<Value>], rv: u64, cont: Option<&str>) -> Vec<u8> {
+/// A list of items given as JSON.
+fn list_body(
+    info: &ResourceInfo,
+    items: impl IntoIterator<Item = Bytes>,
+    rv: u64,
+    cont: Option<&str>,
+) -> Vec<u8> {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         meta["continue"] = json!(c);
@@ -263,11 +269,11 @@ fn list_body(info: &ResourceInfo, items: &[Arc<Value>], rv: u64, cont: Option<&s
     let mut out = serde_json::to_vec(&head).unwrap_or_default();
     out.pop();
     out.extend_from_slice(b",\"items\":[");
-    for (i, item) in items.iter().enumerate() {
+    for (i, item) in items.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        let _ = serde_json::to_writer(&mut out, &**item);
+        out.extend_from_slice(&item);
     }
     out.extend_from_slice(b"]}");
     out
@@ -578,7 +584,8 @@ fn resource_request(
                     drop(state);
                     match &table_include {
                         Some(inc) => {
-                            let objs: Vec<&Value> = page.items.iter().map(|a| &**a).collect();
+                            let values = page.values(&info);
+                            let objs: Vec<&Value> = values.iter().map(|a| &**a).collect();
                             json_response(
                                 200,
                                 &table::table(
@@ -595,7 +602,7 @@ fn resource_request(
                             [(header::CONTENT_TYPE, "application/json")],
                             list_body(
                                 &info,
-                                &page.items,
+                                page.items.iter().map(|o| served_json(&info, o)),
                                 page.resource_version,
                                 page.continue_token.as_deref(),
                             ),
@@ -627,15 +634,17 @@ fn resource_request(
                 bookmark_interval: shared.bookmark_interval,
             };
             let weak = Arc::downgrade(shared);
+            let resource = info.key();
             let resync: watches::Resync = Arc::new(move |rv| {
                 let shared = weak.upgrade()?;
                 let state = shared.lock();
-                if rv < state.store.compacted() {
+                if rv < state.store.compacted(&resource) {
                     return None;
                 }
                 Some((
-                    state.store.events_since(rv).cloned().collect(),
+                    state.store.events_since(&resource, rv).cloned().collect(),
                     state.store.subscribe(),
+                    state.store.resource_version(),
                 ))
             });
             let rx = watches::start(&state, req, signals, resync);
@@ -717,11 +726,11 @@ fn resource_request(
                 Ok(items) => {
                     let rv = state.store.resource_version();
                     drop(state);
-                    let items: Vec<Arc<Value>> = items.into_iter().map(Arc::new).collect();
+                    let items = items.iter().map(|o| Bytes::from(o.to_string()));
                     (
                         StatusCode::OK,
                         [(header::CONTENT_TYPE, "application/json")],
-                        list_body(&info, &items, rv, None),
+                        list_body(&info, items, rv, None),
                     )
                         .into_response()
                 }

@@ -1,12 +1,21 @@
-//! Object storage: objects by resource, a global resourceVersion, and the event log watches replay.
+//! Object storage: objects by resource, a global resourceVersion, and the event history watches replay.
 //!
 //! Every change goes through [`Store::put`] or [`Store::remove`], which assign the next
-//! resourceVersion, append one [`WatchEvent`] to the log and broadcast it. That single path is
-//! where the database of [`crate::persist`] is written, when the server has a data directory.
+//! resourceVersion, append one [`WatchEvent`] to its resource's history and broadcast it. That single
+//! path is where the database of [`crate::persist`] is written, when the server has a data directory.
+//!
+//! Like the real API server's watch cache, the history is kept per resource and bounded: each
+//! resource keeps its last `window` events, so a busy resource never pushes a quiet one's events out.
+//!
+//! Objects are kept as their serialized JSON ([`Stored`]), with the labels, uid and owners that
+//! selectors and the indexes read; reads parse them. An event shares the [`Stored`] version it
+//! produced (sent to every watcher as is) and keeps only the labels of the version before, which is
+//! all selector transitions need.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -39,7 +48,67 @@ impl EventKind {
     }
 }
 
-/// One change, as kept in the log and sent to watchers.
+/// An object's labels, as selectors read them.
+pub type Labels = Vec<(String, String)>;
+
+/// The labels of an object (`metadata.labels`, string values only).
+pub fn labels_of(obj: &Value) -> Labels {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The value of one label.
+pub fn label<'a>(labels: &'a Labels, key: &str) -> Option<&'a str> {
+    labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// An object as stored: its JSON, and what selectors, watches and the uid and owner indexes read
+/// without parsing it.
+#[derive(Debug)]
+pub struct Stored {
+    /// The object, serialized.
+    pub json: Bytes,
+    /// Its `apiVersion` (a read at another version rewrites it).
+    pub api_version: String,
+    /// Its labels.
+    pub labels: Labels,
+    /// Its `metadata.uid`, if set.
+    uid: Option<String>,
+    /// The uids its ownerReferences name.
+    owners: Vec<String>,
+}
+
+impl Stored {
+    /// Keeps `obj`, already serialized as `json`.
+    fn new(obj: &Value, json: String) -> Stored {
+        // Serializing grows the buffer by doubling; kept for long, it holds only the JSON.
+        let mut json = json.into_bytes();
+        json.shrink_to_fit();
+        Stored {
+            json: Bytes::from(json),
+            api_version: obj["apiVersion"].as_str().unwrap_or("").to_string(),
+            labels: labels_of(obj),
+            uid: obj
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            owners: owner_uids(obj),
+        }
+    }
+
+    /// The object, parsed. The JSON was written from a `Value`, so it parses.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+/// One change, as kept in its resource's history and sent to watchers.
 #[derive(Debug, Clone)]
 pub struct WatchEvent {
     /// The resourceVersion this change produced.
@@ -48,20 +117,33 @@ pub struct WatchEvent {
     pub kind: EventKind,
     /// Which resource changed.
     pub resource: ResourceKey,
-    /// The object after the change (for deletions: its last state, with the deletion's rv).
-    pub object: Arc<Value>,
-    /// The object before the change (for selector transitions).
-    pub previous: Option<Arc<Value>>,
+    /// Namespace ("" for cluster-scoped objects) and name of the object.
+    pub key: ObjectKey,
+    /// The object after the change (for deletions: its last state, with the deletion's rv); shared
+    /// with the store while it is the current version.
+    pub object: Arc<Stored>,
+    /// Labels of the object before the change (for selector transitions); `None` for creations.
+    pub previous_labels: Option<Labels>,
+}
+
+/// The kept events of one resource.
+#[derive(Debug, Default)]
+struct History {
+    /// The last events, oldest first.
+    events: VecDeque<Arc<WatchEvent>>,
+    /// The resourceVersion of the newest event dropped from `events`.
+    compacted: u64,
 }
 
 /// The in-memory object store.
 #[derive(Debug)]
 pub struct Store {
-    objects: HashMap<ResourceKey, BTreeMap<ObjectKey, Arc<Value>>>,
+    objects: HashMap<ResourceKey, BTreeMap<ObjectKey, Arc<Stored>>>,
     rv: u64,
-    log: VecDeque<Arc<WatchEvent>>,
+    history: HashMap<ResourceKey, History>,
     window: usize,
-    compacted: u64,
+    /// Watches of any resource from before this resourceVersion get 410 Gone (start, restart).
+    floor: u64,
     tx: broadcast::Sender<Arc<WatchEvent>>,
     uids: HashMap<String, (ResourceKey, ObjectKey)>,
     dependents: HashMap<String, BTreeSet<(ResourceKey, ObjectKey)>>,
@@ -88,16 +170,19 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Stored objects in key order, with their keys.
+pub type Objects<'a> = Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<Stored>)> + 'a>;
+
 impl Store {
-    /// An empty store keeping the last `window` events for watches.
+    /// An empty store keeping the last `window` events of each resource for watches.
     pub fn new(window: usize) -> Store {
         let (tx, _) = broadcast::channel(16384);
         Store {
             objects: HashMap::new(),
             rv: 1,
-            log: VecDeque::new(),
+            history: HashMap::new(),
             window: window.max(1),
-            compacted: 1,
+            floor: 1,
             tx,
             uids: HashMap::new(),
             dependents: HashMap::new(),
@@ -110,32 +195,40 @@ impl Store {
         self.rv
     }
 
-    /// Watches starting at or before this resourceVersion get 410 Gone.
-    pub fn compacted(&self) -> u64 {
-        self.compacted
+    /// Watches of `resource` starting before this resourceVersion get 410 Gone: events after it
+    /// are all kept.
+    pub fn compacted(&self, resource: &ResourceKey) -> u64 {
+        self.history
+            .get(resource)
+            .map_or(self.floor, |h| h.compacted.max(self.floor))
     }
 
-    /// Reads one object.
-    pub fn get(&self, resource: &ResourceKey, key: &ObjectKey) -> Option<&Arc<Value>> {
+    /// Reads one object, parsed.
+    pub fn get(&self, resource: &ResourceKey, key: &ObjectKey) -> Option<Arc<Value>> {
+        self.stored(resource, key).map(|s| Arc::new(s.value()))
+    }
+
+    /// Reads one object as stored.
+    pub fn stored(&self, resource: &ResourceKey, key: &ObjectKey) -> Option<&Arc<Stored>> {
         self.objects.get(resource).and_then(|m| m.get(key))
     }
 
+    /// Whether an object exists.
+    pub fn contains(&self, resource: &ResourceKey, key: &ObjectKey) -> bool {
+        self.stored(resource, key).is_some()
+    }
+
     /// Objects of a resource, in namespace/name order, optionally within one namespace.
-    pub fn list<'a>(
-        &'a self,
-        resource: &ResourceKey,
-        namespace: Option<&'a str>,
-    ) -> Box<dyn Iterator<Item = &'a Arc<Value>> + 'a> {
+    pub fn list<'a>(&'a self, resource: &ResourceKey, namespace: Option<&'a str>) -> Objects<'a> {
         let Some(map) = self.objects.get(resource) else {
             return Box::new(std::iter::empty());
         };
         match namespace {
             Some(ns) => Box::new(
                 map.range((ns.to_string(), String::new())..)
-                    .take_while(move |((n, _), _)| n == ns)
-                    .map(|(_, v)| v),
+                    .take_while(move |((n, _), _)| n == ns),
             ),
-            None => Box::new(map.values()),
+            None => Box::new(map.iter()),
         }
     }
 
@@ -145,15 +238,15 @@ impl Store {
         resource: &ResourceKey,
         namespace: Option<&'a str>,
         after: &ObjectKey,
-    ) -> Box<dyn Iterator<Item = &'a Arc<Value>> + 'a> {
+    ) -> Objects<'a> {
         use std::ops::Bound;
         let Some(map) = self.objects.get(resource) else {
             return Box::new(std::iter::empty());
         };
         let it = map.range((Bound::Excluded(after.clone()), Bound::Unbounded));
         match namespace {
-            Some(ns) => Box::new(it.take_while(move |((n, _), _)| n == ns).map(|(_, v)| v)),
-            None => Box::new(it.map(|(_, v)| v)),
+            Some(ns) => Box::new(it.take_while(move |((n, _), _)| n == ns)),
+            None => Box::new(it),
         }
     }
 
@@ -189,38 +282,42 @@ impl Store {
         self.tx.subscribe()
     }
 
-    /// Logged events with a resourceVersion above `rv`.
-    pub fn events_since(&self, rv: u64) -> impl Iterator<Item = &Arc<WatchEvent>> {
-        let start = self.log.partition_point(|e| e.rv <= rv);
-        self.log.range(start..)
+    /// Kept events of `resource` with a resourceVersion above `rv`.
+    pub fn events_since(&self, resource: &ResourceKey, rv: u64) -> impl Iterator<Item = &Arc<WatchEvent>> {
+        let events = self.history.get(resource).map(|h| &h.events);
+        let start = events.map_or(0, |e| e.partition_point(|e| e.rv <= rv));
+        events.into_iter().flat_map(move |e| e.range(start..))
     }
 
-    /// Stores an object (created or replaced), assigning the next resourceVersion.
-    /// With a database, the write is committed before it is visible; if it cannot be written,
+    /// Stores an object (created or replaced), assigning the next resourceVersion; returns it as
+    /// stored. With a database, the write is committed before it is visible; if it cannot be written,
     /// nothing changes and [`Store::persist_failure`] says why.
-    pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Arc<Value> {
+    pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Value {
         obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
+        let key = object_key(&obj);
+        let json = obj.to_string();
         let record = Record::Put {
             rv: self.rv + 1,
             group: &resource.group,
             resource: &resource.resource,
-            object: &obj,
+            namespace: &key.0,
+            name: &key.1,
+            json: &json,
         };
         if !self.persist(&record) {
-            return Arc::new(obj);
+            return obj;
         }
         self.rv += 1;
-        let key = object_key(&obj);
-        let obj = Arc::new(obj);
+        let stored = Arc::new(Stored::new(&obj, json));
         let previous = self
             .objects
             .entry(resource.clone())
             .or_default()
-            .insert(key.clone(), obj.clone());
+            .insert(key.clone(), stored.clone());
         if let Some(prev) = &previous {
             self.unindex(resource, &key, prev);
         }
-        self.index(resource, &key, &obj);
+        self.index(resource, &key, &stored);
         let kind = if previous.is_some() {
             EventKind::Modified
         } else {
@@ -230,16 +327,17 @@ impl Store {
             rv: self.rv,
             kind,
             resource: resource.clone(),
-            object: obj.clone(),
-            previous,
+            key,
+            object: stored,
+            previous_labels: previous.map(|p| p.labels.clone()),
         });
         obj
     }
 
     /// Removes an object, returning its last state stamped with the deletion's resourceVersion.
     /// Persisted like [`Store::put`]; `None` also when the removal could not be persisted.
-    pub fn remove(&mut self, resource: &ResourceKey, key: &ObjectKey) -> Option<Arc<Value>> {
-        self.get(resource, key)?;
+    pub fn remove(&mut self, resource: &ResourceKey, key: &ObjectKey) -> Option<Value> {
+        self.stored(resource, key)?;
         let record = Record::Remove {
             rv: self.rv + 1,
             group: &resource.group,
@@ -253,15 +351,16 @@ impl Store {
         let prev = self.objects.get_mut(resource)?.remove(key)?;
         self.unindex(resource, key, &prev);
         self.rv += 1;
-        let mut last = (*prev).clone();
+        let mut last = prev.value();
         last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        let last = Arc::new(last);
+        let json = last.to_string();
         self.emit(WatchEvent {
             rv: self.rv,
             kind: EventKind::Deleted,
             resource: resource.clone(),
-            object: last.clone(),
-            previous: Some(prev),
+            key: key.clone(),
+            object: Arc::new(Stored::new(&last, json)),
+            previous_labels: Some(prev.labels.clone()),
         });
         Some(last)
     }
@@ -290,26 +389,27 @@ impl Store {
         true
     }
 
-    /// Every object with its resource.
-    pub fn iter_all(&self) -> impl Iterator<Item = (&ResourceKey, &Arc<Value>)> {
+    /// Every object with its resource and key, as stored.
+    pub fn iter_all(&self) -> impl Iterator<Item = (&ResourceKey, &ObjectKey, &Arc<Stored>)> {
         self.objects
             .iter()
-            .flat_map(|(rk, m)| m.values().map(move |o| (rk, o)))
+            .flat_map(|(rk, m)| m.iter().map(move |(k, o)| (rk, k, o)))
     }
 
     /// Restores an object as it was stored (its resourceVersion kept), without an event or a log record.
     pub fn load(&mut self, resource: &ResourceKey, obj: Value) {
         let key = object_key(&obj);
-        let obj = Arc::new(obj);
+        let json = obj.to_string();
+        let stored = Arc::new(Stored::new(&obj, json));
         if let Some(prev) = self
             .objects
             .entry(resource.clone())
             .or_default()
-            .insert(key.clone(), obj.clone())
+            .insert(key.clone(), stored.clone())
         {
             self.unindex(resource, &key, &prev);
         }
-        self.index(resource, &key, &obj);
+        self.index(resource, &key, &stored);
     }
 
     /// Sets the latest resourceVersion of a restored store.
@@ -317,10 +417,10 @@ impl Store {
         self.rv = rv;
     }
 
-    /// Drops the event log: watches from any earlier resourceVersion get 410 Gone.
+    /// Drops the event history: watches from any earlier resourceVersion get 410 Gone.
     pub fn forget_events(&mut self) {
-        self.log.clear();
-        self.compacted = self.rv;
+        self.history.clear();
+        self.floor = self.rv;
     }
 
     /// Persists every later write to this database.
@@ -346,27 +446,27 @@ impl Store {
         Some(ApiError::new(503, why))
     }
 
-    fn index(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
-        if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
-            self.uids.insert(uid.to_string(), (resource.clone(), key.clone()));
+    fn index(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Stored) {
+        if let Some(uid) = &obj.uid {
+            self.uids.insert(uid.clone(), (resource.clone(), key.clone()));
         }
-        for owner in owner_uids(obj) {
+        for owner in &obj.owners {
             self.dependents
-                .entry(owner)
+                .entry(owner.clone())
                 .or_default()
                 .insert((resource.clone(), key.clone()));
         }
     }
 
-    fn unindex(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
-        if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+    fn unindex(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Stored) {
+        if let Some(uid) = &obj.uid {
             self.uids.remove(uid);
         }
-        for owner in owner_uids(obj) {
-            if let Some(set) = self.dependents.get_mut(&owner) {
+        for owner in &obj.owners {
+            if let Some(set) = self.dependents.get_mut(owner) {
                 set.remove(&(resource.clone(), key.clone()));
                 if set.is_empty() {
-                    self.dependents.remove(&owner);
+                    self.dependents.remove(owner);
                 }
             }
         }
@@ -374,10 +474,11 @@ impl Store {
 
     fn emit(&mut self, event: WatchEvent) {
         let event = Arc::new(event);
-        self.log.push_back(event.clone());
-        while self.log.len() > self.window {
-            if let Some(old) = self.log.pop_front() {
-                self.compacted = old.rv;
+        let history = self.history.entry(event.resource.clone()).or_default();
+        history.events.push_back(event.clone());
+        while history.events.len() > self.window {
+            if let Some(old) = history.events.pop_front() {
+                history.compacted = old.rv;
             }
         }
         // No receivers is fine: nobody watches.
@@ -412,8 +513,8 @@ mod tests {
         assert_eq!(s.dependents_of("u1").len(), 1);
         s.remove(&rk(), &("n".into(), "a".into()));
         assert_eq!(s.missing_owners(), vec!["u1".to_string()]);
-        assert_eq!(s.events_since(0).count(), 2, "window keeps two events");
-        assert_eq!(s.compacted(), 2);
+        assert_eq!(s.events_since(&rk(), 0).count(), 2, "window keeps two events");
+        assert_eq!(s.compacted(&rk()), 2);
         assert_eq!(s.list(&rk(), Some("n")).count(), 1);
     }
 }

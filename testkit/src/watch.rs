@@ -11,11 +11,11 @@ use futures::SinkExt;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
-use crate::api::{served, State};
+use crate::api::{served, served_json, State};
 use crate::errors::ApiError;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{EventKind, WatchEvent};
+use crate::store::{label, EventKind, Labels, ObjectKey, Stored, WatchEvent};
 use crate::table;
 
 /// What a watch asks for.
@@ -53,18 +53,32 @@ pub struct Signals {
 }
 
 impl WatchRequest {
-    fn matches(&self, obj: &Value) -> bool {
-        if self.info.namespaced {
-            if let Some(ns) = &self.namespace {
-                if obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str()) {
-                    return false;
-                }
-            }
-        }
-        self.labels.matches(obj) && self.fields.matches(obj)
+    /// Whether the object with this key and these labels is watched.
+    fn matches(&self, (namespace, name): &ObjectKey, labels: &Labels) -> bool {
+        let in_namespace =
+            !self.info.namespaced || self.namespace.as_deref().is_none_or(|ns| ns == namespace);
+        in_namespace
+            && self.labels.matches_with(|k| label(labels, k))
+            && self.fields.matches_meta(namespace, name)
     }
 
-    fn line(&self, kind: &str, obj: &Arc<Value>) -> Bytes {
+    /// A stored object's line: its JSON as is when the watch neither renames the version nor renders
+    /// a Table.
+    fn line(&self, kind: &str, obj: &Stored) -> Bytes {
+        if self.table.is_some() {
+            return self.rendered_line(kind, &Arc::new(obj.value()));
+        }
+        let json = served_json(&self.info, obj);
+        let mut out = Vec::with_capacity(json.len() + 40);
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"object\":");
+        out.extend_from_slice(&json);
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
+    }
+
+    fn rendered_line(&self, kind: &str, obj: &Arc<Value>) -> Bytes {
         let object = served(&self.info, obj);
         let rendered = match &self.table {
             Some(include) => {
@@ -97,8 +111,11 @@ impl WatchRequest {
         if ev.resource != self.info.key() {
             return None;
         }
-        let now = self.matches(&ev.object);
-        let before = ev.previous.as_ref().is_some_and(|p| self.matches(p));
+        let now = self.matches(&ev.key, &ev.object.labels);
+        let before = ev
+            .previous_labels
+            .as_ref()
+            .is_some_and(|p| self.matches(&ev.key, p));
         match ev.kind {
             EventKind::Added => now.then_some("ADDED"),
             EventKind::Deleted => before.then_some("DELETED"),
@@ -118,10 +135,13 @@ fn error_line(err: &ApiError) -> Bytes {
     Bytes::from(out)
 }
 
-/// Re-reads the log after `rv` and subscribes again, for a watcher that fell behind the broadcast;
-/// None when `rv` has left the event window.
-pub type Resync =
-    Arc<dyn Fn(u64) -> Option<(Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>)> + Send + Sync>;
+/// What a watcher that fell behind the broadcast catches up with: the kept events of its resource
+/// after its progress, a new receiver, and the resourceVersion both start from.
+pub type CatchUp = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>, u64);
+
+/// Re-reads the watched resource's history after `rv` and subscribes again, for a watcher that fell
+/// behind the broadcast; None when `rv` has left that resource's event window.
+pub type Resync = Arc<dyn Fn(u64) -> Option<CatchUp> + Send + Sync>;
 
 /// Opens a watch: computes the backlog under the state lock and streams the rest from a task.
 pub fn start(
@@ -142,8 +162,8 @@ pub fn start(
         } else {
             None
         };
-        for o in state.store.list(&req.info.key(), ns) {
-            if req.matches(o) {
+        for (key, o) in state.store.list(&req.info.key(), ns) {
+            if req.matches(key, &o.labels) {
                 backlog.push(req.line("ADDED", o));
             }
         }
@@ -152,15 +172,15 @@ pub fn start(
         }
     } else {
         match rv_param.parse::<u64>() {
-            Ok(rv) if rv < state.store.compacted() => {
+            Ok(rv) if rv < state.store.compacted(&req.info.key()) => {
                 backlog.push(error_line(&ApiError::gone(format!(
                     "too old resource version: {rv} ({})",
-                    state.store.compacted()
+                    state.store.compacted(&req.info.key())
                 ))));
                 failed = true;
             }
             Ok(rv) => {
-                for ev in state.store.events_since(rv) {
+                for ev in state.store.events_since(&req.info.key(), rv) {
                     if let Some(t) = req.translate(ev) {
                         backlog.push(req.line(t, &ev.object));
                     }
@@ -213,10 +233,10 @@ pub fn start(
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => match resync(progress) {
-                        Some((missed, fresh)) => {
+                        Some((missed, fresh, now)) => {
                             events = fresh;
+                            progress = progress.max(now);
                             for ev in missed {
-                                progress = progress.max(ev.rv);
                                 if let Some(t) = req.translate(&ev) {
                                     if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
                                         return;

@@ -1,5 +1,6 @@
-//! Watches against the real `kube::Api` and kube-runtime: replay, bookmarks, 410 Gone, timeouts,
-//! cut streams, watcher/reflector, streaming lists and a Controller owning Jobs.
+//! Watches against the real `kube::Api` and kube-runtime: replay, bookmarks, 410 Gone per resource,
+//! reads through another served version, timeouts, cut streams, watcher/reflector, streaming lists
+//! and a Controller owning Jobs.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 use common::{cm, Widget, WidgetSpec};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher, Controller, WatchStreamExt};
@@ -117,30 +118,119 @@ async fn bookmarks_arrive_when_allowed() {
     assert_eq!(b.metadata.resource_version, current);
 }
 
+/// The resourceVersion of a bookmark, or None for other events.
+fn bookmark_rv<K>(ev: &WatchEvent<K>) -> Option<u64> {
+    match ev {
+        WatchEvent::Bookmark(b) => b.metadata.resource_version.parse().ok(),
+        _ => None,
+    }
+}
+
 #[tokio::test]
-async fn too_old_resource_versions_get_410_gone_as_an_error_event() {
+async fn quiet_watches_get_bookmarks_and_no_410_while_other_resources_churn() {
+    let server = ApiServer::start_with(Options {
+        event_window: 3,
+        bookmark_interval: Duration::from_millis(50),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let secrets: Api<Secret> = Api::default_namespaced(server.client());
+    let start = server.resource_version().to_string();
+    let wp = WatchParams::default().timeout(30);
+    let mut quiet_secrets = secrets.watch(&wp, &start).await.unwrap().boxed();
+    let quiet_wp = WatchParams::default().labels("app=quiet").timeout(30);
+    let mut quiet_cms = cms.watch(&quiet_wp, &start).await.unwrap().boxed();
+    for i in 0..10 {
+        let mut c = cm(&format!("busy{i}"), "k", "v");
+        c.metadata.labels = Some([("app".to_string(), "busy".to_string())].into());
+        cms.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let last = server.resource_version();
+
+    // Both quiet watches learn the latest resourceVersion from bookmarks alone.
+    let ev = next_matching(&mut quiet_secrets, |e| {
+        bookmark_rv(e).is_some_and(|rv| rv >= last)
+    })
+    .await;
+    assert_eq!(bookmark_rv(&ev), Some(last));
+    let ev = next_matching(&mut quiet_cms, |e| bookmark_rv(e).is_some_and(|rv| rv >= last)).await;
+    assert_eq!(bookmark_rv(&ev), Some(last));
+    // Secrets had no events, so their window still reaches back to the start.
+    let mut again = secrets.watch(&wp, &start).await.unwrap().boxed();
+    let mut s = Secret::default();
+    s.metadata.name = Some("s".into());
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+    let ev = next_matching(&mut again, |e| !matches!(e, WatchEvent::Bookmark(_))).await;
+    assert!(
+        matches!(ev, WatchEvent::Added(ref o) if o.name_any() == "s"),
+        "{ev:?}"
+    );
+    // The label-selected watch resumes from its bookmark although ConfigMaps churned past the window.
+    let mut resumed = cms.watch(&quiet_wp, &last.to_string()).await.unwrap().boxed();
+    let mut q = cm("q", "k", "v");
+    q.metadata.labels = Some([("app".to_string(), "quiet".to_string())].into());
+    cms.create(&PostParams::default(), &q).await.unwrap();
+    let ev = next_matching(&mut resumed, |e| !matches!(e, WatchEvent::Bookmark(_))).await;
+    assert!(
+        matches!(ev, WatchEvent::Added(ref o) if o.name_any() == "q"),
+        "{ev:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_watch_from_before_its_resources_window_gets_the_expired_status() {
     let server = ApiServer::start_with(Options {
         event_window: 3,
         ..Options::default()
     })
     .await
     .unwrap();
-    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let start = server.resource_version();
     for i in 0..6 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"), "k", "v"))
+        cms.create(&PostParams::default(), &cm(&format!("c{i}"), "k", "v"))
             .await
             .unwrap();
     }
-    let mut events = api
-        .watch(&WatchParams::default().timeout(5), "2")
-        .await
-        .unwrap()
-        .boxed();
-    match events.next().await.unwrap().unwrap() {
+    // Six events, three kept: the newest dropped one is the third. Secrets churning after does not
+    // push ConfigMaps out.
+    let dropped = start + 3;
+    let secrets: Api<Secret> = Api::default_namespaced(server.client());
+    for i in 0..6 {
+        let mut s = Secret::default();
+        s.metadata.name = Some(format!("s{i}"));
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let url = format!(
+        "{}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={start}",
+        server.url()
+    );
+    let body = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    let line: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(
+        line,
+        json!({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {start} ({dropped})"),
+            "reason": "Expired", "code": 410,
+        }})
+    );
+    let wp = WatchParams::default().timeout(5).disable_bookmarks();
+    let mut expired = cms.watch(&wp, &start.to_string()).await.unwrap().boxed();
+    match expired.next().await.unwrap().unwrap() {
         WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
         other => panic!("expected a 410 ERROR event, got {other:?}"),
     }
-    assert!(events.next().await.is_none(), "the stream ends after the error");
+    assert!(expired.next().await.is_none(), "the stream ends after the error");
+    // From the newest dropped version on, every later event is kept.
+    let mut events = cms.watch(&wp, &dropped.to_string()).await.unwrap().boxed();
+    let ev = events.next().await.unwrap().unwrap();
+    assert!(
+        matches!(ev, WatchEvent::Added(ref o) if o.name_any() == "c3"),
+        "{ev:?}"
+    );
 }
 
 #[tokio::test]
@@ -279,4 +369,41 @@ async fn controller_reconciles_on_create_and_on_owned_job_status_changes() {
     }
     assert!(ctx.reconciles.load(Ordering::SeqCst) >= 2);
     handle.abort();
+}
+
+#[tokio::test]
+async fn lists_and_watches_through_another_served_version_rename_the_stored_objects() {
+    let server = ApiServer::start().await.unwrap();
+    let mut crd = Widget::crd();
+    let mut v2 = crd.spec.versions[0].clone();
+    v2.name = "v2".into();
+    v2.storage = false;
+    crd.spec.versions.push(v2);
+    server.install_crds(&[crd]).await.unwrap();
+    let v1: Api<Widget> = Api::default_namespaced(server.client());
+    let start = server.resource_version();
+    let w = Widget::new("w", WidgetSpec { size: 1 });
+    v1.create(&PostParams::default(), &w).await.unwrap();
+    let api_versions = |body: &str| -> Vec<String> {
+        body.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .flat_map(|v| {
+                let items = v["items"].as_array().cloned();
+                items.unwrap_or_else(|| vec![v["object"].clone()])
+            })
+            .map(|o| o["apiVersion"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    for version in ["v1", "v2"] {
+        let base = format!(
+            "{}/apis/example.test/{version}/namespaces/default/widgets",
+            server.url()
+        );
+        let list = reqwest::get(&base).await.unwrap().text().await.unwrap();
+        let watch = format!("{base}?watch=true&timeoutSeconds=1&resourceVersion={start}");
+        let events = reqwest::get(&watch).await.unwrap().text().await.unwrap();
+        let want = vec![format!("example.test/{version}")];
+        assert_eq!(api_versions(&list), want, "list at {version}");
+        assert_eq!(api_versions(&events), want, "watch at {version}");
+    }
 }
