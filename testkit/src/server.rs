@@ -398,7 +398,7 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
     if let Some(e) = refused {
         return negotiated(wire, false, error_response(&e)).await;
     }
-    let response = blocking(|| resource_request(&shared, &parts.headers, &q, rp, verb, body));
+    let response = resource_request(&shared, &parts.headers, &q, rp, verb, body);
     // A write that could not be persisted is not acknowledged.
     let refused = shared.lock().store.persist_failure();
     let response = match refused {
@@ -406,16 +406,6 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         None => response,
     };
     negotiated(wire, verb == "watch", response).await
-}
-
-/// Runs `f`, which waits for the store's lock and may write to its database. On a multi-threaded
-/// runtime the worker says so first, and its other tasks (watch streams, other requests, and in an
-/// embedding process that process's own work) move to another thread meanwhile.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
-    }
 }
 
 /// Why a client that asks for protobuf cannot be answered so: custom resources are JSON and YAML
