@@ -328,13 +328,32 @@ fn metric(text: &str, name: &str) -> Option<f64> {
     })
 }
 
+/// Passes so far and their summed seconds (`kok_reconcile_duration_seconds`).
+fn pass_time(text: &str) -> Option<(f64, f64)> {
+    Some((
+        metric(text, "kok_reconcile_duration_seconds_count")?,
+        metric(text, "kok_reconcile_duration_seconds_sum")?,
+    ))
+}
+
 async fn metrics(http: &reqwest::Client, kok: &Kok) -> Option<String> {
     http.get(kok.url("/metrics")).send().await.ok()?.text().await.ok()
 }
 
-/// Contexts on `sha` in the remote's notes.
-fn note_contexts(remote: &Remote, sha: &str) -> usize {
-    remote.note(sha).lines().filter(|l| l.starts_with("kok/")).count()
+/// Contexts on `sha` in the remote's notes. `git notes show` runs off the runtime, which also
+/// serves the API server.
+async fn note_contexts(remote: &Remote, sha: &str) -> usize {
+    let bare = remote.bare();
+    let sha = sha.to_string();
+    tokio::task::spawn_blocking(move || {
+        let out = e2e::git_output(&bare, &["notes", "--ref=kok", "show", &sha]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("kok/"))
+            .count()
+    })
+    .await
+    .unwrap_or(0)
 }
 
 /// Contexts on `sha` the fake GitHub received, whether its newest `kok/summary` counts all
@@ -389,7 +408,11 @@ struct Run {
     idle_secs: f64,
     idle_cpu_percent: Option<f64>,
     idle_requests: Option<BTreeMap<String, usize>>,
+    /// From the push until the reconciled commit names it, the poll's wait included.
     change_ms: Option<f64>,
+    /// The pass itself (`kok_reconcile_duration_seconds`): the change's cost without the poll's wait
+    /// and git's transfer.
+    change_pass_ms: Option<f64>,
     change_api_writes: Option<usize>,
     change_kok_writes: Option<f64>,
     resync_secs: Option<f64>,
@@ -489,7 +512,7 @@ impl Bench<'_> {
             }
             if polls.is_multiple_of(STATUS_POLL_EVERY) {
                 if run.notes_secs.is_none() {
-                    run.notes_contexts = note_contexts(&remote, &sha);
+                    run.notes_contexts = note_contexts(&remote, &sha).await;
                     if run.notes_contexts >= run.statuses {
                         run.notes_secs = Some(secs(started.elapsed()));
                     }
@@ -633,9 +656,9 @@ impl Bench<'_> {
             run.fleet, run.mode, run.resync_secs, run.resync_kok_writes, run.resync_requests
         );
         // One cluster changes (a sixth host), with the restarted kok.
-        let written_before = metrics(&self.http, &kok)
-            .await
-            .and_then(|m| metric(&m, "kok_objects_written_total"));
+        let before = metrics(&self.http, &kok).await.unwrap_or_default();
+        let written_before = metric(&before, "kok_objects_written_total");
+        let passes_before = pass_time(&before);
         let requests_before = meta.requests();
         remote.write("clusters/c00000/hosts.yml", &hosts_yml(0, 6));
         let pushed = Instant::now();
@@ -657,19 +680,25 @@ impl Bench<'_> {
             .requests()
             .zip(requests_before.as_ref())
             .map(|(now, before)| now.since(before).writes());
-        let written_after = metrics(&self.http, &kok)
-            .await
-            .and_then(|m| metric(&m, "kok_objects_written_total"));
+        let after = metrics(&self.http, &kok).await.unwrap_or_default();
+        let written_after = metric(&after, "kok_objects_written_total");
         run.change_kok_writes = written_after.zip(written_before).map(|(a, b)| a - b);
+        run.change_pass_ms = match (pass_time(&after), passes_before) {
+            (Some((count, sum)), Some((count0, sum0))) if count > count0 => {
+                Some(((sum - sum0) / (count - count0) * 1e4).round() / 10.0)
+            }
+            _ => None,
+        };
         run.peak_rss_mib = match (run.peak_rss_mib, peak_rss_mib(kok.pid())) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
         eprintln!(
-            "[{} {}] one-cluster change {:?} ms, API writes {:?} (by the pass {:?}); peak RSS {:?} MiB",
+            "[{} {}] one-cluster change {:?} ms (the pass {:?} ms), API writes {:?} (by the pass {:?}); peak RSS {:?} MiB",
             run.fleet,
             run.mode,
             run.change_ms,
+            run.change_pass_ms,
             run.change_api_writes,
             run.change_kok_writes,
             run.peak_rss_mib
@@ -732,7 +761,7 @@ fn table(runs: &[Run]) -> String {
             .map(|c| format!(", {} requests", c.total()))
             .unwrap_or_default();
         out.push_str(&format!(
-            "| {} × {} | {} | {} | {}{} | {}, {} forge requests{} | {} | {} | {} | {} ({}) | {} ({} writes{}) |\n",
+            "| {} × {} | {} | {} | {}{} | {}, {} forge requests{} | {} | {} | {} | {} (pass {}, {}) | {} ({} writes{}) |\n",
             r.clusters,
             r.operations_per_cluster,
             r.mode,
@@ -748,6 +777,9 @@ fn table(runs: &[Run]) -> String {
             fmt_opt(r.idle_cpu_percent, " %"),
             idle,
             r.change_ms
+                .map(|v| format!("{v:.0} ms"))
+                .unwrap_or_else(|| "—".into()),
+            r.change_pass_ms
                 .map(|v| format!("{v:.0} ms"))
                 .unwrap_or_else(|| "—".into()),
             change_writes,
@@ -889,13 +921,13 @@ fn verdicts(runs: &[Run]) -> Vec<Verdict> {
             );
         }
         if r.clusters > 100 {
-            if let Some(small) = find(100, 10, &r.mode).and_then(|s| s.change_ms) {
+            if let Some(small) = find(100, 10, &r.mode).and_then(|s| s.change_pass_ms) {
                 add(
-                    "one-cluster change ≤ 2× the 100-cluster figure".into(),
-                    r.change_ms
+                    "one-cluster change (its pass) ≤ 2× the 100-cluster figure".into(),
+                    r.change_pass_ms
                         .map(|c| format!("{c:.0} ms vs {small:.0} ms"))
                         .unwrap_or_else(|| "—".into()),
-                    Some(r.change_ms.is_some_and(|c| c <= 2.0 * small)),
+                    Some(r.change_pass_ms.is_some_and(|c| c <= 2.0 * small)),
                 );
             }
         }
@@ -919,7 +951,10 @@ fn print_verdicts(verdicts: &[Verdict]) -> String {
     out
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+// The in-process API server's handlers wait on its store's lock on a worker thread, as a real API
+// server's wait off its CPUs: more workers than cores keep one waiting handler from stalling the
+// watches and the other requests.
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> anyhow::Result<()> {
     let cfg = Config::from_env()?;
     let bench = Bench {

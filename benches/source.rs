@@ -1,6 +1,7 @@
 //! Benchmark of the git source on generated repositories (default 1,000 and 10,000 clusters; set
 //! `KOK_BENCH_SIZES=100,1000` to choose): cold clone + full parse, no-op poll, one-cluster-changed
-//! diff + parse, and the same change handled by re-reading the whole tree, as a ratio.
+//! diff + parse, its attribution, the three together as a pass reads them, and the same change
+//! handled by re-reading the whole tree, as a ratio.
 
 use std::time::{Duration, Instant};
 
@@ -126,6 +127,14 @@ fn bench(n: usize) -> BenchResult<()> {
         "attribution of its operations:   {} ({} new)",
         ms(started.elapsed()),
         introduced.len()
+    );
+
+    let started = Instant::now();
+    let read = kok::source::read_commit(source.repository(), Some(c1), new, "clusters", false)?;
+    assert_eq!(read.parsed.clusters.len(), 1);
+    println!(
+        "the pass's read (all three):     {} (each tree read once)",
+        ms(started.elapsed())
     );
 
     let started = Instant::now();

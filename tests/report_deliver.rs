@@ -93,7 +93,7 @@ impl Harness {
     async fn wait_reported(&self, name: &str, expected: &CommitStatus) -> ClusterOperation {
         for _ in 0..400 {
             let op = self.ops().get(name).await.unwrap();
-            if op.status.as_ref().and_then(|s| s.reported.as_ref()) == Some(expected) {
+            if op.status.as_ref().and_then(|s| s.reported.as_deref()) == Some(expected) {
                 return op;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;

@@ -559,10 +559,10 @@ pub struct ClusterOperationStatus {
     pub message: Option<String>,
     /// The commit status that should be on the source commit now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub desired_status: Option<CommitStatus>,
+    pub desired_status: Option<Box<CommitStatus>>,
     /// The commit status last delivered to the sink; never sent twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reported: Option<CommitStatus>,
+    pub reported: Option<Box<CommitStatus>>,
     /// Delivery attempts of the desired status that failed so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_attempts: Option<u32>,

@@ -7,8 +7,9 @@
 //! until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
-//! The watches keep what the decisions read and drop the rest: ConfigMaps without their data,
-//! operations without the commit statuses the reporter delivers, every object without `managedFields`.
+//! The watches keep what the decisions read and drop the rest: ConfigMaps without their data and
+//! annotations, operations without the commit statuses the reporter delivers, every object without
+//! `managedFields`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -164,7 +165,7 @@ pub fn cluster_events(
         })
 }
 
-/// Keeps the ConfigMap cache (metadata only) until `stopped`.
+/// Keeps the ConfigMap cache (names, labels and owners) until `stopped`.
 pub async fn watch_config_maps(
     client: Client,
     writer: reflector::store::Writer<ConfigMap>,
@@ -178,6 +179,7 @@ pub async fn watch_config_maps(
             cm.data = None;
             cm.binary_data = None;
             cm.metadata.managed_fields = None;
+            cm.metadata.annotations = None;
         })
         .reflect(writer)
         .for_each(|event| {

@@ -164,13 +164,17 @@ pub async fn run(
     let index = live.op_index.clone();
     let cluster_ns = ns.clone();
     let wake_cluster = cluster_wake_tx.clone();
+    let known_clusters = live.clusters.clone();
     // The cache and the index hold an operation's change before its Cluster is reconciled, so the Cluster
-    // reconciler (status, history limit) always sees it.
+    // reconciler (status, history limit) always sees it. A Cluster its watch has not shown yet is
+    // reconciled when it does.
     let op_events = live::operation_events(&client, live.clone(), op_writer)
         .inspect(move |event| {
             if let Ok(watcher::Event::Apply(op) | watcher::Event::Delete(op)) = event {
                 let cluster = ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns);
-                let _ = wake_cluster.unbounded_send(cluster);
+                if known_clusters.get(&cluster).is_some() {
+                    let _ = wake_cluster.unbounded_send(cluster);
+                }
             }
         })
         .applied_objects();

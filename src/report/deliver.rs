@@ -521,9 +521,9 @@ impl Reporter {
             // Nothing is taken while listing; at the in-flight limit a finished task wakes the loop.
             let next_due = match (queue.listing(), in_flight.len() >= MAX_IN_FLIGHT) {
                 (true, _) => None,
-                (false, full) => queue
+                (false, true) => queue.next_summary(Instant::now(), budget, interval),
+                (false, false) => queue
                     .next_due()
-                    .filter(|_| !full)
                     .into_iter()
                     .chain(queue.next_summary(Instant::now(), budget, interval))
                     .min(),
@@ -984,6 +984,8 @@ struct Queue {
     relisting: Option<HashSet<String>>,
     /// Phase of every operation, for the `kok_operations{phase}` gauge.
     phases: HashMap<String, Phase>,
+    /// How many operations are in each phase of [`ALL_PHASES`], kept with `phases`.
+    phase_totals: [u64; ALL_PHASES.len()],
     /// Per operation: its commit and the state of its desired status, as counted in [`Queue::commits`].
     counted: HashMap<String, (String, Option<StatusState>)>,
     /// Per commit: its operations by state, and its `kok/summary` bookkeeping.
@@ -1102,7 +1104,9 @@ impl Queue {
         self.pending.remove(name);
         self.backlog.remove(name);
         self.recorded.remove(name);
-        self.phases.remove(name);
+        if let Some(phase) = self.phases.remove(name) {
+            self.count_phase(phase, false);
+        }
         let Some((commit, state)) = self.counted.remove(name) else {
             return;
         };
@@ -1259,23 +1263,32 @@ impl Queue {
     }
 
     /// How many operations are in each phase.
-    fn phase_counts(&self) -> [(Phase, u64); 6] {
-        let mut counts = ALL_PHASES.map(|p| (p, 0u64));
-        for phase in self.phases.values() {
-            if let Some(slot) = counts.iter_mut().find(|(p, _)| p == phase) {
-                slot.1 += 1;
-            }
+    fn phase_counts(&self) -> [(Phase, u64); ALL_PHASES.len()] {
+        std::array::from_fn(|i| (ALL_PHASES[i], self.phase_totals[i]))
+    }
+
+    /// Counts `phase` in (or out of) the totals the gauge shows.
+    fn count_phase(&mut self, phase: Phase, added: bool) {
+        if let Some(i) = ALL_PHASES.iter().position(|p| *p == phase) {
+            let total = &mut self.phase_totals[i];
+            *total = if added {
+                *total + 1
+            } else {
+                total.saturating_sub(1)
+            };
         }
-        counts
     }
 
     fn apply(&mut self, op: &ClusterOperation) {
         let name = op.name_any();
         let status = op.status.as_ref();
-        self.phases
-            .insert(name.clone(), status.map(|s| s.phase).unwrap_or_default());
-        let desired = status.and_then(|s| s.desired_status.as_ref());
-        let reported = status.and_then(|s| s.reported.as_ref());
+        let phase = status.map(|s| s.phase).unwrap_or_default();
+        if let Some(old) = self.phases.insert(name.clone(), phase) {
+            self.count_phase(old, false);
+        }
+        self.count_phase(phase, true);
+        let desired = status.and_then(|s| s.desired_status.as_deref());
+        let reported = status.and_then(|s| s.reported.as_deref());
         if !op.spec.source.commit.is_empty() {
             self.count(&name, &op.spec.source.commit, desired.map(|d| d.state));
         }
@@ -1321,18 +1334,29 @@ impl Queue {
 
     /// Up to `limit` due operations not already being delivered, marked busy.
     fn take_due(&mut self, now: Instant, limit: usize) -> Vec<(String, Pending)> {
-        let mut due: Vec<(String, Pending)> = self
+        if limit == 0 {
+            return Vec::new();
+        }
+        // Only the `limit` earliest are copied out: thousands may be due while few slots are free.
+        let mut due: Vec<(Instant, &String)> = self
             .pending
             .iter()
             .filter(|(name, p)| p.not_before <= now && !p.held && !self.busy.contains(*name))
-            .map(|(name, p)| (name.clone(), p.clone()))
+            .map(|(name, p)| (p.not_before, name))
             .collect();
-        due.sort_by_key(|(_, p)| p.not_before);
-        due.truncate(limit);
-        for (name, _) in &due {
+        if due.len() > limit {
+            due.select_nth_unstable(limit - 1);
+            due.truncate(limit);
+        }
+        due.sort();
+        let taken: Vec<(String, Pending)> = due
+            .into_iter()
+            .filter_map(|(_, name)| Some((name.clone(), self.pending.get(name)?.clone())))
+            .collect();
+        for (name, _) in &taken {
             self.busy.insert(name.clone());
         }
-        due
+        taken
     }
 
     /// When the earliest waiting operation becomes due.
@@ -1504,6 +1528,24 @@ mod tests {
         q.observe(watcher::Event::InitApply(op("a", Some("queued"), None)));
         q.observe(watcher::Event::InitDone);
         assert_eq!(q.pending.keys().collect::<Vec<_>>(), ["a"]);
+    }
+
+    #[test]
+    fn the_earliest_due_statuses_are_taken_first_and_a_full_loop_takes_none() {
+        let mut q = Queue::default();
+        let now = Instant::now();
+        for (i, name) in ["e", "b", "d", "a", "c"].iter().enumerate() {
+            q.observe(watcher::Event::Apply(op(name, Some("queued"), None)));
+            q.pending.get_mut(*name).unwrap().not_before = now - Duration::from_secs(10 - i as u64);
+        }
+        assert!(q.take_due(now, 0).is_empty(), "no free slot");
+        let names = |due: Vec<(String, Pending)>| due.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        assert_eq!(names(q.take_due(now, 2)), ["e", "b"]);
+        assert_eq!(
+            names(q.take_due(now, 8)),
+            ["d", "a", "c"],
+            "the busy ones are not taken again"
+        );
     }
 
     fn op_in(name: &str, state: crate::api::StatusState) -> ClusterOperation {

@@ -22,7 +22,10 @@
 //!
 //! Writes are batched: statuses that arrive while a write is in progress wait for it, then go into the
 //! next notes commit together (each note rewritten once per batch, one commit and one push per batch),
-//! so delivering N statuses costs far fewer than N commits. A delivery returns once its batch is written.
+//! so delivering N statuses costs far fewer than N commits. After a batch, the next one waits as long
+//! as the last took to write, so a stream of statuses on a commit with thousands of contexts (a note
+//! of megabytes) spends at most half its time rewriting the note. A delivery returns once its batch
+//! is written.
 //!
 //! Pushing: after a write, `refs/notes/kok:refs/notes/kok` is pushed (never forced) to the configured
 //! remote. Before the first push, and again when a push is refused, the remote's notes are fetched and
@@ -156,6 +159,16 @@ struct PushState {
     last_failure: Option<String>,
     /// The remote's notes were joined into the local ones since the last refused push.
     joined: bool,
+    /// When the last batch was written, and how long it took.
+    last_batch: Option<(tokio::time::Instant, std::time::Duration)>,
+}
+
+impl PushState {
+    /// When the next batch may be written: a batch rewrites whole notes, so under a steady stream of
+    /// statuses writing takes at most half the time and the rest gathers the next batch.
+    fn next_batch_at(&self) -> Option<tokio::time::Instant> {
+        self.last_batch.map(|(ended, took)| ended + took)
+    }
 }
 
 /// The error of a status whose batch was dropped before it was written (kok is stopping).
@@ -216,9 +229,15 @@ impl NotesSink {
             Err(oneshot::error::TryRecvError::Closed) => return Err(abandoned()),
             Err(oneshot::error::TryRecvError::Empty) => {}
         }
+        if let Some(at) = state.next_batch_at() {
+            tokio::time::sleep_until(at).await;
+        }
         let batch = std::mem::take(&mut *self.lock_queue());
         let entries: Vec<(Oid, CommitStatus)> = batch.iter().map(|q| (q.commit, q.status.clone())).collect();
+        let started = tokio::time::Instant::now();
         let written = self.write_batch(&mut state, entries).await;
+        let ended = tokio::time::Instant::now();
+        state.last_batch = Some((ended, ended - started));
         drop(state);
         match written {
             Ok(changed) => {

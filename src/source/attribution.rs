@@ -6,6 +6,7 @@ use std::path::Path;
 
 use git2::{Oid, Repository};
 
+use super::tree::Trees;
 use super::{GitTree, SourceError};
 use crate::layout::{self, ClusterDir, Parsed};
 use crate::materialize::{operation_digest, Attribution};
@@ -56,12 +57,12 @@ pub fn first_parent_path(repo: &Repository, old: Option<Oid>, new: Oid) -> Resul
 
 /// Parses the named clusters (only) of `commit`.
 pub fn parse_at(
-    repo: &Repository,
+    trees: &Trees<'_>,
     commit: Oid,
     root: &str,
     clusters: &[String],
 ) -> Result<Parsed, SourceError> {
-    let tree = GitTree::at_commit(repo, commit)?;
+    let tree = GitTree::at_commit_in(trees, commit)?;
     Ok(layout::parse_clusters(&tree, root, clusters))
 }
 
@@ -77,14 +78,15 @@ pub fn attribute(
     if clusters.is_empty() {
         return Ok(Vec::new());
     }
-    let target = parse_at(repo, new, root, clusters)?;
-    attribute_parsed(repo, old, new, root, clusters, &target)
+    let trees = Trees::new(repo);
+    let target = parse_at(&trees, new, root, clusters)?;
+    attribute_parsed(&trees, old, new, root, clusters, &target)
 }
 
 /// [`attribute`] for a caller that has already parsed `clusters` at `new` (the reconcile pass does),
 /// so they are not parsed twice.
 pub fn attribute_parsed(
-    repo: &Repository,
+    trees: &Trees<'_>,
     old: Option<Oid>,
     new: Oid,
     root: &str,
@@ -94,8 +96,9 @@ pub fn attribute_parsed(
     if clusters.is_empty() {
         return Ok(Vec::new());
     }
+    let repo = trees.repo();
     let base_ops: BTreeSet<(String, String, String)> = match old.filter(|o| repo.find_commit(*o).is_ok()) {
-        Some(o) => op_keys(&parse_at(repo, o, root, clusters)?.clusters).collect(),
+        Some(o) => op_keys(&parse_at(trees, o, root, clusters)?.clusters).collect(),
         None => BTreeSet::new(),
     };
     // (cluster, id, digest) -> file index at `new`, for the operations still to attribute.
@@ -116,16 +119,15 @@ pub fn attribute_parsed(
             break;
         }
         let waiting: BTreeSet<String> = pending.keys().map(|(c, _, _)| c.clone()).collect();
-        let tree = repo
-            .find_commit(*commit)
-            .and_then(|c| c.tree())
+        let tree = trees
+            .of_commit(*commit)
             .map_err(SourceError::git(format!("read the tree of {commit}")))?;
         let root_tree = if root.is_empty() {
             Some(tree)
         } else {
             tree.get_path(Path::new(root))
                 .ok()
-                .and_then(|e| repo.find_tree(e.id()).ok())
+                .and_then(|e| trees.find(e.id()).ok())
         };
         let mut to_parse = Vec::new();
         for cluster in waiting {
@@ -140,7 +142,7 @@ pub fn attribute_parsed(
         if to_parse.is_empty() {
             continue;
         }
-        let parsed = parse_at(repo, *commit, root, &to_parse)?;
+        let parsed = parse_at(trees, *commit, root, &to_parse)?;
         let present: BTreeSet<_> = op_keys(&parsed.clusters).collect();
         let mut hits: Vec<_> = pending.keys().filter(|k| present.contains(*k)).cloned().collect();
         hits.sort_by_key(|k| pending.get(k).copied().unwrap_or_default());

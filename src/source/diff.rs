@@ -5,7 +5,7 @@ use std::path::Path;
 
 use git2::{ObjectType, Oid, Repository, Tree};
 
-use super::tree::kind_of;
+use super::tree::{kind_of, Trees};
 use super::SourceError;
 use crate::layout::EntryKind;
 
@@ -42,10 +42,16 @@ impl ChangeSet {
 /// Diffs `old` → `new` under `root`. When `old` is `None`, missing from the cache, or not an ancestor of
 /// `new` (a force push), the result is a full resync.
 pub fn diff(repo: &Repository, old: Option<Oid>, new: Oid, root: &str) -> Result<ChangeSet, SourceError> {
-    let new_tree = commit_tree(repo, new)?;
-    let base = old.and_then(|o| repo.find_commit(o).and_then(|c| c.tree()).ok().map(|t| (o, t)));
+    diff_in(&Trees::new(repo), old, new, root)
+}
+
+/// [`diff`], reading tree objects through `trees`.
+pub fn diff_in(trees: &Trees<'_>, old: Option<Oid>, new: Oid, root: &str) -> Result<ChangeSet, SourceError> {
+    let repo = trees.repo();
+    let new_tree = commit_tree(trees, new)?;
+    let base = old.and_then(|o| trees.of_commit(o).ok().map(|t| (o, t)));
     let Some((old, old_tree)) = base else {
-        let clusters = cluster_entries(repo, &new_tree, root)?;
+        let clusters = cluster_entries(trees, &new_tree, root)?;
         return Ok(ChangeSet {
             added: clusters.into_keys().collect(),
             full_resync: true,
@@ -57,10 +63,10 @@ pub fn diff(repo: &Repository, old: Option<Oid>, new: Oid, root: &str) -> Result
         || repo
             .graph_descendant_of(new, old)
             .map_err(SourceError::git(format!("compare {old} with {new}")))?;
-    let mut changes = diff_trees(repo, &old_tree, &new_tree, root)?;
+    let mut changes = diff_trees(trees, &old_tree, &new_tree, root)?;
     if !fast_forward {
         changes.full_resync = true;
-        let clusters = cluster_entries(repo, &new_tree, root)?;
+        let clusters = cluster_entries(trees, &new_tree, root)?;
         let added: std::collections::BTreeSet<&String> = changes.added.iter().collect();
         changes.changed = clusters
             .into_keys()
@@ -70,15 +76,15 @@ pub fn diff(repo: &Repository, old: Option<Oid>, new: Oid, root: &str) -> Result
     Ok(changes)
 }
 
-fn commit_tree(repo: &Repository, commit: Oid) -> Result<Tree<'_>, SourceError> {
-    repo.find_commit(commit)
-        .and_then(|c| c.tree())
+fn commit_tree<'r>(trees: &Trees<'r>, commit: Oid) -> Result<Tree<'r>, SourceError> {
+    trees
+        .of_commit(commit)
         .map_err(SourceError::git(format!("read commit {commit}")))
 }
 
 /// Compares two trees: only the top level, the root directory and the ids of its entries are read.
 pub fn diff_trees(
-    repo: &Repository,
+    trees: &Trees<'_>,
     old: &Tree<'_>,
     new: &Tree<'_>,
     root: &str,
@@ -96,8 +102,8 @@ pub fn diff_trees(
     if old_root == new_root && !settings_changed {
         return Ok(changes);
     }
-    let before = root_tree(repo, old_root, root)?;
-    let after = root_tree(repo, new_root, root)?;
+    let before = root_tree(trees, old_root, root)?;
+    let after = root_tree(trees, new_root, root)?;
     // Both listings are in git's tree order, so one merge pass compares them without building maps.
     let mut old_entries = before.iter().flat_map(|t| t.iter()).filter(is_cluster).peekable();
     let mut new_entries = after.iter().flat_map(|t| t.iter()).filter(is_cluster).peekable();
@@ -148,9 +154,10 @@ fn entry_name(entry: &git2::TreeEntry<'_>) -> String {
     String::from_utf8_lossy(entry.name_bytes()).into_owned()
 }
 
-fn root_tree<'r>(repo: &'r Repository, id: Option<Oid>, root: &str) -> Result<Option<Tree<'r>>, SourceError> {
+fn root_tree<'r>(trees: &Trees<'r>, id: Option<Oid>, root: &str) -> Result<Option<Tree<'r>>, SourceError> {
     id.map(|id| {
-        repo.find_tree(id)
+        trees
+            .find(id)
             .map_err(SourceError::git(format!("read the tree of {root}/")))
     })
     .transpose()
@@ -169,15 +176,15 @@ fn root_id(tree: &Tree<'_>, root: &str) -> Option<Oid> {
 
 /// Cluster directory candidates under `root`: every entry that is not a regular file, name → (id, mode).
 pub(crate) fn cluster_entries(
-    repo: &Repository,
+    trees: &Trees<'_>,
     tree: &Tree<'_>,
     root: &str,
 ) -> Result<BTreeMap<String, (Oid, i32)>, SourceError> {
     let Some(id) = root_id(tree, root) else {
         return Ok(BTreeMap::new());
     };
-    let root_tree = repo
-        .find_tree(id)
+    let root_tree = trees
+        .find(id)
         .map_err(SourceError::git(format!("read the tree of {root}/")))?;
     Ok(root_tree
         .iter()
@@ -233,7 +240,7 @@ mod tests {
             ],
         );
         let (old, new) = (repo.find_tree(old).unwrap(), repo.find_tree(new).unwrap());
-        let changes = diff_trees(&repo, &old, &new, "clusters").unwrap();
+        let changes = diff_trees(&Trees::new(&repo), &old, &new, "clusters").unwrap();
         assert_eq!(changes.changed, vec!["a"]);
         assert_eq!(changes.added, vec!["b"]);
         assert_eq!(changes.removed, vec!["c"]);

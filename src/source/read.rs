@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use git2::{Oid, Repository};
 
+use super::tree::Trees;
 use super::{attribution, diff, ChangeSet, Introduced, SourceError};
 use crate::layout::{self, Parsed};
 
@@ -30,21 +31,22 @@ pub fn read_commit(
     root: &str,
     full: bool,
 ) -> Result<CommitRead, SourceError> {
-    let changes = diff::diff(repo, if full { None } else { old }, new, root)?;
+    let trees = Trees::new(repo);
+    let changes = diff::diff_in(&trees, if full { None } else { old }, new, root)?;
     let mut names: Vec<String> = changes.added.iter().chain(&changes.changed).cloned().collect();
     names.sort();
     names.dedup();
-    let tree = super::GitTree::at_commit(repo, new)?;
+    let tree = super::GitTree::at_commit_in(&trees, new)?;
     let parsed = layout::parse_clusters(&tree, root, &names);
     // A full resync has no base to attribute against: its new operations belong to the commit itself.
     let introduced = if changes.full_resync {
         Vec::new()
     } else {
-        attribution::attribute_parsed(repo, old, new, root, &names, &parsed)?
+        attribution::attribute_parsed(&trees, old, new, root, &names, &parsed)?
     };
     let untouched = match (full, old) {
         (true, Some(old)) => {
-            let since = diff::diff(repo, Some(old), new, root)?;
+            let since = diff::diff_in(&trees, Some(old), new, root)?;
             if since.full_resync || since.settings_changed {
                 BTreeSet::new()
             } else {

@@ -2,18 +2,59 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use git2::{Oid, Repository, Tree};
 
 use super::SourceError;
 use crate::layout::{Entry, EntryKind, ReadError, TreeReader};
 
+/// The tree objects read during one look at the repository (a diff, the parse of its clusters, their
+/// attribution), by id. libgit2 does not cache large tree objects, so without this a root directory
+/// with thousands of entries would be inflated and parsed again by every step.
+#[derive(Clone)]
+pub struct Trees<'r> {
+    repo: &'r Repository,
+    seen: Rc<RefCell<HashMap<Oid, Tree<'r>>>>,
+}
+
+impl<'r> Trees<'r> {
+    /// An empty memo over `repo`.
+    pub fn new(repo: &'r Repository) -> Trees<'r> {
+        Trees {
+            repo,
+            seen: Rc::default(),
+        }
+    }
+
+    /// The repository.
+    pub fn repo(&self) -> &'r Repository {
+        self.repo
+    }
+
+    /// The tree `id`, read once.
+    pub fn find(&self, id: Oid) -> Result<Tree<'r>, git2::Error> {
+        if let Some(tree) = self.seen.borrow().get(&id) {
+            return Ok(tree.clone());
+        }
+        let tree = self.repo.find_tree(id)?;
+        self.seen.borrow_mut().insert(id, tree.clone());
+        Ok(tree)
+    }
+
+    /// The top-level tree of `commit`.
+    pub fn of_commit(&self, commit: Oid) -> Result<Tree<'r>, git2::Error> {
+        let id = self.repo.find_commit(commit)?.tree_id();
+        self.find(id)
+    }
+}
+
 /// Reads directories and blobs of one tree; nothing is checked out.
 pub struct GitTree<'r> {
-    repo: &'r Repository,
+    trees: Trees<'r>,
     root: Tree<'r>,
-    /// Directories already looked up, by path: libgit2 does not cache large tree objects, so a root
-    /// with thousands of entries would otherwise be inflated again for every file read under it.
+    /// Directories already looked up, by path, so a file read under a large root does not search it
+    /// again.
     dirs: RefCell<HashMap<String, Tree<'r>>>,
 }
 
@@ -26,12 +67,16 @@ impl std::fmt::Debug for GitTree<'_> {
 impl<'r> GitTree<'r> {
     /// The tree of `commit`.
     pub fn at_commit(repo: &'r Repository, commit: Oid) -> Result<GitTree<'r>, SourceError> {
-        let root = repo
-            .find_commit(commit)
-            .and_then(|c| c.tree())
+        GitTree::at_commit_in(&Trees::new(repo), commit)
+    }
+
+    /// The tree of `commit`, sharing the tree objects of `trees`.
+    pub fn at_commit_in(trees: &Trees<'r>, commit: Oid) -> Result<GitTree<'r>, SourceError> {
+        let root = trees
+            .of_commit(commit)
             .map_err(SourceError::git(format!("read the tree of commit {commit}")))?;
         Ok(GitTree {
-            repo,
+            trees: trees.clone(),
             root,
             dirs: RefCell::new(HashMap::new()),
         })
@@ -39,11 +84,12 @@ impl<'r> GitTree<'r> {
 
     /// The tree `tree`.
     pub fn at_tree(repo: &'r Repository, tree: Oid) -> Result<GitTree<'r>, SourceError> {
-        let root = repo
-            .find_tree(tree)
+        let trees = Trees::new(repo);
+        let root = trees
+            .find(tree)
             .map_err(SourceError::git(format!("read tree {tree}")))?;
         Ok(GitTree {
-            repo,
+            trees,
             root,
             dirs: RefCell::new(HashMap::new()),
         })
@@ -78,7 +124,7 @@ impl<'r> GitTree<'r> {
                 message: "not a directory".to_string(),
             });
         }
-        let tree = self.repo.find_tree(id).map_err(|e| Self::io(path, e))?;
+        let tree = self.trees.find(id).map_err(|e| Self::io(path, e))?;
         self.dirs.borrow_mut().insert(path.to_string(), tree.clone());
         Ok(tree)
     }
@@ -130,7 +176,7 @@ impl TreeReader for GitTree<'_> {
                 message: "not a regular file".to_string(),
             });
         }
-        let odb = self.repo.odb().map_err(|e| Self::io(path, e))?;
+        let odb = self.trees.repo().odb().map_err(|e| Self::io(path, e))?;
         let (size, _) = odb.read_header(id).map_err(|e| Self::io(path, e))?;
         let size = size as u64;
         if size > limit {
@@ -140,7 +186,7 @@ impl TreeReader for GitTree<'_> {
                 limit,
             });
         }
-        let blob = self.repo.find_blob(id).map_err(|e| Self::io(path, e))?;
+        let blob = self.trees.repo().find_blob(id).map_err(|e| Self::io(path, e))?;
         Ok(blob.content().to_vec())
     }
 

@@ -398,7 +398,7 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
     if let Some(e) = refused {
         return negotiated(wire, false, error_response(&e)).await;
     }
-    let response = resource_request(&shared, &parts.headers, &q, rp, verb, body);
+    let response = blocking(|| resource_request(&shared, &parts.headers, &q, rp, verb, body));
     // A write that could not be persisted is not acknowledged.
     let refused = shared.lock().store.persist_failure();
     let response = match refused {
@@ -406,6 +406,16 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         None => response,
     };
     negotiated(wire, verb == "watch", response).await
+}
+
+/// Runs `f`, which waits for the store's lock and may write to its database. On a multi-threaded
+/// runtime the worker says so first, and its other tasks (watch streams, other requests, and in an
+/// embedding process that process's own work) move to another thread meanwhile.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// Why a client that asks for protobuf cannot be answered so: custom resources are JSON and YAML
@@ -493,6 +503,10 @@ fn resource_request(
     verb: &str,
     body: Bytes,
 ) -> Response {
+    // Bodies are decoded before the store is locked and answers encoded after it is released, so
+    // concurrent requests wait for each other only while the store changes.
+    let parsed = matches!(verb, "create" | "update" | "delete" | "deletecollection")
+        .then(|| parse_body(headers, &body));
     let mut state = shared.lock();
     let Some(info) = state.registry.get(&rp.group, &rp.version, &rp.resource) else {
         return not_found_path();
@@ -642,12 +656,20 @@ fn resource_request(
             )
                 .into_response()
         }
-        "create" => match parse_body(headers, &body) {
-            Ok(v) => respond(201, state.create(&info, &ctx, v)),
+        "create" => match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
+            Ok(v) => {
+                let r = state.create(&info, &ctx, v);
+                drop(state);
+                respond(201, r)
+            }
             Err(e) => error_response(&e),
         },
-        "update" => match parse_body(headers, &body) {
-            Ok(v) => respond(200, state.update(&info, &ctx, &name, v, status)),
+        "update" => match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
+            Ok(v) => {
+                let r = state.update(&info, &ctx, &name, v, status);
+                drop(state);
+                respond(200, r)
+            }
             Err(e) => error_response(&e),
         },
         "patch" => {
@@ -673,10 +695,11 @@ fn resource_request(
             }
             let existed = state.get(&info, rp.namespace.as_deref(), &name).is_ok();
             let r = state.patch(&info, &ctx, &name, kind, &body, status, truthy(q, "force"));
+            drop(state);
             respond(if existed { 200 } else { 201 }, r)
         }
         "delete" => {
-            let b = match parse_body(headers, &body) {
+            let b = match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
                 Ok(b) => b,
                 Err(e) => return error_response(&e),
             };
@@ -684,13 +707,14 @@ fn resource_request(
                 Ok(opts) => {
                     let r = state.delete(&info, &ctx, &name, &opts);
                     let pending = state.get(&info, rp.namespace.as_deref(), &name).is_ok() && !ctx.dry_run;
+                    drop(state);
                     respond(if pending { 202 } else { 200 }, r)
                 }
                 Err(e) => error_response(&e),
             }
         }
         "deletecollection" => {
-            let b = match parse_body(headers, &body) {
+            let b = match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
                 Ok(b) => b,
                 Err(e) => return error_response(&e),
             };
