@@ -18,6 +18,9 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{label, EventKind, Labels, ObjectKey, Stored, WatchEvent};
 use crate::table;
 
+/// Rendered lines a watch keeps ready for its reader.
+const LINES_IN_FLIGHT: usize = 32;
+
 /// What a watch asks for.
 #[derive(Debug, Clone)]
 pub struct WatchRequest {
@@ -143,15 +146,18 @@ pub type CatchUp = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>, 
 /// behind the broadcast; None when `rv` has left that resource's event window.
 pub type Resync = Arc<dyn Fn(u64) -> Option<CatchUp> + Send + Sync>;
 
-/// Opens a watch: computes the backlog under the state lock and streams the rest from a task.
+/// Opens a watch: picks the backlog under the state lock (the objects or events to send first, and a
+/// closing line) and streams it, rendered one line at a time, and the rest from a task.
 pub fn start(
     state: &State,
     req: WatchRequest,
     signals: Signals,
     resync: Resync,
 ) -> mpsc::Receiver<Result<Bytes, Infallible>> {
-    let (mut tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
-    let mut backlog: Vec<Bytes> = Vec::new();
+    // Few rendered lines wait for a slow reader; later events wait, shared, in the broadcast.
+    let (mut tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(LINES_IN_FLIGHT);
+    let mut backlog: Vec<(&'static str, Arc<Stored>)> = Vec::new();
+    let mut closing = None;
     let rv_param = req.resource_version.clone().unwrap_or_default();
     let from_state = req.send_initial_events || rv_param.is_empty() || rv_param == "0";
     let start_rv = state.store.resource_version();
@@ -164,16 +170,16 @@ pub fn start(
         };
         for (key, o) in state.store.list(&req.info.key(), ns) {
             if req.matches(key, &o.labels) {
-                backlog.push(req.line("ADDED", o));
+                backlog.push(("ADDED", o.clone()));
             }
         }
         if req.send_initial_events && req.bookmarks {
-            backlog.push(req.bookmark(start_rv, true));
+            closing = Some(req.bookmark(start_rv, true));
         }
     } else {
         match rv_param.parse::<u64>() {
             Ok(rv) if rv < state.store.compacted(&req.info.key()) => {
-                backlog.push(error_line(&ApiError::gone(format!(
+                closing = Some(error_line(&ApiError::gone(format!(
                     "too old resource version: {rv} ({})",
                     state.store.compacted(&req.info.key())
                 ))));
@@ -182,12 +188,12 @@ pub fn start(
             Ok(rv) => {
                 for ev in state.store.events_since(&req.info.key(), rv) {
                     if let Some(t) = req.translate(ev) {
-                        backlog.push(req.line(t, &ev.object));
+                        backlog.push((t, ev.object.clone()));
                     }
                 }
             }
             Err(_) => {
-                backlog.push(error_line(&ApiError::bad_request(format!(
+                closing = Some(error_line(&ApiError::bad_request(format!(
                     "invalid resourceVersion {rv_param:?}"
                 ))));
                 failed = true;
@@ -203,13 +209,15 @@ pub fn start(
     cut.borrow_and_update();
     shutdown.borrow_and_update();
     tokio::spawn(async move {
-        for line in backlog {
-            if tx.send(Ok(line)).await.is_err() {
+        for (kind, object) in backlog {
+            if tx.send(Ok(req.line(kind, &object))).await.is_err() {
                 return;
             }
         }
-        if failed {
-            return;
+        if let Some(line) = closing {
+            if tx.send(Ok(line)).await.is_err() || failed {
+                return;
+            }
         }
         let mut progress = start_rv;
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
