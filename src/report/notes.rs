@@ -409,22 +409,12 @@ pub fn read_all_notes(repo: &Path) -> Result<Vec<CommitNotes>, NotesError> {
 
 /// Parses a note's text; lines that are not kok entries are skipped.
 pub fn parse_note(text: &str) -> Vec<NoteEntry> {
-    let mut entries: Vec<NoteEntry> = Vec::new();
-    let mut last_was_entry = false;
-    for line in text.lines() {
-        if let Some(entry) = parse_line(line) {
-            entries.push(entry);
-            last_was_entry = true;
-            continue;
-        }
-        if last_was_entry {
-            if let (Some(json), Some(entry)) = (line.strip_prefix(RUN_LINE_PREFIX), entries.last_mut()) {
-                entry.run = serde_json::from_str(json).ok();
-            }
-        }
-        last_was_entry = false;
-    }
-    entries
+    NoteText::parse(text)
+        .pieces
+        .into_iter()
+        .flatten()
+        .filter_map(|piece| piece.entry)
+        .collect()
 }
 
 /// Renders one entry as its note line.
