@@ -232,8 +232,10 @@ impl NotesSink {
         if let Some(at) = state.next_batch_at() {
             tokio::time::sleep_until(at).await;
         }
-        let batch = std::mem::take(&mut *self.lock_queue());
-        let entries: Vec<(Oid, CommitStatus)> = batch.iter().map(|q| (q.commit, q.status.clone())).collect();
+        let (entries, senders): (Vec<(Oid, CommitStatus)>, Vec<_>) = std::mem::take(&mut *self.lock_queue())
+            .into_iter()
+            .map(|q| ((q.commit, q.status), q.done))
+            .unzip();
         let started = tokio::time::Instant::now();
         let written = self.write_batch(&mut state, entries).await;
         let ended = tokio::time::Instant::now();
@@ -241,14 +243,14 @@ impl NotesSink {
         drop(state);
         match written {
             Ok(changed) => {
-                for (queued, changed) in batch.into_iter().zip(changed) {
-                    let _ = queued.done.send(Ok(changed));
+                for (done, changed) in senders.into_iter().zip(changed) {
+                    let _ = done.send(Ok(changed));
                 }
             }
             Err(err) => {
                 let message = err.to_string();
-                for queued in batch {
-                    let _ = queued.done.send(Err(NotesError::Batch(message.clone())));
+                for done in senders {
+                    let _ = done.send(Err(NotesError::Batch(message.clone())));
                 }
             }
         }
@@ -409,12 +411,7 @@ pub fn read_all_notes(repo: &Path) -> Result<Vec<CommitNotes>, NotesError> {
 
 /// Parses a note's text; lines that are not kok entries are skipped.
 pub fn parse_note(text: &str) -> Vec<NoteEntry> {
-    NoteText::parse(text)
-        .pieces
-        .into_iter()
-        .flatten()
-        .filter_map(|piece| piece.entry)
-        .collect()
+    pieces(text).filter_map(|piece| piece.entry()).collect()
 }
 
 /// Renders one entry as its note line.
@@ -535,43 +532,35 @@ fn write_notes(
         }
     };
     let mut changed = vec![false; entries.len()];
-    // Each commit's note is read once, every entry of the batch applied, and written once.
-    let mut notes: Vec<(Oid, NoteText, bool)> = Vec::new();
-    for (index, (commit, status)) in entries.iter().enumerate() {
-        let slot = match notes.iter().position(|(c, _, _)| c == commit) {
-            Some(slot) => slot,
-            None => {
-                let text = note_text(&repository, *commit).map_err(write_err(*commit))?;
-                notes.push((*commit, NoteText::parse(&text), false));
-                notes.len() - 1
-            }
-        };
-        let (_, note, dirty) = &mut notes[slot];
-        if note.set(&entry_of(status, now)) {
-            *dirty = true;
-            changed[index] = true;
+    // Each commit's note is read once with every entry of the batch applied, and written once.
+    let mut commits: Vec<(Oid, Vec<usize>)> = Vec::new();
+    for (index, (commit, _)) in entries.iter().enumerate() {
+        match commits.iter_mut().find(|(c, _)| c == commit) {
+            Some((_, indexes)) => indexes.push(index),
+            None => commits.push((*commit, vec![index])),
         }
     }
-    let dirty: Vec<&(Oid, NoteText, bool)> = notes.iter().filter(|(_, _, d)| *d).collect();
-    let Some((first, _, _)) = dirty.first() else {
-        return Ok(changed);
-    };
     let before = repository.refname_to_id(NOTES_REF).ok();
-    let signature = Signature::now("kok", "kok@localhost").map_err(write_err(*first))?;
-    for (commit, note, _) in &dirty {
+    let mut written: Vec<Oid> = Vec::new();
+    for (commit, indexes) in commits {
+        let new_entries: Vec<NoteEntry> = indexes.iter().map(|&i| entry_of(&entries[i].1, now)).collect();
+        let text = note_text(&repository, commit).map_err(write_err(commit))?;
+        let (updated, set) = edit_note(&text, &new_entries);
+        drop(text);
+        for (&index, set) in indexes.iter().zip(set) {
+            changed[index] = set;
+        }
+        let Some(updated) = updated else { continue };
+        let signature = Signature::now("kok", "kok@localhost").map_err(write_err(commit))?;
         repository
-            .note(
-                &signature,
-                &signature,
-                Some(NOTES_REF),
-                *commit,
-                &note.render(),
-                true,
-            )
-            .map_err(write_err(*commit))?;
+            .note(&signature, &signature, Some(NOTES_REF), commit, &updated, true)
+            .map_err(write_err(commit))?;
+        written.push(commit);
     }
-    if dirty.len() > 1 {
-        squash_notes(&repository, before, &signature, entries.len()).map_err(write_err(*first))?;
+    if let [first, _, ..] = written[..] {
+        // Several notes changed: their commits become one.
+        let signature = Signature::now("kok", "kok@localhost").map_err(write_err(first))?;
+        squash_notes(&repository, before, &signature, entries.len()).map_err(write_err(first))?;
     }
     Ok(changed)
 }
@@ -602,100 +591,129 @@ fn note_text(repository: &Repository, oid: Oid) -> Result<String, git2::Error> {
     }
 }
 
-/// A note being edited: its lines in order, and where each context's entry is, so that a batch of
-/// statuses costs one parse and one render of the note however many lines it has.
-#[derive(Debug, Default)]
-struct NoteText {
-    /// The note's lines; an entry's piece also holds its record's continuation line. `None`: dropped.
-    pieces: Vec<Option<Piece>>,
-    /// Per context, its first entry and any later entries of the same context (dropped when it is set).
-    contexts: HashMap<String, Vec<usize>>,
+/// One piece of a note: an entry line with its record's continuation line, or a foreign line.
+struct Piece<'t> {
+    line: &'t str,
+    run: Option<&'t str>,
+    /// The context, for an entry line.
+    context: Option<&'t str>,
 }
 
-#[derive(Debug)]
-struct Piece {
-    text: String,
-    entry: Option<NoteEntry>,
+impl Piece<'_> {
+    fn entry(&self) -> Option<NoteEntry> {
+        let mut entry = parse_line(self.line)?;
+        entry.run = self
+            .run
+            .and_then(|l| l.strip_prefix(RUN_LINE_PREFIX))
+            .and_then(|json| serde_json::from_str(json).ok());
+        Some(entry)
+    }
+
+    fn write_to(&self, out: &mut String) {
+        out.push_str(self.line);
+        out.push('\n');
+        if let Some(run) = self.run {
+            out.push_str(run);
+            out.push('\n');
+        }
+    }
 }
 
-impl NoteText {
-    fn parse(text: &str) -> NoteText {
-        let mut note = NoteText::default();
-        let mut last_was_entry = false;
-        for line in text.lines() {
-            if let Some(entry) = parse_line(line) {
-                note.push(line.to_string(), Some(entry));
-                last_was_entry = true;
-                continue;
-            }
-            if let (true, Some(json), Some(Some(piece))) = (
-                last_was_entry,
-                line.strip_prefix(RUN_LINE_PREFIX),
-                note.pieces.last_mut(),
-            ) {
-                piece.text.push('\n');
-                piece.text.push_str(line);
-                if let Some(entry) = piece.entry.as_mut() {
-                    entry.run = serde_json::from_str(json).ok();
-                }
-            } else {
-                note.push(line.to_string(), None);
-            }
-            last_was_entry = false;
-        }
-        note
-    }
-
-    fn push(&mut self, text: String, entry: Option<NoteEntry>) {
-        if let Some(e) = &entry {
-            self.contexts
-                .entry(e.context.clone())
-                .or_default()
-                .push(self.pieces.len());
-        }
-        self.pieces.push(Some(Piece { text, entry }));
-    }
-
-    /// Sets `entry`'s line in place of its context's first line (dropping any later ones), or at the
-    /// end; false when an equal line (same state, url, description and record) is already there.
-    fn set(&mut self, entry: &NoteEntry) -> bool {
-        let text = render_line(entry);
-        // The entry as it reads back from its line, so that the next comparison is with the note.
-        let written = NoteText::parse(&text)
-            .pieces
-            .pop()
-            .flatten()
-            .and_then(|p| p.entry);
-        let Some(at) = self.contexts.get(&entry.context).cloned() else {
-            self.push(text, written);
-            return true;
+/// The pieces of a note's text, in order, borrowed from it.
+fn pieces(text: &str) -> impl Iterator<Item = Piece<'_>> {
+    let mut lines = text.lines().peekable();
+    std::iter::from_fn(move || {
+        let line = lines.next()?;
+        let context = entry_context(line);
+        let run = match context {
+            Some(_) => lines.next_if(|next| next.starts_with(RUN_LINE_PREFIX)),
+            None => None,
         };
-        let first = at[0];
-        let old = self.pieces[first].as_ref().and_then(|p| p.entry.as_ref());
-        if old.is_some_and(|old| {
+        Some(Piece { line, run, context })
+    })
+}
+
+/// The context of an entry line; `None` for any other line.
+fn entry_context(line: &str) -> Option<&str> {
+    let (context, _) = line.split_once(": ")?;
+    parse_line(line).map(|_| context)
+}
+
+/// Applies a batch of entries (in order) to a note: each replaces its context's first line, later lines
+/// of that context are dropped, and a new context is appended. An entry equal to its context's line
+/// (state, url, description and record; not the time) changes nothing. Returns the new text, `None`
+/// when nothing changed, and per entry whether it changed the note. The note is read twice and never
+/// held as parsed lines, so a note of ten thousand contexts costs its text and the batch.
+fn edit_note(text: &str, batch: &[NoteEntry]) -> (Option<String>, Vec<bool>) {
+    // Per context of the batch: its line as the note has it (first one), then as the batch leaves it.
+    let mut slots: HashMap<&str, usize> = HashMap::new();
+    let mut current: Vec<Option<NoteEntry>> = Vec::new();
+    for entry in batch {
+        slots.entry(entry.context.as_str()).or_insert_with(|| {
+            current.push(None);
+            current.len() - 1
+        });
+    }
+    let mut found = vec![false; current.len()];
+    for piece in pieces(text) {
+        let Some(&slot) = piece.context.and_then(|c| slots.get(c)) else {
+            continue;
+        };
+        if !found[slot] {
+            found[slot] = true;
+            current[slot] = piece.entry();
+        }
+    }
+    // The batch in order: the line each context ends with, in the order contexts first changed.
+    let mut lines: Vec<Option<String>> = vec![None; current.len()];
+    let mut appended: Vec<usize> = Vec::new();
+    let mut set = Vec::with_capacity(batch.len());
+    for entry in batch {
+        let slot = slots[entry.context.as_str()];
+        let same = current[slot].as_ref().is_some_and(|old| {
             old.state == entry.state
                 && old.target_url == entry.target_url
                 && old.description == entry.description
                 && old.run == entry.run
-        }) {
-            return false;
+        });
+        set.push(!same);
+        if same {
+            continue;
         }
-        self.pieces[first] = Some(Piece { text, entry: written });
-        for &later in &at[1..] {
-            self.pieces[later] = None;
+        let line = render_line(entry);
+        // The entry as it reads back from its line, so that the next comparison is with the note.
+        current[slot] = pieces(&line).next().and_then(|p| p.entry());
+        if !found[slot] && lines[slot].is_none() {
+            appended.push(slot);
         }
-        self.contexts.insert(entry.context.clone(), vec![first]);
-        true
+        lines[slot] = Some(line);
     }
-
-    fn render(&self) -> String {
-        let mut out = String::new();
-        for piece in self.pieces.iter().flatten() {
-            out.push_str(&piece.text);
+    if lines.iter().all(Option::is_none) {
+        return (None, set);
+    }
+    let mut out =
+        String::with_capacity(text.len() + lines.iter().flatten().map(|l| l.len() + 1).sum::<usize>());
+    let mut placed = vec![false; current.len()];
+    for piece in pieces(text) {
+        let slot = piece.context.and_then(|c| slots.get(c)).copied();
+        match slot.and_then(|s| lines[s].as_deref().map(|line| (s, line))) {
+            Some((s, line)) => {
+                if !placed[s] {
+                    placed[s] = true;
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+            None => piece.write_to(&mut out),
+        }
+    }
+    for slot in appended {
+        if let Some(line) = &lines[slot] {
+            out.push_str(line);
             out.push('\n');
         }
-        out
     }
+    (Some(out), set)
 }
 
 /// Every note under `notes_ref`: annotated commit and its entries.
@@ -762,14 +780,10 @@ fn join_remote(repo: &Path, target: &PushTarget) -> Result<(), String> {
     let write_err = |e: git2::Error| e.message().to_string();
     let signature = Signature::now("kok", "kok@localhost").map_err(write_err)?;
     for (oid, entries) in local {
-        let mut note = NoteText::parse(&note_text(&repository, oid).map_err(write_err)?);
-        let mut dirty = false;
-        for entry in &entries {
-            dirty |= note.set(entry);
-        }
-        if dirty {
+        let text = note_text(&repository, oid).map_err(write_err)?;
+        if let (Some(updated), _) = edit_note(&text, &entries) {
             repository
-                .note(&signature, &signature, Some(NOTES_REF), oid, &note.render(), true)
+                .note(&signature, &signature, Some(NOTES_REF), oid, &updated, true)
                 .map_err(write_err)?;
         }
     }
@@ -919,8 +933,9 @@ mod tests {
         let parsed = parse_note(&note);
         assert_eq!(parsed.len(), 2);
         assert_eq!(parsed[1], entry);
-        assert!(
-            !NoteText::parse(&note).set(&entry),
+        assert_eq!(
+            edit_note(&note, std::slice::from_ref(&entry)),
+            (None, vec![false]),
             "the same entry and record change nothing"
         );
 
@@ -930,9 +945,9 @@ mod tests {
             run: None,
             ..entry
         };
-        let mut edited = NoteText::parse(&note);
-        assert!(edited.set(&failed));
-        let updated = edited.render();
+        let (updated, set) = edit_note(&note, std::slice::from_ref(&failed));
+        assert_eq!(set, vec![true]);
+        let updated = updated.expect("the failure changes the note");
         assert!(
             !updated.contains(RUN_LINE_PREFIX),
             "the old record went with its line:\n{updated}"
@@ -959,14 +974,15 @@ mod tests {
             render_line(&b),
             render_line(&a),
         );
-        let mut edited = NoteText::parse(&note);
         let a2 = line("kok/c/a", StatusState::Success, "done");
         let c = line("kok/c/c", StatusState::Pending, "queued");
-        assert!(edited.set(&a2));
-        assert!(!edited.set(&b), "b is already there as it is");
-        assert!(edited.set(&c));
-        assert!(!edited.set(&a2), "a's new line is compared with, not its old one");
-        let rendered = edited.render();
+        let (rendered, set) = edit_note(&note, &[a2.clone(), b.clone(), c.clone(), a2.clone()]);
+        assert_eq!(
+            set,
+            vec![true, false, true, false],
+            "b is already there as it is; the second a2 is compared with a's new line, not its old one"
+        );
+        let rendered = rendered.expect("a and c change the note");
         assert_eq!(
             rendered,
             format!(
@@ -978,6 +994,33 @@ mod tests {
             "the duplicate of a went with its record; the run line after a foreign line stays"
         );
         assert_eq!(parse_note(&rendered), vec![a2, b, c]);
+    }
+
+    #[test]
+    fn a_context_set_twice_in_a_batch_ends_with_its_last_line_once() {
+        let line = |state: StatusState, description: &str| NoteEntry {
+            context: "kok/c/a".into(),
+            state,
+            time: "2026-11-22T00:00:00Z".into(),
+            target_url: None,
+            description: description.into(),
+            run: None,
+        };
+        let queued = line(StatusState::Pending, "queued");
+        let running = line(StatusState::Running, "running");
+        let done = line(StatusState::Success, "done");
+        let (new, set) = edit_note("", &[queued.clone(), running.clone(), done.clone()]);
+        assert_eq!(set, vec![true, true, true]);
+        assert_eq!(new.as_deref(), Some(format!("{}\n", render_line(&done)).as_str()));
+
+        let twice = format!("{}\nforeign\n{}\n", render_line(&queued), render_line(&queued));
+        assert_eq!(
+            edit_note(&twice, std::slice::from_ref(&queued)),
+            (None, vec![false]),
+            "an unchanged context leaves the note, duplicates and all, as it is"
+        );
+        let (edited, _) = edit_note(&twice, &[running, done.clone()]);
+        assert_eq!(edited, Some(format!("{}\nforeign\n", render_line(&done))));
     }
 
     #[test]
