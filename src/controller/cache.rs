@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use super::queue::phase;
-use crate::api::{ClusterOperation, Phase, LABEL_CLUSTER};
+use crate::api::{ClusterOperation, Phase, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT};
 
 /// Names of objects by the cluster they belong to, following one watch (relists included).
 #[derive(Debug, Default)]
@@ -105,13 +105,56 @@ impl ByCluster {
     }
 }
 
-/// Names of operations by cluster, and the names of the running ones.
+/// Names of operations by cluster, the names of the running ones, and the content hash of each cached
+/// operation (the cache keeps operations without annotations, see [`OpIndex::slim`]).
 #[derive(Debug, Default)]
 pub struct OpIndex {
     inner: Mutex<(ByCluster, BTreeSet<String>)>,
+    hashes: Mutex<HashMap<Box<str>, Box<str>>>,
 }
 
 impl OpIndex {
+    /// Drops what neither the controller nor apply reads of an operation the watch delivers, before the
+    /// cache keeps it: the commit statuses (the reporter watches them itself), `managedFields`, the owner
+    /// references, the labels but the cluster and current ones, and the annotations, whose content hash
+    /// this index keeps ([`OpIndex::content_hash`]). An operation with a schedule keeps its metadata: the
+    /// scheduler copies it into the runs.
+    pub fn slim(&self, op: &mut ClusterOperation) {
+        op.metadata.managed_fields = None;
+        if let Some(status) = op.status.as_mut() {
+            status.desired_status = None;
+            status.reported = None;
+        }
+        if op.spec.schedule.is_some() {
+            return;
+        }
+        op.metadata.owner_references = None;
+        if let Some(labels) = op.metadata.labels.as_mut() {
+            labels.retain(|k, _| k == LABEL_CLUSTER || k == LABEL_CURRENT);
+        }
+        let hash = op
+            .metadata
+            .annotations
+            .take()
+            .and_then(|mut a| a.remove(ANNOTATION_CONTENT_HASH));
+        let name = op.metadata.name.as_deref().unwrap_or_default();
+        if let Ok(mut hashes) = self.hashes.lock() {
+            match hash {
+                Some(hash) => {
+                    hashes.insert(name.into(), hash.into());
+                }
+                None => {
+                    hashes.remove(name);
+                }
+            }
+        }
+    }
+
+    /// The content hash the operation `name` had when the watch last showed it.
+    pub fn content_hash(&self, name: &str) -> Option<String> {
+        self.hashes.lock().ok()?.get(name).map(|h| h.to_string())
+    }
+
     /// Follows one watch event of the ClusterOperation watch.
     pub fn observe(&self, event: &watcher::Event<ClusterOperation>) {
         let Ok(mut guard) = self.inner.lock() else { return };
@@ -123,8 +166,13 @@ impl OpIndex {
                 running.remove(&op.name_any());
             }
         }
-        for gone in by_cluster.observe(event, |op| Some(op.spec.cluster.clone())) {
+        let gone = by_cluster.observe(event, |op| Some(op.spec.cluster.clone()));
+        let mut hashes = self.hashes.lock().ok();
+        for gone in gone {
             running.remove(&gone);
+            if let Some(hashes) = hashes.as_mut() {
+                hashes.remove(gone.as_str());
+            }
         }
     }
 
@@ -195,6 +243,62 @@ mod tests {
             ..Default::default()
         });
         o
+    }
+
+    #[test]
+    fn the_cache_keeps_an_operation_slim_and_its_content_hash_in_the_index() {
+        use crate::api::{LABEL_MANAGED_BY, LABEL_OPERATION};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let index = OpIndex::default();
+        let full = |schedule: Option<&str>| {
+            let mut o = op("a1", "a", Phase::Queued);
+            o.spec.schedule = schedule.map(str::to_string);
+            o.metadata.labels = Some(
+                [LABEL_MANAGED_BY, LABEL_CLUSTER, LABEL_CURRENT, LABEL_OPERATION]
+                    .into_iter()
+                    .map(|k| (k.to_string(), "x".to_string()))
+                    .collect(),
+            );
+            o.metadata.annotations = Some(
+                [
+                    (ANNOTATION_CONTENT_HASH, "h1"),
+                    ("kok.dev/revision", "main@sha1:0"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            );
+            o.metadata.owner_references = Some(vec![OwnerReference::default()]);
+            o
+        };
+        let mut slim = full(None);
+        index.slim(&mut slim);
+        let labels: Vec<&String> = slim.labels().keys().collect();
+        assert_eq!(labels, [LABEL_CLUSTER, LABEL_CURRENT]);
+        assert!(slim.metadata.annotations.is_none());
+        assert!(slim.metadata.owner_references.is_none());
+        assert_eq!(index.content_hash("a1").as_deref(), Some("h1"));
+
+        let mut unhashed = op("a1", "a", Phase::Queued);
+        index.slim(&mut unhashed);
+        assert_eq!(
+            index.content_hash("a1"),
+            None,
+            "a later version without a hash has none"
+        );
+
+        index.slim(&mut full(None));
+        index.observe(&watcher::Event::Delete(op("a1", "a", Phase::Queued)));
+        assert_eq!(
+            index.content_hash("a1"),
+            None,
+            "a deleted operation's hash goes with it"
+        );
+
+        let mut base = full(Some("0 3 * * *"));
+        index.slim(&mut base);
+        assert_eq!(base.labels().len(), 4, "a schedule keeps its labels for its runs");
+        assert_eq!(base.annotations().len(), 2);
     }
 
     #[test]

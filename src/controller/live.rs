@@ -8,8 +8,9 @@
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
 //! The watches keep what the decisions read and drop the rest: ConfigMaps without their data and
-//! annotations, operations without the commit statuses the reporter delivers, every object without
-//! `managedFields`.
+//! annotations, operations without the commit statuses the reporter delivers, their owner references
+//! and most of their labels and annotations (the index keeps their content hashes, and a snapshot puts
+//! the hash back), every object without `managedFields`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -26,7 +27,9 @@ use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
 use super::cache::{LabelIndex, OpIndex};
-use crate::api::{managed_selector, Cluster, ClusterOperation, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::api::{
+    managed_selector, Cluster, ClusterOperation, ANNOTATION_CONTENT_HASH, LABEL_MANAGED_BY, MANAGED_BY,
+};
 use crate::materialize::apply::{Live, Written};
 
 /// How long the pass waits for the watches to show a cluster's last writes before listing it.
@@ -125,9 +128,10 @@ pub fn operation_events(
     writer: reflector::store::Writer<ClusterOperation>,
 ) -> impl Stream<Item = Result<watcher::Event<ClusterOperation>, watcher::Error>> + Send {
     let api = Api::<ClusterOperation>::namespaced(client.clone(), &live.namespace);
+    let index = live.op_index.clone();
     watcher(api, managed())
         .default_backoff()
-        .modify(strip_operation)
+        .modify(move |op| index.slim(op))
         .reflect(writer)
         .inspect(move |event| {
             if let Ok(event) = event {
@@ -135,16 +139,6 @@ pub fn operation_events(
                 live.advance(Watch::Operations, event);
             }
         })
-}
-
-/// Drops what neither the controller nor apply reads of an operation: the statuses the reporter
-/// delivers (it watches them itself) and `managedFields`.
-fn strip_operation(op: &mut ClusterOperation) {
-    op.metadata.managed_fields = None;
-    if let Some(status) = op.status.as_mut() {
-        status.desired_status = None;
-        status.reported = None;
-    }
 }
 
 /// The Cluster watch, feeding the store.
@@ -348,8 +342,15 @@ impl LiveCache {
             .into_iter()
             .filter_map(|name| {
                 let op = self.operations.get(&ObjectRef::new(&name).within(ns))?;
-                (op.labels().get(crate::api::LABEL_CLUSTER).map(String::as_str) == Some(cluster))
-                    .then(|| (name, (*op).clone()))
+                if op.labels().get(crate::api::LABEL_CLUSTER).map(String::as_str) != Some(cluster) {
+                    return None;
+                }
+                let mut op = (*op).clone();
+                if let Some(hash) = self.op_index.content_hash(&name) {
+                    op.annotations_mut()
+                        .insert(ANNOTATION_CONTENT_HASH.to_string(), hash);
+                }
+                Some((name, op))
             })
             .collect();
         Live {
