@@ -7,6 +7,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use kube::api::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -105,12 +106,62 @@ impl ByCluster {
     }
 }
 
+/// The content hash of each object of one watch, by name, for a cache that keeps its objects without
+/// annotations.
+#[derive(Debug, Default)]
+pub struct ContentHashes(Mutex<HashMap<Box<str>, Box<str>>>);
+
+impl ContentHashes {
+    /// Takes the annotations off `meta`, keeping its content hash (or forgetting the name's hash when
+    /// this version has none).
+    pub fn take_annotations(&self, meta: &mut ObjectMeta) {
+        let hash = meta
+            .annotations
+            .take()
+            .and_then(|mut a| a.remove(ANNOTATION_CONTENT_HASH));
+        let name = meta.name.as_deref().unwrap_or_default();
+        if let Ok(mut hashes) = self.0.lock() {
+            match hash {
+                Some(hash) => {
+                    hashes.insert(name.into(), hash.into());
+                }
+                None => {
+                    hashes.remove(name);
+                }
+            }
+        }
+    }
+
+    /// The content hash `name` had when its watch last showed it.
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.0.lock().ok()?.get(name).map(|h| h.to_string())
+    }
+
+    /// Forgets `name`, deleted.
+    pub fn forget(&self, name: &str) {
+        if let Ok(mut hashes) = self.0.lock() {
+            hashes.remove(name);
+        }
+    }
+
+    /// Puts the content hash of `meta`'s object back on it.
+    pub fn restore(&self, meta: &mut ObjectMeta) {
+        let hash = meta.name.as_deref().and_then(|name| self.get(name));
+        if let Some(hash) = hash {
+            meta.annotations
+                .get_or_insert_with(Default::default)
+                .insert(ANNOTATION_CONTENT_HASH.to_string(), hash);
+        }
+    }
+}
+
 /// Names of operations by cluster, the names of the running ones, and the content hash of each cached
 /// operation (the cache keeps operations without annotations, see [`OpIndex::slim`]).
 #[derive(Debug, Default)]
 pub struct OpIndex {
     inner: Mutex<(ByCluster, BTreeSet<String>)>,
-    hashes: Mutex<HashMap<Box<str>, Box<str>>>,
+    /// Content hashes of the cached operations.
+    pub hashes: ContentHashes,
 }
 
 impl OpIndex {
@@ -132,27 +183,7 @@ impl OpIndex {
         if let Some(labels) = op.metadata.labels.as_mut() {
             labels.retain(|k, _| k == LABEL_CLUSTER || k == LABEL_CURRENT);
         }
-        let hash = op
-            .metadata
-            .annotations
-            .take()
-            .and_then(|mut a| a.remove(ANNOTATION_CONTENT_HASH));
-        let name = op.metadata.name.as_deref().unwrap_or_default();
-        if let Ok(mut hashes) = self.hashes.lock() {
-            match hash {
-                Some(hash) => {
-                    hashes.insert(name.into(), hash.into());
-                }
-                None => {
-                    hashes.remove(name);
-                }
-            }
-        }
-    }
-
-    /// The content hash the operation `name` had when the watch last showed it.
-    pub fn content_hash(&self, name: &str) -> Option<String> {
-        self.hashes.lock().ok()?.get(name).map(|h| h.to_string())
+        self.hashes.take_annotations(&mut op.metadata);
     }
 
     /// Follows one watch event of the ClusterOperation watch.
@@ -166,13 +197,9 @@ impl OpIndex {
                 running.remove(&op.name_any());
             }
         }
-        let gone = by_cluster.observe(event, |op| Some(op.spec.cluster.clone()));
-        let mut hashes = self.hashes.lock().ok();
-        for gone in gone {
+        for gone in by_cluster.observe(event, |op| Some(op.spec.cluster.clone())) {
             running.remove(&gone);
-            if let Some(hashes) = hashes.as_mut() {
-                hashes.remove(gone.as_str());
-            }
+            self.hashes.forget(&gone);
         }
     }
 
@@ -277,12 +304,12 @@ mod tests {
         assert_eq!(labels, [LABEL_CLUSTER, LABEL_CURRENT]);
         assert!(slim.metadata.annotations.is_none());
         assert!(slim.metadata.owner_references.is_none());
-        assert_eq!(index.content_hash("a1").as_deref(), Some("h1"));
+        assert_eq!(index.hashes.get("a1").as_deref(), Some("h1"));
 
         let mut unhashed = op("a1", "a", Phase::Queued);
         index.slim(&mut unhashed);
         assert_eq!(
-            index.content_hash("a1"),
+            index.hashes.get("a1"),
             None,
             "a later version without a hash has none"
         );
@@ -290,7 +317,7 @@ mod tests {
         index.slim(&mut full(None));
         index.observe(&watcher::Event::Delete(op("a1", "a", Phase::Queued)));
         assert_eq!(
-            index.content_hash("a1"),
+            index.hashes.get("a1"),
             None,
             "a deleted operation's hash goes with it"
         );

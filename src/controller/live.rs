@@ -9,8 +9,8 @@
 //!
 //! The watches keep what the decisions read and drop the rest: ConfigMaps without their data and
 //! annotations, operations without the commit statuses the reporter delivers, their owner references
-//! and most of their labels and annotations (the index keeps their content hashes, and a snapshot puts
-//! the hash back), every object without `managedFields`.
+//! and most of their labels, operations and Clusters without annotations (their content hashes are kept
+//! apart, and a snapshot puts them back), every object without `managedFields`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -26,10 +26,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
-use super::cache::{LabelIndex, OpIndex};
-use crate::api::{
-    managed_selector, Cluster, ClusterOperation, ANNOTATION_CONTENT_HASH, LABEL_MANAGED_BY, MANAGED_BY,
-};
+use super::cache::{ContentHashes, LabelIndex, OpIndex};
+use crate::api::{managed_selector, Cluster, ClusterOperation, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::materialize::apply::{Live, Written};
 
 /// How long the pass waits for the watches to show a cluster's last writes before listing it.
@@ -52,8 +50,10 @@ pub struct LiveCache {
     namespace: String,
     /// Every ClusterOperation kok manages.
     pub operations: Store<ClusterOperation>,
-    /// Every Cluster kok manages.
+    /// Every Cluster kok manages, without annotations.
     pub clusters: Store<Cluster>,
+    /// The content hashes of the cached Clusters.
+    cluster_hashes: ContentHashes,
     /// Every ConfigMap kok manages, without data.
     config_maps: Store<ConfigMap>,
     /// Operations by cluster, and the running ones.
@@ -109,6 +109,7 @@ pub fn caches(namespace: &str) -> Feeds {
             operations,
             clusters,
             config_maps,
+            cluster_hashes: ContentHashes::default(),
             op_index: Arc::new(OpIndex::default()),
             cm_index: LabelIndex::default(),
             expected: Mutex::new(HashMap::new()),
@@ -148,12 +149,19 @@ pub fn cluster_events(
     writer: reflector::store::Writer<Cluster>,
 ) -> impl Stream<Item = Result<watcher::Event<Cluster>, watcher::Error>> + Send {
     let api = Api::<Cluster>::namespaced(client.clone(), &live.namespace);
+    let slim = live.clone();
     watcher(api, managed())
         .default_backoff()
-        .modify(|c: &mut Cluster| c.metadata.managed_fields = None)
+        .modify(move |c: &mut Cluster| {
+            c.metadata.managed_fields = None;
+            slim.cluster_hashes.take_annotations(&mut c.metadata);
+        })
         .reflect(writer)
         .inspect(move |event| {
             if let Ok(event) = event {
+                if let watcher::Event::Delete(c) = event {
+                    live.cluster_hashes.forget(&c.name_any());
+                }
                 live.advance(Watch::Clusters, event);
             }
         })
@@ -323,10 +331,11 @@ impl LiveCache {
 
     fn snapshot(&self, cluster: &str) -> Live {
         let ns = self.namespace.as_str();
-        let cluster_obj = self
-            .clusters
-            .get(&ObjectRef::new(cluster).within(ns))
-            .map(|c| (*c).clone());
+        let cluster_obj = self.clusters.get(&ObjectRef::new(cluster).within(ns)).map(|c| {
+            let mut c = (*c).clone();
+            self.cluster_hashes.restore(&mut c.metadata);
+            c
+        });
         let config_maps: BTreeMap<String, ConfigMap> = self
             .cm_index
             .names_in(cluster)
@@ -346,10 +355,7 @@ impl LiveCache {
                     return None;
                 }
                 let mut op = (*op).clone();
-                if let Some(hash) = self.op_index.content_hash(&name) {
-                    op.annotations_mut()
-                        .insert(ANNOTATION_CONTENT_HASH.to_string(), hash);
-                }
+                self.op_index.hashes.restore(&mut op.metadata);
                 Some((name, op))
             })
             .collect();
