@@ -325,7 +325,7 @@ pub struct ClusterOperationSpec {
     /// Compute resources of the runner container (`requests` and `limits`, e.g. `cpu: 500m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "resources_schema")]
-    pub resources: Option<ResourceRequirements>,
+    pub resources: Option<Box<ResourceRequirements>>,
     /// ConfigMap with the hosts.yml pinned by the commit that created this run.
     pub hosts_conf_ref: ConfigMapRef,
     /// ConfigMap with the vars.yml pinned by the commit that created this run.
@@ -568,10 +568,10 @@ pub struct ClusterOperationStatus {
     pub report_attempts: Option<u32>,
     /// What ansible reported: task results per host, from the Job's termination message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary: Option<RunSummary>,
+    pub summary: Option<Box<RunSummary>>,
     /// The first failure of the run: step, task, host and message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<RunFailure>,
+    pub failure: Option<Box<RunFailure>>,
     /// The outcome in one line, as the commit status says it: `failed at TASK [...] on node2: ...`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,

@@ -403,7 +403,8 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
         resources: Some(
             op.spec
                 .resources
-                .clone()
+                .as_deref()
+                .cloned()
                 .unwrap_or_else(|| cfg.default_resources.clone()),
         ),
         volume_mounts: Some(mounts),

@@ -71,8 +71,8 @@ pub fn next_status(op: &ClusterOperation, t: &Transition) -> ClusterOperationSta
         }
     }
     if let Some(report) = &t.report {
-        s.summary = report.summary.clone();
-        s.failure = report.failure.clone();
+        s.summary = report.summary.clone().map(Box::new);
+        s.failure = report.failure.clone().map(Box::new);
         s.kubeconfig = report.kubeconfig.clone();
     }
     s

@@ -288,7 +288,7 @@ fn cluster_operation(
             post_hooks: op.post_hooks.clone(),
             active_deadline_seconds: op.active_deadline_seconds.or(defaults.active_deadline_seconds),
             service_account: defaults.service_account.clone(),
-            resources: defaults.resources.clone(),
+            resources: defaults.resources.clone().map(Box::new),
             hosts_conf_ref: pins.hosts.clone(),
             vars_conf_ref: pins.vars.clone(),
             ssh_auth_ref: pins.ssh.cloned(),

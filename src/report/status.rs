@@ -97,8 +97,8 @@ pub fn operation_status(
     let run = status
         .filter(|_| phase.is_terminal())
         .map(|s| RunRecord {
-            summary: s.summary.clone(),
-            failure: s.failure.clone(),
+            summary: s.summary.as_deref().cloned(),
+            failure: s.failure.as_deref().cloned(),
         })
         .filter(|r| r.summary.is_some() || r.failure.is_some());
     CommitStatus {
