@@ -7,10 +7,11 @@
 //! until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
-//! The watches keep what the decisions read and drop the rest: ConfigMaps without their data and
-//! annotations, operations without the commit statuses the reporter delivers, their owner references
-//! and most of their labels, operations and Clusters without annotations (their content hashes are kept
-//! apart, and a snapshot puts them back), every object without `managedFields`.
+//! The watches keep what the decisions read and drop the rest: every object its `managedFields`;
+//! ConfigMaps their data, annotations and labels but the cluster and current ones; operations the
+//! commit statuses the reporter delivers, their owner references and every label but those two;
+//! operations and Clusters their annotations (their content hashes are kept apart, and a snapshot
+//! puts them back).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -27,7 +28,9 @@ use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
 use super::cache::{ContentHashes, LabelIndex, OpIndex};
-use crate::api::{managed_selector, Cluster, ClusterOperation, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::api::{
+    managed_selector, Cluster, ClusterOperation, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY, MANAGED_BY,
+};
 use crate::materialize::apply::{Live, Written};
 
 /// How long the pass waits for the watches to show a cluster's last writes before listing it.
@@ -182,6 +185,9 @@ pub async fn watch_config_maps(
             cm.binary_data = None;
             cm.metadata.managed_fields = None;
             cm.metadata.annotations = None;
+            if let Some(labels) = cm.metadata.labels.as_mut() {
+                labels.retain(|k, _| k == LABEL_CLUSTER || k == LABEL_CURRENT);
+            }
         })
         .reflect(writer)
         .for_each(|event| {
