@@ -142,7 +142,7 @@ pub async fn pass(
 ) -> Result<PassOutcome, PassError> {
     let started = Instant::now();
     let root = cfg.root.clone();
-    let read = with_source(source, move |s| {
+    let mut read = with_source(source, move |s| {
         source::read_commit(s.repository(), old, new, &root, full)
     })
     .await?;
@@ -174,28 +174,30 @@ pub async fn pass(
     let ns = cfg.namespace.as_str();
     let ctx = &ctx;
     let untouched = &read.untouched;
-    let applied: Vec<apply::Applied> = stream::iter(&read.parsed.clusters)
+    // Each cluster's parse is dropped once it is applied, so a fleet-size pass does not hold the whole
+    // parsed commit while the caches fill with what it writes.
+    let clusters = std::mem::take(&mut read.parsed.clusters);
+    outcome.applied = clusters.iter().map(|c| c.name.clone()).collect();
+    outcome.writes += stream::iter(clusters)
         .map(|cluster| async move {
-            let desired = materialize::render_cluster(cluster, ctx);
-            let view = cached(live, &cluster.name).await;
-            let keep = untouched.contains(&cluster.name);
+            let desired = materialize::render_cluster(&cluster, ctx);
+            let name = cluster.name;
+            let view = cached(live, &name).await;
+            let keep = untouched.contains(&name);
             let applied = apply::apply_cluster_from(client, ns, &desired, view, keep).await?;
-            Ok::<_, PassError>(noted(live, &cluster.name, applied))
+            Ok::<_, PassError>(noted(live, &name, applied))
         })
         .buffered(CONCURRENT_CLUSTERS)
-        .try_collect()
+        .try_fold(0, |sum, writes| async move { Ok(sum + writes) })
         .await?;
-    outcome.writes += applied.iter().map(|a| a.stats.writes).sum::<usize>();
-    outcome.applied = read.parsed.clusters.iter().map(|c| c.name.clone()).collect();
     outcome.writes += remove_clusters(client, ns, live, &read.changes.removed).await?;
     outcome.removed = read.changes.removed.clone();
     if read.changes.full_resync {
         // Everything still in the tree is desired, valid or not: an invalid cluster keeps its last good state.
-        let desired: BTreeSet<String> = read
-            .parsed
-            .clusters
+        let desired: BTreeSet<String> = outcome
+            .applied
             .iter()
-            .map(|c| c.name.clone())
+            .cloned()
             .chain(read.parsed.invalid.iter().cloned())
             .collect();
         let names = match live {
@@ -243,12 +245,13 @@ async fn cached(live: Option<&LiveCache>, cluster: &str) -> Option<apply::Live> 
     }
 }
 
-/// Tells the caches what a cluster's writes left behind, so the next pass waits until they show it.
-fn noted(live: Option<&LiveCache>, cluster: &str, applied: apply::Applied) -> apply::Applied {
+/// Tells the caches what a cluster's writes left behind, so the next pass waits until they show it;
+/// returns the number of writes.
+fn noted(live: Option<&LiveCache>, cluster: &str, applied: apply::Applied) -> usize {
     if let Some(l) = live {
-        l.wrote(cluster, applied.written.clone());
+        l.wrote(cluster, applied.written);
     }
-    applied
+    applied.stats.writes
 }
 
 /// Removes the clusters `names` (their directories are gone), several at once; returns the writes.
@@ -258,16 +261,15 @@ async fn remove_clusters(
     live: Option<&LiveCache>,
     names: &[String],
 ) -> Result<usize, PassError> {
-    let removed: Vec<apply::Applied> = stream::iter(names)
+    stream::iter(names)
         .map(|name| async move {
             let view = cached(live, name).await;
             let applied = apply::remove_cluster_from(client, namespace, name, view).await?;
             Ok::<_, PassError>(noted(live, name, applied))
         })
         .buffered(CONCURRENT_CLUSTERS)
-        .try_collect()
-        .await?;
-    Ok(removed.iter().map(|a| a.stats.writes).sum())
+        .try_fold(0, |sum, writes| async move { Ok(sum + writes) })
+        .await
 }
 
 /// `main` for `refs/heads/main` and `refs/tags/main`; other names unchanged.
