@@ -15,34 +15,47 @@ use kube::{Resource, ResourceExt};
 use super::queue::phase;
 use crate::api::{ClusterOperation, Phase, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT};
 
-/// Names of objects by the cluster they belong to, following one watch (relists included).
+/// Names of objects by the cluster they belong to, following one watch (relists included). Each name
+/// and cluster is held once, shared by both directions.
 #[derive(Debug, Default)]
 struct ByCluster {
-    by_cluster: HashMap<String, BTreeSet<String>>,
-    cluster_of: HashMap<String, String>,
+    /// Per cluster, the names of its objects, sorted.
+    by_cluster: HashMap<Arc<str>, Vec<Arc<str>>>,
+    cluster_of: HashMap<Arc<str>, Arc<str>>,
     /// Names seen since the watch restarted (a relist), to drop the ones that are gone at its end.
-    relisting: Option<HashSet<String>>,
+    relisting: Option<HashSet<Arc<str>>>,
 }
 
 impl ByCluster {
     fn upsert(&mut self, name: &str, cluster: &str) {
-        if let Some(old) = self.cluster_of.insert(name.to_string(), cluster.to_string()) {
-            if old != cluster {
-                self.forget_in(&old, name);
+        let name: Arc<str> = match self.cluster_of.get_key_value(name) {
+            Some((known, old)) if &**old == cluster => known.clone(),
+            Some((known, old)) => {
+                let (known, old) = (known.clone(), old.clone());
+                self.forget_in(&old, &known);
+                known
             }
+            None => Arc::from(name),
+        };
+        let cluster: Arc<str> = match self.by_cluster.get_key_value(cluster) {
+            Some((known, _)) => known.clone(),
+            None => Arc::from(cluster),
+        };
+        self.cluster_of.insert(name.clone(), cluster.clone());
+        let names = self.by_cluster.entry(cluster).or_default();
+        if let Err(at) = names.binary_search(&name) {
+            names.insert(at, name.clone());
         }
-        self.by_cluster
-            .entry(cluster.to_string())
-            .or_default()
-            .insert(name.to_string());
         if let Some(seen) = self.relisting.as_mut() {
-            seen.insert(name.to_string());
+            seen.insert(name);
         }
     }
 
     fn forget_in(&mut self, cluster: &str, name: &str) {
         if let Some(names) = self.by_cluster.get_mut(cluster) {
-            names.remove(name);
+            if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+                names.remove(at);
+            }
             if names.is_empty() {
                 self.by_cluster.remove(cluster);
             }
@@ -60,14 +73,14 @@ impl ByCluster {
     fn observe<K: Resource>(
         &mut self,
         event: &watcher::Event<K>,
-        cluster_of: impl Fn(&K) -> Option<String>,
+        cluster_of: impl Fn(&K) -> Option<&str>,
     ) -> Vec<String> {
         match event {
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                let name = obj.meta().name.clone().unwrap_or_default();
+                let name = obj.meta().name.as_deref().unwrap_or_default();
                 match cluster_of(obj) {
-                    Some(cluster) => self.upsert(&name, &cluster),
-                    None => self.remove(&name),
+                    Some(cluster) => self.upsert(name, cluster),
+                    None => self.remove(name),
                 }
                 Vec::new()
             }
@@ -88,7 +101,7 @@ impl ByCluster {
                     .cluster_of
                     .keys()
                     .filter(|n| !seen.contains(*n))
-                    .cloned()
+                    .map(|n| n.to_string())
                     .collect();
                 for name in &gone {
                     self.remove(name);
@@ -101,7 +114,7 @@ impl ByCluster {
     fn names_in(&self, cluster: &str) -> Vec<String> {
         self.by_cluster
             .get(cluster)
-            .map(|s| s.iter().cloned().collect())
+            .map(|names| names.iter().map(|n| n.to_string()).collect())
             .unwrap_or_default()
     }
 }
@@ -197,7 +210,7 @@ impl OpIndex {
                 running.remove(&op.name_any());
             }
         }
-        for gone in by_cluster.observe(event, |op| Some(op.spec.cluster.clone())) {
+        for gone in by_cluster.observe(event, |op| Some(op.spec.cluster.as_str())) {
             running.remove(&gone);
             self.hashes.forget(&gone);
         }
@@ -227,7 +240,7 @@ impl LabelIndex {
     /// Follows one watch event.
     pub fn observe<K: Resource>(&self, event: &watcher::Event<K>) {
         if let Ok(mut inner) = self.inner.lock() {
-            inner.observe(event, |obj| obj.labels().get(LABEL_CLUSTER).cloned());
+            inner.observe(event, |obj| obj.labels().get(LABEL_CLUSTER).map(String::as_str));
         }
     }
 
@@ -339,6 +352,15 @@ mod tests {
 
         index.observe(&watcher::Event::Apply(op("a1", "a", Phase::Succeeded)));
         assert!(index.running().is_empty());
+        index.observe(&watcher::Event::Apply(op("a0", "b", Phase::Queued)));
+        index.observe(&watcher::Event::Apply(op("a0", "a", Phase::Queued)));
+        assert_eq!(
+            index.names_in("a"),
+            ["a0", "a1", "a2"],
+            "sorted, and moved out of b"
+        );
+        assert_eq!(index.names_in("b"), ["b1"]);
+        index.observe(&watcher::Event::Delete(op("a0", "a", Phase::Queued)));
         index.observe(&watcher::Event::Delete(op("a2", "a", Phase::Queued)));
         assert_eq!(index.names_in("a"), ["a1"]);
 
