@@ -65,7 +65,7 @@ pub use history::{cluster_history, HistoryEntry};
 pub use pulls::{in_history, merge_target, MergeTarget};
 pub use read::{read_commit, CommitRead};
 pub use revision::{check_range, open_local, resolve_revision, RevisionError};
-pub use tree::GitTree;
+pub use tree::{forget_recent_trees, GitTree};
 pub use url::{cache_dir_name, redact, RemoteUrl};
 
 use std::path::PathBuf;
