@@ -2,12 +2,11 @@
 //! from the old commit (exclusive) to the new one, so operations run in commit order.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use git2::{Oid, Repository};
 
 use super::tree::Trees;
-use super::{GitTree, SourceError};
+use super::{diff, GitTree, SourceError};
 use crate::layout::{self, ClusterDir, Parsed};
 use crate::materialize::{operation_digest, Attribution};
 
@@ -122,18 +121,10 @@ pub fn attribute_parsed(
         let tree = trees
             .of_commit(*commit)
             .map_err(SourceError::git(format!("read the tree of {commit}")))?;
-        let root_tree = if root.is_empty() {
-            Some(tree)
-        } else {
-            tree.get_path(Path::new(root))
-                .ok()
-                .and_then(|e| trees.find(e.id()).ok())
-        };
+        let root_id = diff::root_id(&tree, root);
         let mut to_parse = Vec::new();
         for cluster in waiting {
-            let id = root_tree
-                .as_ref()
-                .and_then(|t| t.get_name(&cluster).map(|e| e.id()));
+            let id = root_id.and_then(|r| trees.entry_in(r, &cluster).ok().flatten().map(|(id, _)| id));
             if last_subtree.get(&cluster) != Some(&id) && id.is_some() {
                 to_parse.push(cluster.clone());
             }

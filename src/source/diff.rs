@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use git2::{ObjectType, Oid, Repository, Tree};
 
-use super::tree::{kind_of, Trees};
+use super::tree::{kind_of, Listing, Trees};
 use super::SourceError;
 use crate::layout::EntryKind;
 
@@ -102,33 +103,33 @@ pub fn diff_trees(
     if old_root == new_root && !settings_changed {
         return Ok(changes);
     }
-    let before = root_tree(trees, old_root, root)?;
-    let after = root_tree(trees, new_root, root)?;
+    let before = root_listing(trees, old_root, root)?;
+    let after = root_listing(trees, new_root, root)?;
     // Both listings are in git's tree order, so one merge pass compares them without building maps.
-    let mut old_entries = before.iter().flat_map(|t| t.iter()).filter(is_cluster).peekable();
-    let mut new_entries = after.iter().flat_map(|t| t.iter()).filter(is_cluster).peekable();
+    let mut old_entries = (0..before.len()).filter(|i| is_cluster(&before, *i)).peekable();
+    let mut new_entries = (0..after.len()).filter(|i| is_cluster(&after, *i)).peekable();
     loop {
         let order = match (old_entries.peek(), new_entries.peek()) {
             (None, None) => break,
             (Some(_), None) => std::cmp::Ordering::Less,
             (None, Some(_)) => std::cmp::Ordering::Greater,
-            (Some(o), Some(n)) => git_order(o).cmp(git_order(n)),
+            (Some(o), Some(n)) => before.order(*o, &after, *n),
         };
         match order {
             std::cmp::Ordering::Less => {
                 if let Some(o) = old_entries.next() {
-                    changes.removed.push(entry_name(&o));
+                    changes.removed.push(entry_name(&before, o));
                 }
             }
             std::cmp::Ordering::Greater => {
                 if let Some(n) = new_entries.next() {
-                    changes.added.push(entry_name(&n));
+                    changes.added.push(entry_name(&after, n));
                 }
             }
             std::cmp::Ordering::Equal => {
                 if let (Some(o), Some(n)) = (old_entries.next(), new_entries.next()) {
-                    if o.id() != n.id() || o.filemode() != n.filemode() || settings_changed {
-                        changes.changed.push(entry_name(&n));
+                    if before.id_mode(o) != after.id_mode(n) || settings_changed {
+                        changes.changed.push(entry_name(&after, n));
                     }
                 }
             }
@@ -140,31 +141,26 @@ pub fn diff_trees(
     Ok(changes)
 }
 
-/// The key git sorts tree entries by: the name, with a `/` after directory names.
-fn git_order<'a>(entry: &'a git2::TreeEntry<'_>) -> impl Iterator<Item = u8> + 'a {
-    let slash = (kind_of(entry.filemode()) == EntryKind::Dir).then_some(b'/');
-    entry.name_bytes().iter().copied().chain(slash)
+fn is_cluster(listing: &Listing, index: usize) -> bool {
+    kind_of(listing.id_mode(index).1) != EntryKind::File
 }
 
-fn is_cluster(entry: &git2::TreeEntry<'_>) -> bool {
-    kind_of(entry.filemode()) != EntryKind::File
+fn entry_name(listing: &Listing, index: usize) -> String {
+    String::from_utf8_lossy(listing.name(index)).into_owned()
 }
 
-fn entry_name(entry: &git2::TreeEntry<'_>) -> String {
-    String::from_utf8_lossy(entry.name_bytes()).into_owned()
-}
-
-fn root_tree<'r>(trees: &Trees<'r>, id: Option<Oid>, root: &str) -> Result<Option<Tree<'r>>, SourceError> {
-    id.map(|id| {
-        trees
-            .find(id)
-            .map_err(SourceError::git(format!("read the tree of {root}/")))
-    })
-    .transpose()
+/// The entries of the root directory `id`; none when there is no root directory.
+fn root_listing(trees: &Trees<'_>, id: Option<Oid>, root: &str) -> Result<Arc<Listing>, SourceError> {
+    match id {
+        Some(id) => trees
+            .listing(id)
+            .map_err(SourceError::git(format!("read the tree of {root}/"))),
+        None => Ok(Arc::default()),
+    }
 }
 
 /// Id of the tree at `root` inside `tree`, if it is a directory.
-fn root_id(tree: &Tree<'_>, root: &str) -> Option<Oid> {
+pub(crate) fn root_id(tree: &Tree<'_>, root: &str) -> Option<Oid> {
     if root.is_empty() {
         return Some(tree.id());
     }
@@ -183,24 +179,19 @@ pub(crate) fn cluster_entries(
     let Some(id) = root_id(tree, root) else {
         return Ok(BTreeMap::new());
     };
-    let root_tree = trees
-        .find(id)
+    let listing = trees
+        .listing(id)
         .map_err(SourceError::git(format!("read the tree of {root}/")))?;
-    Ok(root_tree
-        .iter()
-        .filter(|e| kind_of(e.filemode()) != EntryKind::File)
-        .map(|e| {
-            (
-                String::from_utf8_lossy(e.name_bytes()).into_owned(),
-                (e.id(), e.filemode()),
-            )
-        })
+    Ok((0..listing.len())
+        .filter(|i| is_cluster(&listing, *i))
+        .map(|i| (entry_name(&listing, i), listing.id_mode(i)))
         .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::tree::RecentListings;
 
     /// A repository in a temp dir and a builder of top-level trees with `clusters/` entries.
     fn tree(repo: &Repository, entries: &[(&str, i32, &str)]) -> Oid {
@@ -244,5 +235,84 @@ mod tests {
         assert_eq!(changes.changed, vec!["a"]);
         assert_eq!(changes.added, vec!["b"]);
         assert_eq!(changes.removed, vec!["c"]);
+    }
+
+    /// The change set of two root trees worked out by name from libgit2's own entries. An entry that
+    /// turns from a directory into something else (or back) is another entry in git's order: it is
+    /// removed and added.
+    fn by_name(repo: &Repository, old: Oid, new: Oid) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let clusters = |top: Oid| -> BTreeMap<(String, bool), (Oid, i32)> {
+            let top = repo.find_tree(top).unwrap();
+            let root = repo.find_tree(top.get_name("clusters").unwrap().id()).unwrap();
+            root.iter()
+                .filter(|e| kind_of(e.filemode()) != EntryKind::File)
+                .map(|e| {
+                    let dir = kind_of(e.filemode()) == EntryKind::Dir;
+                    ((e.name().unwrap().to_string(), dir), (e.id(), e.filemode()))
+                })
+                .collect()
+        };
+        let (before, after) = (clusters(old), clusters(new));
+        let names = |keys: Vec<&(String, bool)>| -> Vec<String> {
+            let mut names: Vec<String> = keys.into_iter().map(|(name, _)| name.clone()).collect();
+            names.sort();
+            names
+        };
+        let added = names(after.keys().filter(|k| !before.contains_key(*k)).collect());
+        let removed = names(before.keys().filter(|k| !after.contains_key(*k)).collect());
+        let changed = names(
+            after
+                .iter()
+                .filter(|(k, v)| before.get(*k).is_some_and(|b| b != *v))
+                .map(|(k, _)| k)
+                .collect(),
+        );
+        (added, changed, removed)
+    }
+
+    #[test]
+    fn diff_through_kept_listings_equals_the_diff_by_name_whichever_trees_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let tops = [
+            tree(
+                &repo,
+                &[("a", 0o040000, "1"), ("a-b", 0o120000, "a"), ("c", 0o040000, "1")],
+            ),
+            tree(
+                &repo,
+                &[
+                    ("a", 0o040000, "2"),
+                    ("a-b", 0o040000, "a"),
+                    ("a.b", 0o100644, "f"),
+                    ("c", 0o040000, "1"),
+                ],
+            ),
+            tree(
+                &repo,
+                &[("a-b", 0o120000, "b"), ("b", 0o040000, "1"), ("d", 0o040000, "1")],
+            ),
+            tree(&repo, &[]),
+        ];
+        let recent = RecentListings::new(2);
+        // Every order of looks, so the kept listings are sometimes the old tree, sometimes the new
+        // one, sometimes neither.
+        for (i, old) in tops.iter().enumerate() {
+            for (j, new) in tops.iter().enumerate() {
+                let expected = by_name(&repo, *old, *new);
+                for trees in [
+                    Trees::with_recent(&repo, &recent),
+                    Trees::with_recent(&repo, &RecentListings::new(0)),
+                ] {
+                    let (o, n) = (repo.find_tree(*old).unwrap(), repo.find_tree(*new).unwrap());
+                    let changes = diff_trees(&trees, &o, &n, "clusters").unwrap();
+                    assert_eq!(
+                        (changes.added, changes.changed, changes.removed),
+                        expected,
+                        "trees {i} -> {j}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -38,6 +38,9 @@
 //!   entries, wildcards, negations, `@revoked`; hashed `|1|` entries are not read).
 //! - [`diff`] compares the trees of two commits under the root path; [`attribution`] finds the
 //!   commit that introduced each new operation; [`history`] lists the commits that touched a cluster.
+//!   The entries of the last few cluster roots read are kept by tree id for the whole process, so a
+//!   pass whose base is the previous pass's commit reads only the new root
+//!   ([`forget_recent_trees`] drops them).
 //! - [`pulls`] builds the commit a pull request's plan reads: its head merged into the reconciled commit.
 //! - [`revision`] reads revisions as `git rev-parse` does, in the user's repository or the cache.
 //! - [`verify`] checks commit signatures (SSH and OpenPGP) against trust material from the local
@@ -65,7 +68,7 @@ pub use history::{cluster_history, HistoryEntry};
 pub use pulls::{in_history, merge_target, MergeTarget};
 pub use read::{read_commit, CommitRead};
 pub use revision::{check_range, open_local, resolve_revision, RevisionError};
-pub use tree::GitTree;
+pub use tree::{forget_recent_trees, GitTree};
 pub use url::{cache_dir_name, redact, RemoteUrl};
 
 use std::path::PathBuf;

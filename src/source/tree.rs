@@ -1,29 +1,166 @@
 //! [`GitTree`]: the layout parser's [`TreeReader`] over a commit's tree in the bare cache.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use git2::{Oid, Repository, Tree};
 
 use super::SourceError;
 use crate::layout::{Entry, EntryKind, ReadError, TreeReader};
 
+/// The entries of one tree object, in git's order: names, ids and modes only, copied out of the
+/// object so that they outlive the repository handle that read them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Listing {
+    /// Every name, back to back.
+    names: Vec<u8>,
+    /// Per entry: where its name ends in `names`, its id and its file mode.
+    entries: Vec<(usize, Oid, i32)>,
+}
+
+impl Listing {
+    fn of(tree: &Tree<'_>) -> Listing {
+        let mut names = Vec::new();
+        let mut entries = Vec::with_capacity(tree.len());
+        for entry in tree.iter() {
+            names.extend_from_slice(entry.name_bytes());
+            entries.push((names.len(), entry.id(), entry.filemode()));
+        }
+        Listing { names, entries }
+    }
+
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Name of entry `index`.
+    pub(crate) fn name(&self, index: usize) -> &[u8] {
+        let start = index.checked_sub(1).map_or(0, |i| self.entries[i].0);
+        &self.names[start..self.entries[index].0]
+    }
+
+    /// Id and file mode of entry `index`.
+    pub(crate) fn id_mode(&self, index: usize) -> (Oid, i32) {
+        let (_, id, mode) = self.entries[index];
+        (id, mode)
+    }
+
+    /// Git's order of entries `self[index]` and `other[other_index]`: by name, with a `/` after
+    /// directory names.
+    pub(crate) fn order(&self, index: usize, other: &Listing, other_index: usize) -> Ordering {
+        git_order(self.name(index), self.id_mode(index).1)
+            .cmp(git_order(other.name(other_index), other.id_mode(other_index).1))
+    }
+
+    /// Id and file mode of the entry called `name`, found by binary search.
+    pub(crate) fn get(&self, name: &[u8]) -> Option<(Oid, i32)> {
+        // The entry sorts as `name/` when it is a directory and as `name` otherwise; try both. A probe
+        // equal to a directory's key with another name is `name` ending in `/`, which no entry has.
+        [0o040000, 0o100644].into_iter().find_map(|mode| {
+            let probe = git_order(name, mode);
+            let (mut low, mut high) = (0, self.len());
+            while low < high {
+                let middle = low + (high - low) / 2;
+                match git_order(self.name(middle), self.id_mode(middle).1).cmp(probe.clone()) {
+                    Ordering::Less => low = middle + 1,
+                    Ordering::Greater => high = middle,
+                    Ordering::Equal => return (self.name(middle) == name).then(|| self.id_mode(middle)),
+                }
+            }
+            None
+        })
+    }
+}
+
+/// The key git sorts tree entries by: the name, with a `/` after directory names.
+fn git_order(name: &[u8], filemode: i32) -> impl Iterator<Item = u8> + Clone + '_ {
+    let slash = (kind_of(filemode) == EntryKind::Dir).then_some(b'/');
+    name.iter().copied().chain(slash)
+}
+
+/// Listings of the cluster roots read lately, by tree id, shared by every repository of the process
+/// (a tree id names its content wherever it is stored). A pass's new root is the next pass's old
+/// root, so with this the next pass reads only the new one; libgit2 does not keep tree objects
+/// larger than 4 KiB in its own cache.
+pub(crate) struct RecentListings {
+    capacity: usize,
+    slots: Mutex<VecDeque<(Oid, Arc<Listing>)>>,
+}
+
+/// The process's recent listings.
+static RECENT: RecentListings = RecentListings::new(4);
+
+impl RecentListings {
+    /// A cache keeping the `capacity` listings used last.
+    pub(crate) const fn new(capacity: usize) -> RecentListings {
+        RecentListings {
+            capacity,
+            slots: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn get(&self, id: Oid) -> Option<Arc<Listing>> {
+        let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let at = slots.iter().position(|(key, _)| *key == id)?;
+        let slot = slots.remove(at)?;
+        let listing = slot.1.clone();
+        slots.push_front(slot);
+        Some(listing)
+    }
+
+    fn put(&self, id: Oid, listing: Arc<Listing>) {
+        if self.capacity == 0 {
+            return;
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        slots.retain(|(key, _)| *key != id);
+        slots.truncate(self.capacity - 1);
+        slots.push_front((id, listing));
+    }
+
+    fn clear(&self) {
+        self.slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
+}
+
+/// Forgets the cluster-root listings kept from earlier reads, so that the next read starts cold (for
+/// benchmarks measuring a first pass).
+pub fn forget_recent_trees() {
+    RECENT.clear();
+}
+
 /// The tree objects read during one look at the repository (a diff, the parse of its clusters, their
 /// attribution), by id. libgit2 does not cache large tree objects, so without this a root directory
-/// with thousands of entries would be inflated and parsed again by every step.
+/// with thousands of entries would be inflated and parsed again by every step. Cluster roots are read
+/// as [`Listing`]s, which are also kept across looks in [`RecentListings`].
 #[derive(Clone)]
 pub struct Trees<'r> {
     repo: &'r Repository,
     seen: Rc<RefCell<HashMap<Oid, Tree<'r>>>>,
+    listings: Rc<RefCell<HashMap<Oid, Arc<Listing>>>>,
+    recent: &'r RecentListings,
 }
 
 impl<'r> Trees<'r> {
-    /// An empty memo over `repo`.
+    /// An empty memo over `repo`, sharing the process's recent listings.
     pub fn new(repo: &'r Repository) -> Trees<'r> {
+        Trees::with_recent(repo, &RECENT)
+    }
+
+    /// An empty memo over `repo` keeping listings across looks in `recent`.
+    pub(crate) fn with_recent(repo: &'r Repository, recent: &'r RecentListings) -> Trees<'r> {
         Trees {
             repo,
             seen: Rc::default(),
+            listings: Rc::default(),
+            recent,
         }
     }
 
@@ -47,15 +184,44 @@ impl<'r> Trees<'r> {
         let id = self.repo.find_commit(commit)?.tree_id();
         self.find(id)
     }
+
+    /// The entries of the tree `id` (a cluster root), from a recent look when there was one.
+    pub(crate) fn listing(&self, id: Oid) -> Result<Arc<Listing>, git2::Error> {
+        if let Some(listing) = self.known_listing(id) {
+            return Ok(listing);
+        }
+        let listing = Arc::new(Listing::of(&self.find(id)?));
+        self.recent.put(id, listing.clone());
+        self.listings.borrow_mut().insert(id, listing.clone());
+        Ok(listing)
+    }
+
+    fn known_listing(&self, id: Oid) -> Option<Arc<Listing>> {
+        if let Some(listing) = self.listings.borrow().get(&id) {
+            return Some(listing.clone());
+        }
+        let listing = self.recent.get(id)?;
+        self.listings.borrow_mut().insert(id, listing.clone());
+        Some(listing)
+    }
+
+    /// Id and file mode of the entry `name` of the tree `id`: from its listing when one was made,
+    /// else from the tree object.
+    pub(crate) fn entry_in(&self, id: Oid, name: &str) -> Result<Option<(Oid, i32)>, git2::Error> {
+        if let Some(listing) = self.known_listing(id) {
+            return Ok(listing.get(name.as_bytes()));
+        }
+        Ok(self.find(id)?.get_name(name).map(|e| (e.id(), e.filemode())))
+    }
 }
 
 /// Reads directories and blobs of one tree; nothing is checked out.
 pub struct GitTree<'r> {
     trees: Trees<'r>,
     root: Tree<'r>,
-    /// Directories already looked up, by path, so a file read under a large root does not search it
-    /// again.
-    dirs: RefCell<HashMap<String, Tree<'r>>>,
+    /// Ids of the directories already looked up, by path, so a file read under a large root does not
+    /// search it again.
+    dirs: RefCell<HashMap<String, Oid>>,
 }
 
 impl std::fmt::Debug for GitTree<'_> {
@@ -112,8 +278,17 @@ impl<'r> GitTree<'r> {
         if path.is_empty() {
             return Ok(self.root.clone());
         }
-        if let Some(tree) = self.dirs.borrow().get(path) {
-            return Ok(tree.clone());
+        let id = self.dir_id(path)?;
+        self.trees.find(id).map_err(|e| Self::io(path, e))
+    }
+
+    /// Id of the directory at `path` (the root for ""), or `NotFound`.
+    fn dir_id(&self, path: &str) -> Result<Oid, ReadError> {
+        if path.is_empty() {
+            return Ok(self.root.id());
+        }
+        if let Some(id) = self.dirs.borrow().get(path) {
+            return Ok(*id);
         }
         let (id, mode) = self.entry(path)?.ok_or_else(|| ReadError::NotFound {
             path: path.to_string(),
@@ -124,21 +299,22 @@ impl<'r> GitTree<'r> {
                 message: "not a directory".to_string(),
             });
         }
-        let tree = self.trees.find(id).map_err(|e| Self::io(path, e))?;
-        self.dirs.borrow_mut().insert(path.to_string(), tree.clone());
-        Ok(tree)
+        self.dirs.borrow_mut().insert(path.to_string(), id);
+        Ok(id)
     }
 
     /// Id and file mode of the entry at `path` (not the root), `None` when absent.
     fn entry(&self, path: &str) -> Result<Option<(Oid, i32)>, ReadError> {
         let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
-        let parent_tree = match self.subtree(parent) {
-            Ok(tree) => tree,
+        let parent_id = match self.dir_id(parent) {
+            Ok(id) => id,
             Err(ReadError::NotFound { .. }) => return Ok(None),
             Err(ReadError::Io { message, .. }) if message == "not a directory" => return Ok(None),
             Err(e) => return Err(e),
         };
-        Ok(parent_tree.get_name(name).map(|e| (e.id(), e.filemode())))
+        self.trees
+            .entry_in(parent_id, name)
+            .map_err(|e| Self::io(parent, e))
     }
 }
 
@@ -249,5 +425,47 @@ mod tests {
         assert_eq!(tree.kind("a/link.yml").unwrap(), Some(EntryKind::Symlink));
         assert_eq!(tree.kind("b/hosts.yml").unwrap(), None);
         assert!(matches!(tree.list("b"), Err(ReadError::NotFound { .. })));
+    }
+
+    #[test]
+    fn listing_finds_what_libgit2_finds_by_name_and_is_kept_by_tree_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let blob = repo.blob(b"x").unwrap();
+        let sub = repo.treebuilder(None).unwrap().write().unwrap();
+        let mut builder = repo.treebuilder(None).unwrap();
+        // Names whose order changes with the `/` git sorts directories by.
+        for (name, id, mode) in [
+            ("a", sub, 0o040000),
+            ("a-b", blob, 0o120000),
+            ("a.b", blob, 0o100644),
+            ("a0", sub, 0o040000),
+            ("ab", blob, 0o100755),
+            ("b", sub, 0o040000),
+            ("b-", sub, 0o040000),
+        ] {
+            builder.insert(name, id, mode).unwrap();
+        }
+        let id = builder.write().unwrap();
+        let recent = RecentListings::new(1);
+        let trees = Trees::with_recent(&repo, &recent);
+        let listing = trees.listing(id).unwrap();
+        let tree = repo.find_tree(id).unwrap();
+        assert_eq!(listing.len(), tree.len());
+        for name in [
+            "a", "a-b", "a.b", "a0", "ab", "b", "b-", "", "a/", "c", "a-", "0", "b-b",
+        ] {
+            let expected = tree.get_name(name).map(|e| (e.id(), e.filemode()));
+            assert_eq!(listing.get(name.as_bytes()), expected, "{name:?}");
+            assert_eq!(trees.entry_in(id, name).unwrap(), expected, "{name:?}");
+        }
+
+        // A later look finds the listing kept, and a listing pushed out is read again, equal.
+        let later = Trees::with_recent(&repo, &recent);
+        assert!(Arc::ptr_eq(&later.listing(id).unwrap(), &listing));
+        later.listing(sub).unwrap();
+        let again = Trees::with_recent(&repo, &recent).listing(id).unwrap();
+        assert!(!Arc::ptr_eq(&again, &listing));
+        assert_eq!(*again, *listing);
     }
 }
