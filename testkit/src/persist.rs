@@ -338,6 +338,7 @@ impl Record<'_> {
     }
 }
 
+/// Commits one record; its statements are prepared once and kept by the connection.
 fn commit(conn: &mut Connection, record: &Record<'_>) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     let rv = match record {
@@ -349,11 +350,11 @@ fn commit(conn: &mut Connection, record: &Record<'_>) -> rusqlite::Result<()> {
             name,
             json,
         } => {
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT OR REPLACE INTO objects (grp, resource, namespace, name, rv, object) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![group, resource, namespace, name, *rv as i64, json],
-            )?;
+            )?
+            .execute(params![group, resource, namespace, name, *rv as i64, json])?;
             *rv
         }
         Record::Remove {
@@ -363,17 +364,15 @@ fn commit(conn: &mut Connection, record: &Record<'_>) -> rusqlite::Result<()> {
             namespace,
             name,
         } => {
-            tx.execute(
+            tx.prepare_cached(
                 "DELETE FROM objects WHERE grp = ?1 AND resource = ?2 AND namespace = ?3 AND name = ?4",
-                params![group, resource, namespace, name],
-            )?;
+            )?
+            .execute(params![group, resource, namespace, name])?;
             *rv
         }
     };
-    tx.execute(
-        "UPDATE meta SET value = ?1 WHERE key = 'resourceVersion'",
-        params![rv as i64],
-    )?;
+    tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'resourceVersion'")?
+        .execute(params![rv as i64])?;
     tx.commit()
 }
 
