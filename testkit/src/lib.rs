@@ -315,7 +315,9 @@ impl ApiServer {
         }
         let (cut, _) = signal::channel(0u64);
         let (shutdown, mut shutdown_rx) = signal::channel(false);
+        let durability = state.store.durability();
         let shared = Arc::new(Shared {
+            durability,
             state: Mutex::new(state),
             log: RequestLog::default(),
             faults: Mutex::new(Vec::new()),
@@ -390,6 +392,18 @@ impl ApiServer {
 
     /// Creates (or replaces the spec of) CRDs; they are served once this returns.
     pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> anyhow::Result<()> {
+        self.store_crds(crds)?;
+        if let Some(source) = self.acknowledged().await {
+            return Err(ControlError::Api {
+                what: "installing CRDs".into(),
+                source,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    fn store_crds(&self, crds: &[CustomResourceDefinition]) -> anyhow::Result<()> {
         let mut state = self.shared.lock();
         let info = state
             .registry
@@ -468,10 +482,23 @@ impl ApiServer {
         self.shared.log.clone()
     }
 
-    fn job(&self, ns: &str, name: &str, what: &str, f: impl FnOnce(&mut Value, &str)) -> anyhow::Result<()> {
-        let mut state = self.shared.lock();
-        let result = state.job_status(ns, name, f);
-        let result = match state.store.persist_failure() {
+    /// Waits until every write so far is on disk; then why the store refuses writes, if it does.
+    async fn acknowledged(&self) -> Option<errors::ApiError> {
+        if let Some(durability) = &self.shared.durability {
+            durability.all_synced().await;
+        }
+        self.shared.lock().store.persist_failure()
+    }
+
+    async fn job(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        f: impl FnOnce(&mut Value, &str),
+    ) -> anyhow::Result<()> {
+        let result = self.shared.lock().job_status(ns, name, f);
+        let result = match self.acknowledged().await {
             Some(e) => Err(e),
             None => result.map(|_| ()),
         };
@@ -501,6 +528,7 @@ impl ApiServer {
                  "message": "Reached expected number of succeeded pods", "lastProbeTime": now, "lastTransitionTime": now},
             ]);
         })
+        .await
     }
 
     /// Marks a Job failed like the Job controller: failed=1, active=0, conditions FailureTarget
@@ -527,6 +555,7 @@ impl ApiServer {
                  "lastProbeTime": now, "lastTransitionTime": now},
             ]);
         })
+        .await
     }
 
     /// Marks a Job started: startTime and active=1 (as if its pod were running).
@@ -538,6 +567,7 @@ impl ApiServer {
             st["active"] = json!(1);
             st["ready"] = json!(1);
         })
+        .await
     }
 
     /// The next matching requests fail with the fault's code and a proper `Status` body.

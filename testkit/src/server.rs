@@ -16,6 +16,7 @@ use crate::api::{served_json, DeleteOpts, State, WriteCtx};
 use crate::discovery;
 use crate::errors::{reason_for_code, ApiError};
 use crate::patch::PatchKind;
+use crate::persist::Durability;
 use crate::resources::ResourceInfo;
 use crate::schema::FieldValidation;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -26,6 +27,8 @@ use crate::{Fault, RequestLog};
 /// Everything the handlers share.
 #[derive(Debug)]
 pub struct Shared {
+    /// The group sync of the store's database, when it has one: answers wait for it.
+    pub durability: Option<Durability>,
     /// Objects and the registry, under one lock.
     pub state: Mutex<State>,
     /// Request counts.
@@ -399,7 +402,11 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         return negotiated(wire, false, error_response(&e)).await;
     }
     let response = resource_request(&shared, &parts.headers, &q, rp, verb, body);
-    // A write that could not be persisted is not acknowledged.
+    // Nothing is shown before it is on disk: the answer waits for the sync of every write committed
+    // so far (its own, and any it read). A write that could not be persisted is not acknowledged.
+    if let Some(durability) = &shared.durability {
+        durability.all_synced().await;
+    }
     let refused = shared.lock().store.persist_failure();
     let response = match refused {
         Some(e) => error_response(&e),
@@ -619,6 +626,7 @@ fn resource_request(
                 table: table_include,
             };
             let signals = Signals {
+                durability: shared.durability.clone(),
                 cut: shared.cut.subscribe(),
                 shutdown: shared.shutdown.subscribe(),
                 bookmark_interval: shared.bookmark_interval,

@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::errors::ApiError;
-use crate::persist::{Db, Record};
+use crate::persist::{Db, Durability, Record};
 use crate::resources::ResourceKey;
 
 /// Namespace (empty for cluster-scoped objects) and name.
@@ -147,6 +147,9 @@ pub struct Store {
     tx: broadcast::Sender<Arc<WatchEvent>>,
     uids: HashMap<String, (ResourceKey, ObjectKey)>,
     dependents: HashMap<String, BTreeSet<(ResourceKey, ObjectKey)>>,
+    /// Owner uids that may be missing (an owner was removed, or an object named an absent one), so
+    /// finding orphans never scans every owner.
+    maybe_missing: BTreeSet<String>,
     db: Option<Db>,
 }
 
@@ -186,6 +189,7 @@ impl Store {
             tx,
             uids: HashMap::new(),
             dependents: HashMap::new(),
+            maybe_missing: BTreeSet::new(),
             db: None,
         }
     }
@@ -269,12 +273,11 @@ impl Store {
     }
 
     /// Owner uids referenced by some object but not present in the store.
-    pub fn missing_owners(&self) -> Vec<String> {
-        self.dependents
-            .keys()
-            .filter(|u| !self.uids.contains_key(*u))
-            .cloned()
-            .collect()
+    pub fn missing_owners(&mut self) -> Vec<String> {
+        let (uids, dependents) = (&self.uids, &self.dependents);
+        self.maybe_missing
+            .retain(|u| dependents.contains_key(u) && !uids.contains_key(u));
+        self.maybe_missing.iter().cloned().collect()
     }
 
     /// New receiver of every future event.
@@ -290,8 +293,9 @@ impl Store {
     }
 
     /// Stores an object (created or replaced), assigning the next resourceVersion; returns it as
-    /// stored. With a database, the write is committed before it is visible; if it cannot be written,
-    /// nothing changes and [`Store::persist_failure`] says why.
+    /// stored. With a database, the write is committed before it is applied (and synced before anyone
+    /// is shown it: see [`crate::persist`]); if it cannot be written, nothing changes and
+    /// [`Store::persist_failure`] says why.
     pub fn put(&mut self, resource: &ResourceKey, mut obj: Value) -> Value {
         obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
         let key = object_key(&obj);
@@ -440,6 +444,11 @@ impl Store {
         self.db.as_ref().map(Db::failed)
     }
 
+    /// The group sync of the database's WAL (`None` without a database): answers wait on it.
+    pub fn durability(&self) -> Option<Durability> {
+        self.db.as_ref().map(|db| db.durability().clone())
+    }
+
     /// Why writes are refused (a write could not be persisted, or the server stopped), as a 503.
     pub fn persist_failure(&self) -> Option<ApiError> {
         let why = self.db.as_ref()?.failure()?;
@@ -455,12 +464,18 @@ impl Store {
                 .entry(owner.clone())
                 .or_default()
                 .insert((resource.clone(), key.clone()));
+            if !self.uids.contains_key(owner) {
+                self.maybe_missing.insert(owner.clone());
+            }
         }
     }
 
     fn unindex(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Stored) {
         if let Some(uid) = &obj.uid {
             self.uids.remove(uid);
+            if self.dependents.contains_key(uid) {
+                self.maybe_missing.insert(uid.clone());
+            }
         }
         for owner in &obj.owners {
             if let Some(set) = self.dependents.get_mut(owner) {
@@ -516,5 +531,33 @@ mod tests {
         assert_eq!(s.events_since(&rk(), 0).count(), 2, "window keeps two events");
         assert_eq!(s.compacted(&rk()), 2);
         assert_eq!(s.list(&rk(), Some("n")).count(), 1);
+    }
+
+    #[test]
+    fn an_owner_is_missing_once_removed_or_never_created_and_no_longer_once_it_exists() {
+        let mut s = Store::new(10);
+        let owned_by = |name: &str, uid: &str| json!({"metadata": {"name": name, "namespace": "n", "ownerReferences": [{"uid": uid}]}});
+        s.put(&rk(), owned_by("early", "u2"));
+        assert_eq!(
+            s.missing_owners(),
+            vec!["u2".to_string()],
+            "named before it exists"
+        );
+        s.put(
+            &rk(),
+            json!({"metadata": {"name": "owner", "namespace": "n", "uid": "u2"}}),
+        );
+        s.put(
+            &rk(),
+            json!({"metadata": {"name": "owner", "namespace": "n", "uid": "u2", "labels": {"a": "b"}}}),
+        );
+        assert!(
+            s.missing_owners().is_empty(),
+            "created, and still there after an update"
+        );
+        s.remove(&rk(), &("n".into(), "owner".into()));
+        assert_eq!(s.missing_owners(), vec!["u2".to_string()], "removed");
+        s.remove(&rk(), &("n".into(), "early".into()));
+        assert!(s.missing_owners().is_empty(), "no dependents left");
     }
 }

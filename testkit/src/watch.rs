@@ -13,6 +13,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::api::{served, served_json, State};
 use crate::errors::ApiError;
+use crate::persist::Durability;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{label, EventKind, Labels, ObjectKey, Stored, WatchEvent};
@@ -47,6 +48,8 @@ pub struct WatchRequest {
 /// Signals shared by all watches of a server.
 #[derive(Debug, Clone)]
 pub struct Signals {
+    /// The group sync of the store's database: an event is sent once its write is on disk.
+    pub durability: Option<Durability>,
     /// Bumped by `cut_watches`.
     pub cut: watch::Receiver<u64>,
     /// Set when the server stops.
@@ -132,6 +135,13 @@ impl WatchRequest {
     }
 }
 
+/// Waits until the write of `rv` is on disk (at once without a database).
+async fn on_disk(durability: Option<&Durability>, rv: u64) {
+    if let Some(d) = durability {
+        d.synced(rv).await;
+    }
+}
+
 fn error_line(err: &ApiError) -> Bytes {
     let mut out = serde_json::to_vec(&json!({"type": "ERROR", "object": err.status()})).unwrap_or_default();
     out.push(b'\n');
@@ -202,10 +212,12 @@ pub fn start(
     }
     let mut events = state.store.subscribe();
     let Signals {
+        durability,
         mut cut,
         mut shutdown,
         bookmark_interval,
     } = signals;
+
     cut.borrow_and_update();
     shutdown.borrow_and_update();
     tokio::spawn(async move {
@@ -235,6 +247,7 @@ pub fn start(
                     Ok(ev) => {
                         progress = progress.max(ev.rv);
                         if let Some(t) = req.translate(&ev) {
+                            on_disk(durability.as_ref(), ev.rv).await;
                             if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
                                 return;
                             }
@@ -246,6 +259,7 @@ pub fn start(
                             progress = progress.max(now);
                             for ev in missed {
                                 if let Some(t) = req.translate(&ev) {
+                                    on_disk(durability.as_ref(), ev.rv).await;
                                     if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
                                         return;
                                     }
@@ -261,6 +275,7 @@ pub fn start(
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = ticker.tick(), if req.bookmarks => {
+                    on_disk(durability.as_ref(), progress).await;
                     if tx.send(Ok(req.bookmark(progress, false))).await.is_err() {
                         return;
                     }
