@@ -119,6 +119,14 @@ impl ByCluster {
     }
 }
 
+/// Drops every label of a cached object but the two the decisions read: its cluster and whether it is
+/// current.
+pub fn keep_decision_labels(meta: &mut ObjectMeta) {
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| k == LABEL_CLUSTER || k == LABEL_CURRENT);
+    }
+}
+
 /// The content hash of each object of one watch, by name, for a cache that keeps its objects without
 /// annotations.
 #[derive(Debug, Default)]
@@ -181,7 +189,7 @@ impl OpIndex {
     /// Drops what neither the controller nor apply reads of an operation the watch delivers, before the
     /// cache keeps it: the commit statuses (the reporter watches them itself), `managedFields`, the owner
     /// references, the labels but the cluster and current ones, and the annotations, whose content hash
-    /// this index keeps ([`OpIndex::content_hash`]). An operation with a schedule keeps its metadata: the
+    /// this index keeps ([`OpIndex::hashes`]). An operation with a schedule keeps its metadata: the
     /// scheduler copies it into the runs.
     pub fn slim(&self, op: &mut ClusterOperation) {
         op.metadata.managed_fields = None;
@@ -193,9 +201,7 @@ impl OpIndex {
             return;
         }
         op.metadata.owner_references = None;
-        if let Some(labels) = op.metadata.labels.as_mut() {
-            labels.retain(|k, _| k == LABEL_CLUSTER || k == LABEL_CURRENT);
-        }
+        keep_decision_labels(&mut op.metadata);
         self.hashes.take_annotations(&mut op.metadata);
     }
 

@@ -27,10 +27,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
-use super::cache::{ContentHashes, LabelIndex, OpIndex};
-use crate::api::{
-    managed_selector, Cluster, ClusterOperation, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY, MANAGED_BY,
-};
+use super::cache::{keep_decision_labels, ContentHashes, LabelIndex, OpIndex};
+use crate::api::{managed_selector, Cluster, ClusterOperation, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::materialize::apply::{Live, Written};
 
 /// How long the pass waits for the watches to show a cluster's last writes before listing it.
@@ -155,10 +153,7 @@ pub fn cluster_events(
     let slim = live.clone();
     watcher(api, managed())
         .default_backoff()
-        .modify(move |c: &mut Cluster| {
-            c.metadata.managed_fields = None;
-            slim.cluster_hashes.take_annotations(&mut c.metadata);
-        })
+        .modify(move |c: &mut Cluster| slim.slim_cluster(c))
         .reflect(writer)
         .inspect(move |event| {
             if let Ok(event) = event {
@@ -185,9 +180,7 @@ pub async fn watch_config_maps(
             cm.binary_data = None;
             cm.metadata.managed_fields = None;
             cm.metadata.annotations = None;
-            if let Some(labels) = cm.metadata.labels.as_mut() {
-                labels.retain(|k, _| k == LABEL_CLUSTER || k == LABEL_CURRENT);
-            }
+            keep_decision_labels(&mut cm.metadata);
         })
         .reflect(writer)
         .for_each(|event| {
@@ -252,6 +245,13 @@ impl LiveCache {
                 && self.config_maps.wait_until_ready().await.is_ok()
         };
         tokio::time::timeout(within, all).await.unwrap_or(false)
+    }
+
+    /// Drops what no decision reads of a Cluster the watch delivers: `managedFields`, and the
+    /// annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
+    fn slim_cluster(&self, cluster: &mut Cluster) {
+        cluster.metadata.managed_fields = None;
+        self.cluster_hashes.take_annotations(&mut cluster.metadata);
     }
 
     fn rv_of<K: Resource<DynamicType = ()> + Clone>(&self, store: &Store<K>, name: &str) -> Option<String> {
