@@ -561,3 +561,49 @@ async fn on_random_commit_sequences_plan_lists_exactly_the_writes_the_pass_makes
     }
     assert!(invalid > 0, "no invalid cluster in {cases} cases");
 }
+
+#[tokio::test]
+async fn an_entry_removed_is_canceled_by_a_pass_deciding_from_the_caches() {
+    let mut repo = RepoBuilder::new();
+    repo.cluster("a")
+        .op("a", "install", "cluster.yml")
+        .op("a", "upgrade", "upgrade-cluster.yml");
+    repo.commit("two operations");
+    let mut service = Service::start(repo).await;
+    service.reconcile().await;
+
+    // The cache keeps operations without most labels and annotations; what the pass needs of them (the
+    // current label, the content hash) must still decide: the removed entry is canceled and loses its
+    // current label, and the kept one is not written at all.
+    service.repo.file(
+        "clusters/a/operations.yml",
+        "- id: install\n  action: cluster.yml\n",
+    );
+    service.repo.commit("drop upgrade");
+    let wrote = service.pass(false).await;
+    let ops: Api<ClusterOperation> = Api::namespaced(service.server.client(), NS);
+    let mut seen = BTreeMap::new();
+    for op in ops.list(&Default::default()).await.unwrap() {
+        let phase = op
+            .status
+            .as_ref()
+            .map(|s| s.phase.to_string())
+            .unwrap_or_default();
+        let current = op.labels().get(kok::api::LABEL_CURRENT).cloned();
+        seen.insert(op.spec.id.clone(), (phase, current));
+    }
+    assert_eq!(
+        seen["upgrade"],
+        ("Canceled".to_string(), None),
+        "{seen:?} after {wrote:?}"
+    );
+    assert_eq!(seen["install"].1.as_deref(), Some("true"), "{seen:?}");
+    assert_eq!(
+        wrote
+            .get(&("ClusterOperation".to_string(), "writes"))
+            .copied()
+            .unwrap_or(0),
+        2,
+        "the cancel and the label of the removed entry, nothing for the kept one: {wrote:?}"
+    );
+}
