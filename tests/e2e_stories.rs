@@ -429,3 +429,53 @@ async fn a_status_the_forge_refuses_with_500_is_retried_and_delivered_once() {
     .await;
     assert_eq!(reported.description, successes[1].description);
 }
+
+/// `GLIBC_TUNABLES` in the environment of process `pid`.
+fn glibc_tunables(pid: u32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("read the process environment");
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|var| std::str::from_utf8(var).ok())
+        .find_map(|var| var.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kok_run_limits_malloc_arenas_in_its_own_process_unless_the_environment_chose() {
+    let api = meta_cluster().await;
+    let objects = &Objects::new(&api);
+    let (remote, _) = one_cluster_remote();
+    let kok = Kok::run(&api, &remote, &[]);
+    wait_for("the install operation", Some(&kok), || {
+        objects.operation("prod-bj", "install")
+    })
+    .await;
+    // Same process id: kok started itself again in place, and that start is the one that works.
+    assert_eq!(
+        glibc_tunables(kok.pid()).as_deref(),
+        Some("glibc.malloc.arena_max=1"),
+        "kok's log:\n{}",
+        kok.log()
+    );
+    drop(kok);
+
+    let api = meta_cluster().await;
+    let objects = &Objects::new(&api);
+    let (remote, _) = one_cluster_remote();
+    let kok = Kok::start(&e2e::KokOptions {
+        kubeconfig: api.kubeconfig_path().to_path_buf(),
+        repo: remote.bare(),
+        cache: remote.scratch("cache"),
+        log: remote.scratch("logs").join("kok.log"),
+        args: Vec::new(),
+        env: vec![("GLIBC_TUNABLES".into(), "glibc.malloc.arena_max=3".into())],
+    });
+    wait_for("the install operation", Some(&kok), || {
+        objects.operation("prod-bj", "install")
+    })
+    .await;
+    assert_eq!(
+        glibc_tunables(kok.pid()).as_deref(),
+        Some("glibc.malloc.arena_max=3"),
+        "an operator's own limit stays"
+    );
+}

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod arenas;
 pub mod crds;
 pub mod history;
 pub mod logs;
