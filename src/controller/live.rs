@@ -8,10 +8,10 @@
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
 //! The watches keep what the decisions read and drop the rest: every object its `managedFields`;
-//! ConfigMaps their data, annotations and labels but the cluster and current ones; operations the
-//! commit statuses the reporter delivers, their owner references and every label but those two;
-//! operations and Clusters their annotations (their content hashes are kept apart, and a snapshot
-//! puts them back).
+//! operations the commit statuses the reporter delivers, their owner references and every label but
+//! the cluster and current ones; operations and Clusters their annotations (their content hashes are
+//! kept apart, and a snapshot puts them back). ConfigMaps are not kept as objects at all but as
+//! records of what apply reads of them (see `config_maps`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -27,7 +27,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
-use super::cache::{keep_decision_labels, ContentHashes, LabelIndex, OpIndex};
+use super::cache::{ContentHashes, OpIndex};
+use super::config_maps::ConfigMapCache;
 use crate::api::{managed_selector, Cluster, ClusterOperation, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::materialize::apply::{Live, Written};
 
@@ -40,8 +41,6 @@ pub struct Feeds {
     pub operations: reflector::store::Writer<ClusterOperation>,
     /// Feeds the Cluster store.
     pub clusters: reflector::store::Writer<Cluster>,
-    /// Feeds the ConfigMap store.
-    pub config_maps: reflector::store::Writer<ConfigMap>,
     /// The view the stores make up.
     pub live: Arc<LiveCache>,
 }
@@ -55,11 +54,10 @@ pub struct LiveCache {
     pub clusters: Store<Cluster>,
     /// The content hashes of the cached Clusters.
     cluster_hashes: ContentHashes,
-    /// Every ConfigMap kok manages, without data.
-    config_maps: Store<ConfigMap>,
+    /// Every ConfigMap kok manages, as kok's own records.
+    config_maps: ConfigMapCache,
     /// Operations by cluster, and the running ones.
     pub op_index: Arc<OpIndex>,
-    cm_index: LabelIndex,
     /// Per cluster, what the pass's last writes left behind and the watches may not show yet.
     expected: Mutex<HashMap<String, Vec<Written>>>,
     /// The newest resourceVersion each watch has delivered (Cluster, ConfigMap, ClusterOperation): a
@@ -100,19 +98,16 @@ impl std::fmt::Debug for LiveCache {
 pub fn caches(namespace: &str) -> Feeds {
     let (operations, op_writer) = reflector::store::<ClusterOperation>();
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
-    let (config_maps, cm_writer) = reflector::store::<ConfigMap>();
     Feeds {
         operations: op_writer,
         clusters: cluster_writer,
-        config_maps: cm_writer,
         live: Arc::new(LiveCache {
             namespace: namespace.to_string(),
             operations,
             clusters,
-            config_maps,
+            config_maps: ConfigMapCache::default(),
             cluster_hashes: ContentHashes::default(),
             op_index: Arc::new(OpIndex::default()),
-            cm_index: LabelIndex::default(),
             expected: Mutex::new(HashMap::new()),
             progress: Default::default(),
         }),
@@ -165,34 +160,19 @@ pub fn cluster_events(
         })
 }
 
-/// Keeps the ConfigMap cache (names, labels and owners) until `stopped`.
-pub async fn watch_config_maps(
-    client: Client,
-    writer: reflector::store::Writer<ConfigMap>,
-    live: Arc<LiveCache>,
-    stopped: impl Future<Output = ()>,
-) {
+/// Keeps the ConfigMap cache (names, resourceVersions, labels and owners) until `stopped`.
+pub async fn watch_config_maps(client: Client, live: Arc<LiveCache>, stopped: impl Future<Output = ()>) {
     let api = Api::<ConfigMap>::namespaced(client, &live.namespace);
-    let events = watcher(api, managed())
-        .default_backoff()
-        .modify(|cm: &mut ConfigMap| {
-            cm.data = None;
-            cm.binary_data = None;
-            cm.metadata.managed_fields = None;
-            cm.metadata.annotations = None;
-            keep_decision_labels(&mut cm.metadata);
-        })
-        .reflect(writer)
-        .for_each(|event| {
-            match event {
-                Ok(event) => {
-                    live.cm_index.observe(&event);
-                    live.advance(Watch::ConfigMaps, &event);
-                }
-                Err(e) => warn!(error = %e, "watching ConfigMaps failed; retrying"),
+    let events = watcher(api, managed()).default_backoff().for_each(|event| {
+        match event {
+            Ok(event) => {
+                live.config_maps.observe(&event);
+                live.advance(Watch::ConfigMaps, &event);
             }
-            futures::future::ready(())
-        });
+            Err(e) => warn!(error = %e, "watching ConfigMaps failed; retrying"),
+        }
+        futures::future::ready(())
+    });
     tokio::select! {
         () = events => {}
         () = stopped => {}
@@ -206,12 +186,7 @@ impl Feeds {
             .for_each(|e| logged("ClusterOperations", e));
         let clusters =
             cluster_events(&client, self.live.clone(), self.clusters).for_each(|e| logged("Clusters", e));
-        let cms = watch_config_maps(
-            client.clone(),
-            self.config_maps,
-            self.live.clone(),
-            std::future::pending(),
-        );
+        let cms = watch_config_maps(client.clone(), self.live.clone(), std::future::pending());
         tokio::select! {
             _ = futures::future::join3(ops, clusters, cms) => {}
             () = stopped => {}
@@ -242,7 +217,10 @@ impl LiveCache {
         let all = async {
             self.operations.wait_until_ready().await.is_ok()
                 && self.clusters.wait_until_ready().await.is_ok()
-                && self.config_maps.wait_until_ready().await.is_ok()
+                && {
+                    self.config_maps.wait_until_listed().await;
+                    true
+                }
         };
         tokio::time::timeout(within, all).await.unwrap_or(false)
     }
@@ -280,7 +258,7 @@ impl LiveCache {
         let watch = Watch::of(w.kind);
         let have = match watch {
             Watch::Clusters => self.rv_of(&self.clusters, &w.name),
-            Watch::ConfigMaps => self.rv_of(&self.config_maps, &w.name),
+            Watch::ConfigMaps => self.config_maps.resource_version(&w.name),
             Watch::Operations => self.rv_of(&self.operations, &w.name),
         };
         match &w.resource_version {
@@ -342,15 +320,8 @@ impl LiveCache {
             self.cluster_hashes.restore(&mut c.metadata);
             c
         });
-        let config_maps: BTreeMap<String, ConfigMap> = self
-            .cm_index
-            .names_in(cluster)
-            .into_iter()
-            .filter_map(|name| {
-                let cm = self.config_maps.get(&ObjectRef::new(&name).within(ns))?;
-                Some((name, (*cm).clone()))
-            })
-            .collect();
+        let config_maps: BTreeMap<String, ConfigMap> =
+            self.config_maps.of_cluster(ns, cluster).into_iter().collect();
         let operations: BTreeMap<String, ClusterOperation> = self
             .op_index
             .names_in(cluster)

@@ -15,6 +15,7 @@
 
 pub mod cache;
 pub mod cluster;
+mod config_maps;
 pub mod credentials;
 pub mod job;
 pub mod live;
@@ -142,7 +143,6 @@ pub async fn run(
     let live::Feeds {
         operations: op_writer,
         clusters: cluster_writer,
-        config_maps: cm_writer,
         live,
     } = feeds;
 
@@ -225,7 +225,7 @@ pub async fn run(
     .with_config(controller_config())
     .reconcile_on(cluster_wake_rx)
     .graceful_shutdown_on(stopped());
-    let cm_cache = live::watch_config_maps(client.clone(), cm_writer, live.clone(), stopped());
+    let cm_cache = live::watch_config_maps(client.clone(), live.clone(), stopped());
     let secret_loop = watch_secrets(
         Api::namespaced(client.clone(), &ns),
         secret_writer,
