@@ -439,25 +439,9 @@ fn glibc_tunables(pid: u32) -> Option<String> {
         .find_map(|var| var.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kok_run_limits_malloc_arenas_in_its_own_process_unless_the_environment_chose() {
-    let api = meta_cluster().await;
-    let objects = &Objects::new(&api);
-    let (remote, _) = one_cluster_remote();
-    let kok = Kok::run(&api, &remote, &[]);
-    wait_for("the install operation", Some(&kok), || {
-        objects.operation("prod-bj", "install")
-    })
-    .await;
-    // Same process id: kok started itself again in place, and that start is the one that works.
-    assert_eq!(
-        glibc_tunables(kok.pid()).as_deref(),
-        Some("glibc.malloc.arena_max=1"),
-        "kok's log:\n{}",
-        kok.log()
-    );
-    drop(kok);
-
+/// `GLIBC_TUNABLES` of a `kok run` started with `env` added, read once it works (its pid is the
+/// one started: kok starts itself again in place, and that start is the one that works).
+async fn tunables_of_a_working_kok(env: &[(&str, &str)]) -> Option<String> {
     let api = meta_cluster().await;
     let objects = &Objects::new(&api);
     let (remote, _) = one_cluster_remote();
@@ -467,14 +451,25 @@ async fn kok_run_limits_malloc_arenas_in_its_own_process_unless_the_environment_
         cache: remote.scratch("cache"),
         log: remote.scratch("logs").join("kok.log"),
         args: Vec::new(),
-        env: vec![("GLIBC_TUNABLES".into(), "glibc.malloc.arena_max=3".into())],
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
     });
     wait_for("the install operation", Some(&kok), || {
         objects.operation("prod-bj", "install")
     })
     .await;
+    glibc_tunables(kok.pid())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kok_run_limits_malloc_arenas_in_its_own_process_unless_the_environment_chose() {
     assert_eq!(
-        glibc_tunables(kok.pid()).as_deref(),
+        tunables_of_a_working_kok(&[]).await.as_deref(),
+        Some("glibc.malloc.arena_max=1")
+    );
+    assert_eq!(
+        tunables_of_a_working_kok(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=3")])
+            .await
+            .as_deref(),
         Some("glibc.malloc.arena_max=3"),
         "an operator's own limit stays"
     );
