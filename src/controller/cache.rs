@@ -119,20 +119,40 @@ impl ByCluster {
     }
 }
 
-/// Drops every label of a cached object but the two the decisions read: its cluster and whether it is
-/// current.
-pub fn keep_decision_labels(meta: &mut ObjectMeta) {
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.retain(|k, _| k == LABEL_CLUSTER || k == LABEL_CURRENT);
+/// The labels decisions read of a cached object, in this order: its cluster, and whether it is current.
+const DECISION_LABELS: [&str; 2] = [LABEL_CLUSTER, LABEL_CURRENT];
+
+/// What a cache took off one object to put back for the decisions: its content hash and, for an
+/// operation, the two labels decisions read. A map of two labels alone costs a 0.5 KiB B-tree node.
+#[derive(Debug, Default)]
+struct Aside {
+    hash: Option<Box<str>>,
+    labels: [Option<Box<str>>; 2],
+}
+
+impl Aside {
+    fn is_empty(&self) -> bool {
+        self.hash.is_none() && self.labels.iter().all(Option::is_none)
     }
 }
 
-/// The content hash of each object of one watch, by name, for a cache that keeps its objects without
-/// annotations.
+/// What a cache keeps apart of each object of one watch, by name: the content hash of objects kept
+/// without annotations, and the cluster and current labels of objects kept without labels.
 #[derive(Debug, Default)]
-pub struct ContentHashes(Mutex<HashMap<Box<str>, Box<str>>>);
+pub struct SetAside(Mutex<HashMap<Box<str>, Aside>>);
 
-impl ContentHashes {
+impl SetAside {
+    /// Changes what is kept of `meta`'s object with `change`; an object with nothing kept is forgotten.
+    fn keep(&self, meta: &ObjectMeta, change: impl FnOnce(&mut Aside)) {
+        let name = meta.name.as_deref().unwrap_or_default();
+        let Ok(mut all) = self.0.lock() else { return };
+        let mut aside = all.remove(name).unwrap_or_default();
+        change(&mut aside);
+        if !aside.is_empty() {
+            all.insert(name.into(), aside);
+        }
+    }
+
     /// Takes the annotations off `meta`, keeping its content hash (or forgetting the name's hash when
     /// this version has none).
     pub fn take_annotations(&self, meta: &mut ObjectMeta) {
@@ -140,57 +160,64 @@ impl ContentHashes {
             .annotations
             .take()
             .and_then(|mut a| a.remove(ANNOTATION_CONTENT_HASH));
-        let name = meta.name.as_deref().unwrap_or_default();
-        if let Ok(mut hashes) = self.0.lock() {
-            match hash {
-                Some(hash) => {
-                    hashes.insert(name.into(), hash.into());
-                }
-                None => {
-                    hashes.remove(name);
-                }
-            }
-        }
+        self.keep(meta, |aside| aside.hash = hash.map(String::into_boxed_str));
+    }
+
+    /// Takes the labels off `meta`, keeping the two decisions read (or forgetting the name's when this
+    /// version has neither).
+    pub fn take_labels(&self, meta: &mut ObjectMeta) {
+        let mut labels = meta.labels.take().unwrap_or_default();
+        let kept = DECISION_LABELS.map(|key| labels.remove(key).map(String::into_boxed_str));
+        self.keep(meta, |aside| aside.labels = kept);
     }
 
     /// The content hash `name` had when its watch last showed it.
-    pub fn get(&self, name: &str) -> Option<String> {
-        self.0.lock().ok()?.get(name).map(|h| h.to_string())
+    pub fn hash(&self, name: &str) -> Option<String> {
+        self.0.lock().ok()?.get(name)?.hash.as_deref().map(str::to_string)
     }
 
     /// Forgets `name`, deleted.
     pub fn forget(&self, name: &str) {
-        if let Ok(mut hashes) = self.0.lock() {
-            hashes.remove(name);
+        if let Ok(mut all) = self.0.lock() {
+            all.remove(name);
         }
     }
 
-    /// Puts the content hash of `meta`'s object back on it.
+    /// Puts what was kept of `meta`'s object back on it.
     pub fn restore(&self, meta: &mut ObjectMeta) {
-        let hash = meta.name.as_deref().and_then(|name| self.get(name));
-        if let Some(hash) = hash {
+        let Some(name) = meta.name.as_deref() else { return };
+        let Ok(all) = self.0.lock() else { return };
+        let Some(aside) = all.get(name) else { return };
+        if let Some(hash) = &aside.hash {
             meta.annotations
                 .get_or_insert_with(Default::default)
-                .insert(ANNOTATION_CONTENT_HASH.to_string(), hash);
+                .insert(ANNOTATION_CONTENT_HASH.to_string(), hash.to_string());
+        }
+        for (key, value) in DECISION_LABELS.iter().zip(&aside.labels) {
+            if let Some(value) = value {
+                meta.labels
+                    .get_or_insert_with(Default::default)
+                    .insert(key.to_string(), value.to_string());
+            }
         }
     }
 }
 
-/// Names of operations by cluster, the names of the running ones, and the content hash of each cached
-/// operation (the cache keeps operations without annotations, see [`OpIndex::slim`]).
+/// Names of operations by cluster, the names of the running ones, and what the cache keeps apart of
+/// each operation (it keeps them without annotations or labels, see [`OpIndex::slim`]).
 #[derive(Debug, Default)]
 pub struct OpIndex {
     inner: Mutex<(ByCluster, BTreeSet<String>)>,
-    /// Content hashes of the cached operations.
-    pub hashes: ContentHashes,
+    /// The content hashes and decision labels of the cached operations.
+    pub aside: SetAside,
 }
 
 impl OpIndex {
     /// Drops what neither the controller nor apply reads of an operation the watch delivers, before the
     /// cache keeps it: the commit statuses (the reporter watches them itself), `managedFields`, the owner
-    /// references, the labels but the cluster and current ones, and the annotations, whose content hash
-    /// this index keeps ([`OpIndex::hashes`]). An operation with a schedule keeps its metadata: the
-    /// scheduler copies it into the runs.
+    /// references, and the labels and annotations: the cluster and current labels and the content hash
+    /// are kept apart ([`OpIndex::aside`]), and [`OpIndex::restore`] puts them back for the decisions.
+    /// An operation with a schedule keeps its metadata: the scheduler copies it into the runs.
     pub fn slim(&self, op: &mut ClusterOperation) {
         op.metadata.managed_fields = None;
         if let Some(status) = op.status.as_mut() {
@@ -201,8 +228,15 @@ impl OpIndex {
             return;
         }
         op.metadata.owner_references = None;
-        keep_decision_labels(&mut op.metadata);
-        self.hashes.take_annotations(&mut op.metadata);
+        self.aside.take_labels(&mut op.metadata);
+        self.aside.take_annotations(&mut op.metadata);
+    }
+
+    /// A copy of the cached `op` with what [`OpIndex::slim`] kept apart put back.
+    pub fn restore(&self, op: &ClusterOperation) -> ClusterOperation {
+        let mut op = op.clone();
+        self.aside.restore(&mut op.metadata);
+        op
     }
 
     /// Follows one watch event of the ClusterOperation watch.
@@ -218,7 +252,7 @@ impl OpIndex {
         }
         for gone in by_cluster.observe(event, |op| Some(op.spec.cluster.as_str())) {
             running.remove(&gone);
-            self.hashes.forget(&gone);
+            self.aside.forget(&gone);
         }
     }
 
@@ -256,7 +290,8 @@ impl LabelIndex {
     }
 }
 
-/// The operations of `cluster`, from the store through the index.
+/// The operations of `cluster`, from the store through the index, with their decision labels and
+/// content hashes.
 pub fn cluster_operations(
     store: &Store<ClusterOperation>,
     index: &OpIndex,
@@ -268,6 +303,7 @@ pub fn cluster_operations(
         .iter()
         .filter_map(|name| store.get(&ObjectRef::new(name).within(namespace)))
         .filter(|op| op.spec.cluster == cluster)
+        .map(|op| Arc::new(index.restore(&op)))
         .collect()
 }
 
@@ -292,7 +328,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_an_operation_slim_and_its_content_hash_in_the_index() {
+    fn the_cache_keeps_an_operation_slim_and_its_hash_and_decision_labels_in_the_index() {
         use crate::api::{LABEL_MANAGED_BY, LABEL_OPERATION};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
         let index = OpIndex::default();
@@ -300,10 +336,15 @@ mod tests {
             let mut o = op("a1", "a", Phase::Queued);
             o.spec.schedule = schedule.map(str::to_string);
             o.metadata.labels = Some(
-                [LABEL_MANAGED_BY, LABEL_CLUSTER, LABEL_CURRENT, LABEL_OPERATION]
-                    .into_iter()
-                    .map(|k| (k.to_string(), "x".to_string()))
-                    .collect(),
+                [
+                    (LABEL_MANAGED_BY, "kok"),
+                    (LABEL_CLUSTER, "a"),
+                    (LABEL_CURRENT, "true"),
+                    (LABEL_OPERATION, "install"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             );
             o.metadata.annotations = Some(
                 [
@@ -319,26 +360,50 @@ mod tests {
         };
         let mut slim = full(None);
         index.slim(&mut slim);
-        let labels: Vec<&String> = slim.labels().keys().collect();
-        assert_eq!(labels, [LABEL_CLUSTER, LABEL_CURRENT]);
+        assert!(slim.metadata.labels.is_none());
         assert!(slim.metadata.annotations.is_none());
         assert!(slim.metadata.owner_references.is_none());
-        assert_eq!(index.hashes.get("a1").as_deref(), Some("h1"));
-
-        let mut unhashed = op("a1", "a", Phase::Queued);
-        index.slim(&mut unhashed);
+        assert_eq!(index.aside.hash("a1").as_deref(), Some("h1"));
+        let restored = index.restore(&slim);
+        let labels: Vec<(&str, &str)> = restored
+            .labels()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(labels, [(LABEL_CLUSTER, "a"), (LABEL_CURRENT, "true")]);
+        assert!(super::super::queue::is_current(&restored));
         assert_eq!(
-            index.hashes.get("a1"),
-            None,
-            "a later version without a hash has none"
+            restored
+                .annotations()
+                .get(ANNOTATION_CONTENT_HASH)
+                .map(String::as_str),
+            Some("h1")
         );
+
+        // A later version without a hash or the current label has neither once restored.
+        let mut later = op("a1", "a", Phase::Queued);
+        later.metadata.labels = Some([(LABEL_CLUSTER.to_string(), "a".to_string())].into());
+        index.slim(&mut later);
+        assert_eq!(index.aside.hash("a1"), None);
+        let restored = index.restore(&later);
+        assert!(!super::super::queue::is_current(&restored));
+        assert_eq!(restored.labels().len(), 1);
+        assert!(restored.metadata.annotations.is_none());
 
         index.slim(&mut full(None));
         index.observe(&watcher::Event::Delete(op("a1", "a", Phase::Queued)));
         assert_eq!(
-            index.hashes.get("a1"),
+            index.aside.hash("a1"),
             None,
             "a deleted operation's hash goes with it"
+        );
+        assert!(
+            index
+                .restore(&op("a1", "a", Phase::Queued))
+                .metadata
+                .labels
+                .is_none(),
+            "and its labels"
         );
 
         let mut base = full(Some("0 3 * * *"));

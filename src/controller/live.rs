@@ -8,9 +8,9 @@
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
 //! The watches keep what the decisions read and drop the rest: every object its `managedFields`;
-//! operations the commit statuses the reporter delivers, their owner references and every label but
-//! the cluster and current ones; operations and Clusters their annotations (their content hashes are
-//! kept apart, and a snapshot puts them back). ConfigMaps are not kept as objects at all but as
+//! operations the commit statuses the reporter delivers, their owner references, labels and
+//! annotations, and Clusters their annotations. The cluster and current labels and the content hashes
+//! are kept apart, and a snapshot puts them back. ConfigMaps are not kept as objects at all but as
 //! records of what apply reads of them (see `config_maps`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -27,7 +27,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
-use super::cache::{ContentHashes, OpIndex};
+use super::cache::{OpIndex, SetAside};
 use super::config_maps::ConfigMapCache;
 use crate::api::{managed_selector, Cluster, ClusterOperation, LABEL_MANAGED_BY, MANAGED_BY};
 use crate::materialize::apply::{Live, Written};
@@ -52,8 +52,8 @@ pub struct LiveCache {
     pub operations: Store<ClusterOperation>,
     /// Every Cluster kok manages, without annotations.
     pub clusters: Store<Cluster>,
-    /// The content hashes of the cached Clusters.
-    cluster_hashes: ContentHashes,
+    /// The content hashes of the cached Clusters (kept without annotations).
+    cluster_aside: SetAside,
     /// Every ConfigMap kok manages, as kok's own records.
     config_maps: ConfigMapCache,
     /// Operations by cluster, and the running ones.
@@ -106,7 +106,7 @@ pub fn caches(namespace: &str) -> Feeds {
             operations,
             clusters,
             config_maps: ConfigMapCache::default(),
-            cluster_hashes: ContentHashes::default(),
+            cluster_aside: SetAside::default(),
             op_index: Arc::new(OpIndex::default()),
             expected: Mutex::new(HashMap::new()),
             progress: Default::default(),
@@ -153,7 +153,7 @@ pub fn cluster_events(
         .inspect(move |event| {
             if let Ok(event) = event {
                 if let watcher::Event::Delete(c) = event {
-                    live.cluster_hashes.forget(&c.name_any());
+                    live.cluster_aside.forget(&c.name_any());
                 }
                 live.advance(Watch::Clusters, event);
             }
@@ -229,7 +229,7 @@ impl LiveCache {
     /// annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
     fn slim_cluster(&self, cluster: &mut Cluster) {
         cluster.metadata.managed_fields = None;
-        self.cluster_hashes.take_annotations(&mut cluster.metadata);
+        self.cluster_aside.take_annotations(&mut cluster.metadata);
     }
 
     fn rv_of<K: Resource<DynamicType = ()> + Clone>(&self, store: &Store<K>, name: &str) -> Option<String> {
@@ -317,7 +317,7 @@ impl LiveCache {
         let ns = self.namespace.as_str();
         let cluster_obj = self.clusters.get(&ObjectRef::new(cluster).within(ns)).map(|c| {
             let mut c = (*c).clone();
-            self.cluster_hashes.restore(&mut c.metadata);
+            self.cluster_aside.restore(&mut c.metadata);
             c
         });
         let config_maps: BTreeMap<String, ConfigMap> =
@@ -328,12 +328,9 @@ impl LiveCache {
             .into_iter()
             .filter_map(|name| {
                 let op = self.operations.get(&ObjectRef::new(&name).within(ns))?;
-                if op.labels().get(crate::api::LABEL_CLUSTER).map(String::as_str) != Some(cluster) {
-                    return None;
-                }
-                let mut op = (*op).clone();
-                self.op_index.hashes.restore(&mut op.metadata);
-                Some((name, op))
+                let op = self.op_index.restore(&op);
+                (op.labels().get(crate::api::LABEL_CLUSTER).map(String::as_str) == Some(cluster))
+                    .then_some((name, op))
             })
             .collect();
         Live {

@@ -317,7 +317,7 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
     }
     let all = siblings_of(ctx, &op.spec.cluster);
     let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
-    if !released_by_removal(op, &siblings) {
+    if !released_by_removal(&ctx.index.restore(op), &siblings) {
         return Ok(());
     }
     let note = format!(
@@ -428,7 +428,14 @@ async fn start_or_wait(
     busy.remove(&op.name_any());
     let all = siblings_of(ctx, &op.spec.cluster);
     let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
-    if let Err(why) = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs) {
+    let decided = ctx.index.restore(op);
+    if let Err(why) = decide(
+        &decided,
+        &siblings,
+        &busy,
+        busy.len(),
+        ctx.config.max_concurrent_jobs,
+    ) {
         if matches!(why, Wait::NoJobSlot { .. }) {
             if let Ok(mut w) = ctx.slot_waiters.lock() {
                 w.insert(ObjectRef::from(op));
