@@ -185,10 +185,20 @@ impl SetAside {
 
     /// Puts what was kept of `meta`'s object back on it.
     pub fn restore(&self, meta: &mut ObjectMeta) {
+        self.put_back(meta, true);
+    }
+
+    /// Puts the kept labels back on `meta`'s object, not its content hash (which the queue's decisions
+    /// do not read).
+    pub fn restore_labels(&self, meta: &mut ObjectMeta) {
+        self.put_back(meta, false);
+    }
+
+    fn put_back(&self, meta: &mut ObjectMeta, with_hash: bool) {
         let Some(name) = meta.name.as_deref() else { return };
         let Ok(all) = self.0.lock() else { return };
         let Some(aside) = all.get(name) else { return };
-        if let Some(hash) = &aside.hash {
+        if let Some(hash) = aside.hash.as_ref().filter(|_| with_hash) {
             meta.annotations
                 .get_or_insert_with(Default::default)
                 .insert(ANNOTATION_CONTENT_HASH.to_string(), hash.to_string());
@@ -232,10 +242,18 @@ impl OpIndex {
         self.aside.take_annotations(&mut op.metadata);
     }
 
-    /// A copy of the cached `op` with what [`OpIndex::slim`] kept apart put back.
+    /// A copy of the cached `op` with what [`OpIndex::slim`] kept apart put back, for apply.
     pub fn restore(&self, op: &ClusterOperation) -> ClusterOperation {
         let mut op = op.clone();
         self.aside.restore(&mut op.metadata);
+        op
+    }
+
+    /// A copy of the cached `op` with its cluster and current labels put back, for the queue's
+    /// decisions.
+    pub fn with_labels(&self, op: &ClusterOperation) -> ClusterOperation {
+        let mut op = op.clone();
+        self.aside.restore_labels(&mut op.metadata);
         op
     }
 
@@ -290,8 +308,8 @@ impl LabelIndex {
     }
 }
 
-/// The operations of `cluster`, from the store through the index, with their decision labels and
-/// content hashes.
+/// The operations of `cluster`, from the store through the index, with their cluster and current
+/// labels (for the queue's decisions).
 pub fn cluster_operations(
     store: &Store<ClusterOperation>,
     index: &OpIndex,
@@ -303,7 +321,7 @@ pub fn cluster_operations(
         .iter()
         .filter_map(|name| store.get(&ObjectRef::new(name).within(namespace)))
         .filter(|op| op.spec.cluster == cluster)
-        .map(|op| Arc::new(index.restore(&op)))
+        .map(|op| Arc::new(index.with_labels(&op)))
         .collect()
 }
 

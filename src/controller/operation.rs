@@ -176,9 +176,14 @@ fn wake_slot_waiters(ctx: &Context) {
 
 /// Schedules a reconcile of every operation of `cluster` that waits, so the next one starts at once.
 fn wake_cluster(ctx: &Context, cluster: &str) {
-    for o in siblings_of(ctx, cluster) {
-        if matches!(phase(&o), Phase::Pending | Phase::Queued) {
-            let _ = ctx.wake.unbounded_send(ObjectRef::from(o.as_ref()));
+    for name in ctx.index.names_in(cluster) {
+        let key = ObjectRef::<ClusterOperation>::new(&name).within(&ctx.config.namespace);
+        let waits = ctx
+            .operations
+            .get(&key)
+            .is_some_and(|o| matches!(phase(&o), Phase::Pending | Phase::Queued));
+        if waits {
+            let _ = ctx.wake.unbounded_send(key);
         }
     }
 }
@@ -317,7 +322,7 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
     }
     let all = siblings_of(ctx, &op.spec.cluster);
     let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
-    if !released_by_removal(&ctx.index.restore(op), &siblings) {
+    if !released_by_removal(&ctx.index.with_labels(op), &siblings) {
         return Ok(());
     }
     let note = format!(
@@ -428,7 +433,7 @@ async fn start_or_wait(
     busy.remove(&op.name_any());
     let all = siblings_of(ctx, &op.spec.cluster);
     let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
-    let decided = ctx.index.restore(op);
+    let decided = ctx.index.with_labels(op);
     if let Err(why) = decide(
         &decided,
         &siblings,
