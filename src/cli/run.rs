@@ -244,7 +244,9 @@ impl Args {
 
 /// Runs `kok run` until SIGTERM or SIGINT.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    super::arenas::limit();
+    if !args.local {
+        super::arenas::limit();
+    }
     // libgit2 would keep every small tree a pass reads (one per cluster directory) in its object cache
     // for as long as kok runs; a pass keeps the trees it reads itself (`source::tree::Trees`).
     git2::opts::enable_caching(false);
