@@ -143,13 +143,24 @@ pub struct SetAside(Mutex<HashMap<Box<str>, Aside>>);
 
 impl SetAside {
     /// Changes what is kept of `meta`'s object with `change`; an object with nothing kept is forgotten.
+    /// A known name is changed in place, so a watch event allocates nothing here.
     fn keep(&self, meta: &ObjectMeta, change: impl FnOnce(&mut Aside)) {
         let name = meta.name.as_deref().unwrap_or_default();
         let Ok(mut all) = self.0.lock() else { return };
-        let mut aside = all.remove(name).unwrap_or_default();
-        change(&mut aside);
-        if !aside.is_empty() {
-            all.insert(name.into(), aside);
+        match all.get_mut(name) {
+            Some(aside) => {
+                change(aside);
+                if aside.is_empty() {
+                    all.remove(name);
+                }
+            }
+            None => {
+                let mut aside = Aside::default();
+                change(&mut aside);
+                if !aside.is_empty() {
+                    all.insert(name.into(), aside);
+                }
+            }
         }
     }
 
