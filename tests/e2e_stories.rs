@@ -439,9 +439,10 @@ fn glibc_tunables(pid: u32) -> Option<String> {
         .find_map(|var| var.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
 }
 
-/// `GLIBC_TUNABLES` of a `kok run` started with `env` added, read once it works (its pid is the
-/// one started: kok starts itself again in place, and that start is the one that works).
-async fn tunables_of_a_working_kok(env: &[(&str, &str)]) -> Option<String> {
+/// `GLIBC_TUNABLES` of a `kok run` started with `env` added, read once it works: as
+/// `/proc/<pid>/environ` shows it (its pid is the one started: kok starts itself again in place, and
+/// that start is the one that works) and as kok logs it. glibc keeps only some tunables in the former.
+async fn tunables_of_a_working_kok(env: &[(&str, &str)]) -> (Option<String>, String) {
     let api = meta_cluster().await;
     let objects = &Objects::new(&api);
     let (remote, _) = one_cluster_remote();
@@ -457,20 +458,32 @@ async fn tunables_of_a_working_kok(env: &[(&str, &str)]) -> Option<String> {
         objects.operation("prod-bj", "install")
     })
     .await;
-    glibc_tunables(kok.pid())
+    let logged = kok
+        .log()
+        .lines()
+        .find(|line| line.contains("malloc settings"))
+        .unwrap_or_else(|| panic!("kok logs its malloc settings; its log:\n{}", kok.log()))
+        .to_string();
+    (glibc_tunables(kok.pid()), logged)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kok_run_limits_malloc_arenas_in_its_own_process_unless_the_environment_chose() {
-    assert_eq!(
-        tunables_of_a_working_kok(&[]).await.as_deref(),
-        Some("glibc.malloc.arena_max=1")
+async fn kok_run_sets_its_malloc_tunables_in_its_own_process_unless_the_environment_chose() {
+    let (environ, logged) = tunables_of_a_working_kok(&[]).await;
+    assert_eq!(environ.as_deref(), Some("glibc.malloc.arena_max=1"));
+    assert!(
+        logged.contains("glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=131072"),
+        "{logged}"
     );
+    let (environ, logged) =
+        tunables_of_a_working_kok(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=3")]).await;
     assert_eq!(
-        tunables_of_a_working_kok(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=3")])
-            .await
-            .as_deref(),
+        environ.as_deref(),
         Some("glibc.malloc.arena_max=3"),
-        "an operator's own limit stays"
+        "an operator's own arena limit stays"
+    );
+    assert!(
+        logged.contains("glibc.malloc.arena_max=3:glibc.malloc.mmap_threshold=131072"),
+        "kok adds only what the environment does not set: {logged}"
     );
 }

@@ -4,10 +4,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-mod arenas;
 pub mod crds;
 pub mod history;
 pub mod logs;
+mod malloc;
 pub mod plan;
 pub mod render;
 pub mod run;
