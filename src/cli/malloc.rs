@@ -41,7 +41,7 @@ fn with_kok_tunables(current: Option<&OsStr>) -> Option<OsString> {
         if set.contains(&name) {
             continue;
         }
-        if !tunables.is_empty() {
+        if !tunables.is_empty() && !tunables.ends_with(':') {
             tunables.push(':');
         }
         tunables.push_str(&format!("{name}={value}"));
@@ -109,6 +109,11 @@ mod tests {
             with_kok_tunables(Some(OsStr::new(KOK))),
             None,
             "a restarted kok stops there"
+        );
+        assert_eq!(
+            with_kok_tunables(Some(OsStr::new("glibc.malloc.check=0:"))),
+            Some(format!("glibc.malloc.check=0:{KOK}").into()),
+            "no empty tunable between the environment's and kok's"
         );
         // A tunable whose name only starts like one of kok's is another one.
         assert_eq!(

@@ -9,9 +9,10 @@
 //!
 //! The watches keep what the decisions read and drop the rest: every object its `managedFields`;
 //! operations the commit statuses the reporter delivers, their owner references, labels and
-//! annotations, and Clusters their annotations. The cluster and current labels and the content hashes
-//! are kept apart, and a snapshot puts them back. ConfigMaps are not kept as objects at all but as
-//! records of what apply reads of them (see `config_maps`).
+//! annotations, and Clusters their labels (the watch selects kok's own, and nothing reads them) and
+//! annotations. The operations' cluster and current labels and the content hashes are kept apart,
+//! and a snapshot puts them back. ConfigMaps are not kept as objects at all but as records of what
+//! apply reads of them (see `config_maps`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -29,7 +30,7 @@ use tracing::{debug, warn};
 
 use super::cache::{OpIndex, SetAside};
 use super::config_maps::ConfigMapCache;
-use crate::api::{managed_selector, Cluster, ClusterOperation, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::api::{managed_selector, Cluster, ClusterOperation};
 use crate::materialize::apply::{Live, Written};
 
 /// How long the pass waits for the watches to show a cluster's last writes before listing it.
@@ -229,6 +230,7 @@ impl LiveCache {
     /// annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
     fn slim_cluster(&self, cluster: &mut Cluster) {
         cluster.metadata.managed_fields = None;
+        cluster.metadata.labels = None;
         self.cluster_aside.take_annotations(&mut cluster.metadata);
     }
 
@@ -340,20 +342,57 @@ impl LiveCache {
         }
     }
 
-    /// Names of the Clusters kok manages, as the watch shows them.
+    /// Names of the Clusters kok manages, as the watch shows them (it selects kok's own).
     pub fn cluster_names(&self) -> BTreeSet<String> {
-        self.clusters
-            .state()
-            .iter()
-            .filter(|c| c.labels().get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY))
-            .map(|c| c.name_any())
-            .collect()
+        self.clusters.state().iter().map(|c| c.name_any()).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_cluster_keeps_no_labels_and_a_snapshot_puts_its_content_hash_back() {
+        let Feeds {
+            clusters: mut writer,
+            live,
+            ..
+        } = caches("kok");
+        let mut cluster: Cluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kok.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {
+                "name": "prod-bj",
+                "namespace": "kok",
+                "uid": "u-1",
+                "resourceVersion": "7",
+                "labels": {crate::api::LABEL_MANAGED_BY: crate::api::MANAGED_BY, "kok.dev/cluster": "prod-bj"},
+                "annotations": {crate::api::ANNOTATION_CONTENT_HASH: "h1"},
+            },
+            "spec": {
+                "hostsConfRef": {"name": "prod-bj-hosts"},
+                "varsConfRef": {"name": "prod-bj-vars"},
+                "source": {"path": "clusters/prod-bj", "revision": "main"},
+            },
+        }))
+        .expect("a Cluster");
+        live.slim_cluster(&mut cluster);
+        assert_eq!(cluster.metadata.labels, None);
+        assert_eq!(cluster.metadata.annotations, None);
+        writer.apply_watcher_event(&watcher::Event::Apply(cluster));
+
+        assert_eq!(live.cluster_names(), BTreeSet::from(["prod-bj".to_string()]));
+        let cached = live.snapshot("prod-bj").cluster.expect("the cached Cluster");
+        assert_eq!(
+            cached
+                .annotations()
+                .get(crate::api::ANNOTATION_CONTENT_HASH)
+                .map(String::as_str),
+            Some("h1")
+        );
+        assert_eq!(cached.metadata.uid.as_deref(), Some("u-1"));
+    }
 
     #[test]
     fn a_write_is_seen_at_its_resource_version_or_later() {
