@@ -299,6 +299,56 @@ async fn a_periodic_resync_decides_from_the_caches_and_rewrites_only_what_change
 }
 
 #[tokio::test]
+async fn a_periodic_resync_removes_a_cluster_the_caches_show_and_the_tree_does_not_have() {
+    let mut repo = RepoBuilder::new();
+    for name in ["a", "b"] {
+        repo.cluster(name).op(name, "install", "cluster.yml");
+    }
+    repo.commit("two clusters");
+    let mut service = Service::start(repo).await;
+    service.reconcile().await;
+    // A Cluster of kok's that no directory of the tree has any more (its removal happened while
+    // kok was away, say): only the resync's comparison with the cached Clusters finds it.
+    let clusters: Api<Cluster> = Api::namespaced(service.server.client(), NS);
+    let mut stray = clusters.get("a").await.unwrap();
+    stray.metadata = kube::api::ObjectMeta {
+        name: Some("z".into()),
+        namespace: Some(NS.into()),
+        labels: stray.metadata.labels.take().map(|mut labels| {
+            labels.insert(LABEL_CLUSTER.into(), "z".into());
+            labels
+        }),
+        ..Default::default()
+    };
+    stray.status = None;
+    clusters.create(&Default::default(), &stray).await.unwrap();
+    let stray_ref = kube::runtime::reflector::ObjectRef::new("z").within(NS);
+    for _ in 0..1000 {
+        if service.live.clusters.get(&stray_ref).is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        service.live.cluster_names(),
+        ["a", "b", "z"].map(String::from).into(),
+        "the cache holds kok's Clusters, labels or not"
+    );
+
+    service.pass(true).await;
+    assert!(
+        clusters.get_opt("z").await.unwrap().is_none(),
+        "the stray Cluster is removed"
+    );
+    for name in ["a", "b"] {
+        assert!(
+            clusters.get_opt(name).await.unwrap().is_some(),
+            "cluster {name} stays"
+        );
+    }
+}
+
+#[tokio::test]
 async fn an_object_the_pass_wrote_and_someone_deleted_does_not_keep_its_cluster_off_the_caches() {
     let mut repo = RepoBuilder::new();
     repo.cluster("a").op("a", "install", "cluster.yml");
