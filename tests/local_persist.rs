@@ -158,6 +158,16 @@ impl Kok {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// `GLIBC_TUNABLES` in the environment of the running kok process.
+    fn glibc_tunables(&self) -> Option<String> {
+        let pid = self.child.as_ref().expect("kok runs").id();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("read kok's environment");
+        environ
+            .split(|b| *b == 0)
+            .filter_map(|var| std::str::from_utf8(var).ok())
+            .find_map(|var| var.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
+    }
+
     fn exited(&mut self) -> Option<ExitStatus> {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
@@ -308,6 +318,10 @@ async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none
     let sha = f.commit_operations(&["first"]);
     let mut kok = Kok::start(&f, "kok-1");
     let client = kok.client(&f).await;
+    // Local mode keeps glibc's malloc defaults (its embedded server runs slower with one arena):
+    // it neither starts itself again with kok's tunables nor logs them.
+    assert_eq!(kok.glibc_tunables(), std::env::var("GLIBC_TUNABLES").ok());
+    assert!(!kok.log().contains("malloc settings"), "{}", kok.log());
     let before = succeeded(&mut kok, &client, "first").await;
     delivered(&mut kok, &f, &sha, "kok/local/first: success").await;
     let jobs_before = jobs(&client).await;
