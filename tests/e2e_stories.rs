@@ -3,6 +3,8 @@
 
 mod e2e;
 mod forge;
+#[path = "common/kok.rs"]
+mod kok_process;
 
 use e2e::{
     assert_pending_then, github_args, hosts, job_name, meta_cluster, posted, posted_for, wait_for, Kok,
@@ -430,15 +432,6 @@ async fn a_status_the_forge_refuses_with_500_is_retried_and_delivered_once() {
     assert_eq!(reported.description, successes[1].description);
 }
 
-/// `GLIBC_TUNABLES` in the environment of process `pid`.
-fn glibc_tunables(pid: u32) -> Option<String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("read the process environment");
-    environ
-        .split(|b| *b == 0)
-        .filter_map(|var| std::str::from_utf8(var).ok())
-        .find_map(|var| var.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
-}
-
 /// `GLIBC_TUNABLES` of a `kok run` started with `env` added, read once it works: as
 /// `/proc/<pid>/environ` shows it (its pid is the one started: kok starts itself again in place, and
 /// that start is the one that works) and as kok logs it. glibc keeps only some tunables in the former.
@@ -464,7 +457,7 @@ async fn tunables_of_a_working_kok(env: &[(&str, &str)]) -> (Option<String>, Str
         .find(|line| line.contains("malloc settings"))
         .unwrap_or_else(|| panic!("kok logs its malloc settings; its log:\n{}", kok.log()))
         .to_string();
-    (glibc_tunables(kok.pid()), logged)
+    (kok_process::glibc_tunables(kok.pid()), logged)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 #[path = "common/git.rs"]
 mod git_cli;
+#[path = "common/kok.rs"]
+mod kok_process;
 use git_cli::git;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -160,12 +162,7 @@ impl Kok {
 
     /// `GLIBC_TUNABLES` in the environment of the running kok process.
     fn glibc_tunables(&self) -> Option<String> {
-        let pid = self.child.as_ref().expect("kok runs").id();
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("read kok's environment");
-        environ
-            .split(|b| *b == 0)
-            .filter_map(|var| std::str::from_utf8(var).ok())
-            .find_map(|var| var.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
+        kok_process::glibc_tunables(self.child.as_ref().expect("kok runs").id())
     }
 
     fn exited(&mut self) -> Option<ExitStatus> {

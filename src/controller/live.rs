@@ -226,8 +226,8 @@ impl LiveCache {
         tokio::time::timeout(within, all).await.unwrap_or(false)
     }
 
-    /// Drops what no decision reads of a Cluster the watch delivers: `managedFields`, and the
-    /// annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
+    /// Drops what no decision reads of a Cluster the watch delivers: `managedFields`, the labels, and
+    /// the annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
     fn slim_cluster(&self, cluster: &mut Cluster) {
         cluster.metadata.managed_fields = None;
         cluster.metadata.labels = None;
