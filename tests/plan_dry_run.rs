@@ -359,15 +359,14 @@ async fn an_object_the_pass_wrote_and_someone_deleted_does_not_keep_its_cluster_
     let name = service.operations().await.pop().expect("the install operation");
     let api: Api<ClusterOperation> = Api::namespaced(service.server.client(), NS);
     api.delete(&name, &Default::default()).await.unwrap();
-    let gone = kube::runtime::reflector::ObjectRef::new(&name).within(NS);
     for _ in 0..1000 {
-        if service.live.operations.get(&gone).is_none() {
+        if service.live.operations.get(&name).is_none() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert!(
-        service.live.operations.get(&gone).is_none(),
+        service.live.operations.get(&name).is_none(),
         "the watch shows the delete"
     );
     // The watch is past the write, so the cluster's view is trusted at once, without the operation.

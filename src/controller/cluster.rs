@@ -15,14 +15,13 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
 use super::queue::{history_to_delete, phase, queue_order};
 use super::secret::check_cached;
-use super::{Context, ControllerError};
+use super::{Action, Context, ControllerError};
 use crate::api::{
     Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, SecretRef,
     DEFAULT_HISTORY_LIMIT,
@@ -183,11 +182,12 @@ fn cluster_error(cluster: &Cluster, action: String) -> impl FnOnce(kube::Error) 
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     let ns = ctx.config.namespace.as_str();
     let name = cluster.name_any();
-    if ctx.operations.wait_until_ready().await.is_err() || ctx.secrets.wait_until_ready().await.is_err() {
+    ctx.operations.wait_until_listed().await;
+    if ctx.secrets.wait_until_ready().await.is_err() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    let all = super::cache::cluster_operations(&ctx.operations, &ctx.index, ns, &name);
-    let ops: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
+    let all = ctx.operations.operations_in(&name);
+    let ops: Vec<&ClusterOperation> = all.iter().collect();
 
     let secret = match &cluster.spec.ssh_auth_ref {
         None => Ok("NoSecret"),

@@ -7,12 +7,10 @@
 //! until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
-//! The watches keep what the decisions read and drop the rest: every object its `managedFields`;
-//! operations the commit statuses the reporter delivers, their owner references, labels and
-//! annotations, and Clusters their labels (the watch selects kok's own, and nothing reads them) and
-//! annotations. The operations' cluster and current labels and the content hashes are kept apart,
-//! and a snapshot puts them back. ConfigMaps are not kept as objects at all but as records of what
-//! apply reads of them (see `config_maps`).
+//! The watches keep what the decisions read and drop the rest: every object its `managedFields`,
+//! Clusters their labels (the watch selects kok's own, and nothing reads them) and annotations (the
+//! content hash is kept apart, and a snapshot puts it back). Operations and ConfigMaps are not kept as
+//! objects at all but as kok's own records of what is read of them (see `op_cache` and `config_maps`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -28,8 +26,9 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
-use super::cache::{OpIndex, SetAside};
+use super::cache::SetAside;
 use super::config_maps::ConfigMapCache;
+use super::op_cache::OpCache;
 use crate::api::{managed_selector, Cluster, ClusterOperation};
 use crate::materialize::apply::{Live, Written};
 
@@ -38,8 +37,6 @@ pub const CATCH_UP: Duration = Duration::from_secs(2);
 
 /// The writing ends of the watch caches: the controller (or [`Feeds::watch`]) runs the watches.
 pub struct Feeds {
-    /// Feeds the ClusterOperation store.
-    pub operations: reflector::store::Writer<ClusterOperation>,
     /// Feeds the Cluster store.
     pub clusters: reflector::store::Writer<Cluster>,
     /// The view the stores make up.
@@ -49,16 +46,14 @@ pub struct Feeds {
 /// The live objects kok manages in its namespace, from its watches.
 pub struct LiveCache {
     namespace: String,
-    /// Every ClusterOperation kok manages.
-    pub operations: Store<ClusterOperation>,
+    /// Every ClusterOperation kok manages, as kok's own records, by cluster.
+    pub operations: Arc<OpCache>,
     /// Every Cluster kok manages, without annotations.
     pub clusters: Store<Cluster>,
     /// The content hashes of the cached Clusters (kept without annotations).
     cluster_aside: SetAside,
     /// Every ConfigMap kok manages, as kok's own records.
     config_maps: ConfigMapCache,
-    /// Operations by cluster, and the running ones.
-    pub op_index: Arc<OpIndex>,
     /// Per cluster, what the pass's last writes left behind and the watches may not show yet.
     expected: Mutex<HashMap<String, Vec<Written>>>,
     /// The newest resourceVersion each watch has delivered (Cluster, ConfigMap, ClusterOperation): a
@@ -97,18 +92,15 @@ impl std::fmt::Debug for LiveCache {
 
 /// Empty caches of `namespace` and the ends that fill them.
 pub fn caches(namespace: &str) -> Feeds {
-    let (operations, op_writer) = reflector::store::<ClusterOperation>();
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
     Feeds {
-        operations: op_writer,
         clusters: cluster_writer,
         live: Arc::new(LiveCache {
             namespace: namespace.to_string(),
-            operations,
+            operations: Arc::new(OpCache::new(namespace)),
             clusters,
             config_maps: ConfigMapCache::default(),
             cluster_aside: SetAside::default(),
-            op_index: Arc::new(OpIndex::default()),
             expected: Mutex::new(HashMap::new()),
             progress: Default::default(),
         }),
@@ -119,24 +111,18 @@ fn managed() -> watcher::Config {
     watcher::Config::default().labels(&managed_selector())
 }
 
-/// The ClusterOperation watch, feeding the store and the index.
+/// The ClusterOperation watch, feeding the operation cache; its events come after the cache took them.
 pub fn operation_events(
     client: &Client,
     live: Arc<LiveCache>,
-    writer: reflector::store::Writer<ClusterOperation>,
 ) -> impl Stream<Item = Result<watcher::Event<ClusterOperation>, watcher::Error>> + Send {
     let api = Api::<ClusterOperation>::namespaced(client.clone(), &live.namespace);
-    let index = live.op_index.clone();
-    watcher(api, managed())
-        .default_backoff()
-        .modify(move |op| index.slim(op))
-        .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                live.op_index.observe(event);
-                live.advance(Watch::Operations, event);
-            }
-        })
+    watcher(api, managed()).default_backoff().inspect(move |event| {
+        if let Ok(event) = event {
+            live.operations.observe(event);
+            live.advance(Watch::Operations, event);
+        }
+    })
 }
 
 /// The Cluster watch, feeding the store.
@@ -183,8 +169,7 @@ pub async fn watch_config_maps(client: Client, live: Arc<LiveCache>, stopped: im
 impl Feeds {
     /// Runs the three watches alone, for a pass without the controller, until `stopped`.
     pub async fn watch(self, client: Client, stopped: impl Future<Output = ()> + Send + 'static) {
-        let ops = operation_events(&client, self.live.clone(), self.operations)
-            .for_each(|e| logged("ClusterOperations", e));
+        let ops = operation_events(&client, self.live.clone()).for_each(|e| logged("ClusterOperations", e));
         let clusters =
             cluster_events(&client, self.live.clone(), self.clusters).for_each(|e| logged("Clusters", e));
         let cms = watch_config_maps(client.clone(), self.live.clone(), std::future::pending());
@@ -212,16 +197,18 @@ fn seen(have: Option<&str>, want: &str) -> bool {
 }
 
 impl LiveCache {
+    /// The namespace the caches follow.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// Waits until every watch has listed once, at most `within`; false when they have not (the
     /// caller lists instead).
     pub async fn ready(&self, within: Duration) -> bool {
         let all = async {
-            self.operations.wait_until_ready().await.is_ok()
-                && self.clusters.wait_until_ready().await.is_ok()
-                && {
-                    self.config_maps.wait_until_listed().await;
-                    true
-                }
+            self.operations.wait_until_listed().await;
+            self.config_maps.wait_until_listed().await;
+            self.clusters.wait_until_ready().await.is_ok()
         };
         tokio::time::timeout(within, all).await.unwrap_or(false)
     }
@@ -261,7 +248,7 @@ impl LiveCache {
         let have = match watch {
             Watch::Clusters => self.rv_of(&self.clusters, &w.name),
             Watch::ConfigMaps => self.config_maps.resource_version(&w.name),
-            Watch::Operations => self.rv_of(&self.operations, &w.name),
+            Watch::Operations => self.operations.resource_version(&w.name),
         };
         match &w.resource_version {
             // Shown at that version or later, or the watch is past it (the object changed or went since).
@@ -325,15 +312,10 @@ impl LiveCache {
         let config_maps: BTreeMap<String, ConfigMap> =
             self.config_maps.of_cluster(ns, cluster).into_iter().collect();
         let operations: BTreeMap<String, ClusterOperation> = self
-            .op_index
-            .names_in(cluster)
+            .operations
+            .of_cluster(cluster)
             .into_iter()
-            .filter_map(|name| {
-                let op = self.operations.get(&ObjectRef::new(&name).within(ns))?;
-                let op = self.op_index.restore(&op);
-                (op.labels().get(crate::api::LABEL_CLUSTER).map(String::as_str) == Some(cluster))
-                    .then_some((name, op))
-            })
+            .filter(|(_, op)| op.labels().get(crate::api::LABEL_CLUSTER).map(String::as_str) == Some(cluster))
             .collect();
         Live {
             cluster: cluster_obj,

@@ -4,7 +4,9 @@
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
-//! - [`cache`]: the indexes of operations and ConfigMaps by cluster that reconciles read.
+//! - [`runner`]: the work queue each reconciler runs from (names, delays, a bound on concurrency).
+//! - [`op_cache`]: kok's own records of the ClusterOperations, by cluster.
+//! - [`cache`]: the indexes by cluster and what the caches keep apart.
 //! - [`live`]: the watch caches, shared with the reconcile pass.
 //! - [`secret`]: the ssh Secret check.
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
@@ -19,13 +21,15 @@ mod config_maps;
 pub mod credentials;
 pub mod job;
 pub mod live;
+pub mod op_cache;
 pub mod operation;
 pub mod queue;
+pub mod runner;
 pub mod schedule;
 pub mod secret;
 pub mod summary;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,12 +39,13 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, Controller, WatchStreamExt};
-use kube::Client;
-use tracing::{debug, warn};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use tracing::warn;
 
 use crate::api::{managed_selector, Cluster, ClusterOperation};
 pub use job::JobConfig;
+pub use runner::{Action, WorkQueue};
 
 /// Settings of the controller.
 #[derive(Clone, Debug)]
@@ -110,23 +115,22 @@ pub struct Context {
     pub config: ControllerConfig,
     /// Publishes one Event per transition.
     pub recorder: crate::events::Publisher,
-    /// Every ClusterOperation kok manages, as the operation controller sees them.
-    pub operations: Store<ClusterOperation>,
-    /// The operations by cluster, and the running ones.
-    pub index: Arc<cache::OpIndex>,
+    /// Every ClusterOperation kok manages, as kok's own records, by cluster, and the running ones.
+    pub operations: Arc<op_cache::OpCache>,
     /// The Secrets of the namespace, key names only ([`secret::strip_values`]).
     pub secrets: Store<Secret>,
     /// kok's Jobs in the namespace.
     pub jobs: Store<Job>,
-    /// Operations whose Job this process created and whose Running phase the store may not show yet,
+    /// Operations whose Job this process created and whose Running phase the cache may not show yet,
     /// keyed by name: counted as busy so that no second Job starts for their cluster meanwhile.
     pub claims: Mutex<BTreeMap<String, String>>,
     /// Serializes start decisions, so two reconciles never both take the last slot of a cluster.
     pub start_lock: tokio::sync::Mutex<()>,
     /// Operations that found every Job slot taken; woken when an operation finishes.
-    pub slot_waiters: Mutex<std::collections::HashSet<ObjectRef<ClusterOperation>>>,
-    /// Wakes queued operations when one finishes.
-    pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<ClusterOperation>>,
+    pub slot_waiters: Mutex<HashSet<String>>,
+    /// The operations to reconcile: a watch event, a Job's or a Secret's, or a finished operation
+    /// triggers them.
+    pub queue: Arc<WorkQueue>,
 }
 
 /// Runs the ClusterOperation controller, the Cluster controller, the scheduler and the watches that
@@ -141,7 +145,6 @@ pub async fn run(
     let wc = watcher::Config::default().labels(&managed_selector());
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let live::Feeds {
-        operations: op_writer,
         clusters: cluster_writer,
         live,
     } = feeds;
@@ -158,40 +161,43 @@ pub async fn run(
         }
     };
 
-    let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
-    let (cluster_wake_tx, cluster_wake_rx) = futures::channel::mpsc::unbounded();
-    let store = live.operations.clone();
-    let index = live.op_index.clone();
-    let cluster_ns = ns.clone();
-    let wake_cluster = cluster_wake_tx.clone();
-    let known_clusters = live.clusters.clone();
-    // The cache and the index hold an operation's change before its Cluster is reconciled, so the Cluster
-    // reconciler (status, history limit) always sees it. A Cluster its watch has not shown yet is
-    // reconciled when it does.
-    let op_events = live::operation_events(&client, live.clone(), op_writer)
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Apply(op) | watcher::Event::Delete(op)) = event {
-                let cluster = ObjectRef::<Cluster>::new(&op.spec.cluster).within(&cluster_ns);
-                if known_clusters.get(&cluster).is_some() {
-                    let _ = wake_cluster.unbounded_send(cluster);
-                }
+    let op_queue = Arc::new(WorkQueue::default());
+    let cluster_queue = Arc::new(WorkQueue::default());
+    // The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler
+    // (status, history limit) always sees it. A Cluster its watch has not shown yet is reconciled when
+    // it does.
+    let op_watch = live::operation_events(&client, live.clone()).for_each(|event| {
+        match event {
+            Ok(watcher::Event::Apply(op)) => {
+                op_queue.trigger(&op.name_any());
+                wake_known_cluster(&live, &cluster_queue, &op.spec.cluster);
             }
-        })
-        .applied_objects();
-    let op_controller = Controller::for_stream(op_events, store.clone())
-        .with_config(controller_config())
-        .owns(jobs.clone(), wc.clone())
-        .reconcile_on(wake_rx)
-        .graceful_shutdown_on(stopped());
+            Ok(watcher::Event::InitApply(op)) => op_queue.trigger(&op.name_any()),
+            Ok(watcher::Event::Delete(op)) => wake_known_cluster(&live, &cluster_queue, &op.spec.cluster),
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Err(e) => warn!(error = %e, "watching ClusterOperations failed; retrying"),
+        }
+        futures::future::ready(())
+    });
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
-    let job_cache = watcher(jobs.clone(), wc.clone())
+    // A Job's change reconciles the operation that owns it.
+    let job_watch = watcher(jobs.clone(), wc.clone())
         .default_backoff()
         .modify(|job: &mut Job| job.metadata.managed_fields = None)
         .reflect(job_writer)
         .for_each(|event| {
-            if let Err(e) = event {
-                warn!(error = %e, "watching Jobs failed; retrying");
+            match event {
+                Ok(
+                    watcher::Event::Apply(job) | watcher::Event::InitApply(job) | watcher::Event::Delete(job),
+                ) => {
+                    let owners = job.metadata.owner_references.iter().flatten();
+                    for owner in owners.filter(|o| o.kind == ClusterOperation::kind(&())) {
+                        op_queue.trigger(&owner.name);
+                    }
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                Err(e) => warn!(error = %e, "watching Jobs failed; retrying"),
             }
             futures::future::ready(())
         });
@@ -199,66 +205,90 @@ pub async fn run(
         recorder: crate::events::Publisher::new(&client),
         client: client.clone(),
         config,
-        operations: store.clone(),
-        index,
+        operations: live.operations.clone(),
         secrets,
         jobs: job_store,
         claims: Mutex::new(BTreeMap::new()),
-        slot_waiters: Mutex::new(Default::default()),
+        slot_waiters: Mutex::new(HashSet::new()),
         start_lock: tokio::sync::Mutex::new(()),
-        wake: wake_tx,
+        queue: op_queue.clone(),
     });
 
-    let op_loop = op_controller
-        .run(operation::reconcile, operation::error_policy, ctx.clone())
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => debug!(operation = %obj.name, "reconciled"),
-                Err(e) => warn!(error = %e, "operation reconcile failed"),
+    let op_loop = op_queue.run(
+        CONCURRENT_RECONCILES,
+        |name| {
+            let ctx = ctx.clone();
+            async move {
+                // Gone since it was triggered: nothing to do.
+                let Some(op) = ctx.operations.get(&name) else {
+                    return Action::await_change();
+                };
+                let op = Arc::new(op);
+                match operation::reconcile(op.clone(), ctx.clone()).await {
+                    Ok(action) => action,
+                    Err(e) => operation::error_policy(op, &e, ctx),
+                }
             }
-        });
-    let cluster_store = live.clusters.clone();
-    let cluster_controller = Controller::for_stream(
-        live::cluster_events(&client, live.clone(), cluster_writer).applied_objects(),
-        cluster_store.clone(),
-    )
-    .with_config(controller_config())
-    .reconcile_on(cluster_wake_rx)
-    .graceful_shutdown_on(stopped());
+        },
+        stopped(),
+    );
+    let cluster_watch = live::cluster_events(&client, live.clone(), cluster_writer).for_each(|event| {
+        match event {
+            Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => {
+                cluster_queue.trigger(&c.name_any())
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "watching Clusters failed; retrying"),
+        }
+        futures::future::ready(())
+    });
+    let cluster_loop = cluster_queue.run(
+        CONCURRENT_RECONCILES,
+        |name| {
+            let ctx = ctx.clone();
+            let cluster = live.clusters.get(&ObjectRef::new(&name).within(&ns));
+            async move {
+                let Some(cluster) = cluster else {
+                    return Action::await_change();
+                };
+                match cluster::reconcile(cluster.clone(), ctx.clone()).await {
+                    Ok(action) => action,
+                    Err(e) => cluster::error_policy(cluster, &e, ctx),
+                }
+            }
+        },
+        stopped(),
+    );
     let cm_cache = live::watch_config_maps(client.clone(), live.clone(), stopped());
     let secret_loop = watch_secrets(
         Api::namespaced(client.clone(), &ns),
         secret_writer,
         ctx.clone(),
-        cluster_store,
-        cluster_wake_tx,
+        live.clusters.clone(),
+        cluster_queue.clone(),
         stopped(),
     );
-    let cluster_loop = cluster_controller
-        .run(cluster::reconcile, cluster::error_policy, ctx.clone())
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => debug!(cluster = %obj.name, "reconciled"),
-                Err(e) => warn!(error = %e, "cluster reconcile failed"),
-            }
-        });
-    let scheduler = schedule::run_scheduler(client, ns, store, stopped());
-    let job_cache = async move {
+    let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
+    let watches = async {
         tokio::select! {
-            () = job_cache => {}
+            _ = futures::future::join3(op_watch, job_watch, cluster_watch) => {}
             () = stopped() => {}
         }
     };
-    futures::join!(op_loop, cluster_loop, scheduler, secret_loop, job_cache, cm_cache);
+    futures::join!(op_loop, cluster_loop, scheduler, secret_loop, watches, cm_cache);
+}
+
+/// Reconciles the Cluster `cluster` when its watch has shown it.
+fn wake_known_cluster(live: &live::LiveCache, queue: &WorkQueue, cluster: &str) {
+    let key = ObjectRef::<Cluster>::new(cluster).within(live.namespace());
+    if live.clusters.get(&key).is_some() {
+        queue.trigger(cluster);
+    }
 }
 
 /// Most reconciles of one controller running at once. Each holds an API request; without a bound a
 /// fleet-size commit starts one per operation at once, each with its own connection and buffers.
-pub const CONCURRENT_RECONCILES: u16 = 32;
-
-fn controller_config() -> kube::runtime::controller::Config {
-    kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES)
-}
+pub const CONCURRENT_RECONCILES: usize = 32;
 
 /// Keeps the Secret cache and wakes what waits on a Secret that appeared, changed or went away: the
 /// operations that name it (not yet finished) and the Clusters that do.
@@ -267,7 +297,7 @@ async fn watch_secrets(
     writer: reflector::store::Writer<Secret>,
     ctx: Arc<Context>,
     clusters: Store<Cluster>,
-    wake_clusters: futures::channel::mpsc::UnboundedSender<ObjectRef<Cluster>>,
+    wake_clusters: Arc<WorkQueue>,
     stopped: impl Future<Output = ()>,
 ) {
     let events = watcher(api, watcher::Config::default())
@@ -279,15 +309,12 @@ async fn watch_secrets(
         match event {
             Ok(secret) => {
                 let name = secret.metadata.name.unwrap_or_default();
-                for op in ctx.operations.state() {
-                    let names = op.spec.ssh_auth_ref.as_ref().is_some_and(|s| s.name == name);
-                    if names && !queue::phase(&op).is_terminal() {
-                        let _ = ctx.wake.unbounded_send(ObjectRef::from(op.as_ref()));
-                    }
+                for op in ctx.operations.waiting_on_secret(&name) {
+                    ctx.queue.trigger(&op);
                 }
                 for cluster in clusters.state() {
                     if cluster.spec.ssh_auth_ref.as_ref().is_some_and(|s| s.name == name) {
-                        let _ = wake_clusters.unbounded_send(ObjectRef::from(cluster.as_ref()));
+                        wake_clusters.trigger(&cluster.name_any());
                     }
                 }
             }

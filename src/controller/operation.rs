@@ -14,20 +14,18 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
-use super::cache::cluster_operations;
 use super::credentials;
 use super::job::{build_job, job_name, CONTAINER_NAME, JOB_NAME_LABEL};
 use super::queue::{decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome, Wait};
 use super::secret::check_cached;
 use super::summary::{read_termination_message, RunReport};
-use super::{Context, ControllerError};
+use super::{Action, Context, ControllerError};
 use crate::api::{ClusterOperation, ClusterOperationStatus, Phase};
 use crate::report::status::operation_status;
 
@@ -169,28 +167,24 @@ fn wake_slot_waiters(ctx: &Context) {
         Ok(mut w) => std::mem::take(&mut *w),
         Err(_) => return,
     };
-    for o in waiting {
-        let _ = ctx.wake.unbounded_send(o);
+    for name in waiting {
+        ctx.queue.trigger(&name);
     }
 }
 
 /// Schedules a reconcile of every operation of `cluster` that waits, so the next one starts at once.
 fn wake_cluster(ctx: &Context, cluster: &str) {
-    for name in ctx.index.names_in(cluster) {
-        let key = ObjectRef::<ClusterOperation>::new(&name).within(&ctx.config.namespace);
-        let waits = ctx
-            .operations
-            .get(&key)
-            .is_some_and(|o| matches!(phase(&o), Phase::Pending | Phase::Queued));
-        if waits {
-            let _ = ctx.wake.unbounded_send(key);
-        }
+    for name in ctx
+        .operations
+        .names_in_phase(cluster, &[Phase::Pending, Phase::Queued])
+    {
+        ctx.queue.trigger(&name);
     }
 }
 
-/// The operations of `cluster`, from the cache.
-fn siblings_of(ctx: &Context, cluster: &str) -> Vec<Arc<ClusterOperation>> {
-    cluster_operations(&ctx.operations, &ctx.index, &ctx.config.namespace, cluster)
+/// The operations of `cluster`, from the cache (with their cluster and current labels).
+fn siblings_of(ctx: &Context, cluster: &str) -> Vec<ClusterOperation> {
+    ctx.operations.operations_in(cluster)
 }
 
 fn now() -> Timestamp {
@@ -321,8 +315,8 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
         return Ok(());
     }
     let all = siblings_of(ctx, &op.spec.cluster);
-    let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
-    if !released_by_removal(&ctx.index.with_labels(op), &siblings) {
+    let siblings: Vec<&ClusterOperation> = all.iter().collect();
+    if !released_by_removal(op, &siblings) {
         return Ok(());
     }
     let note = format!(
@@ -394,9 +388,8 @@ async fn start_or_wait(
     jobs: &Api<Job>,
     name: &str,
 ) -> Result<Action, ControllerError> {
-    let ready = (ctx.operations.wait_until_ready().await)
-        .and(ctx.secrets.wait_until_ready().await)
-        .and(ctx.jobs.wait_until_ready().await);
+    ctx.operations.wait_until_listed().await;
+    let ready = (ctx.secrets.wait_until_ready().await).and(ctx.jobs.wait_until_ready().await);
     if ready.is_err() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
@@ -421,29 +414,19 @@ async fn start_or_wait(
         }
     }
     let _guard = ctx.start_lock.lock().await;
-    let mut busy: BTreeSet<String> = ctx.index.running();
+    let mut busy: BTreeSet<String> = ctx.operations.running();
     if let Ok(mut claims) = ctx.claims.lock() {
-        let alive = |n: &String| {
-            let key = ObjectRef::<ClusterOperation>::new(n).within(&ctx.config.namespace);
-            ctx.operations.get(&key).is_some_and(|o| !phase(&o).is_terminal())
-        };
+        let alive = |n: &String| ctx.operations.phase(n).is_some_and(|p| !p.is_terminal());
         claims.retain(|n, _| alive(n));
         busy.extend(claims.keys().cloned());
     }
     busy.remove(&op.name_any());
     let all = siblings_of(ctx, &op.spec.cluster);
-    let siblings: Vec<&ClusterOperation> = all.iter().map(|o| o.as_ref()).collect();
-    let decided = ctx.index.with_labels(op);
-    if let Err(why) = decide(
-        &decided,
-        &siblings,
-        &busy,
-        busy.len(),
-        ctx.config.max_concurrent_jobs,
-    ) {
+    let siblings: Vec<&ClusterOperation> = all.iter().collect();
+    if let Err(why) = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs) {
         if matches!(why, Wait::NoJobSlot { .. }) {
             if let Ok(mut w) = ctx.slot_waiters.lock() {
-                w.insert(ObjectRef::from(op));
+                w.insert(op.name_any());
             }
         }
         drop(_guard);

@@ -12,16 +12,17 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 use jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
+use super::op_cache::OpCache;
 use super::queue::is_current;
 use crate::api::{ClusterOperation, ANNOTATION_CONTENT_HASH, ANNOTATION_LAST_FIRED, LABEL_CURRENT};
 use crate::materialize::scheduled_operation_name;
@@ -190,22 +191,22 @@ pub async fn fire(
     Ok(run_name)
 }
 
-/// Runs the scheduler until `shutdown` resolves, reading operations from the controller's `store`.
+/// Runs the scheduler until `shutdown` resolves, reading operations from the controller's cache.
 pub async fn run_scheduler(
     client: Client,
     namespace: String,
-    store: Store<ClusterOperation>,
+    operations: Arc<OpCache>,
     shutdown: impl Future,
 ) {
     let api: Api<ClusterOperation> = Api::namespaced(client, &namespace);
     tokio::pin!(shutdown);
     tokio::select! {
         _ = &mut shutdown => return,
-        ready = store.wait_until_ready() => if ready.is_err() { return },
+        () = operations.wait_until_listed() => {}
     }
     loop {
-        let ops = store.state();
-        let refs: Vec<&ClusterOperation> = ops.iter().map(|o| o.as_ref()).collect();
+        let ops = operations.scheduled();
+        let refs: Vec<&ClusterOperation> = ops.iter().collect();
         let (due, wake) = plan(&refs, Timestamp::now());
         for (name, firing) in due {
             if let Some(base) = refs.iter().find(|o| o.name_any() == name) {

@@ -1,0 +1,596 @@
+//! The ClusterOperation cache: kok's own compact record of each operation it manages, its operations by
+//! cluster and the running ones.
+//!
+//! A `ClusterOperation` kept as an object costs about 2 KiB even without the statuses the reporter
+//! delivers: its struct alone is over 1 KiB (the metadata struct 360 bytes), each of its dozen strings
+//! is an allocation of its own, and a reflector store keys it by a copy of its name, namespace, uid and
+//! resourceVersion. Most of those strings are the same across a fleet (the image, the Secret, the commit
+//! and revision, a wait message) or across a cluster's operations (its name, ConfigMaps and path). A
+//! record holds each such string once for the whole cache, keeps the fields that are rarely set (hooks,
+//! resources, a schedule; a finished run's times and report) boxed apart, and turns back into the
+//! object the decisions read ([`OpCache::get`]): the cached object of before, with the cluster and
+//! current labels and the content hash put back.
+//!
+//! What it drops, as the reflector store did: `managedFields`, the commit statuses the reporter
+//! watches itself, and owner references, labels and annotations other than the ones above. An
+//! operation with a schedule keeps its whole metadata: the scheduler copies it into its runs.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ObjectMeta;
+use kube::runtime::watcher;
+
+use super::cache::ByCluster;
+use crate::api::{
+    ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
+    OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT,
+};
+
+/// Strings held once for every record that uses them. Words no record uses any more are dropped once
+/// the set has doubled since the last sweep.
+#[derive(Debug, Default)]
+struct Words {
+    set: HashSet<Arc<str>>,
+    after_sweep: usize,
+}
+
+impl Words {
+    fn get(&mut self, word: &str) -> Arc<str> {
+        if let Some(known) = self.set.get(word) {
+            return known.clone();
+        }
+        let word: Arc<str> = Arc::from(word);
+        self.set.insert(word.clone());
+        if self.set.len() > 2 * self.after_sweep.max(512) {
+            self.sweep();
+        }
+        word
+    }
+
+    fn sweep(&mut self) {
+        self.set.retain(|w| Arc::strong_count(w) > 1);
+        self.set.shrink_to_fit();
+        self.after_sweep = self.set.len();
+    }
+}
+
+/// The metadata a record keeps.
+#[derive(Debug)]
+enum Meta {
+    /// What kok reads of an operation without a schedule.
+    Slim {
+        uid: Option<Box<str>>,
+        resource_version: Option<Box<str>>,
+        creation_timestamp: Option<Time>,
+        /// The `kok.dev/cluster` and `kok.dev/current` labels.
+        cluster_label: Option<Arc<str>>,
+        current: Option<Arc<str>>,
+        /// The `kok.dev/content-hash` annotation.
+        hash: Option<Box<str>>,
+    },
+    /// An operation with a schedule: all of it but `managedFields`.
+    Whole(Box<ObjectMeta>),
+}
+
+/// The spec, its common fields as shared words; `rest` holds the rarely set ones, the others empty.
+#[derive(Debug)]
+struct Spec {
+    cluster: Arc<str>,
+    id: Arc<str>,
+    digest: Arc<str>,
+    action: Arc<str>,
+    action_type: ActionType,
+    extra_args: Box<[Arc<str>]>,
+    image: Arc<str>,
+    hosts: Arc<str>,
+    vars: Arc<str>,
+    ssh: Option<Arc<str>>,
+    commit: Arc<str>,
+    revision: Arc<str>,
+    path: Arc<str>,
+    queue_position: Arc<str>,
+    on_failure: OnFailure,
+    rest: Option<Box<ClusterOperationSpec>>,
+}
+
+/// The status: phase and message, and the rest (a run's Job, times, report) boxed when set.
+#[derive(Debug)]
+struct Status {
+    phase: Phase,
+    message: Option<Arc<str>>,
+    rest: Option<Box<ClusterOperationStatus>>,
+}
+
+/// What the cache keeps of one operation.
+#[derive(Debug)]
+struct Record {
+    meta: Meta,
+    spec: Spec,
+    status: Option<Status>,
+}
+
+impl Record {
+    fn new(op: &ClusterOperation, words: &mut Words) -> Record {
+        let m = &op.metadata;
+        let meta = if op.spec.schedule.is_some() {
+            let mut whole = m.clone();
+            whole.managed_fields = None;
+            Meta::Whole(Box::new(whole))
+        } else {
+            let label = |key: &str| m.labels.as_ref().and_then(|l| l.get(key));
+            Meta::Slim {
+                uid: m.uid.as_deref().map(Box::from),
+                resource_version: m.resource_version.as_deref().map(Box::from),
+                creation_timestamp: m.creation_timestamp.clone(),
+                cluster_label: label(LABEL_CLUSTER).map(|v| words.get(v)),
+                current: label(LABEL_CURRENT).map(|v| words.get(v)),
+                hash: m
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION_CONTENT_HASH))
+                    .map(|h| Box::from(h.as_str())),
+            }
+        };
+        let s = &op.spec;
+        let rest = ClusterOperationSpec {
+            pre_hooks: s.pre_hooks.clone(),
+            post_hooks: s.post_hooks.clone(),
+            active_deadline_seconds: s.active_deadline_seconds,
+            service_account: s.service_account.clone(),
+            resources: s.resources.clone(),
+            schedule: s.schedule.clone(),
+            scheduled_time: s.scheduled_time.clone(),
+            ..ClusterOperationSpec::default()
+        };
+        let spec = Spec {
+            cluster: words.get(&s.cluster),
+            id: words.get(&s.id),
+            digest: words.get(&s.digest),
+            action: words.get(&s.action),
+            action_type: s.action_type,
+            extra_args: s.extra_args.iter().map(|a| words.get(a)).collect(),
+            image: words.get(&s.image),
+            hosts: words.get(&s.hosts_conf_ref.name),
+            vars: words.get(&s.vars_conf_ref.name),
+            ssh: s.ssh_auth_ref.as_ref().map(|r| words.get(&r.name)),
+            commit: words.get(&s.source.commit),
+            revision: words.get(&s.source.revision),
+            path: words.get(&s.source.path),
+            queue_position: words.get(&s.queue_position),
+            on_failure: s.on_failure,
+            rest: (rest != ClusterOperationSpec::default()).then(|| Box::new(rest)),
+        };
+        let status = op.status.as_ref().map(|st| {
+            let mut rest = st.clone();
+            rest.phase = Phase::default();
+            rest.desired_status = None;
+            rest.reported = None;
+            let message = rest.message.take().map(|m| words.get(&m));
+            Status {
+                phase: st.phase,
+                message,
+                rest: (rest != ClusterOperationStatus::default()).then(|| Box::new(rest)),
+            }
+        });
+        Record { meta, spec, status }
+    }
+
+    fn phase(&self) -> Phase {
+        self.status.as_ref().map(|s| s.phase).unwrap_or_default()
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        match &self.meta {
+            Meta::Slim { resource_version, .. } => resource_version.as_deref(),
+            Meta::Whole(m) => m.resource_version.as_deref(),
+        }
+    }
+
+    /// The operation as the decisions read it.
+    fn operation(&self, name: &str, namespace: &str) -> ClusterOperation {
+        let metadata = match &self.meta {
+            Meta::Whole(m) => (**m).clone(),
+            Meta::Slim {
+                uid,
+                resource_version,
+                creation_timestamp,
+                cluster_label,
+                current,
+                hash,
+            } => {
+                let labels: std::collections::BTreeMap<String, String> =
+                    [(LABEL_CLUSTER, cluster_label), (LABEL_CURRENT, current)]
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k.to_string(), v.as_deref()?.to_string())))
+                        .collect();
+                ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some(namespace.to_string()),
+                    uid: uid.as_deref().map(str::to_string),
+                    resource_version: resource_version.as_deref().map(str::to_string),
+                    creation_timestamp: creation_timestamp.clone(),
+                    labels: (!labels.is_empty()).then_some(labels),
+                    annotations: hash
+                        .as_deref()
+                        .map(|h| [(ANNOTATION_CONTENT_HASH.to_string(), h.to_string())].into()),
+                    ..ObjectMeta::default()
+                }
+            }
+        };
+        let s = &self.spec;
+        let mut spec = s.rest.as_deref().cloned().unwrap_or_default();
+        spec.cluster = s.cluster.to_string();
+        spec.id = s.id.to_string();
+        spec.digest = s.digest.to_string();
+        spec.action = s.action.to_string();
+        spec.action_type = s.action_type;
+        spec.extra_args = s.extra_args.iter().map(|a| a.to_string()).collect();
+        spec.image = s.image.to_string();
+        spec.hosts_conf_ref = ConfigMapRef {
+            name: s.hosts.to_string(),
+        };
+        spec.vars_conf_ref = ConfigMapRef {
+            name: s.vars.to_string(),
+        };
+        spec.ssh_auth_ref = s.ssh.as_ref().map(|n| SecretRef { name: n.to_string() });
+        spec.source = OperationSource {
+            commit: s.commit.to_string(),
+            revision: s.revision.to_string(),
+            path: s.path.to_string(),
+        };
+        spec.queue_position = s.queue_position.to_string();
+        spec.on_failure = s.on_failure;
+        let status = self.status.as_ref().map(|st| {
+            let mut status = st.rest.as_deref().cloned().unwrap_or_default();
+            status.phase = st.phase;
+            status.message = st.message.as_deref().map(str::to_string);
+            status
+        });
+        ClusterOperation {
+            metadata,
+            spec,
+            status,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Ops {
+    by_name: HashMap<Arc<str>, Box<Record>>,
+    by_cluster: ByCluster,
+    running: BTreeSet<String>,
+    words: Words,
+}
+
+impl Ops {
+    fn upsert(&mut self, op: &ClusterOperation) {
+        let name = op.metadata.name.as_deref().unwrap_or_default();
+        let record = Box::new(Record::new(op, &mut self.words));
+        if record.phase() == Phase::Running {
+            self.running.insert(name.to_string());
+        } else {
+            self.running.remove(name);
+        }
+        match self.by_name.get_mut(name) {
+            Some(kept) => *kept = record,
+            None => {
+                self.by_name.insert(Arc::from(name), record);
+            }
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        self.by_name.remove(name);
+        self.running.remove(name);
+    }
+}
+
+/// The operations kok manages, as records, with their names by cluster and the running ones.
+#[derive(Debug)]
+pub struct OpCache {
+    namespace: String,
+    ops: Mutex<Ops>,
+    /// True once the watch has listed.
+    listed: tokio::sync::watch::Sender<bool>,
+}
+
+impl OpCache {
+    /// An empty cache of the operations in `namespace`.
+    pub fn new(namespace: &str) -> OpCache {
+        OpCache {
+            namespace: namespace.to_string(),
+            ops: Mutex::default(),
+            listed: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Follows one event of the ClusterOperation watch. A relist shows its operations as it goes and
+    /// drops, once whole, the ones it did not show.
+    pub fn observe(&self, event: &watcher::Event<ClusterOperation>) {
+        let Ok(mut ops) = self.ops.lock() else { return };
+        let ops = &mut *ops;
+        let gone = ops.by_cluster.observe(event, |op| Some(op.spec.cluster.as_str()));
+        match event {
+            watcher::Event::Apply(op) | watcher::Event::InitApply(op) => ops.upsert(op),
+            watcher::Event::Delete(_) | watcher::Event::Init => {}
+            watcher::Event::InitDone => {
+                ops.words.sweep();
+                ops.by_name.shrink_to_fit();
+            }
+        }
+        for name in gone {
+            ops.remove(&name);
+        }
+        if matches!(event, watcher::Event::InitDone) {
+            self.listed.send_replace(true);
+        }
+    }
+
+    /// Waits until the watch has listed once.
+    pub async fn wait_until_listed(&self) {
+        let mut listed = self.listed.subscribe();
+        let _ = listed.wait_for(|l| *l).await;
+    }
+
+    /// How many operations the cache holds.
+    pub fn len(&self) -> usize {
+        self.ops.lock().map(|o| o.by_name.len()).unwrap_or_default()
+    }
+
+    /// True when it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The cached operation `name`, as the decisions read it.
+    pub fn get(&self, name: &str) -> Option<ClusterOperation> {
+        let ops = self.ops.lock().ok()?;
+        Some(ops.by_name.get(name)?.operation(name, &self.namespace))
+    }
+
+    /// The phase of `name`, when cached.
+    pub fn phase(&self, name: &str) -> Option<Phase> {
+        Some(self.ops.lock().ok()?.by_name.get(name)?.phase())
+    }
+
+    /// The resourceVersion of `name`, when cached.
+    pub fn resource_version(&self, name: &str) -> Option<String> {
+        let ops = self.ops.lock().ok()?;
+        ops.by_name.get(name)?.resource_version().map(str::to_string)
+    }
+
+    /// Names of the operations of `cluster`, sorted.
+    pub fn names_in(&self, cluster: &str) -> Vec<String> {
+        self.ops
+            .lock()
+            .map(|o| o.by_cluster.names_in(cluster))
+            .unwrap_or_default()
+    }
+
+    /// The operations of `cluster`, by name.
+    pub fn of_cluster(&self, cluster: &str) -> Vec<(String, ClusterOperation)> {
+        let Ok(ops) = self.ops.lock() else {
+            return Vec::new();
+        };
+        ops.by_cluster
+            .names_in(cluster)
+            .into_iter()
+            .filter_map(|name| {
+                let op = ops.by_name.get(name.as_str())?.operation(&name, &self.namespace);
+                Some((name, op))
+            })
+            .collect()
+    }
+
+    /// The operations of `cluster` (the decisions' siblings).
+    pub fn operations_in(&self, cluster: &str) -> Vec<ClusterOperation> {
+        self.of_cluster(cluster).into_iter().map(|(_, op)| op).collect()
+    }
+
+    /// Names of the operations of `cluster` in `phases`.
+    pub fn names_in_phase(&self, cluster: &str, phases: &[Phase]) -> Vec<String> {
+        let Ok(ops) = self.ops.lock() else {
+            return Vec::new();
+        };
+        ops.by_cluster
+            .names_in(cluster)
+            .into_iter()
+            .filter(|n| {
+                ops.by_name
+                    .get(n.as_str())
+                    .is_some_and(|r| phases.contains(&r.phase()))
+            })
+            .collect()
+    }
+
+    /// Names of the running operations, across clusters.
+    pub fn running(&self) -> BTreeSet<String> {
+        self.ops.lock().map(|o| o.running.clone()).unwrap_or_default()
+    }
+
+    /// Names of the operations not finished yet whose ssh Secret is `secret`.
+    pub fn waiting_on_secret(&self, secret: &str) -> Vec<String> {
+        let Ok(ops) = self.ops.lock() else {
+            return Vec::new();
+        };
+        ops.by_name
+            .iter()
+            .filter(|(_, r)| r.spec.ssh.as_deref() == Some(secret) && !r.phase().is_terminal())
+            .map(|(n, _)| n.to_string())
+            .collect()
+    }
+
+    /// The operations with a schedule, as the decisions read them.
+    pub fn scheduled(&self) -> Vec<ClusterOperation> {
+        let Ok(ops) = self.ops.lock() else {
+            return Vec::new();
+        };
+        ops.by_name
+            .iter()
+            .filter(|(_, r)| matches!(r.meta, Meta::Whole(_)))
+            .map(|(n, r)| r.operation(n, &self.namespace))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Hook, LABEL_MANAGED_BY, LABEL_OPERATION};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn op(name: &str, cluster: &str, phase: Phase) -> ClusterOperation {
+        let mut o = ClusterOperation::new(
+            name,
+            ClusterOperationSpec {
+                cluster: cluster.into(),
+                id: "install".into(),
+                image: "runner:1".into(),
+                ssh_auth_ref: Some(SecretRef { name: "ssh".into() }),
+                ..Default::default()
+            },
+        );
+        o.metadata.namespace = Some("kok".into());
+        o.metadata.uid = Some(format!("uid-{name}"));
+        o.metadata.resource_version = Some("7".into());
+        o.status = Some(ClusterOperationStatus {
+            phase,
+            message: Some("waiting for its Secret".into()),
+            ..Default::default()
+        });
+        o
+    }
+
+    fn labelled(mut o: ClusterOperation) -> ClusterOperation {
+        o.metadata.labels = Some(
+            [
+                (LABEL_MANAGED_BY, "kok"),
+                (LABEL_CLUSTER, "a"),
+                (LABEL_CURRENT, "true"),
+                (LABEL_OPERATION, "install"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        o.metadata.annotations = Some(
+            [
+                (ANNOTATION_CONTENT_HASH, "h1"),
+                ("kok.dev/revision", "main@sha1:0"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        o.metadata.owner_references = Some(vec![OwnerReference::default()]);
+        o
+    }
+
+    #[test]
+    fn a_record_gives_back_the_operation_without_what_kok_does_not_read() {
+        let cache = OpCache::new("kok");
+        let mut full = labelled(op("a1", "a", Phase::Succeeded));
+        full.spec.extra_args = vec!["--limit=node7".into()];
+        full.spec.pre_hooks = vec![Hook {
+            action: "pre.yml".into(),
+            action_type: ActionType::Playbook,
+            extra_args: vec![],
+        }];
+        let status = full.status.as_mut().unwrap();
+        status.job_ref = Some("kok-a1".into());
+        status.result = Some("succeeded".into());
+        let delivered = crate::api::CommitStatus {
+            context: "kok/a/install".into(),
+            state: crate::api::StatusState::Success,
+            description: "succeeded".into(),
+            target_url: None,
+            run: None,
+        };
+        status.desired_status = Some(Box::new(delivered.clone()));
+        status.reported = Some(Box::new(delivered));
+        cache.observe(&watcher::Event::Apply(full.clone()));
+
+        let back = cache.get("a1").expect("cached");
+        let mut want = full.clone();
+        want.metadata.labels = Some(
+            [(LABEL_CLUSTER, "a"), (LABEL_CURRENT, "true")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        want.metadata.annotations = Some([(ANNOTATION_CONTENT_HASH.to_string(), "h1".to_string())].into());
+        want.metadata.owner_references = None;
+        let st = want.status.as_mut().unwrap();
+        st.desired_status = None;
+        st.reported = None;
+        assert_eq!(back, want);
+        assert_eq!(cache.phase("a1"), Some(Phase::Succeeded));
+        assert_eq!(cache.resource_version("a1").as_deref(), Some("7"));
+
+        // A schedule keeps the whole metadata for its runs.
+        let mut base = labelled(op("b1", "b", Phase::Pending));
+        base.spec.schedule = Some("0 0 3 * * *".into());
+        cache.observe(&watcher::Event::Apply(base.clone()));
+        let scheduled = cache.scheduled();
+        assert_eq!(scheduled.len(), 1);
+        assert_eq!(scheduled[0].metadata, base.metadata);
+        assert_eq!(scheduled[0].spec, base.spec);
+    }
+
+    #[test]
+    fn records_share_the_strings_operations_have_in_common() {
+        let cache = OpCache::new("kok");
+        for i in 0..3 {
+            cache.observe(&watcher::Event::Apply(op(&format!("a{i}"), "a", Phase::Queued)));
+        }
+        let ops = cache.ops.lock().unwrap();
+        let images: Vec<&Arc<str>> = ops.by_name.values().map(|r| &r.spec.image).collect();
+        assert!(Arc::ptr_eq(images[0], images[1]) && Arc::ptr_eq(images[1], images[2]));
+        let messages: Vec<&Arc<str>> = ops
+            .by_name
+            .values()
+            .filter_map(|r| r.status.as_ref()?.message.as_ref())
+            .collect();
+        assert_eq!(messages.len(), 3);
+        assert!(Arc::ptr_eq(messages[0], messages[2]));
+        assert!(
+            ops.by_name
+                .values()
+                .all(|r| r.status.as_ref().unwrap().rest.is_none()),
+            "a waiting operation keeps nothing apart"
+        );
+    }
+
+    #[test]
+    fn the_cache_follows_applies_deletes_and_relists_by_cluster_and_phase() {
+        let cache = OpCache::new("kok");
+        cache.observe(&watcher::Event::Apply(op("a1", "a", Phase::Running)));
+        cache.observe(&watcher::Event::Apply(op("a2", "a", Phase::Queued)));
+        cache.observe(&watcher::Event::Apply(op("b1", "b", Phase::Pending)));
+        assert_eq!(cache.names_in("a"), ["a1", "a2"]);
+        assert_eq!(cache.running(), BTreeSet::from(["a1".to_string()]));
+        assert_eq!(cache.names_in_phase("a", &[Phase::Queued]), ["a2"]);
+        let mut waiting = cache.waiting_on_secret("ssh");
+        waiting.sort();
+        assert_eq!(waiting, ["a1", "a2", "b1"]);
+
+        cache.observe(&watcher::Event::Apply(op("a1", "a", Phase::Succeeded)));
+        assert!(cache.running().is_empty());
+        assert!(!cache.waiting_on_secret("ssh").contains(&"a1".to_string()));
+        cache.observe(&watcher::Event::Delete(op("a2", "a", Phase::Queued)));
+        assert_eq!(cache.names_in("a"), ["a1"]);
+        assert!(cache.get("a2").is_none());
+
+        // A relist that no longer shows b1 drops it, and the cache says it has listed.
+        cache.observe(&watcher::Event::Init);
+        cache.observe(&watcher::Event::InitApply(op("a1", "a", Phase::Succeeded)));
+        assert_eq!(cache.len(), 2, "until the relist is whole, b1 stays");
+        cache.observe(&watcher::Event::InitDone);
+        assert!(cache.names_in("b").is_empty());
+        assert!(cache.get("b1").is_none());
+        assert_eq!(cache.len(), 1);
+        assert!(*cache.listed.borrow());
+    }
+}
