@@ -40,6 +40,17 @@ const CACHES_READY: std::time::Duration = std::time::Duration::from_secs(10);
 /// Most clusters applied or removed at once.
 pub const CONCURRENT_CLUSTERS: usize = 16;
 
+/// Most clusters parsed at once by a pass (see [`pass`]).
+const PARSE_PART: usize = 256;
+
+/// What the parts of a pass found: the clusters applied, the invalid ones and the diagnostics.
+#[derive(Default)]
+struct Found {
+    applied: Vec<String>,
+    invalid: Vec<String>,
+    diagnostics: Vec<Diagnostic>,
+}
+
 /// The result of one pass.
 #[derive(Clone, Debug, Default)]
 pub struct PassOutcome {
@@ -142,8 +153,8 @@ pub async fn pass(
 ) -> Result<PassOutcome, PassError> {
     let started = Instant::now();
     let root = cfg.root.clone();
-    let mut read = with_source(source, move |s| {
-        source::read_commit(s.repository(), old, new, &root, full)
+    let read = with_source(source, move |s| {
+        source::read::read_changes(s.repository(), old, new, &root, full)
     })
     .await?;
     let (ref_name, repo_url) = {
@@ -152,15 +163,13 @@ pub async fn pass(
         (short_ref(&reference), s.config().url.clone())
     };
     let commit = new.to_string();
-    let mut ctx = RenderContext::new(&cfg.namespace, &ref_name, &commit);
-    ctx.queue_base = queue_base(jiff::Timestamp::now());
-    ctx.attribution = source::attribution::to_render_attribution(&read.introduced);
+    let mut base_ctx = RenderContext::new(&cfg.namespace, &ref_name, &commit);
+    base_ctx.queue_base = queue_base(jiff::Timestamp::now());
 
+    let full_resync = read.changes.full_resync;
     let mut outcome = PassOutcome {
         commit: commit.clone(),
-        full_resync: read.changes.full_resync,
-        invalid: read.parsed.invalid.clone(),
-        diagnostics: read.parsed.diagnostics.clone(),
+        full_resync,
         ..PassOutcome::default()
     };
     let live = match cfg.live.as_deref() {
@@ -172,24 +181,57 @@ pub async fn pass(
         None => None,
     };
     let ns = cfg.namespace.as_str();
-    let ctx = &ctx;
     let untouched = &read.untouched;
-    // Each cluster's parse is dropped once it is applied, so a fleet-size pass does not hold the whole
-    // parsed commit while the caches fill with what it writes.
-    let clusters = std::mem::take(&mut read.parsed.clusters);
-    outcome.applied = clusters.iter().map(|c| c.name.clone()).collect();
-    outcome.writes += stream::iter(clusters)
-        .map(|cluster| async move {
-            let desired = materialize::render_cluster(&cluster, ctx);
+    // The clusters are parsed a part at a time, as the applies need them, and each cluster's parse is
+    // dropped once it is applied: a fleet-size pass never holds the whole parsed commit, nor a part
+    // beside caches already full of what earlier passes wrote.
+    let found = Mutex::new(Found::default());
+    let parts = read.names.chunks(PARSE_PART).map(<[String]>::to_vec);
+    let clusters = stream::iter(parts)
+        .then(|part| {
+            let (root, base_ctx, found) = (cfg.root.clone(), &base_ctx, &found);
+            async move {
+                let (parsed, introduced) = with_source(source, move |s| {
+                    source::read::read_clusters(s.repository(), old, new, &root, &part, full_resync)
+                })
+                .await?;
+                let mut ctx = base_ctx.clone();
+                ctx.attribution = source::attribution::to_render_attribution(&introduced);
+                let ctx = Arc::new(ctx);
+                let mut found = found.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                found
+                    .applied
+                    .extend(parsed.clusters.iter().map(|c| c.name.clone()));
+                found.invalid.extend(parsed.invalid);
+                found.diagnostics.extend(parsed.diagnostics);
+                let clusters = parsed.clusters.into_iter().map(move |c| Ok((ctx.clone(), c)));
+                Ok::<_, PassError>(stream::iter(clusters))
+            }
+        })
+        .try_flatten();
+    outcome.writes += clusters
+        .map_ok(|(ctx, cluster)| async move {
+            let desired = materialize::render_cluster(&cluster, &ctx);
             let name = cluster.name;
             let view = cached(live, &name).await;
             let keep = untouched.contains(&name);
             let applied = apply::apply_cluster_from(client, ns, &desired, view, keep).await?;
             Ok::<_, PassError>(noted(live, &name, applied))
         })
-        .buffered(CONCURRENT_CLUSTERS)
+        .try_buffered(CONCURRENT_CLUSTERS)
         .try_fold(0, |sum, writes| async move { Ok(sum + writes) })
         .await?;
+    let found = found
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    outcome.applied = found.applied;
+    // Each part reads kok.yml again: its problems are said once.
+    outcome.invalid = found.invalid;
+    outcome.invalid.sort();
+    outcome.invalid.dedup();
+    outcome.diagnostics = found.diagnostics;
+    outcome.diagnostics.sort();
+    outcome.diagnostics.dedup();
     outcome.writes += remove_clusters(client, ns, live, &read.changes.removed).await?;
     outcome.removed = read.changes.removed.clone();
     if read.changes.full_resync {
@@ -198,7 +240,7 @@ pub async fn pass(
             .applied
             .iter()
             .cloned()
-            .chain(read.parsed.invalid.iter().cloned())
+            .chain(outcome.invalid.iter().cloned())
             .collect();
         let names = match live {
             Some(l) => l.cluster_names(),

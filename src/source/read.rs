@@ -23,6 +23,18 @@ pub struct CommitRead {
     pub untouched: BTreeSet<String>,
 }
 
+/// What changed in a commit, before any cluster is parsed: a pass reads its clusters a part at a time
+/// ([`read_clusters`]), so that a fleet-size pass never holds the whole parsed commit.
+#[derive(Clone, Debug)]
+pub struct CommitChanges {
+    /// Clusters added, changed and removed since the base.
+    pub changes: ChangeSet,
+    /// The added and changed clusters, sorted: the ones to parse.
+    pub names: Vec<String>,
+    /// As [`CommitRead::untouched`].
+    pub untouched: BTreeSet<String>,
+}
+
 /// Reads `new` against `old` (against nothing when `full`) under `root`.
 pub fn read_commit(
     repo: &Repository,
@@ -31,19 +43,33 @@ pub fn read_commit(
     root: &str,
     full: bool,
 ) -> Result<CommitRead, SourceError> {
+    let CommitChanges {
+        changes,
+        names,
+        untouched,
+    } = read_changes(repo, old, new, root, full)?;
+    let (parsed, introduced) = read_clusters(repo, old, new, root, &names, changes.full_resync)?;
+    Ok(CommitRead {
+        changes,
+        parsed,
+        introduced,
+        untouched,
+    })
+}
+
+/// The clusters that changed in `new` against `old` (against nothing when `full`) under `root`.
+pub fn read_changes(
+    repo: &Repository,
+    old: Option<Oid>,
+    new: Oid,
+    root: &str,
+    full: bool,
+) -> Result<CommitChanges, SourceError> {
     let trees = Trees::new(repo);
     let changes = diff::diff_in(&trees, if full { None } else { old }, new, root)?;
     let mut names: Vec<String> = changes.added.iter().chain(&changes.changed).cloned().collect();
     names.sort();
     names.dedup();
-    let tree = super::GitTree::at_commit_in(&trees, new)?;
-    let parsed = layout::parse_clusters(&tree, root, &names);
-    // A full resync has no base to attribute against: its new operations belong to the commit itself.
-    let introduced = if changes.full_resync {
-        Vec::new()
-    } else {
-        attribution::attribute_parsed(&trees, old, new, root, &names, &parsed)?
-    };
     let untouched = match (full, old) {
         (true, Some(old)) => {
             let since = diff::diff_in(&trees, Some(old), new, root)?;
@@ -56,10 +82,30 @@ pub fn read_commit(
         }
         _ => BTreeSet::new(),
     };
-    Ok(CommitRead {
+    Ok(CommitChanges {
         changes,
-        parsed,
-        introduced,
+        names,
         untouched,
     })
+}
+
+/// Parses the clusters `names` at `new`, and the commit that introduced each of their new operations
+/// since `old` (none on a full resync: its new operations belong to the commit itself).
+pub fn read_clusters(
+    repo: &Repository,
+    old: Option<Oid>,
+    new: Oid,
+    root: &str,
+    names: &[String],
+    full_resync: bool,
+) -> Result<(Parsed, Vec<Introduced>), SourceError> {
+    let trees = Trees::new(repo);
+    let tree = super::GitTree::at_commit_in(&trees, new)?;
+    let parsed = layout::parse_clusters(&tree, root, names);
+    let introduced = if full_resync {
+        Vec::new()
+    } else {
+        attribution::attribute_parsed(&trees, old, new, root, names, &parsed)?
+    };
+    Ok((parsed, introduced))
 }
