@@ -544,18 +544,14 @@ fn write_notes(
     let mut written: Vec<Oid> = Vec::new();
     for (commit, indexes) in commits {
         let new_entries: Vec<NoteEntry> = indexes.iter().map(|&i| entry_of(&entries[i].1, now)).collect();
-        let text = note_text(&repository, commit).map_err(write_err(commit))?;
-        let (updated, set) = edit_note(&text, &new_entries);
-        drop(text);
+        let signature = Signature::now("kok", "kok@localhost").map_err(write_err(commit))?;
+        let set = rewrite_note(&repository, &signature, commit, &new_entries).map_err(write_err(commit))?;
+        if set.contains(&true) {
+            written.push(commit);
+        }
         for (&index, set) in indexes.iter().zip(set) {
             changed[index] = set;
         }
-        let Some(updated) = updated else { continue };
-        let signature = Signature::now("kok", "kok@localhost").map_err(write_err(commit))?;
-        repository
-            .note(&signature, &signature, Some(NOTES_REF), commit, &updated, true)
-            .map_err(write_err(commit))?;
-        written.push(commit);
     }
     if let [first, _, ..] = written[..] {
         // Several notes changed: their commits become one.
@@ -591,6 +587,99 @@ fn note_text(repository: &Repository, oid: Oid) -> Result<String, git2::Error> {
     }
 }
 
+/// Where the note of a commit is in the notes tree.
+enum NotePlace {
+    /// At the top of the tree, named by the commit (how kok writes notes), or not there yet.
+    Top(Option<Oid>),
+    /// The tree fans notes out into subtrees (as git does for many notes): libgit2 places the note.
+    FannedOut,
+}
+
+fn note_place(repository: &Repository, annotated: Oid) -> Result<NotePlace, git2::Error> {
+    let tree = match repository.find_reference(NOTES_REF) {
+        Ok(r) => r.peel_to_tree()?,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(NotePlace::Top(None)),
+        Err(e) => return Err(e),
+    };
+    if let Some(entry) = tree.get_name(&annotated.to_string()) {
+        return Ok(NotePlace::Top(Some(entry.id())));
+    }
+    let fanned_out = tree.iter().any(|e| e.kind() == Some(git2::ObjectType::Tree));
+    Ok(if fanned_out {
+        NotePlace::FannedOut
+    } else {
+        NotePlace::Top(None)
+    })
+}
+
+/// Applies `batch` to the note of `annotated` and commits it on the notes ref when anything changed;
+/// returns, per entry, whether it changed the note.
+///
+/// The note's blob is read as a stream, a part at a time, and the edited text goes to the object
+/// database as a stream too, so a note of ten thousand contexts is never held whole while it is
+/// rewritten (libgit2's note calls hold its text three times).
+fn rewrite_note(
+    repository: &Repository,
+    signature: &Signature<'_>,
+    annotated: Oid,
+    batch: &[NoteEntry],
+) -> Result<Vec<bool>, git2::Error> {
+    let blob = match note_place(repository, annotated)? {
+        NotePlace::Top(blob) => blob,
+        NotePlace::FannedOut => {
+            let text = note_text(repository, annotated)?;
+            let (updated, set) = edit_note(&text, batch);
+            if let Some(updated) = updated {
+                repository.note(signature, signature, Some(NOTES_REF), annotated, &updated, true)?;
+            }
+            return Ok(set);
+        }
+    };
+    // The note as a stream of parts, read once for each pass over it.
+    let parts = |f: &mut dyn FnMut(&str) -> std::io::Result<()>| match blob {
+        Some(id) => read_note_parts(repository, id, f),
+        None => f("").map_err(|e| git2::Error::from_str(&e.to_string())),
+    };
+    let mut scan = Scan::new(batch);
+    parts(&mut |part| {
+        scan.read(part);
+        Ok(())
+    })?;
+    let (edit, set) = scan.finish();
+    let Some(edit) = edit else { return Ok(set) };
+    // The object database takes a blob as a stream once it knows its size.
+    let write = |out: &mut dyn std::io::Write| -> Result<(), git2::Error> {
+        let mut placed = edit.unplaced();
+        parts(&mut |part| edit.write_part(part, &mut placed, out))?;
+        edit.write_appended(out)
+            .map_err(|e| git2::Error::from_str(&format!("writing the note of {annotated}: {e}")))
+    };
+    let mut size = Count::default();
+    write(&mut size)?;
+    let odb = repository.odb()?;
+    let mut writer = odb.writer(size.0, git2::ObjectType::Blob)?;
+    {
+        let mut buffered = std::io::BufWriter::new(&mut writer);
+        write(&mut buffered)?;
+        std::io::Write::flush(&mut buffered)
+            .map_err(|e| git2::Error::from_str(&format!("writing the note of {annotated}: {e}")))?;
+    }
+    let written = writer.finalize()?;
+    let parent = match repository.find_reference(NOTES_REF) {
+        Ok(r) => Some(r.peel_to_commit()?),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let base = parent.as_ref().map(|c| c.tree()).transpose()?;
+    let mut tree = repository.treebuilder(base.as_ref())?;
+    tree.insert(annotated.to_string(), written, 0o100644)?;
+    let tree = repository.find_tree(tree.write()?)?;
+    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+    let message = format!("kok: commit statuses of {annotated}\n");
+    repository.commit(Some(NOTES_REF), signature, signature, &message, &tree, &parents)?;
+    Ok(set)
+}
+
 /// One piece of a note: an entry line with its record's continuation line, or a foreign line.
 struct Piece<'t> {
     line: &'t str,
@@ -609,13 +698,12 @@ impl Piece<'_> {
         Some(entry)
     }
 
-    fn write_to(&self, out: &mut String) {
-        out.push_str(self.line);
-        out.push('\n');
+    fn write_to(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        writeln!(out, "{}", self.line)?;
         if let Some(run) = self.run {
-            out.push_str(run);
-            out.push('\n');
+            writeln!(out, "{run}")?;
         }
+        Ok(())
     }
 }
 
@@ -645,75 +733,206 @@ fn entry_context(line: &str) -> Option<&str> {
 /// when nothing changed, and per entry whether it changed the note. The note is read twice and never
 /// held as parsed lines, so a note of ten thousand contexts costs its text and the batch.
 fn edit_note(text: &str, batch: &[NoteEntry]) -> (Option<String>, Vec<bool>) {
-    // Per context of the batch: its line as the note has it (first one), then as the batch leaves it.
-    let mut slots: HashMap<&str, usize> = HashMap::new();
-    let mut current: Vec<Option<NoteEntry>> = Vec::new();
-    for entry in batch {
-        slots.entry(entry.context.as_str()).or_insert_with(|| {
-            current.push(None);
-            current.len() - 1
-        });
-    }
-    let mut found = vec![false; current.len()];
-    for piece in pieces(text) {
-        let Some(&slot) = piece.context.and_then(|c| slots.get(c)) else {
-            continue;
-        };
-        if !found[slot] {
-            found[slot] = true;
-            current[slot] = piece.entry();
-        }
-    }
-    // The batch in order: the line each context ends with, in the order contexts first changed.
-    let mut lines: Vec<Option<String>> = vec![None; current.len()];
-    let mut appended: Vec<usize> = Vec::new();
-    let mut set = Vec::with_capacity(batch.len());
-    for entry in batch {
-        let slot = slots[entry.context.as_str()];
-        let same = current[slot].as_ref().is_some_and(|old| {
-            old.state == entry.state
-                && old.target_url == entry.target_url
-                && old.description == entry.description
-                && old.run == entry.run
-        });
-        set.push(!same);
-        if same {
-            continue;
-        }
-        let line = render_line(entry);
-        // The entry as it reads back from its line, so that the next comparison is with the note.
-        current[slot] = pieces(&line).next().and_then(|p| p.entry());
-        if !found[slot] && lines[slot].is_none() {
-            appended.push(slot);
-        }
-        lines[slot] = Some(line);
-    }
-    if lines.iter().all(Option::is_none) {
-        return (None, set);
-    }
+    let mut scan = Scan::new(batch);
+    scan.read(text);
+    let (edit, set) = scan.finish();
+    let Some(edit) = edit else { return (None, set) };
     let mut out =
-        String::with_capacity(text.len() + lines.iter().flatten().map(|l| l.len() + 1).sum::<usize>());
-    let mut placed = vec![false; current.len()];
-    for piece in pieces(text) {
-        let slot = piece.context.and_then(|c| slots.get(c)).copied();
-        match slot.and_then(|s| lines[s].as_deref().map(|line| (s, line))) {
-            Some((s, line)) => {
-                if !placed[s] {
-                    placed[s] = true;
-                    out.push_str(line);
-                    out.push('\n');
-                }
-            }
-            None => piece.write_to(&mut out),
-        }
-    }
-    for slot in appended {
-        if let Some(line) = &lines[slot] {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
+        Vec::with_capacity(text.len() + edit.lines.iter().flatten().map(|l| l.len() + 1).sum::<usize>());
+    let mut placed = edit.unplaced();
+    // Writing to memory does not fail, and the text and lines are UTF-8.
+    let _ = edit
+        .write_part(text, &mut placed, &mut out)
+        .and_then(|()| edit.write_appended(&mut out));
+    let out = String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
     (Some(out), set)
+}
+
+/// The first read of a note for a batch: per context of the batch, its line as the note has it (the
+/// first one). The note may come a part at a time, each part whole pieces.
+struct Scan<'b> {
+    batch: &'b [NoteEntry],
+    slots: HashMap<&'b str, usize>,
+    current: Vec<Option<NoteEntry>>,
+    found: Vec<bool>,
+}
+
+impl<'b> Scan<'b> {
+    fn new(batch: &'b [NoteEntry]) -> Scan<'b> {
+        let mut slots: HashMap<&str, usize> = HashMap::new();
+        let mut current: Vec<Option<NoteEntry>> = Vec::new();
+        for entry in batch {
+            slots.entry(entry.context.as_str()).or_insert_with(|| {
+                current.push(None);
+                current.len() - 1
+            });
+        }
+        let found = vec![false; current.len()];
+        Scan {
+            batch,
+            slots,
+            current,
+            found,
+        }
+    }
+
+    fn read(&mut self, part: &str) {
+        for piece in pieces(part) {
+            let Some(&slot) = piece.context.and_then(|c| self.slots.get(c)) else {
+                continue;
+            };
+            if !self.found[slot] {
+                self.found[slot] = true;
+                self.current[slot] = piece.entry();
+            }
+        }
+    }
+
+    /// What the batch changes, `None` when nothing, and per entry whether it changed the note.
+    fn finish(self) -> (Option<NoteEdit<'b>>, Vec<bool>) {
+        let Scan {
+            batch,
+            slots,
+            mut current,
+            found,
+        } = self;
+        // The batch in order: the line each context ends with, in the order contexts first changed.
+        let mut lines: Vec<Option<String>> = vec![None; current.len()];
+        let mut appended: Vec<usize> = Vec::new();
+        let mut set = Vec::with_capacity(batch.len());
+        for entry in batch {
+            let slot = slots[entry.context.as_str()];
+            let same = current[slot].as_ref().is_some_and(|old| {
+                old.state == entry.state
+                    && old.target_url == entry.target_url
+                    && old.description == entry.description
+                    && old.run == entry.run
+            });
+            set.push(!same);
+            if same {
+                continue;
+            }
+            let line = render_line(entry);
+            // The entry as it reads back from its line, so that the next comparison is with the note.
+            current[slot] = pieces(&line).next().and_then(|p| p.entry());
+            if !found[slot] && lines[slot].is_none() {
+                appended.push(slot);
+            }
+            lines[slot] = Some(line);
+        }
+        if lines.iter().all(Option::is_none) {
+            return (None, set);
+        }
+        (
+            Some(NoteEdit {
+                slots,
+                lines,
+                appended,
+            }),
+            set,
+        )
+    }
+}
+
+/// What a batch changes in a note ([`Scan::finish`]): per context of the batch its slot, the line each
+/// changed context ends with, and the contexts the note did not have, in the order they first changed.
+struct NoteEdit<'b> {
+    slots: HashMap<&'b str, usize>,
+    lines: Vec<Option<String>>,
+    appended: Vec<usize>,
+}
+
+impl NoteEdit<'_> {
+    /// Which contexts the written text has shown so far: none yet.
+    fn unplaced(&self) -> Vec<bool> {
+        vec![false; self.lines.len()]
+    }
+
+    /// Writes a part of the note (whole pieces, in order) with the edit applied to `out`: a changed
+    /// context's first line becomes its new line, its later lines go.
+    fn write_part(
+        &self,
+        part: &str,
+        placed: &mut [bool],
+        out: &mut (impl std::io::Write + ?Sized),
+    ) -> std::io::Result<()> {
+        for piece in pieces(part) {
+            let slot = piece.context.and_then(|c| self.slots.get(c)).copied();
+            match slot.and_then(|s| self.lines[s].as_deref().map(|line| (s, line))) {
+                Some((s, line)) => {
+                    if !placed[s] {
+                        placed[s] = true;
+                        writeln!(out, "{line}")?;
+                    }
+                }
+                None => piece.write_to(out)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the lines of the contexts the note did not have, after the note.
+    fn write_appended(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        for &slot in &self.appended {
+            if let Some(line) = &self.lines[slot] {
+                writeln!(out, "{line}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Size of the parts a note blob is read in.
+const NOTE_PART: usize = 64 * 1024;
+
+/// Calls `f` with the text of the blob `id` a part at a time, each part whole pieces (an entry line
+/// stays with its run line), read as a stream where the object database can (a loose object, as kok
+/// writes them). A packed blob is read whole. A note that is not UTF-8 reads as empty, as libgit2's
+/// message does.
+fn read_note_parts(
+    repository: &Repository,
+    id: Oid,
+    mut f: impl FnMut(&str) -> std::io::Result<()>,
+) -> Result<(), git2::Error> {
+    use std::io::BufRead;
+    let io_err = |e: std::io::Error| git2::Error::from_str(&format!("reading note {id}: {e}"));
+    let odb = repository.odb()?;
+    let Ok((reader, _, _)) = odb.reader(id) else {
+        let blob = repository.find_blob(id)?;
+        return f(std::str::from_utf8(blob.content()).unwrap_or_default()).map_err(io_err);
+    };
+    let mut reader = std::io::BufReader::new(reader);
+    let (mut part, mut line) = (String::new(), String::new());
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return f("").map_err(io_err),
+            Err(e) => return Err(io_err(e)),
+        }
+        if part.len() >= NOTE_PART && !line.starts_with(RUN_LINE_PREFIX) {
+            f(&part).map_err(io_err)?;
+            part.clear();
+        }
+        part.push_str(&line);
+    }
+    f(&part).map_err(io_err)
+}
+
+/// Counts what is written through it.
+#[derive(Default)]
+struct Count(usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Every note under `notes_ref`: annotated commit and its entries.
@@ -780,12 +999,7 @@ fn join_remote(repo: &Path, target: &PushTarget) -> Result<(), String> {
     let write_err = |e: git2::Error| e.message().to_string();
     let signature = Signature::now("kok", "kok@localhost").map_err(write_err)?;
     for (oid, entries) in local {
-        let text = note_text(&repository, oid).map_err(write_err)?;
-        if let (Some(updated), _) = edit_note(&text, &entries) {
-            repository
-                .note(&signature, &signature, Some(NOTES_REF), oid, &updated, true)
-                .map_err(write_err)?;
-        }
+        rewrite_note(&repository, &signature, oid, &entries).map_err(write_err)?;
     }
     Ok(())
 }
