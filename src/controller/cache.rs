@@ -1,5 +1,5 @@
-//! The indexes the watch caches share: names of objects by cluster, and what a cache keeps apart of the
-//! objects it holds without annotations.
+//! What the watch caches share: names of objects by cluster, one copy of the strings their records
+//! have in common, and what a cache keeps apart of the objects it holds without annotations.
 //!
 //! Reconciles read the caches instead of asking the API server, and a queue decision looks at the
 //! operations of its own cluster (through the index) instead of scanning every operation kok manages.
@@ -12,6 +12,42 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::api::{ANNOTATION_CONTENT_HASH, LABEL_CLUSTER};
+
+/// Strings held once for every record that uses them. Words no record uses any more are dropped once
+/// the set has doubled since the last sweep.
+#[derive(Debug, Default)]
+pub(super) struct Words {
+    set: HashSet<Arc<str>>,
+    after_sweep: usize,
+}
+
+impl Words {
+    /// The one copy of `word`.
+    pub(super) fn get(&mut self, word: &str) -> Arc<str> {
+        if let Some(known) = self.set.get(word) {
+            return known.clone();
+        }
+        let word: Arc<str> = Arc::from(word);
+        self.set.insert(word.clone());
+        if self.set.len() > 2 * self.after_sweep.max(512) {
+            self.sweep();
+        }
+        word
+    }
+
+    /// How many words it holds.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    /// Drops the words no record uses any more.
+    pub(super) fn sweep(&mut self) {
+        self.set.retain(|w| Arc::strong_count(w) > 1);
+        self.set.shrink_to_fit();
+        self.after_sweep = self.set.len();
+    }
+}
 
 /// Names of objects by the cluster they belong to, following one watch (relists included). Each name
 /// and cluster is held once, shared by both directions.

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
-use super::cache::LabelIndex;
+use super::cache::{LabelIndex, Words};
 use crate::api::{LABEL_CLUSTER, LABEL_CURRENT};
 
 /// What the cache keeps of one ConfigMap.
@@ -33,8 +33,9 @@ struct Record {
 struct Owner {
     api_version: Arc<str>,
     kind: Arc<str>,
-    name: Box<str>,
-    uid: Box<str>,
+    /// The owner's name and uid, held once for the ConfigMaps it owns (an operation owns two).
+    name: Arc<str>,
+    uid: Arc<str>,
     controller: Option<bool>,
     block_owner_deletion: Option<bool>,
 }
@@ -44,18 +45,13 @@ struct Records {
     by_name: HashMap<Box<str>, Record>,
     /// While the watch lists: the list so far, which replaces `by_name` once whole.
     listing: Option<HashMap<Box<str>, Record>>,
-    /// Owner API versions and kinds, each held once.
-    words: Vec<Arc<str>>,
+    /// Owner API versions, kinds, names and uids, each held once.
+    words: Words,
 }
 
 impl Records {
     fn word(&mut self, word: &str) -> Arc<str> {
-        if let Some(known) = self.words.iter().find(|w| &***w == word) {
-            return known.clone();
-        }
-        let word: Arc<str> = Arc::from(word);
-        self.words.push(word.clone());
-        word
+        self.words.get(word)
     }
 
     fn record(&mut self, meta: &ObjectMeta) -> Record {
@@ -72,8 +68,8 @@ impl Records {
             .map(|r| Owner {
                 api_version: self.word(&r.api_version),
                 kind: self.word(&r.kind),
-                name: r.name.as_str().into(),
-                uid: r.uid.as_str().into(),
+                name: self.word(&r.name),
+                uid: self.word(&r.uid),
                 controller: r.controller,
                 block_owner_deletion: r.block_owner_deletion,
             })
@@ -132,7 +128,7 @@ impl ConfigMapCache {
                 if let Some(listed) = records.listing.take() {
                     records.by_name = listed;
                 }
-                records.words.retain(|w| Arc::strong_count(w) > 1);
+                records.words.sweep();
                 drop(records);
                 self.listed.send_replace(true);
             }
@@ -282,14 +278,14 @@ mod tests {
         assert_eq!(cache.resource_version("a-hosts-1").as_deref(), Some("7"));
         assert!(cache.of_cluster("kok", "b").is_empty());
 
-        // The owners' API version and kinds are held once for every ConfigMap.
+        // The owners' API version, kinds, names and uids are held once for every ConfigMap.
         cache.observe(&watcher::Event::Apply(cm(
             "a-vars-1",
             "a",
             "8",
             &[("Cluster", "a")],
         )));
-        assert_eq!(cache.records.lock().unwrap().words.len(), 3);
+        assert_eq!(cache.records.lock().unwrap().words.len(), 7);
     }
 
     #[test]

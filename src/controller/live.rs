@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,6 +56,8 @@ pub struct LiveCache {
     config_maps: ConfigMapCache,
     /// Per cluster, what the pass's last writes left behind and the watches may not show yet.
     expected: Mutex<HashMap<String, Vec<Written>>>,
+    /// How many clusters `expected` kept when it last forgot the ones the watches show.
+    expected_kept: AtomicUsize,
     /// The newest resourceVersion each watch has delivered (Cluster, ConfigMap, ClusterOperation): a
     /// write at or below it has been seen, whatever became of its object since.
     progress: [AtomicU64; 3],
@@ -102,6 +104,7 @@ pub fn caches(namespace: &str) -> Feeds {
             config_maps: ConfigMapCache::default(),
             cluster_aside: SetAside::default(),
             expected: Mutex::new(HashMap::new()),
+            expected_kept: AtomicUsize::new(0),
             progress: Default::default(),
         }),
     }
@@ -280,6 +283,13 @@ impl LiveCache {
             return;
         }
         if let Ok(mut expected) = self.expected.lock() {
+            // A fleet-size pass would otherwise keep every cluster's writes until that cluster's next
+            // pass: once the map doubled, the clusters the watches show already are forgotten.
+            if expected.len() >= 2 * self.expected_kept.load(Ordering::Relaxed) + 64 {
+                expected.retain(|_, writes| !writes.iter().all(|w| self.shows(w)));
+                expected.shrink_to_fit();
+                self.expected_kept.store(expected.len(), Ordering::Relaxed);
+            }
             expected.entry(cluster.to_string()).or_default().extend(written);
         }
     }
@@ -374,6 +384,30 @@ mod tests {
             Some("h1")
         );
         assert_eq!(cached.metadata.uid.as_deref(), Some("u-1"));
+    }
+
+    #[test]
+    fn the_writes_the_watches_show_are_forgotten_without_waiting_for_their_cluster_s_next_pass() {
+        let Feeds { live, .. } = caches("kok");
+        let written = |cluster: &str, rv: u64| {
+            vec![Written {
+                kind: "ConfigMap",
+                name: format!("{cluster}-hosts"),
+                resource_version: Some(rv.to_string()),
+            }]
+        };
+        for i in 0..64 {
+            live.wrote(&format!("c{i}"), written(&format!("c{i}"), 100 + i));
+        }
+        // The ConfigMap watch delivers a version past the first 32 writes.
+        let mut cm = ConfigMap::default();
+        cm.metadata.resource_version = Some("131".into());
+        live.advance(Watch::ConfigMaps, &watcher::Event::Apply(cm));
+        live.wrote("c64", written("c64", 200));
+        let expected = live.expected.lock().unwrap();
+        assert_eq!(expected.len(), 33, "c32 to c63, and c64");
+        assert!(!expected.contains_key("c0") && !expected.contains_key("c31"));
+        assert!(expected.contains_key("c32") && expected.contains_key("c64"));
     }
 
     #[test]

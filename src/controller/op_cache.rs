@@ -15,46 +15,18 @@
 //! watches itself, and owner references, labels and annotations other than the ones above. An
 //! operation with a schedule keeps its whole metadata: the scheduler copies it into its runs.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
-use super::cache::ByCluster;
+use super::cache::{ByCluster, Words};
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
     OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT,
 };
-
-/// Strings held once for every record that uses them. Words no record uses any more are dropped once
-/// the set has doubled since the last sweep.
-#[derive(Debug, Default)]
-struct Words {
-    set: HashSet<Arc<str>>,
-    after_sweep: usize,
-}
-
-impl Words {
-    fn get(&mut self, word: &str) -> Arc<str> {
-        if let Some(known) = self.set.get(word) {
-            return known.clone();
-        }
-        let word: Arc<str> = Arc::from(word);
-        self.set.insert(word.clone());
-        if self.set.len() > 2 * self.after_sweep.max(512) {
-            self.sweep();
-        }
-        word
-    }
-
-    fn sweep(&mut self) {
-        self.set.retain(|w| Arc::strong_count(w) > 1);
-        self.set.shrink_to_fit();
-        self.after_sweep = self.set.len();
-    }
-}
 
 /// The metadata a record keeps.
 #[derive(Debug)]

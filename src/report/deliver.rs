@@ -982,18 +982,26 @@ struct Queue {
     recorded: HashMap<String, CommitStatus>,
     /// Names seen since the watch (re)started listing; the others are dropped when the list is done.
     relisting: Option<HashSet<String>>,
-    /// Phase of every operation, for the `kok_operations{phase}` gauge.
-    phases: HashMap<String, Phase>,
-    /// How many operations are in each phase of [`ALL_PHASES`], kept with `phases`.
+    /// Every operation: its phase, and what [`Queue::commits`] counts of it.
+    ops: HashMap<String, Tracked>,
+    /// How many operations are in each phase of [`ALL_PHASES`], kept with `ops`.
     phase_totals: [u64; ALL_PHASES.len()],
-    /// Per operation: its commit and the state of its desired status, as counted in [`Queue::commits`].
-    counted: HashMap<String, (String, Option<StatusState>)>,
-    /// Per commit: its operations by state, and its `kok/summary` bookkeeping.
-    commits: HashMap<String, CommitOps>,
+    /// Per commit: its operations by state, and its `kok/summary` bookkeeping. The key is the one copy
+    /// of the commit the operations' entries share.
+    commits: HashMap<Arc<str>, CommitOps>,
     /// How long without a new operation settles a commit.
     settle_quiet: Duration,
     /// Per operation: older statuses the budgeted sinks have not had because they were held.
     backlog: HashMap<String, Vec<CommitStatus>>,
+}
+
+/// What the loop keeps of every operation.
+#[derive(Debug, Default)]
+struct Tracked {
+    /// Its phase, for the `kok_operations{phase}` gauge.
+    phase: Phase,
+    /// Its commit and the state of its desired status, as counted in [`Queue::commits`].
+    counted: Option<(Arc<str>, Option<StatusState>)>,
 }
 
 /// What the loop knows of one commit's operations.
@@ -1077,7 +1085,7 @@ impl Queue {
             watcher::Event::InitDone => {
                 if let Some(seen) = self.relisting.take() {
                     let gone: Vec<String> = self
-                        .phases
+                        .ops
                         .keys()
                         .chain(self.pending.keys())
                         .filter(|name| !seen.contains(*name))
@@ -1104,10 +1112,11 @@ impl Queue {
         self.pending.remove(name);
         self.backlog.remove(name);
         self.recorded.remove(name);
-        if let Some(phase) = self.phases.remove(name) {
-            self.count_phase(phase, false);
-        }
-        let Some((commit, state)) = self.counted.remove(name) else {
+        let Some(tracked) = self.ops.remove(name) else {
+            return;
+        };
+        self.count_phase(tracked.phase, false);
+        let Some((commit, state)) = tracked.counted else {
             return;
         };
         let Some(ops) = self.commits.get_mut(&commit) else {
@@ -1128,27 +1137,34 @@ impl Queue {
 
     /// Counts `name` on `commit` with the state of its desired status.
     fn count(&mut self, name: &str, commit: &str, state: Option<StatusState>) {
-        if let Some((old_commit, old_state)) = self.counted.get(name).cloned() {
-            if old_commit == commit && old_state == state {
+        let old = self.ops.get(name).and_then(|t| t.counted.clone());
+        if let Some((old_commit, old_state)) = old {
+            if &*old_commit == commit && old_state == state {
                 return;
             }
             self.forget_count(name, &old_commit, old_state);
-            if old_commit != commit && self.commits.get(&old_commit).is_some_and(|o| o.live == 0) {
+            if &*old_commit != commit && self.commits.get(&old_commit).is_some_and(|o| o.live == 0) {
                 self.commits.remove(&old_commit);
             }
         }
-        let ops = self.commits.entry(commit.to_string()).or_default();
+        let key = match self.commits.get_key_value(commit) {
+            Some((key, _)) => key.clone(),
+            None => Arc::from(commit),
+        };
+        let ops = self.commits.entry(key.clone()).or_default();
         *ops.tally.slot(state) += 1;
         ops.live += 1;
         if !ops.settled {
             ops.last_new = Instant::now();
         }
-        self.counted.insert(name.to_string(), (commit.to_string(), state));
+        self.ops.entry(name.to_string()).or_default().counted = Some((key, state));
     }
 
     /// Takes `name` out of `commit`'s counts (its state changes, or its commit does).
     fn forget_count(&mut self, name: &str, commit: &str, state: Option<StatusState>) {
-        self.counted.remove(name);
+        if let Some(tracked) = self.ops.get_mut(name) {
+            tracked.counted = None;
+        }
         if let Some(ops) = self.commits.get_mut(commit) {
             let slot = ops.tally.slot(state);
             *slot = slot.saturating_sub(1);
@@ -1160,7 +1176,7 @@ impl Queue {
     /// when it failed, or when its context was already sent to every sink; else only the sinks without
     /// a budget (the budgeted ones show the commit's `kok/summary` instead).
     fn route(&mut self, job: &Pending, budget: usize) -> Route {
-        let Some(ops) = self.commits.get_mut(&job.commit) else {
+        let Some(ops) = self.commits.get_mut(job.commit.as_str()) else {
             return Route::All;
         };
         let context = &job.desired.context;
@@ -1205,7 +1221,7 @@ impl Queue {
             return;
         }
         for p in self.pending.values_mut() {
-            if p.held && settled.contains(&p.commit) {
+            if p.held && settled.iter().any(|c: &Arc<str>| **c == *p.commit) {
                 p.held = false;
                 p.not_before = now;
             }
@@ -1230,7 +1246,7 @@ impl Queue {
             if at <= now {
                 ops.summary_busy = true;
                 let attempts = ops.summary_retry.map_or(0, |(n, _)| n);
-                due.push((commit.clone(), SummaryJob { status, attempts }));
+                due.push((commit.to_string(), SummaryJob { status, attempts }));
             }
         }
         due
@@ -1283,8 +1299,14 @@ impl Queue {
         let name = op.name_any();
         let status = op.status.as_ref();
         let phase = status.map(|s| s.phase).unwrap_or_default();
-        if let Some(old) = self.phases.insert(name.clone(), phase) {
-            self.count_phase(old, false);
+        match self.ops.get_mut(&name) {
+            Some(tracked) => {
+                let old = std::mem::replace(&mut tracked.phase, phase);
+                self.count_phase(old, false);
+            }
+            None => {
+                self.ops.insert(name.clone(), Tracked { phase, counted: None });
+            }
         }
         self.count_phase(phase, true);
         let desired = status.and_then(|s| s.desired_status.as_deref());
@@ -1389,7 +1411,7 @@ impl Queue {
             Outcome::Held { desired } => {
                 if p.desired != desired {
                     self.backlog.entry(name.to_string()).or_default().push(desired);
-                } else if self.commits.get(&p.commit).is_some_and(|c| !c.settled) {
+                } else if self.commits.get(p.commit.as_str()).is_some_and(|c| !c.settled) {
                     p.held = true;
                 } else {
                     p.not_before = now; // the commit settled meanwhile
