@@ -13,6 +13,35 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::{ANNOTATION_CONTENT_HASH, LABEL_CLUSTER};
 
+/// Whether a cache's watch has listed once, and a wait for it.
+#[derive(Debug)]
+pub(super) struct Listed(tokio::sync::watch::Sender<bool>);
+
+impl Default for Listed {
+    fn default() -> Self {
+        Listed(tokio::sync::watch::Sender::new(false))
+    }
+}
+
+impl Listed {
+    /// The watch has listed.
+    pub(super) fn set(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// True once the watch has listed.
+    #[cfg(test)]
+    pub(super) fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Waits until the watch has listed once.
+    pub(super) async fn wait(&self) {
+        let mut listed = self.0.subscribe();
+        let _ = listed.wait_for(|l| *l).await;
+    }
+}
+
 /// Strings held once for every record that uses them. Words no record uses any more are dropped once
 /// the set has doubled since the last sweep.
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
-use super::cache::{LabelIndex, Words};
+use super::cache::{LabelIndex, Listed, Words};
 use crate::api::{LABEL_CLUSTER, LABEL_CURRENT};
 
 /// What the cache keeps of one ConfigMap.
@@ -84,22 +84,11 @@ impl Records {
 }
 
 /// The ConfigMaps kok manages, as records, with their names by cluster.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ConfigMapCache {
     records: Mutex<Records>,
     index: LabelIndex,
-    /// True once the watch has listed.
-    listed: tokio::sync::watch::Sender<bool>,
-}
-
-impl Default for ConfigMapCache {
-    fn default() -> Self {
-        ConfigMapCache {
-            records: Mutex::default(),
-            index: LabelIndex::default(),
-            listed: tokio::sync::watch::Sender::new(false),
-        }
-    }
+    listed: Listed,
 }
 
 impl ConfigMapCache {
@@ -130,15 +119,14 @@ impl ConfigMapCache {
                 }
                 records.words.sweep();
                 drop(records);
-                self.listed.send_replace(true);
+                self.listed.set();
             }
         }
     }
 
     /// Waits until the watch has listed once.
     pub async fn wait_until_listed(&self) {
-        let mut listed = self.listed.subscribe();
-        let _ = listed.wait_for(|l| *l).await;
+        self.listed.wait().await;
     }
 
     /// How many ConfigMaps the cache holds.

@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
-use super::cache::{ByCluster, Words};
+use super::cache::{ByCluster, Listed, Words};
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
     OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT,
@@ -264,8 +264,7 @@ impl Ops {
 pub struct OpCache {
     namespace: String,
     ops: Mutex<Ops>,
-    /// True once the watch has listed.
-    listed: tokio::sync::watch::Sender<bool>,
+    listed: Listed,
 }
 
 impl OpCache {
@@ -274,7 +273,7 @@ impl OpCache {
         OpCache {
             namespace: namespace.to_string(),
             ops: Mutex::default(),
-            listed: tokio::sync::watch::Sender::new(false),
+            listed: Listed::default(),
         }
     }
 
@@ -296,14 +295,13 @@ impl OpCache {
             ops.remove(&name);
         }
         if matches!(event, watcher::Event::InitDone) {
-            self.listed.send_replace(true);
+            self.listed.set();
         }
     }
 
     /// Waits until the watch has listed once.
     pub async fn wait_until_listed(&self) {
-        let mut listed = self.listed.subscribe();
-        let _ = listed.wait_for(|l| *l).await;
+        self.listed.wait().await;
     }
 
     /// How many operations the cache holds.
@@ -563,6 +561,6 @@ mod tests {
         assert!(cache.names_in("b").is_empty());
         assert!(cache.get("b1").is_none());
         assert_eq!(cache.len(), 1);
-        assert!(*cache.listed.borrow());
+        assert!(cache.listed.is_set());
     }
 }

@@ -68,6 +68,17 @@ impl State {
         true
     }
 
+    /// The queue's own copy of `name` when it holds one, so a name is allocated once however often it is
+    /// triggered.
+    fn known(&self, name: &str) -> Arc<str> {
+        self.queued
+            .get(name)
+            .or_else(|| self.active.get(name))
+            .or_else(|| self.due.get_key_value(name).map(|(k, _)| k))
+            .cloned()
+            .unwrap_or_else(|| Arc::from(name))
+    }
+
     /// Frees what a burst grew once the queue is empty again.
     fn shrink_when_idle(&mut self) {
         if self.ready.is_empty() && self.active.is_empty() {
@@ -244,19 +255,6 @@ impl WorkQueue {
             let _ = stop_tx.send(true);
         };
         futures::join!(workers, timer, stop);
-    }
-}
-
-impl State {
-    /// The queue's own copy of `name` when it holds one, so a name is allocated once however often it is
-    /// triggered.
-    fn known(&self, name: &str) -> Arc<str> {
-        self.queued
-            .get(name)
-            .or_else(|| self.active.get(name))
-            .or_else(|| self.due.get_key_value(name).map(|(k, _)| k))
-            .cloned()
-            .unwrap_or_else(|| Arc::from(name))
     }
 }
 
