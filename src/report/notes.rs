@@ -1237,6 +1237,140 @@ mod tests {
         assert_eq!(edited, Some(format!("{}\nforeign\n", render_line(&done))));
     }
 
+    /// A repository with one commit to annotate, and the signature notes are written with.
+    fn annotated_repository() -> (tempfile::TempDir, Repository, Oid, Signature<'static>) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let repository = Repository::init(dir.path()).expect("init");
+        let signature = Signature::now("kok", "kok@localhost").expect("signature");
+        let tree = repository
+            .find_tree(repository.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let commit = repository
+            .commit(Some("HEAD"), &signature, &signature, "c\n", &tree, &[])
+            .unwrap();
+        drop(tree);
+        (dir, repository, commit, signature)
+    }
+
+    fn numbered(i: usize, state: StatusState) -> NoteEntry {
+        NoteEntry {
+            context: format!("kok/cluster-{i:05}/op"),
+            state,
+            time: "2026-11-22T00:00:00Z".into(),
+            target_url: Some(format!("https://logs.example/{i}")),
+            description: format!("operation {i} of a fleet-size commit"),
+            run: None,
+        }
+    }
+
+    #[test]
+    fn a_note_of_many_parts_is_rewritten_as_a_stream_to_the_text_a_whole_edit_gives() {
+        let (_dir, repository, commit, signature) = annotated_repository();
+        // Even entries with a run record, a foreign line now and then, and a duplicate of entry 5 far
+        // past the first part: the parts split between pieces, never inside one.
+        let mut text = String::new();
+        for i in 0..3000 {
+            text.push_str(&render_line(&numbered(i, StatusState::Pending)));
+            text.push('\n');
+            if i % 2 == 0 {
+                text.push_str(&format!("{RUN_LINE_PREFIX}{{}}\n"));
+            }
+            if i % 100 == 0 {
+                text.push_str("foreign line\n");
+            }
+            if i == 2500 {
+                text.push_str(&render_line(&numbered(5, StatusState::Pending)));
+                text.push('\n');
+            }
+        }
+        assert!(text.len() > 3 * NOTE_PART, "the note spans several parts");
+        repository
+            .note(&signature, &signature, Some(NOTES_REF), commit, &text, false)
+            .unwrap();
+
+        let batch = vec![
+            numbered(0, StatusState::Success),
+            numbered(5, StatusState::Failure),
+            numbered(1200, StatusState::Running),
+            numbered(1201, StatusState::Pending),
+            numbered(2999, StatusState::Success),
+            numbered(3000, StatusState::Pending),
+        ];
+        let (expected, expected_set) = edit_note(&text, &batch);
+        let expected = expected.expect("the batch changes the note");
+        let set = rewrite_note(&repository, &signature, commit, &batch).unwrap();
+        assert_eq!(set, expected_set);
+        assert_eq!(
+            set,
+            vec![true, true, true, false, true, true],
+            "1201 is in the note as it is"
+        );
+        let written = note_text(&repository, commit).unwrap();
+        assert!(
+            written == expected,
+            "the streamed rewrite differs from the whole edit"
+        );
+        assert_eq!(
+            written.matches("kok/cluster-00005/op:").count(),
+            1,
+            "the duplicate went"
+        );
+        assert_eq!(
+            written.matches(RUN_LINE_PREFIX).count(),
+            1500 - 2,
+            "0 and 1200 lost their records"
+        );
+
+        let head = repository.refname_to_id(NOTES_REF).unwrap();
+        let again = rewrite_note(&repository, &signature, commit, &batch).unwrap();
+        assert_eq!(again, vec![false; batch.len()]);
+        assert_eq!(
+            repository.refname_to_id(NOTES_REF).unwrap(),
+            head,
+            "nothing changed, nothing committed"
+        );
+    }
+
+    #[test]
+    fn a_note_in_a_fanned_out_notes_tree_is_rewritten_in_its_place() {
+        let (_dir, repository, commit, signature) = annotated_repository();
+        // Notes written by git with many notes live under a two-character directory.
+        let hex = commit.to_string();
+        let first = numbered(1, StatusState::Pending);
+        let text = format!("{}\n", render_line(&first));
+        let blob = repository.blob(text.as_bytes()).unwrap();
+        let mut inner = repository.treebuilder(None).unwrap();
+        inner.insert(&hex[2..], blob, 0o100644).unwrap();
+        let inner = inner.write().unwrap();
+        let mut top = repository.treebuilder(None).unwrap();
+        top.insert(&hex[..2], inner, 0o040000).unwrap();
+        let top = repository.find_tree(top.write().unwrap()).unwrap();
+        repository
+            .commit(Some(NOTES_REF), &signature, &signature, "fanned\n", &top, &[])
+            .unwrap();
+        assert_eq!(note_text(&repository, commit).unwrap(), text);
+
+        let batch = vec![
+            numbered(1, StatusState::Success),
+            numbered(2, StatusState::Pending),
+        ];
+        assert_eq!(
+            rewrite_note(&repository, &signature, commit, &batch).unwrap(),
+            vec![true, true]
+        );
+        let written = note_text(&repository, commit).unwrap();
+        assert_eq!(parse_note(&written), batch);
+        let tree = repository
+            .find_reference(NOTES_REF)
+            .unwrap()
+            .peel_to_tree()
+            .unwrap();
+        assert!(
+            tree.get_name(&hex).is_none(),
+            "no second copy of the note at the top of the tree"
+        );
+    }
+
     #[test]
     fn foreign_lines_are_not_entries() {
         assert_eq!(parse_note("hello: world\nsome text\n"), Vec::new());
