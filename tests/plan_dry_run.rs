@@ -22,7 +22,7 @@ use kok::cli::plan::{decide, live_baseline, prepare, Plan};
 use kok::controller::live::{caches, LiveCache};
 use kok::materialize::apply::{read_live, Live};
 use kok::metrics::Metrics;
-use kok::reconcile::{pass, PassConfig, SharedSource};
+use kok::reconcile::{pass, PassConfig, PassOutcome, SharedSource};
 use kok::source::{Source, SourceConfig};
 
 /// The service's side: a source on the work repository and a testkit meta-cluster.
@@ -31,6 +31,8 @@ struct Service {
     source: SharedSource,
     repo: RepoBuilder,
     last: Option<Oid>,
+    /// What the last pass returned.
+    outcome: PassOutcome,
     live: Arc<LiveCache>,
     watches: tokio::task::JoinHandle<()>,
     _cache: tempfile::TempDir,
@@ -71,6 +73,7 @@ impl Service {
             source: Arc::new(Mutex::new(source)),
             repo,
             last: None,
+            outcome: PassOutcome::default(),
             live,
             watches,
             _cache: cache,
@@ -153,7 +156,7 @@ impl Service {
         let log = self.server.requests();
         log.reset();
         let client = self.server.client();
-        pass(&client, &self.source, &cfg, self.last, tip, full, &Metrics::new())
+        self.outcome = pass(&client, &self.source, &cfg, self.last, tip, full, &Metrics::new())
             .await
             .unwrap();
         let moved = self.last != Some(tip);
@@ -654,5 +657,93 @@ async fn an_entry_removed_is_canceled_by_a_pass_deciding_from_the_caches() {
             .unwrap_or(0),
         2,
         "the cancel and the label of the removed entry, nothing for the kept one: {wrote:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pass_over_more_clusters_than_one_parse_part_applies_each_once_and_attributes_each_operation() {
+    // A pass parses its clusters a few hundred at a time; 300 clusters make two.
+    let names: Vec<String> = (0..300).map(|i| format!("c{i:04}")).collect();
+    let mut repo = RepoBuilder::new();
+    for name in &names {
+        repo.cluster(name).op(name, "install", "cluster.yml");
+    }
+    repo.commit("300 clusters");
+    let mut service = Service::start(repo).await;
+    let created = service.reconcile().await;
+    assert_eq!(created[&("Cluster".to_string(), "writes")], 300, "{created:?}");
+    assert_eq!(
+        service.outcome.applied, names,
+        "each cluster applied once, in order"
+    );
+    assert!(
+        service.outcome.invalid.is_empty(),
+        "{:?}",
+        service.outcome.invalid
+    );
+
+    // Two commits in one pass: operations new in each, one in each part, and a broken
+    // cluster in each part.
+    service.repo.op("c0010", "first", "scale.yml");
+    let first = service.repo.commit("an operation early in the fleet");
+    service
+        .repo
+        .op("c0290", "second", "scale.yml")
+        .file("clusters/c0100/hosts.yml", "all:\n  hosts: [\n")
+        .file("clusters/c0280/hosts.yml", "all:\n  hosts: [\n");
+    let second = service
+        .repo
+        .commit("an operation late in the fleet, two clusters broken");
+    let wrote = service.reconcile().await;
+    assert_eq!(service.outcome.applied, ["c0010", "c0290"], "{wrote:?}");
+    assert_eq!(service.outcome.invalid, ["c0100", "c0280"]);
+    let files: Vec<&str> = service
+        .outcome
+        .diagnostics
+        .iter()
+        .map(|d| d.path.as_str())
+        .collect();
+    assert_eq!(
+        files,
+        ["clusters/c0100/hosts.yml", "clusters/c0280/hosts.yml"],
+        "{:?}",
+        service.outcome.diagnostics
+    );
+    let ops: Api<ClusterOperation> = Api::namespaced(service.server.client(), NS);
+    let listed = ops.list(&Default::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 302);
+    for (cluster, id, commit) in [("c0010", "first", &first), ("c0290", "second", &second)] {
+        let op = listed
+            .iter()
+            .find(|o| o.spec.cluster == cluster && o.spec.id == id)
+            .unwrap_or_else(|| panic!("operation {id} of {cluster}"));
+        assert_eq!(
+            &op.spec.source.commit, commit,
+            "{cluster}/{id} belongs to the commit that added it"
+        );
+    }
+
+    // A broken kok.yml is read by every part; it is said once, and no cluster is applied.
+    service
+        .repo
+        .file("kok.yml", "historyLimit: 3\nimagePullPolicy: Always\n");
+    service.repo.commit("a key kok.yml does not have");
+    service.reconcile().await;
+    assert!(
+        service.outcome.applied.is_empty(),
+        "{:?}",
+        service.outcome.applied
+    );
+    assert_eq!(service.outcome.invalid, names, "every cluster refused, each once");
+    let said: Vec<String> = service
+        .outcome
+        .diagnostics
+        .iter()
+        .map(|d| format!("{}:{}", d.path, d.line))
+        .collect();
+    assert_eq!(
+        said.iter().filter(|d| d.starts_with("kok.yml")).count(),
+        1,
+        "{said:?}"
     );
 }
