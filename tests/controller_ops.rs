@@ -551,3 +551,48 @@ async fn an_unedited_operation_never_runs_again_across_repolls_and_restarts() {
     assert_eq!(phase(&client, &name).await, Some(Phase::Succeeded));
     ctl.stop().await;
 }
+
+#[tokio::test]
+async fn a_burst_of_operation_changes_makes_one_cluster_status_write_not_one_each() {
+    let server = server().await;
+    let client = server.client();
+    let empty = render(&cluster_dir("prod", HOSTS, vec![], Some("prod-ssh")), 1, &[]);
+    apply_cluster(&client, NS, &empty).await.unwrap();
+    let ctl = start(&client, config(4));
+    let counted = |n: u32| {
+        let client = client.clone();
+        async move {
+            let c = Api::<Cluster>::namespaced(client, NS).get("prod").await.ok()?;
+            let s = c.status?;
+            let last = s.last_operation.map(|l| l.phase);
+            (s.operations?.pending == n && (n == 0 || last == Some(Phase::Queued))).then_some(())
+        }
+    };
+    wait_for("the Cluster's status without operations", || counted(0)).await;
+
+    // A commit adds ten operations at once; each is created, then queued on the missing Secret.
+    let log = server.requests();
+    log.reset();
+    let ops = (0..10)
+        .map(|i| entry(&format!("op{i}"), "run.yml", &[]))
+        .collect();
+    let d = render(&cluster_dir("prod", HOSTS, ops, Some("prod-ssh")), 2, &[]);
+    apply_cluster(&client, NS, &d).await.unwrap();
+    wait_for("the Cluster's status to count ten queued operations", || {
+        counted(10)
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(log.count("create", "clusteroperations"), 10);
+    assert!(
+        log.count("patch", "clusteroperations/status") >= 10,
+        "each is queued"
+    );
+    let writes = log.count("patch", "clusters/status");
+    assert!(
+        (1..=3).contains(&writes),
+        "{writes} status writes for 20 changes of its operations: {:?}",
+        log.snapshot()
+    );
+    ctl.stop().await;
+}

@@ -278,13 +278,20 @@ pub async fn run(
     futures::join!(op_loop, cluster_loop, scheduler, secret_loop, watches, cm_cache);
 }
 
-/// Reconciles the Cluster `cluster` when its watch has shown it.
+/// Reconciles the Cluster `cluster`, once its watch has shown it, [`CLUSTER_SETTLE`] after a change of
+/// one of its operations.
 fn wake_known_cluster(live: &live::LiveCache, queue: &WorkQueue, cluster: &str) {
     let key = ObjectRef::<Cluster>::new(cluster).within(live.namespace());
     if live.clusters.get(&key).is_some() {
-        queue.trigger(cluster);
+        queue.trigger_after(cluster, CLUSTER_SETTLE);
     }
 }
+
+/// How long a Cluster's reconcile waits after a change of one of its operations, so that the changes of
+/// a burst (a commit's new operations, each written, queued and reported in turn) make one status
+/// write instead of one each. A change of the Cluster itself, or a Secret it names, reconciles it at
+/// once.
+pub const CLUSTER_SETTLE: Duration = Duration::from_secs(1);
 
 /// Most reconciles of one controller running at once. Each holds an API request; without a bound a
 /// fleet-size commit starts one per operation at once, each with its own connection and buffers.
