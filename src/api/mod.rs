@@ -1,5 +1,7 @@
 //! The `kok.dev/v1alpha1` custom resources and every name kok writes into the meta-cluster, defined once.
 
+pub mod watched;
+
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,

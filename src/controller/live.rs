@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -29,6 +29,7 @@ use tracing::{debug, warn};
 use super::cache::SetAside;
 use super::config_maps::ConfigMapCache;
 use super::op_cache::OpCache;
+use crate::api::watched::{operation_event, WatchedOperation};
 use crate::api::{managed_selector, Cluster, ClusterOperation};
 use crate::materialize::apply::{Live, Written};
 
@@ -119,13 +120,16 @@ pub fn operation_events(
     client: &Client,
     live: Arc<LiveCache>,
 ) -> impl Stream<Item = Result<watcher::Event<ClusterOperation>, watcher::Error>> + Send {
-    let api = Api::<ClusterOperation>::namespaced(client.clone(), &live.namespace);
-    watcher(api, managed()).default_backoff().inspect(move |event| {
-        if let Ok(event) = event {
-            live.operations.observe(event);
-            live.advance(Watch::Operations, event);
-        }
-    })
+    let api = Api::<WatchedOperation>::namespaced(client.clone(), &live.namespace);
+    watcher(api, managed())
+        .default_backoff()
+        .map_ok(operation_event)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                live.operations.observe(event);
+                live.advance(Watch::Operations, event);
+            }
+        })
 }
 
 /// The Cluster watch, feeding the store.

@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -58,6 +58,7 @@ use tokio::task::JoinSet;
 
 use super::sink::{DeliveryError, Sink};
 use super::status::{summary_status, Tally};
+use crate::api::watched::{operation_event, WatchedOperation};
 use crate::api::{ClusterOperation, CommitStatus, Phase, StatusState};
 use crate::metrics::Metrics;
 
@@ -495,8 +496,10 @@ impl Reporter {
         self: Arc<Self>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let api: Api<ClusterOperation> = Api::namespaced(self.client.clone(), &self.namespace);
-        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let api: Api<WatchedOperation> = Api::namespaced(self.client.clone(), &self.namespace);
+        let events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .map_ok(operation_event);
         tokio::pin!(events);
         tokio::pin!(shutdown);
         let mut queue = Queue::new(self.sinks.settle_quiet);
