@@ -285,6 +285,29 @@ impl Counts {
 }
 
 /// utime + stime of a process, in seconds.
+/// How long kok must be quiet to have settled.
+const SETTLE_QUIET: Duration = Duration::from_secs(1);
+
+/// Waits until kok has settled after a burst: [`SETTLE_QUIET`] without an API request (service mode),
+/// or with under 5 % of a core (local mode, whose requests are not counted); at most `limit`. Returns
+/// how long it waited.
+async fn settle(meta: &Meta, pid: u32, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (requests, cpu) = (meta.requests().map(|c| c.total()), cpu_seconds(pid));
+        tokio::time::sleep(SETTLE_QUIET).await;
+        let quiet = match meta.requests() {
+            Some(now) => Some(now.total()) == requests,
+            None => cpu
+                .zip(cpu_seconds(pid))
+                .is_some_and(|(a, b)| b - a < 0.05 * SETTLE_QUIET.as_secs_f64()),
+        };
+        if quiet || started.elapsed() >= limit {
+            return started.elapsed();
+        }
+    }
+}
+
 fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name, which is in parentheses and may contain spaces.
@@ -414,6 +437,8 @@ struct Run {
     forge_request_kinds: BTreeMap<String, usize>,
     /// VmHWM of the kok process (in local mode it includes the embedded API server).
     peak_rss_mib: Option<f64>,
+    /// From the last status delivered until kok settled (see [`settle`]), before the idle window.
+    settle_secs: Option<f64>,
     idle_secs: f64,
     idle_cpu_percent: Option<f64>,
     idle_requests: Option<BTreeMap<String, usize>>,
@@ -585,8 +610,9 @@ impl Bench<'_> {
             return Ok(run);
         }
 
-        // Idle: nothing changes.
+        // Idle: nothing changes, once the last writes of the burst are done.
         let pid = kok.pid();
+        run.settle_secs = Some(settle(&meta, pid, self.cfg.timeout).await.as_secs_f64());
         let cpu_before = cpu_seconds(pid);
         let requests_before = meta.requests();
         tokio::time::sleep(self.cfg.idle).await;
@@ -599,9 +625,10 @@ impl Bench<'_> {
             .zip(requests_before.as_ref())
             .map(|(now, before)| now.since(before).0);
         eprintln!(
-            "[{} {}] idle {} s: CPU {:?} %, requests {:?}",
+            "[{} {}] settled {:?} s after the last status, then idle {} s: CPU {:?} %, requests {:?}",
             run.fleet,
             run.mode,
+            run.settle_secs,
             self.cfg.idle.as_secs(),
             run.idle_cpu_percent,
             run.idle_requests
@@ -797,7 +824,10 @@ fn table(runs: &[Run]) -> String {
             r.forge_requests,
             forge_kinds(&r.forge_request_kinds),
             fmt_opt(r.peak_rss_mib, " MiB"),
-            fmt_opt(r.idle_cpu_percent, " %"),
+            match (r.idle_cpu_percent, r.settle_secs) {
+                (Some(cpu), Some(settle)) => format!("{cpu:.1} % (settled {settle:.1} s after the statuses)"),
+                _ => fmt_opt(r.idle_cpu_percent, " %"),
+            },
             idle,
             r.change_ms
                 .map(|v| format!("{v:.0} ms"))
