@@ -115,21 +115,19 @@ fn managed() -> watcher::Config {
     watcher::Config::default().labels(&managed_selector())
 }
 
-/// The ClusterOperation watch, feeding the operation cache; its events come after the cache took them.
+/// The ClusterOperation watch, feeding the operation cache; its events come after the cache took them,
+/// each with whether it may let the operations waiting behind that one go ([`OpCache::observe`]).
 pub fn operation_events(
     client: &Client,
     live: Arc<LiveCache>,
-) -> impl Stream<Item = Result<watcher::Event<ClusterOperation>, watcher::Error>> + Send {
+) -> impl Stream<Item = Result<(watcher::Event<ClusterOperation>, bool), watcher::Error>> + Send {
     let api = Api::<WatchedOperation>::namespaced(client.clone(), &live.namespace);
-    watcher(api, managed())
-        .default_backoff()
-        .map_ok(operation_event)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                live.operations.observe(event);
-                live.advance(Watch::Operations, event);
-            }
-        })
+    watcher(api, managed()).default_backoff().map_ok(move |event| {
+        let event = operation_event(event);
+        let lets_go = live.operations.observe(&event);
+        live.advance(Watch::Operations, &event);
+        (event, lets_go)
+    })
 }
 
 /// The Cluster watch, feeding the store.

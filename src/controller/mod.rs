@@ -43,7 +43,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::warn;
 
-use crate::api::{managed_selector, Cluster, ClusterOperation, Phase};
+use crate::api::{managed_selector, Cluster, ClusterOperation};
 pub use job::JobConfig;
 pub use runner::{Action, WorkQueue};
 
@@ -163,42 +163,6 @@ pub async fn run(
 
     let op_queue = Arc::new(WorkQueue::default());
     let cluster_queue = Arc::new(WorkQueue::default());
-    // The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler
-    // (status, history limit) always sees it. A Cluster its watch has not shown yet is reconciled when
-    // it does.
-    // The operations the cache has shown finished. One that finishes wakes the operations waiting
-    // behind it once the cache has it (the wake at its transition may come before the cache shows it).
-    let mut finished: HashSet<String> = HashSet::new();
-    let op_watch = live::operation_events(&client, live.clone()).for_each(|event| {
-        match event {
-            Ok(watcher::Event::Apply(op)) => {
-                let name = op.name_any();
-                op_queue.trigger(&name);
-                if queue::phase(&op).is_terminal() && finished.insert(name) {
-                    let waiting = [Phase::Pending, Phase::Queued];
-                    for name in live.operations.names_in_phase(&op.spec.cluster, &waiting) {
-                        op_queue.trigger(&name);
-                    }
-                }
-                wake_known_cluster(&live, &cluster_queue, &op.spec.cluster);
-            }
-            Ok(watcher::Event::InitApply(op)) => {
-                let name = op.name_any();
-                op_queue.trigger(&name);
-                if queue::phase(&op).is_terminal() {
-                    finished.insert(name);
-                }
-            }
-            Ok(watcher::Event::Delete(op)) => {
-                finished.remove(&op.name_any());
-                wake_known_cluster(&live, &cluster_queue, &op.spec.cluster);
-            }
-            Ok(watcher::Event::Init) => finished.clear(),
-            Ok(watcher::Event::InitDone) => finished.shrink_to_fit(),
-            Err(e) => warn!(error = %e, "watching ClusterOperations failed; retrying"),
-        }
-        futures::future::ready(())
-    });
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
     // A Job's change reconciles the operation that owns it.
@@ -234,6 +198,28 @@ pub async fn run(
         queue: op_queue.clone(),
     });
 
+    // The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler
+    // (status, history limit) always sees it. A Cluster its watch has not shown yet is reconciled when
+    // it does. An operation that finished, or whose hold was released, wakes the operations waiting
+    // behind it once the cache shows it (see `OpCache::observe`).
+    let op_watch = live::operation_events(&client, live.clone()).for_each(|event| {
+        match event {
+            Ok((watcher::Event::Apply(op), lets_go)) => {
+                op_queue.trigger(&op.name_any());
+                if lets_go {
+                    operation::let_waiting_go(&ctx, &op.spec.cluster);
+                }
+                wake_known_cluster(&live, &cluster_queue, &op.spec.cluster);
+            }
+            Ok((watcher::Event::InitApply(op), _)) => op_queue.trigger(&op.name_any()),
+            Ok((watcher::Event::Delete(op), _)) => {
+                wake_known_cluster(&live, &cluster_queue, &op.spec.cluster)
+            }
+            Ok((watcher::Event::Init | watcher::Event::InitDone, _)) => {}
+            Err(e) => warn!(error = %e, "watching ClusterOperations failed; retrying"),
+        }
+        futures::future::ready(())
+    });
     let op_loop = op_queue.run(
         CONCURRENT_RECONCILES,
         |name| {

@@ -153,6 +153,12 @@ impl Record {
         self.status.as_ref().map(|s| s.phase).unwrap_or_default()
     }
 
+    /// Whether its failure's hold on the operations behind it was released (its entry was removed).
+    fn hold_released(&self) -> bool {
+        let rest = self.status.as_ref().and_then(|s| s.rest.as_ref());
+        rest.is_some_and(|r| r.hold_released.is_some())
+    }
+
     fn resource_version(&self) -> Option<&str> {
         match &self.meta {
             Meta::Slim { resource_version, .. } => resource_version.as_deref(),
@@ -237,9 +243,15 @@ struct Ops {
 }
 
 impl Ops {
-    fn upsert(&mut self, op: &ClusterOperation) {
+    /// Keeps `op`; true when the change may let the operations waiting behind it go (see
+    /// [`OpCache::observe`]).
+    fn upsert(&mut self, op: &ClusterOperation) -> bool {
         let name = op.metadata.name.as_deref().unwrap_or_default();
         let record = Box::new(Record::new(op, &mut self.words));
+        let lets_go = self.by_name.get(name).is_some_and(|old| {
+            (!old.phase().is_terminal() && record.phase().is_terminal())
+                || (!old.hold_released() && record.hold_released())
+        });
         if record.phase() == Phase::Running {
             self.running.insert(name.to_string());
         } else {
@@ -251,6 +263,7 @@ impl Ops {
                 self.by_name.insert(Arc::from(name), record);
             }
         }
+        lets_go
     }
 
     fn remove(&mut self, name: &str) {
@@ -279,12 +292,22 @@ impl OpCache {
 
     /// Follows one event of the ClusterOperation watch. A relist shows its operations as it goes and
     /// drops, once whole, the ones it did not show.
-    pub fn observe(&self, event: &watcher::Event<ClusterOperation>) {
-        let Ok(mut ops) = self.ops.lock() else { return };
+    ///
+    /// Returns true when the event shows a change that may let the operations waiting behind this one
+    /// go: it finished, or the hold of its failure was released. Those are woken when the cache has the change, not when it is written: a look before
+    /// the cache has it would wait behind the old state.
+    pub fn observe(&self, event: &watcher::Event<ClusterOperation>) -> bool {
+        let Ok(mut ops) = self.ops.lock() else {
+            return false;
+        };
         let ops = &mut *ops;
         let gone = ops.by_cluster.observe(event, |op| Some(op.spec.cluster.as_str()));
+        let mut lets_go = false;
         match event {
-            watcher::Event::Apply(op) | watcher::Event::InitApply(op) => ops.upsert(op),
+            watcher::Event::Apply(op) => lets_go = ops.upsert(op),
+            watcher::Event::InitApply(op) => {
+                ops.upsert(op);
+            }
             watcher::Event::Delete(_) | watcher::Event::Init => {}
             watcher::Event::InitDone => {
                 ops.words.sweep();
@@ -297,6 +320,7 @@ impl OpCache {
         if matches!(event, watcher::Event::InitDone) {
             self.listed.set();
         }
+        lets_go
     }
 
     /// Waits until the watch has listed once.
@@ -562,5 +586,25 @@ mod tests {
         assert!(cache.get("b1").is_none());
         assert_eq!(cache.len(), 1);
         assert!(cache.listed.is_set());
+    }
+
+    #[test]
+    fn a_change_lets_the_waiting_go_when_its_operation_finishes_or_its_hold_is_released() {
+        let cache = OpCache::new("kok");
+        let apply = |o: ClusterOperation| cache.observe(&watcher::Event::Apply(o));
+        assert!(!apply(op("a1", "a", Phase::Queued)), "new, not finished");
+        assert!(!apply(op("a1", "a", Phase::Running)));
+        assert!(apply(op("a1", "a", Phase::Failed)), "finished");
+        assert!(
+            !apply(op("a1", "a", Phase::Failed)),
+            "finished before: a later change of it is not"
+        );
+        let mut released = op("a1", "a", Phase::Failed);
+        released.status.as_mut().unwrap().hold_released = Some("a/install removed".into());
+        assert!(apply(released.clone()), "its hold released");
+        assert!(!apply(released));
+        // A relist shows what is there; the reconciles it triggers look at every operation anyway.
+        cache.observe(&watcher::Event::Init);
+        assert!(!cache.observe(&watcher::Event::InitApply(op("a2", "a", Phase::Succeeded))));
     }
 }

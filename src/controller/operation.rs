@@ -148,9 +148,8 @@ async fn transition(ctx: &Context, op: &ClusterOperation, t: Transition) -> Resu
         }
     }
     if t.phase.is_terminal() {
+        // The operations waiting behind it are woken once the cache shows it finished.
         release(ctx, op);
-        wake_cluster(ctx, &op.spec.cluster);
-        wake_slot_waiters(ctx);
     }
     Ok(())
 }
@@ -161,23 +160,19 @@ fn release(ctx: &Context, op: &ClusterOperation) {
     }
 }
 
-/// Schedules a reconcile of the operations that wait for a Job slot, now that one may be free.
-fn wake_slot_waiters(ctx: &Context) {
-    let waiting = match ctx.slot_waiters.lock() {
+/// Schedules a reconcile of the operations an operation of `cluster` may have held back, now that the
+/// cache shows it finished or its hold released: the waiting operations of its cluster, and those
+/// waiting for a Job slot.
+pub(super) fn let_waiting_go(ctx: &Context, cluster: &str) {
+    let waiting = [Phase::Pending, Phase::Queued];
+    for name in ctx.operations.names_in_phase(cluster, &waiting) {
+        ctx.queue.trigger(&name);
+    }
+    let slot_waiters = match ctx.slot_waiters.lock() {
         Ok(mut w) => std::mem::take(&mut *w),
         Err(_) => return,
     };
-    for name in waiting {
-        ctx.queue.trigger(&name);
-    }
-}
-
-/// Schedules a reconcile of every operation of `cluster` that waits, so the next one starts at once.
-fn wake_cluster(ctx: &Context, cluster: &str) {
-    for name in ctx
-        .operations
-        .names_in_phase(cluster, &[Phase::Pending, Phase::Queued])
-    {
+    for name in slot_waiters {
         ctx.queue.trigger(&name);
     }
 }
@@ -228,7 +223,6 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                         .map_err(op_error(&op, format!("deleting Job {name}")))?;
                 }
             }
-            wake_cluster(&ctx, &op.spec.cluster);
             Ok(Action::await_change())
         }
         Phase::Running => {
@@ -340,7 +334,6 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
     if let Err(e) = ctx.recorder.publish(&ev, &op.object_ref(&())).await {
         warn!(operation = %op.name_any(), error = %e, "event not published");
     }
-    wake_cluster(ctx, &op.spec.cluster);
     Ok(())
 }
 
