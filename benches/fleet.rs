@@ -284,7 +284,6 @@ impl Counts {
     }
 }
 
-/// utime + stime of a process, in seconds.
 /// How long kok must be quiet to have settled.
 const SETTLE_QUIET: Duration = Duration::from_secs(1);
 
@@ -308,6 +307,7 @@ async fn settle(meta: &Meta, pid: u32, limit: Duration) -> Duration {
     }
 }
 
+/// utime + stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name, which is in parentheses and may contain spaces.
