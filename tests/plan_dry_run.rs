@@ -697,6 +697,16 @@ async fn a_pass_over_more_clusters_than_one_parse_part_applies_each_once_and_att
     let wrote = service.reconcile().await;
     assert_eq!(service.outcome.applied, ["c0010", "c0290"], "{wrote:?}");
     assert_eq!(service.outcome.invalid, ["c0100", "c0280"]);
+    // Refused atomically: a broken cluster keeps what its last good commit materialized.
+    let clusters: Api<Cluster> = Api::namespaced(service.server.client(), NS);
+    let before = clusters.get("c0000").await.unwrap().spec.source.revision;
+    for broken in ["c0100", "c0280"] {
+        assert_eq!(
+            clusters.get(broken).await.unwrap().spec.source.revision,
+            before,
+            "{broken}"
+        );
+    }
     let files: Vec<&str> = service
         .outcome
         .diagnostics
