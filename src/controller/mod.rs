@@ -297,7 +297,7 @@ fn wake_known_cluster(live: &live::LiveCache, queue: &WorkQueue, cluster: &str) 
 /// a burst (a commit's new operations, each written, queued and reported in turn) make one status
 /// write instead of one each. A change of the Cluster itself, or a Secret it names, reconciles it at
 /// once.
-pub const CLUSTER_SETTLE: Duration = Duration::from_secs(1);
+const CLUSTER_SETTLE: Duration = Duration::from_secs(1);
 
 /// Most reconciles of one controller running at once. Each holds an API request; without a bound a
 /// fleet-size commit starts one per operation at once, each with its own connection and buffers.
