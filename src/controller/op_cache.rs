@@ -493,6 +493,10 @@ mod tests {
             action_type: ActionType::Playbook,
             extra_args: vec![],
         }];
+        full.spec.facts_playbook = Some(crate::api::FactsPlaybook {
+            path: "playbooks/facts.yml".into(),
+            optional: true,
+        });
         let status = full.status.as_mut().unwrap();
         status.job_ref = Some("kok-a1".into());
         status.result = Some("succeeded".into());
