@@ -318,6 +318,14 @@ fn a_failing_pre_hook_is_named_in_the_summary() {
     );
 }
 
+/// Runs `op`'s entry script ([`entry_command`]), asserts it succeeded and returns its log (stderr).
+fn run_ok(op: &ClusterOperation, dir: &Path) -> String {
+    let out = entry_command(op, dir).output().expect("/bin/sh runs");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
 /// Three hosts on this machine (local connection): node1 sets `port` itself, node2 and node3 are in group
 /// `workers`, whose `vars:` set `role` and `port`; `all: vars:` sets `zone`.
 fn precedence_hosts() -> String {
@@ -375,8 +383,7 @@ fn vars_yml_is_the_group_variables_of_all_so_host_variables_in_hosts_yml_overrid
         action_type: ActionType::Shell,
         extra_args: vec![dir.path().display().to_string()],
     }];
-    let out = entry_command(&op, dir.path()).output().expect("/bin/sh runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    run_ok(&op, dir.path());
     // ansible's precedence, as for kubespray's inventory/<cluster>/group_vars/all: a host variable of
     // hosts.yml outranks vars.yml; vars.yml (inventory group_vars/all) outranks the group `vars:` written in
     // hosts.yml, which apply where vars.yml sets nothing (node2/node3 have no port of their own: 22 wins over
@@ -389,18 +396,16 @@ fn vars_yml_is_the_group_variables_of_all_so_host_variables_in_hosts_yml_overrid
             "port=22 role=control zone=from-vars version=v1.31.4",
         ]
     );
-    let node1: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("hook-node1.json")).unwrap()).unwrap();
-    assert_eq!(
-        (node1["port"].as_i64(), node1["kube_version"].as_str()),
-        (Some(2201), Some("v1.31.4"))
-    );
-    let node3: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("hook-node3.json")).unwrap()).unwrap();
-    assert_eq!(
-        (node3["port"].as_i64(), node3["kube_version"].as_str()),
-        (Some(22), Some("v1.31.4"))
-    );
+    let seen = |host: &str| {
+        let text = std::fs::read_to_string(dir.path().join(format!("hook-{host}.json"))).unwrap();
+        let vars: serde_json::Value = serde_json::from_str(&text).expect(&text);
+        (
+            vars["port"].as_i64(),
+            vars["kube_version"].as_str().map(str::to_string),
+        )
+    };
+    assert_eq!(seen("node1"), (Some(2201), Some("v1.31.4".to_string())));
+    assert_eq!(seen("node3"), (Some(22), Some("v1.31.4".to_string())));
 }
 
 #[test]
@@ -415,8 +420,7 @@ fn group_vars_in_hosts_yml_apply_where_vars_yml_is_silent() {
         "kube_version: v1.31.4\n",
     );
     let op = simple_operation(dump_playbook(dir.path()), vec![]);
-    let out = entry_command(&op, dir.path()).output().expect("/bin/sh runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    run_ok(&op, dir.path());
     assert_eq!(
         dumped(dir.path()),
         [
@@ -453,8 +457,7 @@ fn a_repository_whose_vars_never_collide_with_host_vars_runs_as_it_did_with_extr
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     conf::write_conf(&now.path().join("conf"), &precedence_hosts(), vars);
     let op = simple_operation(dump_playbook(now.path()), vec![]);
-    let out = entry_command(&op, now.path()).output().expect("/bin/sh runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    run_ok(&op, now.path());
     assert_eq!(dumped(now.path()), dumped(before.path()));
     assert_eq!(
         dumped(now.path())[1],
@@ -495,9 +498,7 @@ fn a_limited_action_gets_the_facts_playbook_run_first_on_every_host() {
         path: touch_playbook(dir.path(), "facts"),
         optional: true,
     });
-    let out = entry_command(&op, dir.path()).output().expect("/bin/sh runs");
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    let log = run_ok(&op, dir.path());
     assert_eq!(
         ran_on(dir.path(), "facts"),
         ["node1", "node2", "node3"],
