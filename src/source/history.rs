@@ -23,10 +23,16 @@ pub struct HistoryEntry {
     pub subject: String,
     /// Files under the cluster directory the commit added, changed or deleted, relative to it, sorted.
     pub files: Vec<String>,
+    /// The later first-parent commits, newest first, up to the next one that touched the cluster (or
+    /// the tip): they left the cluster as this commit made it, so a run they carry the report of ran
+    /// what this commit brought in.
+    #[serde(skip)]
+    pub unchanged_after: Vec<Oid>,
 }
 
 /// Commits reachable from `tip` whose tree at `<root>/<cluster>` differs from their first parent's,
-/// newest first, at most `limit`. Only first-parent history is walked (merges count as one change).
+/// newest first, at most `limit`, each with the later commits that left the cluster alone. Only
+/// first-parent history is walked (merges count as one change).
 pub fn cluster_history(
     repo: &Repository,
     tip: Oid,
@@ -48,6 +54,7 @@ pub fn cluster_history(
         .map_err(SourceError::git("sort the history"))?;
     let subtree_id = |tree: &git2::Tree<'_>| tree.get_path(Path::new(&dir)).ok().map(|e| e.id());
     let mut entries = Vec::new();
+    let mut unchanged = Vec::new();
     for oid in walk {
         if entries.len() >= limit {
             break;
@@ -69,10 +76,11 @@ pub fn cluster_history(
         let now = subtree_id(&tree);
         let before = parent_tree.as_ref().and_then(subtree_id);
         if now == before {
+            unchanged.push(oid);
             continue;
         }
         let files = touched_files(repo, parent_tree.as_ref(), &tree, &dir)?;
-        entries.push(entry(&commit, files));
+        entries.push(entry(&commit, files, std::mem::take(&mut unchanged)));
     }
     Ok(entries)
 }
@@ -104,7 +112,7 @@ fn touched_files(
     Ok(files)
 }
 
-fn entry(commit: &git2::Commit<'_>, files: Vec<String>) -> HistoryEntry {
+fn entry(commit: &git2::Commit<'_>, files: Vec<String>, unchanged_after: Vec<Oid>) -> HistoryEntry {
     let id = commit.id().to_string();
     let author = commit.author();
     let date = jiff::Timestamp::from_second(commit.time().seconds())
@@ -118,5 +126,6 @@ fn entry(commit: &git2::Commit<'_>, files: Vec<String>) -> HistoryEntry {
         email: author.email().unwrap_or_default().to_string(),
         subject: commit.summary().ok().flatten().unwrap_or_default().to_string(),
         files,
+        unchanged_after,
     }
 }
