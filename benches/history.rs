@@ -6,6 +6,8 @@
 //! nothing about time.
 //!
 //! Environment: `KOK_HISTORY_CLUSTERS` (default 1000), `KOK_HISTORY_COMMITS` (default 10000),
+//! `KOK_HISTORY_DIR` (where the repository is generated and kept for the next run; default a
+//! temporary directory),
 //! `KOK_BIN` (the binary measured; default the one this bench was built with, so
 //! `cargo test --bench history` measures the debug build and `cargo bench --bench history` the
 //! release one).
@@ -152,18 +154,22 @@ fn main() -> BenchResult<()> {
     let bin = std::env::var_os("KOK_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kok")));
-    let dir = tempfile::tempdir()?;
-    let repo = dir.path().join("repo.git");
-    let started = Instant::now();
-    generate(&repo, clusters, commits)?;
-    eprintln!(
-        "generated {clusters} clusters × {commits} commits with notes in {}",
-        secs(started.elapsed())
-    );
+    let temp = tempfile::tempdir()?;
+    let dir = std::env::var_os("KOK_HISTORY_DIR").map_or_else(|| temp.path().to_path_buf(), PathBuf::from);
+    let repo = dir.join(format!("repo-{clusters}x{commits}.git"));
+    if !repo.exists() {
+        let started = Instant::now();
+        generate(&repo, clusters, commits)?;
+        eprintln!(
+            "generated {clusters} clusters × {commits} commits with notes in {}",
+            secs(started.elapsed())
+        );
+    }
     // The cluster changed longest ago: its last change is the furthest walk from the tip.
     let name = cluster((commits + 1) % clusters);
-    let cache = dir.path().join("cache");
-    let (cold, size) = history(&bin, &repo, &cache, &name, &[])?;
+    let cache = tempfile::tempdir_in(&dir)?;
+    let cache = cache.path();
+    let (cold, size) = history(&bin, &repo, cache, &name, &[])?;
     println!("binary: {}", bin.display());
     println!(
         "kok history {name}, {clusters} clusters × {commits} commits (target ≤ {}):",
@@ -176,7 +182,7 @@ fn main() -> BenchResult<()> {
     for (label, extra) in [("text", &[][..]), ("--output json", &["--output", "json"][..])] {
         let mut times = Vec::new();
         for _ in 0..ROUNDS {
-            times.push(history(&bin, &repo, &cache, &name, extra)?.0);
+            times.push(history(&bin, &repo, cache, &name, extra)?.0);
         }
         times.sort();
         let verdict = if times[ROUNDS / 2] <= TARGET {
