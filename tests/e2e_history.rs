@@ -4,6 +4,7 @@
 
 mod e2e;
 mod forge;
+mod local_e2e_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -373,4 +374,41 @@ fn a_run_reported_on_a_later_commit_shows_under_the_change_it_ran_and_says_where
     );
     assert_eq!(json[0]["operations"][0]["reportedOn"], docs.as_str(), "{json:#}");
     assert_eq!(json[0]["operations"][0]["state"], "success", "{json:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn local_mode_started_after_a_docs_commit_reports_the_run_on_the_operations_commit() {
+    use local_e2e_support::{ansible_or_skip, finished, note_line, LocalKok, LocalRepo, CLUSTER};
+    if !ansible_or_skip("local_mode_started_after_a_docs_commit_reports_the_run_on_the_operations_commit") {
+        return;
+    }
+    let repo = LocalRepo::new();
+    let hello = repo.commit_operations(&[("hello", "mark.yml", "hello")]);
+    std::fs::write(repo.path().join("NOTES.md"), "docs only\n").unwrap();
+    let docs = repo.commit("docs only");
+    let mut kok = LocalKok::start(&repo);
+    let client = kok.client(&repo).await;
+    let op = finished(&mut kok, &client, "hello").await;
+    assert_eq!(op.spec.source.commit, hello);
+    note_line(&mut kok, &repo, &hello, "kok/local/hello: success ").await;
+    assert!(!repo.note(&docs).contains("kok/local/"), "{}", repo.note(&docs));
+
+    let path = repo.path();
+    let cache = repo.scratch("history-cache");
+    let (ok, json, stderr) = repo.kok(&[
+        "history",
+        CLUSTER,
+        "--repo",
+        &path.to_string_lossy(),
+        "--cache-dir",
+        &cache.to_string_lossy(),
+        "--output",
+        "json",
+    ]);
+    assert!(ok, "kok history failed: {stderr}");
+    let json: Value = serde_json::from_str(&json).expect("history JSON");
+    let run = &entry_of(&json, &hello)["operations"][0];
+    assert_eq!(run["operation"], "hello", "{json:#}");
+    assert_eq!(run["state"], "success", "{json:#}");
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }

@@ -461,6 +461,19 @@ mod tests {
     }
 
     #[test]
+    fn a_forge_shows_every_firing_of_a_scheduled_operation_under_the_operations_context() {
+        let sink = ForgeSink::new(Forge::GitHub, None, "acme/infra", &Token::new("t")).unwrap();
+        let status = CommitStatus {
+            context: "kok/prod-bj/backup@2026-11-22T03:00:00Z".into(),
+            state: StatusState::Success,
+            description: "succeeded".into(),
+            target_url: None,
+            run: None,
+        };
+        assert_eq!(sink.body(&status)["context"], "kok/prod-bj/backup");
+    }
+
+    #[test]
     fn github_repository_must_be_owner_and_name() {
         let err = ForgeSink::new(Forge::GitHub, None, "just-a-name", &Token::new("t")).unwrap_err();
         assert!(err.to_string().contains("owner/name"), "{err}");

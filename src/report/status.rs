@@ -424,6 +424,22 @@ mod tests {
     }
 
     #[test]
+    fn a_scheduled_run_has_a_context_of_its_own_that_splits_back_into_operation_and_firing() {
+        let mut scheduled = op(None);
+        scheduled.spec.scheduled_time = Some("2026-11-22T03:00:00Z".into());
+        let s = operation_status(&scheduled, Phase::Succeeded, None, None, "ns");
+        assert_eq!(s.context, "kok/prod-bj/add-node7@2026-11-22T03:00:00Z");
+        assert_eq!(
+            split_run_context(&s.context),
+            ("kok/prod-bj/add-node7", Some("2026-11-22T03:00:00Z"))
+        );
+        assert_eq!(
+            split_run_context("kok/prod-bj/add-node7"),
+            ("kok/prod-bj/add-node7", None)
+        );
+    }
+
+    #[test]
     fn running_operation_describes_its_command_line() {
         let s = operation_status(&op(None), Phase::Running, None, None, "ns");
         assert_eq!(s.state, StatusState::Running);
