@@ -14,9 +14,14 @@ use k8s_openapi::api::batch::v1::Job;
 use serde_json::Value;
 
 fn history(remote: &Remote, cache: &Path, extra: &[&str]) -> String {
+    history_of(&remote.bare(), "a", cache, extra)
+}
+
+/// `kok history <cluster> --repo <repo> --cache-dir <cache> <extra>`: its stdout, once it succeeded.
+fn history_of(repo: &Path, cluster: &str, cache: &Path, extra: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_kok"))
-        .args(["history", "a", "--repo"])
-        .arg(remote.bare())
+        .args(["history", cluster, "--repo"])
+        .arg(repo)
         .arg("--cache-dir")
         .arg(cache)
         .args(extra)
@@ -26,6 +31,18 @@ fn history(remote: &Remote, cache: &Path, extra: &[&str]) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "kok history failed: {stderr}");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A remote with cluster `a` whose operations.yml is `operations`, then a commit touching docs only
+/// (the tip kok reconciles first); returns the remote and both commits.
+fn operations_then_docs(operations: &str) -> (Remote, String, String) {
+    let remote = Remote::new();
+    remote.cluster("a");
+    remote.write("clusters/a/operations.yml", operations);
+    let change = remote.push("a: operations");
+    remote.write("docs/README.md", "docs\n");
+    let docs = remote.push("docs only");
+    (remote, change, docs)
 }
 
 /// Adds (or replaces) the kok note of `sha` in the repository at `dir`.
@@ -202,12 +219,7 @@ async fn note_with(remote: &Remote, kok: &Kok, sha: &str, prefix: &str) -> Strin
 async fn an_operation_committed_before_kok_first_ran_shows_its_outcome_under_its_commit_and_so_does_a_rerun()
 {
     let api = meta_cluster().await;
-    let remote = Remote::new();
-    remote.cluster("a");
-    remote.write("clusters/a/operations.yml", "- id: hello\n  action: hello.yml\n");
-    let hello = remote.push("a: hello");
-    remote.write("docs/README.md", "docs\n");
-    let docs = remote.push("docs only");
+    let (remote, hello, docs) = operations_then_docs("- id: hello\n  action: hello.yml\n");
     let kok = Kok::run(&api, &remote, &[]);
     complete_jobs(&api, &kok, &mut Vec::new(), 1).await;
     note_with(&remote, &kok, &hello, "kok/a/hello: success ").await;
@@ -285,15 +297,8 @@ async fn an_operation_committed_before_kok_first_ran_shows_its_outcome_under_its
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scheduled_run_shows_under_the_commit_that_brought_the_operation_in() {
     let api = meta_cluster().await;
-    let remote = Remote::new();
-    remote.cluster("a");
-    remote.write(
-        "clusters/a/operations.yml",
-        "- id: backup\n  action: backup.yml\n  schedule: \"* * * * * *\"\n",
-    );
-    let backup = remote.push("a: backup every second");
-    remote.write("docs/README.md", "docs\n");
-    remote.push("docs only");
+    let (remote, backup, _) =
+        operations_then_docs("- id: backup\n  action: backup.yml\n  schedule: \"* * * * * *\"\n");
     let mut kok = Kok::run(&api, &remote, &[]);
     let mut done = Vec::new();
     complete_jobs(&api, &kok, &mut done, 1).await;
@@ -339,12 +344,7 @@ async fn every_scheduled_run_shows_under_the_commit_that_brought_the_operation_i
 
 #[test]
 fn a_run_reported_on_a_later_commit_shows_under_the_change_it_ran_and_says_where_it_was_reported() {
-    let remote = Remote::new();
-    remote.cluster("a");
-    remote.write("clusters/a/operations.yml", "- id: hello\n  action: hello.yml\n");
-    let hello = remote.push("a: hello");
-    remote.write("docs/README.md", "docs\n");
-    let docs = remote.push("docs only");
+    let (remote, hello, docs) = operations_then_docs("- id: hello\n  action: hello.yml\n");
     // Where an earlier kok reported the run of its first start: the tip it reconciled.
     note(
         &remote.bare(),
@@ -393,19 +393,12 @@ async fn local_mode_started_after_a_docs_commit_reports_the_run_on_the_operation
     note_line(&mut kok, &repo, &hello, "kok/local/hello: success ").await;
     assert!(!repo.note(&docs).contains("kok/local/"), "{}", repo.note(&docs));
 
-    let path = repo.path();
-    let cache = repo.scratch("history-cache");
-    let (ok, json, stderr) = repo.kok(&[
-        "history",
+    let json = history_of(
+        &repo.path(),
         CLUSTER,
-        "--repo",
-        &path.to_string_lossy(),
-        "--cache-dir",
-        &cache.to_string_lossy(),
-        "--output",
-        "json",
-    ]);
-    assert!(ok, "kok history failed: {stderr}");
+        &repo.scratch("history-cache"),
+        &["--output", "json"],
+    );
     let json: Value = serde_json::from_str(&json).expect("history JSON");
     let run = &entry_of(&json, &hello)["operations"][0];
     assert_eq!(run["operation"], "hello", "{json:#}");
