@@ -7,10 +7,11 @@
 //!
 //! Environment: `KOK_HISTORY_CLUSTERS` (default 1000), `KOK_HISTORY_COMMITS` (default 10000),
 //! `KOK_HISTORY_DIR` (where the repository is generated and kept for the next run; default a
-//! temporary directory),
-//! `KOK_BIN` (the binary measured; default the one this bench was built with, so
-//! `cargo test --bench history` measures the debug build and `cargo bench --bench history` the
-//! release one).
+//! temporary directory). The binary measured is the one built with the bench: `cargo test --bench
+//! history` measures the debug build, `cargo bench --bench history` the release one.
+
+#[path = "../tests/common/kok.rs"]
+mod kok_cli;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -121,27 +122,19 @@ fn generate(path: &Path, clusters: usize, commits: usize) -> BenchResult<()> {
 }
 
 /// Runs `kok history <cluster>` on `repo` with `cache`; returns its time and output size.
-fn history(
-    bin: &Path,
-    repo: &Path,
-    cache: &Path,
-    cluster: &str,
-    extra: &[&str],
-) -> BenchResult<(Duration, usize)> {
+fn history(repo: &Path, cache: &Path, cluster: &str, extra: &[&str]) -> BenchResult<(Duration, usize)> {
+    let repo = repo.to_string_lossy();
+    let args: Vec<&str> = ["history", cluster, "--repo", &repo]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
     let started = Instant::now();
-    let out = Command::new(bin)
-        .args(["history", cluster, "--repo"])
-        .arg(repo)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(extra)
-        .env("KOK_LOG", "error")
-        .output()?;
+    let (ok, stdout, stderr) = kok_cli::kok(&args, cache);
     let took = started.elapsed();
-    if !out.status.success() {
-        return Err(format!("kok history failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    if !ok {
+        return Err(format!("kok history failed: {stderr}").into());
     }
-    Ok((took, out.stdout.len()))
+    Ok((took, stdout.len()))
 }
 
 fn secs(d: Duration) -> String {
@@ -151,9 +144,6 @@ fn secs(d: Duration) -> String {
 fn main() -> BenchResult<()> {
     let clusters = env_usize("KOK_HISTORY_CLUSTERS", 1000);
     let commits = env_usize("KOK_HISTORY_COMMITS", 10_000);
-    let bin = std::env::var_os("KOK_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kok")));
     let temp = tempfile::tempdir()?;
     let dir = std::env::var_os("KOK_HISTORY_DIR").map_or_else(|| temp.path().to_path_buf(), PathBuf::from);
     let repo = dir.join(format!("repo-{clusters}x{commits}.git"));
@@ -169,8 +159,8 @@ fn main() -> BenchResult<()> {
     let name = cluster((commits + 1) % clusters);
     let cache = tempfile::tempdir_in(&dir)?;
     let cache = cache.path();
-    let (cold, size) = history(&bin, &repo, cache, &name, &[])?;
-    println!("binary: {}", bin.display());
+    let (cold, size) = history(&repo, cache, &name, &[])?;
+    println!("binary: {}", env!("CARGO_BIN_EXE_kok"));
     println!(
         "kok history {name}, {clusters} clusters × {commits} commits (target ≤ {}):",
         secs(TARGET)
@@ -182,7 +172,7 @@ fn main() -> BenchResult<()> {
     for (label, extra) in [("text", &[][..]), ("--output json", &["--output", "json"][..])] {
         let mut times = Vec::new();
         for _ in 0..ROUNDS {
-            times.push(history(&bin, &repo, cache, &name, extra)?.0);
+            times.push(history(&repo, cache, &name, extra)?.0);
         }
         times.sort();
         let verdict = if times[ROUNDS / 2] <= TARGET {

@@ -4,10 +4,11 @@
 
 mod e2e;
 mod forge;
+#[path = "common/kok.rs"]
+mod kok_cli;
 mod local_e2e_support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use e2e::{git, job_name, meta_cluster, wait_for, Kok, Objects, Remote, NS};
 use k8s_openapi::api::batch::v1::Job;
@@ -17,20 +18,16 @@ fn history(remote: &Remote, cache: &Path, extra: &[&str]) -> String {
     history_of(&remote.bare(), "a", cache, extra)
 }
 
-/// `kok history <cluster> --repo <repo> --cache-dir <cache> <extra>`: its stdout, once it succeeded.
+/// `kok history <cluster> --repo <repo> <extra>` with its cache at `cache`: its stdout, once it succeeded.
 fn history_of(repo: &Path, cluster: &str, cache: &Path, extra: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_kok"))
-        .args(["history", cluster, "--repo"])
-        .arg(repo)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(extra)
-        .env("KOK_LOG", "error")
-        .output()
-        .expect("kok runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kok history failed: {stderr}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let repo = repo.to_string_lossy();
+    let args: Vec<&str> = ["history", cluster, "--repo", &repo]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let (ok, stdout, stderr) = kok_cli::kok(&args, cache);
+    assert!(ok, "kok history failed: {stderr}");
+    stdout
 }
 
 /// A remote with cluster `a` whose operations.yml is `operations`, then a commit touching docs only

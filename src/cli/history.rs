@@ -2,7 +2,7 @@
 //! every run of its operations recorded in `refs/notes/kok`: on the commit itself, and on the later
 //! commits that left the cluster as it made it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -158,7 +158,7 @@ pub fn join_notes(
     history: Vec<HistoryEntry>,
 ) -> Vec<JoinedEntry> {
     let prefix = format!("{CONTEXT_PREFIX}{cluster}/");
-    let annotated: Vec<HashSet<Oid>> = refs.iter().map(|r| annotated_commits(repo, r)).collect();
+    let notes: Vec<HashMap<Oid, Oid>> = refs.iter().map(|r| note_blobs(repo, r)).collect();
     history
         .into_iter()
         .map(|entry| {
@@ -167,7 +167,7 @@ pub fn join_notes(
             let mut operations = Vec::new();
             for commit in reporters {
                 let reported_on = (Some(commit) != own).then(|| commit.to_string());
-                let runs = runs_in_notes(repo, refs, &annotated, commit, &prefix);
+                let runs = runs_in_notes(repo, &notes, commit, &prefix);
                 operations.extend(runs.into_iter().filter_map(|n| outcome(n, &prefix, &reported_on)));
             }
             JoinedEntry {
@@ -180,39 +180,36 @@ pub fn join_notes(
         .collect()
 }
 
-/// The commits that have a note under `reference`.
-fn annotated_commits(repo: &Repository, reference: &str) -> HashSet<Oid> {
+/// The commits that have a note under `reference`, each with its note's blob (so a note is read
+/// without going through the notes tree again).
+fn note_blobs(repo: &Repository, reference: &str) -> HashMap<Oid, Oid> {
     match repo.notes(Some(reference)) {
         Ok(notes) => notes
             .filter_map(Result::ok)
-            .map(|(_, annotated)| annotated)
+            .map(|(blob, annotated)| (annotated, blob))
             .collect(),
-        Err(_) => HashSet::new(),
+        Err(_) => HashMap::new(),
     }
 }
 
-/// The entries with contexts under `prefix` of the notes of `commit` under `refs`, the latest of each
-/// context.
+/// The entries with contexts under `prefix` of the notes of `commit` (one map of note blobs per notes
+/// ref), the latest of each context.
 fn runs_in_notes(
     repo: &Repository,
-    refs: &[&str],
-    annotated: &[HashSet<Oid>],
+    notes: &[HashMap<Oid, Oid>],
     commit: Oid,
     prefix: &str,
 ) -> Vec<NoteEntry> {
     let mut runs: Vec<NoteEntry> = Vec::new();
-    for (reference, annotated) in refs.iter().zip(annotated) {
-        if !annotated.contains(&commit) {
-            continue;
-        }
-        let Ok(note) = repo.find_note(Some(reference), commit) else {
+    for blobs in notes {
+        let Some(blob) = blobs.get(&commit).and_then(|b| repo.find_blob(*b).ok()) else {
             continue;
         };
-        let text = note.message().unwrap_or_default();
+        let text = String::from_utf8_lossy(blob.content());
         if !text.contains(prefix) {
             continue;
         }
-        for line in parse_note(text)
+        for line in parse_note(&text)
             .into_iter()
             .filter(|l| l.context.starts_with(prefix))
         {
