@@ -86,7 +86,7 @@ fn generate(path: &Path, clusters: usize, commits: usize) -> BenchResult<()> {
             writeln!(out, "from :{c}")?;
             writeln!(out, "M 100644 inline clusters/{changed}/vars.yml")?;
             data(&mut out, &format!("cluster_name: {changed}\ngeneration: {c}\n"))?;
-            if (c / clusters.max(1)) % 3 == 0 {
+            if (c / clusters.max(1)).is_multiple_of(3) {
                 writeln!(out, "M 100644 inline clusters/{changed}/operations.yml")?;
                 data(
                     &mut out,

@@ -6,6 +6,8 @@ mod e2e;
 mod forge;
 #[path = "common/kok.rs"]
 mod kok_cli;
+// Both harnesses include the one git CLI helper; the local-mode test needs the local one.
+#[allow(clippy::duplicate_mod)]
 mod local_e2e_support;
 
 use std::path::{Path, PathBuf};
@@ -227,6 +229,13 @@ async fn an_operation_committed_before_kok_first_ran_shows_its_outcome_under_its
         op.spec.source.commit, hello,
         "the run belongs to the commit that brought it in"
     );
+    // The Cluster's status names that run.
+    let name = op.metadata.name.clone().unwrap();
+    wait_for("the Cluster's last operation", Some(&kok), || async {
+        let last = objects.cluster("a").await?.status?.last_operation?;
+        (last.name == name && last.summary == "hello: Succeeded").then_some(())
+    })
+    .await;
     assert!(
         !remote.note(&docs).contains("kok/a/"),
         "the tip kok reconciled first carries no run of a:\n{}",
