@@ -92,7 +92,8 @@ pub fn attribute_parsed(
     clusters: &[String],
     target: &Parsed,
 ) -> Result<Vec<Introduced>, SourceError> {
-    if clusters.is_empty() {
+    // A periodic resync of the commit already reconciled: nothing is new, nothing is parsed again.
+    if clusters.is_empty() || old == Some(new) {
         return Ok(Vec::new());
     }
     let repo = trees.repo();
