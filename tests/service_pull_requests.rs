@@ -243,7 +243,7 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
     assert!(body.starts_with(&format!("{MARKER}\n### kok plan `")), "{body}");
     assert!(
         body.contains(&format!(
-            "`add-node7` (`scale.yml`) from `{}` prod-bj: add node7",
+            "`add-node7` (`scale.yml` after `playbooks/facts.yml` without --limit) from `{}` prod-bj: add node7",
             &head1[..8]
         )),
         "the comment lists the operation with the commit that adds it:\n{body}"
@@ -411,7 +411,7 @@ async fn an_invalid_merge_request_gets_an_error_naming_file_and_line_and_a_resta
     );
     let notes = wait_for("the note edited", None, || async {
         let on = comments.on(3);
-        on[1].1.contains("add-node7` (`scale.yml`)").then_some(on)
+        on[1].1.contains("add-node7` (`scale.yml` after `playbooks/facts.yml` without --limit)").then_some(on)
     })
     .await;
     assert_eq!(notes.len(), 2, "the other note and kok's: {notes:#?}");
