@@ -148,9 +148,16 @@ async fn a_failing_command_fails_the_job_with_backoff_limit_exceeded() -> anyhow
         condition(&done, "Failed").as_deref(),
         Some("BackoffLimitExceeded")
     );
+    // The status also says which directory ran the image, which --image-workdir does not map.
+    let said = message(&done, "Failed").unwrap_or_default();
+    let workdir = work.path().display();
     assert_eq!(
-        message(&done, "Failed").as_deref(),
-        Some("Job has reached the specified backoff limit")
+        said,
+        format!(
+            "Job has reached the specified backoff limit (image {} is not mapped by --image-workdir; \
+             ran in {workdir} (--workdir))",
+            kok::api::DEFAULT_IMAGE
+        )
     );
     let log = env.log(&op)?;
     assert!(log.contains("about to fail"), "{log}");
@@ -177,10 +184,8 @@ async fn a_job_past_its_deadline_is_killed_and_fails_with_deadline_exceeded() ->
     runner.stop().await?;
 
     assert_eq!(condition(&done, "Failed").as_deref(), Some("DeadlineExceeded"));
-    assert_eq!(
-        message(&done, "Failed").as_deref(),
-        Some("Job was active longer than specified deadline")
-    );
+    assert!(message(&done, "Failed")
+        .is_some_and(|m| m.starts_with("Job was active longer than specified deadline (image ")));
     assert_eq!(done.status.as_ref().and_then(|s| s.failed), Some(1));
     for pid_file in ["sh.pid", "sleep.pid"] {
         let pid = std::fs::read_to_string(work.path().join(pid_file))?;

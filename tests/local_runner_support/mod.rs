@@ -1,6 +1,7 @@
 //! Fixtures shared by the local runner tests: an API server with kok's inputs, a runner task, Job helpers.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -109,12 +110,18 @@ impl Env {
 
     /// Starts a runner on this server.
     pub fn runner(&self, workdir: Workdir) -> Runner {
+        self.runner_with_images(workdir, BTreeMap::new())
+    }
+
+    /// Starts a runner on this server that runs the images `image_workdirs` maps in their directories.
+    pub fn runner_with_images(&self, workdir: Workdir, image_workdirs: BTreeMap<String, PathBuf>) -> Runner {
         let cfg = RunnerConfig {
             namespace: DEFAULT_NAMESPACE.to_string(),
             state_dir: self.state.path().to_path_buf(),
             workdir,
             max_parallel: 2,
             api_url: Some(self.server.url()),
+            image_workdirs,
         };
         let (stop, rx) = oneshot::channel::<()>();
         let client = self.server.client();
