@@ -227,7 +227,12 @@ fn spawn_tail(
             }
             tokio::select! {
                 () = tokio::time::sleep(POLL) => {}
-                _ = done.changed() => {}
+                changed = done.changed() => {
+                    // The watch was abandoned (the runner is going away): the next kok copies the rest.
+                    if changed.is_err() {
+                        return;
+                    }
+                }
             }
         }
     })

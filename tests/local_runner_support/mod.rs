@@ -48,6 +48,12 @@ pub struct Runner {
 }
 
 impl Runner {
+    /// Ends the runner abruptly, as a crash of kok would: nothing of it runs any more, its Jobs' processes go on.
+    pub async fn crash(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
     /// Stops the runner and waits until it has returned.
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop.send(());
@@ -271,6 +277,15 @@ pub fn alive(pid: &str) -> bool {
             .is_some_and(|(_, rest)| !rest.starts_with('Z')),
         Err(_) => false,
     }
+}
+
+/// The directory of the run of Job `name` (see `kok::local::rundir`).
+pub async fn run_dir(env: &Env, name: &str) -> anyhow::Result<PathBuf> {
+    let job = env.jobs.get(name).await?;
+    Ok(kok::local::rundir::path(
+        env.state.path(),
+        &job.metadata.uid.unwrap_or_default(),
+    ))
 }
 
 /// Waits until `ready` holds.
