@@ -114,6 +114,31 @@ impl Env {
         })
     }
 
+    /// Creates ConfigMap `name` holding `key: value`.
+    pub async fn config_map(&self, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
+        let cms: Api<ConfigMap> = Api::namespaced(self.server.client(), DEFAULT_NAMESPACE);
+        let cm = ConfigMap {
+            metadata: meta(name),
+            data: Some([(key.to_string(), value.to_string())].into_iter().collect()),
+            ..ConfigMap::default()
+        };
+        cms.create(&PostParams::default(), &cm)
+            .await
+            .with_context(|| format!("creating {name}"))?;
+        Ok(())
+    }
+
+    /// Replaces the private key of the `ssh` Secret every test operation names.
+    pub async fn set_ssh_key(&self, key: &str) -> anyhow::Result<()> {
+        let secrets: Api<Secret> = Api::namespaced(self.server.client(), DEFAULT_NAMESPACE);
+        let patch = serde_json::json!({"data": {"ssh-privatekey": ByteString(key.as_bytes().to_vec())}});
+        secrets
+            .patch("ssh", &Default::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .context("replacing the ssh key")?;
+        Ok(())
+    }
+
     /// Starts a runner on this server.
     pub fn runner(&self, workdir: Workdir) -> Runner {
         self.runner_with_images(workdir, BTreeMap::new())
@@ -286,6 +311,21 @@ pub async fn run_dir(env: &Env, name: &str) -> anyhow::Result<PathBuf> {
         env.state.path(),
         &job.metadata.uid.unwrap_or_default(),
     ))
+}
+
+/// The pids of the processes whose command line holds `text` (an ssh master shows its control path there).
+pub fn processes_mentioning(text: &str) -> Vec<u32> {
+    let Ok(read) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    read.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| alive(&pid.to_string()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+        })
+        .collect()
 }
 
 /// Waits until `ready` holds.
