@@ -120,7 +120,8 @@ pub struct Args {
     /// version's checkout). Repeatable; the environment variable takes a comma-separated list.
     #[arg(long = "image-workdir", value_name = "IMAGE=DIR", value_parser = parse_image_workdir, value_delimiter = ',', env = "KOK_IMAGE_WORKDIR")]
     pub image_workdirs: Vec<(String, PathBuf)>,
-    /// Local mode: port of the embedded API server on 127.0.0.1 (0 picks a free one).
+    /// Local mode: port of the embedded API server on 127.0.0.1 (0: the previous start's port when free, else
+    /// a free one).
     #[arg(long, default_value_t = 0, env = "KOK_API_PORT")]
     pub api_port: u16,
 }

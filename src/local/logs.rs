@@ -193,6 +193,17 @@ pub fn last_end(path: &Path, job: &str) -> Option<End> {
     end
 }
 
+/// True when the log at `path` has a run of `job` (its header line).
+pub fn has_run(path: &Path, job: &str) -> bool {
+    let Ok(text) = std::fs::read(path) else {
+        return false;
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(Header::parse)
+        .any(|h| h.job == job)
+}
+
 /// The file name part of a log: `name` with anything outside `[A-Za-z0-9._-]` replaced by `_`.
 pub fn file_name(name: &str) -> String {
     let safe: String = name

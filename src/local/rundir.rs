@@ -5,6 +5,7 @@
 //! run.json          what kok needs to pick the run up again: Job, log, pid and the process's start time
 //! output            the process's merged stdout and stderr (it writes there itself, not through kok)
 //! copied            how many bytes of `output` are already in the operation's log
+//! started           written by the wrapper just before the command starts
 //! exit              the command's exit status, written by the wrapper when the command ends
 //! termination-log   the termination message (KOK_TERMINATION_LOG)
 //! tmp/              TMPDIR and ANSIBLE_LOCAL_TEMP (the entry script's writable inventory lives here)
@@ -14,9 +15,11 @@
 //! kok-<job>-<rand>/ the Job's volumes ([`super::volumes`])
 //! ```
 //!
-//! The command runs behind a small shell wrapper in its own session (`setsid`), so it outlives kok as a pod
-//! outlives its controller; the wrapper records the command's exit status in `exit`. A process is the run's
-//! only when both its pid and its start time (field 22 of `/proc/<pid>/stat`) match `run.json`.
+//! The command runs behind a small shell wrapper ([`WRAPPER`]) in its own session (`setsid`), so it outlives
+//! kok as a pod outlives its controller. The wrapper starts the command only once kok has recorded the
+//! process in `run.json`, marks that moment in `started`, and records the command's exit status in `exit`:
+//! a run without `started` never ran its command and may be started afresh. A process is the run's only
+//! when both its pid and its start time (field 22 of `/proc/<pid>/stat`) match `run.json`.
 //!
 //! When a run ends, [`end_leftovers`] ends every ssh master it started (`ssh -O exit` on each socket in its
 //! control directory) and kills what is left of its processes: those whose command line names the control
@@ -54,6 +57,7 @@ const RECORD: &str = "run.json";
 const OUTPUT: &str = "output";
 const COPIED: &str = "copied";
 const EXIT: &str = "exit";
+const STARTED: &str = "started";
 const TERMINATION_LOG: &str = "termination-log";
 const TMP: &str = "tmp";
 const FACTS: &str = "facts";
@@ -67,9 +71,15 @@ const SOCKET_NAME: usize = 40;
 /// How long leftover processes get between SIGTERM and SIGKILL.
 const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
 
-/// The wrapper the command runs behind: runs it, then records its exit status in the file named by `$0`.
-pub const WRAPPER: &str =
-    r#""$@"; kok_rc=$?; echo "$kok_rc" > "$0.tmp" && mv -f "$0.tmp" "$0"; exit "$kok_rc""#;
+/// The wrapper the command runs behind (`$0` is the run's directory). It waits for `go` on its stdin, which
+/// kok writes once `run.json` names the process (kok gone before that: end of file, and nothing runs), marks
+/// the run `started`, runs the command with stdin from /dev/null, then records its exit status in `exit`.
+pub const WRAPPER: &str = r#"read -r kok_go && [ "$kok_go" = go ] || exit 125
+: > "$0/started"
+"$@" < /dev/null
+kok_rc=$?
+echo "$kok_rc" > "$0/exit.tmp" && mv -f "$0/exit.tmp" "$0/exit"
+exit "$kok_rc""#;
 
 /// What kok keeps about a run to pick it up again (mode 0600: it holds the lines of Secret content the log
 /// redacts, as the volumes beside it hold the Secrets themselves).
@@ -166,9 +176,9 @@ impl RunDir {
         self.root.join(OUTPUT)
     }
 
-    /// The file the wrapper writes the exit status to.
-    pub fn exit_file(&self) -> PathBuf {
-        self.root.join(EXIT)
+    /// True once the wrapper has started the command.
+    pub fn started(&self) -> bool {
+        self.root.join(STARTED).exists()
     }
 
     /// The file standing in for the container's `terminationMessagePath`.
@@ -231,7 +241,7 @@ impl RunDir {
 
     /// The exit status the wrapper recorded, once the command has ended.
     pub fn exit_status(&self) -> Option<i32> {
-        std::fs::read_to_string(self.exit_file())
+        std::fs::read_to_string(self.root.join(EXIT))
             .ok()?
             .trim()
             .parse()

@@ -355,10 +355,11 @@ fn container(job: &Job) -> Option<&Container> {
 }
 
 /// Takes up a Job a previous runner started. Its run is picked up again when its process still runs (the same
-/// pid and start time) or recorded its exit status; otherwise, when the log recorded how the process ended
-/// (kok stopped between the end of the process and the status write), that outcome is reported; otherwise the
-/// Job is marked failed with `RunnerRestarted`, and the log says so. False when the status could not be
-/// written.
+/// pid and start time) or recorded its exit status. A run whose command never started (kok stopped before it
+/// let the wrapper go, or before the run had a directory and a log) is started now. Otherwise, when the log
+/// recorded how the process ended (kok stopped between the end of the process and the status write), that
+/// outcome is reported; otherwise the Job is marked failed with `RunnerRestarted`, and the log says so. False
+/// when the status could not be written (or, for a run started now, when it could not be started).
 async fn resume(
     ctx: &Ctx,
     job: &Job,
@@ -378,14 +379,27 @@ async fn resume(
             (run, record)
         }
         Some((run, _)) => {
-            // Started but neither running nor finished: nothing to pick up.
-            tokio::task::spawn_blocking(move || {
-                rundir::end_leftovers(&run);
-                remove_run_dir(&run);
-            });
+            let started = run.started();
+            let cleanup = run.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                rundir::end_leftovers(&cleanup);
+                remove_run_dir(&cleanup);
+            })
+            .await;
+            if started {
+                return report_lost(ctx, job, start, stop).await;
+            }
+            info!(job = %name, "the Job's command never started before kok stopped; starting it now");
+            return run_job(ctx, job, stop).await;
+        }
+        None => {
+            let path = logs::log_path(&ctx.cfg.state_dir, &identity(job).operation);
+            if !logs::has_run(&path, &name) {
+                info!(job = %name, "the Job's command never started before kok stopped; starting it now");
+                return run_job(ctx, job, stop).await;
+            }
             return report_lost(ctx, job, start, stop).await;
         }
-        None => return report_lost(ctx, job, start, stop).await,
     };
     let ended = logs::last_end(&record.log, &name).is_some();
     let writer = match LogWriter::open(&record.log, record.redactions.clone()) {
@@ -628,7 +642,7 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
         Ok(prepared) => {
             let run = prepared.run.clone();
             let note = prepared.note.clone();
-            match start_process(job, prepared, &log_path, &id, start) {
+            match start_process(job, prepared, &log_path, &id, start).await {
                 Err(message) => setup_failed(Some(run), message),
                 Ok(running) => {
                     let finished = supervise(running, &mut stop).await;
@@ -644,7 +658,7 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
 
 /// Opens the log, writes the run's header and workdir lines, and starts the prepared command. The error is
 /// the message of a `RunnerSetupFailed` status, already in the log.
-fn start_process(
+async fn start_process(
     job: &Job,
     prepared: Prepared,
     log_path: &Path,
@@ -685,7 +699,7 @@ fn start_process(
         ..Record::default()
     };
     let spawned = match supervise::find_program(&argv[0], &env, &cwd) {
-        Some(_) => supervise::launch(&run, &mut record, &cwd, &argv, &env),
+        Some(_) => supervise::launch(&run, &mut record, &cwd, &argv, &env).await,
         None => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             "not found on the Job's PATH",

@@ -119,14 +119,17 @@ pub(super) fn find_program(program: &str, env: &[(String, String)], cwd: &Path) 
 }
 
 /// Starts `argv` in `cwd` with exactly `env`, behind the exit-status wrapper, in a session of its own (so it
-/// outlives kok), its stdout and stderr appended to the run's `output`; records its pid and start time.
-pub(super) fn launch(
+/// outlives kok), its stdout and stderr appended to the run's `output`; records its pid and start time in
+/// `run.json`, and only then lets the wrapper start the command.
+pub(super) async fn launch(
     run: &RunDir,
     record: &mut Record,
     cwd: &Path,
     argv: &[String],
     env: &[(String, String)],
 ) -> std::io::Result<Process> {
+    use tokio::io::AsyncWriteExt;
+
     let out = run.open_output()?;
     let err = out.try_clone()?;
     let setsid = find_program(SETSID, env, cwd).or_else(|| find_program(SETSID, &host_path(), cwd));
@@ -148,15 +151,15 @@ pub(super) fn launch(
     };
     cmd.arg("-c")
         .arg(rundir::WRAPPER)
-        .arg(run.exit_file())
+        .arg(run.root())
         .args(argv)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(cwd)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err));
-    let child = cmd.spawn()?;
+    let mut child = cmd.spawn()?;
     let pid = child
         .id()
         .ok_or_else(|| std::io::Error::other("the process ended before its pid was read"))?;
@@ -165,7 +168,18 @@ pub(super) fn launch(
         .ok_or_else(|| std::io::Error::other(format!("/proc/{pid}/stat could not be read")))?;
     record.pid = pid;
     record.start_ticks = ticks;
-    run.write_record(record)?;
+    let mut go = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdin to the wrapper"))?;
+    if let Err(err) = run.write_record(record) {
+        // Closing stdin without `go` ends the wrapper before the command starts.
+        drop(go);
+        let _ = child.wait().await;
+        return Err(err);
+    }
+    go.write_all(b"go\n").await?;
+    drop(go);
     Ok(Process {
         pid,
         ticks,
