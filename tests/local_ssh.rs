@@ -127,3 +127,32 @@ async fn a_deleted_jobs_ssh_masters_end_with_it() -> anyhow::Result<()> {
     assert!(left.is_empty(), "ssh processes of the run outlived it: {left:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn stopping_the_runner_ends_the_ssh_masters_of_its_runs() -> anyhow::Result<()> {
+    if skip("stopping_the_runner_ends_the_ssh_masters_of_its_runs") {
+        return Ok(());
+    }
+    let env = Env::start().await?;
+    let sshd = gitkit::Sshd::start();
+    let work = fixture(&env, &sshd).await?;
+    let op = ssh_operation("stopped", "slow.yml");
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let control = run_dir(&env, &job).await?.join("cp").display().to_string();
+    let sockets = work.path().join("sockets");
+    wait_until("the playbook to reach the node", || sockets.exists()).await?;
+    assert!(
+        !processes_mentioning(&control).is_empty(),
+        "while the run runs, its ssh master does"
+    );
+
+    runner.stop().await?;
+    let left = processes_mentioning(&control);
+    assert!(
+        left.is_empty(),
+        "ssh processes of the run outlived kok's stop: {left:?}"
+    );
+    assert!(env.log(&op)?.contains("kok stopped while the Job ran"));
+    Ok(())
+}
