@@ -12,7 +12,7 @@ use serde_json::json;
 /// Reason of a successful Job's conditions.
 pub const REASON_COMPLETIONS_REACHED: &str = "CompletionsReached";
 /// Message of a successful Job's conditions.
-pub const MESSAGE_COMPLETIONS_REACHED: &str = "Reached expected number of succeeded pods";
+pub const MESSAGE_COMPLETIONS_REACHED: &str = crate::controller::queue::JOB_COMPLETE_MESSAGE;
 /// Reason of a Job whose process exited non-zero (`backoffLimit: 0`, so the first failure is the last).
 pub const REASON_BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
 /// Message of a Job whose process exited non-zero.
