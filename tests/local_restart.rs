@@ -21,8 +21,13 @@ fn cluster(i: usize) -> String {
 }
 
 /// Every third operation's playbook fails.
+fn fails(i: usize) -> bool {
+    i.is_multiple_of(3)
+}
+
+/// The mark of cluster `i`'s playbook: it fails when the mark says so.
 fn mark(i: usize) -> String {
-    if i % 3 == 0 {
+    if fails(i) {
         format!("{}-fail", cluster(i))
     } else {
         cluster(i)
@@ -70,11 +75,7 @@ async fn operations_end_with_their_real_outcome_when_kok_is_killed_three_times_w
         let i: usize = op.spec.cluster[1..].parse().expect("cluster number");
         let status = op.status.clone().unwrap_or_default();
         let message = status.message.clone().unwrap_or_default();
-        let expected = if i % 3 == 0 {
-            Phase::Failed
-        } else {
-            Phase::Succeeded
-        };
+        let expected = if fails(i) { Phase::Failed } else { Phase::Succeeded };
         assert_eq!(status.phase, expected, "{}: {message}", op.spec.cluster);
         if expected == Phase::Failed {
             assert!(
@@ -96,7 +97,7 @@ async fn operations_end_with_their_real_outcome_when_kok_is_killed_three_times_w
     for i in 0..CLUSTERS {
         let context = format!("kok/{}/nap: ", cluster(i));
         let lines: Vec<&str> = note.lines().filter(|l| l.starts_with(&context)).collect();
-        let result = if i % 3 == 0 { "failure" } else { "success" };
+        let result = if fails(i) { "failure" } else { "success" };
         assert_eq!(lines.len(), 1, "one status of {context}: {note}");
         assert!(
             lines[0].starts_with(&format!("{context}{result} ")),
