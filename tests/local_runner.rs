@@ -462,16 +462,30 @@ fn waiting_script(code: i32) -> String {
     format!("echo run >> runs\necho $$ > sh.pid\necho started\nwhile [ ! -e go ]; do sleep 0.1; done\necho went on\nexit {code}\n")
 }
 
-#[tokio::test]
-async fn a_run_outlives_a_crashed_runner_and_the_next_one_reports_its_real_outcome() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+/// Starts operation `id` running [`waiting_script`] with exit status `code` (and `deadline` seconds) under a
+/// first runner, once its process has started; returns its work directory, operation, runner and Job.
+async fn waiting_run(
+    env: &Env,
+    id: &str,
+    code: i32,
+    deadline: Option<i64>,
+) -> anyhow::Result<(tempfile::TempDir, kok::api::ClusterOperation, Runner, String)> {
     let work = tempfile::tempdir()?;
-    std::fs::write(work.path().join("wait.sh"), waiting_script(3))?;
-    let op = operation("survivor", "wait.sh", ActionType::Shell);
+    std::fs::write(work.path().join("wait.sh"), waiting_script(code))?;
+    let mut op = operation(id, "wait.sh", ActionType::Shell);
+    op.spec.active_deadline_seconds = deadline;
     let first = env.runner(Workdir::Fixed(work.path().to_path_buf()));
     let job = env.create_job(&op).await?;
     let pid_file = work.path().join("sh.pid");
     wait_until("the Job to start its process", || pid_file.exists()).await?;
+    Ok((work, op, first, job))
+}
+
+#[tokio::test]
+async fn a_run_outlives_a_crashed_runner_and_the_next_one_reports_its_real_outcome() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let (work, op, first, job) = waiting_run(&env, "survivor", 3, None).await?;
+    let pid_file = work.path().join("sh.pid");
     first.crash().await;
 
     let pid = std::fs::read_to_string(&pid_file)?;
@@ -514,13 +528,7 @@ async fn a_run_outlives_a_crashed_runner_and_the_next_one_reports_its_real_outco
 #[tokio::test]
 async fn a_run_that_ended_while_no_runner_ran_gets_its_recorded_outcome() -> anyhow::Result<()> {
     let env = Env::start().await?;
-    let work = tempfile::tempdir()?;
-    std::fs::write(work.path().join("wait.sh"), waiting_script(0))?;
-    let op = operation("finisher", "wait.sh", ActionType::Shell);
-    let first = env.runner(Workdir::Fixed(work.path().to_path_buf()));
-    let job = env.create_job(&op).await?;
-    let pid_file = work.path().join("sh.pid");
-    wait_until("the Job to start its process", || pid_file.exists()).await?;
+    let (work, op, first, job) = waiting_run(&env, "finisher", 0, None).await?;
     let exit = run_dir(&env, &job).await?.join("exit");
     first.crash().await;
     std::fs::write(work.path().join("go"), "")?;
@@ -543,14 +551,8 @@ async fn a_run_that_ended_while_no_runner_ran_gets_its_recorded_outcome() -> any
 #[tokio::test]
 async fn the_deadline_of_a_picked_up_run_still_holds() -> anyhow::Result<()> {
     let env = Env::start().await?;
-    let work = tempfile::tempdir()?;
-    std::fs::write(work.path().join("wait.sh"), waiting_script(0))?;
-    let mut op = operation("late", "wait.sh", ActionType::Shell);
-    op.spec.active_deadline_seconds = Some(2);
-    let first = env.runner(Workdir::Fixed(work.path().to_path_buf()));
-    let job = env.create_job(&op).await?;
+    let (work, _op, first, job) = waiting_run(&env, "late", 0, Some(2)).await?;
     let pid_file = work.path().join("sh.pid");
-    wait_until("the Job to start its process", || pid_file.exists()).await?;
     first.crash().await;
 
     let second = env.runner(Workdir::Fixed(work.path().to_path_buf()));
@@ -568,13 +570,8 @@ async fn the_deadline_of_a_picked_up_run_still_holds() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_job_deleted_while_no_runner_ran_has_its_process_killed_by_the_next() -> anyhow::Result<()> {
     let env = Env::start().await?;
-    let work = tempfile::tempdir()?;
-    std::fs::write(work.path().join("wait.sh"), waiting_script(0))?;
-    let op = operation("orphan", "wait.sh", ActionType::Shell);
-    let first = env.runner(Workdir::Fixed(work.path().to_path_buf()));
-    let job = env.create_job(&op).await?;
+    let (work, op, first, job) = waiting_run(&env, "orphan", 0, None).await?;
     let pid_file = work.path().join("sh.pid");
-    wait_until("the Job to start its process", || pid_file.exists()).await?;
     let dir = run_dir(&env, &job).await?;
     first.crash().await;
     env.jobs.delete(&job, &Default::default()).await?;

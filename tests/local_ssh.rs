@@ -65,6 +65,33 @@ fn ssh_operation(id: &str, playbook: &str) -> kok::api::ClusterOperation {
     op
 }
 
+/// Starts operation `id` running the slow playbook and waits until it has reached the node; returns its work
+/// directory, runner, operation, Job and control directory, after checking that its ssh master runs.
+async fn slow_run_on_the_node(
+    env: &Env,
+    sshd: &gitkit::Sshd,
+    id: &str,
+) -> anyhow::Result<(
+    tempfile::TempDir,
+    Runner,
+    kok::api::ClusterOperation,
+    String,
+    String,
+)> {
+    let work = fixture(env, sshd).await?;
+    let op = ssh_operation(id, "slow.yml");
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let control = run_dir(env, &job).await?.join("cp").display().to_string();
+    let sockets = work.path().join("sockets");
+    wait_until("the playbook to reach the node", || sockets.exists()).await?;
+    assert!(
+        !processes_mentioning(&control).is_empty(),
+        "while the run runs, its ssh master does"
+    );
+    Ok((work, runner, op, job, control))
+}
+
 #[tokio::test]
 async fn a_finished_run_leaves_no_ssh_master_behind() -> anyhow::Result<()> {
     if skip("a_finished_run_leaves_no_ssh_master_behind") {
@@ -104,17 +131,7 @@ async fn a_deleted_jobs_ssh_masters_end_with_it() -> anyhow::Result<()> {
     }
     let env = Env::start().await?;
     let sshd = gitkit::Sshd::start();
-    let work = fixture(&env, &sshd).await?;
-    let op = ssh_operation("slow", "slow.yml");
-    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
-    let job = env.create_job(&op).await?;
-    let control = run_dir(&env, &job).await?.join("cp").display().to_string();
-    let sockets = work.path().join("sockets");
-    wait_until("the playbook to reach the node", || sockets.exists()).await?;
-    assert!(
-        !processes_mentioning(&control).is_empty(),
-        "while the run runs, its ssh master does"
-    );
+    let (_work, runner, op, job, control) = slow_run_on_the_node(&env, &sshd, "slow").await?;
 
     env.jobs.delete(&job, &Default::default()).await?;
     let log_path = env.log_path(&op);
@@ -135,17 +152,7 @@ async fn stopping_the_runner_ends_the_ssh_masters_of_its_runs() -> anyhow::Resul
     }
     let env = Env::start().await?;
     let sshd = gitkit::Sshd::start();
-    let work = fixture(&env, &sshd).await?;
-    let op = ssh_operation("stopped", "slow.yml");
-    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
-    let job = env.create_job(&op).await?;
-    let control = run_dir(&env, &job).await?.join("cp").display().to_string();
-    let sockets = work.path().join("sockets");
-    wait_until("the playbook to reach the node", || sockets.exists()).await?;
-    assert!(
-        !processes_mentioning(&control).is_empty(),
-        "while the run runs, its ssh master does"
-    );
+    let (_work, runner, op, _job, control) = slow_run_on_the_node(&env, &sshd, "stopped").await?;
 
     runner.stop().await?;
     let left = processes_mentioning(&control);
