@@ -48,18 +48,31 @@ async fn operations_end_with_their_real_outcome_when_kok_is_killed_three_times_w
     let args = ["--max-concurrent-jobs", PARALLEL];
 
     let mut kok = LocalKok::start_with(&repo, &args);
-    // Each crash comes once more runs have started, while some run and others wait for a slot.
-    for started in [4, 14, 24] {
+    // The first crash comes once every operation runs (its Job started), the next two once more playbooks
+    // have got going, while others are still at it.
+    let client = kok.client(&repo).await;
+    wait_within(PATIENCE, "every operation to run", &mut kok, || async {
+        let ops = operations(&client).await;
+        let running = ops
+            .iter()
+            .filter(|op| op.status.as_ref().is_some_and(|s| s.phase == Phase::Running))
+            .count();
+        (running == CLUSTERS).then_some(())
+    })
+    .await;
+    kok.kill();
+    for started in [CLUSTERS / 2, CLUSTERS * 3 / 4] {
+        kok = LocalKok::start_with(&repo, &args);
         wait_within(
             PATIENCE,
-            &format!("{started} runs to start"),
+            &format!("{started} playbooks to start"),
             &mut kok,
             || async { (repo.all_runs() >= started).then_some(()) },
         )
         .await;
         kok.kill();
-        kok = LocalKok::start_with(&repo, &args);
     }
+    kok = LocalKok::start_with(&repo, &args);
     let client = kok.client(&repo).await;
     let ops = wait_within(PATIENCE, "every operation to finish", &mut kok, || async {
         let ops = operations(&client).await;

@@ -110,7 +110,7 @@ const LATE_CREDENTIAL_PLAYBOOK: &str = r#"- name: Late credential
         msg: "failing after a {{ lookup('password', inventory_dir + '/credentials/late.creds length=16') | length }}-character credential"
 "#;
 
-/// A playbook that counts its run in `<marks>/<mark>.runs`, sleeps `nap` seconds (`-e nap=...`, default 3),
+/// A playbook that counts its run in `<marks>/<mark>.runs`, sleeps `nap` seconds (`-e nap=...`, default 8),
 /// and then fails when the mark holds `fail`.
 const NAP_PLAYBOOK: &str = r#"- name: Nap
   hosts: all
@@ -120,7 +120,7 @@ const NAP_PLAYBOOK: &str = r#"- name: Nap
     - name: Count this run
       ansible.builtin.shell: echo run >> "{{ marks }}/{{ mark }}.runs"
     - name: Nap
-      ansible.builtin.command: sleep {{ nap | default(3) }}
+      ansible.builtin.command: sleep {{ nap | default(8) }}
     - name: Fail when told to
       ansible.builtin.fail:
         msg: "{{ mark }} fails on purpose"
