@@ -59,6 +59,14 @@ pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
 /// Secret type kok accepts for `sshAuthSecret` (Opaque with [`SSH_PRIVATE_KEY`] is accepted too).
 pub const SSH_AUTH_SECRET_TYPE: &str = "kubernetes.io/ssh-auth";
 
+/// Key of the kubeconfig in a cluster's kubeconfig Secret (Cluster API's convention).
+pub const KUBECONFIG_KEY: &str = "value";
+
+/// Name of the Secret holding a cluster's admin kubeconfig, saved from a run's `artifacts/admin.conf`.
+pub fn kubeconfig_secret(cluster: &str) -> String {
+    format!("{cluster}-kubeconfig")
+}
+
 /// Runner image used when neither the operation, cluster.yml nor kok.yml names one.
 pub const DEFAULT_IMAGE: &str = "quay.io/kubespray/kubespray:v2.27.0";
 /// Finished operations kept per cluster when `historyLimit` is not set.
@@ -349,6 +357,89 @@ pub struct ClusterOperationSpec {
     /// Queued until a rerun succeeds or the entry is removed; `continue` lets them go on.
     #[serde(default, skip_serializing_if = "OnFailure::is_hold")]
     pub on_failure: OnFailure,
+    /// How much of the workload cluster kok verifies once the Job succeeded, before it reports success:
+    /// `full` (default: API server, Nodes Ready, Nodes = inventory, kubelet versions, kube-system
+    /// workloads), `reachable` (the API server answers) or `none`.
+    #[serde(default, skip_serializing_if = "Verify::is_full")]
+    pub verify: Verify,
+    /// How long the verification retries before the operation fails, e.g. `10m` (the default), `90s`, `1h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_timeout: Option<String>,
+}
+
+/// How much of the workload cluster kok verifies after an operation's Job succeeded.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Verify {
+    /// Every check: API server, Nodes Ready, Nodes = inventory, kubelet versions, kube-system workloads.
+    #[default]
+    Full,
+    /// Only that the API server answers.
+    Reachable,
+    /// No verification (e.g. for `reset.yml`).
+    None,
+}
+
+impl Verify {
+    /// True for the default, [`Verify::Full`].
+    pub fn is_full(&self) -> bool {
+        *self == Verify::Full
+    }
+
+    /// The spelling used in operations.yml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verify::Full => "full",
+            Verify::Reachable => "reachable",
+            Verify::None => "none",
+        }
+    }
+}
+
+/// `verifyTimeout` when an operation does not set one.
+pub const DEFAULT_VERIFY_TIMEOUT: &str = "10m";
+
+/// Where a verification of the workload cluster stands.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum VerificationState {
+    /// The Job succeeded; kok checks the cluster until every check holds or `verifyTimeout` passes.
+    #[default]
+    Verifying,
+    /// Every check held.
+    Passed,
+    /// A check still failed when `verifyTimeout` passed, or the cluster cannot be reached as configured.
+    Failed,
+    /// Not verified: the cluster has no kubeconfig yet.
+    Skipped,
+}
+
+/// One check of a verification and what it found.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckResult {
+    /// `Reachable`, `NodesReady`, `InventoryMatches`, `VersionMatches` or `WorkloadsAvailable`.
+    pub name: String,
+    /// Whether the check held.
+    pub passed: bool,
+    /// What it found, e.g. `5/5 nodes Ready` or `node7 is in hosts.yml but not a node of the cluster`.
+    pub message: String,
+}
+
+/// The verification of the workload cluster after a successful Job.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// Verifying, Passed, Failed or Skipped.
+    pub state: VerificationState,
+    /// When the verification began; with `verifyTimeout` it bounds the retries, across restarts of kok.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// The outcome in one line: `verified: 5/5 nodes Ready, v1.31.4`, or what still fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Each check's latest result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResult>,
 }
 
 /// What a failed operation does to the later operations of its cluster.
@@ -583,6 +674,9 @@ pub struct ClusterOperationStatus {
     /// Set once the hold of this failed operation on its cluster's queue was lifted by removing its entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_released: Option<String>,
+    /// The verification of the workload cluster after the Job succeeded: state and each check's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Box<Verification>>,
 }
 
 /// The CustomResourceDefinitions of kok, in a stable order (Cluster, then ClusterOperation).

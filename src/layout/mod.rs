@@ -17,6 +17,7 @@ mod settings;
 mod yaml;
 
 pub use disk::DiskTree;
+pub use inventory::read_inventory;
 pub use model::*;
 pub use names::{did_you_mean, dns1123_label_problem, is_dns1123_label, is_dns1123_subdomain, is_host_name};
 pub use operations::{schedule_problem, HOOK_KEYS, MAX_OPERATION_ID, OPERATION_KEYS};

@@ -90,6 +90,33 @@ pub struct Inventory {
     pub hosts: std::collections::BTreeSet<String>,
     /// Every group name (including `all`), sorted.
     pub groups: std::collections::BTreeSet<String>,
+    /// The hosts listed directly under each group's `hosts`.
+    pub members: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The child groups of each group.
+    pub children: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The addresses a host's variables give it, wherever it is listed (`ip`, `access_ip` and
+    /// `ansible_host`), in the order found, without repeats.
+    pub addresses: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl Inventory {
+    /// The hosts of `group`, its child groups resolved (a cycle, refused by validation, ends the walk).
+    pub fn hosts_of(&self, group: &str) -> std::collections::BTreeSet<String> {
+        if group == "all" {
+            return self.hosts.clone();
+        }
+        let mut hosts = std::collections::BTreeSet::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo = vec![group];
+        while let Some(g) = todo.pop() {
+            if !seen.insert(g) {
+                continue;
+            }
+            hosts.extend(self.members.get(g).into_iter().flatten().cloned());
+            todo.extend(self.children.get(g).into_iter().flatten().map(String::as_str));
+        }
+        hosts
+    }
 }
 
 /// A cluster directory that passed validation.

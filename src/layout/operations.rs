@@ -603,6 +603,7 @@ mod tests {
         let inventory = Inventory {
             hosts: ["node1".to_string()].into(),
             groups: ["all".to_string()].into(),
+            ..Inventory::default()
         };
         let text = "- id: rm\n  action: remove-node.yml\n  extraArgs: [-e, node=node7]\n  \
                     postHooks: [{action: x.yml, extraArgs: [--limit=node1]}]\n";

@@ -301,6 +301,8 @@ fn cluster_operation(
             schedule: op.schedule.clone(),
             scheduled_time: None,
             on_failure: op.on_failure,
+            verify: Default::default(),
+            verify_timeout: None,
         },
     );
     let mut labels = common_labels(&cluster.name);
