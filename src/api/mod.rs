@@ -169,6 +169,10 @@ pub struct ClusterSpec {
     /// Secret with the ssh private key ansible uses; kok only checks that it exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_auth_ref: Option<SecretRef>,
+    /// Secret with the kubeconfig kok verifies the cluster with (key `value`), from `kubeconfigSecret`;
+    /// without it, Secret `<cluster>-kubeconfig` once a run saved the cluster's admin.conf there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<SecretRef>,
     /// Defaults for this cluster's operations, from cluster.yml over kok.yml.
     #[serde(default)]
     pub defaults: RunDefaults,

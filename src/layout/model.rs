@@ -46,6 +46,8 @@ impl std::fmt::Display for Diagnostic {
 pub struct Settings {
     /// Name of an existing `kubernetes.io/ssh-auth` Secret in kok's namespace.
     pub ssh_auth_secret: Option<String>,
+    /// Name of a Secret in kok's namespace holding the cluster's kubeconfig (key `value`) for verification.
+    pub kubeconfig_secret: Option<String>,
     /// Defaults for the cluster's operations.
     pub defaults: RunDefaults,
 }
@@ -75,6 +77,10 @@ pub struct Operation {
     pub rerun: Option<u64>,
     /// Whether a failure holds the cluster's later operations (`hold`, the default) or not (`continue`).
     pub on_failure: crate::api::OnFailure,
+    /// How much of the cluster is verified after the Job succeeded (`full` by default).
+    pub verify: crate::api::Verify,
+    /// How long verification retries, as written (e.g. `10m`); validated by [`super::duration_seconds`].
+    pub verify_timeout: Option<String>,
     /// The entry exactly as written, as JSON; its canonical form is hashed into the digest.
     pub entry: serde_json::Value,
     /// 1-based line of the entry in operations.yml.

@@ -18,6 +18,7 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "resources",
     "activeDeadlineSeconds",
     "historyLimit",
+    "kubeconfigSecret",
 ];
 
 /// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
@@ -46,6 +47,14 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             node,
             "sshAuthSecret",
             "the name of a kubernetes.io/ssh-auth Secret in kok's namespace",
+            diags,
+        )
+    });
+    settings.kubeconfig_secret = get(map, "kubeconfigSecret").and_then(|node| {
+        subdomain(
+            node,
+            "kubeconfigSecret",
+            "the name of a Secret in kok's namespace holding the kubeconfig",
             diags,
         )
     });
@@ -103,6 +112,10 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             .ssh_auth_secret
             .clone()
             .or_else(|| base.ssh_auth_secret.clone()),
+        kubeconfig_secret: over
+            .kubeconfig_secret
+            .clone()
+            .or_else(|| base.kubeconfig_secret.clone()),
         defaults: crate::api::RunDefaults {
             image: o.image.clone().or_else(|| b.image.clone()),
             service_account: o.service_account.clone().or_else(|| b.service_account.clone()),
@@ -250,6 +263,29 @@ mod tests {
             (s.defaults.active_deadline_seconds, s.defaults.history_limit),
             (Some(600), Some(5))
         );
+    }
+
+    #[test]
+    fn kubeconfig_secret_names_a_secret_and_cluster_yml_wins() {
+        let (base, d) = check("kubeconfigSecret: fleet-reader\n");
+        assert_eq!(
+            (base.kubeconfig_secret.as_deref(), d),
+            (Some("fleet-reader"), vec![])
+        );
+        let (over, _) = check("kubeconfigSecret: prod-reader\n");
+        assert_eq!(
+            merge_settings(&base, &over).kubeconfig_secret.as_deref(),
+            Some("prod-reader")
+        );
+        assert_eq!(
+            merge_settings(&base, &Settings::default())
+                .kubeconfig_secret
+                .as_deref(),
+            Some("fleet-reader")
+        );
+        assert!(first_error("kubeconfigSecret: Prod_Admin\n")
+            .starts_with("1:19: kubeconfigSecret \"Prod_Admin\" is not a valid Kubernetes name"));
+        assert!(first_error("kubeconfigSecret: [a]\n").starts_with("1:19: kubeconfigSecret must be a string"));
     }
 
     #[test]
