@@ -3,6 +3,7 @@
 //! - [`job`]: the Job and its entry script (pure).
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
+//! - [`verify`]: after a successful Job, the verification of the workload cluster ([`crate::health`]).
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
 //! - [`runner`]: the work queue each reconciler runs from (names, delays, a bound on concurrency).
 //! - [`op_cache`]: kok's own records of the ClusterOperations, by cluster.
@@ -28,6 +29,7 @@ pub mod runner;
 pub mod schedule;
 pub mod secret;
 pub mod summary;
+pub mod verify;
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -61,6 +63,8 @@ pub struct ControllerConfig {
     /// How often a queued operation looks again even without a trigger (a safety net; finishing
     /// operations wake the queue at once).
     pub queue_resync: Duration,
+    /// How long a failed verification of a workload cluster waits before it looks again.
+    pub verify_retry: Duration,
 }
 
 impl ControllerConfig {
@@ -72,6 +76,7 @@ impl ControllerConfig {
             job: JobConfig::default(),
             status_url: None,
             queue_resync: Duration::from_secs(60),
+            verify_retry: Duration::from_secs(10),
         }
     }
 }
@@ -131,6 +136,10 @@ pub struct Context {
     /// The operations to reconcile: a watch event, a Job's or a Secret's, or a finished operation
     /// triggers them.
     pub queue: Arc<WorkQueue>,
+    /// The Clusters kok manages (their `kubeconfigSecretRef`).
+    pub clusters: Store<Cluster>,
+    /// The clients of workload clusters, for verification.
+    pub clients: crate::health::Clients,
 }
 
 /// Runs the ClusterOperation controller, the Cluster controller, the scheduler and the watches that
@@ -196,6 +205,8 @@ pub async fn run(
         slot_waiters: Mutex::new(HashSet::new()),
         start_lock: tokio::sync::Mutex::new(()),
         queue: op_queue.clone(),
+        clusters: live.clusters.clone(),
+        clients: crate::health::Clients::default(),
     });
 
     // The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler
