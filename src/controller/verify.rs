@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -25,7 +25,8 @@ use tracing::info;
 use super::operation::{now, op_error, run_report, transition, Transition};
 use super::{Action, Context, ControllerError};
 use crate::api::{
-    ClusterOperation, Phase, Verification, VerificationState, DEFAULT_VERIFY_TIMEOUT, HOSTS_KEY, VARS_KEY,
+    kubeconfig_secret, ClusterOperation, Phase, Verification, VerificationState, DEFAULT_VERIFY_TIMEOUT,
+    HOSTS_KEY, KUBECONFIG_KEY, VARS_KEY,
 };
 use crate::health::{observe::observe, verify, Access, AccessError, Expected};
 
@@ -53,10 +54,17 @@ pub(super) async fn after_job(
     let named = cluster
         .and_then(|c| c.spec.kubeconfig_secret_ref.clone())
         .map(|r| r.name);
-    let access = ctx
-        .clients
-        .access(&ctx.client, ns, &op.spec.cluster, named.as_deref())
-        .await;
+    // The Secret cache keeps key names: kok's own Secret without `value` holds no kubeconfig yet, and a
+    // run's pod saves its kubeconfig before it exits, so before its Job completes.
+    let own = ObjectRef::new(&kubeconfig_secret(&op.spec.cluster)).within(ns);
+    let has_value = |s: &Secret| s.data.as_ref().is_some_and(|d| d.contains_key(KUBECONFIG_KEY));
+    let access = if named.is_none() && !ctx.secrets.get(&own).is_some_and(|s| has_value(&s)) {
+        Ok(Access::NoKubeconfig)
+    } else {
+        ctx.clients
+            .access(&ctx.client, ns, &op.spec.cluster, named.as_deref())
+            .await
+    };
     let client = match access {
         Ok(Access::Client(client)) => client,
         Ok(Access::NoKubeconfig) => {
