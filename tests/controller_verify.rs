@@ -189,17 +189,31 @@ async fn a_healthy_cluster_is_verified_and_the_success_says_so() {
     );
 }
 
-#[tokio::test]
-async fn a_node_not_ready_fails_the_operation_once_the_verify_timeout_passed() {
+/// Runs `install` (verifyTimeout 1s) on a workload cluster of the Nodes `nodes` (name, InternalIP,
+/// Ready, kubelet version), and checks that it fails saying `why`.
+async fn fails_because(nodes: &[(&str, &str, bool, &str)], why: &str) -> ClusterOperation {
     let workload = testkit::ApiServer::start().await.unwrap();
-    let w = workload.client();
-    node(&w, "node1", "10.0.0.1", true, "v1.31.4").await;
-    node(&w, "node2", "10.0.0.2", false, "v1.31.4").await;
+    for (name, ip, ready, version) in nodes {
+        node(&workload.client(), name, ip, *ready, version).await;
+    }
     let done = verified(&workload, "1s", Phase::Failed).await;
     assert_eq!(
         description(&done),
-        "playbook succeeded, verification failed: 1/2 nodes not Ready: node2 (KubeletNotReady)"
+        format!("playbook succeeded, verification failed: {why}")
     );
+    done
+}
+
+#[tokio::test]
+async fn a_node_not_ready_fails_the_operation_once_the_verify_timeout_passed() {
+    let done = fails_because(
+        &[
+            ("node1", "10.0.0.1", true, "v1.31.4"),
+            ("node2", "10.0.0.2", false, "v1.31.4"),
+        ],
+        "1/2 nodes not Ready: node2 (KubeletNotReady)",
+    )
+    .await;
     let status = done.status.unwrap();
     assert_eq!(status.desired_status.unwrap().state, StatusState::Failure);
     let v = status.verification.unwrap();
@@ -210,40 +224,36 @@ async fn a_node_not_ready_fails_the_operation_once_the_verify_timeout_passed() {
 
 #[tokio::test]
 async fn a_host_that_never_joined_is_named() {
-    let workload = testkit::ApiServer::start().await.unwrap();
-    node(&workload.client(), "node1", "10.0.0.1", true, "v1.31.4").await;
-    let done = verified(&workload, "1s", Phase::Failed).await;
-    assert_eq!(
-        description(&done),
-        "playbook succeeded, verification failed: node2 is in hosts.yml but not a node of the cluster"
-    );
+    fails_because(
+        &[("node1", "10.0.0.1", true, "v1.31.4")],
+        "node2 is in hosts.yml but not a node of the cluster",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_node_the_inventory_lacks_is_named_and_a_node_is_matched_by_its_internal_ip() {
-    let workload = testkit::ApiServer::start().await.unwrap();
-    let w = workload.client();
-    node(&w, "node1", "10.0.0.1", true, "v1.31.4").await;
-    node(&w, "ip-10-0-0-2", "10.0.0.2", true, "v1.31.4").await;
-    node(&w, "node9", "10.0.0.9", true, "v1.31.4").await;
-    let done = verified(&workload, "1s", Phase::Failed).await;
-    assert_eq!(
-        description(&done),
-        "playbook succeeded, verification failed: node9 is a node of the cluster but not in hosts.yml"
-    );
+    fails_because(
+        &[
+            ("node1", "10.0.0.1", true, "v1.31.4"),
+            ("ip-10-0-0-2", "10.0.0.2", true, "v1.31.4"),
+            ("node9", "10.0.0.9", true, "v1.31.4"),
+        ],
+        "node9 is a node of the cluster but not in hosts.yml",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn kubelets_left_at_the_old_version_fail_the_upgrade() {
-    let workload = testkit::ApiServer::start().await.unwrap();
-    let w = workload.client();
-    node(&w, "node1", "10.0.0.1", true, "v1.30.6").await;
-    node(&w, "node2", "10.0.0.2", true, "v1.30.6").await;
-    let done = verified(&workload, "1s", Phase::Failed).await;
-    assert_eq!(
-        description(&done),
-        "playbook succeeded, verification failed: 2 kubelets still at v1.30.6 (node1, node2), want v1.31.4"
-    );
+    fails_because(
+        &[
+            ("node1", "10.0.0.1", true, "v1.30.6"),
+            ("node2", "10.0.0.2", true, "v1.30.6"),
+        ],
+        "2 kubelets still at v1.30.6 (node1, node2), want v1.31.4",
+    )
+    .await;
 }
 
 #[tokio::test]
