@@ -123,8 +123,17 @@ async fn run_and_succeed_job(
     op: kok::layout::Operation,
     kubeconfig_setting: Option<&str>,
 ) -> (Running, String) {
+    run_and_succeed_first(server, vec![op], kubeconfig_setting).await
+}
+
+/// As [`run_and_succeed_job`], with `ops` in operations.yml, the first being `install`.
+async fn run_and_succeed_first(
+    server: &testkit::ApiServer,
+    ops: Vec<kok::layout::Operation>,
+    kubeconfig_setting: Option<&str>,
+) -> (Running, String) {
     let client = server.client();
-    let mut dir = cluster_dir("prod", HOSTS, vec![op], None);
+    let mut dir = cluster_dir("prod", HOSTS, ops, None);
     dir.vars_yml = VARS.into();
     dir.settings.kubeconfig_secret = kubeconfig_setting.map(Into::into);
     let d = render(&dir, 1, &[]);
@@ -408,4 +417,47 @@ async fn a_named_kubeconfig_secret_that_is_missing_fails_with_what_to_do() {
          namespace kok-system: create it with the cluster's kubeconfig under key `value`"
     );
     ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_verification_holds_the_clusters_later_operations() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    node(&workload.client(), "node1", "10.0.0.1", true, "v1.31.4").await;
+    let server = server().await;
+    let client = server.client();
+    kubeconfig_secret(
+        &client,
+        "prod-kubeconfig",
+        &testkit::kubeconfig_yaml(&workload.url()),
+    )
+    .await;
+    let ops = vec![install(None, Some("1s")), entry("later", "cluster-info.yml", &[])];
+    let (ctl, name) = run_and_succeed_first(&server, ops, None).await;
+    wait_phase(&client, &name, Phase::Failed).await;
+    let later = wait_for("the later operation to be held", || async {
+        let ops: Vec<ClusterOperation> = Api::<ClusterOperation>::namespaced(client.clone(), NS)
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items;
+        let later = ops.into_iter().find(|o| o.spec.id == "later")?;
+        let message = later.status.as_ref()?.message.clone()?;
+        message.starts_with("held: ").then_some(later)
+    })
+    .await;
+    assert_eq!(later.status.unwrap().phase, Phase::Queued);
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_cluster_that_refuses_kok_the_nodes_says_so() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    healthy(&workload.client()).await;
+    workload.inject_fault(testkit::Fault::on("list", "nodes", 403, 1000));
+    let done = verified(&workload, "1s", Phase::Failed).await;
+    let text = description(&done);
+    assert!(
+        text.starts_with("playbook succeeded, verification failed: API server refused listing nodes: 403 "),
+        "{text}"
+    );
 }

@@ -295,6 +295,24 @@ mod tests {
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 
+    #[tokio::test]
+    async fn an_unusable_kubeconfig_is_named_without_the_credentials_it_holds() {
+        let text = format!(
+            "{PLAIN}- name: u\n  user:\n    token: unusable-unit-token-7\n    client-certificate-data: bm90LWEtY2VydA==\n    \
+             client-key-data: bm90LWEta2V5\n"
+        );
+        let text = text.replace("current-context: c", "current-context: nowhere");
+        let err = client_from("prod-reader", &text).await.err().expect("refused");
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("the kubeconfig in Secret prod-reader cannot be used: "),
+            "{shown}"
+        );
+        for secret in ["unusable-unit-token-7", "bm90LWEta2V5"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+
     #[test]
     fn a_cluster_with_a_ca_file_is_refused() {
         let text = PLAIN.replace(
