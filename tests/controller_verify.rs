@@ -461,3 +461,88 @@ async fn a_cluster_that_refuses_kok_the_nodes_says_so() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn periodic_health_checks_keep_conditions_version_and_node_counts_on_the_cluster() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    let w = workload.client();
+    healthy(&w).await;
+    let server = server().await;
+    let client = server.client();
+    kubeconfig_secret(
+        &client,
+        "prod-kubeconfig",
+        &testkit::kubeconfig_yaml(&workload.url()),
+    )
+    .await;
+    let mut dir = cluster_dir("prod", HOSTS, vec![], None);
+    dir.vars_yml = VARS.into();
+    apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
+    let mut cfg = config(4);
+    cfg.health_interval = Duration::from_millis(200);
+    let ctl = start(&client, cfg);
+    let clusters: Api<kok::api::Cluster> = Api::namespaced(client.clone(), NS);
+    let condition = |status: &kok::api::ClusterStatus, type_: &str| {
+        let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+        Some((c.status.clone(), c.message.clone()))
+    };
+    let status = wait_for("the cluster to be Healthy", || async {
+        let s = clusters.get("prod").await.ok()?.status?;
+        (condition(&s, "Healthy")?.0 == "True").then_some(s)
+    })
+    .await;
+    assert_eq!(status.kubernetes_version.as_deref(), Some("v1.33.0-testkit"));
+    assert_eq!(status.kubelet_versions, ["v1.31.4"]);
+    assert_eq!(status.nodes.as_ref().unwrap().summary, "2/2");
+    for type_ in [
+        "Reachable",
+        "NodesReady",
+        "InventoryMatches",
+        "VersionMatches",
+        "Ready",
+    ] {
+        assert_eq!(
+            condition(&status_of(&clusters).await, type_).unwrap().0,
+            "True",
+            "{type_}"
+        );
+    }
+
+    // Someone removes a node by hand: the drift shows within an interval, beside the Cluster's own conditions.
+    Api::<Node>::all(w.clone())
+        .delete("node2", &Default::default())
+        .await
+        .unwrap();
+    let status = wait_for("the drift to show", || async {
+        let s = clusters.get("prod").await.ok()?.status?;
+        (condition(&s, "InventoryMatches")?.0 == "False").then_some(s)
+    })
+    .await;
+    assert_eq!(
+        condition(&status, "InventoryMatches").unwrap().1,
+        "node2 is in hosts.yml but not a node of the cluster"
+    );
+    assert_eq!(condition(&status, "Healthy").unwrap().0, "False");
+    assert_eq!(status.nodes.as_ref().unwrap().summary, "1/1");
+    assert!(
+        condition(&status, "Ready").is_some(),
+        "the Cluster reconciler's conditions stay"
+    );
+    let events = wait_for("an Event for the drift", || async {
+        let list = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS)
+            .list(&Default::default())
+            .await
+            .ok()?;
+        let reasons: Vec<String> = list.items.into_iter().filter_map(|e| e.reason).collect();
+        reasons
+            .contains(&"NodesDifferFromInventory".to_string())
+            .then_some(reasons)
+    })
+    .await;
+    assert!(events.contains(&"AllChecksPassed".to_string()), "{events:?}");
+    ctl.stop().await;
+}
+
+async fn status_of(clusters: &Api<kok::api::Cluster>) -> kok::api::ClusterStatus {
+    clusters.get("prod").await.unwrap().status.unwrap()
+}

@@ -158,6 +158,9 @@ pub struct ClusterSource {
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.observedRevision"}"#,
     printcolumn = r#"{"name":"Last operation","type":"string","jsonPath":".status.lastOperation.summary"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.kubernetesVersion"}"#,
+    printcolumn = r#"{"name":"Nodes","type":"string","jsonPath":".status.nodes.summary"}"#,
+    printcolumn = r#"{"name":"Healthy","type":"string","jsonPath":".status.conditions[?(@.type==\"Healthy\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -217,6 +220,27 @@ pub struct ClusterStatus {
     /// Secret with the cluster's admin kubeconfig (key `value`), once a run left `artifacts/admin.conf`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_ref: Option<SecretRef>,
+    /// The API server's version (`/version`), from the last health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// The kubelet versions the Nodes report, sorted, from the last health check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubelet_versions: Vec<String>,
+    /// Nodes Ready and in all, from the last health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeCounts>,
+}
+
+/// How many of a cluster's Nodes are Ready.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCounts {
+    /// Nodes whose Ready condition is True.
+    pub ready: u32,
+    /// Nodes in all.
+    pub total: u32,
+    /// `<ready>/<total>`, for the printer column.
+    pub summary: String,
 }
 
 /// Count of a cluster's operations by phase.

@@ -4,6 +4,7 @@
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`verify`]: after a successful Job, the verification of the workload cluster ([`crate::health`]).
+//! - [`health`]: between operations, the periodic health checks of every cluster with a kubeconfig.
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
 //! - [`runner`]: the work queue each reconciler runs from (names, delays, a bound on concurrency).
 //! - [`op_cache`]: kok's own records of the ClusterOperations, by cluster.
@@ -20,6 +21,7 @@ pub mod cache;
 pub mod cluster;
 mod config_maps;
 pub mod credentials;
+pub mod health;
 pub mod job;
 pub mod live;
 pub mod op_cache;
@@ -65,6 +67,8 @@ pub struct ControllerConfig {
     pub queue_resync: Duration,
     /// How long a failed verification of a workload cluster waits before it looks again.
     pub verify_retry: Duration,
+    /// Time between health checks of every cluster with a kubeconfig (`--health-interval`); zero: none.
+    pub health_interval: Duration,
 }
 
 impl ControllerConfig {
@@ -77,6 +81,7 @@ impl ControllerConfig {
             status_url: None,
             queue_resync: Duration::from_secs(60),
             verify_retry: Duration::from_secs(10),
+            health_interval: Duration::from_secs(300),
         }
     }
 }
@@ -285,6 +290,7 @@ pub async fn run(
         cluster_queue.clone(),
         stopped(),
     );
+    let health_checks = health::run(ctx.clone(), stopped());
     let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
     let watches = async {
         tokio::select! {
@@ -292,7 +298,15 @@ pub async fn run(
             () = stopped() => {}
         }
     };
-    futures::join!(op_loop, cluster_loop, scheduler, secret_loop, watches, cm_cache);
+    futures::join!(
+        op_loop,
+        cluster_loop,
+        scheduler,
+        secret_loop,
+        watches,
+        cm_cache,
+        health_checks
+    );
 }
 
 /// Reconciles the Cluster `cluster`, once its watch has shown it, [`CLUSTER_SETTLE`] after a change of

@@ -49,23 +49,7 @@ pub(super) async fn after_job(
         .and_then(|s| s.verification.as_deref())
         .filter(|v| v.state == VerificationState::Verifying);
     let started = verifying.and_then(|v| v.started_at.as_ref()).map(|t| t.0);
-    let ns = ctx.config.namespace.as_str();
-    let cluster = ctx.clusters.get(&ObjectRef::new(&op.spec.cluster).within(ns));
-    let named = cluster
-        .and_then(|c| c.spec.kubeconfig_secret_ref.clone())
-        .map(|r| r.name);
-    // The Secret cache keeps key names: kok's own Secret without `value` holds no kubeconfig yet, and a
-    // run's pod saves its kubeconfig before it exits, so before its Job completes.
-    let own = ObjectRef::new(&kubeconfig_secret(&op.spec.cluster)).within(ns);
-    let has_value = |s: &Secret| s.data.as_ref().is_some_and(|d| d.contains_key(KUBECONFIG_KEY));
-    let access = if named.is_none() && !ctx.secrets.get(&own).is_some_and(|s| has_value(&s)) {
-        Ok(Access::NoKubeconfig)
-    } else {
-        ctx.clients
-            .access(&ctx.client, ns, &op.spec.cluster, named.as_deref())
-            .await
-    };
-    let client = match access {
+    let client = match access(ctx, &op.spec.cluster).await {
         Ok(Access::Client(client)) => client,
         Ok(Access::NoKubeconfig) => {
             let skipped = verification(
@@ -86,7 +70,11 @@ pub(super) async fn after_job(
             return finish(ctx, op, job, Phase::Failed, failed).await;
         }
     };
-    let expected = expected(ctx, op).await?;
+    let spec = &op.spec;
+    let pinned = (&spec.hosts_conf_ref.name, &spec.vars_conf_ref.name);
+    let expected = expected(ctx, pinned, &spec.action, &spec.extra_args)
+        .await
+        .map_err(|(name, source)| op_error(op, format!("reading its pinned ConfigMap {name}"))(source))?;
     let verdict = verify(op.spec.verify, &expected, &observe(&client).await);
     if verdict.passed {
         let passed = verification(
@@ -158,23 +146,42 @@ fn deadline(op: &ClusterOperation, started: Timestamp) -> Timestamp {
     started.saturating_add(timeout).unwrap_or(Timestamp::MAX)
 }
 
-/// What the cluster should be after `op`: from its pinned hosts.yml and vars.yml.
-async fn expected(ctx: &Context, op: &ClusterOperation) -> Result<Expected, ControllerError> {
+/// How kok reaches `cluster`: through its `kubeconfigSecret`, else its own `<cluster>-kubeconfig`.
+pub(super) async fn access(ctx: &Context, cluster: &str) -> Result<Access, AccessError> {
+    let ns = ctx.config.namespace.as_str();
+    let named = ctx
+        .clusters
+        .get(&ObjectRef::new(cluster).within(ns))
+        .and_then(|c| c.spec.kubeconfig_secret_ref.clone())
+        .map(|r| r.name);
+    // The Secret cache keeps key names: kok's own Secret without `value` holds no kubeconfig yet, and a
+    // run's pod saves its kubeconfig before it exits, so before its Job completes.
+    let own = ObjectRef::new(&kubeconfig_secret(cluster)).within(ns);
+    let has_value = |s: &Secret| s.data.as_ref().is_some_and(|d| d.contains_key(KUBECONFIG_KEY));
+    if named.is_none() && !ctx.secrets.get(&own).is_some_and(|s| has_value(&s)) {
+        return Ok(Access::NoKubeconfig);
+    }
+    ctx.clients
+        .access(&ctx.client, ns, cluster, named.as_deref())
+        .await
+}
+
+/// What the cluster should be after running `action` with `args` on the inventory and vars of the
+/// ConfigMaps `(hosts, vars)`; on failure, the ConfigMap that could not be read.
+pub(super) async fn expected(
+    ctx: &Context,
+    (hosts, vars): (&String, &String),
+    action: &str,
+    args: &[String],
+) -> Result<Expected, (String, kube::Error)> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let mut texts = Vec::new();
-    for (name, key) in [
-        (&op.spec.hosts_conf_ref.name, HOSTS_KEY),
-        (&op.spec.vars_conf_ref.name, VARS_KEY),
-    ] {
-        let cm = api
-            .get(name)
-            .await
-            .map_err(op_error(op, format!("reading its pinned ConfigMap {name}")))?;
+    for (name, key) in [(hosts, HOSTS_KEY), (vars, VARS_KEY)] {
+        let cm = api.get(name).await.map_err(|e| (name.clone(), e))?;
         texts.push(cm.data.and_then(|mut d| d.remove(key)).unwrap_or_default());
     }
-    let (hosts, vars) = (&texts[0], &texts[1]);
     // A pinned hosts.yml passed validation; should it not read, the inventory check names every node.
-    Ok(Expected::from_inputs(hosts, vars, &op.spec.action, &op.spec.extra_args).unwrap_or_default())
+    Ok(Expected::from_inputs(&texts[0], &texts[1], action, args).unwrap_or_default())
 }
 
 /// Ends `op` in `phase` with its verification `v` and what its pod reported.

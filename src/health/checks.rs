@@ -201,6 +201,8 @@ pub struct Observed {
     pub nodes: Vec<NodeView>,
     /// Its kube-system Deployments and DaemonSets.
     pub workloads: Vec<WorkloadView>,
+    /// The API server's `gitVersion` (`/version`), when it said it.
+    pub version: Option<String>,
 }
 
 impl Default for Observed {
@@ -210,6 +212,7 @@ impl Default for Observed {
             api: Ok(()),
             nodes: Vec::new(),
             workloads: Vec::new(),
+            version: None,
         }
     }
 }
@@ -472,6 +475,7 @@ mod tests {
                 wanted: 2,
                 unavailable: 0,
             }],
+            version: Some("v1.31.4".into()),
         }
     }
 

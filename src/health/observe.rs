@@ -1,4 +1,4 @@
-//! The reads on a workload cluster: `/readyz`, then its Nodes and the kube-system Deployments and
+//! The reads on a workload cluster: `/readyz` and `/version`, then its Nodes and the kube-system Deployments and
 //! DaemonSets (GET and LIST only), bounded in time; a failure becomes one short reason without credentials.
 
 use std::time::Duration;
@@ -38,6 +38,7 @@ async fn read(client: &Client) -> Result<Observed, String> {
         kube::Error::Api(s) => format!("not ready: /readyz answered {} {}", s.code, s.message.trim()),
         _ => format!("unreachable: {}", cause(&e)),
     })?;
+    let version = client.apiserver_version().await.ok().map(|info| info.git_version);
     let listing = |what: &'static str| move |e: kube::Error| format!("refused listing {what}: {}", cause(&e));
     let params = ListParams::default();
     let (nodes, deployments, daemon_sets) = futures::try_join!(
@@ -70,6 +71,7 @@ async fn read(client: &Client) -> Result<Observed, String> {
         api: Ok(()),
         nodes: nodes.items.iter().map(NodeView::of).collect(),
         workloads,
+        version,
     })
 }
 
