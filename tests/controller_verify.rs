@@ -102,6 +102,14 @@ async fn kubeconfig_secret(meta: &Client, name: &str, kubeconfig: &str) {
         .unwrap();
 }
 
+/// The meta-cluster (and its client) with `kubeconfig` in Secret `prod-kubeconfig`.
+async fn meta_with_kubeconfig(kubeconfig: &str) -> (testkit::ApiServer, Client) {
+    let meta = server().await;
+    let client = meta.client();
+    kubeconfig_secret(&client, "prod-kubeconfig", kubeconfig).await;
+    (meta, client)
+}
+
 /// An `install` operation with `verify` and `verifyTimeout` set as given.
 fn install(verify: Option<Verify>, timeout: Option<&str>) -> kok::layout::Operation {
     let mut op = entry("install", "cluster.yml", &[]);
@@ -155,14 +163,7 @@ fn description(op: &ClusterOperation) -> String {
 
 /// Runs `install` against a workload cluster prepared by the test, and returns the operation once it ended.
 async fn verified(workload: &testkit::ApiServer, timeout: &str, want: Phase) -> ClusterOperation {
-    let server = server().await;
-    let client = server.client();
-    kubeconfig_secret(
-        &client,
-        "prod-kubeconfig",
-        &testkit::kubeconfig_yaml(&workload.url()),
-    )
-    .await;
+    let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
     let (ctl, name) = run_and_succeed_job(&server, install(None, Some(timeout)), None).await;
     let done = wait_phase(&client, &name, want).await;
     ctl.stop().await;
@@ -271,10 +272,8 @@ async fn an_unreachable_api_server_fails_with_the_cause() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let server = server().await;
-    let client = server.client();
     let kubeconfig = testkit::kubeconfig_yaml(&format!("http://127.0.0.1:{closed}"));
-    kubeconfig_secret(&client, "prod-kubeconfig", &kubeconfig).await;
+    let (server, client) = meta_with_kubeconfig(&kubeconfig).await;
     let (ctl, name) = run_and_succeed_job(&server, install(None, Some("1s")), None).await;
     let done = wait_phase(&client, &name, Phase::Failed).await;
     assert_eq!(
@@ -289,14 +288,7 @@ async fn a_node_that_joins_while_kok_retries_and_restarts_turns_the_verification
     let workload = testkit::ApiServer::start().await.unwrap();
     let w = workload.client();
     node(&w, "node1", "10.0.0.1", true, "v1.31.4").await;
-    let server = server().await;
-    let client = server.client();
-    kubeconfig_secret(
-        &client,
-        "prod-kubeconfig",
-        &testkit::kubeconfig_yaml(&workload.url()),
-    )
-    .await;
+    let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
     let (ctl, name) = run_and_succeed_job(&server, install(None, Some("10m")), None).await;
     let verifying = wait_for("the operation to show its verification", || async {
         let o = op(&client, &name).await?;
@@ -329,14 +321,7 @@ async fn a_node_that_joins_while_kok_retries_and_restarts_turns_the_verification
 
 #[tokio::test]
 async fn verify_none_opts_out_and_reachable_checks_only_the_api_server() {
-    let meta = server().await;
-    let client = meta.client();
-    kubeconfig_secret(
-        &client,
-        "prod-kubeconfig",
-        &testkit::kubeconfig_yaml("http://127.0.0.1:9"),
-    )
-    .await;
+    let (meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml("http://127.0.0.1:9")).await;
     let (ctl, name) = run_and_succeed_job(&meta, install(Some(Verify::None), None), None).await;
     let done = wait_phase(&client, &name, Phase::Succeeded).await;
     assert!(!description(&done).contains("verified"), "{}", description(&done));
@@ -345,14 +330,7 @@ async fn verify_none_opts_out_and_reachable_checks_only_the_api_server() {
 
     // A workload cluster with no Nodes at all still answers.
     let workload = testkit::ApiServer::start().await.unwrap();
-    let meta = server().await;
-    let client = meta.client();
-    kubeconfig_secret(
-        &client,
-        "prod-kubeconfig",
-        &testkit::kubeconfig_yaml(&workload.url()),
-    )
-    .await;
+    let (meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
     let (ctl, name) = run_and_succeed_job(&meta, install(Some(Verify::Reachable), Some("1s")), None).await;
     let done = wait_phase(&client, &name, Phase::Succeeded).await;
     assert!(
@@ -423,14 +401,7 @@ async fn a_named_kubeconfig_secret_that_is_missing_fails_with_what_to_do() {
 async fn a_failed_verification_holds_the_clusters_later_operations() {
     let workload = testkit::ApiServer::start().await.unwrap();
     node(&workload.client(), "node1", "10.0.0.1", true, "v1.31.4").await;
-    let server = server().await;
-    let client = server.client();
-    kubeconfig_secret(
-        &client,
-        "prod-kubeconfig",
-        &testkit::kubeconfig_yaml(&workload.url()),
-    )
-    .await;
+    let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
     let ops = vec![install(None, Some("1s")), entry("later", "cluster-info.yml", &[])];
     let (ctl, name) = run_and_succeed_first(&server, ops, None).await;
     wait_phase(&client, &name, Phase::Failed).await;
@@ -467,14 +438,7 @@ async fn periodic_health_checks_keep_conditions_version_and_node_counts_on_the_c
     let workload = testkit::ApiServer::start().await.unwrap();
     let w = workload.client();
     healthy(&w).await;
-    let server = server().await;
-    let client = server.client();
-    kubeconfig_secret(
-        &client,
-        "prod-kubeconfig",
-        &testkit::kubeconfig_yaml(&workload.url()),
-    )
-    .await;
+    let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
     let mut dir = cluster_dir("prod", HOSTS, vec![], None);
     dir.vars_yml = VARS.into();
     apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
