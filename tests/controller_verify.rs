@@ -438,7 +438,7 @@ async fn periodic_health_checks_keep_conditions_version_and_node_counts_on_the_c
     let workload = testkit::ApiServer::start().await.unwrap();
     let w = workload.client();
     healthy(&w).await;
-    let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
+    let (_meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
     let mut dir = cluster_dir("prod", HOSTS, vec![], None);
     dir.vars_yml = VARS.into();
     apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
