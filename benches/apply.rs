@@ -37,6 +37,8 @@ fn operation(id: &str, index: usize) -> Operation {
         schedule: None,
         rerun: None,
         on_failure: Default::default(),
+        verify: Default::default(),
+        verify_timeout: None,
         entry: serde_json::json!({"id": id, "action": "cluster.yml"}),
         line: 1 + index * 2,
         index,

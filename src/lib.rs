@@ -7,6 +7,7 @@
 //! - [`plan`] decides what a commit range would write and run, without writing: `kok plan` and `kok/plan`.
 //! - [`pulls`] plans open pull requests in the service: `kok/plan` and the plan comment, nothing run.
 //! - [`controller`] turns ClusterOperations into ansible Jobs, one at a time per cluster.
+//! - [`health`] verifies workload clusters after operations: pure checks, and the one place that makes their clients.
 //! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
 //! - [`events`] publishes the Events of transitions.
 //! - [`server`] is the HTTP listener: health, metrics, webhooks.
@@ -18,6 +19,7 @@ pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod events;
+pub mod health;
 pub mod layout;
 pub mod leader;
 pub mod local;

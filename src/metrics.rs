@@ -24,6 +24,8 @@ pub struct Metrics {
     last_reconciled_commit_time: AtomicU64,
     reconcile: Histogram,
     signature_refusals: Family,
+    cluster_conditions: Family,
+    cluster_nodes: Family,
 }
 
 /// The process-wide registry that the service renders on `/metrics`.
@@ -80,6 +82,28 @@ impl Metrics {
         self.signature_refusals.add(&[("reason", reason)], 1.0);
     }
 
+    /// Records a health condition of `cluster`: 1 for True, 0 for False, -1 for Unknown.
+    pub fn set_cluster_condition(&self, cluster: &str, condition: &str, status: &str) {
+        let value = match status {
+            "True" => 1.0,
+            "False" => 0.0,
+            _ => -1.0,
+        };
+        self.cluster_conditions
+            .set(&[("cluster", cluster), ("condition", condition)], value);
+    }
+
+    /// Records how many Nodes of `cluster` are Ready and not.
+    pub fn set_cluster_nodes(&self, cluster: &str, ready: u32, total: u32) {
+        let not_ready = total.saturating_sub(ready);
+        self.cluster_nodes
+            .set(&[("cluster", cluster), ("state", "ready")], f64::from(ready));
+        self.cluster_nodes.set(
+            &[("cluster", cluster), ("state", "not_ready")],
+            f64::from(not_ready),
+        );
+    }
+
     /// The value of one labelled series, for tests and readiness checks.
     pub fn status_deliveries(&self, sink: &str, result: &str) -> u64 {
         self.status_deliveries.get(&[("sink", sink), ("result", result)]) as u64
@@ -129,6 +153,18 @@ impl Metrics {
             "kok_signature_refusals_total",
             "counter",
             "Commits refused by signature verification, by reason.",
+        );
+        self.cluster_conditions.render(
+            &mut out,
+            "kok_cluster_condition",
+            "gauge",
+            "Health conditions of each cluster from the last check: 1 True, 0 False, -1 Unknown.",
+        );
+        self.cluster_nodes.render(
+            &mut out,
+            "kok_cluster_nodes",
+            "gauge",
+            "Nodes of each cluster from the last health check, by state (ready, not_ready).",
         );
         header(
             &mut out,
@@ -251,6 +287,22 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_health_is_rendered_by_cluster_condition_and_node_state() {
+        let m = Metrics::new();
+        m.set_cluster_condition("prod", "NodesReady", "False");
+        m.set_cluster_condition("prod", "VersionMatches", "Unknown");
+        m.set_cluster_nodes("prod", 4, 5);
+        let text = m.render();
+        assert!(
+            text.contains("kok_cluster_condition{cluster=\"prod\",condition=\"NodesReady\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("kok_cluster_condition{cluster=\"prod\",condition=\"VersionMatches\"} -1\n"));
+        assert!(text.contains("kok_cluster_nodes{cluster=\"prod\",state=\"not_ready\"} 1\n"));
+        assert!(text.contains("kok_cluster_nodes{cluster=\"prod\",state=\"ready\"} 4\n"));
+    }
 
     #[test]
     fn counters_render_with_their_labels_in_text_format() {

@@ -99,7 +99,15 @@ fn cluster_operations_answer_to_the_short_name_clusterops() {
 fn printer_columns_are_the_ones_the_design_lists() {
     assert_eq!(
         printer_columns("Cluster"),
-        ["Ready", "Revision", "Last operation", "Age"]
+        [
+            "Ready",
+            "Revision",
+            "Last operation",
+            "Version",
+            "Nodes",
+            "Healthy",
+            "Age"
+        ]
     );
     assert_eq!(
         printer_columns("ClusterOperation"),

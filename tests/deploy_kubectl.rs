@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use serde::Deserialize;
+
 #[path = "common/tools.rs"]
 mod tools;
 
@@ -204,5 +206,54 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
         {
             assert_eq!(verbs, ["get", "list", "watch", "create", "patch"], "{rule}");
         }
+    }
+}
+
+#[test]
+fn the_workload_reader_only_gets_and_lists_what_verification_reads() {
+    let text = std::fs::read_to_string(repo().join("deploy/workload-reader.yaml")).unwrap();
+    let mut grants = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let doc = serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap();
+        let kind = doc["kind"].as_str().unwrap().to_string();
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            let what = rule.get("resources").or(rule.get("nonResourceURLs")).unwrap();
+            grants.push(format!("{kind} {what} {}", rule["verbs"]));
+        }
+    }
+    assert_eq!(
+        grants,
+        [
+            r#"ClusterRole ["nodes"] ["get","list"]"#,
+            r#"ClusterRole ["/readyz","/version"] ["get"]"#,
+            r#"Role ["deployments","daemonsets"] ["get","list"]"#,
+        ]
+    );
+    let kustomization = std::fs::read_to_string(repo().join("deploy/kustomization.yaml")).unwrap();
+    assert!(
+        !kustomization.contains("workload-reader"),
+        "it is for workload clusters, not kok's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workload_reader_applies_with_kubectl() {
+    if !tools::kubectl_or_skip("the_workload_reader_applies_with_kubectl") {
+        return;
+    }
+    let api = testkit::ApiServer::start().await.unwrap();
+    let out = kubectl(
+        api.kubeconfig_path(),
+        &["apply", "-f", "deploy/workload-reader.yaml"],
+        None,
+    )
+    .await;
+    let applied = ok(&out, "kubectl apply -f deploy/workload-reader.yaml");
+    for name in [
+        "serviceaccount/kok-reader",
+        "clusterrole.rbac.authorization.k8s.io/kok-reader",
+        "role.rbac.authorization.k8s.io/kok-reader",
+    ] {
+        assert!(applied.contains(name), "{applied}");
     }
 }

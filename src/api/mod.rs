@@ -67,6 +67,14 @@ pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
 /// Secret type kok accepts for `sshAuthSecret` (Opaque with [`SSH_PRIVATE_KEY`] is accepted too).
 pub const SSH_AUTH_SECRET_TYPE: &str = "kubernetes.io/ssh-auth";
 
+/// Key of the kubeconfig in a cluster's kubeconfig Secret (Cluster API's convention).
+pub const KUBECONFIG_KEY: &str = "value";
+
+/// Name of the Secret holding a cluster's admin kubeconfig, saved from a run's `artifacts/admin.conf`.
+pub fn kubeconfig_secret(cluster: &str) -> String {
+    format!("{cluster}-kubeconfig")
+}
+
 /// Runner image used when neither the operation, cluster.yml nor kok.yml names one.
 pub const DEFAULT_IMAGE: &str = "quay.io/kubespray/kubespray:v2.27.0";
 /// Finished operations kept per cluster when `historyLimit` is not set.
@@ -194,6 +202,9 @@ pub struct ClusterSource {
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.observedRevision"}"#,
     printcolumn = r#"{"name":"Last operation","type":"string","jsonPath":".status.lastOperation.summary"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.kubernetesVersion"}"#,
+    printcolumn = r#"{"name":"Nodes","type":"string","jsonPath":".status.nodes.summary"}"#,
+    printcolumn = r#"{"name":"Healthy","type":"string","jsonPath":".status.conditions[?(@.type==\"Healthy\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -205,6 +216,10 @@ pub struct ClusterSpec {
     /// Secret with the ssh private key ansible uses; kok only checks that it exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_auth_ref: Option<SecretRef>,
+    /// Secret with the kubeconfig kok verifies the cluster with (key `value`), from `kubeconfigSecret`;
+    /// without it, Secret `<cluster>-kubeconfig` once a run saved the cluster's admin.conf there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<SecretRef>,
     /// Defaults for this cluster's operations, from cluster.yml over kok.yml.
     #[serde(default)]
     pub defaults: RunDefaults,
@@ -249,6 +264,27 @@ pub struct ClusterStatus {
     /// Secret with the cluster's admin kubeconfig (key `value`), once a run left `artifacts/admin.conf`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_ref: Option<SecretRef>,
+    /// The API server's version (`/version`), from the last health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// The kubelet versions the Nodes report, sorted, from the last health check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubelet_versions: Vec<String>,
+    /// Nodes Ready and in all, from the last health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeCounts>,
+}
+
+/// How many of a cluster's Nodes are Ready.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCounts {
+    /// Nodes whose Ready condition is True.
+    pub ready: u32,
+    /// Nodes in all.
+    pub total: u32,
+    /// `<ready>/<total>`, for the printer column.
+    pub summary: String,
 }
 
 /// Count of a cluster's operations by phase.
@@ -398,6 +434,89 @@ pub struct ClusterOperationSpec {
     /// Queued until a rerun succeeds or the entry is removed; `continue` lets them go on.
     #[serde(default, skip_serializing_if = "OnFailure::is_hold")]
     pub on_failure: OnFailure,
+    /// How much of the workload cluster kok verifies once the Job succeeded, before it reports success:
+    /// `full` (default: API server, Nodes Ready, Nodes = inventory, kubelet versions, kube-system
+    /// workloads), `reachable` (the API server answers) or `none`.
+    #[serde(default, skip_serializing_if = "Verify::is_full")]
+    pub verify: Verify,
+    /// How long the verification retries before the operation fails, e.g. `10m` (the default), `90s`, `1h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_timeout: Option<String>,
+}
+
+/// How much of the workload cluster kok verifies after an operation's Job succeeded.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Verify {
+    /// Every check: API server, Nodes Ready, Nodes = inventory, kubelet versions, kube-system workloads.
+    #[default]
+    Full,
+    /// Only that the API server answers.
+    Reachable,
+    /// No verification (e.g. for `reset.yml`).
+    None,
+}
+
+impl Verify {
+    /// True for the default, [`Verify::Full`].
+    pub fn is_full(&self) -> bool {
+        *self == Verify::Full
+    }
+
+    /// The spelling used in operations.yml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verify::Full => "full",
+            Verify::Reachable => "reachable",
+            Verify::None => "none",
+        }
+    }
+}
+
+/// `verifyTimeout` when an operation does not set one.
+pub const DEFAULT_VERIFY_TIMEOUT: &str = "10m";
+
+/// Where a verification of the workload cluster stands.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum VerificationState {
+    /// The Job succeeded; kok checks the cluster until every check holds or `verifyTimeout` passes.
+    #[default]
+    Verifying,
+    /// Every check held.
+    Passed,
+    /// A check still failed when `verifyTimeout` passed, or the cluster cannot be reached as configured.
+    Failed,
+    /// Not verified: the cluster has no kubeconfig yet.
+    Skipped,
+}
+
+/// One check of a verification and what it found.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckResult {
+    /// `Reachable`, `NodesReady`, `InventoryMatches`, `VersionMatches` or `WorkloadsAvailable`.
+    pub name: String,
+    /// Whether the check held.
+    pub passed: bool,
+    /// What it found, e.g. `5/5 nodes Ready` or `node7 is in hosts.yml but not a node of the cluster`.
+    pub message: String,
+}
+
+/// The verification of the workload cluster after a successful Job.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// Verifying, Passed, Failed or Skipped.
+    pub state: VerificationState,
+    /// When the verification began; with `verifyTimeout` it bounds the retries, across restarts of kok.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// The outcome in one line: `verified: 5/5 nodes Ready, v1.31.4`, or what still fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Each check's latest result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResult>,
 }
 
 /// What a failed operation does to the later operations of its cluster.
@@ -632,6 +751,9 @@ pub struct ClusterOperationStatus {
     /// Set once the hold of this failed operation on its cluster's queue was lifted by removing its entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_released: Option<String>,
+    /// The verification of the workload cluster after the Job succeeded: state and each check's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Box<Verification>>,
 }
 
 /// The CustomResourceDefinitions of kok, in a stable order (Cluster, then ClusterOperation).

@@ -54,6 +54,9 @@ pub struct Args {
     /// Time between full resyncs that repair drift (unchanged objects are not written).
     #[arg(long, default_value = "10m", value_parser = parse_duration, env = "KOK_RESYNC_INTERVAL")]
     pub resync_interval: Duration,
+    /// Time between health checks of every cluster with a kubeconfig (0 turns them off).
+    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "KOK_HEALTH_INTERVAL")]
+    pub health_interval: Duration,
     /// Most ansible Jobs running at once across clusters (one per cluster at most).
     #[arg(long, default_value_t = 4, env = "KOK_MAX_CONCURRENT_JOBS")]
     pub max_concurrent_jobs: usize,
@@ -237,6 +240,7 @@ impl Args {
     pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
         let mut controller = ControllerConfig::new(&self.namespace);
         controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
+        controller.health_interval = self.health_interval;
         controller.status_url = self.status_url.clone();
         let leader = self.leader_elect.then(|| {
             let mut cfg = LeaderConfig::new(&self.namespace, leader::default_identity());

@@ -144,6 +144,7 @@ pub fn cluster_status(
         last_operation,
         operations: Some(counts),
         kubeconfig_ref: kubeconfig_ref(cluster, ops),
+        ..ClusterStatus::default()
     }
 }
 
@@ -197,6 +198,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         },
     };
     let mut status = cluster_status(&cluster, &ops, secret);
+    super::health::carry(&mut status, cluster.status.as_ref());
     keep_transition_times(&mut status, cluster.status.as_ref(), Timestamp::now());
     if cluster.status.as_ref() != Some(&status) {
         let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), ns);

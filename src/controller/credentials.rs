@@ -18,17 +18,11 @@ use crate::api::{common_labels, FIELD_MANAGER};
 
 /// The script the entry script writes into the pod as `kok_credentials.py` and runs on exit.
 pub const SAVE_SCRIPT: &str = include_str!("kok_credentials.py");
-/// Key of the kubeconfig in Secret `<cluster>-kubeconfig` (Cluster API's convention).
-pub const KUBECONFIG_KEY: &str = "value";
+pub use crate::api::{kubeconfig_secret, KUBECONFIG_KEY};
 
 /// Name of the Secret holding a cluster's `credentials/`.
 pub fn credentials_secret(cluster: &str) -> String {
     format!("{cluster}-credentials")
-}
-
-/// Name of the Secret holding a cluster's admin kubeconfig.
-pub fn kubeconfig_secret(cluster: &str) -> String {
-    format!("{cluster}-kubeconfig")
 }
 
 /// Name of the ServiceAccount a cluster's Jobs run as when the operation names none.

@@ -3,6 +3,8 @@
 //! - [`job`]: the Job and its entry script (pure).
 //! - [`queue`]: queue order, start decisions, Job outcomes, history limit (pure).
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
+//! - [`verify`]: after a successful Job, the verification of the workload cluster ([`crate::health`]).
+//! - [`health`]: between operations, the periodic health checks of every cluster with a kubeconfig.
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
 //! - [`runner`]: the work queue each reconciler runs from (names, delays, a bound on concurrency).
 //! - [`op_cache`]: kok's own records of the ClusterOperations, by cluster.
@@ -19,6 +21,7 @@ pub mod cache;
 pub mod cluster;
 mod config_maps;
 pub mod credentials;
+pub mod health;
 pub mod job;
 pub mod live;
 pub mod op_cache;
@@ -28,6 +31,7 @@ pub mod runner;
 pub mod schedule;
 pub mod secret;
 pub mod summary;
+pub mod verify;
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -61,6 +65,10 @@ pub struct ControllerConfig {
     /// How often a queued operation looks again even without a trigger (a safety net; finishing
     /// operations wake the queue at once).
     pub queue_resync: Duration,
+    /// How long a failed verification of a workload cluster waits before it looks again.
+    pub verify_retry: Duration,
+    /// Time between health checks of every cluster with a kubeconfig (`--health-interval`); zero: none.
+    pub health_interval: Duration,
 }
 
 impl ControllerConfig {
@@ -72,6 +80,8 @@ impl ControllerConfig {
             job: JobConfig::default(),
             status_url: None,
             queue_resync: Duration::from_secs(60),
+            verify_retry: Duration::from_secs(10),
+            health_interval: Duration::from_secs(300),
         }
     }
 }
@@ -131,6 +141,10 @@ pub struct Context {
     /// The operations to reconcile: a watch event, a Job's or a Secret's, or a finished operation
     /// triggers them.
     pub queue: Arc<WorkQueue>,
+    /// The Clusters kok manages (their `kubeconfigSecretRef`).
+    pub clusters: Store<Cluster>,
+    /// The clients of workload clusters, for verification.
+    pub clients: crate::health::Clients,
 }
 
 /// Runs the ClusterOperation controller, the Cluster controller, the scheduler and the watches that
@@ -196,6 +210,8 @@ pub async fn run(
         slot_waiters: Mutex::new(HashSet::new()),
         start_lock: tokio::sync::Mutex::new(()),
         queue: op_queue.clone(),
+        clusters: live.clusters.clone(),
+        clients: crate::health::Clients::default(),
     });
 
     // The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler
@@ -274,6 +290,7 @@ pub async fn run(
         cluster_queue.clone(),
         stopped(),
     );
+    let health_checks = health::run(ctx.clone(), stopped());
     let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
     let watches = async {
         tokio::select! {
@@ -281,7 +298,15 @@ pub async fn run(
             () = stopped() => {}
         }
     };
-    futures::join!(op_loop, cluster_loop, scheduler, secret_loop, watches, cm_cache);
+    futures::join!(
+        op_loop,
+        cluster_loop,
+        scheduler,
+        secret_loop,
+        watches,
+        cm_cache,
+        health_checks
+    );
 }
 
 /// Reconciles the Cluster `cluster`, once its watch has shown it, [`CLUSTER_SETTLE`] after a change of

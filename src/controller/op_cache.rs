@@ -115,6 +115,8 @@ impl Record {
             resources: s.resources.clone(),
             schedule: s.schedule.clone(),
             scheduled_time: s.scheduled_time.clone(),
+            verify: s.verify,
+            verify_timeout: s.verify_timeout.clone(),
             ..ClusterOperationSpec::default()
         };
         let spec = Spec {

@@ -1,5 +1,8 @@
 //! The ClusterOperation reconciler: Pending → Queued → Running → Succeeded/Failed, one Job per operation.
 //!
+//! A Job that succeeded is followed by the verification of the workload cluster ([`super::verify`]) before
+//! the operation is Succeeded.
+//!
 //! Level-based: each pass looks at the operation, its Job (by its deterministic name) and its siblings in
 //! the store, and makes at most one transition. A Job that exists is always adopted, so a crash between
 //! creating a Job and recording it never makes a second one. Every transition is one status merge patch
@@ -27,8 +30,8 @@ use super::queue::{
 };
 use super::secret::check_cached;
 use super::summary::{read_termination_message, RunReport};
-use super::{Action, Context, ControllerError};
-use crate::api::{ClusterOperation, ClusterOperationStatus, Phase};
+use super::{verify, Action, Context, ControllerError};
+use crate::api::{ClusterOperation, ClusterOperationStatus, Phase, Verification, Verify};
 use crate::report::status::operation_status;
 
 /// Message of an operation whose Job disappeared before it finished.
@@ -51,6 +54,8 @@ pub struct Transition {
     pub event: Option<(&'static str, bool)>,
     /// What the run's pod reported, for terminal phases.
     pub report: Option<RunReport>,
+    /// Where the verification of the workload cluster stands, once the Job succeeded.
+    pub verification: Option<Verification>,
 }
 
 /// The status an operation has after `t`: its current status with the transition's fields set.
@@ -74,6 +79,9 @@ pub fn next_status(op: &ClusterOperation, t: &Transition) -> ClusterOperationSta
         s.summary = report.summary.clone().map(Box::new);
         s.failure = report.failure.clone().map(Box::new);
         s.kubeconfig = report.kubeconfig.clone();
+    }
+    if let Some(v) = &t.verification {
+        s.verification = Some(Box::new(v.clone()));
     }
     s
 }
@@ -101,13 +109,14 @@ pub fn status_patch(
             "summary": s.summary,
             "failure": s.failure,
             "kubeconfig": s.kubeconfig,
+            "verification": s.verification,
             "result": result,
             "desiredStatus": desired,
         }
     })
 }
 
-fn op_error(op: &ClusterOperation, action: String) -> impl FnOnce(kube::Error) -> ControllerError {
+pub(super) fn op_error(op: &ClusterOperation, action: String) -> impl FnOnce(kube::Error) -> ControllerError {
     let (name, namespace) = (op.name_any(), op.namespace().unwrap_or_default());
     move |source| ControllerError::Operation {
         action,
@@ -119,7 +128,11 @@ fn op_error(op: &ClusterOperation, action: String) -> impl FnOnce(kube::Error) -
 
 /// Writes a transition, guarded by the resourceVersion the operation was read at (so a concurrent cancel
 /// or status write wins and the next pass looks again), and publishes its Event.
-async fn transition(ctx: &Context, op: &ClusterOperation, t: Transition) -> Result<(), ControllerError> {
+pub(super) async fn transition(
+    ctx: &Context,
+    op: &ClusterOperation,
+    t: Transition,
+) -> Result<(), ControllerError> {
     let ns = ctx.config.namespace.as_str();
     let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), ns);
     let mut patch = status_patch(op, &t, ctx.config.status_url.as_deref(), ns);
@@ -184,7 +197,7 @@ fn siblings_of(ctx: &Context, cluster: &str) -> Vec<ClusterOperation> {
     ctx.operations.operations_in(cluster)
 }
 
-fn now() -> Timestamp {
+pub(super) fn now() -> Timestamp {
     Timestamp::now()
 }
 
@@ -232,6 +245,10 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                 .get_opt(&name)
                 .await
                 .map_err(op_error(&op, format!("reading Job {name}")))?;
+            if job.as_ref().map(job_outcome) == Some(JobOutcome::Succeeded) && op.spec.verify != Verify::None
+            {
+                return verify::after_job(&ctx, &op, &name).await;
+            }
             let report = match job.as_ref().map(job_outcome) {
                 Some(JobOutcome::Succeeded | JobOutcome::Failed { .. }) => {
                     Some(run_report(&ctx, &name).await)
@@ -277,7 +294,7 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
 
 /// What the finished pod of Job `job` reported in its termination message; nothing when there is no such pod
 /// (deleted, or never scheduled) or it cannot be read (the reason is logged, the transition goes on).
-async fn run_report(ctx: &Context, job: &str) -> RunReport {
+pub(super) async fn run_report(ctx: &Context, job: &str) -> RunReport {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let params = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}"));
     match pods.list(&params).await {

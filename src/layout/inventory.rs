@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::diag::{parse_yaml, FileDiags};
+use super::diag::{get, parse_yaml, FileDiags};
 use super::names::{hint, is_group_name, is_host_name};
 use super::yaml::Node;
 use super::Inventory;
@@ -10,8 +10,20 @@ use super::Inventory;
 /// What a group may hold.
 const GROUP_KEYS: &[&str] = &["hosts", "children", "vars"];
 
+/// Host variables that give a host's address, in the order kubespray prefers them.
+const ADDRESS_VARS: [&str; 3] = ["ip", "access_ip", "ansible_host"];
+
 /// Parses and validates hosts.yml. Returns the hosts and groups it defines (possibly partial when errors
 /// were reported), or `None` when it could not be read as YAML at all.
+/// The inventory `text` defines, when it is valid (a pinned hosts.yml always is: validation came first).
+pub fn read_inventory(text: &str) -> Option<Inventory> {
+    let mut out = Vec::new();
+    let inventory = parse_inventory(text, &mut FileDiags::new(super::HOSTS_YML, None, &mut out))?;
+    out.iter()
+        .all(|d| d.severity != super::Severity::Error)
+        .then_some(inventory)
+}
+
 pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<Inventory> {
     let root = parse_yaml(text, diags).ok()?;
     let mut walk = Walk::default();
@@ -170,7 +182,29 @@ impl Walk {
                     ),
                 );
             }
+            self.note_addresses(&host, value);
+            self.inventory
+                .members
+                .entry(group.to_string())
+                .or_default()
+                .insert(host.clone());
             self.inventory.hosts.insert(host);
+        }
+    }
+
+    /// Remembers the addresses the variables `vars` of `host` give it (see [`Inventory::addresses`]).
+    fn note_addresses(&mut self, host: &str, vars: &Node) {
+        let Some(vars) = vars.as_map() else {
+            return;
+        };
+        for key in ADDRESS_VARS {
+            let Some(address) = get(vars, key).and_then(Node::scalar_text) else {
+                continue;
+            };
+            let known = self.inventory.addresses.entry(host.to_string()).or_default();
+            if !address.is_empty() && !known.contains(&address) {
+                known.push(address);
+            }
         }
     }
 
@@ -200,6 +234,11 @@ impl Walk {
                 continue;
             }
             self.inventory.groups.insert(child.clone());
+            self.inventory
+                .children
+                .entry(parent.to_string())
+                .or_default()
+                .insert(child.clone());
             self.edges.entry(parent.to_string()).or_default().push(Edge {
                 child: child.clone(),
                 line: key.line,
@@ -295,6 +334,22 @@ mod tests {
             inv.groups.iter().collect::<Vec<_>>(),
             ["all", "k8s_cluster", "kube_control_plane", "kube_node"]
         );
+    }
+
+    #[test]
+    fn groups_resolve_their_children_and_hosts_keep_their_addresses() {
+        let text = "all:\n  hosts:\n    node1: {ansible_host: 10.0.0.1, ip: 192.168.0.1}\n    node2:\n      \
+                    access_ip: 10.0.0.2\n    node3:\n  children:\n    kube_control_plane:\n      hosts:\n        \
+                    node1:\n    kube_node:\n      children:\n        workers:\n          hosts:\n            \
+                    node2: {ip: 192.168.0.2}\n    etcd:\n      hosts:\n        node3:\n";
+        let inv = read_inventory(text).unwrap();
+        let workers: Vec<_> = inv.hosts_of("kube_node").into_iter().collect();
+        assert_eq!(workers, ["node2"]);
+        assert_eq!(inv.hosts_of("all").len(), 3);
+        assert_eq!(inv.addresses["node1"], ["192.168.0.1", "10.0.0.1"]);
+        assert_eq!(inv.addresses["node2"], ["10.0.0.2", "192.168.0.2"]);
+        assert!(!inv.addresses.contains_key("node3"));
+        assert_eq!(read_inventory("all:\n  hosts:\n    node 7:\n"), None);
     }
 
     #[test]

@@ -17,9 +17,13 @@ mod settings;
 mod yaml;
 
 pub use disk::DiskTree;
+pub use inventory::read_inventory;
 pub use model::*;
 pub use names::{did_you_mean, dns1123_label_problem, is_dns1123_label, is_dns1123_subdomain, is_host_name};
-pub use operations::{schedule_problem, HOOK_KEYS, MAX_OPERATION_ID, OPERATION_KEYS};
+pub use operations::{
+    duration_seconds, schedule_problem, HOOK_KEYS, MAX_OPERATION_ID, MAX_VERIFY_TIMEOUT_SECONDS,
+    OPERATION_KEYS,
+};
 pub use reader::*;
 pub use repo::{
     layout_root, parse_clusters, parse_repo, parse_repo_settings, settings_path, CLUSTER_FILES, CLUSTER_YML,

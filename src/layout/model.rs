@@ -46,6 +46,8 @@ impl std::fmt::Display for Diagnostic {
 pub struct Settings {
     /// Name of an existing `kubernetes.io/ssh-auth` Secret in kok's namespace.
     pub ssh_auth_secret: Option<String>,
+    /// Name of a Secret in kok's namespace holding the cluster's kubeconfig (key `value`) for verification.
+    pub kubeconfig_secret: Option<String>,
     /// Defaults for the cluster's operations.
     pub defaults: RunDefaults,
 }
@@ -75,6 +77,10 @@ pub struct Operation {
     pub rerun: Option<u64>,
     /// Whether a failure holds the cluster's later operations (`hold`, the default) or not (`continue`).
     pub on_failure: crate::api::OnFailure,
+    /// How much of the cluster is verified after the Job succeeded (`full` by default).
+    pub verify: crate::api::Verify,
+    /// How long verification retries, as written (e.g. `10m`); validated by [`super::duration_seconds`].
+    pub verify_timeout: Option<String>,
     /// The entry exactly as written, as JSON; its canonical form is hashed into the digest.
     pub entry: serde_json::Value,
     /// 1-based line of the entry in operations.yml.
@@ -90,6 +96,33 @@ pub struct Inventory {
     pub hosts: std::collections::BTreeSet<String>,
     /// Every group name (including `all`), sorted.
     pub groups: std::collections::BTreeSet<String>,
+    /// The hosts listed directly under each group's `hosts`.
+    pub members: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The child groups of each group.
+    pub children: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The addresses a host's variables give it, wherever it is listed (`ip`, `access_ip` and
+    /// `ansible_host`), in the order found, without repeats.
+    pub addresses: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl Inventory {
+    /// The hosts of `group`, its child groups resolved (a cycle, refused by validation, ends the walk).
+    pub fn hosts_of(&self, group: &str) -> std::collections::BTreeSet<String> {
+        if group == "all" {
+            return self.hosts.clone();
+        }
+        let mut hosts = std::collections::BTreeSet::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo = vec![group];
+        while let Some(g) = todo.pop() {
+            if !seen.insert(g) {
+                continue;
+            }
+            hosts.extend(self.members.get(g).into_iter().flatten().cloned());
+            todo.extend(self.children.get(g).into_iter().flatten().map(String::as_str));
+        }
+        hosts
+    }
 }
 
 /// A cluster directory that passed validation.

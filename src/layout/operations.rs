@@ -7,7 +7,7 @@ use super::names::dns1123_label_problem;
 use super::scaledown::unknown_hosts;
 use super::yaml::{Kind, Node};
 use super::{Inventory, Operation};
-use crate::api::{ActionType, Hook, OnFailure};
+use crate::api::{ActionType, Hook, OnFailure, Verify};
 
 /// Keys an operation entry may hold.
 pub const OPERATION_KEYS: &[&str] = &[
@@ -22,6 +22,8 @@ pub const OPERATION_KEYS: &[&str] = &[
     "schedule",
     "rerun",
     "onFailure",
+    "verify",
+    "verifyTimeout",
 ];
 
 /// Keys a hook may hold.
@@ -29,6 +31,30 @@ pub const HOOK_KEYS: &[&str] = &["action", "type", "extraArgs"];
 
 /// Longest operation id.
 pub const MAX_OPERATION_ID: usize = 30;
+
+/// Longest `verifyTimeout` accepted.
+pub const MAX_VERIFY_TIMEOUT_SECONDS: u64 = 24 * 3600;
+
+/// The seconds of a duration written with units, e.g. `90s`, `10m`, `1h30m`; `None` when it is not one.
+pub fn duration_seconds(text: &str) -> Option<u64> {
+    let mut total: u64 = 0;
+    let mut number = String::new();
+    for c in text.trim().chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit = match c {
+            'h' => 3600,
+            'm' => 60,
+            's' => 1,
+            _ => return None,
+        };
+        let n: u64 = std::mem::take(&mut number).parse().ok()?;
+        total = total.checked_add(n.checked_mul(unit)?)?;
+    }
+    (number.is_empty() && total > 0).then_some(total)
+}
 
 /// Why `schedule` is not a cron expression the scheduler accepts (6 fields, seconds first; parsed as
 /// `controller::schedule` parses it); `None` when valid.
@@ -225,6 +251,42 @@ fn parse_operation(
             }
         },
     };
+    let verify = match get(map, "verify") {
+        None => Verify::Full,
+        Some(node) => match node.as_str() {
+            Some("full") => Verify::Full,
+            Some("reachable") => Verify::Reachable,
+            Some("none") => Verify::None,
+            _ => {
+                let given = node.scalar_text().unwrap_or_default();
+                diags.error(
+                    node,
+                    format!(
+                        "verify \"{given}\" of {what} is not known: use `full` (the default: every check), \
+                         `reachable` (the API server answers) or `none`"
+                    ),
+                );
+                Verify::Full
+            }
+        },
+    };
+    let verify_timeout = get(map, "verifyTimeout").and_then(|node| {
+        let text = node.as_str().unwrap_or_default();
+        match duration_seconds(text) {
+            Some(s) if s <= MAX_VERIFY_TIMEOUT_SECONDS => Some(text.to_string()),
+            _ => {
+                let given = node.scalar_text().unwrap_or_default();
+                diags.error(
+                    node,
+                    format!(
+                        "verifyTimeout \"{given}\" of {what} is not a duration of at most 24h: write it with \
+                         units, e.g. 10m (the default), 90s or 1h30m"
+                    ),
+                );
+                None
+            }
+        }
+    });
     let step = step?;
     Some(Operation {
         id: id?,
@@ -238,6 +300,8 @@ fn parse_operation(
         schedule,
         rerun,
         on_failure,
+        verify,
+        verify_timeout,
         entry: item.to_json(),
         line: item.line,
         index,
@@ -470,6 +534,53 @@ mod tests {
     }
 
     #[test]
+    fn verify_and_verify_timeout_are_read_and_checked_with_their_line() {
+        let (ops, diags) = check("- id: reset\n  action: reset.yml\n  verify: none\n- id: up\n  action: upgrade-cluster.yml\n  verify: reachable\n  verifyTimeout: 1h30m\n");
+        assert_eq!(diags, vec![]);
+        assert_eq!(
+            (ops[0].verify, ops[0].verify_timeout.as_deref()),
+            (Verify::None, None)
+        );
+        assert_eq!(
+            (ops[1].verify, ops[1].verify_timeout.as_deref()),
+            (Verify::Reachable, Some("1h30m"))
+        );
+        assert_eq!(
+            errors("- id: a\n  action: a.yml\n  verify: true\n"),
+            ["3:11: verify \"true\" of operation \"a\" is not known: use `full` (the default: every check), `reachable` (the API server answers) or `none`"]
+        );
+        for bad in ["600", "10 minutes", "0s", "25h", "m"] {
+            let errs = errors(&format!("- id: a\n  action: a.yml\n  verifyTimeout: {bad}\n"));
+            assert_eq!(errs.len(), 1, "{bad}");
+            assert!(errs[0].starts_with("3:18: verifyTimeout"), "{}", errs[0]);
+        }
+    }
+
+    #[test]
+    fn entries_without_verify_fields_keep_their_digest() {
+        let (ops, _) = check("- id: install\n  action: cluster.yml\n");
+        assert_eq!(
+            crate::materialize::operation_digest(&ops[0].entry),
+            "23f851754145637937364a87adceeed7e9c2d95d247c3dd0a3d89bc4d68825ba"
+        );
+        let (with, _) = check("- id: install\n  action: cluster.yml\n  verify: full\n");
+        assert_ne!(
+            crate::materialize::operation_digest(&with[0].entry),
+            crate::materialize::operation_digest(&ops[0].entry)
+        );
+    }
+
+    #[test]
+    fn durations_are_written_with_units() {
+        assert_eq!(duration_seconds("10m"), Some(600));
+        assert_eq!(duration_seconds("1h30m"), Some(5400));
+        assert_eq!(duration_seconds("90s"), Some(90));
+        for bad in ["", "10", "1.5h", "-1m", "0m", "10x"] {
+            assert_eq!(duration_seconds(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn operations_yml_must_be_a_list_and_may_be_empty() {
         assert!(errors("id: x\n")[0].contains("must be a list of operations"));
         assert_eq!(check("").0, vec![]);
@@ -603,6 +714,7 @@ mod tests {
         let inventory = Inventory {
             hosts: ["node1".to_string()].into(),
             groups: ["all".to_string()].into(),
+            ..Inventory::default()
         };
         let text = "- id: rm\n  action: remove-node.yml\n  extraArgs: [-e, node=node7]\n  \
                     postHooks: [{action: x.yml, extraArgs: [--limit=node1]}]\n";

@@ -232,6 +232,7 @@ mod tests {
         let inventory = Inventory {
             hosts: ["node1".to_string()].into(),
             groups: ["all".to_string(), "kube_node".to_string()].into(),
+            ..Inventory::default()
         };
         let args: Vec<String> = ["--limit=node1,kube_node,node7"]
             .iter()

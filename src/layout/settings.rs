@@ -20,6 +20,7 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "activeDeadlineSeconds",
     "historyLimit",
     "factsPlaybook",
+    "kubeconfigSecret",
 ];
 
 /// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
@@ -48,6 +49,14 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             node,
             "sshAuthSecret",
             "the name of a kubernetes.io/ssh-auth Secret in kok's namespace",
+            diags,
+        )
+    });
+    settings.kubeconfig_secret = get(map, "kubeconfigSecret").and_then(|node| {
+        subdomain(
+            node,
+            "kubeconfigSecret",
+            "the name of a Secret in kok's namespace holding the kubeconfig",
             diags,
         )
     });
@@ -124,6 +133,10 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             .ssh_auth_secret
             .clone()
             .or_else(|| base.ssh_auth_secret.clone()),
+        kubeconfig_secret: over
+            .kubeconfig_secret
+            .clone()
+            .or_else(|| base.kubeconfig_secret.clone()),
         defaults: crate::api::RunDefaults {
             image: o.image.clone().or_else(|| b.image.clone()),
             service_account: o.service_account.clone().or_else(|| b.service_account.clone()),
@@ -323,6 +336,29 @@ mod tests {
         assert_eq!((facts.path.as_str(), facts.optional), ("site/facts.yml", false));
         assert_eq!(merge_settings(&over, &base).defaults.facts(), None);
         assert_eq!(merge_settings(&base, &Settings::default()).defaults.facts(), None);
+    }
+
+    #[test]
+    fn kubeconfig_secret_names_a_secret_and_cluster_yml_wins() {
+        let (base, d) = check("kubeconfigSecret: fleet-reader\n");
+        assert_eq!(
+            (base.kubeconfig_secret.as_deref(), d),
+            (Some("fleet-reader"), vec![])
+        );
+        let (over, _) = check("kubeconfigSecret: prod-reader\n");
+        assert_eq!(
+            merge_settings(&base, &over).kubeconfig_secret.as_deref(),
+            Some("prod-reader")
+        );
+        assert_eq!(
+            merge_settings(&base, &Settings::default())
+                .kubeconfig_secret
+                .as_deref(),
+            Some("fleet-reader")
+        );
+        assert!(first_error("kubeconfigSecret: Prod_Admin\n")
+            .starts_with("1:19: kubeconfigSecret \"Prod_Admin\" is not a valid Kubernetes name"));
+        assert!(first_error("kubeconfigSecret: [a]\n").starts_with("1:19: kubeconfigSecret must be a string"));
     }
 
     #[test]

@@ -191,6 +191,11 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
             hosts_conf_ref: hosts_ref.clone(),
             vars_conf_ref: vars_ref.clone(),
             ssh_auth_ref: ssh_auth_ref.clone(),
+            kubeconfig_secret_ref: cluster
+                .settings
+                .kubeconfig_secret
+                .as_ref()
+                .map(|name| SecretRef { name: name.clone() }),
             defaults: cluster.settings.defaults.clone(),
             source: ClusterSource {
                 path: cluster.path.clone(),
@@ -304,6 +309,8 @@ fn cluster_operation(
             schedule: op.schedule.clone(),
             scheduled_time: None,
             on_failure: op.on_failure,
+            verify: op.verify,
+            verify_timeout: op.verify_timeout.clone(),
         },
     );
     let mut labels = common_labels(&cluster.name);
@@ -451,6 +458,8 @@ mod tests {
             schedule: None,
             rerun: entry["rerun"].as_u64(),
             on_failure: Default::default(),
+            verify: Default::default(),
+            verify_timeout: None,
             entry,
             line: index + 1,
             index,
@@ -475,6 +484,7 @@ mod tests {
             ],
             settings: Settings {
                 ssh_auth_secret: Some("prod-bj-ssh".to_string()),
+                kubeconfig_secret: None,
                 defaults: RunDefaults {
                     image: Some("registry.local/kubespray:v2".to_string()),
                     service_account: Some("ansible".to_string()),

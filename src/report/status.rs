@@ -3,7 +3,8 @@
 use sha2::{Digest, Sha256};
 
 use crate::api::{
-    ClusterOperation, CommitStatus, Phase, RunFailure, RunRecord, RunSummary, StatusState, HELD_PREFIX,
+    ClusterOperation, CommitStatus, Phase, RunFailure, RunRecord, RunSummary, StatusState, VerificationState,
+    HELD_PREFIX,
 };
 use crate::layout::model::{Diagnostic, Severity};
 
@@ -59,6 +60,8 @@ pub fn operation_status(
     let spec = &op.spec;
     let status = op.status.as_ref();
     let message = message.map(str::trim).filter(|m| !m.is_empty());
+    let verification = status.and_then(|s| s.verification.as_deref());
+    let verification_is = |state| verification.is_some_and(|v| v.state == state);
     let (state, description) = match phase {
         Phase::Queued if message.is_some_and(|m| m.starts_with(HELD_PREFIX)) => {
             (StatusState::Pending, message.unwrap_or_default().to_string())
@@ -67,6 +70,9 @@ pub fn operation_status(
             StatusState::Pending,
             with_reason(&phase.as_str().to_ascii_lowercase(), message),
         ),
+        Phase::Running if verification_is(VerificationState::Verifying) => {
+            (StatusState::Running, message.unwrap_or_default().to_string())
+        }
         Phase::Running => {
             let mut command = spec.action.clone();
             for arg in &spec.extra_args {
@@ -85,7 +91,14 @@ pub fn operation_status(
                 text.push_str(": ");
                 text.push_str(&summary_words(summary));
             }
+            if let Some(verified) = verification.and_then(|v| v.message.as_deref()) {
+                text.push_str("; ");
+                text.push_str(verified);
+            }
             (StatusState::Success, text)
+        }
+        Phase::Failed if verification_is(VerificationState::Failed) => {
+            (StatusState::Failure, message.unwrap_or_default().to_string())
         }
         Phase::Failed => (
             StatusState::Failure,

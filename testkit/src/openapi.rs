@@ -58,10 +58,14 @@ fn builtin_schemas(group: &str, version: &str) -> Schemas {
             k.add::<core::Secret>();
             k.add::<core::ServiceAccount>();
             k.add::<core::Pod>();
+            k.add::<core::Node>();
             k.add::<core::Service>();
             k.add::<core::Event>();
         }
-        ("apps", "v1") => k.add::<apps::Deployment>(),
+        ("apps", "v1") => {
+            k.add::<apps::Deployment>();
+            k.add::<apps::DaemonSet>();
+        }
         ("batch", "v1") => k.add::<batch::Job>(),
         ("events.k8s.io", "v1") => k.add::<events::Event>(),
         ("coordination.k8s.io", "v1") => k.add::<coordination::Lease>(),

@@ -118,6 +118,7 @@ const BUILTINS: &[Builtin] = &[
         false,
     ),
     Builtin("", "v1", "pods", "Pod", true, &["po"], true, false),
+    Builtin("", "v1", "nodes", "Node", false, &["no"], true, false),
     Builtin("", "v1", "services", "Service", true, &["svc"], true, false),
     Builtin("", "v1", "events", "Event", true, &["ev"], false, false),
     Builtin(
@@ -130,6 +131,7 @@ const BUILTINS: &[Builtin] = &[
         true,
         true,
     ),
+    Builtin("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"], true, true),
     Builtin(
         "events.k8s.io",
         "v1",
@@ -209,7 +211,7 @@ impl Registry {
         let mut r = Registry::default();
         for b in BUILTINS {
             let categories = match b.2 {
-                "pods" | "services" | "jobs" | "deployments" => vec!["all".to_string()],
+                "pods" | "services" | "jobs" | "deployments" | "daemonsets" => vec!["all".to_string()],
                 _ => vec![],
             };
             r.add(ResourceInfo {

@@ -25,11 +25,13 @@ fn typed(api_version: &str, kind: &str, obj: &Value) -> Option<Value> {
         ("v1", "Secret") => via::<core::Secret>(obj),
         ("v1", "ServiceAccount") => via::<core::ServiceAccount>(obj),
         ("v1", "Pod") => via::<core::Pod>(obj),
+        ("v1", "Node") => via::<core::Node>(obj),
         ("v1", "Service") => via::<core::Service>(obj),
         ("v1", "Event") => via::<core::Event>(obj),
         ("events.k8s.io/v1", "Event") => via::<events::Event>(obj),
         ("batch/v1", "Job") => via::<batch::Job>(obj),
         ("apps/v1", "Deployment") => via::<apps::Deployment>(obj),
+        ("apps/v1", "DaemonSet") => via::<apps::DaemonSet>(obj),
         ("coordination.k8s.io/v1", "Lease") => via::<coordination::Lease>(obj),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             via::<apiextensions::CustomResourceDefinition>(obj)

@@ -38,6 +38,8 @@ pub fn entry(id: &str, action: &str, extra: &[&str]) -> Operation {
         schedule: None,
         rerun: None,
         on_failure: Default::default(),
+        verify: Default::default(),
+        verify_timeout: None,
         entry: json,
         line: 1,
         index: 0,

@@ -57,6 +57,7 @@ pub fn status_of<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> Box<kube::cor
 pub struct Answer {
     pub status: u16,
     pub warnings: Vec<String>,
+    /// The JSON body, or a text body as a JSON string.
     pub body: Value,
 }
 
@@ -113,6 +114,7 @@ pub async fn request(
     Ok(Answer {
         status,
         warnings,
-        body: serde_json::from_str(body).unwrap_or(Value::Null),
+        // A text answer (`ok` of /readyz) is kept as a JSON string.
+        body: serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_string())),
     })
 }

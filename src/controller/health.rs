@@ -1,0 +1,184 @@
+//! Between operations: every `--health-interval` each cluster with a kubeconfig is checked against its
+//! current inventory and vars, at most [`HEALTH_CONCURRENCY`] at once and each within
+//! [`CHECK_TIMEOUT`], so an unreachable cluster never delays the others. The result goes into the
+//! Cluster's status: the conditions of [`crate::health::conditions`], `kubernetesVersion`,
+//! `kubeletVersions` and `nodes`, written only when they changed, with one Event per condition that
+//! changed and the `kok_cluster_condition` / `kok_cluster_nodes` metrics. The Cluster reconciler keeps
+//! them ([`carry`]) when it writes its own conditions.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, warn};
+
+use super::cluster::keep_transition_times;
+use super::verify::{access, expected};
+use super::Context;
+use crate::api::{Cluster, ClusterStatus, Verify};
+use crate::health::conditions::{conditions, node_counts, HEALTH_CONDITIONS};
+use crate::health::observe::{observe, OBSERVE_TIMEOUT};
+use crate::health::{verify, Access};
+
+/// Most clusters checked at once.
+pub const HEALTH_CONCURRENCY: usize = 16;
+/// Longest one cluster's check may take, reading its kubeconfig Secret and inputs included.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(OBSERVE_TIMEOUT.as_secs() + 5);
+
+/// Checks every cluster every `ctx.config.health_interval` until `stopped` (never when it is zero).
+pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
+    let interval = ctx.config.health_interval;
+    if interval.is_zero() {
+        return;
+    }
+    let rounds = async {
+        // The first round one interval after the start: the caches are filled by then.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            round(&ctx).await;
+        }
+    };
+    tokio::select! {
+        () = rounds => {}
+        () = stopped => {}
+    }
+}
+
+/// One round: every cluster the cache holds, [`HEALTH_CONCURRENCY`] at a time.
+async fn round(ctx: &Context) {
+    let clusters = ctx.clusters.state();
+    futures::stream::iter(clusters)
+        .for_each_concurrent(HEALTH_CONCURRENCY, |cluster| async move {
+            match tokio::time::timeout(CHECK_TIMEOUT, check(ctx, &cluster)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => {
+                    warn!(cluster = %cluster.name_any(), error = %why, "health check not recorded")
+                }
+                Err(_) => warn!(cluster = %cluster.name_any(), "health check timed out"),
+            }
+        })
+        .await;
+}
+
+/// Checks one cluster and records what it found.
+async fn check(ctx: &Context, cluster: &Cluster) -> Result<(), String> {
+    let name = cluster.name_any();
+    let observed = match access(ctx, &name).await {
+        Ok(Access::NoKubeconfig) => return Ok(()),
+        Ok(Access::Client(client)) => observe(&client).await,
+        Err(refused) => crate::health::Observed {
+            api: Err(format!("cannot be reached: {refused}")),
+            ..Default::default()
+        },
+    };
+    let inputs = (
+        &cluster.spec.hosts_conf_ref.name,
+        &cluster.spec.vars_conf_ref.name,
+    );
+    let expected = expected(ctx, inputs, "", &[])
+        .await
+        .map_err(|(cm, e)| format!("reading ConfigMap {cm}: {e}"))?;
+    let verdict = verify(Verify::Full, &expected, &observed);
+    let old = cluster.status.clone().unwrap_or_default();
+    let mut new = old.clone();
+    new.conditions
+        .retain(|c| !HEALTH_CONDITIONS.contains(&c.type_.as_str()));
+    new.conditions.extend(conditions(
+        &verdict,
+        cluster.metadata.generation,
+        Timestamp::now(),
+    ));
+    if observed.api.is_ok() {
+        new.kubernetes_version = observed.version.clone();
+        let mut versions: Vec<String> = observed.nodes.iter().map(|n| n.kubelet_version.clone()).collect();
+        versions.sort();
+        versions.dedup();
+        new.kubelet_versions = versions;
+        new.nodes = Some(node_counts(&observed));
+    }
+    keep_transition_times(&mut new, Some(&old), Timestamp::now());
+    record_metrics(&name, &new);
+    if new == old {
+        return Ok(());
+    }
+    debug!(cluster = %name, healthy = verdict.passed, message = %verdict.message, "health recorded");
+    let patch = json!({
+        "metadata": {"resourceVersion": cluster.resource_version()},
+        "status": {
+            "conditions": new.conditions,
+            "kubernetesVersion": new.kubernetes_version,
+            "kubeletVersions": new.kubelet_versions,
+            "nodes": new.nodes,
+        }
+    });
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    // A conflict means the Cluster changed meanwhile: the next round writes again.
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| format!("writing the Cluster's status: {e}"))?;
+    publish_changes(ctx, cluster, &old, &new).await;
+    Ok(())
+}
+
+/// One Event per health condition whose status changed (Warning unless it turned True).
+async fn publish_changes(ctx: &Context, cluster: &Cluster, old: &ClusterStatus, new: &ClusterStatus) {
+    for c in new
+        .conditions
+        .iter()
+        .filter(|c| HEALTH_CONDITIONS.contains(&c.type_.as_str()))
+    {
+        let before = old.conditions.iter().find(|o| o.type_ == c.type_);
+        if before.is_some_and(|b| b.status == c.status) {
+            continue;
+        }
+        let ev = Event {
+            type_: if c.status == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: c.reason.clone(),
+            note: Some(format!("{} is {}: {}", c.type_, c.status, c.message)),
+            action: "HealthCheck".to_string(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await {
+            warn!(cluster = %cluster.name_any(), error = %e, "event not published");
+        }
+    }
+}
+
+fn record_metrics(cluster: &str, status: &ClusterStatus) {
+    let metrics = crate::metrics::global();
+    for c in status
+        .conditions
+        .iter()
+        .filter(|c| HEALTH_CONDITIONS.contains(&c.type_.as_str()))
+    {
+        metrics.set_cluster_condition(cluster, &c.type_, &c.status);
+    }
+    if let Some(n) = &status.nodes {
+        metrics.set_cluster_nodes(cluster, n.ready, n.total);
+    }
+}
+
+/// Keeps in `new` (a status the Cluster reconciler made) what the last health check recorded in `old`.
+pub fn carry(new: &mut ClusterStatus, old: Option<&ClusterStatus>) {
+    let Some(old) = old else { return };
+    let health = old
+        .conditions
+        .iter()
+        .filter(|c| HEALTH_CONDITIONS.contains(&c.type_.as_str()));
+    new.conditions.extend(health.cloned());
+    new.kubernetes_version = old.kubernetes_version.clone();
+    new.kubelet_versions = old.kubelet_versions.clone();
+    new.nodes = old.nodes.clone();
+}

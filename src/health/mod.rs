@@ -1,0 +1,17 @@
+//! The health of workload clusters: what kok checks after an operation, from what it reads.
+//!
+//! - [`checks`]: the checks, pure functions from the pinned inventory and vars and what the cluster
+//!   shows (Nodes, kube-system workloads, the API server's answer) to each check's result and one line.
+//! - [`conditions`]: a verdict as the Cluster conditions the periodic checks keep (pure).
+//! - [`client`]: the one place that finds a cluster's kubeconfig, refuses what kok will not run, and
+//!   makes and caches its clients.
+//! - [`observe`]: the reads on a workload cluster (`/readyz`, Nodes, kube-system Deployments and
+//!   DaemonSets), bounded in time, their failures said without credentials.
+
+pub mod checks;
+pub mod client;
+pub mod conditions;
+pub mod observe;
+
+pub use checks::{verify, Expected, NodeView, Observed, Verdict, WorkloadView};
+pub use client::{Access, AccessError, Clients};
