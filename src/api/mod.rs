@@ -210,6 +210,55 @@ pub struct ClusterSpec {
     pub defaults: RunDefaults,
     /// Repository path and revision this spec was rendered from.
     pub source: ClusterSource,
+    /// When this cluster's operations may start (`maintenance` in cluster.yml, else kok.yml); operations
+    /// carry the value of the commit that created them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
+}
+
+/// When a cluster's operations may start: inside one of its windows (any time when it lists none), never
+/// inside a freeze. A running Job is never stopped when a window closes or a freeze begins.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Maintenance {
+    /// Recurring windows; an operation starts only inside one of them. None listed: any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<MaintenanceWindow>,
+    /// Periods in which no operation starts, whatever the windows say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freezes: Vec<MaintenanceFreeze>,
+}
+
+/// A weekly maintenance window, in local time of its time zone (daylight-saving changes included).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// Days of the week the window opens on (`Mon` ... `Sun`), in its time zone; empty: every day.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub days: Vec<String>,
+    /// Local time the window opens, `HH:MM` (24-hour clock). A time a daylight-saving change skips opens
+    /// it at the same offset after the change (02:30 becomes 03:30).
+    #[schemars(pattern(r"^([01][0-9]|2[0-3]):[0-5][0-9]$"))]
+    pub start: String,
+    /// How long the window stays open, e.g. `4h`, `90m`, `1h30m`, at most `7d` (elapsed time).
+    pub duration: String,
+    /// IANA time zone of `days` and `start`, e.g. `Europe/Berlin`.
+    pub time_zone: String,
+}
+
+/// A period in which none of the cluster's operations starts, from 00:00 of `from` to 00:00 of `to`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceFreeze {
+    /// First frozen day, `YYYY-MM-DD`, from 00:00 in `timeZone`.
+    pub from: String,
+    /// The day operations may start again, `YYYY-MM-DD`, from 00:00 in `timeZone`.
+    pub to: String,
+    /// IANA time zone of `from` and `to`, e.g. `Europe/Berlin`.
+    pub time_zone: String,
+    /// Why, shown while an operation waits: `frozen until 2027-01-04 (year-end)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Summary of one operation, as shown on its Cluster.
@@ -398,6 +447,14 @@ pub struct ClusterOperationSpec {
     /// Queued until a rerun succeeds or the entry is removed; `continue` lets them go on.
     #[serde(default, skip_serializing_if = "OnFailure::is_hold")]
     pub on_failure: OnFailure,
+    /// The cluster's maintenance windows and freezes as of the commit that created this run: it starts
+    /// only inside a window and outside every freeze (unless `ignoreMaintenance`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
+    /// `ignoreMaintenance: true` in operations.yml: an emergency that starts outside the windows and in a
+    /// freeze; its status says so when it did.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_maintenance: bool,
 }
 
 /// What a failed operation does to the later operations of its cluster.

@@ -115,6 +115,8 @@ impl Record {
             resources: s.resources.clone(),
             schedule: s.schedule.clone(),
             scheduled_time: s.scheduled_time.clone(),
+            maintenance: s.maintenance.clone(),
+            ignore_maintenance: s.ignore_maintenance,
             ..ClusterOperationSpec::default()
         };
         let spec = Spec {

@@ -48,6 +48,10 @@ pub struct Settings {
     pub ssh_auth_secret: Option<String>,
     /// Defaults for the cluster's operations.
     pub defaults: RunDefaults,
+    /// Kubernetes labels copied onto the Cluster object (kok.yml's and cluster.yml's, merged per label key).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// When the cluster's operations may start: windows and freezes (cluster.yml's replaces kok.yml's).
+    pub maintenance: Option<crate::api::Maintenance>,
 }
 
 /// One entry of operations.yml, validated.
@@ -75,6 +79,8 @@ pub struct Operation {
     pub rerun: Option<u64>,
     /// Whether a failure holds the cluster's later operations (`hold`, the default) or not (`continue`).
     pub on_failure: crate::api::OnFailure,
+    /// `ignoreMaintenance: true`: starts outside the cluster's maintenance windows and in its freezes.
+    pub ignore_maintenance: bool,
     /// The entry exactly as written, as JSON; its canonical form is hashed into the digest.
     pub entry: serde_json::Value,
     /// 1-based line of the entry in operations.yml.

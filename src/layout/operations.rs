@@ -22,6 +22,7 @@ pub const OPERATION_KEYS: &[&str] = &[
     "schedule",
     "rerun",
     "onFailure",
+    "ignoreMaintenance",
 ];
 
 /// Keys a hook may hold.
@@ -225,6 +226,22 @@ fn parse_operation(
             }
         },
     };
+    let ignore_maintenance = match get(map, "ignoreMaintenance") {
+        None => false,
+        Some(node) => match node.kind {
+            Kind::Bool(b) => b,
+            _ => {
+                diags.error(
+                    node,
+                    format!(
+                        "ignoreMaintenance of {what} must be true (start outside the maintenance windows and \
+                         in freezes, for an emergency) or false"
+                    ),
+                );
+                false
+            }
+        },
+    };
     let step = step?;
     Some(Operation {
         id: id?,
@@ -238,6 +255,7 @@ fn parse_operation(
         schedule,
         rerun,
         on_failure,
+        ignore_maintenance,
         entry: item.to_json(),
         line: item.line,
         index,
