@@ -37,6 +37,7 @@ fn operation(id: &str, index: usize) -> Operation {
         schedule: None,
         rerun: None,
         on_failure: Default::default(),
+        ignore_maintenance: false,
         entry: serde_json::json!({"id": id, "action": "cluster.yml"}),
         line: 1 + index * 2,
         index,

@@ -12,6 +12,7 @@
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
+//! - [`window`]: maintenance windows and freezes as start decisions (pure), and the controller's clock.
 //!
 //! [`run`] runs all the loops until shutdown; tests run it in-process against testkit.
 
@@ -28,6 +29,7 @@ pub mod runner;
 pub mod schedule;
 pub mod secret;
 pub mod summary;
+pub mod window;
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -61,6 +63,8 @@ pub struct ControllerConfig {
     /// How often a queued operation looks again even without a trigger (a safety net; finishing
     /// operations wake the queue at once).
     pub queue_resync: Duration,
+    /// Where the start decisions read the time (maintenance windows and freezes).
+    pub clock: window::Clock,
 }
 
 impl ControllerConfig {
@@ -72,6 +76,7 @@ impl ControllerConfig {
             job: JobConfig::default(),
             status_url: None,
             queue_resync: Duration::from_secs(60),
+            clock: window::Clock::system(),
         }
     }
 }

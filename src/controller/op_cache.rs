@@ -499,6 +499,16 @@ mod tests {
             path: "playbooks/facts.yml".into(),
             optional: true,
         });
+        full.spec.maintenance = Some(crate::api::Maintenance {
+            windows: vec![],
+            freezes: vec![crate::api::MaintenanceFreeze {
+                from: "2026-12-20".into(),
+                to: "2027-01-04".into(),
+                time_zone: "UTC".into(),
+                reason: None,
+            }],
+        });
+        full.spec.ignore_maintenance = true;
         let status = full.status.as_mut().unwrap();
         status.job_ref = Some("kok-a1".into());
         status.result = Some("succeeded".into());

@@ -51,6 +51,37 @@ pub enum Wait {
         /// The limit.
         max: usize,
     },
+    /// Outside every maintenance window of the cluster (see [`super::window`]).
+    Window {
+        /// When the next window opens (past any freeze): the reconciler looks again then.
+        opens: jiff::Timestamp,
+        /// That instant in the window's zone: `Sat 2026-11-28 02:00 Europe/Berlin`.
+        at: String,
+        /// How long until then: `1d 5h`.
+        within: String,
+    },
+    /// Inside a maintenance freeze of the cluster.
+    Frozen {
+        /// The freeze's `to`, as written: the day operations may start again.
+        until: String,
+        /// The freeze's reason.
+        reason: Option<String>,
+        /// When the freeze ends: the reconciler looks again then.
+        ends: jiff::Timestamp,
+    },
+    /// The operation's maintenance settings cannot be read (a spec kok did not write).
+    MaintenanceUnreadable(String),
+}
+
+impl Wait {
+    /// The instant the reason ends by itself (a window opens, a freeze ends), when it does.
+    pub fn wake_at(&self) -> Option<jiff::Timestamp> {
+        match self {
+            Wait::Window { opens, .. } => Some(*opens),
+            Wait::Frozen { ends, .. } => Some(*ends),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Wait {
@@ -69,6 +100,20 @@ impl std::fmt::Display for Wait {
                     "waiting for a Job slot: {running} of --max-concurrent-jobs={max} running"
                 )
             }
+            Wait::Window { at, within, .. } => {
+                write!(f, "waiting for the maintenance window: {at} (in {within})")
+            }
+            Wait::Frozen { until, reason, .. } => {
+                write!(f, "frozen until {until}")?;
+                match reason {
+                    Some(reason) => write!(f, " ({reason})"),
+                    None => Ok(()),
+                }
+            }
+            Wait::MaintenanceUnreadable(what) => write!(
+                f,
+                "waiting: the maintenance settings cannot be read ({what}); fix maintenance in cluster.yml or kok.yml"
+            ),
         }
     }
 }

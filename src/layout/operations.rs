@@ -608,6 +608,21 @@ mod tests {
     }
 
     #[test]
+    fn ignore_maintenance_is_a_boolean_that_leaves_other_entries_digests_alone() {
+        let (ops, d) = check("- {id: a, action: a.yml}\n- {id: b, action: b.yml, ignoreMaintenance: true}\n");
+        assert_eq!(d, vec![]);
+        assert!(!ops[0].ignore_maintenance);
+        assert!(ops[1].ignore_maintenance);
+        assert_eq!(
+            ops[0].entry,
+            serde_json::json!({"id": "a", "action": "a.yml"}),
+            "nothing added"
+        );
+        assert!(errors("- {id: a, action: a.yml, ignoreMaintenance: yes}\n")[0]
+            .contains("must be true (start outside the maintenance windows"));
+    }
+
+    #[test]
     fn unknown_operation_keys_are_denied_with_a_hint() {
         let errs = errors("- id: a\n  action: a.yml\n  extra_args: []\n");
         assert_eq!(

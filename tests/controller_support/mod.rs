@@ -38,6 +38,7 @@ pub fn entry(id: &str, action: &str, extra: &[&str]) -> Operation {
         schedule: None,
         rerun: None,
         on_failure: Default::default(),
+        ignore_maintenance: false,
         entry: json,
         line: 1,
         index: 0,
