@@ -14,6 +14,7 @@ mod names;
 mod operations;
 pub mod reader;
 mod repo;
+pub mod rollouts;
 mod scaledown;
 mod settings;
 mod yaml;

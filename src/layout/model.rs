@@ -126,6 +126,8 @@ pub struct Parsed {
     pub invalid: Vec<String>,
     /// Errors and warnings, sorted by path, line and column.
     pub diagnostics: Vec<Diagnostic>,
+    /// Valid `rollouts/<name>.yml` files (read by [`super::parse_repo`] only), sorted by name.
+    pub rollouts: Vec<super::rollouts::Rollout>,
 }
 
 impl Parsed {

@@ -104,7 +104,7 @@ pub(crate) fn parse_operations(
     ops
 }
 
-fn parse_operation(
+pub(crate) fn parse_operation(
     index: usize,
     item: &Node,
     inventory: Option<&Inventory>,
