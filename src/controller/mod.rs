@@ -12,6 +12,7 @@
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
+//! - [`wave`]: rollout waves as start decisions, a rollout's phase and counts (pure).
 //! - [`window`]: maintenance windows and freezes as start decisions (pure), and the controller's clock.
 //!
 //! [`run`] runs all the loops until shutdown; tests run it in-process against testkit.
@@ -29,6 +30,7 @@ pub mod runner;
 pub mod schedule;
 pub mod secret;
 pub mod summary;
+pub mod wave;
 pub mod window;
 
 use std::collections::{BTreeMap, HashSet};

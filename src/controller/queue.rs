@@ -71,6 +71,16 @@ pub enum Wait {
     },
     /// The operation's maintenance settings cannot be read (a spec kok did not write).
     MaintenanceUnreadable(String),
+    /// The cluster's wave of a rollout has not opened, is full, or the rollout halted (see
+    /// [`super::wave`]).
+    Wave {
+        /// Rollout name.
+        rollout: String,
+        /// The cluster's wave.
+        wave: String,
+        /// Why it waits.
+        why: super::wave::WaveWait,
+    },
 }
 
 impl Wait {
@@ -79,6 +89,10 @@ impl Wait {
         match self {
             Wait::Window { opens, .. } => Some(*opens),
             Wait::Frozen { ends, .. } => Some(*ends),
+            Wait::Wave {
+                why: super::wave::WaveWait::Closed { opens, .. },
+                ..
+            } => *opens,
             _ => None,
         }
     }
@@ -110,6 +124,16 @@ impl std::fmt::Display for Wait {
                     None => Ok(()),
                 }
             }
+            Wait::Wave { rollout, wave, why } => match why {
+                super::wave::WaveWait::Closed { detail, .. } => {
+                    write!(f, "waiting for wave {wave} of rollout {rollout} ({detail})")
+                }
+                super::wave::WaveWait::Full { running, max } => write!(
+                    f,
+                    "waiting for wave {wave} of rollout {rollout} (maxParallel: {running} of {max} running)"
+                ),
+                super::wave::WaveWait::Halted(message) => write!(f, "rollout {rollout} {message}"),
+            },
             Wait::MaintenanceUnreadable(what) => write!(
                 f,
                 "waiting: the maintenance settings cannot be read ({what}); fix maintenance in cluster.yml or kok.yml"
