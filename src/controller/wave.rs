@@ -380,23 +380,7 @@ mod tests {
         Rollout {
             name: "upgrade-1-31".into(),
             path: "rollouts/upgrade-1-31.yml".into(),
-            operation: Operation {
-                id: "upgrade-1-31".into(),
-                action: "upgrade-cluster.yml".into(),
-                action_type: Default::default(),
-                extra_args: vec![],
-                image: None,
-                pre_hooks: vec![],
-                post_hooks: vec![],
-                active_deadline_seconds: None,
-                schedule: None,
-                rerun: None,
-                on_failure: Default::default(),
-                ignore_maintenance: false,
-                entry: serde_json::json!({"id": "upgrade-1-31", "action": "upgrade-cluster.yml"}),
-                line: 1,
-                index: 0,
-            },
+            operation: Operation::playbook("upgrade-1-31", "upgrade-cluster.yml", 0),
             waves: vec![
                 wave("canary", &["prod-sh-1"], None),
                 wave(

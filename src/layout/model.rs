@@ -89,6 +89,30 @@ pub struct Operation {
     pub index: usize,
 }
 
+impl Operation {
+    /// The entry `{id, action}` (a playbook, nothing else set) as operations.yml would give it at
+    /// position `index`.
+    pub fn playbook(id: &str, action: &str, index: usize) -> Operation {
+        Operation {
+            id: id.into(),
+            action: action.into(),
+            action_type: ActionType::Playbook,
+            extra_args: vec![],
+            image: None,
+            pre_hooks: vec![],
+            post_hooks: vec![],
+            active_deadline_seconds: None,
+            schedule: None,
+            rerun: None,
+            on_failure: Default::default(),
+            ignore_maintenance: false,
+            entry: serde_json::json!({"id": id, "action": action}),
+            line: 1 + index * 2,
+            index,
+        }
+    }
+}
+
 /// An ansible inventory as far as kok needs to understand it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Inventory {
