@@ -1,6 +1,9 @@
 //! The `kok.dev/v1alpha1` custom resources and every name kok writes into the meta-cluster, defined once.
 
+mod rollout;
 pub mod watched;
+
+pub use rollout::*;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -691,13 +694,13 @@ pub struct ClusterOperationStatus {
     pub hold_released: Option<String>,
 }
 
-/// The CustomResourceDefinitions of kok, in a stable order (Cluster, then ClusterOperation).
+/// The CustomResourceDefinitions of kok, in a stable order (Cluster, ClusterOperation, FleetRollout).
 ///
 /// The schemas are the derived ones with OpenAPI formats Kubernetes does not know (`uint32`, ...)
 /// removed, so installing them raises no "unrecognized format" warnings; `minimum: 0` stays.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    let mut crds = vec![Cluster::crd(), ClusterOperation::crd()];
+    let mut crds = vec![Cluster::crd(), ClusterOperation::crd(), FleetRollout::crd()];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use super::queue::Wait;
+use crate::api::{FleetRolloutStatus, RolloutPhase, WaveStatus};
 use crate::layout::rollouts::{Rollout, Wave};
 
 /// The state of a cluster's latest run of the rollout's operation.
@@ -101,21 +102,6 @@ impl WaveCounts {
     }
 }
 
-/// Where a rollout stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RolloutPhase {
-    /// An open wave has clusters to run or running.
-    Progressing,
-    /// The next wave waits for `bake` to pass.
-    Baking,
-    /// The next wave waits for a commit that moves `stopAfter`.
-    WaitingForPromotion,
-    /// More runs failed than `maxFailures` allows.
-    Halted,
-    /// Every cluster finished.
-    Completed,
-}
-
 /// What the decisions say about a whole rollout: its phase, per-wave counts, the furthest open wave, and
 /// when and why the next one opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,6 +138,32 @@ impl Progress {
         let done: usize = self.waves.iter().map(|w| w.succeeded).sum();
         let all: usize = self.waves.iter().map(WaveCounts::total).sum();
         format!("{done}/{all}")
+    }
+
+    /// The status of the rollout's object.
+    pub fn status(&self) -> FleetRolloutStatus {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        FleetRolloutStatus {
+            phase: self.phase,
+            waves: self
+                .waves
+                .iter()
+                .map(|w| WaveStatus {
+                    name: w.name.clone(),
+                    pending: count(w.pending),
+                    running: count(w.running),
+                    succeeded: count(w.succeeded),
+                    failed: count(w.failed),
+                })
+                .collect(),
+            current_wave: Some(self.waves[self.current].name.clone()),
+            progress: Some(self.progress()),
+            next_wave_time: self
+                .next_open
+                .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+            message: self.why_not.clone(),
+            summary: Some(self.summary()),
+        }
     }
 }
 
@@ -454,6 +466,20 @@ mod tests {
         let p = Rollouts::new(&r, &done, at("2026-11-28T14:10:00Z")).progress();
         assert_eq!(p.phase, RolloutPhase::Baking);
         assert_eq!(p.next_open, Some(at("2026-11-28T14:30:00Z")));
+        let status = p.status();
+        assert_eq!(status.phase, RolloutPhase::Baking);
+        assert_eq!(
+            status.next_wave_time.map(|t| t.0),
+            Some(at("2026-11-28T14:30:00Z"))
+        );
+        assert_eq!(
+            status.message.as_deref(),
+            Some("canary: 1/1 succeeded; baking until 14:30 UTC")
+        );
+        assert_eq!(
+            status.summary.as_deref(),
+            Some("wave 1/3 canary: 1/1 succeeded, 0 failed")
+        );
         assert_eq!(says(&r, &done, "2026-11-28T14:30:00Z", "prod-bj-1"), "start");
         let late = Rollouts::new(&r, &done, at("2026-11-27T23:50:00Z")).may_start("prod-bj-1");
         assert!(late
@@ -601,6 +627,11 @@ mod tests {
         assert_eq!(p.phase, RolloutPhase::Completed);
         assert_eq!(p.summary(), "wave 3/3 rest: 2/2 succeeded, 0 failed");
         assert_eq!(p.progress(), "6/6");
+        let status = p.status();
+        assert_eq!(status.phase, RolloutPhase::Completed);
+        assert_eq!(status.current_wave.as_deref(), Some("rest"));
+        assert_eq!(status.progress.as_deref(), Some("6/6"));
+        assert_eq!(status.waves[1].succeeded, 3);
         let mid = runs(&[
             ("prod-sh-1", ok("2026-11-28T14:00:00Z")),
             ("prod-bj-1", RunState::Running),

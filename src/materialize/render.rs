@@ -366,7 +366,7 @@ pub fn with_revision(desired: &DesiredCluster, revision: &str) -> DesiredCluster
 }
 
 /// Sets the `kok.dev/content-hash` annotation of `obj` to [`content_hash`] of the object.
-fn stamp<K: kube::Resource + Serialize>(obj: &mut K) {
+pub(super) fn stamp<K: kube::Resource + Serialize>(obj: &mut K) {
     // Serializing these objects to JSON cannot fail: every map is keyed by strings and no field is
     // a float. Should it ever fail, the annotation is left out and the apply layer writes the object.
     if let Ok(hash) = content_hash(&*obj) {
