@@ -396,7 +396,11 @@ pub fn to_yaml_stream(clusters: &[DesiredCluster]) -> Result<String, RenderError
 }
 
 /// Appends `---` and `obj` as YAML, with its `apiVersion`, `kind` and `metadata` first.
-fn push_document<T: Serialize>(out: &mut String, obj: &T, cluster: &str) -> Result<(), RenderError> {
+pub(super) fn push_document<T: Serialize>(
+    out: &mut String,
+    obj: &T,
+    cluster: &str,
+) -> Result<(), RenderError> {
     let to_yaml = |source| RenderError::ToYaml {
         cluster: cluster.to_string(),
         source,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use kube::api::ObjectMeta;
 
 use super::names::operation_digest;
-use super::render::{stamp, RenderContext};
+use super::render::{push_document, stamp, RenderContext, RenderError};
 use crate::api::{
     FleetRollout, FleetRolloutSpec, RolloutSource, RolloutWave, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH,
     LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY,
@@ -61,6 +61,15 @@ pub fn render_rollout(rollout: &Rollout, ctx: &RenderContext) -> FleetRollout {
     };
     stamp(&mut obj);
     obj
+}
+
+/// The rollouts as one YAML stream, each document starting with `---`, like `kok render`'s clusters.
+pub fn rollouts_yaml(rollouts: &[FleetRollout]) -> Result<String, RenderError> {
+    let mut out = String::new();
+    for r in rollouts {
+        push_document(&mut out, r, r.metadata.name.as_deref().unwrap_or_default())?;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
