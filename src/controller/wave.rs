@@ -371,46 +371,33 @@ impl<'a> Rollouts<'a> {
 mod tests {
     use super::*;
     use crate::layout::rollouts::MaxParallel;
-    use crate::layout::Operation;
     use jiff::SignedDuration;
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
 
-    fn wave(name: &str, clusters: &[&str], max: Option<MaxParallel>) -> Wave {
-        Wave {
-            name: name.into(),
-            clusters: clusters.iter().map(|c| c.to_string()).collect(),
-            max_parallel: max,
-            line: 1,
-        }
-    }
-
     /// The example: canary (prod-sh-1), beijing (prod-bj-1..3, 2 at once), rest (25%).
     fn upgrade() -> Rollout {
-        Rollout {
-            name: "upgrade-1-31".into(),
-            path: "rollouts/upgrade-1-31.yml".into(),
-            operation: Operation::playbook("upgrade-1-31", "upgrade-cluster.yml", 0),
-            waves: vec![
-                wave("canary", &["prod-sh-1"], None),
-                wave(
+        let mut r = Rollout::of_waves(
+            "upgrade-1-31",
+            "upgrade-cluster.yml",
+            &[
+                ("canary", &["prod-sh-1"], None),
+                (
                     "beijing",
                     &["prod-bj-1", "prod-bj-2", "prod-bj-3"],
                     Some(MaxParallel::Count(2)),
                 ),
-                wave(
+                (
                     "rest",
                     &["prod-sh-2", "prod-sh-3"],
                     Some(MaxParallel::Percent(25)),
                 ),
             ],
-            bake: SignedDuration::from_mins(30),
-            max_failures: 0,
-            stop_after: None,
-            rerun: 0,
-        }
+        );
+        r.bake = SignedDuration::from_mins(30);
+        r
     }
 
     fn runs(states: &[(&str, RunState)]) -> BTreeMap<String, RunState> {

@@ -88,6 +88,31 @@ pub struct Rollout {
     pub rerun: u64,
 }
 
+impl Rollout {
+    /// The rollout `name` of the playbook `action` (operation id `name`) over `waves` given as
+    /// `(name, clusters, maxParallel)`, without bake, tolerated failures, stopAfter or rerun.
+    pub fn of_waves(name: &str, action: &str, waves: &[(&str, &[&str], Option<MaxParallel>)]) -> Rollout {
+        Rollout {
+            name: name.into(),
+            path: format!("{ROLLOUTS_DIR}/{name}.yml"),
+            operation: Operation::playbook(name, action, 0),
+            waves: waves
+                .iter()
+                .map(|(wave, clusters, max_parallel)| Wave {
+                    name: wave.to_string(),
+                    clusters: clusters.iter().map(|c| c.to_string()).collect(),
+                    max_parallel: *max_parallel,
+                    line: 1,
+                })
+                .collect(),
+            bake: SignedDuration::ZERO,
+            max_failures: 0,
+            stop_after: None,
+            rerun: 0,
+        }
+    }
+}
+
 /// Where the rollout files are for the cluster root `root`: `rollouts/` beside kok.yml.
 pub fn rollouts_dir(root: &str) -> String {
     let root = root.trim_matches('/');

@@ -76,33 +76,23 @@ pub fn rollouts_yaml(rollouts: &[FleetRollout]) -> Result<String, RenderError> {
 mod tests {
     use super::*;
     use crate::api::ANNOTATION_CONTENT_HASH;
-    use crate::layout::rollouts::Wave;
-    use crate::layout::Operation;
 
     fn rollout() -> Rollout {
-        let wave = |name: &str, clusters: &[&str], max| Wave {
-            name: name.into(),
-            clusters: clusters.iter().map(|c| c.to_string()).collect(),
-            max_parallel: max,
-            line: 1,
-        };
-        Rollout {
-            name: "upgrade-1-31".into(),
-            path: "rollouts/upgrade-1-31.yml".into(),
-            operation: Operation::playbook("upgrade-1-31", "upgrade-cluster.yml", 0),
-            waves: vec![
-                wave("canary", &["prod-sh-1"], None),
-                wave(
+        let mut r = Rollout::of_waves(
+            "upgrade-1-31",
+            "upgrade-cluster.yml",
+            &[
+                ("canary", &["prod-sh-1"], None),
+                (
                     "rest",
                     &["prod-bj-1", "prod-sh-2"],
                     Some(MaxParallel::Percent(25)),
                 ),
             ],
-            bake: jiff::SignedDuration::from_mins(30),
-            max_failures: 1,
-            stop_after: Some(0),
-            rerun: 2,
-        }
+        );
+        r.bake = jiff::SignedDuration::from_mins(30);
+        (r.max_failures, r.stop_after, r.rerun) = (1, Some(0), 2);
+        r
     }
 
     #[test]
