@@ -8,7 +8,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
-use kok::api::{ActionType, ClusterOperation, FIELD_MANAGER};
+use kok::api::{ClusterOperation, FIELD_MANAGER};
 use kok::controller::job::job_name;
 use kok::controller::{run, ControllerConfig};
 use kok::layout::{ClusterDir, Inventory, Operation, Settings};
@@ -25,24 +25,7 @@ fn clusters() -> usize {
 }
 
 fn operation(id: &str, index: usize) -> Operation {
-    Operation {
-        id: id.into(),
-        action: "cluster.yml".into(),
-        action_type: ActionType::Playbook,
-        extra_args: vec![],
-        image: None,
-        pre_hooks: vec![],
-        post_hooks: vec![],
-        active_deadline_seconds: None,
-        schedule: None,
-        rerun: None,
-        on_failure: Default::default(),
-        verify: Default::default(),
-        verify_timeout: None,
-        entry: serde_json::json!({"id": id, "action": "cluster.yml"}),
-        line: 1 + index * 2,
-        index,
-    }
+    Operation::playbook(id, "cluster.yml", index)
 }
 
 fn cluster(i: usize, extra_host: bool) -> ClusterDir {

@@ -90,6 +90,17 @@ pub struct ClusterPlan {
     /// Scale-down order problems (promise 7): a new operation naming a host the range removes from
     /// hosts.yml, or a host removed that no new operation names.
     pub warnings: Vec<String>,
+    /// The cluster's labels (`labels` in cluster.yml and kok.yml), as its Cluster object carries them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ClusterPlan {
+    /// `env=prod, region=bj`.
+    pub fn labels_text(&self) -> String {
+        let pairs: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        pairs.join(", ")
+    }
 }
 
 /// A cluster that is invalid at `to`: nothing of it changes.
@@ -416,6 +427,9 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         }
         plan.operations = planned_operations(prepared, &name, &writes);
         plan.warnings = scale_down_warnings(prepared, &name, &plan.operations);
+        if let Some(c) = prepared.read.parsed.clusters.iter().find(|c| c.name == name) {
+            plan.labels = c.settings.labels.clone();
+        }
         if !writes.is_empty() {
             clusters.push(plan);
         }
@@ -618,6 +632,9 @@ pub fn text(plan: &Plan) -> String {
     }
     for cluster in &plan.clusters {
         out.push_str(&format!("\ncluster {}\n", cluster.name));
+        if !cluster.labels.is_empty() {
+            out.push_str(&format!("  labels: {}\n", cluster.labels_text()));
+        }
         for (sign, list) in [
             ("+", &cluster.created),
             ("~", &cluster.updated),
@@ -685,10 +702,11 @@ pub fn markdown(plan: &Plan) -> String {
         out.push_str("No changes.\n");
     }
     for cluster in &plan.clusters {
-        out.push_str(&format!(
-            "#### {}\n\n| change | kind | name | detail |\n|---|---|---|---|\n",
-            cluster.name
-        ));
+        out.push_str(&format!("#### {}\n\n", cluster.name));
+        if !cluster.labels.is_empty() {
+            out.push_str(&format!("Labels: `{}`\n\n", cell(&cluster.labels_text())));
+        }
+        out.push_str("| change | kind | name | detail |\n|---|---|---|---|\n");
         for (change, list) in [
             ("create", &cluster.created),
             ("update", &cluster.updated),
@@ -770,6 +788,38 @@ mod tests {
             commit_index: 0,
             facts_playbook: None,
         }
+    }
+
+    #[test]
+    fn a_cluster_shows_its_labels_in_text_markdown_and_json() {
+        let bj = ClusterPlan {
+            name: "prod-bj".into(),
+            labels: [("env", "prod"), ("region", "bj")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..ClusterPlan::default()
+        };
+        let plan = plan_with(vec![
+            bj,
+            ClusterPlan {
+                name: "dev".into(),
+                ..ClusterPlan::default()
+            },
+        ]);
+        let text = text(&plan);
+        assert!(
+            text.contains("cluster prod-bj\n  labels: env=prod, region=bj\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cluster dev\n") && !text.contains("cluster dev\n  labels"),
+            "{text}"
+        );
+        assert!(markdown(&plan).contains("#### prod-bj\n\nLabels: `env=prod, region=bj`\n\n| change"));
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["clusters"][0]["labels"]["region"], "bj");
+        assert!(json["clusters"][1].get("labels").is_none());
     }
 
     #[test]

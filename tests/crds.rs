@@ -65,8 +65,9 @@ fn printer_columns(kind: &str) -> Vec<String> {
 }
 
 #[test]
-fn both_crds_are_namespaced_v1alpha1_in_the_kok_category_with_a_status_subresource() {
-    for kind in ["Cluster", "ClusterOperation"] {
+fn every_crd_is_namespaced_v1alpha1_in_the_kok_category_with_a_status_subresource() {
+    assert_eq!(kok::api::crds().len(), 3);
+    for kind in ["Cluster", "ClusterOperation", "FleetRollout"] {
         let crd = crd(kind);
         assert_eq!(crd.spec.group, "kok.dev");
         assert_eq!(crd.spec.scope, "Namespaced");
@@ -113,6 +114,17 @@ fn printer_columns_are_the_ones_the_design_lists() {
         printer_columns("ClusterOperation"),
         ["Cluster", "Action", "Phase", "Started", "Duration", "Commit", "Result"]
     );
+    assert_eq!(
+        printer_columns("FleetRollout"),
+        ["Operation", "Wave", "Progress", "Phase", "Age"]
+    );
+}
+
+#[test]
+fn the_rollout_kind_keeps_clear_of_argo_rollouts_plural() {
+    let names = crd("FleetRollout").spec.names;
+    assert_eq!(names.plural, "fleetrollouts");
+    assert_ne!(names.plural, "rollouts");
 }
 
 /// Walks a schema, calling `check(path, node)` on every node.

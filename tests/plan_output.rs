@@ -189,3 +189,22 @@ fn an_operation_that_limits_its_hosts_shows_its_facts_step_in_every_output() {
         ]
     );
 }
+
+#[test]
+fn plan_shows_the_labels_a_change_gives_a_cluster() {
+    let mut repo = RepoBuilder::new();
+    repo.cluster("prod-bj");
+    let from = repo.commit("one cluster");
+    repo.file(
+        "clusters/prod-bj/cluster.yml",
+        "labels:\n  env: prod\n  region: bj\n",
+    );
+    let to = repo.commit("label prod-bj");
+    let cache = tempfile::tempdir().unwrap();
+    let (code, text) = plan(&repo, &["--from", &from, "--to", &to], cache.path());
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("cluster prod-bj\n  labels: env=prod, region=bj\n  ~ Cluster prod-bj"),
+        "{text}"
+    );
+}

@@ -280,3 +280,50 @@ fn bumping_rerun_renames_only_that_operation() {
     assert_eq!(changed.len(), 1, "{before:?} vs {after:?}");
     assert!(changed[0].starts_with("staging-sh-install-"), "{changed:?}");
 }
+
+#[test]
+fn a_rollout_file_renders_as_a_fleet_rollout_with_its_waves_after_the_clusters() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, labels) in [
+        ("prod-sh-1", "{env: prod}"),
+        ("prod-bj-1", "{env: prod, region: bj}"),
+    ] {
+        let cluster = dir.path().join("clusters").join(name);
+        std::fs::create_dir_all(&cluster).unwrap();
+        std::fs::write(cluster.join("hosts.yml"), "all:\n  hosts:\n    node1:\n").unwrap();
+        std::fs::write(cluster.join("vars.yml"), "kube_version: v1.31.0\n").unwrap();
+        std::fs::write(cluster.join("cluster.yml"), format!("labels: {labels}\n")).unwrap();
+    }
+    std::fs::create_dir_all(dir.path().join("rollouts")).unwrap();
+    std::fs::write(
+        dir.path().join("rollouts/upgrade-1-31.yml"),
+        "operation: {id: upgrade-1-31, action: upgrade-cluster.yml}\nclusters: {selector: {env: prod}}\n\
+         waves:\n  - {name: canary, clusters: [prod-sh-1]}\n  - {name: rest, maxParallel: 25%}\nbake: 30m\n",
+    )
+    .unwrap();
+    let here = dir.path().display().to_string();
+    let out = kok(&["render", &here, "--commit", COMMIT], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs = documents(&String::from_utf8(out.stdout).unwrap());
+    let last = docs.last().unwrap().clone();
+    let rollout: kok::api::FleetRollout = serde_yaml::from_value(last).unwrap();
+    let waves: Vec<(&str, &[String])> = rollout
+        .spec
+        .waves
+        .iter()
+        .map(|w| (w.name.as_str(), w.clusters.as_slice()))
+        .collect();
+    assert_eq!(
+        waves,
+        [
+            ("canary", &["prod-sh-1".to_string()][..]),
+            ("rest", &["prod-bj-1".to_string()][..])
+        ]
+    );
+    assert_eq!(rollout.spec.bake_seconds, 1800);
+    let cluster = docs
+        .iter()
+        .find(|d| d["kind"] == "Cluster" && d["metadata"]["name"] == "prod-bj-1")
+        .unwrap();
+    assert_eq!(cluster["metadata"]["labels"]["region"], "bj");
+}

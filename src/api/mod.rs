@@ -1,6 +1,9 @@
 //! The `kok.dev/v1alpha1` custom resources and every name kok writes into the meta-cluster, defined once.
 
+mod rollout;
 pub mod watched;
+
+pub use rollout::*;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -225,6 +228,55 @@ pub struct ClusterSpec {
     pub defaults: RunDefaults,
     /// Repository path and revision this spec was rendered from.
     pub source: ClusterSource,
+    /// When this cluster's operations may start (`maintenance` in cluster.yml, else kok.yml); operations
+    /// carry the value of the commit that created them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
+}
+
+/// When a cluster's operations may start: inside one of its windows (any time when it lists none), never
+/// inside a freeze. A running Job is never stopped when a window closes or a freeze begins.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Maintenance {
+    /// Recurring windows; an operation starts only inside one of them. None listed: any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<MaintenanceWindow>,
+    /// Periods in which no operation starts, whatever the windows say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freezes: Vec<MaintenanceFreeze>,
+}
+
+/// A weekly maintenance window, in local time of its time zone (daylight-saving changes included).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// Days of the week the window opens on (`Mon` ... `Sun`), in its time zone; empty: every day.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub days: Vec<String>,
+    /// Local time the window opens, `HH:MM` (24-hour clock). A time a daylight-saving change skips opens
+    /// it at the same offset after the change (02:30 becomes 03:30).
+    #[schemars(pattern(r"^([01][0-9]|2[0-3]):[0-5][0-9]$"))]
+    pub start: String,
+    /// How long the window stays open, e.g. `4h`, `90m`, `1h30m`, at most `7d` (elapsed time).
+    pub duration: String,
+    /// IANA time zone of `days` and `start`, e.g. `Europe/Berlin`.
+    pub time_zone: String,
+}
+
+/// A period in which none of the cluster's operations starts, from 00:00 of `from` to 00:00 of `to`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceFreeze {
+    /// First frozen day, `YYYY-MM-DD`, from 00:00 in `timeZone`.
+    pub from: String,
+    /// The day operations may start again, `YYYY-MM-DD`, from 00:00 in `timeZone`.
+    pub to: String,
+    /// IANA time zone of `from` and `to`, e.g. `Europe/Berlin`.
+    pub time_zone: String,
+    /// Why, shown while an operation waits: `frozen until 2027-01-04 (year-end)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Summary of one operation, as shown on its Cluster.
@@ -442,6 +494,14 @@ pub struct ClusterOperationSpec {
     /// How long the verification retries before the operation fails, e.g. `10m` (the default), `90s`, `1h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_timeout: Option<String>,
+    /// The cluster's maintenance windows and freezes as of the commit that created this run: it starts
+    /// only inside a window and outside every freeze (unless `ignoreMaintenance`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
+    /// `ignoreMaintenance: true` in operations.yml: an emergency that starts outside the windows and in a
+    /// freeze; its status says so when it did.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_maintenance: bool,
 }
 
 /// How much of the workload cluster kok verifies after an operation's Job succeeded.
@@ -756,13 +816,13 @@ pub struct ClusterOperationStatus {
     pub verification: Option<Box<Verification>>,
 }
 
-/// The CustomResourceDefinitions of kok, in a stable order (Cluster, then ClusterOperation).
+/// The CustomResourceDefinitions of kok, in a stable order (Cluster, ClusterOperation, FleetRollout).
 ///
 /// The schemas are the derived ones with OpenAPI formats Kubernetes does not know (`uint32`, ...)
 /// removed, so installing them raises no "unrecognized format" warnings; `minimum: 0` stays.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    let mut crds = vec![Cluster::crd(), ClusterOperation::crd()];
+    let mut crds = vec![Cluster::crd(), ClusterOperation::crd(), FleetRollout::crd()];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version

@@ -9,6 +9,7 @@ use anyhow::Context;
 use super::validate::{summary, text_report};
 use crate::api::DEFAULT_NAMESPACE;
 use crate::layout::{self, DiskTree};
+use crate::materialize::rollout::{render_rollout, rollouts_yaml};
 use crate::materialize::{render_all, to_yaml_stream, RenderContext, ZERO_SHA};
 
 /// Arguments of `kok render`.
@@ -60,7 +61,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => head_commit(&args.dir).unwrap_or_else(|| ZERO_SHA.to_string()),
     };
     let ctx = RenderContext::new(args.namespace, args.ref_name, commit);
-    let yaml = to_yaml_stream(&render_all(&parsed.clusters, &ctx))?;
+    let mut yaml = to_yaml_stream(&render_all(&parsed.clusters, &ctx))?;
+    let rollouts: Vec<_> = parsed.rollouts.iter().map(|r| render_rollout(r, &ctx)).collect();
+    yaml.push_str(&rollouts_yaml(&rollouts)?);
     std::io::stdout()
         .lock()
         .write_all(yaml.as_bytes())

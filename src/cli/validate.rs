@@ -176,6 +176,7 @@ mod tests {
             clusters: vec![],
             invalid: vec!["a".into()],
             diagnostics: vec![diag(Severity::Error), diag(Severity::Warning)],
+            ..Parsed::default()
         };
         assert_eq!(
             summary(&parsed),

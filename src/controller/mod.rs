@@ -14,6 +14,8 @@
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
+//! - [`wave`]: rollout waves as start decisions, a rollout's phase and counts (pure).
+//! - [`window`]: maintenance windows and freezes as start decisions (pure), and the controller's clock.
 //!
 //! [`run`] runs all the loops until shutdown; tests run it in-process against testkit.
 
@@ -32,6 +34,8 @@ pub mod schedule;
 pub mod secret;
 pub mod summary;
 pub mod verify;
+pub mod wave;
+pub mod window;
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -69,6 +73,8 @@ pub struct ControllerConfig {
     pub verify_retry: Duration,
     /// Time between health checks of every cluster with a kubeconfig (`--health-interval`); zero: none.
     pub health_interval: Duration,
+    /// Where the start decisions read the time (maintenance windows and freezes).
+    pub clock: window::Clock,
 }
 
 impl ControllerConfig {
@@ -82,6 +88,7 @@ impl ControllerConfig {
             queue_resync: Duration::from_secs(60),
             verify_retry: Duration::from_secs(10),
             health_interval: Duration::from_secs(300),
+            clock: window::Clock::system(),
         }
     }
 }

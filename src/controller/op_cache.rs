@@ -117,6 +117,8 @@ impl Record {
             scheduled_time: s.scheduled_time.clone(),
             verify: s.verify,
             verify_timeout: s.verify_timeout.clone(),
+            maintenance: s.maintenance.clone(),
+            ignore_maintenance: s.ignore_maintenance,
             ..ClusterOperationSpec::default()
         };
         let spec = Spec {
@@ -499,6 +501,16 @@ mod tests {
             path: "playbooks/facts.yml".into(),
             optional: true,
         });
+        full.spec.maintenance = Some(crate::api::Maintenance {
+            windows: vec![],
+            freezes: vec![crate::api::MaintenanceFreeze {
+                from: "2026-12-20".into(),
+                to: "2027-01-04".into(),
+                time_zone: "UTC".into(),
+                reason: None,
+            }],
+        });
+        full.spec.ignore_maintenance = true;
         let status = full.status.as_mut().unwrap();
         status.job_ref = Some("kok-a1".into());
         status.result = Some("succeeded".into());

@@ -30,9 +30,14 @@ use super::queue::{
 };
 use super::secret::check_cached;
 use super::summary::{read_termination_message, RunReport};
+use super::window::with_maintenance;
 use super::{verify, Action, Context, ControllerError};
 use crate::api::{ClusterOperation, ClusterOperationStatus, Phase, Verification, Verify};
 use crate::report::status::operation_status;
+
+/// Start of the message of an operation that started despite its cluster's maintenance windows or freezes
+/// (`ignoreMaintenance: true`), followed by what it would have waited for.
+pub const IGNORED_MAINTENANCE: &str = "started despite maintenance (ignoreMaintenance): ";
 
 /// Message of an operation whose Job disappeared before it finished.
 pub const JOB_DELETED: &str = "job was deleted while running";
@@ -436,16 +441,26 @@ async fn start_or_wait(
     busy.remove(&op.name_any());
     let all = siblings_of(ctx, &op.spec.cluster);
     let siblings: Vec<&ClusterOperation> = all.iter().collect();
-    if let Err(why) = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs) {
-        if matches!(why, Wait::NoJobSlot { .. }) {
-            if let Ok(mut w) = ctx.slot_waiters.lock() {
-                w.insert(op.name_any());
+    let queue = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs);
+    let now = ctx.config.clock.now();
+    let spec = &op.spec;
+    let ignored = match with_maintenance(queue, spec.maintenance.as_ref(), spec.ignore_maintenance, now) {
+        Ok(ignored) => ignored,
+        Err(why) => {
+            if matches!(why, Wait::NoJobSlot { .. }) {
+                if let Ok(mut w) = ctx.slot_waiters.lock() {
+                    w.insert(op.name_any());
+                }
             }
+            drop(_guard);
+            // A window opening or a freeze ending wakes it by a timer at that instant; the rest by triggers.
+            let next = why.wake_at().map_or(ctx.config.queue_resync, |t| {
+                Duration::try_from(now.duration_until(t)).unwrap_or_default()
+            });
+            wait(ctx, op, why.to_string()).await?;
+            return Ok(Action::requeue(next));
         }
-        drop(_guard);
-        wait(ctx, op, why.to_string()).await?;
-        return Ok(Action::requeue(ctx.config.queue_resync));
-    }
+    };
 
     // Claimed under the lock, created outside it: Job creates of different clusters run in parallel.
     if let Ok(mut claims) = ctx.claims.lock() {
@@ -474,8 +489,13 @@ async fn start_or_wait(
         }
     };
     info!(operation = %op.name_any(), job = %name, "job created");
+    let mut started = running(&created, name, false);
+    if let Some(ignored) = ignored {
+        info!(operation = %op.name_any(), reason = %ignored, "started outside maintenance: ignoreMaintenance");
+        started.message = Some(format!("{IGNORED_MAINTENANCE}{ignored}"));
+    }
     // On a conflict (canceled or changed meanwhile) the next pass looks again and adopts or deletes the Job.
-    transition(ctx, op, running(&created, name, false)).await?;
+    transition(ctx, op, started).await?;
     Ok(Action::await_change())
 }
 

@@ -51,6 +51,51 @@ pub enum Wait {
         /// The limit.
         max: usize,
     },
+    /// Outside every maintenance window of the cluster (see [`super::window`]).
+    Window {
+        /// When the next window opens (past any freeze): the reconciler looks again then.
+        opens: jiff::Timestamp,
+        /// That instant in the window's zone: `Sat 2026-11-28 02:00 Europe/Berlin`.
+        at: String,
+        /// How long until then: `1d 5h`.
+        within: String,
+    },
+    /// Inside a maintenance freeze of the cluster.
+    Frozen {
+        /// The freeze's `to`, as written: the day operations may start again.
+        until: String,
+        /// The freeze's reason.
+        reason: Option<String>,
+        /// When the freeze ends: the reconciler looks again then.
+        ends: jiff::Timestamp,
+    },
+    /// The operation's maintenance settings cannot be read (a spec kok did not write).
+    MaintenanceUnreadable(String),
+    /// The cluster's wave of a rollout has not opened, is full, or the rollout halted (see
+    /// [`super::wave`]).
+    Wave {
+        /// Rollout name.
+        rollout: String,
+        /// The cluster's wave.
+        wave: String,
+        /// Why it waits.
+        why: super::wave::WaveWait,
+    },
+}
+
+impl Wait {
+    /// The instant the reason ends by itself (a window opens, a freeze ends), when it does.
+    pub fn wake_at(&self) -> Option<jiff::Timestamp> {
+        match self {
+            Wait::Window { opens, .. } => Some(*opens),
+            Wait::Frozen { ends, .. } => Some(*ends),
+            Wait::Wave {
+                why: super::wave::WaveWait::Closed { opens, .. },
+                ..
+            } => *opens,
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Wait {
@@ -69,6 +114,30 @@ impl std::fmt::Display for Wait {
                     "waiting for a Job slot: {running} of --max-concurrent-jobs={max} running"
                 )
             }
+            Wait::Window { at, within, .. } => {
+                write!(f, "waiting for the maintenance window: {at} (in {within})")
+            }
+            Wait::Frozen { until, reason, .. } => {
+                write!(f, "frozen until {until}")?;
+                match reason {
+                    Some(reason) => write!(f, " ({reason})"),
+                    None => Ok(()),
+                }
+            }
+            Wait::Wave { rollout, wave, why } => match why {
+                super::wave::WaveWait::Closed { detail, .. } => {
+                    write!(f, "waiting for wave {wave} of rollout {rollout} ({detail})")
+                }
+                super::wave::WaveWait::Full { running, max } => write!(
+                    f,
+                    "waiting for wave {wave} of rollout {rollout} (maxParallel: {running} of {max} running)"
+                ),
+                super::wave::WaveWait::Halted(message) => write!(f, "rollout {rollout} {message}"),
+            },
+            Wait::MaintenanceUnreadable(what) => write!(
+                f,
+                "waiting: the maintenance settings cannot be read ({what}); fix maintenance in cluster.yml or kok.yml"
+            ),
         }
     }
 }

@@ -319,4 +319,24 @@ mod tests {
         assert!(run.spec.queue_position > op.spec.queue_position);
         assert!(!run.labels().contains_key(LABEL_CURRENT));
     }
+
+    #[test]
+    fn a_run_that_fires_outside_its_maintenance_window_waits_for_it() {
+        let mut op = base("0 0 12 * * *", "2026-01-01T00:00:00Z", None);
+        op.spec.maintenance = Some(crate::api::Maintenance {
+            windows: vec![crate::api::MaintenanceWindow {
+                days: vec![],
+                start: "02:00".into(),
+                duration: "2h".into(),
+                time_zone: "UTC".into(),
+            }],
+            freezes: vec![],
+        });
+        let fired = ts("2026-01-02T12:00:00Z");
+        let run = scheduled_run(&op, fired);
+        assert_eq!(run.spec.maintenance, op.spec.maintenance);
+        let wait = super::super::window::maintenance_wait(run.spec.maintenance.as_ref().unwrap(), fired)
+            .unwrap_err();
+        assert_eq!(wait.wake_at(), Some(ts("2026-01-03T02:00:00Z")));
+    }
 }

@@ -7,17 +7,22 @@
 mod diag;
 mod disk;
 mod inventory;
+mod labels;
+mod maintenance;
 pub mod model;
 mod names;
 mod operations;
 pub mod reader;
 mod repo;
+pub mod rollouts;
 mod scaledown;
 mod settings;
 mod yaml;
 
 pub use disk::DiskTree;
 pub use inventory::read_inventory;
+pub use labels::{label_key_problem, label_value_problem};
+pub use maintenance::{parse_duration, parse_hhmm, parse_weekday};
 pub use model::*;
 pub use names::{did_you_mean, dns1123_label_problem, is_dns1123_label, is_dns1123_subdomain, is_host_name};
 pub use operations::{

@@ -50,6 +50,10 @@ pub struct Settings {
     pub kubeconfig_secret: Option<String>,
     /// Defaults for the cluster's operations.
     pub defaults: RunDefaults,
+    /// Kubernetes labels copied onto the Cluster object (kok.yml's and cluster.yml's, merged per label key).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// When the cluster's operations may start: windows and freezes (cluster.yml's replaces kok.yml's).
+    pub maintenance: Option<crate::api::Maintenance>,
 }
 
 /// One entry of operations.yml, validated.
@@ -81,12 +85,40 @@ pub struct Operation {
     pub verify: crate::api::Verify,
     /// How long verification retries, as written (e.g. `10m`); validated by [`super::duration_seconds`].
     pub verify_timeout: Option<String>,
+    /// `ignoreMaintenance: true`: starts outside the cluster's maintenance windows and in its freezes.
+    pub ignore_maintenance: bool,
     /// The entry exactly as written, as JSON; its canonical form is hashed into the digest.
     pub entry: serde_json::Value,
     /// 1-based line of the entry in operations.yml.
     pub line: usize,
     /// 0-based position of the entry in operations.yml (file order).
     pub index: usize,
+}
+
+impl Operation {
+    /// The entry `{id, action}` (a playbook, nothing else set) as operations.yml would give it at
+    /// position `index`.
+    pub fn playbook(id: &str, action: &str, index: usize) -> Operation {
+        Operation {
+            id: id.into(),
+            action: action.into(),
+            action_type: ActionType::Playbook,
+            extra_args: vec![],
+            image: None,
+            pre_hooks: vec![],
+            post_hooks: vec![],
+            active_deadline_seconds: None,
+            schedule: None,
+            rerun: None,
+            on_failure: Default::default(),
+            verify: Default::default(),
+            verify_timeout: None,
+            ignore_maintenance: false,
+            entry: serde_json::json!({"id": id, "action": action}),
+            line: 1 + index * 2,
+            index,
+        }
+    }
 }
 
 /// An ansible inventory as far as kok needs to understand it.
@@ -153,6 +185,8 @@ pub struct Parsed {
     pub invalid: Vec<String>,
     /// Errors and warnings, sorted by path, line and column.
     pub diagnostics: Vec<Diagnostic>,
+    /// Valid `rollouts/<name>.yml` files (read by [`super::parse_repo`] only), sorted by name.
+    pub rollouts: Vec<super::rollouts::Rollout>,
 }
 
 impl Parsed {

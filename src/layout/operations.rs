@@ -24,6 +24,7 @@ pub const OPERATION_KEYS: &[&str] = &[
     "onFailure",
     "verify",
     "verifyTimeout",
+    "ignoreMaintenance",
 ];
 
 /// Keys a hook may hold.
@@ -129,7 +130,7 @@ pub(crate) fn parse_operations(
     ops
 }
 
-fn parse_operation(
+pub(crate) fn parse_operation(
     index: usize,
     item: &Node,
     inventory: Option<&Inventory>,
@@ -287,6 +288,22 @@ fn parse_operation(
             }
         }
     });
+    let ignore_maintenance = match get(map, "ignoreMaintenance") {
+        None => false,
+        Some(node) => match node.kind {
+            Kind::Bool(b) => b,
+            _ => {
+                diags.error(
+                    node,
+                    format!(
+                        "ignoreMaintenance of {what} must be true (start outside the maintenance windows and \
+                         in freezes, for an emergency) or false"
+                    ),
+                );
+                false
+            }
+        },
+    };
     let step = step?;
     Some(Operation {
         id: id?,
@@ -302,6 +319,7 @@ fn parse_operation(
         on_failure,
         verify,
         verify_timeout,
+        ignore_maintenance,
         entry: item.to_json(),
         line: item.line,
         index,
@@ -698,6 +716,21 @@ mod tests {
             errors("- id: a\n  action: a.yml\n  preHooks: [{action: p.yml, onFailure: continue}]\n")[0]
                 .contains("onFailure is not allowed in a hook")
         );
+    }
+
+    #[test]
+    fn ignore_maintenance_is_a_boolean_that_leaves_other_entries_digests_alone() {
+        let (ops, d) = check("- {id: a, action: a.yml}\n- {id: b, action: b.yml, ignoreMaintenance: true}\n");
+        assert_eq!(d, vec![]);
+        assert!(!ops[0].ignore_maintenance);
+        assert!(ops[1].ignore_maintenance);
+        assert_eq!(
+            ops[0].entry,
+            serde_json::json!({"id": "a", "action": "a.yml"}),
+            "nothing added"
+        );
+        assert!(errors("- {id: a, action: a.yml, ignoreMaintenance: yes}\n")[0]
+            .contains("must be true (start outside the maintenance windows"));
     }
 
     #[test]

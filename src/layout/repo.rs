@@ -6,6 +6,7 @@ use super::diag::{parse_yaml, read_text, FileDiags};
 use super::inventory::parse_inventory;
 use super::names::{dns1123_label_problem, hint};
 use super::operations::parse_operations;
+use super::rollouts::{parse_rollouts, Fleet};
 use super::settings::{merge_settings, parse_settings};
 use super::{ClusterDir, Diagnostic, Entry, EntryKind, Parsed, Settings, Severity, TreeReader};
 
@@ -75,6 +76,9 @@ pub fn parse_repo(reader: &dyn TreeReader, root: &str) -> Parsed {
     for name in names {
         parse_cluster(reader, &root, &name, base.as_ref(), &mut parsed, &mut out);
     }
+    let fleet = Fleet::new(&parsed.clusters, &parsed.invalid);
+    let rollouts = parse_rollouts(reader, &root, &fleet, &mut out);
+    parsed.rollouts = rollouts;
     finish(parsed, out)
 }
 
@@ -479,6 +483,33 @@ mod tests {
 
     fn messages(parsed: &Parsed) -> Vec<String> {
         parsed.diagnostics.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_broken_rollout_is_refused_alone_and_clusters_and_other_rollouts_go_on() {
+        let mem = Mem::default()
+            .good("prod")
+            .good("dev")
+            .file("rollouts/ping.yml", "operation: {id: ping, action: ping.yml}\nclusters: {names: [prod, dev]}\nwaves: [{name: prod, clusters: [prod]}, {name: rest}]\n")
+            .file("rollouts/bad.yml", "operation: {id: up, action: up.yml}\nclusters: {names: [gone]}\nwaves: [{name: all}]\n")
+            .file("rollouts/Bad_Name.yml", "{}\n")
+            .file("rollouts/notes.txt", "ignored\n");
+        let parsed = parse_repo(&mem, "clusters");
+        assert_eq!(parsed.clusters.len(), 2);
+        assert!(parsed.invalid.is_empty());
+        let names: Vec<&str> = parsed.rollouts.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["ping"]);
+        assert_eq!(parsed.rollouts[0].waves[1].clusters, ["dev"]);
+        assert_eq!(
+            messages(&parsed),
+            [
+                "rollouts/Bad_Name.yml:0:0: rollout name \"Bad_Name\" (the file name) is not valid: it has uppercase letters; use lowercase",
+                "rollouts/bad.yml:2:20: cluster \"gone\" does not exist: no directory of that name under the cluster root",
+            ]
+            .iter()
+            .map(|m| m.to_string())
+            .collect::<Vec<_>>()
+        );
     }
 
     #[test]

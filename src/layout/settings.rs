@@ -6,6 +6,8 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::diag::{deny_unknown_keys, get, parse_yaml, FileDiags};
+use super::labels::parse_labels;
+use super::maintenance::parse_maintenance;
 use super::names::is_dns1123_subdomain;
 use super::yaml::{Kind, Node};
 use super::Settings;
@@ -21,6 +23,8 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "historyLimit",
     "factsPlaybook",
     "kubeconfigSecret",
+    "labels",
+    "maintenance",
 ];
 
 /// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
@@ -104,6 +108,10 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
         }
     });
     settings.defaults.facts_playbook = get(map, "factsPlaybook").and_then(|node| facts_playbook(node, diags));
+    settings.labels = get(map, "labels")
+        .and_then(|node| parse_labels(node, diags))
+        .unwrap_or_default();
+    settings.maintenance = get(map, "maintenance").and_then(|node| parse_maintenance(node, diags));
     settings
 }
 
@@ -145,6 +153,13 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             history_limit: o.history_limit.or(b.history_limit),
             facts_playbook: o.facts_playbook.clone().or_else(|| b.facts_playbook.clone()),
         },
+        labels: base
+            .labels
+            .iter()
+            .chain(&over.labels)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        maintenance: over.maintenance.clone().or_else(|| base.maintenance.clone()),
     }
 }
 
@@ -359,6 +374,39 @@ mod tests {
         assert!(first_error("kubeconfigSecret: Prod_Admin\n")
             .starts_with("1:19: kubeconfigSecret \"Prod_Admin\" is not a valid Kubernetes name"));
         assert!(first_error("kubeconfigSecret: [a]\n").starts_with("1:19: kubeconfigSecret must be a string"));
+    }
+
+    #[test]
+    fn labels_are_checked_and_merged_per_key_with_cluster_yml_winning() {
+        let (s, d) = check("labels:\n  env: prod\n  example.com/tier: 1\n");
+        assert_eq!(d, vec![]);
+        assert_eq!(s.labels["env"], "prod");
+        assert_eq!(s.labels["example.com/tier"], "1");
+        assert!(first_error("labels:\n  env: prod\n  bad key: x\n")
+            .starts_with("3:3: label key \"bad key\" is not a Kubernetes label name"));
+        assert!(first_error("labels:\n  env: has space\n")
+            .starts_with("2:8: label value \"has space\" is not a Kubernetes label value"));
+        assert!(first_error("labels:\n  kok.dev/cluster: x\n").contains("kok's own"));
+        assert!(first_error("labels:\n  canary: true\n").contains("quote it"));
+        assert!(first_error("labels: [env]\n").starts_with("1:9: labels must be a mapping"));
+        let (base, _) = check("labels: {env: prod, owner: platform}\n");
+        let (over, _) = check("labels: {env: staging, region: bj}\n");
+        let merged = merge_settings(&base, &over).labels;
+        let merged: Vec<(&str, &str)> = merged.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            merged,
+            vec![("env", "staging"), ("owner", "platform"), ("region", "bj")]
+        );
+    }
+
+    #[test]
+    fn maintenance_of_cluster_yml_replaces_kok_yml_s() {
+        let (base, _) = check("maintenance: {freezes: [{from: 2026-12-20, to: 2027-01-04}]}\n");
+        let (over, _) = check("maintenance: {windows: [{start: \"02:00\", duration: 4h}]}\n");
+        let merged = merge_settings(&base, &over).maintenance.unwrap();
+        assert_eq!((merged.windows.len(), merged.freezes.len()), (1, 0));
+        let kept = merge_settings(&base, &Settings::default()).maintenance.unwrap();
+        assert_eq!(kept.freezes[0].to, "2027-01-04");
     }
 
     #[test]

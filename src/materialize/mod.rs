@@ -4,11 +4,13 @@
 //! - [`hash`]: canonical JSON and sha256 content hashes.
 //! - [`render`]: [`render_cluster`] / [`render_all`] turn a validated
 //!   [`ClusterDir`](crate::layout::ClusterDir) and a [`RenderContext`] into a [`DesiredCluster`].
+//! - [`rollout`]: a validated rollout file into its `FleetRollout`.
 
 pub mod apply;
 pub mod hash;
 pub mod names;
 pub mod render;
+pub mod rollout;
 pub mod state;
 
 pub use hash::{canonical_json, content_hash, sha256_hex, sha8};

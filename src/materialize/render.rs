@@ -201,15 +201,13 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
                 path: cluster.path.clone(),
                 revision: revision.clone(),
             },
+            maintenance: cluster.settings.maintenance.clone(),
         },
     );
-    cluster_obj.metadata = metadata(
-        &cluster.name,
-        cluster,
-        ctx,
-        common_labels(&cluster.name),
-        &revision,
-    );
+    // The user's labels first, so kok's own (which validation keeps them from naming) always win.
+    let mut labels = cluster.settings.labels.clone();
+    labels.extend(common_labels(&cluster.name));
+    cluster_obj.metadata = metadata(&cluster.name, cluster, ctx, labels, &revision);
     stamp(&mut cluster_obj);
 
     let operations = cluster
@@ -311,6 +309,8 @@ fn cluster_operation(
             on_failure: op.on_failure,
             verify: op.verify,
             verify_timeout: op.verify_timeout.clone(),
+            maintenance: cluster.settings.maintenance.clone(),
+            ignore_maintenance: op.ignore_maintenance,
         },
     );
     let mut labels = common_labels(&cluster.name);
@@ -373,7 +373,7 @@ pub fn with_revision(desired: &DesiredCluster, revision: &str) -> DesiredCluster
 }
 
 /// Sets the `kok.dev/content-hash` annotation of `obj` to [`content_hash`] of the object.
-fn stamp<K: kube::Resource + Serialize>(obj: &mut K) {
+pub(super) fn stamp<K: kube::Resource + Serialize>(obj: &mut K) {
     // Serializing these objects to JSON cannot fail: every map is keyed by strings and no field is
     // a float. Should it ever fail, the annotation is left out and the apply layer writes the object.
     if let Ok(hash) = content_hash(&*obj) {
@@ -403,7 +403,11 @@ pub fn to_yaml_stream(clusters: &[DesiredCluster]) -> Result<String, RenderError
 }
 
 /// Appends `---` and `obj` as YAML, with its `apiVersion`, `kind` and `metadata` first.
-fn push_document<T: Serialize>(out: &mut String, obj: &T, cluster: &str) -> Result<(), RenderError> {
+pub(super) fn push_document<T: Serialize>(
+    out: &mut String,
+    obj: &T,
+    cluster: &str,
+) -> Result<(), RenderError> {
     let to_yaml = |source| RenderError::ToYaml {
         cluster: cluster.to_string(),
         source,
@@ -460,6 +464,7 @@ mod tests {
             on_failure: Default::default(),
             verify: Default::default(),
             verify_timeout: None,
+            ignore_maintenance: false,
             entry,
             line: index + 1,
             index,
@@ -491,6 +496,7 @@ mod tests {
                     active_deadline_seconds: Some(3600),
                     ..RunDefaults::default()
                 },
+                ..Settings::default()
             },
         }
     }
@@ -576,6 +582,42 @@ mod tests {
         assert_eq!(spec.ssh_auth_ref.as_ref().unwrap().name, "prod-bj-ssh");
         assert_eq!(spec.source.revision, format!("main@sha1:{SHA}"));
         assert_eq!(spec.defaults.service_account.as_deref(), Some("ansible"));
+    }
+
+    #[test]
+    fn labels_go_onto_the_cluster_and_maintenance_onto_it_and_its_operations() {
+        let mut c = cluster();
+        c.settings.labels = [("env".to_string(), "prod".to_string())].into();
+        c.settings.maintenance = Some(crate::api::Maintenance {
+            windows: vec![crate::api::MaintenanceWindow {
+                days: vec!["Sat".into()],
+                start: "02:00".into(),
+                duration: "4h".into(),
+                time_zone: "Europe/Berlin".into(),
+            }],
+            freezes: vec![],
+        });
+        c.operations[1].ignore_maintenance = true;
+        let plain = render_cluster(&cluster(), &ctx());
+        let desired = render_cluster(&c, &ctx());
+        let labels = desired.cluster.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["env"], "prod");
+        assert_eq!(labels[LABEL_CLUSTER], "prod-bj");
+        assert_eq!(desired.cluster.spec.maintenance, c.settings.maintenance);
+        assert_ne!(
+            desired.cluster.metadata.annotations.as_ref().unwrap()[ANNOTATION_CONTENT_HASH],
+            plain.cluster.metadata.annotations.as_ref().unwrap()[ANNOTATION_CONTENT_HASH],
+            "a label change rewrites the Cluster"
+        );
+        for op in &desired.operations {
+            assert_eq!(op.spec.maintenance, c.settings.maintenance);
+        }
+        assert!(!desired.operations[0].spec.ignore_maintenance);
+        assert!(desired.operations[1].spec.ignore_maintenance);
+        assert_eq!(
+            desired.operations[0].spec.digest, plain.operations[0].spec.digest,
+            "settings never change an entry's digest"
+        );
     }
 
     #[test]

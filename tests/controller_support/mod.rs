@@ -12,7 +12,7 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 
-use kok::api::{ActionType, ClusterOperation, Phase};
+use kok::api::{ClusterOperation, Phase};
 use kok::controller::{run, ControllerConfig};
 use kok::layout::{ClusterDir, Inventory, Operation, Settings};
 use kok::materialize::{render_cluster, Attribution, DesiredCluster, RenderContext};
@@ -22,28 +22,13 @@ pub const NS: &str = "kok-system";
 
 /// One operations.yml entry: id, action and extra args.
 pub fn entry(id: &str, action: &str, extra: &[&str]) -> Operation {
-    let mut json = serde_json::json!({"id": id, "action": action});
+    let mut op = Operation::playbook(id, action, 0);
     if !extra.is_empty() {
-        json["extraArgs"] = serde_json::json!(extra);
+        op.entry["extraArgs"] = serde_json::json!(extra);
+        op.extra_args = extra.iter().map(|s| s.to_string()).collect();
     }
-    Operation {
-        id: id.into(),
-        action: action.into(),
-        action_type: ActionType::Playbook,
-        extra_args: extra.iter().map(|s| s.to_string()).collect(),
-        image: None,
-        pre_hooks: vec![],
-        post_hooks: vec![],
-        active_deadline_seconds: None,
-        schedule: None,
-        rerun: None,
-        on_failure: Default::default(),
-        verify: Default::default(),
-        verify_timeout: None,
-        entry: json,
-        line: 1,
-        index: 0,
-    }
+    op.line = 1;
+    op
 }
 
 /// A valid cluster directory with the given hosts.yml text, operations and ssh Secret name.
