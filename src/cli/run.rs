@@ -96,6 +96,11 @@ pub struct Args {
     /// File holding the shared secret webhooks are signed with.
     #[arg(long, env = "KOK_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
+    /// Serve the read-only web view (`/`, `/clusters/<name>`, ...) on the HTTP listener. Always on in
+    /// local mode; in a meta-cluster it needs a Kubernetes token check kok does not have yet, so kok refuses
+    /// to start with it rather than show the fleet to anyone.
+    #[arg(long, env = "KOK_WEB")]
+    pub web: bool,
     /// Elect a leader on a Lease so that only one replica reconciles.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "KOK_LEADER_ELECT")]
     pub leader_elect: bool,
@@ -238,6 +243,7 @@ impl Args {
             verification: self.trust.verification()?,
             pull_requests: self.pull_requests,
             pr_comments: self.plan_comments()?,
+            web_caches: None,
         })
     }
 }
@@ -354,7 +360,7 @@ pub async fn run_with_client(
     client: kube::Client,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<ExitCode> {
-    let cfg = args.service_config()?;
+    let mut cfg = args.service_config()?;
     let cache_repo = cache_repo_path(&cfg.source)?;
     let sinks = report::Sinks::new(args.sinks(cache_repo)?, crate::metrics::global())
         .with_max_contexts(args.status_max_contexts);
@@ -369,6 +375,13 @@ pub async fn run_with_client(
     }
     let readiness = state.readiness.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Some((routes, caches)) = web_view(&args, stop_rx.clone())? {
+        state.web = Some(routes);
+        cfg.web_caches = Some(caches);
+        if let Ok(addr) = listener.local_addr() {
+            println!("web view: http://{addr}/");
+        }
+    }
     let server = tokio::spawn(server::serve(listener, state, wait_true(stop_rx)));
     let result = service::run(client, cfg, sinks, (trigger_tx, trigger_rx), readiness, shutdown).await;
     let _ = stop_tx.send(true);
@@ -378,6 +391,33 @@ pub async fn run_with_client(
     result?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The web view's routes and the slot its caches go in: on in local mode (log files from the state
+/// directory), refused in a meta-cluster until its token check exists, off otherwise.
+fn web_view(
+    args: &Args,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<(axum::Router, crate::web::view::CacheSlot)>> {
+    use crate::web::{logs, view::CacheView, Web};
+    if !args.local && !args.web {
+        return Ok(None);
+    }
+    if !args.local {
+        // The pages and `web::logs::PodLogs` are ready for a meta-cluster; the token check is not.
+        anyhow::bail!(
+            "--web in a meta-cluster needs kok to check each viewer's Kubernetes token (TokenReview and \
+             SubjectAccessReview), which this version does not do yet; kok will not serve the fleet \
+             unauthenticated. Drop --web, or look with `kok run --local` or kubectl"
+        );
+    }
+    let logs = Arc::new(logs::LocalLogs {
+        state_dir: args.state_dir.clone(),
+    });
+    let view = CacheView::new();
+    let caches = view.slot();
+    let web = Web::new(Arc::new(view), logs, stopping);
+    Ok(Some((crate::web::router(web), caches)))
 }
 
 async fn wait_true(mut rx: tokio::sync::watch::Receiver<bool>) {
