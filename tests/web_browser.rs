@@ -1,0 +1,142 @@
+//! The web view in a real browser: headless Chromium against `kok run --local` running real ansible.
+//! The fleet lists the clusters, links lead to a cluster and its running operation, the playbook's log
+//! lines arrive on that page without a reload, and a failed run's page names the failing task and host.
+//! Screenshots of each page go to `target/tmp/web-screenshots/`.
+
+#[path = "common/browser.rs"]
+mod browser;
+mod local_e2e_support;
+
+use std::path::PathBuf;
+
+use browser::Browser;
+use kube::ResourceExt;
+use local_e2e_support::{ansible_or_skip, finished, operation, wait_for, LocalKok, LocalRepo};
+
+/// A playbook that prints a line, waits for `<marks>/<mark>.gate1`, prints another, then waits for
+/// `<marks>/<mark>.gate2`: the test decides when its log grows and when it ends.
+const GATED_PLAYBOOK: &str = r#"- name: Gated
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Before the gate
+      ansible.builtin.debug:
+        msg: "before the gate"
+    - name: Wait for the first gate
+      ansible.builtin.wait_for:
+        path: "{{ marks }}/{{ mark }}.gate1"
+        timeout: 300
+    - name: Past the first gate
+      ansible.builtin.debug:
+        msg: "past the first gate"
+    - name: Wait for the second gate
+      ansible.builtin.wait_for:
+        path: "{{ marks }}/{{ mark }}.gate2"
+        timeout: 300
+"#;
+
+fn screenshots() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-screenshots")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_grow_live() {
+    const TEST: &str = "a_person_follows_the_fleet_to_a_running_operation";
+    if !ansible_or_skip(TEST) {
+        return;
+    }
+    let Some(browser) = Browser::start_or_skip(TEST, 1200, 900).await else {
+        return;
+    };
+    let repo = LocalRepo::new();
+    let second = repo.path().join("clusters/second");
+    std::fs::create_dir_all(&second).unwrap();
+    for file in ["hosts.yml", "vars.yml"] {
+        std::fs::copy(repo.path().join("clusters/local").join(file), second.join(file)).unwrap();
+    }
+    std::fs::write(repo.path().join("playbooks/gated.yml"), GATED_PLAYBOOK).unwrap();
+    repo.commit("a second cluster and a gated playbook");
+    let mut kok = LocalKok::start(&repo);
+    let client = kok.client(&repo).await;
+    let sha = repo.commit_operations(&[("gated", "gated.yml", "g"), ("broken", "fail.yml", "f")]);
+    wait_for("operation gated to run", &mut kok, || async {
+        operation(&client, "gated").await.filter(|op| {
+            op.status
+                .as_ref()
+                .is_some_and(|s| s.phase == kok::api::Phase::Running)
+        })
+    })
+    .await;
+    let base = wait_for("kok to print its web view address", &mut kok, || {
+        let url = kok_url(&repo);
+        async move { url }
+    })
+    .await;
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    let shots = screenshots();
+
+    // The fleet lists both clusters, and links to each.
+    browser.goto(&format!("{base}/")).await;
+    let local = browser.wait_for(r#"a[href="/clusters/local"]"#).await;
+    browser.wait_for(r#"a[href="/clusters/second"]"#).await;
+    let fleet = browser.page_text().await;
+    assert!(fleet.contains("running gated for"), "{fleet}");
+    browser.screenshot(&shots.join("fleet.png")).await;
+
+    // The cluster's queue: the running operation, and the next one with why it waits.
+    browser.click(&local).await;
+    let running = browser.wait_for(r#"a[href^="/operations/local-gated-"]"#).await;
+    let cluster = browser.page_text().await;
+    assert!(
+        cluster.contains("broken") && cluster.contains("waiting for"),
+        "{cluster}"
+    );
+    browser.screenshot(&shots.join("cluster.png")).await;
+
+    // The running operation's log grows without a reload: the same element shows the new lines.
+    browser.click(&running).await;
+    let log = browser.wait_for("pre#live-log").await;
+    browser.wait_for_text(&log, "before the gate").await;
+    browser.screenshot(&shots.join("operation-running.png")).await;
+    std::fs::write(repo.marks().join("g.gate1"), "").unwrap();
+    let text = browser.wait_for_text(&log, "past the first gate").await;
+    assert!(text.contains("TASK [Wait for the second gate]"), "{text}");
+
+    // When the run ends the page shows its per-host table.
+    std::fs::write(repo.marks().join("g.gate2"), "").unwrap();
+    browser.wait_for("table.hosts").await;
+    let done = browser.page_text().await;
+    assert!(done.contains("localhost") && done.contains("Succeeded"), "{done}");
+    browser.screenshot(&shots.join("operation-succeeded.png")).await;
+
+    // The failed run's page names the failing task and host.
+    let broken = finished(&mut kok, &client, "broken").await;
+    browser
+        .goto(&format!("{base}/operations/{}", broken.name_any()))
+        .await;
+    browser.wait_for("section.failure").await;
+    let failed = browser.page_text().await;
+    assert!(
+        failed.contains("Fail on purpose") && failed.contains("localhost"),
+        "{failed}"
+    );
+    browser.screenshot(&shots.join("operation-failed.png")).await;
+
+    browser.goto(&format!("{base}/commits/{sha}")).await;
+    browser.wait_for("table").await;
+    let commit = browser.page_text().await;
+    assert!(
+        commit.contains("kok/local/gated") && commit.contains("kok/local/broken"),
+        "{commit}"
+    );
+    browser.screenshot(&shots.join("commit.png")).await;
+}
+
+/// The address in kok's `web view: <url>` line, once printed.
+fn kok_url(repo: &LocalRepo) -> Option<String> {
+    let log = std::fs::read_to_string(repo.scratch("kok.log")).ok()?;
+    log.lines()
+        .find_map(|l| l.strip_prefix("web view: "))
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+}
