@@ -69,6 +69,10 @@ pub struct Args {
     /// Link template for statuses: {namespace}, {job}, {operation}, {cluster}, {commit}.
     #[arg(long, env = "KOK_STATUS_URL")]
     pub status_url: Option<String>,
+    /// Address people reach the web view at (e.g. behind an ingress): every status links to its page,
+    /// an operation's to `<URL>/operations/<name>`, `kok/sync` to `<URL>/commits/<sha>`.
+    #[arg(long, env = "KOK_WEB_URL", conflicts_with = "status_url")]
+    pub web_url: Option<String>,
     /// Forge API base URL for self-hosted servers (GitHub Enterprise: https://ghe.example/api/v3).
     #[arg(long, env = "KOK_STATUS_BASE_URL")]
     pub status_base_url: Option<String>,
@@ -221,10 +225,19 @@ impl Args {
     }
 
     /// The service configuration these flags describe.
+    /// `--status-url`, or with `--web-url` the template of the web view's `page` (`operations/{operation}`).
+    fn status_url_for(&self, page: &str) -> Option<String> {
+        let web = self
+            .web_url
+            .as_deref()
+            .map(|url| format!("{}/{page}", url.trim_end_matches('/')));
+        self.status_url.clone().or(web)
+    }
+
     pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
         let mut controller = ControllerConfig::new(&self.namespace);
         controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
-        controller.status_url = self.status_url.clone();
+        controller.status_url = self.status_url_for("operations/{operation}");
         let leader = self.leader_elect.then(|| {
             let mut cfg = LeaderConfig::new(&self.namespace, leader::default_identity());
             cfg.lease_duration = self.lease_duration.max(Duration::from_secs(3));
@@ -237,7 +250,7 @@ impl Args {
             interval: self.interval,
             resync_interval: self.resync_interval,
             controller,
-            status_url: self.status_url.clone(),
+            status_url: self.status_url_for("commits/{commit}"),
             leader,
             unreachable_threshold: self.unreachable_threshold,
             verification: self.trust.verification()?,
@@ -448,6 +461,33 @@ pub async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn web_url_links_operation_statuses_to_their_page_and_kok_sync_to_the_commit_page() {
+        use clap::Parser as _;
+        let parse = |extra: &[&str]| {
+            let argv = [&["kok", "run", "--repo", "/tmp/repo"][..], extra].concat();
+            match crate::cli::Cli::try_parse_from(argv).map(|cli| cli.command) {
+                Ok(crate::cli::Command::Run(args)) => Ok(args),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        let args = parse(&["--web-url", "https://kok.example/view/"]).unwrap();
+        let cfg = args.service_config().unwrap();
+        assert_eq!(
+            cfg.controller.status_url.as_deref(),
+            Some("https://kok.example/view/operations/{operation}")
+        );
+        assert_eq!(
+            cfg.status_url.as_deref(),
+            Some("https://kok.example/view/commits/{commit}")
+        );
+        assert!(
+            parse(&["--web-url", "https://a", "--status-url", "https://b/{job}"]).is_err(),
+            "one link template at a time"
+        );
+    }
 
     #[test]
     fn durations_accept_plain_seconds_and_units() {
