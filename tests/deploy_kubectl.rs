@@ -196,7 +196,12 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
         if rule["resources"].as_array().unwrap().iter().any(|r| r == "pods") {
             assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
         }
-        if rule["resources"].as_array().unwrap().iter().any(|r| r == "pods/log") {
+        if rule["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "pods/log")
+        {
             assert_eq!(verbs, ["get"], "the web view only reads run logs: {rule}");
         }
         if rule["resources"]

@@ -1,6 +1,7 @@
 //! The web view in a real browser: headless Chromium against `kok run --local` running real ansible.
 //! The fleet lists the clusters, links lead to a cluster and its running operation, the playbook's log
-//! lines arrive on that page without a reload, and a failed run's page names the failing task and host.
+//! lines arrive on that page without a reload, a failed run's page names the failing task and host, and
+//! an open fleet page shows a new operation without a reload (and does not keep kok from stopping).
 //! Screenshots of each page go to `target/tmp/web-screenshots/`.
 
 #[path = "common/browser.rs"]
@@ -78,15 +79,15 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
 
     // The fleet lists both clusters, and links to each.
     browser.goto(&format!("{base}/")).await;
-    let local = browser.wait_for(r#"a[href="/clusters/local"]"#).await;
+    browser.wait_for(r#"a[href="/clusters/local"]"#).await;
     browser.wait_for(r#"a[href="/clusters/second"]"#).await;
     let fleet = browser.page_text().await;
     assert!(fleet.contains("running gated for"), "{fleet}");
     browser.screenshot(&shots.join("fleet.png")).await;
 
     // The cluster's queue: the running operation, and the next one with why it waits.
-    browser.click(&local).await;
-    let running = browser.wait_for(r#"a[href^="/operations/local-gated-"]"#).await;
+    browser.click_on(r#"a[href="/clusters/local"]"#).await;
+    browser.wait_for(r#"a[href^="/operations/local-gated-"]"#).await;
     let cluster = browser.page_text().await;
     assert!(
         cluster.contains("broken") && cluster.contains("waiting for"),
@@ -95,7 +96,7 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
     browser.screenshot(&shots.join("cluster.png")).await;
 
     // The running operation's log grows without a reload: the same element shows the new lines.
-    browser.click(&running).await;
+    browser.click_on(r#"a[href^="/operations/local-gated-"]"#).await;
     let log = browser.wait_for("pre#live-log").await;
     browser.wait_for_text(&log, "before the gate").await;
     browser.screenshot(&shots.join("operation-running.png")).await;
@@ -131,6 +132,19 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
         "{commit}"
     );
     browser.screenshot(&shots.join("commit.png")).await;
+
+    // An open fleet page follows the fleet in place: the same <main> shows a newly committed operation.
+    browser.goto(&format!("{base}/")).await;
+    let main = browser.wait_for("main").await;
+    repo.commit_operations(&[("later", "mark.yml", "l")]);
+    browser.wait_for_text(&main, "later").await;
+
+    // Open pages hold live streams; they do not keep kok from stopping.
+    assert!(
+        kok.stop(),
+        "kok exits by itself on SIGTERM with a page open; its log:\n{}",
+        kok.log()
+    );
 }
 
 /// The address in kok's `web view: <url>` line, once printed.

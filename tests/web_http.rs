@@ -1,6 +1,7 @@
 //! The web view over loopback: HTML with a Content-Security-Policy, GET only, and a live log by
 //! Server-Sent Events that carries lines written after the page was opened.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -17,6 +18,7 @@ const OP: &str = "prod-install-0123abcd";
 struct Moving {
     ops: Mutex<Snapshot>,
     log: Mutex<String>,
+    version: AtomicU64,
 }
 
 impl View for Moving {
@@ -28,6 +30,9 @@ impl View for Moving {
     }
     fn operation(&self, name: &str) -> Option<ClusterOperation> {
         self.ops.lock().unwrap().operation(name)
+    }
+    fn version(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
     }
 }
 
@@ -60,6 +65,7 @@ fn operation(phase: Phase) -> ClusterOperation {
 impl Moving {
     fn set_phase(&self, phase: Phase) {
         self.ops.lock().unwrap().operations = vec![operation(phase)];
+        self.version.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -165,4 +171,26 @@ async fn the_live_log_sends_lines_written_after_it_opened_and_ends_when_the_run_
         stream.chunk().await.unwrap().is_none(),
         "the stream ends after `end`"
     );
+}
+
+#[tokio::test]
+async fn pages_carry_the_version_they_show_and_events_say_when_the_view_moved_past_it() {
+    let state = Arc::new(Moving::default());
+    state.set_phase(Phase::Running);
+    let (base, _stop) = serve(state.clone()).await;
+    let page = reqwest::get(format!("{base}/"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(r#"<body data-version="1">"#), "{page}");
+
+    let mut behind = reqwest::get(format!("{base}/events?v=0")).await.unwrap();
+    assert_eq!(behind.headers()["content-type"], "text/event-stream");
+    read_until(&mut behind, "event: changed\ndata: 1").await;
+
+    let mut current = reqwest::get(format!("{base}/events?v=1")).await.unwrap();
+    state.set_phase(Phase::Succeeded);
+    read_until(&mut current, "event: changed\ndata: 2").await;
 }

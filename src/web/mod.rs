@@ -8,7 +8,8 @@
 //!
 //! Routes (GET only; any other method is 405): `/` the fleet (`?name=&state=&label=key=value`),
 //! `/clusters/<name>`, `/operations/<name>`, `/operations/<name>/log` (the live log as Server-Sent
-//! Events), `/commits/<sha>`, and `/assets/*` (the stylesheet and the one script, embedded). Every
+//! Events), `/commits/<sha>`, `/events` (`changed` whenever the view changes, for the script to fetch the
+//! page again), and `/assets/*` (the stylesheet and the one script, embedded). Every
 //! response carries [`CONTENT_SECURITY_POLICY`]: no inline script, nothing from elsewhere.
 
 pub mod logs;
@@ -94,11 +95,12 @@ impl Web {
         }
     }
 
-    fn render(&self, template: &str, page: impl Serialize) -> Response {
+    /// Renders `page` with `template`; `version` is the view's version read before the page was built.
+    fn render(&self, template: &str, version: u64, page: impl Serialize) -> Response {
         let rendered = self
             .templates
             .get_template(template)
-            .and_then(|t| t.render(minijinja::context! { page => page }));
+            .and_then(|t| t.render(minijinja::context! { page => page, version => version }));
         match rendered {
             Ok(html) => html_response(StatusCode::OK, html),
             Err(e) => {
@@ -130,6 +132,7 @@ pub fn router(web: Web) -> Router {
         .route("/operations/{name}", get(operation))
         .route("/operations/{name}/log", get(live_log))
         .route("/commits/{sha}", get(commit))
+        .route("/events", get(changes))
         .route(
             "/assets/kok.css",
             get(|| async { asset("text/css; charset=utf-8", CSS) }),
@@ -172,26 +175,64 @@ fn now() -> jiff::Timestamp {
 }
 
 async fn fleet(State(web): State<Web>, Query(filter): Query<Filter>) -> Response {
-    web.render("fleet.html", pages::fleet(web.view.as_ref(), filter, now()))
+    let version = web.view.version();
+    web.render(
+        "fleet.html",
+        version,
+        pages::fleet(web.view.as_ref(), filter, now()),
+    )
 }
 
 async fn cluster(State(web): State<Web>, Path(name): Path<String>) -> Response {
+    let version = web.view.version();
     match pages::cluster(web.view.as_ref(), &name, now()) {
-        Some(page) => web.render("cluster.html", page),
+        Some(page) => web.render("cluster.html", version, page),
         None => web.not_found(format!("cluster {name:?}")),
     }
 }
 
 async fn operation(State(web): State<Web>, Path(name): Path<String>) -> Response {
+    let version = web.view.version();
     let Some(op) = web.view.operation(&name) else {
         return web.not_found(format!("operation {name:?}"));
     };
     let log = web.logs.read(&op).await;
-    web.render("operation.html", pages::operation(&op, log, now()))
+    web.render("operation.html", version, pages::operation(&op, log, now()))
 }
 
 async fn commit(State(web): State<Web>, Path(sha): Path<String>) -> Response {
-    web.render("commit.html", pages::commit(web.view.as_ref(), &sha))
+    let version = web.view.version();
+    web.render("commit.html", version, pages::commit(web.view.as_ref(), &sha))
+}
+
+/// The version a page was rendered at (`?v=`).
+#[derive(Debug, serde::Deserialize)]
+struct Since {
+    v: Option<u64>,
+}
+
+/// `changed` (with the view's new version) each time the view's version moves past the page's, at most
+/// once per [`LOG_TICK`]; ends when kok stops. The script then fetches the page again.
+async fn changes(State(web): State<Web>, Query(since): Query<Since>) -> Response {
+    let start = since.v.unwrap_or_else(|| web.view.version());
+    let events = futures::stream::unfold(start, move |mut seen| {
+        let web = web.clone();
+        async move {
+            loop {
+                if *web.stopping.borrow() {
+                    return None;
+                }
+                let now = web.view.version();
+                if now != seen {
+                    seen = now;
+                    let event = Event::default().event("changed").data(now.to_string());
+                    return Some((Ok::<_, Infallible>(event), seen));
+                }
+                tokio::time::sleep(LOG_TICK).await;
+            }
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
 
 /// Where a live log starts: `Last-Event-ID` of a reconnecting browser, else `?from=`.

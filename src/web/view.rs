@@ -19,6 +19,10 @@ pub trait View: Send + Sync {
     fn operations_of(&self, cluster: &str) -> Vec<ClusterOperation>;
     /// One operation by name.
     fn operation(&self, name: &str) -> Option<ClusterOperation>;
+    /// A number that changes whenever what the view shows may have changed (0 when it cannot tell).
+    fn version(&self) -> u64 {
+        0
+    }
 }
 
 /// Where the service hands its watch caches to the view once it has made them.
@@ -59,6 +63,10 @@ impl View for CacheView {
 
     fn operation(&self, name: &str) -> Option<ClusterOperation> {
         self.slot.get()?.operations.get(name)
+    }
+
+    fn version(&self) -> u64 {
+        self.slot.get().map(|live| live.progress()).unwrap_or(0)
     }
 }
 

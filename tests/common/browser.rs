@@ -202,10 +202,24 @@ impl Browser {
     }
 
     /// Clicks `element`, as a person would.
-    pub async fn click(&self, element: &Element) {
+    pub async fn click(&self, element: &Element) -> Result<(), String> {
         self.session("POST", &format!("/element/{}/click", element.0), Some(json!({})))
             .await
-            .expect("click");
+            .map(drop)
+    }
+
+    /// Waits for an element matching `selector` and clicks it; found again when the page replaced it
+    /// before the click (live pages update in place).
+    pub async fn click_on(&self, selector: &str) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let element = self.wait_for(selector).await;
+            match self.click(&element).await {
+                Ok(()) => return,
+                Err(e) if e.contains("stale element") && Instant::now() < deadline => {}
+                Err(e) => panic!("clicking {selector:?}: {e}"),
+            }
+        }
     }
 
     /// Writes a PNG of the window to `path`.
