@@ -113,25 +113,25 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
 
     // The failed run's page names the failing task and host.
     let broken = finished(&mut kok, &client, "broken").await;
-    browser
-        .goto(&format!("{base}/operations/{}", broken.name_any()))
-        .await;
-    browser.wait_for("section.failure").await;
-    let failed = browser.page_text().await;
-    assert!(
-        failed.contains("Fail on purpose") && failed.contains("localhost"),
-        "{failed}"
-    );
-    browser.screenshot(&shots.join("operation-failed.png")).await;
-
-    browser.goto(&format!("{base}/commits/{sha}")).await;
-    browser.wait_for("table").await;
-    let commit = browser.page_text().await;
-    assert!(
-        commit.contains("kok/local/gated") && commit.contains("kok/local/broken"),
-        "{commit}"
-    );
-    browser.screenshot(&shots.join("commit.png")).await;
+    let page = format!("{base}/operations/{}", broken.name_any());
+    let failed = ["Fail on purpose", "localhost"];
+    visit(
+        &browser,
+        &page,
+        "section.failure",
+        &failed,
+        &shots.join("operation-failed.png"),
+    )
+    .await;
+    let statuses = ["kok/local/gated", "kok/local/broken"];
+    visit(
+        &browser,
+        &format!("{base}/commits/{sha}"),
+        "table",
+        &statuses,
+        &shots.join("commit.png"),
+    )
+    .await;
 
     // An open fleet page follows the fleet in place: the same <main> shows a newly committed operation.
     browser.goto(&format!("{base}/")).await;
@@ -139,12 +139,38 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
     repo.commit_operations(&[("later", "mark.yml", "l")]);
     browser.wait_for_text(&main, "later").await;
 
+    // In a narrow window nothing is cut off: the page does not scroll sideways (wide tables scroll inside).
+    browser.resize(420, 900).await;
+    for path in ["/", "/clusters/local"] {
+        browser.goto(&format!("{base}{path}")).await;
+        browser.wait_for("table").await;
+        let overflow = browser
+            .eval("document.documentElement.scrollWidth - window.innerWidth")
+            .await;
+        assert!(
+            overflow.as_i64().is_some_and(|px| px <= 0),
+            "{path} is {overflow}px too wide"
+        );
+    }
+    browser.screenshot(&shots.join("cluster-narrow.png")).await;
+
     // Open pages hold live streams; they do not keep kok from stopping.
     assert!(
         kok.stop(),
         "kok exits by itself on SIGTERM with a page open; its log:\n{}",
         kok.log()
     );
+}
+
+/// Opens `url`, waits for `ready`, checks that the page shows each of `needles` and takes its screenshot.
+async fn visit(browser: &Browser, url: &str, ready: &str, needles: &[&str], shot: &std::path::Path) {
+    browser.goto(url).await;
+    browser.wait_for(ready).await;
+    let text = browser.page_text().await;
+    for needle in needles {
+        assert!(text.contains(needle), "{url} does not show {needle:?}:\n{text}");
+    }
+    browser.screenshot(shot).await;
 }
 
 /// The address in kok's `web view: <url>` line, once printed.

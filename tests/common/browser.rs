@@ -222,6 +222,22 @@ impl Browser {
         }
     }
 
+    /// Resizes the window to `width`×`height`.
+    pub async fn resize(&self, width: u32, height: u32) {
+        let rect = json!({"width": width, "height": height});
+        self.session("POST", "/window/rect", Some(rect))
+            .await
+            .expect("resize");
+    }
+
+    /// The value of the JavaScript `expression` on the current page (run by the driver, not the page).
+    pub async fn eval(&self, expression: &str) -> Value {
+        let body = json!({"script": format!("return {expression};"), "args": []});
+        self.session("POST", "/execute/sync", Some(body))
+            .await
+            .expect("script")
+    }
+
     /// Writes a PNG of the window to `path`.
     pub async fn screenshot(&self, path: &Path) {
         let value = self
