@@ -486,6 +486,32 @@ mod tests {
     }
 
     #[test]
+    fn the_fleet_page_of_a_thousand_clusters_stays_under_500_kb() {
+        let mut view = view::Snapshot::default();
+        let template = fleet();
+        for i in 0..1000 {
+            let name = format!("prod-region-{i:04}");
+            let mut cluster = template.clusters[0].clone();
+            cluster.metadata.name = Some(name.clone());
+            view.clusters.push(cluster);
+            for (j, phase) in [Phase::Succeeded, Phase::Failed, Phase::Running, Phase::Queued]
+                .into_iter()
+                .enumerate()
+            {
+                if j <= i % 4 {
+                    view.operations.push(op(&name, &format!("operation-{j}"), phase));
+                }
+            }
+        }
+        let html = render(
+            "fleet.html",
+            pages::fleet(&view, Filter::default(), jiff::Timestamp::now()),
+        );
+        assert_eq!(html.matches("<tr class=").count(), 1000);
+        assert!(html.len() <= 500_000, "{} bytes", html.len());
+    }
+
+    #[test]
     fn a_running_operation_page_streams_its_log_from_where_the_page_ends() {
         let view = fleet();
         let running = view.operation("busy-install-0123abcd").unwrap();
