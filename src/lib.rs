@@ -11,6 +11,8 @@
 //! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
 //! - [`events`] publishes the Events of transitions.
 //! - [`server`] is the HTTP listener: health, metrics, webhooks.
+//! - [`web`] is the read-only web view on that listener, above controller, report and local: it reads their
+//!   watch caches and log files through a read-only view and writes nothing.
 //! - [`redact`] holds the secrets kok knows and scrubs them from every text that comes back from outside.
 //! - [`cli`] wires the subcommands; `main.rs` only parses arguments and calls it.
 #![forbid(unsafe_code)]
@@ -33,3 +35,4 @@ pub mod report;
 pub mod server;
 pub mod service;
 pub mod source;
+pub mod web;

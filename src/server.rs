@@ -4,6 +4,7 @@
 //! - `GET /readyz`: 503 until the first reconcile completed, and while the git remote has been
 //!   unreachable for longer than [`Readiness`]'s threshold; 200 otherwise. The body says why.
 //! - `GET /metrics`: the [`Metrics`] registry in the Prometheus text format.
+//! - `GET /`, `/clusters/...` and the rest of the web view, when [`ServerState::web`] holds its routes.
 //! - `POST /hooks/github|gitlab|gitea|generic`: verified with [`crate::source::trigger::verify`]
 //!   against the webhook secret, then a "poll now" is sent on the trigger channel; a pull-request event
 //!   (GitHub/Gitea `pull_request`, GitLab `Merge Request Hook`) also says which pull request moved or
@@ -121,6 +122,8 @@ pub struct ServerState {
     pub webhook_secret: Option<WebhookSecret>,
     /// Where verified webhooks ask for a poll.
     pub trigger: Option<TriggerSender>,
+    /// The web view's routes (`crate::web::router`), when it is on.
+    pub web: Option<Router>,
 }
 
 impl ServerState {
@@ -131,6 +134,7 @@ impl ServerState {
             metrics: crate::metrics::global(),
             webhook_secret: None,
             trigger: None,
+            web: None,
         }
     }
 }
@@ -162,13 +166,18 @@ pub async fn bind(addr: &str) -> Result<TcpListener, ServerError> {
 
 /// The routes, for serving or for tests.
 pub fn router(state: ServerState) -> Router {
-    Router::new()
+    let web = state.web.clone();
+    let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/hooks/{provider}", post(hook))
         .layer(DefaultBodyLimit::max(MAX_WEBHOOK_BODY))
-        .with_state(state)
+        .with_state(state);
+    match web {
+        Some(web) => router.merge(web),
+        None => router,
+    }
 }
 
 /// Serves on `listener` until `shutdown` completes, then finishes in-flight requests and returns.

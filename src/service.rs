@@ -60,6 +60,8 @@ pub struct ServiceConfig {
     pub pull_requests: bool,
     /// With `--pr-comments`: the plan comment kept on each pull request.
     pub pr_comments: Option<Arc<PlanComments>>,
+    /// Where the web view reads the watch caches from, when it is on.
+    pub web_caches: Option<crate::web::view::CacheSlot>,
 }
 
 /// Failures that stop the service.
@@ -126,6 +128,9 @@ pub async fn run(
 
     let feeds = controller::live::caches(&cfg.controller.namespace);
     let live = feeds.live.clone();
+    if let Some(slot) = &cfg.web_caches {
+        let _ = slot.set(live.clone());
+    }
     let controller_task = tokio::spawn(controller::run(
         client.clone(),
         cfg.controller.clone(),

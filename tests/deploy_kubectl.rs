@@ -202,6 +202,14 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
             .as_array()
             .unwrap()
             .iter()
+            .any(|r| r == "pods/log")
+        {
+            assert_eq!(verbs, ["get"], "the web view only reads run logs: {rule}");
+        }
+        if rule["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
             .any(|r| r == "secrets")
         {
             assert_eq!(verbs, ["get", "list", "watch", "create", "patch"], "{rule}");

@@ -30,6 +30,7 @@ async fn start(secret: Option<&str>) -> Running {
         metrics,
         webhook_secret: secret.map(WebhookSecret::new),
         trigger: Some(tx),
+        web: None,
     };
     let (stop, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(server::serve(listener, state, async move {

@@ -72,6 +72,10 @@ pub struct Args {
     /// Link template for statuses: {namespace}, {job}, {operation}, {cluster}, {commit}.
     #[arg(long, env = "KOK_STATUS_URL")]
     pub status_url: Option<String>,
+    /// Address people reach the web view at (e.g. behind an ingress): every status links to its page,
+    /// an operation's to `<URL>/operations/<name>`, `kok/sync` to `<URL>/commits/<sha>`.
+    #[arg(long, env = "KOK_WEB_URL", conflicts_with = "status_url")]
+    pub web_url: Option<String>,
     /// Forge API base URL for self-hosted servers (GitHub Enterprise: https://ghe.example/api/v3).
     #[arg(long, env = "KOK_STATUS_BASE_URL")]
     pub status_base_url: Option<String>,
@@ -99,6 +103,11 @@ pub struct Args {
     /// File holding the shared secret webhooks are signed with.
     #[arg(long, env = "KOK_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
+    /// Serve the read-only web view (`/`, `/clusters/<name>`, ...) on the HTTP listener. Always on in
+    /// local mode; in a meta-cluster it needs a Kubernetes token check kok does not have yet, so kok refuses
+    /// to start with it rather than show the fleet to anyone.
+    #[arg(long, env = "KOK_WEB")]
+    pub web: bool,
     /// Elect a leader on a Lease so that only one replica reconciles.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "KOK_LEADER_ELECT")]
     pub leader_elect: bool,
@@ -237,11 +246,20 @@ impl Args {
     }
 
     /// The service configuration these flags describe.
+    /// `--status-url`, or with `--web-url` the template of the web view's `page` (`operations/{operation}`).
+    fn status_url_for(&self, page: &str) -> Option<String> {
+        let web = self
+            .web_url
+            .as_deref()
+            .map(|url| format!("{}/{page}", url.trim_end_matches('/')));
+        self.status_url.clone().or(web)
+    }
+
     pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
         let mut controller = ControllerConfig::new(&self.namespace);
         controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
         controller.health_interval = self.health_interval;
-        controller.status_url = self.status_url.clone();
+        controller.status_url = self.status_url_for("operations/{operation}");
         let leader = self.leader_elect.then(|| {
             let mut cfg = LeaderConfig::new(&self.namespace, leader::default_identity());
             cfg.lease_duration = self.lease_duration.max(Duration::from_secs(3));
@@ -254,12 +272,13 @@ impl Args {
             interval: self.interval,
             resync_interval: self.resync_interval,
             controller,
-            status_url: self.status_url.clone(),
+            status_url: self.status_url_for("commits/{commit}"),
             leader,
             unreachable_threshold: self.unreachable_threshold,
             verification: self.trust.verification()?,
             pull_requests: self.pull_requests,
             pr_comments: self.plan_comments()?,
+            web_caches: None,
         })
     }
 }
@@ -403,7 +422,7 @@ pub async fn run_with_client(
     client: kube::Client,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<ExitCode> {
-    let cfg = args.service_config()?;
+    let mut cfg = args.service_config()?;
     let cache_repo = cache_repo_path(&cfg.source)?;
     let sinks = report::Sinks::new(args.sinks(cache_repo)?, crate::metrics::global())
         .with_max_contexts(args.status_max_contexts);
@@ -418,6 +437,13 @@ pub async fn run_with_client(
     }
     let readiness = state.readiness.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Some((routes, caches)) = web_view(&args, stop_rx.clone())? {
+        state.web = Some(routes);
+        cfg.web_caches = Some(caches);
+        if let Ok(addr) = listener.local_addr() {
+            println!("web view: http://{addr}/");
+        }
+    }
     let server = tokio::spawn(server::serve(listener, state, wait_true(stop_rx)));
     let result = service::run(client, cfg, sinks, (trigger_tx, trigger_rx), readiness, shutdown).await;
     let _ = stop_tx.send(true);
@@ -427,6 +453,33 @@ pub async fn run_with_client(
     result?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The web view's routes and the slot its caches go in: on in local mode (log files from the state
+/// directory), refused in a meta-cluster until its token check exists, off otherwise.
+fn web_view(
+    args: &Args,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<(axum::Router, crate::web::view::CacheSlot)>> {
+    use crate::web::{logs, view::CacheView, Web};
+    if !args.local && !args.web {
+        return Ok(None);
+    }
+    if !args.local {
+        // The pages and `web::logs::PodLogs` are ready for a meta-cluster; the token check is not.
+        anyhow::bail!(
+            "--web in a meta-cluster needs kok to check each viewer's Kubernetes token (TokenReview and \
+             SubjectAccessReview), which this version does not do yet; kok will not serve the fleet \
+             unauthenticated. Drop --web, or look with `kok run --local` or kubectl"
+        );
+    }
+    let logs = Arc::new(logs::LocalLogs {
+        state_dir: args.state_dir.clone(),
+    });
+    let view = CacheView::new();
+    let caches = view.slot();
+    let web = Web::new(Arc::new(view), logs, stopping);
+    Ok(Some((crate::web::router(web), caches)))
 }
 
 async fn wait_true(mut rx: tokio::sync::watch::Receiver<bool>) {
@@ -457,6 +510,33 @@ pub async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn web_url_links_operation_statuses_to_their_page_and_kok_sync_to_the_commit_page() {
+        use clap::Parser as _;
+        let parse = |extra: &[&str]| {
+            let argv = [&["kok", "run", "--repo", "/tmp/repo"][..], extra].concat();
+            match crate::cli::Cli::try_parse_from(argv).map(|cli| cli.command) {
+                Ok(crate::cli::Command::Run(args)) => Ok(args),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        let args = parse(&["--web-url", "https://kok.example/view/"]).unwrap();
+        let cfg = args.service_config().unwrap();
+        assert_eq!(
+            cfg.controller.status_url.as_deref(),
+            Some("https://kok.example/view/operations/{operation}")
+        );
+        assert_eq!(
+            cfg.status_url.as_deref(),
+            Some("https://kok.example/view/commits/{commit}")
+        );
+        assert!(
+            parse(&["--web-url", "https://a", "--status-url", "https://b/{job}"]).is_err(),
+            "one link template at a time"
+        );
+    }
 
     #[test]
     fn durations_accept_plain_seconds_and_units() {

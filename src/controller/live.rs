@@ -278,6 +278,16 @@ impl LiveCache {
         done
     }
 
+    /// The newest resourceVersion any watch has delivered: it grows whenever a watched object changes, a
+    /// cheap "has anything changed?" for readers such as the web view.
+    pub fn progress(&self) -> u64 {
+        self.progress
+            .iter()
+            .map(|p| p.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Notes what a pass's writes to `cluster` left behind: the cluster's view is trusted again once
     /// the watches show it.
     pub fn wrote(&self, cluster: &str, written: Vec<Written>) {

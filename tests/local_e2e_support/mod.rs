@@ -2,17 +2,18 @@
 //! leave marks in a temp directory, `kok run --local` as a child process, and bounded waits.
 #![allow(dead_code)]
 
-use std::fs::File;
-use std::future::Future;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 #[path = "../common/git.rs"]
 mod git_cli;
 pub use git_cli::git;
+#[path = "../common/kok.rs"]
+mod kok_process;
 #[path = "../common/tools.rs"]
 mod tools;
+#[allow(unused_imports)]
+pub use kok_process::{wait_for, wait_within, LocalKok, WAIT};
 
 use kok::api::ClusterOperation;
 use kube::api::ListParams;
@@ -22,12 +23,6 @@ use kube::Api;
 pub const NS: &str = "kok-system";
 /// The cluster every test operates on.
 pub const CLUSTER: &str = "local";
-/// Longest wait for anything that involves an ansible run.
-pub const WAIT: Duration = Duration::from_secs(60);
-/// Time between two looks while waiting.
-const POLL: Duration = Duration::from_millis(200);
-/// Longest wait for kok to exit after SIGTERM before it is killed.
-const STOP_WAIT: Duration = Duration::from_secs(20);
 
 /// The greeting vars.yml gives to the playbooks.
 pub const GREETING: &str = "hello from the local e2e test";
@@ -279,159 +274,27 @@ impl LocalRepo {
     }
 }
 
-/// `kok run --local` as a child process. Dropping it stops kok with SIGTERM (so it ends the ansible
-/// runs it started), and kills it when it does not exit in time.
-pub struct LocalKok {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
 impl LocalKok {
     /// Starts `kok run --local --repo . --state-dir <state> --interval 1s` in the work tree, as the
-    /// README does, output appended to `<temp>/kok.log`. An earlier kubeconfig is removed, so
-    /// [`LocalKok::client`] waits for this one.
+    /// README does, output appended to `<temp>/kok.log`.
     pub fn start(repo: &LocalRepo) -> LocalKok {
         LocalKok::start_with(repo, &[])
     }
 
     /// [`LocalKok::start`] with more arguments for `kok run`.
     pub fn start_with(repo: &LocalRepo, args: &[&str]) -> LocalKok {
-        let state = repo.state_dir();
-        let _ = std::fs::remove_file(state.join("kubeconfig"));
-        let log_path = repo.scratch("kok.log");
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .expect("open kok log");
-        let child = Command::new(env!("CARGO_BIN_EXE_kok"))
-            .args(["run", "--local", "--interval", "1s", "--repo", "."])
-            .arg("--state-dir")
-            .arg(&state)
-            .args(args)
-            .env("KOK_LOG", "info,kok=debug")
-            .env("PATH", tools::search_path())
-            .env_remove("KOK_STATUS")
-            .env_remove("KOK_WORKDIR")
-            .env_remove("KOK_PATH")
-            .env_remove("KOK_NAMESPACE")
-            .current_dir(repo.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone log"))
-            .stderr(log)
-            .spawn()
-            .expect("kok starts");
-        LocalKok {
-            child: Some(child),
-            log: log_path,
-        }
-    }
-
-    /// Everything kok wrote so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Panics with kok's log when it has exited.
-    pub fn assert_running(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("kok exited early with {status}; its log:\n{}", self.log());
-            }
-        }
-    }
-
-    /// Kills kok with SIGKILL, as a crash would: it ends nothing it started.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Sends SIGTERM and waits for kok to exit (killing it after a while); returns whether it exited
-    /// by itself with success.
-    pub fn stop(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else {
-            return false;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + STOP_WAIT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => return status.success(),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return false;
-                }
-            }
-        }
-    }
-
-    /// A client of the embedded API server, from `<state-dir>/kubeconfig`, once it answers.
-    pub async fn client(&mut self, repo: &LocalRepo) -> kube::Client {
-        let path = repo.state_dir().join("kubeconfig");
-        wait_for(
-            "the embedded API server's kubeconfig and a first answer",
-            self,
-            || {
-                let path = path.clone();
-                async move {
-                    let config = kube::config::Kubeconfig::read_from(&path).ok()?;
-                    let options = kube::config::KubeConfigOptions::default();
-                    let config = kube::Config::from_custom_kubeconfig(config, &options)
-                        .await
-                        .ok()?;
-                    let client = kube::Client::try_from(config).ok()?;
-                    let ops: Api<ClusterOperation> = Api::namespaced(client.clone(), NS);
-                    ops.list(&ListParams::default()).await.ok()?;
-                    Some(client)
-                }
-            },
+        LocalKok::spawn_with(
+            &repo.path(),
+            &repo.state_dir(),
+            &repo.scratch("kok.log"),
+            tools::search_path(),
+            args,
         )
-        .await
     }
-}
 
-impl Drop for LocalKok {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Polls `check` every 200 ms for up to [`WAIT`]; panics naming `what`, with kok's log, when it never
-/// yields a value or kok exits.
-pub async fn wait_for<T, F, Fut>(what: &str, kok: &mut LocalKok, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    wait_within(WAIT, what, kok, check).await
-}
-
-/// [`wait_for`] for up to `patience`.
-pub async fn wait_within<T, F, Fut>(patience: Duration, what: &str, kok: &mut LocalKok, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + patience;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        kok.assert_running();
-        if Instant::now() > deadline {
-            panic!(
-                "timed out after {patience:?} waiting for {what}; kok's log:\n{}",
-                kok.log()
-            );
-        }
-        tokio::time::sleep(POLL).await;
+    /// A client of the embedded API server, once it answers.
+    pub async fn client(&mut self, repo: &LocalRepo) -> kube::Client {
+        self.client_of(&repo.state_dir()).await
     }
 }
 
