@@ -192,7 +192,7 @@ pub async fn pass(
             let (root, base_ctx, found) = (cfg.root.clone(), &base_ctx, &found);
             async move {
                 let (parsed, introduced) = with_source(source, move |s| {
-                    source::read::read_clusters(s.repository(), old, new, &root, &part, full_resync)
+                    source::read::read_clusters(s.repository(), old, new, &root, &part)
                 })
                 .await?;
                 let mut ctx = base_ctx.clone();

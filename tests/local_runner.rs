@@ -102,7 +102,7 @@ async fn arguments_pointing_into_mounts_are_rewritten_to_the_host_copies() -> an
             "cat \"$1\"; case \"$2\" in @/*) cat \"${2#@}\";; esac; cat \"${3#--key=}\" > /dev/null && echo key readable",
             "sh",
             "/conf/hosts.yml",
-            "@/conf/vars.yml",
+            "@/conf/group_vars/all.yml",
             "--key=/auth/ssh-privatekey",
         ],
     );

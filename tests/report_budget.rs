@@ -428,3 +428,41 @@ async fn statuses_held_until_the_commit_settles_reach_the_forge_in_order() {
         "every status, in order, each once"
     );
 }
+
+#[tokio::test]
+async fn operations_the_watch_shows_after_the_first_summary_are_counted_without_waiting_a_minute() {
+    let h = Harness::start().await;
+    let server = ForgeServer::start().await;
+    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics)
+        .with_max_contexts(2)
+        .with_settle_quiet(Duration::from_millis(200));
+    let (reporter, _stop) = h.start_reporter(sinks);
+    for name in ["op1", "op2", "op3"] {
+        h.create(name, Some(StatusState::Pending)).await;
+    }
+    eventually("every queued status in the notes", || h.note_states().len() == 3).await;
+    reporter.settle();
+    let sha = h.sha.clone();
+    eventually("the first summary", || {
+        newest(&server, &sha).get("kok/summary").map(|s| s.1.as_str()) == Some("0/3 succeeded, 3 queued")
+    })
+    .await;
+    // The pass's last operations reach the watch after the pass said it finished.
+    for name in ["op4", "op5"] {
+        h.create(name, Some(StatusState::Pending)).await;
+    }
+    // The wait is bounded well under the minute between updates of the same operations.
+    eventually("a summary counting all five", || {
+        newest(&server, &sha).get("kok/summary").map(|s| s.1.as_str()) == Some("0/5 succeeded, 5 queued")
+    })
+    .await;
+    let summaries = server
+        .statuses()
+        .into_iter()
+        .filter(|(_, context, ..)| context == "kok/summary")
+        .count();
+    assert_eq!(
+        summaries, 2,
+        "one summary once the last operations stopped appearing"
+    );
+}

@@ -1,6 +1,8 @@
 //! `kok history <cluster>`: the commits that touched a cluster directory, newest first, each with
-//! the operation statuses recorded in its `refs/notes/kok` note.
+//! every run of its operations recorded in `refs/notes/kok`: on the commit itself, and on the later
+//! commits that left the cluster as it made it.
 
+use std::collections::HashMap;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -12,7 +14,7 @@ use super::OutputFormat;
 use crate::api::{RunRecord, StatusState};
 use crate::layout;
 use crate::report::notes::{parse_note, NoteEntry, NOTES_REF};
-use crate::report::status::CONTEXT_PREFIX;
+use crate::report::status::{split_run_context, CONTEXT_PREFIX};
 use crate::source::verify::signature_states;
 use crate::source::{cluster_history, HistoryEntry};
 
@@ -20,14 +22,17 @@ use crate::source::{cluster_history, HistoryEntry};
 /// (which `kok run` writes when it shares the cache).
 pub const REMOTE_NOTES_REF: &str = "refs/kok/remote-notes";
 
-/// The status of one operation on a commit, from its note.
+/// One run of an operation of a commit, from the note it was reported in.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OperationOutcome {
     /// Operation id.
     pub operation: String,
-    /// Status context, `kok/<cluster>/<id>`.
+    /// Status context, `kok/<cluster>/<id>`, with `@<firing>` for a scheduled run.
     pub context: String,
+    /// For a scheduled run, its firing (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled: Option<String>,
     /// State: pending, running, success, failure or error.
     pub state: StatusState,
     /// Description of the status.
@@ -40,15 +45,20 @@ pub struct OperationOutcome {
     /// The finished run's ansible summary and first failure, whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<RunRecord>,
+    /// The later commit whose note holds the run, when it is not the commit itself (a run an earlier
+    /// kok reported where it reconciled, see the README's "Reading the changelog").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_on: Option<String>,
 }
 
-/// A commit of the history with the outcomes of the operations it started.
+/// A commit of the history with every run of the operations it brought in or changed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct JoinedEntry {
     /// The commit.
     #[serde(flatten)]
     pub entry: HistoryEntry,
-    /// Its operations' statuses, in note order.
+    /// Its runs: those reported on the commit itself in note order, then those reported on later
+    /// commits that left the cluster alone, oldest first.
     pub operations: Vec<OperationOutcome>,
     /// Who signed it (`signed by alice@example.com (ssh key SHA256:…)`), or why it is not trusted.
     pub signature: String,
@@ -80,6 +90,10 @@ pub struct Args {
 
 /// Runs `kok history`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // The walk reads the root directory's tree of every commit (a thousand entries in a fleet): hashing
+    // each again as it is read would take most of the time. The objects came in through a fetch,
+    // which checked them.
+    git2::opts::strict_hash_verification(false);
     let (mut source, tip) = args.git.fetch()?;
     let remote_notes = match source.fetch_optional_ref(NOTES_REF, REMOTE_NOTES_REF) {
         Ok(found) => found.is_some(),
@@ -133,8 +147,10 @@ pub fn text(cluster: &str, root: &str, entries: &[HistoryEntry]) -> String {
     out
 }
 
-/// Adds to each commit the `kok/<cluster>/*` entries of its notes under `refs` (when several refs
-/// hold the same context, the latest entry wins).
+/// Adds to each commit the runs of `cluster` recorded in the notes under `refs`: those of its own note
+/// and those of the notes of the later commits that left the cluster as it made it (when several refs
+/// hold the same context of the same commit, the latest entry wins). Only commits that have a note
+/// are read.
 pub fn join_notes(
     repo: &Repository,
     refs: &[&str],
@@ -142,38 +158,18 @@ pub fn join_notes(
     history: Vec<HistoryEntry>,
 ) -> Vec<JoinedEntry> {
     let prefix = format!("{CONTEXT_PREFIX}{cluster}/");
+    let notes: Vec<HashMap<Oid, Oid>> = refs.iter().map(|r| note_blobs(repo, r)).collect();
     history
         .into_iter()
         .map(|entry| {
-            let mut notes: Vec<NoteEntry> = Vec::new();
-            let oid = Oid::from_str(&entry.commit).ok();
-            for reference in refs {
-                let Some(note) = oid.and_then(|oid| repo.find_note(Some(reference), oid).ok()) else {
-                    continue;
-                };
-                for line in parse_note(note.message().unwrap_or_default()) {
-                    match notes.iter_mut().find(|n| n.context == line.context) {
-                        Some(known) if known.time < line.time => *known = line,
-                        Some(_) => {}
-                        None => notes.push(line),
-                    }
-                }
+            let own = Oid::from_str(&entry.commit).ok();
+            let reporters = own.into_iter().chain(entry.unchanged_after.iter().rev().copied());
+            let mut operations = Vec::new();
+            for commit in reporters {
+                let reported_on = (Some(commit) != own).then(|| commit.to_string());
+                let runs = runs_in_notes(repo, &notes, commit, &prefix);
+                operations.extend(runs.into_iter().filter_map(|n| outcome(n, &prefix, &reported_on)));
             }
-            let operations = notes
-                .into_iter()
-                .filter_map(|n| {
-                    let operation = n.context.strip_prefix(&prefix)?.to_string();
-                    Some(OperationOutcome {
-                        operation,
-                        context: n.context,
-                        state: n.state,
-                        description: n.description,
-                        time: n.time,
-                        target_url: n.target_url,
-                        run: n.run,
-                    })
-                })
-                .collect();
             JoinedEntry {
                 entry,
                 operations,
@@ -182,6 +178,64 @@ pub fn join_notes(
             }
         })
         .collect()
+}
+
+/// The commits that have a note under `reference`, each with its note's blob (so a note is read
+/// without going through the notes tree again).
+fn note_blobs(repo: &Repository, reference: &str) -> HashMap<Oid, Oid> {
+    match repo.notes(Some(reference)) {
+        Ok(notes) => notes
+            .filter_map(Result::ok)
+            .map(|(blob, annotated)| (annotated, blob))
+            .collect(),
+        Err(_) => HashMap::new(),
+    }
+}
+
+/// The entries with contexts under `prefix` of the notes of `commit` (one map of note blobs per notes
+/// ref), the latest of each context.
+fn runs_in_notes(
+    repo: &Repository,
+    notes: &[HashMap<Oid, Oid>],
+    commit: Oid,
+    prefix: &str,
+) -> Vec<NoteEntry> {
+    let mut runs: Vec<NoteEntry> = Vec::new();
+    for blobs in notes {
+        let Some(blob) = blobs.get(&commit).and_then(|b| repo.find_blob(*b).ok()) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(blob.content());
+        if !text.contains(prefix) {
+            continue;
+        }
+        for line in parse_note(&text)
+            .into_iter()
+            .filter(|l| l.context.starts_with(prefix))
+        {
+            match runs.iter_mut().find(|n| n.context == line.context) {
+                Some(known) if known.time < line.time => *known = line,
+                Some(_) => {}
+                None => runs.push(line),
+            }
+        }
+    }
+    runs
+}
+
+fn outcome(n: NoteEntry, prefix: &str, reported_on: &Option<String>) -> Option<OperationOutcome> {
+    let (operation, scheduled) = split_run_context(n.context.strip_prefix(prefix)?);
+    Some(OperationOutcome {
+        operation: operation.to_string(),
+        scheduled: scheduled.map(str::to_string),
+        context: n.context,
+        state: n.state,
+        description: n.description,
+        time: n.time,
+        target_url: n.target_url,
+        run: n.run,
+        reported_on: reported_on.clone(),
+    })
 }
 
 /// The history for humans with operation outcomes: the files each commit touched, indented by four
@@ -210,6 +264,9 @@ pub fn joined_text(cluster: &str, root: &str, entries: &[JoinedEntry]) -> String
             ));
             if let Some(url) = &op.target_url {
                 out.push_str(&format!(" <{url}>"));
+            }
+            if let Some(commit) = &op.reported_on {
+                out.push_str(&format!(" (reported on {})", &commit[..commit.len().min(8)]));
             }
             out.push('\n');
         }

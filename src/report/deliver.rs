@@ -36,8 +36,9 @@
 //!   commit grows past the budget); the forges show instead one `kok/summary` status per commit
 //!   ([`super::status::summary_status`]). The summary counts the operations by the state of their
 //!   desired status (a finished operation deleted by the history limit stays counted); its first and
-//!   its final value (nothing running or queued) go out at once, the values between at most once per
-//!   minute. Operations are not delivered while the watch lists them, so that a commit's operations are
+//!   its final value (nothing running or queued) go out at once, and so does a value counting
+//!   operations the last one did not (the watch may show a pass's last operations after the pass
+//!   ended) once none appeared for the settle time; the values between go at most once per minute. Operations are not delivered while the watch lists them, so that a commit's operations are
 //!   counted before any of its contexts is sent. Until a commit is settled (its reconcile pass
 //!   finished, see [`Reporter::settle`]) its operations' statuses go to the notes only and are held for
 //!   the forges, which get them in order once the commit turns out to be within the budget (or drop
@@ -1020,6 +1021,12 @@ struct CommitOps {
     shown: HashSet<String>,
     /// The `kok/summary` status last delivered, and when.
     summary_sent: Option<(CommitStatus, Instant)>,
+    /// How many operations the summary last delivered counted, and the one in flight counts.
+    sent_total: usize,
+    busy_total: usize,
+    /// When the last operation was added to the count (also after the commit settled: the watch may
+    /// show a pass's last operations after the pass ended).
+    grown: Instant,
     /// Failed attempts at delivering the current summary, and when the next may start.
     summary_retry: Option<(u32, Instant)>,
     /// A summary delivery is in flight.
@@ -1039,6 +1046,9 @@ impl Default for CommitOps {
             live: 0,
             shown: HashSet::new(),
             summary_sent: None,
+            sent_total: 0,
+            busy_total: 0,
+            grown: Instant::now(),
             summary_retry: None,
             summary_busy: false,
             settled: false,
@@ -1049,17 +1059,26 @@ impl Default for CommitOps {
 
 impl CommitOps {
     /// The summary to send and when it may go, when it differs from the one delivered. The first and
-    /// the final summary (nothing running or queued) go at once; those between at most once per
-    /// `interval`; a failed one waits for its retry.
-    fn summary_due(&self, now: Instant, interval: Duration) -> Option<(CommitStatus, Instant)> {
+    /// the final summary (nothing running or queued) go at once; so does one that counts operations
+    /// the last one did not (the watch showed some of the commit's operations after it went), once no
+    /// new one appeared for `quiet`; the updates between at most once per `interval`; a failed one
+    /// waits for its retry.
+    fn summary_due(
+        &self,
+        now: Instant,
+        interval: Duration,
+        quiet: Duration,
+    ) -> Option<(CommitStatus, Instant)> {
         if self.summary_busy {
             return None;
         }
         let wanted = summary_status(&self.tally);
         let mut at = match &self.summary_sent {
             Some((sent, _)) if *sent == wanted => return None,
-            Some((_, at)) if !self.tally.finished() => *at + interval,
-            _ => now,
+            None => now,
+            Some(_) if self.tally.finished() => now,
+            Some(_) if self.tally.total() != self.sent_total => self.grown + quiet,
+            Some((_, at)) => *at + interval,
         };
         if let Some((_, retry)) = self.summary_retry {
             at = at.max(retry);
@@ -1141,6 +1160,7 @@ impl Queue {
     /// Counts `name` on `commit` with the state of its desired status.
     fn count(&mut self, name: &str, commit: &str, state: Option<StatusState>) {
         let old = self.ops.get(name).and_then(|t| t.counted.clone());
+        let added = old.as_ref().is_none_or(|(c, _)| &**c != commit);
         if let Some((old_commit, old_state)) = old {
             if &*old_commit == commit && old_state == state {
                 return;
@@ -1157,6 +1177,9 @@ impl Queue {
         let ops = self.commits.entry(key.clone()).or_default();
         *ops.tally.slot(state) += 1;
         ops.live += 1;
+        if added {
+            ops.grown = Instant::now();
+        }
         if !ops.settled {
             ops.last_new = Instant::now();
         }
@@ -1243,11 +1266,12 @@ impl Queue {
             if !ops.settled || ops.tally.total() <= budget {
                 continue;
             }
-            let Some((status, at)) = ops.summary_due(now, interval) else {
+            let Some((status, at)) = ops.summary_due(now, interval, self.settle_quiet) else {
                 continue;
             };
             if at <= now {
                 ops.summary_busy = true;
+                ops.busy_total = ops.tally.total();
                 let attempts = ops.summary_retry.map_or(0, |(n, _)| n);
                 due.push((commit.to_string(), SummaryJob { status, attempts }));
             }
@@ -1260,7 +1284,10 @@ impl Queue {
         self.commits
             .values()
             .filter(|ops| ops.settled && ops.tally.total() > budget)
-            .filter_map(|ops| ops.summary_due(now, interval).map(|(_, at)| at))
+            .filter_map(|ops| {
+                ops.summary_due(now, interval, self.settle_quiet)
+                    .map(|(_, at)| at)
+            })
             .min()
     }
 
@@ -1272,6 +1299,7 @@ impl Queue {
         match retry {
             None => {
                 ops.summary_sent = Some((status, now));
+                ops.sent_total = ops.busy_total;
                 ops.summary_retry = None;
             }
             Some(delay) => {
@@ -1723,6 +1751,41 @@ mod tests {
             q.due_summaries(now + Duration::from_secs(5), 2, interval).len(),
             1
         );
+    }
+
+    #[test]
+    fn a_summary_counting_operations_the_last_one_missed_goes_once_they_stop_appearing() {
+        use crate::api::StatusState::*;
+        let (interval, quiet) = (Duration::from_secs(60), Duration::from_secs(2));
+        let mut q = Queue::new(quiet);
+        for name in ["a", "b", "c"] {
+            q.observe(watcher::Event::Apply(op_in(name, Pending)));
+        }
+        let now = Instant::now();
+        q.settle(true, now);
+        let first = q.due_summaries(now, 2, interval);
+        assert_eq!(first[0].1.status.description, "0/3 succeeded, 3 queued");
+        q.finish_summary("abc", first[0].1.status.clone(), None, now);
+        // The watch shows one more operation of the commit after its pass ended.
+        q.observe(watcher::Event::Apply(op_in("d", Pending)));
+        let later = Instant::now();
+        let due = q.next_summary(later, 2, interval).expect("a summary is due");
+        assert!(due <= later + quiet, "not a minute later: {:?}", due - later);
+        let grown = q.due_summaries(later + quiet, 2, interval);
+        assert_eq!(grown.len(), 1);
+        assert_eq!(grown[0].1.status.description, "0/4 succeeded, 4 queued");
+        q.finish_summary("abc", grown[0].1.status.clone(), None, later + quiet);
+        q.observe(watcher::Event::Apply(op_in("a", Success)));
+        assert!(
+            q.due_summaries(later + quiet, 2, interval).is_empty(),
+            "an update of the same operations still waits for the interval"
+        );
+        for name in ["b", "c", "d"] {
+            q.observe(watcher::Event::Apply(op_in(name, Success)));
+        }
+        let last = q.due_summaries(later + quiet, 2, interval);
+        assert_eq!(last.len(), 1, "the final summary goes at once");
+        assert_eq!(last[0].1.status.description, "4/4 succeeded");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use reqwest::StatusCode;
 use serde::Serialize;
 
 use super::sink::{parse_retry_after, DeliveryError, Sink, Token};
-use super::status::{cut, shorten_context};
+use super::status::{cut, shorten_context, split_run_context};
 use crate::api::{CommitStatus, StatusState};
 
 /// Default GitHub API base; GitHub Enterprise Server uses `https://<host>/api/v3`.
@@ -241,7 +241,8 @@ impl ForgeSink {
     pub fn body(&self, status: &CommitStatus) -> serde_json::Value {
         let state = forge_state(self.forge, status.state);
         let target_url = status.target_url.as_deref().filter(|u| !u.is_empty());
-        let context = shorten_context(&status.context, CONTEXT_MAX);
+        // A forge shows every firing of a scheduled operation under the operation's one context.
+        let context = shorten_context(split_run_context(&status.context).0, CONTEXT_MAX);
         let value = match self.forge {
             Forge::GitHub => serde_json::to_value(GitHubBody {
                 state,
@@ -457,6 +458,19 @@ mod tests {
             s.status_url("abc"),
             "https://gl.example/api/v4/projects/42/statuses/abc"
         );
+    }
+
+    #[test]
+    fn a_forge_shows_every_firing_of_a_scheduled_operation_under_the_operations_context() {
+        let sink = ForgeSink::new(Forge::GitHub, None, "acme/infra", &Token::new("t")).unwrap();
+        let status = CommitStatus {
+            context: "kok/prod-bj/backup@2026-11-22T03:00:00Z".into(),
+            state: StatusState::Success,
+            description: "succeeded".into(),
+            target_url: None,
+            run: None,
+        };
+        assert_eq!(sink.body(&status)["context"], "kok/prod-bj/backup");
     }
 
     #[test]

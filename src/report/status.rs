@@ -19,6 +19,26 @@ pub fn operation_context(cluster: &str, id: &str) -> String {
     format!("{CONTEXT_PREFIX}{cluster}/{id}")
 }
 
+/// Separates a scheduled run's firing from its operation's context: `kok/<cluster>/<id>@<firing>`.
+pub const FIRING_SEPARATOR: char = '@';
+
+/// Context of one run's status: the operation's context, and for a scheduled run `@<firing>` (RFC 3339),
+/// so the git notes keep every firing on its own line.
+pub fn run_context(cluster: &str, id: &str, firing: Option<&str>) -> String {
+    match firing {
+        Some(firing) => format!("{}{FIRING_SEPARATOR}{firing}", operation_context(cluster, id)),
+        None => operation_context(cluster, id),
+    }
+}
+
+/// A run's context split into its operation's context and its firing, if it is a scheduled run's.
+pub fn split_run_context(context: &str) -> (&str, Option<&str>) {
+    match context.split_once(FIRING_SEPARATOR) {
+        Some((operation, firing)) => (operation, Some(firing)),
+        None => (context, None),
+    }
+}
+
 /// The commit status an operation in `phase` should show on the commit that introduced it.
 ///
 /// Queued and Pending map to pending, Running to running (sinks translate it to their forge's word),
@@ -102,7 +122,7 @@ pub fn operation_status(
         })
         .filter(|r| r.summary.is_some() || r.failure.is_some());
     CommitStatus {
-        context: operation_context(&spec.cluster, &spec.id),
+        context: run_context(&spec.cluster, &spec.id, spec.scheduled_time.as_deref()),
         state,
         description: cut(&description, MAX_STORED_DESCRIPTION),
         target_url,
@@ -401,6 +421,22 @@ mod tests {
         assert_eq!(s.state, StatusState::Pending);
         assert_eq!(s.description, "queued");
         assert_eq!(s.target_url, None);
+    }
+
+    #[test]
+    fn a_scheduled_run_has_a_context_of_its_own_that_splits_back_into_operation_and_firing() {
+        let mut scheduled = op(None);
+        scheduled.spec.scheduled_time = Some("2026-11-22T03:00:00Z".into());
+        let s = operation_status(&scheduled, Phase::Succeeded, None, None, "ns");
+        assert_eq!(s.context, "kok/prod-bj/add-node7@2026-11-22T03:00:00Z");
+        assert_eq!(
+            split_run_context(&s.context),
+            ("kok/prod-bj/add-node7", Some("2026-11-22T03:00:00Z"))
+        );
+        assert_eq!(
+            split_run_context("kok/prod-bj/add-node7"),
+            ("kok/prod-bj/add-node7", None)
+        );
     }
 
     #[test]

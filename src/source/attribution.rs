@@ -92,7 +92,8 @@ pub fn attribute_parsed(
     clusters: &[String],
     target: &Parsed,
 ) -> Result<Vec<Introduced>, SourceError> {
-    if clusters.is_empty() {
+    // A periodic resync of the commit already reconciled: nothing is new, nothing is parsed again.
+    if clusters.is_empty() || old == Some(new) {
         return Ok(Vec::new());
     }
     let repo = trees.repo();
@@ -133,8 +134,13 @@ pub fn attribute_parsed(
         if to_parse.is_empty() {
             continue;
         }
-        let parsed = parse_at(trees, *commit, root, &to_parse)?;
-        let present: BTreeSet<_> = op_keys(&parsed.clusters).collect();
+        // The last commit is `new` itself, already parsed by the caller.
+        let present: BTreeSet<_> = if *commit == new {
+            let at_new = target.clusters.iter().filter(|c| to_parse.contains(&c.name));
+            at_new.flat_map(cluster_op_keys).collect()
+        } else {
+            op_keys(&parse_at(trees, *commit, root, &to_parse)?.clusters).collect()
+        };
         let mut hits: Vec<_> = pending.keys().filter(|k| present.contains(*k)).cloned().collect();
         hits.sort_by_key(|k| pending.get(k).copied().unwrap_or_default());
         for key in hits {
@@ -187,9 +193,11 @@ pub fn to_render_attribution(introduced: &[Introduced]) -> Attributions {
 }
 
 fn op_keys(clusters: &[ClusterDir]) -> impl Iterator<Item = (String, String, String)> + '_ {
-    clusters.iter().flat_map(|c| {
-        c.operations
-            .iter()
-            .map(move |op| (c.name.clone(), op.id.clone(), operation_digest(&op.entry)))
-    })
+    clusters.iter().flat_map(cluster_op_keys)
+}
+
+fn cluster_op_keys(c: &ClusterDir) -> impl Iterator<Item = (String, String, String)> + '_ {
+    c.operations
+        .iter()
+        .map(move |op| (c.name.clone(), op.id.clone(), operation_digest(&op.entry)))
 }

@@ -48,7 +48,7 @@ pub fn read_commit(
         names,
         untouched,
     } = read_changes(repo, old, new, root, full)?;
-    let (parsed, introduced) = read_clusters(repo, old, new, root, &names, changes.full_resync)?;
+    let (parsed, introduced) = read_clusters(repo, old, new, root, &names)?;
     Ok(CommitRead {
         changes,
         parsed,
@@ -89,23 +89,21 @@ pub fn read_changes(
     })
 }
 
-/// Parses the clusters `names` at `new`, and the commit that introduced each of their new operations
-/// since `old` (none on a full resync: its new operations belong to the commit itself).
+/// Parses the clusters `names` at `new`, and the commit that introduced each of their operations not
+/// at `old`. On a full resync without a base (kok's first start, a force push) that is every
+/// operation, each attributed to the commit that brought its current entry in (walking back at most
+/// [`attribution::MAX_ATTRIBUTION_COMMITS`]), so a first start reports a run where `kok history`
+/// shows it; operations already in the meta-cluster keep the commit they were created with.
 pub fn read_clusters(
     repo: &Repository,
     old: Option<Oid>,
     new: Oid,
     root: &str,
     names: &[String],
-    full_resync: bool,
 ) -> Result<(Parsed, Vec<Introduced>), SourceError> {
     let trees = Trees::new(repo);
     let tree = super::GitTree::at_commit_in(&trees, new)?;
     let parsed = layout::parse_clusters(&tree, root, names);
-    let introduced = if full_resync {
-        Vec::new()
-    } else {
-        attribution::attribute_parsed(&trees, old, new, root, names, &parsed)?
-    };
+    let introduced = attribution::attribute_parsed(&trees, old, new, root, names, &parsed)?;
     Ok((parsed, introduced))
 }
