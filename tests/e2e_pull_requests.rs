@@ -73,7 +73,10 @@ async fn a_pull_request_shows_the_plan_and_its_merge_runs_exactly_that() {
         .unwrap_or_else(|| panic!("the plan lists the operation that would run:\n{comment}"))
         .to_string();
     assert!(
-        planned_row.contains(&format!("`add-node7` (`scale.yml` after `playbooks/facts.yml` without --limit) from `{}`", &head[..8])),
+        planned_row.contains(&format!(
+            "`add-node7` (`scale.yml` after `playbooks/facts.yml` without --limit) from `{}`",
+            &head[..8]
+        )),
         "{planned_row}"
     );
 

@@ -183,10 +183,8 @@ fn cluster_error(cluster: &Cluster, action: String) -> impl FnOnce(kube::Error) 
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     let ns = ctx.config.namespace.as_str();
     let name = cluster.name_any();
+    // The Secret store has listed before any reconcile starts (see `controller::run`).
     ctx.operations.wait_until_listed().await;
-    if ctx.secrets.wait_until_ready().await.is_err() {
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
     let all = ctx.operations.operations_in(&name);
     let ops: Vec<&ClusterOperation> = all.iter().collect();
 

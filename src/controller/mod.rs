@@ -243,6 +243,22 @@ pub async fn run(
         }
         futures::future::ready(())
     });
+    // The reconcilers start once the Secret and Job stores have listed, which one task waits for: kube's
+    // `Store::wait_until_ready` wakes only the last of the tasks that wait for it at once, so reconciles
+    // that each waited for it themselves (every unfinished operation after a restart) could wait for good.
+    let (listed_tx, listed_rx) = tokio::sync::watch::channel(false);
+    let (secret_cache, job_cache) = (ctx.secrets.clone(), ctx.jobs.clone());
+    let stores_listed = async move {
+        if secret_cache.wait_until_ready().await.is_ok() && job_cache.wait_until_ready().await.is_ok() {
+            listed_tx.send_replace(true);
+        }
+    };
+    let listed = || {
+        let mut rx = listed_rx.clone();
+        async move {
+            let _ = rx.wait_for(|l| *l).await;
+        }
+    };
     let op_loop = op_queue.run(
         CONCURRENT_RECONCILES,
         |name| {
@@ -305,6 +321,14 @@ pub async fn run(
             () = stopped() => {}
         }
     };
+    let op_loop = once(listed(), stopped(), op_loop);
+    let cluster_loop = once(listed(), stopped(), cluster_loop);
+    let stores_listed = async {
+        tokio::select! {
+            () = stores_listed => {}
+            () = stopped() => {}
+        }
+    };
     futures::join!(
         op_loop,
         cluster_loop,
@@ -312,8 +336,21 @@ pub async fn run(
         secret_loop,
         watches,
         cm_cache,
-        health_checks
+        health_checks,
+        stores_listed
     );
+}
+
+/// Runs `work` once `ready` has come, unless `stopped` comes first.
+async fn once(
+    ready: impl Future<Output = ()>,
+    stopped: impl Future<Output = ()>,
+    work: impl Future<Output = ()>,
+) {
+    tokio::select! {
+        () = ready => work.await,
+        () = stopped => {}
+    }
 }
 
 /// Reconciles the Cluster `cluster`, once its watch has shown it, [`CLUSTER_SETTLE`] after a change of

@@ -406,11 +406,8 @@ async fn start_or_wait(
     jobs: &Api<Job>,
     name: &str,
 ) -> Result<Action, ControllerError> {
+    // The Secret and Job stores have listed before any reconcile starts (see `controller::run`).
     ctx.operations.wait_until_listed().await;
-    let ready = (ctx.secrets.wait_until_ready().await).and(ctx.jobs.wait_until_ready().await);
-    if ready.is_err() {
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
     // A Job with this name is this operation's: adopt it whatever the queue says. The cache answers; a Job
     // it does not show yet is found by the create below (409) and adopted there.
     let key = ObjectRef::<Job>::new(name).within(&ctx.config.namespace);
