@@ -411,7 +411,10 @@ async fn an_invalid_merge_request_gets_an_error_naming_file_and_line_and_a_resta
     );
     let notes = wait_for("the note edited", None, || async {
         let on = comments.on(3);
-        on[1].1.contains("add-node7` (`scale.yml` after `playbooks/facts.yml` without --limit)").then_some(on)
+        on[1]
+            .1
+            .contains("add-node7` (`scale.yml` after `playbooks/facts.yml` without --limit)")
+            .then_some(on)
     })
     .await;
     assert_eq!(notes.len(), 2, "the other note and kok's: {notes:#?}");

@@ -59,7 +59,13 @@ impl LocalKok {
     }
 
     /// [`LocalKok::spawn`] with more arguments for `kok run`.
-    pub fn spawn_with(work_tree: &Path, state: &Path, log_path: &Path, path: OsString, args: &[&str]) -> LocalKok {
+    pub fn spawn_with(
+        work_tree: &Path,
+        state: &Path,
+        log_path: &Path,
+        path: OsString,
+        args: &[&str],
+    ) -> LocalKok {
         let _ = std::fs::remove_file(state.join("kubeconfig"));
         let log = File::options()
             .create(true)
