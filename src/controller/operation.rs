@@ -252,7 +252,7 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                 .map_err(op_error(&op, format!("reading Job {name}")))?;
             if job.as_ref().map(job_outcome) == Some(JobOutcome::Succeeded) && op.spec.verify != Verify::None
             {
-                return verify::after_job(&ctx, &op, &name).await;
+                return verify::after_job(&ctx, &op, &name, job.as_ref().and_then(completion_note)).await;
             }
             let report = match job.as_ref().map(job_outcome) {
                 Some(JobOutcome::Succeeded | JobOutcome::Failed { .. }) => {

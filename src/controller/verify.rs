@@ -37,12 +37,15 @@ pub const VERIFICATION_FAILED: &str = "playbook succeeded, verification failed: 
 /// What an operation without a kubeconfig to verify with says.
 pub const NO_KUBECONFIG: &str = "not verified: no kubeconfig";
 
-/// One verification pass of `op`, whose Job `job` succeeded.
+/// One verification pass of `op`, whose Job `job` succeeded; `note` is what the Job's completion adds to
+/// a success (local mode: which directory ran an unmapped image).
 pub(super) async fn after_job(
     ctx: &Context,
     op: &ClusterOperation,
     job: &str,
+    note: Option<String>,
 ) -> Result<Action, ControllerError> {
+    let done = Done { job, note };
     let verifying = op
         .status
         .as_ref()
@@ -58,7 +61,7 @@ pub(super) async fn after_job(
                 NO_KUBECONFIG.to_string(),
                 vec![],
             );
-            return finish(ctx, op, job, Phase::Succeeded, skipped).await;
+            return finish(ctx, op, &done, Phase::Succeeded, skipped).await;
         }
         Err(AccessError::ReadSecret { name, source, .. }) => {
             return Err(op_error(op, format!("reading the kubeconfig Secret {name}"))(
@@ -67,7 +70,7 @@ pub(super) async fn after_job(
         }
         Err(refused) => {
             let failed = verification(VerificationState::Failed, started, refused.to_string(), vec![]);
-            return finish(ctx, op, job, Phase::Failed, failed).await;
+            return finish(ctx, op, &done, Phase::Failed, failed).await;
         }
     };
     let spec = &op.spec;
@@ -83,7 +86,7 @@ pub(super) async fn after_job(
             verdict.message,
             verdict.checks,
         );
-        return finish(ctx, op, job, Phase::Succeeded, passed).await;
+        return finish(ctx, op, &done, Phase::Succeeded, passed).await;
     }
     let now = now();
     let started = started.unwrap_or(now);
@@ -95,7 +98,7 @@ pub(super) async fn after_job(
             verdict.message,
             verdict.checks,
         );
-        return finish(ctx, op, job, Phase::Failed, failed).await;
+        return finish(ctx, op, &done, Phase::Failed, failed).await;
     }
     let latest = verification(
         VerificationState::Verifying,
@@ -184,21 +187,29 @@ pub(super) async fn expected(
     Ok(Expected::from_inputs(&texts[0], &texts[1], action, args).unwrap_or_default())
 }
 
+/// The succeeded Job of an operation being verified: its name and its completion note.
+struct Done<'a> {
+    job: &'a str,
+    note: Option<String>,
+}
+
 /// Ends `op` in `phase` with its verification `v` and what its pod reported.
 async fn finish(
     ctx: &Context,
     op: &ClusterOperation,
-    job: &str,
+    done: &Done<'_>,
     phase: Phase,
     v: Verification,
 ) -> Result<Action, ControllerError> {
     let failed = phase == Phase::Failed;
-    let message = failed.then(|| {
-        format!(
+    let message = if failed {
+        Some(format!(
             "{VERIFICATION_FAILED}{}",
             v.message.as_deref().unwrap_or_default()
-        )
-    });
+        ))
+    } else {
+        done.note.clone()
+    };
     info!(operation = %op.name_any(), cluster = %op.spec.cluster, state = ?v.state, "verification finished");
     let t = Transition {
         phase,
@@ -209,7 +220,7 @@ async fn finish(
         } else {
             ("Succeeded", false)
         }),
-        report: Some(run_report(ctx, job).await),
+        report: Some(run_report(ctx, done.job).await),
         verification: Some(v),
         ..Transition::default()
     };
