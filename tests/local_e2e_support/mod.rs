@@ -2,6 +2,7 @@
 //! leave marks in a temp directory, `kok run --local` as a child process, and bounded waits.
 #![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::future::Future;
 use std::path::PathBuf;
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 #[path = "../common/git.rs"]
 mod git_cli;
 pub use git_cli::git;
+#[path = "../common/kubespray.rs"]
+pub mod kubespray;
 #[path = "../common/tools.rs"]
 mod tools;
 
@@ -34,10 +37,9 @@ pub const GREETING: &str = "hello from the local e2e test";
 /// The message the failing playbook fails with.
 pub const FAILURE_MESSAGE: &str = "this playbook fails on purpose";
 
-pub use tools::ansible_or_skip;
-// Not every test that includes this module runs kubectl.
+// Not every test that includes this module runs kubectl, or the project's ansible.
 #[allow(unused_imports)]
-pub use tools::{command, kubectl_or_skip};
+pub use tools::{ansible_or_skip, command, kubectl_or_skip};
 
 /// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
 /// greeting and the commit, and appends one line per run to `<marks>/<mark>.runs`.
@@ -169,7 +171,8 @@ impl LocalRepo {
         self.path().join("clusters").join(CLUSTER)
     }
 
-    fn write(&self, relative: &str, content: &str) {
+    /// Writes `content` at `relative` in the work tree (its directory must exist).
+    pub fn write(&self, relative: &str, content: &str) {
         std::fs::write(self.path().join(relative), content).expect("write repository file");
     }
 
@@ -241,6 +244,12 @@ impl LocalKok {
     /// README does, output appended to `<temp>/kok.log`. An earlier kubeconfig is removed, so
     /// [`LocalKok::client`] waits for this one.
     pub fn start(repo: &LocalRepo) -> LocalKok {
+        LocalKok::start_with(repo, &[], tools::search_path())
+    }
+
+    /// [`LocalKok::start`] with `extra` arguments after kok's own (e.g. `--workdir DIR`) and `path` as
+    /// the PATH of kok and of the ansible runs it starts.
+    pub fn start_with(repo: &LocalRepo, extra: &[OsString], path: OsString) -> LocalKok {
         let state = repo.state_dir();
         let _ = std::fs::remove_file(state.join("kubeconfig"));
         let log_path = repo.scratch("kok.log");
@@ -253,8 +262,9 @@ impl LocalKok {
             .args(["run", "--local", "--interval", "1s", "--repo", "."])
             .arg("--state-dir")
             .arg(&state)
+            .args(extra)
             .env("KOK_LOG", "info,kok=debug")
-            .env("PATH", tools::search_path())
+            .env("PATH", path)
             .env_remove("KOK_STATUS")
             .env_remove("KOK_WORKDIR")
             .env_remove("KOK_PATH")
@@ -341,12 +351,21 @@ impl Drop for LocalKok {
 
 /// Polls `check` every 200 ms for up to [`WAIT`]; panics naming `what`, with kok's log, when it never
 /// yields a value or kok exits.
-pub async fn wait_for<T, F, Fut>(what: &str, kok: &mut LocalKok, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, kok: &mut LocalKok, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + WAIT;
+    wait_within(what, WAIT, kok, check).await
+}
+
+/// [`wait_for`] for up to `limit`.
+pub async fn wait_within<T, F, Fut>(what: &str, limit: Duration, kok: &mut LocalKok, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(value) = check().await {
             return value;
@@ -354,7 +373,7 @@ where
         kok.assert_running();
         if Instant::now() > deadline {
             panic!(
-                "timed out after {WAIT:?} waiting for {what}; kok's log:\n{}",
+                "timed out after {limit:?} waiting for {what}; kok's log:\n{}",
                 kok.log()
             );
         }
@@ -373,12 +392,31 @@ pub async fn operation(client: &kube::Client, id: &str) -> Option<ClusterOperati
 
 /// Waits until operation `id` reaches a terminal phase; returns it.
 pub async fn finished(kok: &mut LocalKok, client: &kube::Client, id: &str) -> ClusterOperation {
-    wait_for(&format!("operation {id} to finish"), kok, || async {
+    finished_within(kok, client, id, WAIT).await
+}
+
+/// [`finished`], waiting up to `limit`.
+pub async fn finished_within(
+    kok: &mut LocalKok,
+    client: &kube::Client,
+    id: &str,
+    limit: Duration,
+) -> ClusterOperation {
+    wait_within(&format!("operation {id} to finish"), limit, kok, || async {
         operation(client, id)
             .await
             .filter(|op| op.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
     })
     .await
+}
+
+/// `kok logs <cluster>/<id> --state-dir <state>`: the newest run's output, panicking when it fails.
+pub fn run_log(repo: &LocalRepo, id: &str) -> String {
+    let state = repo.state_dir();
+    let target = format!("{CLUSTER}/{id}");
+    let (ok, stdout, stderr) = repo.kok(&["logs", &target, "--state-dir", &state.to_string_lossy()]);
+    assert!(ok, "kok logs {target} failed: {stderr}");
+    stdout
 }
 
 /// Waits until the note of `sha` in the work tree has a line starting with `prefix`; returns the note.
