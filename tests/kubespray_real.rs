@@ -7,6 +7,9 @@
 //! machine as it is (see [`VARS`]), and the tests refuse to run where the bootstrap would still install
 //! or change something (see `tests/common/kubespray.rs`).
 
+// Both harnesses load tests/common/git.rs for themselves.
+#![allow(clippy::duplicate_mod)]
+
 mod gitkit;
 mod local_e2e_support;
 
