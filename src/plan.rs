@@ -11,7 +11,7 @@ use serde::Serialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{Cluster, ClusterOperation, LABEL_CURRENT};
+use crate::api::{Cluster, ClusterOperation, FactsPlaybook, LABEL_CURRENT};
 use crate::controller::live::LiveCache;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
@@ -58,6 +58,19 @@ pub struct PlannedOperation {
     pub subject: String,
     /// Position of that commit in the range, oldest first.
     pub commit_index: usize,
+    /// The playbook run first without `--limit` (a playbook step limits its hosts), from `factsPlaybook`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub facts_playbook: Option<FactsPlaybook>,
+}
+
+impl PlannedOperation {
+    /// `scale.yml`, or `playbooks/facts.yml (without --limit), then scale.yml` when a facts step runs first.
+    pub fn steps(&self) -> String {
+        match &self.facts_playbook {
+            Some(f) => format!("{} (without --limit), then {}", f.path, self.action),
+            None => self.action.clone(),
+        }
+    }
 }
 
 /// The plan of one cluster.
@@ -515,6 +528,7 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
                 id: op.spec.id.clone(),
                 name: op_name.clone(),
                 action: op.spec.action.clone(),
+                facts_playbook: op.spec.facts_playbook.clone(),
                 subject: prepared.subjects.get(&commit).cloned().unwrap_or_default(),
                 commit,
                 commit_index: introduced
@@ -622,7 +636,7 @@ pub fn text(plan: &Plan) -> String {
                 out.push_str(&format!(
                     "    {} ({}) from {} {:?}\n",
                     op.id,
-                    op.action,
+                    op.steps(),
                     short(&op.commit),
                     op.subject
                 ));
@@ -689,10 +703,14 @@ pub fn markdown(plan: &Plan) -> String {
         }
         for op in &cluster.operations {
             out.push_str(&format!(
-                "| run | ClusterOperation | `{}` | `{}` (`{}`) from `{}` {} |\n",
+                "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {} |\n",
                 op.name,
                 cell(&op.id),
                 cell(&op.action),
+                op.facts_playbook
+                    .as_ref()
+                    .map(|f| format!(" after `{}` without --limit", cell(&f.path)))
+                    .unwrap_or_default(),
                 short(&op.commit),
                 cell(&op.subject)
             ));
@@ -750,7 +768,42 @@ mod tests {
             commit: "b".repeat(40),
             subject: "scale".into(),
             commit_index: 0,
+            facts_playbook: None,
         }
+    }
+
+    #[test]
+    fn an_operation_with_a_facts_step_shows_it_in_text_and_markdown() {
+        let mut add = op("add-node8", "scale.yml");
+        add.facts_playbook = Some(FactsPlaybook {
+            path: "playbooks/facts.yml".into(),
+            optional: true,
+        });
+        let bj = ClusterPlan {
+            name: "prod-bj".into(),
+            operations: vec![add, op("install", "cluster.yml")],
+            ..ClusterPlan::default()
+        };
+        let plan = plan_with(vec![bj]);
+        let text = text(&plan);
+        assert!(
+            text.contains(
+                "    add-node8 (playbooks/facts.yml (without --limit), then scale.yml) from bbbbbbbb"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("    install (cluster.yml) from bbbbbbbb"), "{text}");
+        let md = markdown(&plan);
+        assert!(
+            md.contains(
+                "`add-node8` (`scale.yml` after `playbooks/facts.yml` without --limit) from `bbbbbbbb`"
+            ),
+            "{md}"
+        );
+        let json = serde_json::to_value(&plan).unwrap();
+        let ops = &json["clusters"][0]["operations"];
+        assert_eq!(ops[0]["factsPlaybook"]["path"], "playbooks/facts.yml");
+        assert!(ops[1].get("factsPlaybook").is_none());
     }
 
     #[test]

@@ -394,6 +394,7 @@ mod tests {
             commit: commit.into(),
             subject: "Merge pull request #7".into(),
             commit_index: 0,
+            facts_playbook: None,
         };
         let mut plan = Plan {
             from: Some("c".repeat(40)),

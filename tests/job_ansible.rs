@@ -3,10 +3,12 @@
 use std::path::Path;
 use std::process::Command;
 
+#[path = "common/conf.rs"]
+mod conf;
 #[path = "common/tools.rs"]
 mod tools;
 
-use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook};
+use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, FactsPlaybook, Hook};
 use kok::controller::job::entry_script;
 use kok::controller::summary::{log_tail, read_termination_message, RunReport, MAX_TERMINATION_MESSAGE};
 use kok::report::status::{failure_words, summary_words};
@@ -63,32 +65,22 @@ fn operation(dir: &Path, fail_pre: bool) -> ClusterOperation {
 }
 
 fn run(op: &ClusterOperation, dir: &Path) -> std::process::Output {
-    let conf = dir.join("conf");
-    std::fs::create_dir_all(&conf).unwrap();
-    let python = tools::command("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    std::fs::write(
-        conf.join("hosts.yml"),
-        format!(
-            "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: {python}\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(conf.join("vars.yml"), "greeting: hello from vars\n").unwrap();
-    Command::new("/bin/sh")
-        .arg("-c")
+    conf::write_conf(&dir.join("conf"), &local_hosts(), "greeting: hello from vars\n");
+    entry_command(op, dir).output().expect("/bin/sh runs")
+}
+
+/// `op`'s entry script as a pod runs it, its inputs in `<dir>/conf` ([`conf::write_conf`]).
+fn entry_command(op: &ClusterOperation, dir: &Path) -> Command {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
         .arg(entry_script(op))
         .arg("kok-entry")
-        .env("KOK_CONF_DIR", &conf)
+        .env("KOK_CONF_DIR", dir.join("conf"))
         .env("KOK_AUTH_DIR", dir.join("auth"))
         .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
         .env("ANSIBLE_NOCOLOR", "1")
-        .env("PATH", tools::search_path())
-        .output()
-        .expect("/bin/sh runs")
+        .env("PATH", tools::search_path());
+    cmd
 }
 
 #[test]
@@ -135,22 +127,11 @@ fn a_failing_pre_hook_stops_the_run_with_a_non_zero_exit() {
 /// Runs `op`'s entry script like `run`, with the termination message going to a file; returns the exit
 /// status, the merged output and what the commit status would say, read the way kok reads a pod.
 fn run_for_summary(op: &ClusterOperation, dir: &Path, hosts: &str) -> (bool, String, RunReport, String) {
-    let conf = dir.join("conf");
-    std::fs::create_dir_all(&conf).unwrap();
-    std::fs::write(conf.join("hosts.yml"), hosts).unwrap();
-    std::fs::write(conf.join("vars.yml"), "greeting: hello from vars\n").unwrap();
+    conf::write_conf(&dir.join("conf"), hosts, "greeting: hello from vars\n");
     let termination = dir.join("termination-log");
-    let out = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(entry_script(op))
-        .arg("kok-entry")
-        .env("KOK_CONF_DIR", &conf)
-        .env("KOK_AUTH_DIR", dir.join("auth"))
+    let out = entry_command(op, dir)
         .env("KOK_TERMINATION_LOG", &termination)
-        .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
-        .env("ANSIBLE_NOCOLOR", "1")
         .env("ANSIBLE_HOST_KEY_CHECKING", "False")
-        .env("PATH", tools::search_path())
         .output()
         .expect("/bin/sh runs");
     let output = format!(
@@ -176,14 +157,18 @@ fn run_for_summary(op: &ClusterOperation, dir: &Path, hosts: &str) -> (bool, Str
     (out.status.success(), output, report, words)
 }
 
-fn local_hosts() -> String {
-    let python = tools::command("python3")
+fn python() -> String {
+    tools::command("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+fn local_hosts() -> String {
     format!(
-        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: {python}\n"
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: {}\n",
+        python()
     )
 }
 
@@ -331,4 +316,222 @@ fn a_failing_pre_hook_is_named_in_the_summary() {
             && words.contains(" failed at TASK [fail] on localhost: hook failed on purpose"),
         "{words}"
     );
+}
+
+/// Runs `op`'s entry script ([`entry_command`]), asserts it succeeded and returns its log (stderr).
+fn run_ok(op: &ClusterOperation, dir: &Path) -> String {
+    let out = entry_command(op, dir).output().expect("/bin/sh runs");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
+/// Three hosts on this machine (local connection): node1 sets `port` itself, node2 and node3 are in group
+/// `workers`, whose `vars:` set `role` and `port`; `all: vars:` sets `zone`.
+fn precedence_hosts() -> String {
+    format!(
+        "all:\n  vars:\n    ansible_connection: local\n    ansible_python_interpreter: {}\n    zone: from-hosts-all\n  \
+         hosts:\n    node1:\n      port: 2201\n    node2:\n    node3:\n  children:\n    workers:\n      \
+         vars:\n        role: worker\n        port: 2202\n      hosts:\n        node2:\n        node3:\n",
+        python()
+    )
+}
+
+/// A playbook writing `<dir>/vars-<host>` with the variables the precedence tests look at.
+fn dump_playbook(dir: &Path) -> String {
+    playbook(
+        dir,
+        "dump.yml",
+        &format!(
+            "- hosts: all\n  gather_facts: false\n  become: false\n  tasks:\n    - ansible.builtin.copy:\n        \
+             dest: \"{}/vars-{{{{ inventory_hostname }}}}\"\n        content: \"port={{{{ port }}}} \
+             role={{{{ role | default('-') }}}} zone={{{{ zone }}}} version={{{{ kube_version }}}}\"\n",
+            dir.display()
+        ),
+    )
+}
+
+fn dumped(dir: &Path) -> Vec<String> {
+    ["node1", "node2", "node3"]
+        .iter()
+        .map(|h| std::fs::read_to_string(dir.join(format!("vars-{h}"))).unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn vars_yml_is_the_group_variables_of_all_so_host_variables_in_hosts_yml_override_it() {
+    if !tools::ansible_or_skip(
+        "vars_yml_is_the_group_variables_of_all_so_host_variables_in_hosts_yml_override_it",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // vars.yml sets all four; hosts.yml sets port on node1 (host), role and port on workers (group), zone on all.
+    let vars = "port: 22\nrole: control\nzone: from-vars\nkube_version: v1.31.4\n";
+    conf::write_conf(&dir.path().join("conf"), &precedence_hosts(), vars);
+    // A shell post-hook that asks ansible about /conf itself, as the example's hooks do.
+    let hook = dir.path().join("hook.sh");
+    std::fs::write(
+        &hook,
+        "ansible-inventory -i \"$KOK_CONF_DIR/hosts.yml\" --host node1 > \"$1/hook-node1.json\"\n\
+         ansible-inventory -i \"$KOK_CONF_DIR\" --host node3 > \"$1/hook-node3.json\"\n",
+    )
+    .unwrap();
+    let mut op = simple_operation(dump_playbook(dir.path()), vec![]);
+    op.spec.post_hooks = vec![Hook {
+        action: hook.display().to_string(),
+        action_type: ActionType::Shell,
+        extra_args: vec![dir.path().display().to_string()],
+    }];
+    run_ok(&op, dir.path());
+    // ansible's precedence, as for kubespray's inventory/<cluster>/group_vars/all: a host variable of
+    // hosts.yml outranks vars.yml; vars.yml (inventory group_vars/all) outranks the group `vars:` written in
+    // hosts.yml, which apply where vars.yml sets nothing (node2/node3 have no port of their own: 22 wins over
+    // the group's 2202, as it would under kubespray); vars.yml applies where nothing overrides it.
+    assert_eq!(
+        dumped(dir.path()),
+        [
+            "port=2201 role=control zone=from-vars version=v1.31.4",
+            "port=22 role=control zone=from-vars version=v1.31.4",
+            "port=22 role=control zone=from-vars version=v1.31.4",
+        ]
+    );
+    let seen = |host: &str| {
+        let text = std::fs::read_to_string(dir.path().join(format!("hook-{host}.json"))).unwrap();
+        let vars: serde_json::Value = serde_json::from_str(&text).expect(&text);
+        (
+            vars["port"].as_i64(),
+            vars["kube_version"].as_str().map(str::to_string),
+        )
+    };
+    assert_eq!(seen("node1"), (Some(2201), Some("v1.31.4".to_string())));
+    assert_eq!(seen("node3"), (Some(22), Some("v1.31.4".to_string())));
+}
+
+#[test]
+fn group_vars_in_hosts_yml_apply_where_vars_yml_is_silent() {
+    if !tools::ansible_or_skip("group_vars_in_hosts_yml_apply_where_vars_yml_is_silent") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    conf::write_conf(
+        &dir.path().join("conf"),
+        &precedence_hosts(),
+        "kube_version: v1.31.4\n",
+    );
+    let op = simple_operation(dump_playbook(dir.path()), vec![]);
+    run_ok(&op, dir.path());
+    assert_eq!(
+        dumped(dir.path()),
+        [
+            "port=2201 role=- zone=from-hosts-all version=v1.31.4",
+            "port=2202 role=worker zone=from-hosts-all version=v1.31.4",
+            "port=2202 role=worker zone=from-hosts-all version=v1.31.4",
+        ]
+    );
+}
+
+#[test]
+fn a_repository_whose_vars_never_collide_with_host_vars_runs_as_it_did_with_extra_vars() {
+    if !tools::ansible_or_skip(
+        "a_repository_whose_vars_never_collide_with_host_vars_runs_as_it_did_with_extra_vars",
+    ) {
+        return;
+    }
+    // Host variables set port (node1) and group vars role/port (workers); vars.yml sets neither.
+    let vars = "zone: from-vars\nkube_version: v1.31.4\n";
+    let before = tempfile::tempdir().unwrap();
+    let now = tempfile::tempdir().unwrap();
+    // What kok ran before: ansible-playbook -i hosts.yml -e @vars.yml.
+    std::fs::write(before.path().join("hosts.yml"), precedence_hosts()).unwrap();
+    std::fs::write(before.path().join("vars.yml"), vars).unwrap();
+    let out = tools::command("ansible-playbook")
+        .arg("-i")
+        .arg(before.path().join("hosts.yml"))
+        .arg("-e")
+        .arg(format!("@{}", before.path().join("vars.yml").display()))
+        .arg(dump_playbook(before.path()))
+        .env("ANSIBLE_LOCAL_TEMP", before.path().join("tmp"))
+        .output()
+        .expect("ansible-playbook runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    conf::write_conf(&now.path().join("conf"), &precedence_hosts(), vars);
+    let op = simple_operation(dump_playbook(now.path()), vec![]);
+    run_ok(&op, now.path());
+    assert_eq!(dumped(now.path()), dumped(before.path()));
+    assert_eq!(
+        dumped(now.path())[1],
+        "port=2202 role=worker zone=from-vars version=v1.31.4"
+    );
+}
+
+/// A playbook that writes `<dir>/<label>-<host>` for every host it runs on.
+fn touch_playbook(dir: &Path, label: &str) -> String {
+    playbook(
+        dir,
+        &format!("{label}.yml"),
+        &format!(
+            "- hosts: all\n  gather_facts: false\n  become: false\n  tasks:\n    - ansible.builtin.copy:\n        \
+             dest: \"{}/{label}-{{{{ inventory_hostname }}}}\"\n        content: ran\n",
+            dir.display()
+        ),
+    )
+}
+
+fn ran_on(dir: &Path, label: &str) -> Vec<&'static str> {
+    ["node1", "node2", "node3"]
+        .into_iter()
+        .filter(|h| dir.join(format!("{label}-{h}")).exists())
+        .collect()
+}
+
+#[test]
+fn a_limited_action_gets_the_facts_playbook_run_first_on_every_host() {
+    if !tools::ansible_or_skip("a_limited_action_gets_the_facts_playbook_run_first_on_every_host") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    conf::write_conf(&dir.path().join("conf"), &precedence_hosts(), "{}\n");
+    let mut op = simple_operation(touch_playbook(dir.path(), "scale"), vec![]);
+    op.spec.extra_args = vec!["--limit=node3".into()];
+    op.spec.facts_playbook = Some(FactsPlaybook {
+        path: touch_playbook(dir.path(), "facts"),
+        optional: true,
+    });
+    let log = run_ok(&op, dir.path());
+    assert_eq!(
+        ran_on(dir.path(), "facts"),
+        ["node1", "node2", "node3"],
+        "without the limit"
+    );
+    assert_eq!(ran_on(dir.path(), "scale"), ["node3"]);
+    assert!(log.starts_with("kok: facts: "), "{log}");
+}
+
+#[test]
+fn a_configured_facts_playbook_that_is_missing_fails_the_run_naming_the_facts_step() {
+    if !tools::ansible_or_skip(
+        "a_configured_facts_playbook_that_is_missing_fails_the_run_naming_the_facts_step",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut op = simple_operation(touch_playbook(dir.path(), "scale"), vec![]);
+    op.spec.extra_args = vec!["--limit=localhost".into()];
+    let missing = dir.path().join("site/facts.yml").display().to_string();
+    op.spec.facts_playbook = Some(FactsPlaybook {
+        path: missing.clone(),
+        optional: false,
+    });
+    let (ok, output, report, words) = run_for_summary(&op, dir.path(), &local_hosts());
+    assert!(!ok, "{output}");
+    assert!(
+        !dir.path().join("scale-localhost").exists(),
+        "the action ran: {output}"
+    );
+    assert_eq!(
+        report.failure.and_then(|f| f.step),
+        Some(format!("facts: {missing}"))
+    );
+    assert!(words.contains("could not be found"), "{words}");
 }

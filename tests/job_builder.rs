@@ -2,8 +2,12 @@
 
 use std::path::PathBuf;
 
+#[path = "common/conf.rs"]
+mod conf;
+
 use kok::api::{
-    ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, Hook, OperationSource, SecretRef,
+    ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, FactsPlaybook, Hook, OperationSource,
+    SecretRef,
 };
 use kok::controller::job::{build_job, container_command, entry_script, job_name, JobConfig};
 
@@ -76,7 +80,13 @@ fn golden(name: &str, op: &ClusterOperation) {
 
 #[test]
 fn a_plain_playbook_job_matches_its_golden_file() {
-    golden("job-playbook.yaml", &operation("prod-bj-add-node7-0123abcd"));
+    // add-node7 limits its hosts, so it renders with kok's default facts playbook.
+    let mut op = operation("prod-bj-add-node7-0123abcd");
+    op.spec.facts_playbook = Some(FactsPlaybook {
+        path: kok::api::DEFAULT_FACTS_PLAYBOOK.into(),
+        optional: true,
+    });
+    golden("job-playbook.yaml", &op);
 }
 
 #[test]
@@ -135,14 +145,20 @@ fn a_plain_playbook_runs_through_the_entry_script_with_every_argument_quoted() {
     assert_eq!(code, 0);
     assert_eq!(
         out,
-        "[-i]\n[<inventory>/hosts.yml]\n[-e]\n[@<inventory>/vars.yml]\n[--private-key]\n\
-         [/tmp/auth/ssh-privatekey]\n[-b]\n[scale.yml]\n[--limit=node7]\nEND\n"
+        "[-i]\n[<inventory>/hosts.yml]\n[--private-key]\n[/tmp/auth/ssh-privatekey]\n[-b]\n[scale.yml]\n\
+         [--limit=node7]\nEND\n"
     );
 }
 
 /// Runs the entry script with /bin/sh, `ansible-playbook` replaced by a recorder that prints its argv one
 /// argument per line followed by an end marker, and returns what it printed and the exit status.
 fn run_with_recorder(op: &ClusterOperation, fail_on: Option<&str>) -> (String, i32) {
+    let (out, _, code) = run_with_recorder_and_log(op, fail_on);
+    (out, code)
+}
+
+/// [`run_with_recorder`], with the script's stderr (its `kok: ...` lines) as well.
+fn run_with_recorder_and_log(op: &ClusterOperation, fail_on: Option<&str>) -> (String, String, i32) {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
@@ -160,9 +176,7 @@ fn run_with_recorder(op: &ClusterOperation, fail_on: Option<&str>) -> (String, i
     std::fs::set_permissions(&recorder, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let conf = dir.path().join("conf dir");
-    std::fs::create_dir(&conf).unwrap();
-    std::fs::write(conf.join("hosts.yml"), "all: {}\n").unwrap();
-    std::fs::write(conf.join("vars.yml"), "{}\n").unwrap();
+    conf::write_conf(&conf, "all: {}\n", "{}\n");
     let out = std::process::Command::new("/bin/sh")
         .arg("-c")
         .arg(entry_script(op))
@@ -189,7 +203,8 @@ fn run_with_recorder(op: &ClusterOperation, fail_on: Option<&str>) -> (String, i
             .replace(&format!("INVENTORY {inventory}\n"), "")
             .replace(inventory, "<inventory>");
     }
-    (text, out.status.code().unwrap_or(-1))
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    (text, log, out.status.code().unwrap_or(-1))
 }
 
 #[test]
@@ -216,8 +231,6 @@ fn hostile_arguments_reach_the_command_unchanged_through_the_entry_script() {
     let mut expected = vec![
         "-i".to_string(),
         "<inventory>/hosts.yml".into(),
-        "-e".into(),
-        "@<inventory>/vars.yml".into(),
         "--private-key".into(),
         "/tmp/auth/ssh-privatekey".into(),
         "-b".into(),
@@ -228,6 +241,69 @@ fn hostile_arguments_reach_the_command_unchanged_through_the_entry_script() {
     assert_eq!(runs[1], rendered);
     assert!(runs[0].contains("[ping.yml]"));
     assert!(!std::path::Path::new("/tmp/kok-pwned").exists());
+}
+
+#[test]
+fn the_facts_playbook_runs_first_without_the_limit_and_is_announced_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let facts = dir.path().join("facts.yml");
+    std::fs::write(&facts, "- hosts: all\n").unwrap();
+    let mut op = operation("prod-bj-add-node7-0123abcd");
+    op.spec.pre_hooks = vec![hook("ping.yml")];
+    op.spec.facts_playbook = Some(FactsPlaybook {
+        path: facts.display().to_string(),
+        optional: true,
+    });
+    let (out, log, code) = run_with_recorder_and_log(&op, None);
+    assert_eq!(code, 0, "{log}");
+    let runs: Vec<&str> = out.split("END\n").filter(|s| !s.is_empty()).collect();
+    assert_eq!(runs.len(), 3, "facts, pre-hook, action: {out}");
+    assert_eq!(
+        runs[0],
+        format!(
+            "[-i]\n[<inventory>/hosts.yml]\n[--private-key]\n[/tmp/auth/ssh-privatekey]\n[-b]\n[{}]\n",
+            facts.display()
+        ),
+        "same inventory, key and -b; no limit"
+    );
+    assert!(runs[1].contains("[ping.yml]") && runs[2].ends_with("[scale.yml]\n[--limit=node7]\n"));
+    assert_eq!(
+        log.lines().next(),
+        Some(
+            format!(
+                "kok: facts: {} (without --limit, for kubespray's fact cache)",
+                facts.display()
+            )
+            .as_str()
+        ),
+        "{log}"
+    );
+}
+
+#[test]
+fn kok_s_default_facts_playbook_is_skipped_with_a_line_where_the_runner_lacks_it() {
+    let mut op = operation("prod-bj-add-node7-0123abcd");
+    op.spec.facts_playbook = Some(FactsPlaybook {
+        path: "does/not/exist/facts.yml".into(),
+        optional: true,
+    });
+    let (out, log, code) = run_with_recorder_and_log(&op, None);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(out.matches("END\n").count(), 1, "only the action ran: {out}");
+    assert!(
+        log.contains("kok: facts: does/not/exist/facts.yml is not in ")
+            && log.contains("; going on without it"),
+        "{log}"
+    );
+
+    // Configured (not optional): the playbook runs whether or not the file is there, and ansible says so.
+    op.spec.facts_playbook.as_mut().unwrap().optional = false;
+    let (out, _, code) = run_with_recorder_and_log(&op, Some("does/not/exist/facts.yml"));
+    assert_eq!(code, 7);
+    assert!(
+        !out.contains("[scale.yml]"),
+        "the action ran after the facts step failed: {out}"
+    );
 }
 
 #[test]
@@ -258,9 +334,7 @@ fn a_shell_step_runs_the_script_with_its_arguments() {
     op.spec.action = script.display().to_string();
     op.spec.extra_args = vec!["a b".into(), "it's $(x)".into()];
     let conf = dir.path().join("conf");
-    std::fs::create_dir(&conf).unwrap();
-    std::fs::write(conf.join("hosts.yml"), "all: {}\n").unwrap();
-    std::fs::write(conf.join("vars.yml"), "{}\n").unwrap();
+    conf::write_conf(&conf, "all: {}\n", "{}\n");
     let script = entry_script(&op);
     assert!(
         script.contains("KOK_CONF_DIR=\"${KOK_CONF_DIR:-/conf}\""),
@@ -278,5 +352,30 @@ fn a_shell_step_runs_the_script_with_its_arguments() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!("<a b><it's $(x)> conf={}\n", conf.display())
+    );
+}
+
+#[test]
+fn a_shell_step_that_names_no_file_runs_the_program_of_that_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut op = operation("prod-bj-info-0123abcd");
+    op.spec.action_type = ActionType::Shell;
+    op.spec.action = "printf".into();
+    op.spec.extra_args = vec!["<%s>".into(), "kube_control_plane[0] $(x)".into()];
+    let conf = dir.path().join("conf");
+    conf::write_conf(&conf, "all: {}\n", "{}\n");
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(entry_script(&op))
+        .arg("kok-entry")
+        .env("KOK_CONF_DIR", &conf)
+        .env("TMPDIR", dir.path())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "<kube_control_plane[0] $(x)>"
     );
 }

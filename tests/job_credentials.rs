@@ -18,6 +18,8 @@ use kube::api::Api;
 
 const NS: &str = "kok-system";
 
+#[path = "common/conf.rs"]
+mod conf;
 #[path = "common/tools.rs"]
 mod tools;
 
@@ -131,14 +133,12 @@ async fn two_runs_see_the_same_generated_credential_and_the_kubeconfig_becomes_a
     let marks = work.path().join("marks");
     let conf = work.path().join("conf");
     std::fs::create_dir_all(&marks).unwrap();
-    std::fs::create_dir_all(&conf).unwrap();
-    std::fs::write(
-        conf.join("hosts.yml"),
+    conf::write_conf(
+        &conf,
         "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      \
          ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n",
-    )
-    .unwrap();
-    std::fs::write(conf.join("vars.yml"), format!("marks: {}\n", marks.display())).unwrap();
+        &format!("marks: {}\n", marks.display()),
+    );
     let playbook = work.path().join("credentials.yml");
     std::fs::write(&playbook, PLAYBOOK).unwrap();
 

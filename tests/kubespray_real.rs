@@ -13,7 +13,6 @@
 mod gitkit;
 mod local_e2e_support;
 
-use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
@@ -146,8 +145,8 @@ impl KubesprayRun {
             ),
         );
         let sha = repo.commit(&format!("{id}: {action} on real kubespray"));
-        let workdir: [OsString; 2] = ["--workdir".into(), kubespray.tree.clone().into()];
-        let mut kok = LocalKok::start_with(&repo, &workdir, kubespray.search_path());
+        let workdir = kubespray.tree.to_str().expect("kubespray's path is UTF-8");
+        let mut kok = LocalKok::start_with_path(&repo, &["--workdir", workdir], kubespray.search_path());
         let client = kok.client(&repo).await;
         let key = std::fs::read(sshd.file("user_key")).expect("the sshd's user key");
         let secret: Secret = serde_json::from_value(serde_json::json!({

@@ -49,6 +49,14 @@ async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_th
         repo.mark("hello").as_deref(),
         Some(format!("{GREETING} at {sha}\n").as_str())
     );
+    assert_eq!(
+        message,
+        format!(
+            "image {} is not mapped by --image-workdir; ran in a checkout of the repository at commit {sha}",
+            kok::api::DEFAULT_IMAGE
+        ),
+        "the status says which directory ran the image"
+    );
     assert_eq!(repo.runs("hello"), 1);
 
     let note = note_line(&mut kok, &repo, &sha, "kok/local/hello: success ").await;

@@ -102,7 +102,7 @@ async fn arguments_pointing_into_mounts_are_rewritten_to_the_host_copies() -> an
             "cat \"$1\"; case \"$2\" in @/*) cat \"${2#@}\";; esac; cat \"${3#--key=}\" > /dev/null && echo key readable",
             "sh",
             "/conf/hosts.yml",
-            "@/conf/vars.yml",
+            "@/conf/group_vars/all.yml",
             "--key=/auth/ssh-privatekey",
         ],
     );
@@ -148,9 +148,16 @@ async fn a_failing_command_fails_the_job_with_backoff_limit_exceeded() -> anyhow
         condition(&done, "Failed").as_deref(),
         Some("BackoffLimitExceeded")
     );
+    // The status also says which directory ran the image, which --image-workdir does not map.
+    let said = message(&done, "Failed").unwrap_or_default();
+    let workdir = work.path().display();
     assert_eq!(
-        message(&done, "Failed").as_deref(),
-        Some("Job has reached the specified backoff limit")
+        said,
+        format!(
+            "Job has reached the specified backoff limit (image {} is not mapped by --image-workdir; \
+             ran in {workdir} (--workdir))",
+            kok::api::DEFAULT_IMAGE
+        )
     );
     let log = env.log(&op)?;
     assert!(log.contains("about to fail"), "{log}");
@@ -177,10 +184,8 @@ async fn a_job_past_its_deadline_is_killed_and_fails_with_deadline_exceeded() ->
     runner.stop().await?;
 
     assert_eq!(condition(&done, "Failed").as_deref(), Some("DeadlineExceeded"));
-    assert_eq!(
-        message(&done, "Failed").as_deref(),
-        Some("Job was active longer than specified deadline")
-    );
+    assert!(message(&done, "Failed")
+        .is_some_and(|m| m.starts_with("Job was active longer than specified deadline (image ")));
     assert_eq!(done.status.as_ref().and_then(|s| s.failed), Some(1));
     for pid_file in ["sh.pid", "sleep.pid"] {
         let pid = std::fs::read_to_string(work.path().join(pid_file))?;
@@ -449,5 +454,235 @@ async fn a_job_whose_process_ended_before_kok_stopped_gets_the_outcome_its_log_r
         Some(status::REASON_COMPLETIONS_REACHED)
     );
     assert!(!work.path().join("ran").exists(), "the Job was not run again");
+    Ok(())
+}
+
+/// A shell script that counts its run, says it started, waits for `go` in its directory, then exits `code`.
+fn waiting_script(code: i32) -> String {
+    format!("echo run >> runs\necho $$ > sh.pid\necho started\nwhile [ ! -e go ]; do sleep 0.1; done\necho went on\nexit {code}\n")
+}
+
+/// Starts operation `id` running [`waiting_script`] with exit status `code` (and `deadline` seconds) under a
+/// first runner, once its process has started; returns its work directory, operation, runner and Job.
+async fn waiting_run(
+    env: &Env,
+    id: &str,
+    code: i32,
+    deadline: Option<i64>,
+) -> anyhow::Result<(tempfile::TempDir, kok::api::ClusterOperation, Runner, String)> {
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("wait.sh"), waiting_script(code))?;
+    let mut op = operation(id, "wait.sh", ActionType::Shell);
+    op.spec.active_deadline_seconds = deadline;
+    let first = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let pid_file = work.path().join("sh.pid");
+    wait_until("the Job to start its process", || pid_file.exists()).await?;
+    Ok((work, op, first, job))
+}
+
+#[tokio::test]
+async fn a_run_outlives_a_crashed_runner_and_the_next_one_reports_its_real_outcome() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let (work, op, first, job) = waiting_run(&env, "survivor", 3, None).await?;
+    let pid_file = work.path().join("sh.pid");
+    first.crash().await;
+
+    let pid = std::fs::read_to_string(&pid_file)?;
+    assert!(alive(pid.trim()), "the run outlived the runner");
+    // The process writes on while no runner runs, and the next runner picks it up while it still runs.
+    let second = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let log_path = env.log_path(&op);
+    wait_until("the second runner to pick the run up", || {
+        std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains("picked this run up again"))
+    })
+    .await?;
+    std::fs::write(work.path().join("go"), "")?;
+    let done = env.wait_finished(&job).await?;
+    second.stop().await?;
+
+    assert_eq!(
+        condition(&done, "Failed").as_deref(),
+        Some(status::REASON_BACKOFF_LIMIT_EXCEEDED),
+        "the status is the script's own exit status, not RunnerRestarted"
+    );
+    assert_eq!(std::fs::read_to_string(work.path().join("runs"))?, "run\n");
+    let log = env.log(&op)?;
+    assert!(log.contains("its process") && log.contains("still runs"), "{log}");
+    assert_eq!(log.matches("started\n").count(), 1, "no line copied twice: {log}");
+    assert!(
+        log.contains("went on\n"),
+        "output after the crash reached the log: {log}"
+    );
+    assert!(
+        log.contains("result=Failed reason=BackoffLimitExceeded exit=3"),
+        "{log}"
+    );
+    assert!(
+        !run_dir(&env, &job).await?.exists(),
+        "the run's directory is gone once its status is written"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_run_that_ended_while_no_runner_ran_gets_its_recorded_outcome() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let (work, op, first, job) = waiting_run(&env, "finisher", 0, None).await?;
+    let exit = run_dir(&env, &job).await?.join("exit");
+    first.crash().await;
+    std::fs::write(work.path().join("go"), "")?;
+    wait_until("the run to record its exit status", || exit.exists()).await?;
+
+    let second = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let done = env.wait_finished(&job).await?;
+    second.stop().await?;
+    assert_eq!(
+        condition(&done, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED)
+    );
+    let log = env.log(&op)?;
+    assert!(log.contains("it had ended with exit status 0"), "{log}");
+    assert!(log.contains("went on\n"), "{log}");
+    assert_eq!(std::fs::read_to_string(work.path().join("runs"))?, "run\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_deadline_of_a_picked_up_run_still_holds() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let (work, _op, first, job) = waiting_run(&env, "late", 0, Some(2)).await?;
+    let pid_file = work.path().join("sh.pid");
+    first.crash().await;
+
+    let second = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let done = env.wait_finished(&job).await?;
+    second.stop().await?;
+    assert_eq!(
+        condition(&done, "Failed").as_deref(),
+        Some(status::REASON_DEADLINE_EXCEEDED)
+    );
+    let pid = std::fs::read_to_string(&pid_file)?;
+    assert!(!alive(pid.trim()), "the process past its deadline was killed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_job_deleted_while_no_runner_ran_has_its_process_killed_by_the_next() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let (work, op, first, job) = waiting_run(&env, "orphan", 0, None).await?;
+    let pid_file = work.path().join("sh.pid");
+    let dir = run_dir(&env, &job).await?;
+    first.crash().await;
+    env.jobs.delete(&job, &Default::default()).await?;
+
+    let second = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let pid = std::fs::read_to_string(&pid_file)?;
+    wait_until("the orphaned process to be killed", || !alive(pid.trim())).await?;
+    wait_until("its run directory to be removed", || !dir.exists()).await?;
+    second.stop().await?;
+    let log = env.log(&op)?;
+    assert!(log.contains("deleted while kok was stopped"), "{log}");
+    assert!(log.contains("result=Deleted"), "{log}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_run_keeps_its_temporary_files_and_fact_cache_in_its_own_directory() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    let seen = work.path().join("seen");
+    std::fs::write(
+        work.path().join("env.sh"),
+        format!(
+            "for v in KOK_RUN_DIR TMPDIR ANSIBLE_LOCAL_TEMP ANSIBLE_CACHE_PLUGIN_CONNECTION ANSIBLE_SSH_CONTROL_PATH_DIR; do\n\
+             eval \"echo $v=\\${{$v}}\" >> {seen}\ndone\n\
+             [ -d \"$ANSIBLE_CACHE_PLUGIN_CONNECTION\" ] && [ -d \"$ANSIBLE_SSH_CONTROL_PATH_DIR\" ]\n",
+            seen = seen.display()
+        ),
+    )?;
+    let op = operation("envs", "env.sh", ActionType::Shell);
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    let job = env.create_job(&op).await?;
+    let dir = run_dir(&env, &job).await?;
+    let done = env.wait_finished(&job).await?;
+    runner.stop().await?;
+
+    assert_eq!(
+        condition(&done, "Complete").as_deref(),
+        Some(status::REASON_COMPLETIONS_REACHED),
+        "{}",
+        env.log(&op)?
+    );
+    let seen = std::fs::read_to_string(&seen)?;
+    let value = |name: &str| {
+        seen.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| panic!("{name} is not set: {seen}"))
+    };
+    assert_eq!(value("KOK_RUN_DIR"), dir);
+    assert_eq!(value("TMPDIR"), dir.join("tmp"));
+    assert_eq!(value("ANSIBLE_LOCAL_TEMP"), dir.join("tmp"));
+    assert_eq!(value("ANSIBLE_CACHE_PLUGIN_CONNECTION"), dir.join("facts"));
+    assert_eq!(value("ANSIBLE_SSH_CONTROL_PATH_DIR"), dir.join("cp"));
+    assert!(!dir.exists(), "the run's directory is removed after the run");
+    Ok(())
+}
+
+#[tokio::test]
+async fn images_mapped_by_image_workdir_run_in_their_own_directories() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let (old, new, default) = (tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?);
+    for (dir, name) in [(&old, "old"), (&new, "new"), (&default, "default")] {
+        std::fs::write(dir.path().join("which.sh"), format!("echo {name} > ran\n"))?;
+    }
+    let images: std::collections::BTreeMap<String, std::path::PathBuf> = [
+        ("kubespray:v2.26.0".to_string(), old.path().to_path_buf()),
+        ("kubespray:v2.27.0".to_string(), new.path().to_path_buf()),
+    ]
+    .into();
+    let runner = env.runner_with_images(Workdir::Fixed(default.path().to_path_buf()), images);
+    let mut names = Vec::new();
+    for (id, image) in [
+        ("a", "kubespray:v2.26.0"),
+        ("b", "kubespray:v2.27.0"),
+        ("c", "kubespray:v2.28.0"),
+    ] {
+        let mut op = operation(id, "which.sh", ActionType::Shell);
+        op.spec.image = image.into();
+        names.push((op.clone(), env.create_job(&op).await?));
+    }
+    let mut done = Vec::new();
+    for (op, job) in &names {
+        done.push((op, env.wait_finished(job).await?));
+    }
+    runner.stop().await?;
+
+    for (dir, name) in [(&old, "old"), (&new, "new"), (&default, "default")] {
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("ran"))?,
+            format!("{name}\n")
+        );
+    }
+    let (a, a_job) = &done[0];
+    assert!(env.log(a)?.contains(&format!(
+        "kok: image kubespray:v2.26.0 ran in {} (--image-workdir)",
+        old.path().display()
+    )));
+    assert_eq!(
+        message(a_job, "Complete").as_deref(),
+        Some(status::MESSAGE_COMPLETIONS_REACHED)
+    );
+    let (c, c_job) = &done[2];
+    let said = format!(
+        "image kubespray:v2.28.0 is not mapped by --image-workdir; ran in {} (--workdir)",
+        default.path().display()
+    );
+    assert!(env.log(c)?.contains(&format!("kok: {said}")), "{}", env.log(c)?);
+    assert_eq!(
+        message(c_job, "Complete"),
+        Some(format!("{} ({said})", status::MESSAGE_COMPLETIONS_REACHED))
+    );
     Ok(())
 }

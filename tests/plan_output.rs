@@ -133,3 +133,59 @@ fn scale_down_out_of_order_is_warned_about_in_the_plan() {
         "{text}"
     );
 }
+
+#[test]
+fn an_operation_that_limits_its_hosts_shows_its_facts_step_in_every_output() {
+    let mut repo = RepoBuilder::new();
+    repo.cluster("prod-bj").cluster("prod-sh");
+    repo.file("clusters/prod-sh/cluster.yml", "factsPlaybook: site/facts.yml\n");
+    let from = repo.commit("two clusters");
+    repo.file(
+        "clusters/prod-bj/operations.yml",
+        "- id: add-node8\n  action: scale.yml\n  extraArgs: [--limit=node8]\n- id: upgrade\n  action: upgrade-cluster.yml\n",
+    )
+    .file(
+        "clusters/prod-sh/operations.yml",
+        "- id: add-node8\n  action: scale.yml\n  extraArgs: [-l, node8]\n",
+    );
+    let to = repo.commit("add node8");
+    let cache = tempfile::tempdir().unwrap();
+    let range = ["--from", from.as_str(), "--to", to.as_str()];
+    let (code, text) = plan(&repo, &range, cache.path());
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("    add-node8 (playbooks/facts.yml (without --limit), then scale.yml) from "),
+        "{text}"
+    );
+    assert!(text.contains("    upgrade (upgrade-cluster.yml) from "), "{text}");
+    assert!(
+        text.contains("    add-node8 (site/facts.yml (without --limit), then scale.yml) from "),
+        "{text}"
+    );
+    let (_, md) = plan(
+        &repo,
+        &[&range[..], &["--output", "markdown"]].concat(),
+        cache.path(),
+    );
+    assert!(
+        md.contains("(`scale.yml` after `playbooks/facts.yml` without --limit)"),
+        "{md}"
+    );
+    let (_, json) = plan(&repo, &[&range[..], &["--output", "json"]].concat(), cache.path());
+    let json: serde_json::Value = serde_json::from_str(&json).expect(&json);
+    let facts: Vec<_> = json["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["operations"].as_array().unwrap())
+        .map(|o| o.get("factsPlaybook").cloned())
+        .collect();
+    assert_eq!(
+        facts,
+        [
+            Some(serde_json::json!({"path": "playbooks/facts.yml", "optional": true})),
+            None,
+            Some(serde_json::json!({"path": "site/facts.yml"})),
+        ]
+    );
+}

@@ -54,6 +54,14 @@ pub const STATE_CONFIG_MAP: &str = "kok-state";
 pub const HOSTS_KEY: &str = "hosts.yml";
 /// Name of the ConfigMap data key holding `vars.yml`.
 pub const VARS_KEY: &str = "vars.yml";
+/// Where vars.yml lies in an inventory directory beside hosts.yml: the group variables of `all`. The Job
+/// mounts it there under `/conf` and copies it there in the writable inventory, so ansible reads it as
+/// kubespray's `group_vars/all` and every host variable of hosts.yml outranks it (never `-e @vars.yml`).
+pub const VARS_INVENTORY_PATH: &str = "group_vars/all.yml";
+/// The facts playbook a run that limits its hosts gets when kok.yml and cluster.yml name none: kubespray's.
+pub const DEFAULT_FACTS_PLAYBOOK: &str = "playbooks/facts.yml";
+/// The `factsPlaybook` value that turns the facts step off (`false` in YAML means the same).
+pub const FACTS_PLAYBOOK_NONE: &str = "none";
 /// Key of the private key inside an ssh-auth Secret.
 pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
 /// Secret type kok accepts for `sshAuthSecret` (Opaque with [`SSH_PRIVATE_KEY`] is accepted too).
@@ -122,6 +130,42 @@ pub struct RunDefaults {
     /// Finished operations kept per cluster (default 20); older ones are deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_limit: Option<u32>,
+    /// Playbook run without `--limit` before an operation that limits its hosts, so that kubespray's fact
+    /// cache holds every host; `none` turns it off. Unset: `playbooks/facts.yml`, skipped when the runner
+    /// has no such file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts_playbook: Option<String>,
+}
+
+impl RunDefaults {
+    /// The facts step these defaults give an operation that limits its hosts: the configured playbook
+    /// (required), none when turned off, else [`DEFAULT_FACTS_PLAYBOOK`] (optional).
+    pub fn facts(&self) -> Option<FactsPlaybook> {
+        match self.facts_playbook.as_deref() {
+            None => Some(FactsPlaybook {
+                path: DEFAULT_FACTS_PLAYBOOK.to_string(),
+                optional: true,
+            }),
+            Some(FACTS_PLAYBOOK_NONE) => None,
+            Some(path) => Some(FactsPlaybook {
+                path: path.to_string(),
+                optional: false,
+            }),
+        }
+    }
+}
+
+/// The playbook a run executes first, without `--limit`, because one of its playbook steps limits its hosts.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FactsPlaybook {
+    /// Playbook path in the runner's working directory, e.g. `playbooks/facts.yml`.
+    #[schemars(length(min = 1))]
+    pub path: String,
+    /// True for kok's default (no `factsPlaybook` in kok.yml or cluster.yml): a runner without the file
+    /// skips the step with a line in the log. False when configured: a missing file fails the step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// Where a Cluster's desired state came from.
@@ -228,7 +272,7 @@ pub enum ActionType {
     /// `ansible-playbook` runs the action as a playbook.
     #[default]
     Playbook,
-    /// The action is an executable script run directly.
+    /// A script file of the working directory, run with `/bin/sh`; or else a program on `PATH` (`ansible`).
     Shell,
 }
 
@@ -317,6 +361,11 @@ pub struct ClusterOperationSpec {
     /// Steps run after a successful action in the same pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub post_hooks: Vec<Hook>,
+    /// Playbook run first, without `--limit`, in the same pod: set when a playbook step limits its hosts
+    /// (`--limit`, `-l`), from `factsPlaybook` in cluster.yml or kok.yml, so kubespray's fact cache holds
+    /// the hosts the limit leaves out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts_playbook: Option<FactsPlaybook>,
     /// Deadline of the Job in seconds; the Job fails with DeadlineExceeded past it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]

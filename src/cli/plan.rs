@@ -1,5 +1,6 @@
 //! `kok plan`: what a commit range would change — objects created, updated and deleted per cluster,
-//! and the operations that would run, each with the commit that introduced it.
+//! and the operations that would run, each with the commit that introduced it (and the facts playbook its Job
+//! runs first when it limits its hosts).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -112,10 +112,16 @@ pub struct Args {
     /// Local mode: directory of the embedded API server's data, the kubeconfig, logs and git cache.
     #[arg(long, default_value = crate::local::DEFAULT_STATE_DIR, env = "KOK_STATE_DIR")]
     pub state_dir: PathBuf,
-    /// Local mode: directory actions run in (default: the repository checked out at the operation's commit).
+    /// Local mode: directory actions run in (default: the repository checked out at the operation's commit),
+    /// for every image no --image-workdir maps; their logs and statuses say which directory ran them.
     #[arg(long, env = "KOK_WORKDIR")]
     pub workdir: Option<PathBuf>,
-    /// Local mode: port of the embedded API server on 127.0.0.1 (0 picks a free one).
+    /// Local mode: IMAGE=DIR runs the operations whose `image:` is IMAGE in DIR (e.g. that kubespray
+    /// version's checkout). Repeatable; the environment variable takes a comma-separated list.
+    #[arg(long = "image-workdir", value_name = "IMAGE=DIR", value_parser = parse_image_workdir, value_delimiter = ',', env = "KOK_IMAGE_WORKDIR")]
+    pub image_workdirs: Vec<(String, PathBuf)>,
+    /// Local mode: port of the embedded API server on 127.0.0.1 (0: the previous start's port when free, else
+    /// a free one).
     #[arg(long, default_value_t = 0, env = "KOK_API_PORT")]
     pub api_port: u16,
 }
@@ -141,6 +147,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         }
     };
     Ok(Duration::from_secs(secs))
+}
+
+/// Parses `IMAGE=DIR` (the first `=` ends the image).
+pub fn parse_image_workdir(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((image, dir)) if !image.trim().is_empty() && !dir.trim().is_empty() => {
+            Ok((image.trim().to_string(), PathBuf::from(dir.trim())))
+        }
+        _ => Err(format!(
+            "{text:?} is not IMAGE=DIR; write e.g. quay.io/kubespray/kubespray:v2.27.0=/src/kubespray-2.27"
+        )),
+    }
 }
 
 impl Args {
@@ -308,6 +326,7 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         workdir,
         max_parallel: args.max_concurrent_jobs.max(1),
         api_url: Some(api.url()),
+        image_workdirs: image_workdirs(&args.image_workdirs)?,
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let store_failed = api.store_failed();
@@ -338,6 +357,32 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
         Some(e) => Err(e),
         None => result,
     }
+}
+
+/// The `--image-workdir` map, each directory made absolute; an image given twice with two directories is
+/// refused, and so is a directory that does not exist.
+fn image_workdirs(
+    pairs: &[(String, PathBuf)],
+) -> anyhow::Result<std::collections::BTreeMap<String, PathBuf>> {
+    let mut map = std::collections::BTreeMap::new();
+    for (image, dir) in pairs {
+        let abs = dir.canonicalize().with_context(|| {
+            format!(
+                "--image-workdir {image}={}: the directory cannot be used",
+                dir.display()
+            )
+        })?;
+        if let Some(other) = map.insert(image.clone(), abs.clone()) {
+            if other != abs {
+                anyhow::bail!(
+                    "--image-workdir maps {image} twice ({} and {}); give one directory per image",
+                    other.display(),
+                    abs.display()
+                );
+            }
+        }
+    }
+    Ok(map)
 }
 
 /// The bare cache repository the source keeps for `config`.
@@ -417,5 +462,18 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_duration("5 minutes").is_err());
         assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn image_workdirs_are_image_equals_directory() {
+        assert_eq!(
+            parse_image_workdir("quay.io/kubespray/kubespray:v2.27.0=/src/ks=2"),
+            Ok((
+                "quay.io/kubespray/kubespray:v2.27.0".to_string(),
+                PathBuf::from("/src/ks=2")
+            ))
+        );
+        assert!(parse_image_workdir("/src/ks").is_err());
+        assert!(parse_image_workdir("=/src/ks").is_err());
     }
 }

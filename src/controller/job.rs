@@ -1,24 +1,37 @@
 //! The Job that runs one ClusterOperation, and its entry script: pure functions from the operation to objects.
 //!
 //! The container runs `/bin/sh -c <entry script>`. The script quotes every argument from the repository, runs
-//! pre-hooks, the action and post-hooks in order and stops at the first failure. A playbook step runs
-//! `ansible-playbook -i $KOK_CONF_DIR/hosts.yml -e @$KOK_CONF_DIR/vars.yml [--private-key ...] -b <action> <extraArgs...>`;
-//! a `shell` step runs `/bin/sh <action> <extraArgs...>`: the action is a script file inside the runner image.
+//! the facts playbook (when the operation has one), pre-hooks, the action and post-hooks in order and stops at
+//! the first failure. A playbook step runs
+//! `ansible-playbook -i $KOK_INVENTORY/hosts.yml [--private-key ...] -b <action> <extraArgs...>`;
+//! a `shell` step runs `/bin/sh <action> <extraArgs...>` when the action is a script file of the working
+//! directory, else `<action> <extraArgs...>`: a program on the image's `PATH`, such as `ansible`.
 //! Before the first step the script writes kok's ansible callback plugin into a private temporary directory, and
 //! on exit it leaves the plugin's summary as the container's termination message ([`super::summary`]).
 //! The script reads its directories from `KOK_CONF_DIR` (default `/conf`), `KOK_AUTH_DIR` (default `/auth`)
 //! and `KOK_TERMINATION_LOG` (default `/dev/termination-log`), so the same script runs outside a pod.
+//!
+//! Variables: a cluster directory means to kok what the same files mean to kubespray as an inventory
+//! directory. `/conf` is one: the pinned `hosts.yml` and, as `group_vars/all.yml`, the pinned `vars.yml`
+//! ([`VARS_INVENTORY_PATH`]), so ansible reads vars.yml as the group variables of `all` and the host
+//! variables of hosts.yml outrank it, as they do in kubespray (never `-e @vars.yml`, which would outrank
+//! them). A hook that runs `ansible --inventory=/conf/hosts.yml` (or `-i /conf`) sees the same variables.
+//!
+//! Facts: an operation whose spec names a facts playbook (rendered when a playbook step limits its hosts)
+//! runs it first, with the same inventory, key and `-b` and without the limit, so kubespray's fact cache
+//! holds every host before the limited run asserts it does. An optional one (kok's default,
+//! `playbooks/facts.yml`) missing from the working directory is skipped with a line in the log.
 //!
 //! Security: the pod runs the image's user (kubespray's image runs as root and needs it), with privilege
 //! escalation off, every capability dropped and the runtime's default seccomp profile. It runs as the
 //! operation's service account, or else as the cluster's own `kok-<cluster>`, whose only grant is reading and
 //! patching that cluster's credentials and kubeconfig Secrets ([`super::credentials`]).
 //!
-//! kubespray writes beside its inventory: the script copies the pinned hosts.yml and vars.yml into a writable
-//! directory (`KOK_INVENTORY`, private to the pod) and runs ansible against that copy, with `credentials/`
-//! restored from Secret `<cluster>-credentials` (mounted read-only at `/kok/credentials`). On exit, whatever
-//! the outcome, it saves what the run created or changed there, and an `artifacts/admin.conf`, back to the
-//! cluster's Secrets.
+//! kubespray writes beside its inventory: the script copies the pinned inventory (`hosts.yml` and
+//! `group_vars/all.yml`) into a writable directory (`KOK_INVENTORY`, private to the pod) and runs ansible
+//! against that copy, with `credentials/` restored from Secret `<cluster>-credentials` (mounted read-only at
+//! `/kok/credentials`). On exit, whatever the outcome, it saves what the run created or changed there, and an
+//! `artifacts/admin.conf`, back to the cluster's Secrets.
 
 use std::collections::BTreeMap;
 
@@ -37,14 +50,15 @@ use kube::{Resource, ResourceExt};
 use super::credentials::{credentials_secret, kubeconfig_secret, runner_service_account, SAVE_SCRIPT};
 use super::summary::{ENV_TERMINATION_LOG, PLUGIN_SOURCE, STEP_FAILED_MARK, TERMINATION_MESSAGE_PATH};
 use crate::api::{
-    common_labels, ActionType, ClusterOperation, Hook, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH,
-    HOSTS_KEY, LABEL_CLUSTER_OPERATION, LABEL_OPERATION, SSH_PRIVATE_KEY, VARS_KEY,
+    common_labels, ActionType, ClusterOperation, FactsPlaybook, Hook, ANNOTATION_REVISION,
+    ANNOTATION_SOURCE_PATH, HOSTS_KEY, LABEL_CLUSTER_OPERATION, LABEL_OPERATION, SSH_PRIVATE_KEY,
+    VARS_INVENTORY_PATH, VARS_KEY,
 };
 use crate::materialize::{shorten_name, MAX_NAME_LEN};
 
 /// Prefix of every Job name.
 pub const JOB_PREFIX: &str = "kok-";
-/// Directory where hosts.yml and vars.yml are mounted.
+/// Directory where the pinned inventory is mounted: `hosts.yml` and vars.yml as `group_vars/all.yml`.
 pub const CONF_DIR: &str = "/conf";
 /// Directory where the ssh key is mounted.
 pub const AUTH_DIR: &str = "/auth";
@@ -158,25 +172,26 @@ fn main_step(op: &ClusterOperation) -> Step<'_> {
 }
 
 fn script_line(step: Step<'_>, with_key: bool) -> String {
-    let mut words: Vec<String> = Vec::new();
+    let action = shell_quote(step.action);
+    let args: String = step
+        .extra_args
+        .iter()
+        .map(|a| format!(" {}", shell_quote(a)))
+        .collect();
     match step.action_type {
         ActionType::Playbook => {
-            words.push(ANSIBLE_PLAYBOOK.to_string());
-            words.push("-i".to_string());
-            words.push(format!("\"${ENV_INVENTORY}/{HOSTS_KEY}\""));
-            words.push("-e".to_string());
-            words.push(format!("\"@${ENV_INVENTORY}/{VARS_KEY}\""));
-            if with_key {
-                words.push("--private-key".to_string());
-                words.push(format!("\"${ENV_AUTH_DIR}/{SSH_PRIVATE_KEY}\""));
-            }
-            words.push("-b".to_string());
+            let key = if with_key {
+                format!(" --private-key \"${ENV_AUTH_DIR}/{SSH_PRIVATE_KEY}\"")
+            } else {
+                String::new()
+            };
+            format!("{ANSIBLE_PLAYBOOK} -i \"${ENV_INVENTORY}/{HOSTS_KEY}\"{key} -b {action}{args}")
         }
-        ActionType::Shell => words.push(SHELL.to_string()),
+        // A script file needs no exec bit; a program of the image (`ansible`) is not a shell script.
+        ActionType::Shell => {
+            format!("if [ -f {action} ]; then {SHELL} {action}{args}; else {action}{args}; fi")
+        }
     }
-    words.push(shell_quote(step.action));
-    words.extend(step.extra_args.iter().map(|a| shell_quote(a)));
-    words.join(" ")
 }
 
 /// Heredoc delimiter of the plugin inside the entry script.
@@ -188,6 +203,9 @@ const SAVE_DELIMITER: &str = "KOK_CREDENTIALS_SCRIPT";
 /// kok's callback plugin (found by ansible through `ANSIBLE_CALLBACK_PLUGINS`), and the exit trap that names
 /// the failed step and leaves the plugin's summary as the termination message.
 fn script_prologue() -> String {
+    let vars_dir = VARS_INVENTORY_PATH
+        .rsplit_once('/')
+        .map_or(VARS_INVENTORY_PATH, |(dir, _)| dir);
     format!(
         r#"set -eu
 {ENV_CONF_DIR}="${{{ENV_CONF_DIR}:-{CONF_DIR}}}"
@@ -218,8 +236,10 @@ kok_finish() {{
   exit "$kok_rc"
 }}
 trap 'kok_finish $?' EXIT
-mkdir "$kok_tmp/callback" "${ENV_INVENTORY}" "${ENV_INVENTORY}/credentials" "${ENV_INVENTORY}/artifacts"
-cp "${ENV_CONF_DIR}/{HOSTS_KEY}" "${ENV_CONF_DIR}/{VARS_KEY}" "${ENV_INVENTORY}/"
+mkdir "$kok_tmp/callback" "${ENV_INVENTORY}" "${ENV_INVENTORY}/credentials" "${ENV_INVENTORY}/artifacts" \
+  "${ENV_INVENTORY}/{vars_dir}"
+cp "${ENV_CONF_DIR}/{HOSTS_KEY}" "${ENV_INVENTORY}/{HOSTS_KEY}"
+cp "${ENV_CONF_DIR}/{VARS_INVENTORY_PATH}" "${ENV_INVENTORY}/{VARS_INVENTORY_PATH}"
 if [ -n "${{{ENV_CREDENTIALS_DIR}:-}}" ] && [ -d "${ENV_CREDENTIALS_DIR}" ]; then
   for kok_file in "${ENV_CREDENTIALS_DIR}"/*; do
     if [ -f "$kok_file" ]; then cp "$kok_file" "${ENV_INVENTORY}/credentials/"; fi
@@ -235,9 +255,45 @@ export ANSIBLE_CALLBACK_PLUGINS
     )
 }
 
-/// The entry script: runs pre-hooks, the action and post-hooks in order, stopping at the first failure with
-/// its exit status. Every argument from the repository is single-quoted; only kok's own variables expand.
-/// Each step is announced as `kok: <step>` on stderr, and a failure as `kok: <step> failed with exit code <n>`.
+/// The label of the facts step, and the start of the first line of a run that has one.
+pub const FACTS_STEP: &str = "facts";
+/// What the facts step's announcement adds after its label and playbook.
+pub const FACTS_NOTE: &str = " (without --limit, for kubespray's fact cache)";
+
+/// The facts step: announced as `kok: facts: <playbook> (without --limit, for kubespray's fact cache)`, then
+/// the playbook run like any playbook step without extra arguments. An optional playbook missing from the
+/// working directory is skipped with `kok: facts: <playbook> is not in <dir>; going on without it`.
+fn facts_step(facts: &FactsPlaybook, with_key: bool) -> String {
+    let name = shell_quote(&format!("{FACTS_STEP}: {}", facts.path));
+    let run = script_line(
+        Step {
+            action: &facts.path,
+            action_type: ActionType::Playbook,
+            extra_args: &[],
+        },
+        with_key,
+    );
+    let mut out = format!(
+        "KOK_STEP={name}\nprintf 'kok: %s%s\\n' \"$KOK_STEP\" {} >&2\n",
+        shell_quote(FACTS_NOTE)
+    );
+    if facts.optional {
+        let path = shell_quote(&facts.path);
+        out.push_str(&format!(
+            "if [ -e {path} ]; then\n  {run}\nelse\n  printf 'kok: %s is not in %s; going on without it \
+             (not a kubespray runner? set factsPlaybook in kok.yml or cluster.yml)\\n' \"$KOK_STEP\" \"$PWD\" >&2\nfi\n"
+        ));
+    } else {
+        out.push_str(&run);
+        out.push('\n');
+    }
+    out
+}
+
+/// The entry script: runs the facts playbook (when the spec has one), pre-hooks, the action and post-hooks in
+/// order, stopping at the first failure with its exit status. Every argument from the repository is
+/// single-quoted; only kok's own variables expand. Each step is announced as `kok: <step>` on stderr, and a
+/// failure as `kok: <step> failed with exit code <n>`.
 pub fn entry_script(op: &ClusterOperation) -> String {
     let with_key = op.spec.ssh_auth_ref.is_some();
     let mut steps: Vec<(String, Step<'_>)> = Vec::new();
@@ -252,6 +308,9 @@ pub fn entry_script(op: &ClusterOperation) -> String {
     }
 
     let mut script = script_prologue();
+    if let Some(facts) = &op.spec.facts_playbook {
+        script.push_str(&facts_step(facts, with_key));
+    }
     for (label, step) in steps {
         let name = shell_quote(&format!("{label}: {}", step.action));
         script.push_str(&format!("KOK_STEP={name}\n"));
@@ -292,13 +351,13 @@ fn env(name: &str, value: &str) -> EnvVar {
     }
 }
 
-fn config_map_source(name: &str, key: &str) -> VolumeProjection {
+fn config_map_source(name: &str, key: &str, path: &str) -> VolumeProjection {
     VolumeProjection {
         config_map: Some(ConfigMapProjection {
             name: name.to_string(),
             items: Some(vec![KeyToPath {
                 key: key.to_string(),
-                path: key.to_string(),
+                path: path.to_string(),
                 mode: None,
             }]),
             optional: Some(false),
@@ -323,8 +382,8 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
         name: "conf".to_string(),
         projected: Some(ProjectedVolumeSource {
             sources: Some(vec![
-                config_map_source(&op.spec.hosts_conf_ref.name, HOSTS_KEY),
-                config_map_source(&op.spec.vars_conf_ref.name, VARS_KEY),
+                config_map_source(&op.spec.hosts_conf_ref.name, HOSTS_KEY, HOSTS_KEY),
+                config_map_source(&op.spec.vars_conf_ref.name, VARS_KEY, VARS_INVENTORY_PATH),
             ]),
             default_mode: Some(0o444),
         }),

@@ -7,7 +7,7 @@
 //! resourceVersion. Most of those strings are the same across a fleet (the image, the Secret, the commit
 //! and revision, a wait message) or across a cluster's operations (its name, ConfigMaps and path). A
 //! record holds each such string once for the whole cache, keeps the fields that are rarely set (hooks,
-//! resources, a schedule; a finished run's times and report) boxed apart, and turns back into the
+//! a facts playbook, resources, a schedule; a finished run's times and report) boxed apart, and turns back into the
 //! object the decisions read ([`OpCache::get`]): the cached object of before, with the cluster and
 //! current labels and the content hash put back.
 //!
@@ -109,6 +109,7 @@ impl Record {
         let rest = ClusterOperationSpec {
             pre_hooks: s.pre_hooks.clone(),
             post_hooks: s.post_hooks.clone(),
+            facts_playbook: s.facts_playbook.clone(),
             active_deadline_seconds: s.active_deadline_seconds,
             service_account: s.service_account.clone(),
             resources: s.resources.clone(),
@@ -492,6 +493,10 @@ mod tests {
             action_type: ActionType::Playbook,
             extra_args: vec![],
         }];
+        full.spec.facts_playbook = Some(crate::api::FactsPlaybook {
+            path: "playbooks/facts.yml".into(),
+            optional: true,
+        });
         let status = full.status.as_mut().unwrap();
         status.job_ref = Some("kok-a1".into());
         status.result = Some("succeeded".into());

@@ -22,7 +22,9 @@ use tracing::{info, instrument, warn};
 
 use super::credentials;
 use super::job::{build_job, job_name, CONTAINER_NAME, JOB_NAME_LABEL};
-use super::queue::{decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome, Wait};
+use super::queue::{
+    completion_note, decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome, Wait,
+};
 use super::secret::check_cached;
 use super::summary::{read_termination_message, RunReport};
 use super::{Action, Context, ControllerError};
@@ -247,6 +249,7 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                 Some(JobOutcome::Running) => return Ok(Action::await_change()),
                 Some(JobOutcome::Succeeded) => Transition {
                     phase: Phase::Succeeded,
+                    message: job.as_ref().and_then(completion_note),
                     end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
                     event: Some(("Succeeded", false)),
                     report,

@@ -180,6 +180,27 @@ pub enum JobOutcome {
     },
 }
 
+/// The message the Job controller gives a Job's `Complete` condition.
+pub const JOB_COMPLETE_MESSAGE: &str = "Reached expected number of succeeded pods";
+
+/// What a completed Job's `Complete` condition says beyond [`JOB_COMPLETE_MESSAGE`] (local mode's runner adds
+/// there which directory ran an image it was not told about), without the parentheses around it.
+pub fn completion_note(job: &Job) -> Option<String> {
+    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    let message = conditions
+        .iter()
+        .find(|c| c.type_ == "Complete" && c.status == "True")?
+        .message
+        .as_deref()?;
+    let note = message
+        .strip_prefix(JOB_COMPLETE_MESSAGE)?
+        .trim()
+        .strip_prefix('(')?
+        .strip_suffix(')')?
+        .trim();
+    (!note.is_empty()).then(|| note.to_string())
+}
+
 /// Reads the outcome of a Job from its conditions.
 pub fn job_outcome(job: &Job) -> JobOutcome {
     let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref());

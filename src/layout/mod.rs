@@ -25,7 +25,7 @@ pub use repo::{
     layout_root, parse_clusters, parse_repo, parse_repo_settings, settings_path, CLUSTER_FILES, CLUSTER_YML,
     HOSTS_YML, KOK_YML, MAX_CLUSTER_NAME, OPERATIONS_YML, VARS_YML,
 };
-pub use scaledown::{host_references, unknown_hosts, HostRef};
+pub use scaledown::{host_references, limits_hosts, unknown_hosts, HostRef};
 pub use settings::{is_quantity, merge_settings, SETTINGS_KEYS};
 
 /// Largest file the parser accepts (1 MiB).

@@ -393,7 +393,7 @@ fn read_cluster_files(
     Some((entries, files))
 }
 
-/// vars.yml must be a YAML mapping (an empty file is not: `-e @vars.yml` needs one).
+/// vars.yml must be a YAML mapping, the group variables of `all` (an empty file is refused: write `{}`).
 fn check_vars(text: &str, d: &mut FileDiags<'_>) {
     match parse_yaml(text, d) {
         Err(()) => {}

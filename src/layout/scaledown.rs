@@ -1,4 +1,5 @@
-//! The scale-down check: hosts named in an operation's arguments (`--limit`, `-e node=`) must still be in hosts.yml.
+//! Hosts an operation's ansible arguments name: the scale-down check (`--limit`, `-e node=` must name hosts still
+//! in hosts.yml), and whether a playbook run limits its hosts at all ([`limits_hosts`]).
 
 use super::Inventory;
 
@@ -85,6 +86,70 @@ pub fn unknown_hosts(args: &[String], inventory: &Inventory) -> Vec<HostRef> {
         .collect()
 }
 
+/// Short options of `ansible-playbook` other than `-l` that take a value: the rest of the word, or the next
+/// argument.
+const SHORT_WITH_VALUE: &[char] = &['i', 'e', 't', 'u', 'c', 'T', 'M', 'f'];
+
+/// Long options of `ansible-playbook` that take a value, as the next argument when not written with `=`.
+const LONG_WITH_VALUE: &[&str] = &[
+    "--inventory",
+    "--inventory-file",
+    "--extra-vars",
+    "--tags",
+    "--skip-tags",
+    "--user",
+    "--connection",
+    "--timeout",
+    "--module-path",
+    "--forks",
+    "--vault-id",
+    "--vault-password-file",
+    "--private-key",
+    "--key-file",
+    "--ssh-common-args",
+    "--sftp-extra-args",
+    "--scp-extra-args",
+    "--ssh-extra-args",
+    "--become-method",
+    "--become-user",
+    "--become-password-file",
+    "--connection-password-file",
+    "--start-at-task",
+];
+
+/// True when `args` (of `ansible-playbook`) limit the hosts it runs on: `--limit X`, `--limit=X`, the
+/// abbreviations python's argparse accepts (`--lim`, `--limi`), `-l X`, `-lX`, or `-l` after other flags in
+/// one word (`-vl X`). The values of other options (`-e '--limit'`) are skipped.
+pub fn limits_hosts(args: &[String]) -> bool {
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].as_str();
+        if let Some(long) = arg.strip_prefix("--") {
+            let name = long.split('=').next().unwrap_or_default();
+            if name.len() >= 3 && "limit".starts_with(name) {
+                return true;
+            }
+            if !long.contains('=') && LONG_WITH_VALUE.contains(&arg) {
+                i += 1;
+            }
+        } else if let Some(flags) = arg.strip_prefix('-') {
+            for (at, c) in flags.char_indices() {
+                if c == 'l' {
+                    return true;
+                }
+                if SHORT_WITH_VALUE.contains(&c) {
+                    if at + c.len_utf8() == flags.len() {
+                        i += 1;
+                    }
+                    break;
+                }
+            }
+        }
+        i += 1;
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +169,42 @@ mod tests {
         assert_eq!(names(&["-l", "node7"]), [(1, "node7".to_string())]);
         assert_eq!(names(&["-lnode7"]), [(0, "node7".to_string())]);
         assert_eq!(names(&["--limit=a,b:!c:&d"]).len(), 4);
+    }
+
+    fn limited(args: &[&str]) -> bool {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        limits_hosts(&args)
+    }
+
+    #[test]
+    fn every_way_of_writing_a_limit_limits_the_hosts() {
+        for args in [
+            &["--limit=node7"][..],
+            &["--limit", "node7"],
+            &["-l", "node7"],
+            &["-lnode7"],
+            &["-vvl", "node7"],
+            &["-b", "--lim=node7"],
+            &["-e", "x=1", "--limi", "node7"],
+        ] {
+            assert!(limited(args), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn option_values_and_other_flags_do_not_limit_the_hosts() {
+        for args in [
+            &[][..],
+            &["-e", "node=node4", "-e", "skip_confirmation=true"],
+            &["-e", "--limit=x"],
+            &["--extra-vars", "-l"],
+            &["-el"],
+            &["--tags", "asserts", "-vvv"],
+            &["--list-hosts"],
+            &["-i", "-l"],
+        ] {
+            assert!(!limited(args), "{args:?}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::diag::{deny_unknown_keys, get, parse_yaml, FileDiags};
 use super::names::is_dns1123_subdomain;
 use super::yaml::{Kind, Node};
 use super::Settings;
+use crate::api::{DEFAULT_FACTS_PLAYBOOK, FACTS_PLAYBOOK_NONE};
 
 /// Keys cluster.yml and kok.yml may hold.
 pub const SETTINGS_KEYS: &[&str] = &[
@@ -18,6 +19,7 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "resources",
     "activeDeadlineSeconds",
     "historyLimit",
+    "factsPlaybook",
 ];
 
 /// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
@@ -92,7 +94,26 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             None
         }
     });
+    settings.defaults.facts_playbook = get(map, "factsPlaybook").and_then(|node| facts_playbook(node, diags));
     settings
+}
+
+/// `factsPlaybook`: a playbook path, or `none` / `false` (stored as [`FACTS_PLAYBOOK_NONE`]) to turn it off.
+fn facts_playbook(node: &Node, diags: &mut FileDiags<'_>) -> Option<String> {
+    match &node.kind {
+        Kind::Bool(false) => Some(FACTS_PLAYBOOK_NONE.to_string()),
+        Kind::Str(s) if s.trim() == s && !s.is_empty() && !s.starts_with('-') => Some(s.clone()),
+        _ => {
+            diags.error(
+                node,
+                format!(
+                    "factsPlaybook must be the path of the playbook run without --limit before an operation \
+                     that limits its hosts (e.g. {DEFAULT_FACTS_PLAYBOOK}), or `none` (or false) to run none"
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// `over` merged over `base`, key by key (a key set in `over` wins).
@@ -109,6 +130,7 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             resources: o.resources.clone().or_else(|| b.resources.clone()),
             active_deadline_seconds: o.active_deadline_seconds.or(b.active_deadline_seconds),
             history_limit: o.history_limit.or(b.history_limit),
+            facts_playbook: o.facts_playbook.clone().or_else(|| b.facts_playbook.clone()),
         },
     }
 }
@@ -250,6 +272,57 @@ mod tests {
             (s.defaults.active_deadline_seconds, s.defaults.history_limit),
             (Some(600), Some(5))
         );
+    }
+
+    #[test]
+    fn the_facts_playbook_is_a_path_or_none() {
+        assert_eq!(
+            check("factsPlaybook: site/facts.yml\n")
+                .0
+                .defaults
+                .facts_playbook
+                .as_deref(),
+            Some("site/facts.yml")
+        );
+        for off in ["factsPlaybook: none\n", "factsPlaybook: false\n"] {
+            let (s, d) = check(off);
+            assert_eq!(d, vec![]);
+            assert_eq!(
+                s.defaults.facts_playbook.as_deref(),
+                Some(FACTS_PLAYBOOK_NONE),
+                "{off}"
+            );
+            assert_eq!(s.defaults.facts(), None, "{off}");
+        }
+        assert_eq!(
+            check("image: x\n").0.defaults.facts(),
+            Some(crate::api::FactsPlaybook {
+                path: DEFAULT_FACTS_PLAYBOOK.into(),
+                optional: true,
+            })
+        );
+        for bad in [
+            "factsPlaybook: true\n",
+            "factsPlaybook: ''\n",
+            "factsPlaybook: --limit=x\n",
+            "factsPlaybook: [a]\n",
+        ] {
+            assert!(
+                first_error(bad).starts_with("1:16: factsPlaybook must be the path of the playbook"),
+                "{bad}: {}",
+                first_error(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn a_configured_facts_playbook_is_required_and_wins_over_kok_yml() {
+        let (base, _) = check("factsPlaybook: none\n");
+        let (over, _) = check("factsPlaybook: site/facts.yml\n");
+        let facts = merge_settings(&base, &over).defaults.facts().unwrap();
+        assert_eq!((facts.path.as_str(), facts.optional), ("site/facts.yml", false));
+        assert_eq!(merge_settings(&over, &base).defaults.facts(), None);
+        assert_eq!(merge_settings(&base, &Settings::default()).defaults.facts(), None);
     }
 
     #[test]

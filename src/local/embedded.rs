@@ -87,7 +87,16 @@ impl Embedded {
     }
 }
 
-/// Starts the embedded API server on 127.0.0.1:`port` (0: any free port), writes its kubeconfig to
+/// The port of the server the kubeconfig in `state_dir` names (the previous start's).
+fn previous_port(state_dir: &Path) -> Option<u16> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(state_dir.join(KUBECONFIG_FILE)).ok()?;
+    let server = kubeconfig.clusters.first()?.cluster.as_ref()?.server.clone()?;
+    let port = server.rsplit(':').next()?.trim_end_matches('/');
+    port.parse().ok().filter(|p| *p != 0)
+}
+
+/// Starts the embedded API server on 127.0.0.1:`port` (0: the previous start's port, from the kubeconfig
+/// left in the state directory, when it is free, else any free port), writes its kubeconfig to
 /// `<state_dir>/kubeconfig`, installs kok's CRDs and makes sure `namespace` exists.
 ///
 /// The store persists to `<state_dir>/api/store.db` (SQLite; every write committed before it is
@@ -103,14 +112,28 @@ pub async fn start(state_dir: &Path, port: u16, namespace: &str) -> anyhow::Resu
         ),
         Err(_) => None,
     };
-    let server = testkit::ApiServer::start_with(testkit::Options {
+    let options = |port| testkit::Options {
         port,
         data_dir: Some(data_dir.clone()),
         db_page_limit,
         ..testkit::Options::default()
-    })
-    .await
-    .context("starting the embedded API server")?;
+    };
+    // Runs that outlived a crash of kok reach the server at the URL they were given: keep its port when free.
+    let previous = (port == 0).then(|| previous_port(state_dir)).flatten();
+    let server = match previous {
+        Some(previous) => match testkit::ApiServer::start_with(options(previous)).await {
+            Ok(server) => server,
+            Err(err) => {
+                tracing::debug!(port = previous, %err, "the previous port is taken; picking a free one");
+                testkit::ApiServer::start_with(options(0))
+                    .await
+                    .context("starting the embedded API server")?
+            }
+        },
+        None => testkit::ApiServer::start_with(options(port))
+            .await
+            .context("starting the embedded API server")?,
+    };
     let kubeconfig = state_dir.join(KUBECONFIG_FILE);
     std::fs::copy(server.kubeconfig_path(), &kubeconfig)
         .with_context(|| format!("writing the kubeconfig {}", kubeconfig.display()))?;

@@ -1,9 +1,12 @@
 //! Per-operation log files of local mode: `<state dir>/logs/<operation>.log`, how they are written and found.
 //!
-//! Each run appends a header line, the process's merged stdout and stderr as it comes, and an end line:
+//! Each run appends a header line, the line saying which directory ran the Job's image, the process's merged
+//! stdout and stderr as it comes (copied from the run's own output file, also by a kok restarted meanwhile),
+//! and an end line:
 //!
 //! ```text
 //! # kok-local-runner start=2026-01-01T00:00:00Z job=kok-a-install-0123abcd operation=a-install-0123abcd cluster=a id=install commit=<sha> cwd=<dir> command=["/bin/sh","-c","<script: 180 lines>","kok-entry"]
+//! kok: image quay.io/kubespray/kubespray:v2.27.0 is not mapped by --image-workdir; ran in /src/kubespray (--workdir)
 //! ...output...
 //! # kok-local-runner end=2026-01-01T00:05:00Z result=Succeeded reason=CompletionsReached exit=0
 //! ```
@@ -191,6 +194,17 @@ pub fn last_end(path: &Path, job: &str) -> Option<End> {
         }
     }
     end
+}
+
+/// True when the log at `path` has a run of `job` (its header line).
+pub fn has_run(path: &Path, job: &str) -> bool {
+    let Ok(text) = std::fs::read(path) else {
+        return false;
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(Header::parse)
+        .any(|h| h.job == job)
 }
 
 /// The file name part of a log: `name` with anything outside `[A-Za-z0-9._-]` replaced by `_`.

@@ -2,6 +2,10 @@
 //!
 //! - [`runner`] watches kok's Jobs, runs each one once on the host and reports its status the way the Job
 //!   controller does.
+//! - [`rundir`] is a run's own directory: what it uses and leaves on this machine (temporary files, fact
+//!   cache, ssh control sockets, output, exit status), so that a restarted kok picks the run up again.
+//! - [`supervise`] starts a run's process in a session of its own, watches it (or picks it up again) to its
+//!   end, copies its output into the log and ends what it leaves behind (ssh masters included).
 //! - [`volumes`] materializes a Job's ConfigMap, Secret and projected volumes into a private directory and maps
 //!   in-container paths (`/conf/hosts.yml`) onto it.
 //! - [`checkout`] exports a commit's tree, so actions kept in the repository run as pinned.
@@ -13,8 +17,10 @@ use std::path::{Path, PathBuf};
 pub mod checkout;
 pub mod embedded;
 pub mod logs;
+pub mod rundir;
 pub mod runner;
 pub mod status;
+mod supervise;
 pub mod volumes;
 
 /// State directory used by local mode when `--state-dir` is not given, relative to the working directory.

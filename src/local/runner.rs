@@ -4,36 +4,44 @@
 //! finished nor started is run once:
 //!
 //! 1. its status gets `startTime` and `active: 1` (status subresource), as the Job controller would set;
-//! 2. its volumes are written to a private directory ([`super::volumes`]), removed afterwards whatever happens;
-//! 3. the working directory is `--workdir`, or by default a fresh export of the Job's `KOK_COMMIT` from the
-//!    repository ([`super::checkout`]), entered at the directory holding kok.yml and the cluster root
-//!    ([`crate::layout::layout_root`]), so actions kept in the repository run as pinned. The container's
-//!    `workingDir` names a directory inside the runner image, which local mode replaces, so it is not used;
-//! 4. the container's `command` + `args` run directly (no shell unless the command is one), in their own
-//!    process group, with the runner's environment minus its `KOK_*` variables, `PYTHONUNBUFFERED=1` (so
-//!    ansible's output reaches the log as it happens), then the Job's env, then
-//!    `KOK_CONF_DIR` / `KOK_AUTH_DIR` pointing at the host copies of `/conf` and `/auth`. Arguments and env
-//!    values that point into a mount are rewritten to the host copy (see [`super::volumes`]);
-//! 5. stdout and stderr share one pipe, so the log file (`<state dir>/logs/<operation>.log`) has them in the
-//!    order they were written, line by line;
+//! 2. it gets a directory of its own, `<state dir>/run/<key>/` ([`super::rundir`]), holding its volumes
+//!    ([`super::volumes`]), temporary files, fact cache and ssh control sockets, removed once it has ended;
+//! 3. the working directory is the directory `--image-workdir` maps the container's image to; else
+//!    `--workdir`; else a fresh export of the Job's `KOK_COMMIT` from the repository ([`super::checkout`]),
+//!    entered at the directory holding kok.yml and the cluster root ([`crate::layout::layout_root`]), so actions
+//!    kept in the repository run as pinned. The log says which directory ran the image and why; for an image no
+//!    `--image-workdir` maps, the Job's status says so too. The container's `workingDir` names a directory
+//!    inside the runner image, which local mode replaces, so it is not used;
+//! 4. the container's `command` + `args` run (no shell unless the command is one) behind a small wrapper that
+//!    records their exit status, in a session of their own (`setsid`), with the runner's environment minus its
+//!    `KOK_*` variables, `PYTHONUNBUFFERED=1` (so ansible's output reaches the log as it happens), then the
+//!    Job's env, then `KOK_CONF_DIR` / `KOK_AUTH_DIR` pointing at the host copies of `/conf` and `/auth`,
+//!    `KOK_TERMINATION_LOG`, and the run directory's `TMPDIR`, `ANSIBLE_LOCAL_TEMP`,
+//!    `ANSIBLE_CACHE_PLUGIN_CONNECTION`, `ANSIBLE_SSH_CONTROL_PATH_DIR` (and `ANSIBLE_SSH_CONTROL_PATH` when an
+//!    ansible.cfg sets a control path) and `KOK_RUN_DIR`. Arguments and env values that point into a mount are
+//!    rewritten to the host copy (see [`super::volumes`]);
+//! 5. stdout and stderr go to one file in the run's directory, which the runner copies into the log file
+//!    (`<state dir>/logs/<operation>.log`) line by line, Secret content redacted ([`super::supervise`]);
 //! 6. `activeDeadlineSeconds`, counted from `startTime`, is enforced by sending SIGTERM to the process group,
 //!    then SIGKILL after the pod's grace period (at most 30 s);
 //! 7. the status is finished the way the Job controller does (see [`super::status`]): exit 0 is `Complete`,
 //!    another exit `Failed`/`BackoffLimitExceeded`, the deadline `Failed`/`DeadlineExceeded`. When the process
-//!    exits, what is left of its process group is killed, as a container's teardown would.
+//!    exits, what is left of its process group is killed, as a container's teardown would, and so are the ssh
+//!    masters it started and any other process carrying its `KOK_RUN_DIR`.
 //!
-//! One attempt is a promise (DESIGN.md §1.4): a Job found *started but unfinished* by a runner that did not
-//! start it lost its process when kok stopped. It is not run again; it is marked `Failed` with reason
-//! `RunnerRestarted` and a message saying to bump `rerun` (unless its log recorded how the process ended, when
-//! kok stopped between the process's end and the status write: that outcome is reported). When the runner stops (its `shutdown` future
-//! completes) it kills the processes it runs and leaves their Jobs as they are, for the next start to report.
-//! A Job deleted while it runs has its process killed.
+//! A run outlives kok as a pod outlives its controller. One attempt is a promise (DESIGN.md §1.4): a Job found
+//! *started but unfinished* by a runner that did not start it is never run again. When its run's process still
+//! runs (the same pid and start time) the runner watches it again, deadline included; when the process recorded
+//! its exit status, that outcome is reported; otherwise it was lost, and the Job is marked `Failed` with reason
+//! `RunnerRestarted` and a message saying to bump `rerun` (unless its log recorded how the process ended). Run
+//! directories no unfinished Job owns (the Job was deleted while kok was stopped) have their processes killed.
+//! When the runner stops (its `shutdown` future completes: kok's graceful stop) it kills the processes it runs,
+//! says so, and leaves their Jobs as they are, for the next start to report. A Job deleted while it runs has
+//! its process killed.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,26 +59,24 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::logs::{self, LogWriter};
+use super::rundir::{self, Record, RunDir};
 use super::status::{self, Outcome};
+use super::supervise::{self, supervise, Finished, Process, Running, Stop};
 use super::volumes::{self, Materialized, Sources};
 use crate::api::{managed_selector, LABEL_CLUSTER, LABEL_CLUSTER_OPERATION, LABEL_OPERATION};
 use crate::controller::job::{
     AUTH_DIR, CONF_DIR, CONTAINER_NAME, ENV_AUTH_DIR, ENV_COMMIT, ENV_CONF_DIR, JOB_NAME_LABEL,
 };
-use crate::controller::summary::{self, ENV_TERMINATION_LOG};
+use crate::controller::summary::ENV_TERMINATION_LOG;
 
 /// Field manager of the runner's status writes.
 pub const FIELD_MANAGER: &str = "kok-local-runner";
 /// Longest wait between SIGTERM and SIGKILL, whatever the pod's `terminationGracePeriodSeconds`.
 const MAX_GRACE: Duration = Duration::from_secs(30);
-/// How long the log is given to drain after the process group is gone.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts at writing a finished status before giving up.
 const STATUS_ATTEMPTS: u32 = 8;
 /// Environment variable with the API server's URL for the Job's own requests.
 pub const ENV_API_URL: &str = "KOK_API_URL";
-/// Directory of the state directory holding the Jobs' private working files (their writable inventory).
-pub const RUN_DIR: &str = "run";
 /// Env var set to `1` for every Job (the Job's own env may override it).
 const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
 
@@ -100,6 +106,9 @@ pub struct RunnerConfig {
     /// URL of the API server for the Jobs' own requests (saving their cluster's credentials): what a pod
     /// reaches through its service account. `None`: the Jobs get none.
     pub api_url: Option<String>,
+    /// Directories that run pinned images (`--image-workdir IMAGE=DIR`): a Job whose container image is a key
+    /// runs in its directory; any other image runs in [`RunnerConfig::workdir`], and its log and status say so.
+    pub image_workdirs: BTreeMap<String, PathBuf>,
 }
 
 /// Errors that stop the runner.
@@ -163,15 +172,6 @@ enum SetupError {
     },
 }
 
-/// Why a running Job is stopped from outside.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stop {
-    /// The runner is stopping.
-    Shutdown,
-    /// The Job was deleted.
-    Deleted,
-}
-
 struct Ctx {
     client: Client,
     jobs: Api<Job>,
@@ -202,9 +202,12 @@ pub async fn run(client: Client, cfg: RunnerConfig, shutdown: impl Future<Output
 
     // Jobs this runner has taken: started, or reported as lost. Never considered again.
     let mut taken: HashSet<String> = HashSet::new();
-    // Stop signals of the Jobs whose tasks are still going, by uid.
-    let mut running: HashMap<String, watch::Sender<Option<Stop>>> = HashMap::new();
+    // Names and stop signals of the Jobs whose tasks are still going, by uid.
+    let mut running: Tasks = HashMap::new();
     let mut listed: HashSet<String> = HashSet::new();
+    // Run directories are swept once, after the first listing: those no task owns are left from Jobs that
+    // finished or were deleted while kok was stopped.
+    let mut swept = false;
     // Each task returns its Job's uid and whether the Job may be considered again (nothing ran).
     let mut tasks: JoinSet<(String, bool)> = JoinSet::new();
 
@@ -232,14 +235,20 @@ pub async fn run(client: Client, cfg: RunnerConfig, shutdown: impl Future<Output
                 }
                 Some(Ok(watcher::Event::Init)) => listed.clear(),
                 Some(Ok(watcher::Event::InitDone)) => {
-                    for (uid, stop) in &running {
+                    for (uid, (_, stop)) in &running {
                         if !listed.contains(uid) {
                             let _ = stop.send(Some(Stop::Deleted));
                         }
                     }
+                    if !swept {
+                        swept = true;
+                        let owned: HashSet<String> = running.keys().map(|uid| rundir::key(uid)).collect();
+                        let state_dir = ctx.cfg.state_dir.clone();
+                        tokio::task::spawn_blocking(move || sweep(&state_dir, &owned));
+                    }
                 }
                 Some(Ok(watcher::Event::Delete(job))) => {
-                    if let Some(stop) = job.uid().and_then(|uid| running.get(&uid)) {
+                    if let Some((_, stop)) = job.uid().and_then(|uid| running.get(&uid)) {
                         info!(job = %job.name_any(), "Job deleted while running: killing its process");
                         let _ = stop.send(Some(Stop::Deleted));
                     }
@@ -250,8 +259,19 @@ pub async fn run(client: Client, cfg: RunnerConfig, shutdown: impl Future<Output
         }
     }
 
-    info!(running = running.len(), "local Job runner stopping");
-    for stop in running.values() {
+    if running.is_empty() {
+        info!("local Job runner stopping; no Job is running");
+    } else {
+        let names: Vec<&str> = running.values().map(|(name, _)| name.as_str()).collect();
+        warn!(
+            running = running.len(),
+            jobs = %names.join(", "),
+            "kok is stopping: killing the processes of the Jobs it runs; their logs say so, and at its next \
+             start kok marks them failed (RunnerRestarted); bump `rerun` to run them again. Only a crash of kok \
+             leaves them running, for the next start to pick up"
+        );
+    }
+    for (_, stop) in running.values() {
         let _ = stop.send(Some(Stop::Shutdown));
     }
     while let Some(done) = tasks.join_next().await {
@@ -262,11 +282,14 @@ pub async fn run(client: Client, cfg: RunnerConfig, shutdown: impl Future<Output
     Ok(())
 }
 
+/// The Jobs whose tasks are going: their names and stop signals, by uid.
+type Tasks = HashMap<String, (String, watch::Sender<Option<Stop>>)>;
+
 fn consider(
     ctx: &Arc<Ctx>,
     job: Job,
     taken: &mut HashSet<String>,
-    running: &mut HashMap<String, watch::Sender<Option<Stop>>>,
+    running: &mut Tasks,
     tasks: &mut JoinSet<(String, bool)>,
 ) {
     let Some(uid) = job.uid() else { return };
@@ -279,12 +302,12 @@ fn consider(
     }
     taken.insert(uid.clone());
     let (stop_tx, stop_rx) = watch::channel(None);
-    running.insert(uid.clone(), stop_tx);
+    running.insert(uid.clone(), (job.name_any(), stop_tx));
     let ctx = ctx.clone();
     match status::start_time(&job) {
         Some(start) => {
             tasks.spawn(async move {
-                let written = report_lost(&ctx, &job, start, stop_rx).await;
+                let written = resume(&ctx, &job, start, stop_rx).await;
                 (uid, !written)
             });
         }
@@ -331,9 +354,86 @@ fn container(job: &Job) -> Option<&Container> {
         .or_else(|| containers.first())
 }
 
-/// Finishes a Job whose process a previous runner lost. When the log recorded how the process ended (kok
-/// stopped between the end of the process and the status write), that outcome is reported; otherwise the Job
-/// is marked failed with `RunnerRestarted`, and the log says so. False when the status could not be written.
+/// Takes up a Job a previous runner started. Its run is picked up again when its process still runs (the same
+/// pid and start time) or recorded its exit status. A run whose command never started (kok stopped before it
+/// let the wrapper go, or before the run had a directory and a log) is started now. Otherwise, when the log
+/// recorded how the process ended (kok stopped between the end of the process and the status write), that
+/// outcome is reported; otherwise the Job is marked failed with `RunnerRestarted`, and the log says so. False
+/// when the status could not be written (or, for a run started now, when it could not be started).
+async fn resume(
+    ctx: &Ctx,
+    job: &Job,
+    start: jiff::Timestamp,
+    mut stop: watch::Receiver<Option<Stop>>,
+) -> bool {
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let found = RunDir::open(&ctx.cfg.state_dir, &uid).map(|run| {
+        let record = run.record().filter(|r| r.uid == uid);
+        (run, record)
+    });
+    let (run, record) = match found {
+        Some((run, Some(record)))
+            if run.exit_status().is_some() || rundir::same_process(record.pid, record.start_ticks) =>
+        {
+            (run, record)
+        }
+        Some((run, _)) => {
+            let started = run.started();
+            let cleanup = run.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                rundir::end_leftovers(&cleanup);
+                remove_run_dir(&cleanup);
+            })
+            .await;
+            if started {
+                return report_lost(ctx, job, start, stop).await;
+            }
+            info!(job = %name, "the Job's command never started before kok stopped; starting it now");
+            return run_job(ctx, job, stop).await;
+        }
+        None => {
+            let path = logs::log_path(&ctx.cfg.state_dir, &identity(job).operation);
+            if !logs::has_run(&path, &name) {
+                info!(job = %name, "the Job's command never started before kok stopped; starting it now");
+                return run_job(ctx, job, stop).await;
+            }
+            return report_lost(ctx, job, start, stop).await;
+        }
+    };
+    let ended = logs::last_end(&record.log, &name).is_some();
+    let writer = match LogWriter::open(&record.log, record.redactions.clone()) {
+        Ok(w) => w,
+        Err(err) => {
+            warn!(job = %name, path = %record.log.display(), %err, "could not open the log file of a run kok picks up again");
+            return false;
+        }
+    };
+    let running = Running {
+        name: name.clone(),
+        process: Process::adopted(&record),
+        writer: Arc::new(Mutex::new(writer)),
+        log_path: record.log.clone(),
+        grace: grace(job),
+        deadline: deadline(job, start),
+        ended,
+        run: run.clone(),
+    };
+    let state = match run.exit_status() {
+        Some(code) => format!("it had ended with exit status {code}"),
+        None => format!("its process {} still runs", record.pid),
+    };
+    info!(job = %name, pid = record.pid, "kok picks up a run an earlier kok started: {state}");
+    if !ended {
+        running.log(&format!(
+            "kok: kok restarted and picked this run up again: {state}"
+        ));
+    }
+    let finished = supervise(running, &mut stop).await;
+    complete(ctx, job, &run, finished, record.note.as_deref(), start, stop).await
+}
+
+/// Marks a started Job whose process is gone: its recorded outcome, else `RunnerRestarted`.
 async fn report_lost(
     ctx: &Ctx,
     job: &Job,
@@ -367,19 +467,108 @@ async fn report_lost(
             Outcome::failed(status::REASON_RUNNER_RESTARTED, status::MESSAGE_RUNNER_RESTARTED)
         }
     };
-    write_finished(ctx, &name, &outcome, start, stop).await
+    write_finished(ctx, &name, &outcome, None, start, stop).await
 }
 
-/// Writes the finished status, retrying for a while; gives up when the Job is gone or the runner stops.
-/// True when written, or when the Job is gone.
+/// Ends and removes the run directories no task owns (`owned`: their keys): left by Jobs that finished, or
+/// were deleted, while kok was stopped. A process still running is killed, and its log says why. Blocking.
+fn sweep(state_dir: &Path, owned: &HashSet<String>) {
+    for run in RunDir::list(state_dir) {
+        let key = run.root().file_name().map(|n| n.to_string_lossy().into_owned());
+        if key.is_some_and(|k| owned.contains(&k)) {
+            continue;
+        }
+        if let Some(record) = run.record() {
+            if rundir::same_process(record.pid, record.start_ticks) {
+                warn!(job = %record.job, pid = record.pid, "the Job of a run kok left running is gone: killing its processes");
+                if let Some(pid) = i32::try_from(record.pid)
+                    .ok()
+                    .and_then(rustix::process::Pid::from_raw)
+                {
+                    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+                }
+                let note = "kok: the Job was deleted while kok was stopped; its processes were killed";
+                let end = logs::end_line(
+                    &jiff::Timestamp::now().to_string(),
+                    logs::RESULT_DELETED,
+                    "-",
+                    None,
+                );
+                let written = LogWriter::open(&record.log, Vec::new()).and_then(|mut w| {
+                    w.write_line(note.as_bytes())
+                        .and_then(|()| w.write_line(end.as_bytes()))
+                });
+                if let Err(err) = written {
+                    warn!(path = %record.log.display(), %err, "could not append to the log file");
+                }
+            }
+        }
+        rundir::end_leftovers(&run);
+        remove_run_dir(&run);
+    }
+}
+
+fn remove_run_dir(run: &RunDir) {
+    if let Err(err) = run.remove() {
+        warn!(path = %run.root().display(), %err, "could not remove a run's directory");
+    }
+}
+
+/// The Job's `activeDeadlineSeconds` as an instant, counted from `start` (its `startTime`).
+fn deadline(job: &Job, start: jiff::Timestamp) -> Option<tokio::time::Instant> {
+    let seconds = job.spec.as_ref()?.active_deadline_seconds?;
+    let end = start.checked_add(jiff::SignedDuration::from_secs(seconds)).ok()?;
+    let left = jiff::Timestamp::now().duration_until(end);
+    let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
+    Some(tokio::time::Instant::now() + left)
+}
+
+/// The pod's grace period between SIGTERM and SIGKILL, at most [`MAX_GRACE`].
+fn grace(job: &Job) -> Duration {
+    pod_spec(job)
+        .and_then(|p| p.termination_grace_period_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(MAX_GRACE, |s| Duration::from_secs(s).min(MAX_GRACE))
+}
+
+/// Writes the finished status of a run that ended (when `finished`: not stopped from outside) and removes
+/// its directory, unless the status could not be written: the next start finds the run there again.
+async fn complete(
+    ctx: &Ctx,
+    job: &Job,
+    run: &RunDir,
+    finished: Option<Finished>,
+    note: Option<&str>,
+    start: jiff::Timestamp,
+    stop: watch::Receiver<Option<Stop>>,
+) -> bool {
+    let written = match finished {
+        Some(finished) => {
+            if let Some(code) = finished.exit_code {
+                record_pod(ctx, job, code, finished.message.as_deref(), start).await;
+            }
+            write_finished(ctx, &job.name_any(), &finished.outcome, note, start, stop).await
+        }
+        None => true,
+    };
+    if written {
+        let run = run.clone();
+        let _ = tokio::task::spawn_blocking(move || remove_run_dir(&run)).await;
+    }
+    written
+}
+
+/// Writes the finished status (its condition messages ending with `note`, when given), retrying for a while;
+/// gives up when the Job is gone or the runner stops. True when written, or when the Job is gone.
 async fn write_finished(
     ctx: &Ctx,
     name: &str,
     outcome: &Outcome,
+    note: Option<&str>,
     start: jiff::Timestamp,
     stop: watch::Receiver<Option<Stop>>,
 ) -> bool {
-    let patch = status::finished(outcome, start, jiff::Timestamp::now());
+    let patch = status::finished_with(outcome, note, start, jiff::Timestamp::now());
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
@@ -419,7 +608,6 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
     let Ok(_permit) = permit else { return false };
 
     let start = jiff::Timestamp::now();
-    let started_at = tokio::time::Instant::now();
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
@@ -438,30 +626,115 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
     let mut id = identity(job);
     id.start = start.to_string();
     let log_path = logs::log_path(&ctx.cfg.state_dir, &id.operation);
-    let deadline = job
-        .spec
-        .as_ref()
-        .and_then(|s| s.active_deadline_seconds)
-        .and_then(|s| u64::try_from(s).ok())
-        .map(|s| started_at + Duration::from_secs(s));
-
-    let finished = match prepare(ctx, job).await {
-        Err(err) => {
-            let message = format!("the local runner could not start the Job: {err}");
-            warn!(job = %name, %message, "Job setup failed");
-            append_failure(&log_path, &id, &message);
-            Finished::setup_failed(message)
+    let setup_failed = |run: Option<RunDir>, message: String| {
+        warn!(job = %name, %message, "Job setup failed");
+        if let Some(run) = run {
+            remove_run_dir(&run);
         }
-        Ok(prepared) => match execute(&name, prepared, &log_path, &id, deadline, &mut stop).await {
-            Some(finished) => finished,
-            None => return true,
-        },
+        Finished::setup_failed(message)
     };
-    if let Some(code) = finished.exit_code {
-        record_pod(ctx, job, code, finished.message.as_deref(), start).await;
-    }
-    write_finished(ctx, &name, &finished.outcome, start, stop).await;
+    let finished = match prepare(ctx, job).await {
+        Err((run, err)) => {
+            let message = format!("the local runner could not start the Job: {err}");
+            append_failure(&log_path, &id, &message);
+            setup_failed(run, message)
+        }
+        Ok(prepared) => {
+            let run = prepared.run.clone();
+            let note = prepared.note.clone();
+            match start_process(job, prepared, &log_path, &id, start).await {
+                Err(message) => setup_failed(Some(run), message),
+                Ok(running) => {
+                    let finished = supervise(running, &mut stop).await;
+                    complete(ctx, job, &run, finished, note.as_deref(), start, stop).await;
+                    return true;
+                }
+            }
+        }
+    };
+    write_finished(ctx, &name, &finished.outcome, None, start, stop).await;
     true
+}
+
+/// Opens the log, writes the run's header and workdir lines, and starts the prepared command. The error is
+/// the message of a `RunnerSetupFailed` status, already in the log.
+async fn start_process(
+    job: &Job,
+    prepared: Prepared,
+    log_path: &Path,
+    id: &logs::Header,
+    start: jiff::Timestamp,
+) -> Result<Running, String> {
+    let Prepared {
+        run,
+        volumes,
+        cwd,
+        argv,
+        env,
+        redactions,
+        workdir_line,
+        note,
+    } = prepared;
+    let mut writer = LogWriter::open(log_path, redactions.clone()).map_err(|source| {
+        let err = SetupError::Log {
+            path: log_path.to_path_buf(),
+            source,
+        };
+        format!("the local runner could not start the Job: {err}")
+    })?;
+    let header = [id.line(&cwd, &argv), format!("kok: {workdir_line}")];
+    for line in &header {
+        if let Err(err) = writer.write_line(line.as_bytes()) {
+            warn!(path = %log_path.display(), %err, "could not write the log file");
+        }
+    }
+    // The header is kok's, not the process's output.
+    writer.take_tail();
+    let mut record = Record {
+        job: job.name_any(),
+        uid: job.uid().unwrap_or_default(),
+        log: log_path.to_path_buf(),
+        redactions,
+        note,
+        ..Record::default()
+    };
+    let spawned = match supervise::find_program(&argv[0], &env, &cwd) {
+        Some(_) => supervise::launch(&run, &mut record, &cwd, &argv, &env).await,
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "not found on the Job's PATH",
+        )),
+    };
+    let process = spawned.map_err(|source| {
+        let err = SetupError::Spawn {
+            program: argv[0].clone(),
+            cwd: cwd.clone(),
+            source,
+        };
+        let message = format!("the local runner could not start the Job: {err}");
+        let end = logs::end_line(
+            &jiff::Timestamp::now().to_string(),
+            logs::RESULT_FAILED,
+            status::REASON_RUNNER_SETUP_FAILED,
+            None,
+        );
+        for line in [format!("kok: {message}"), end] {
+            let _ = writer.write_line(line.as_bytes());
+        }
+        message
+    })?;
+    // The volumes stay until the run's directory goes: a restarted kok may still be watching the process.
+    volumes.keep();
+    Ok(Running {
+        name: job.name_any(),
+        run,
+        process,
+        writer: Arc::new(Mutex::new(writer)),
+        log_path: log_path.to_path_buf(),
+        grace: grace(job),
+        deadline: deadline(job, start),
+        ended: false,
+    })
 }
 
 /// Records the Job's terminated pod, as the kubelet would leave it, so that the controller reads the
@@ -541,14 +814,18 @@ fn append_failure(path: &Path, id: &logs::Header, message: &str) {
     }
 }
 
-/// A Job ready to run: its private directory, working directory, argv and env.
+/// A Job ready to run: its run directory, volumes, working directory, argv and env.
 struct Prepared {
-    dir: Materialized,
+    run: RunDir,
+    volumes: Materialized,
     cwd: PathBuf,
     argv: Vec<String>,
     env: Vec<(String, String)>,
     redactions: Vec<String>,
-    grace: Duration,
+    /// Which directory runs the Job's image, and why (see [`RunnerConfig::image_workdirs`]).
+    workdir_line: String,
+    /// What the Job's status says of it: the same line, for an image no `--image-workdir` maps.
+    note: Option<String>,
 }
 
 async fn fetch_sources(ctx: &Ctx, pod: &PodSpec) -> Result<Sources, SetupError> {
@@ -579,10 +856,12 @@ async fn fetch_sources(ctx: &Ctx, pod: &PodSpec) -> Result<Sources, SetupError> 
     Ok(sources)
 }
 
-async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, SetupError> {
-    let pod = pod_spec(job).ok_or(SetupError::NoContainer)?;
-    let container = container(job).ok_or(SetupError::NoContainer)?;
-    let mut argv: Vec<String> = container
+/// Prepares the Job's run: its directory, volumes and working directory. On error, the run directory made so
+/// far comes back for removal.
+async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, (Option<RunDir>, SetupError)> {
+    let pod = pod_spec(job).ok_or((None, SetupError::NoContainer))?;
+    let container = container(job).ok_or((None, SetupError::NoContainer))?;
+    let argv: Vec<String> = container
         .command
         .iter()
         .flatten()
@@ -590,39 +869,43 @@ async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, SetupError> {
         .cloned()
         .collect();
     if argv.is_empty() {
-        return Err(SetupError::NoCommand);
+        return Err((None, SetupError::NoCommand));
     }
-    let sources = fetch_sources(ctx, pod).await?;
-    let plan = volumes::plan(pod, container, &sources)?;
-    let mut redactions = volumes::redactions(&plan);
-    let dir = volumes::materialize(&std::env::temp_dir(), &job.name_any(), &plan)?;
+    let sources = fetch_sources(ctx, pod).await.map_err(|e| (None, e))?;
+    let plan = volumes::plan(pod, container, &sources).map_err(|e| (None, e.into()))?;
+    let uid = job.uid().unwrap_or_default();
+    let run = RunDir::create(&ctx.cfg.state_dir, &uid).map_err(|source| {
+        let path = rundir::path(&ctx.cfg.state_dir, &uid);
+        (None, SetupError::RunDir { path, source })
+    })?;
+    match fill(ctx, job, pod, container, argv, &sources, &plan, &run).await {
+        Ok(prepared) => Ok(prepared),
+        Err(err) => Err((Some(run), err)),
+    }
+}
 
-    let cwd = match &ctx.cfg.workdir {
-        Workdir::Fixed(path) => path.clone(),
-        Workdir::Checkout { repo_path } => {
-            let commit = identity(job).commit;
-            if commit.is_empty() {
-                return Err(SetupError::NoCommit);
-            }
-            let dest = dir.root().join("checkout");
-            let repo = repo_path.clone();
-            let target = dest.clone();
-            tokio::task::spawn_blocking(move || super::checkout::export(&repo, &commit, &target)).await??;
-            // Actions are paths from the directory holding kok.yml and the cluster root.
-            let source_path = job
-                .annotations()
-                .get(crate::api::ANNOTATION_SOURCE_PATH)
-                .map(String::as_str)
-                .unwrap_or_default();
-            dest.join(crate::layout::layout_root(source_path))
-        }
-    };
+/// The rest of [`prepare`], inside the run's directory.
+#[allow(clippy::too_many_arguments)]
+async fn fill(
+    ctx: &Ctx,
+    job: &Job,
+    pod: &PodSpec,
+    container: &Container,
+    mut argv: Vec<String>,
+    sources: &Sources,
+    plan: &volumes::Plan,
+    run: &RunDir,
+) -> Result<Prepared, SetupError> {
+    let mut redactions = volumes::redactions(plan);
+    let dir = volumes::materialize(run.root(), &job.name_any(), plan)?;
+    let image = container.image.clone().unwrap_or_default();
+    let (cwd, workdir_line, mapped) = workdir(ctx, job, &image, &dir).await?;
 
     let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| !k.starts_with("KOK_")).collect();
     // Python (ansible) buffers a piped stdout in blocks; the log should follow the run line by line.
     env.push((PYTHON_UNBUFFERED.to_string(), "1".to_string()));
     for var in container.env.iter().flatten() {
-        let (value, secret) = env_value(job, pod, var, &sources)?;
+        let (value, secret) = env_value(job, pod, var, sources)?;
         if secret && value.trim().len() >= 8 {
             redactions.push(value.trim().to_string());
         }
@@ -635,40 +918,70 @@ async fn prepare(ctx: &Ctx, job: &Job) -> Result<Prepared, SetupError> {
     }
     env.push((
         ENV_TERMINATION_LOG.to_string(),
-        termination_log(&dir).display().to_string(),
+        run.termination_log().display().to_string(),
     ));
     if let Some(url) = &ctx.cfg.api_url {
         env.push((ENV_API_URL.to_string(), url.clone()));
     }
-    // The writable inventory (with the cluster's credentials) lives in the state directory, not in /tmp.
-    let tmp = ctx.cfg.state_dir.join(RUN_DIR);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&tmp)
-        .map_err(|source| SetupError::RunDir {
-            path: tmp.clone(),
-            source,
-        })?;
-    env.push(("TMPDIR".to_string(), tmp.display().to_string()));
+    // Temporary files (the writable inventory with the cluster's credentials), the fact cache and the ssh
+    // control sockets live in the run's directory, whatever the environment or an ansible.cfg says.
+    let control_path = rundir::control_path_configured(&cwd, &env);
+    env.extend(run.env(control_path));
     for arg in argv.iter_mut() {
         *arg = dir.rewrite(arg);
     }
     if argv[0].contains('/') && Path::new(&argv[0]).is_relative() {
         argv[0] = cwd.join(&argv[0]).display().to_string();
     }
-    let grace = pod
-        .termination_grace_period_seconds
-        .and_then(|s| u64::try_from(s).ok())
-        .map_or(MAX_GRACE, |s| Duration::from_secs(s).min(MAX_GRACE));
     Ok(Prepared {
-        dir,
+        run: run.clone(),
+        volumes: dir,
         cwd,
         argv,
         env,
         redactions,
-        grace,
+        note: (!mapped).then(|| workdir_line.clone()),
+        workdir_line,
     })
+}
+
+/// The directory the Job's `image` runs in, the log line saying which and why, and whether `--image-workdir`
+/// maps the image: the directory it maps the image to, else `--workdir`, else a checkout of the operation's
+/// commit.
+async fn workdir(
+    ctx: &Ctx,
+    job: &Job,
+    image: &str,
+    dir: &Materialized,
+) -> Result<(PathBuf, String, bool), SetupError> {
+    if let Some(mapped) = ctx.cfg.image_workdirs.get(image) {
+        let line = format!("image {image} ran in {} (--image-workdir)", mapped.display());
+        return Ok((mapped.clone(), line, true));
+    }
+    let (cwd, source) = match &ctx.cfg.workdir {
+        Workdir::Fixed(path) => (path.clone(), format!("{} (--workdir)", path.display())),
+        Workdir::Checkout { repo_path } => {
+            let commit = identity(job).commit;
+            if commit.is_empty() {
+                return Err(SetupError::NoCommit);
+            }
+            let dest = dir.root().join("checkout");
+            let repo = repo_path.clone();
+            let target = dest.clone();
+            let exported = commit.clone();
+            tokio::task::spawn_blocking(move || super::checkout::export(&repo, &exported, &target)).await??;
+            // Actions are paths from the directory holding kok.yml and the cluster root.
+            let source_path = job
+                .annotations()
+                .get(crate::api::ANNOTATION_SOURCE_PATH)
+                .map(String::as_str)
+                .unwrap_or_default();
+            let cwd = dest.join(crate::layout::layout_root(source_path));
+            (cwd, format!("a checkout of the repository at commit {commit}"))
+        }
+    };
+    let line = format!("image {image} is not mapped by --image-workdir; ran in {source}");
+    Ok((cwd, line, false))
 }
 
 /// The value of one env var, and whether it came from a Secret.
@@ -740,292 +1053,6 @@ fn env_value(
         "only value, fieldRef, configMapKeyRef and secretKeyRef are supported by the local runner"
             .to_string(),
     ))
-}
-
-/// The host file standing in for the container's `terminationMessagePath`.
-fn termination_log(dir: &Materialized) -> PathBuf {
-    dir.root().join("termination-log")
-}
-
-/// The termination message the kubelet would keep: the file the process wrote, or, when it wrote none and
-/// failed (`FallbackToLogsOnError`), the tail of its output. Secret content is redacted either way.
-fn termination_message_for(
-    written: &str,
-    failed: bool,
-    tail: &[String],
-    writer: &LogWriter,
-) -> Option<String> {
-    let written = summary::termination_message(&writer.redact(written));
-    if !written.trim().is_empty() {
-        return Some(written);
-    }
-    (failed && !tail.is_empty()).then(|| summary::log_tail(tail))
-}
-
-/// Sends `signal` to the process group `pgid`; a group that is already gone is fine.
-fn signal_group(pgid: Option<u32>, signal: rustix::process::Signal) {
-    let Some(pid) = pgid
-        .and_then(|p| i32::try_from(p).ok())
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return;
-    };
-    if let Err(err) = rustix::process::kill_process_group(pid, signal) {
-        if err != rustix::io::Errno::SRCH {
-            warn!(pgid = pid.as_raw_nonzero().get(), %err, "could not signal a Job's process group");
-        }
-    }
-}
-
-/// How a Job's process ended, as its pod would show it.
-struct Finished {
-    outcome: Outcome,
-    /// The exit code, when the process exited by itself.
-    exit_code: Option<i32>,
-    /// The termination message the kubelet would keep.
-    message: Option<String>,
-}
-
-impl Finished {
-    fn setup_failed(message: String) -> Finished {
-        Finished {
-            outcome: Outcome::failed(status::REASON_RUNNER_SETUP_FAILED, message),
-            exit_code: None,
-            message: None,
-        }
-    }
-}
-
-/// Runs the prepared command to its end. `None` when the Job must not get a finished status (runner stopping,
-/// Job deleted).
-async fn execute(
-    name: &str,
-    prepared: Prepared,
-    log_path: &Path,
-    id: &logs::Header,
-    deadline: Option<tokio::time::Instant>,
-    stop: &mut watch::Receiver<Option<Stop>>,
-) -> Option<Finished> {
-    let Prepared {
-        dir,
-        cwd,
-        argv,
-        env,
-        redactions,
-        grace,
-    } = prepared;
-    let writer = match LogWriter::open(log_path, redactions) {
-        Ok(w) => Arc::new(Mutex::new(w)),
-        Err(source) => {
-            let err = SetupError::Log {
-                path: log_path.to_path_buf(),
-                source,
-            };
-            return Some(Finished::setup_failed(format!(
-                "the local runner could not start the Job: {err}"
-            )));
-        }
-    };
-    let log = |line: &str| {
-        if let Ok(mut w) = writer.lock() {
-            if let Err(err) = w.write_line(line.as_bytes()) {
-                warn!(path = %log_path.display(), %err, "could not write the log file");
-            }
-        }
-    };
-    log(&id.line(&cwd, &argv));
-    if let Ok(mut w) = writer.lock() {
-        // The header is kok's, not the process's output.
-        w.take_tail();
-    }
-
-    let spawned = (|| {
-        let (reader, out) = std::io::pipe()?;
-        let err = out.try_clone()?;
-        let mut cmd = tokio::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .current_dir(&cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .process_group(0)
-            .kill_on_drop(true);
-        let child = cmd.spawn()?;
-        // `cmd` holds the pipe's write ends until dropped: drop it so the reader sees the end.
-        drop(cmd);
-        Ok::<_, std::io::Error>((child, reader))
-    })();
-    let (mut child, reader) = match spawned {
-        Ok(x) => x,
-        Err(source) => {
-            let err = SetupError::Spawn {
-                program: argv[0].clone(),
-                cwd: cwd.clone(),
-                source,
-            };
-            let message = format!("the local runner could not start the Job: {err}");
-            log(&format!("kok: {message}"));
-            log(&logs::end_line(
-                &jiff::Timestamp::now().to_string(),
-                logs::RESULT_FAILED,
-                status::REASON_RUNNER_SETUP_FAILED,
-                None,
-            ));
-            return Some(Finished::setup_failed(message));
-        }
-    };
-    let pgid = child.id();
-
-    let drain = {
-        let writer = writer.clone();
-        tokio::task::spawn_blocking(move || {
-            use std::io::BufRead;
-            let mut reader = std::io::BufReader::new(reader);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        if let Ok(mut w) = writer.lock() {
-                            let _ = w.write_line(&line);
-                        }
-                    }
-                }
-            }
-        })
-    };
-
-    enum End {
-        Exited(std::io::Result<std::process::ExitStatus>),
-        Deadline,
-        Stopped(Stop),
-    }
-    let sleep_deadline = async {
-        match deadline {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    };
-    let end = tokio::select! {
-        status = child.wait() => End::Exited(status),
-        () = sleep_deadline => End::Deadline,
-        stopped = stop.wait_for(Option::is_some) => End::Stopped(stopped.ok().and_then(|s| *s).unwrap_or(Stop::Shutdown)),
-    };
-    let exit = match end {
-        End::Exited(ref status) => {
-            // What is left of the group goes with the "container".
-            signal_group(pgid, rustix::process::Signal::KILL);
-            Some(status.as_ref().ok().copied())
-        }
-        End::Deadline | End::Stopped(_) => {
-            signal_group(pgid, rustix::process::Signal::TERM);
-            if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                signal_group(pgid, rustix::process::Signal::KILL);
-            }
-            let _ = child.wait().await;
-            signal_group(pgid, rustix::process::Signal::KILL);
-            None
-        }
-    };
-    if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
-        warn!(job = %name, "output of the Job's process did not end; the log may miss its last lines");
-    }
-    let exit_code = exit.flatten().and_then(|s| s.code());
-    let message = match writer.lock() {
-        Ok(mut w) => {
-            let tail = w.take_tail();
-            let written = std::fs::read_to_string(termination_log(&dir)).unwrap_or_default();
-            let failed = !matches!(exit, Some(Some(s)) if s.success());
-            termination_message_for(&written, failed, &tail, &w)
-        }
-        Err(_) => None,
-    };
-
-    let now = jiff::Timestamp::now().to_string();
-    let (outcome, result) = match (end, exit) {
-        (End::Exited(_), Some(Some(status))) if status.success() => {
-            log(&logs::end_line(
-                &now,
-                logs::RESULT_SUCCEEDED,
-                status::REASON_COMPLETIONS_REACHED,
-                status.code(),
-            ));
-            (Some(Outcome::Succeeded), "succeeded")
-        }
-        (End::Exited(_), Some(Some(status))) => {
-            log(&logs::end_line(
-                &now,
-                logs::RESULT_FAILED,
-                status::REASON_BACKOFF_LIMIT_EXCEEDED,
-                status.code(),
-            ));
-            (
-                Some(Outcome::failed(
-                    status::REASON_BACKOFF_LIMIT_EXCEEDED,
-                    status::MESSAGE_BACKOFF_LIMIT_EXCEEDED,
-                )),
-                "failed",
-            )
-        }
-        (End::Exited(_), _) => {
-            log(&logs::end_line(
-                &now,
-                logs::RESULT_FAILED,
-                status::REASON_BACKOFF_LIMIT_EXCEEDED,
-                None,
-            ));
-            (
-                Some(Outcome::failed(
-                    status::REASON_BACKOFF_LIMIT_EXCEEDED,
-                    status::MESSAGE_BACKOFF_LIMIT_EXCEEDED,
-                )),
-                "failed",
-            )
-        }
-        (End::Deadline, _) => {
-            log("kok: the Job ran longer than its activeDeadlineSeconds; its processes were killed");
-            log(&logs::end_line(
-                &now,
-                logs::RESULT_FAILED,
-                status::REASON_DEADLINE_EXCEEDED,
-                None,
-            ));
-            (
-                Some(Outcome::failed(
-                    status::REASON_DEADLINE_EXCEEDED,
-                    status::MESSAGE_DEADLINE_EXCEEDED,
-                )),
-                "deadline exceeded",
-            )
-        }
-        (End::Stopped(Stop::Deleted), _) => {
-            log("kok: the Job was deleted while it ran; its processes were killed");
-            log(&logs::end_line(&now, logs::RESULT_DELETED, "-", None));
-            (None, "deleted")
-        }
-        (End::Stopped(Stop::Shutdown), _) => {
-            log("kok: kok stopped while the Job ran; its processes were killed");
-            log(&logs::end_line(
-                &now,
-                logs::RESULT_INTERRUPTED,
-                status::REASON_RUNNER_RESTARTED,
-                None,
-            ));
-            (None, "interrupted")
-        }
-    };
-    if let Err(err) = dir.remove() {
-        warn!(job = %name, %err, "could not remove the Job's private directory");
-    }
-    info!(job = %name, result, "Job process ended");
-    outcome.map(|outcome| Finished {
-        outcome,
-        exit_code,
-        message,
-    })
 }
 
 #[cfg(test)]

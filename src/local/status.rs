@@ -12,7 +12,7 @@ use serde_json::json;
 /// Reason of a successful Job's conditions.
 pub const REASON_COMPLETIONS_REACHED: &str = "CompletionsReached";
 /// Message of a successful Job's conditions.
-pub const MESSAGE_COMPLETIONS_REACHED: &str = "Reached expected number of succeeded pods";
+pub const MESSAGE_COMPLETIONS_REACHED: &str = crate::controller::queue::JOB_COMPLETE_MESSAGE;
 /// Reason of a Job whose process exited non-zero (`backoffLimit: 0`, so the first failure is the last).
 pub const REASON_BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
 /// Message of a Job whose process exited non-zero.
@@ -91,6 +91,21 @@ fn condition(type_: &str, reason: &str, message: &str, now: jiff::Timestamp) -> 
 /// The status patch marking a Job finished at `now` with `outcome`. `start` is kept (or set, when the Job never
 /// started) because a finished Job always has a `startTime`.
 pub fn finished(outcome: &Outcome, start: jiff::Timestamp, now: jiff::Timestamp) -> serde_json::Value {
+    finished_with(outcome, None, start, now)
+}
+
+/// [`finished`], its condition messages followed by `note` in parentheses when there is one (local mode says
+/// there which directory ran an image `--image-workdir` does not map).
+pub fn finished_with(
+    outcome: &Outcome,
+    note: Option<&str>,
+    start: jiff::Timestamp,
+    now: jiff::Timestamp,
+) -> serde_json::Value {
+    let noted = |message: &str| match note {
+        Some(note) => format!("{message} ({note})"),
+        None => message.to_string(),
+    };
     let mut status = JobStatus {
         start_time: Some(Time(start)),
         active: Some(0),
@@ -106,13 +121,13 @@ pub fn finished(outcome: &Outcome, start: jiff::Timestamp, now: jiff::Timestamp)
                 condition(
                     CONDITION_SUCCESS_CRITERIA_MET,
                     REASON_COMPLETIONS_REACHED,
-                    MESSAGE_COMPLETIONS_REACHED,
+                    &noted(MESSAGE_COMPLETIONS_REACHED),
                     now,
                 ),
                 condition(
                     CONDITION_COMPLETE,
                     REASON_COMPLETIONS_REACHED,
-                    MESSAGE_COMPLETIONS_REACHED,
+                    &noted(MESSAGE_COMPLETIONS_REACHED),
                     now,
                 ),
             ]);
@@ -120,8 +135,8 @@ pub fn finished(outcome: &Outcome, start: jiff::Timestamp, now: jiff::Timestamp)
         Outcome::Failed { reason, message } => {
             status.failed = Some(1);
             status.conditions = Some(vec![
-                condition(CONDITION_FAILURE_TARGET, reason, message, now),
-                condition(CONDITION_FAILED, reason, message, now),
+                condition(CONDITION_FAILURE_TARGET, reason, &noted(message), now),
+                condition(CONDITION_FAILED, reason, &noted(message), now),
             ]);
         }
     }

@@ -8,8 +8,8 @@
 //! rewritten to the host directory. Text inside a script is left alone: kok's entry script reads the
 //! directories from `KOK_CONF_DIR` and `KOK_AUTH_DIR`, which the runner points at the host directories.
 //!
-//! The private directory is created with mode 0700 under the system temporary directory and removed when the
-//! [`Materialized`] value is dropped, whatever the outcome. Files keep the mode the Job asks for
+//! The private directory is created with mode 0700 inside the run's directory ([`super::rundir`]) and removed
+//! when the [`Materialized`] value is dropped, unless it is kept for the run's directory to remove. Files keep the mode the Job asks for
 //! (`defaultMode`, item `mode`); files from Secrets additionally lose every group and other permission bit.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -461,6 +461,12 @@ impl Materialized {
     /// Rewrites `value` when it points into a mount (see the module docs); otherwise returns it unchanged.
     pub fn rewrite(&self, value: &str) -> String {
         rewrite(&self.root, &self.mounts, value)
+    }
+
+    /// Leaves the directory in place: the run's directory, which holds it, is removed once the run has ended
+    /// (by this kok or a restarted one).
+    pub fn keep(mut self) {
+        self.root = PathBuf::new();
     }
 
     /// Removes the private directory now, reporting failure.

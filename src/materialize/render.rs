@@ -9,9 +9,9 @@ use serde::Serialize;
 use super::hash::content_hash;
 use super::names::{config_map_name, operation_digest, operation_name, revision_string, ContentKind};
 use crate::api::{
-    common_labels, Cluster, ClusterOperation, ClusterOperationSpec, ClusterSource, ClusterSpec, ConfigMapRef,
-    OperationSource, SecretRef, ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH,
-    DEFAULT_IMAGE, DEFAULT_NAMESPACE, LABEL_CONTENT, LABEL_OPERATION,
+    common_labels, ActionType, Cluster, ClusterOperation, ClusterOperationSpec, ClusterSource, ClusterSpec,
+    ConfigMapRef, OperationSource, SecretRef, ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION,
+    ANNOTATION_SOURCE_PATH, DEFAULT_IMAGE, DEFAULT_NAMESPACE, LABEL_CONTENT, LABEL_OPERATION,
 };
 use crate::layout::{ClusterDir, Operation};
 
@@ -162,7 +162,9 @@ pub fn render_all(clusters: &[ClusterDir], ctx: &RenderContext) -> Vec<DesiredCl
 /// - the Cluster `<cluster>` pointing at them, with the ssh Secret, defaults and source;
 /// - one ClusterOperation `<cluster>-<id>-<digest8>` per entry, pinning the same ConfigMaps, with
 ///   its image resolved (operation > cluster.yml > kok.yml > [`DEFAULT_IMAGE`]), its deadline
-///   (operation > defaults), its source commit from the context's attribution and a queue position.
+///   (operation > defaults), its source commit from the context's attribution and a queue position;
+///   when a playbook step limits its hosts, the facts playbook of its defaults
+///   ([`crate::api::RunDefaults::facts`]).
 ///
 /// Every object carries the common labels, `kok.dev/revision`, `kok.dev/source-path` and
 /// `kok.dev/content-hash`. ClusterOperations carry the revision of their attributed commit, so an
@@ -286,6 +288,7 @@ fn cluster_operation(
             image,
             pre_hooks: op.pre_hooks.clone(),
             post_hooks: op.post_hooks.clone(),
+            facts_playbook: limits_hosts(op).then(|| defaults.facts()).flatten(),
             active_deadline_seconds: op.active_deadline_seconds.or(defaults.active_deadline_seconds),
             service_account: defaults.service_account.clone(),
             resources: defaults.resources.clone().map(Box::new),
@@ -308,6 +311,20 @@ fn cluster_operation(
     obj.metadata = metadata(&name, cluster, ctx, labels, &revision);
     stamp(&mut obj);
     obj
+}
+
+/// True when one of the operation's playbook steps (its action or a hook) limits its hosts.
+fn limits_hosts(op: &Operation) -> bool {
+    let action = (op.action_type == ActionType::Playbook).then_some(&op.extra_args);
+    let hooks = op.pre_hooks.iter().chain(&op.post_hooks);
+    action
+        .into_iter()
+        .chain(
+            hooks
+                .filter(|h| h.action_type == ActionType::Playbook)
+                .map(|h| &h.extra_args),
+        )
+        .any(|args| crate::layout::limits_hosts(args))
 }
 
 /// `<queue_base>.<commit_index:06>.<file_index:04>`: sorts by commit order, then file order.
@@ -409,7 +426,10 @@ fn push_document<T: Serialize>(out: &mut String, obj: &T, cluster: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ActionType, Hook, RunDefaults, HOSTS_KEY, LABEL_CLUSTER, LABEL_MANAGED_BY, VARS_KEY};
+    use crate::api::{
+        ActionType, Hook, RunDefaults, DEFAULT_FACTS_PLAYBOOK, HOSTS_KEY, LABEL_CLUSTER, LABEL_MANAGED_BY,
+        VARS_KEY,
+    };
     use crate::layout::{Inventory, Settings};
     use serde_json::json;
 
@@ -585,6 +605,47 @@ mod tests {
         c.settings.defaults.image = None;
         let desired = render_cluster(&c, &ctx());
         assert_eq!(desired.operations[0].spec.image, DEFAULT_IMAGE);
+    }
+
+    #[test]
+    fn only_an_operation_that_limits_its_hosts_gets_the_facts_playbook() {
+        let desired = render_cluster(&cluster(), &ctx());
+        assert_eq!(
+            desired.operations[0].spec.facts_playbook, None,
+            "install has no limit"
+        );
+        let facts = desired.operations[1]
+            .spec
+            .facts_playbook
+            .clone()
+            .expect("add-node7 limits");
+        assert_eq!(
+            (facts.path.as_str(), facts.optional),
+            (DEFAULT_FACTS_PLAYBOOK, true)
+        );
+
+        let mut c = cluster();
+        c.operations[0].post_hooks = vec![Hook {
+            action: "check.yml".into(),
+            action_type: ActionType::Playbook,
+            extra_args: vec!["-l".into(), "node1".into()],
+        }];
+        c.operations[1].action_type = ActionType::Shell;
+        c.settings.defaults.facts_playbook = Some("site/facts.yml".into());
+        let desired = render_cluster(&c, &ctx());
+        let facts = desired.operations[0]
+            .spec
+            .facts_playbook
+            .clone()
+            .expect("a limited hook");
+        assert_eq!((facts.path.as_str(), facts.optional), ("site/facts.yml", false));
+        assert_eq!(
+            desired.operations[1].spec.facts_playbook, None,
+            "a shell step is not ansible-playbook"
+        );
+
+        c.settings.defaults.facts_playbook = Some(crate::api::FACTS_PLAYBOOK_NONE.into());
+        assert_eq!(render_cluster(&c, &ctx()).operations[0].spec.facts_playbook, None);
     }
 
     #[test]

@@ -112,6 +112,23 @@ const LATE_CREDENTIAL_PLAYBOOK: &str = r#"- name: Late credential
         msg: "failing after a {{ lookup('password', inventory_dir + '/credentials/late.creds length=16') | length }}-character credential"
 "#;
 
+/// A playbook that counts its run in `<marks>/<mark>.runs`, sleeps `nap` seconds (`-e nap=...`, default 8),
+/// and then fails when the mark holds `fail`.
+const NAP_PLAYBOOK: &str = r#"- name: Nap
+  hosts: all
+  become: false
+  gather_facts: false
+  tasks:
+    - name: Count this run
+      ansible.builtin.shell: echo run >> "{{ marks }}/{{ mark }}.runs"
+    - name: Nap
+      ansible.builtin.command: sleep {{ nap | default(8) }}
+    - name: Fail when told to
+      ansible.builtin.fail:
+        msg: "{{ mark }} fails on purpose"
+      when: "'fail' in mark"
+"#;
+
 /// A git work tree holding a `local` cluster (localhost without ssh) and three playbooks, with a
 /// directory for the marks the playbooks leave and a state directory for kok, all in one temp dir.
 pub struct LocalRepo {
@@ -132,16 +149,13 @@ impl LocalRepo {
         ] {
             std::fs::create_dir_all(dir).expect("mkdir");
         }
-        let hosts = "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      \
-                     ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n";
-        let vars = format!("greeting: {GREETING}\nmarks: {}\n", repo.marks().display());
-        repo.write("clusters/local/hosts.yml", hosts);
-        repo.write("clusters/local/vars.yml", &vars);
+        repo.write_cluster(CLUSTER);
         repo.write("playbooks/mark.yml", MARK_PLAYBOOK);
         repo.write("playbooks/fail.yml", FAIL_PLAYBOOK);
         repo.write("playbooks/sleep.yml", SLEEP_PLAYBOOK);
         repo.write("playbooks/credentials.yml", CREDENTIALS_PLAYBOOK);
         repo.write("playbooks/late.yml", LATE_CREDENTIAL_PLAYBOOK);
+        repo.write("playbooks/nap.yml", NAP_PLAYBOOK);
         git(&repo.path(), &["init", "-q", "-b", "main"]);
         repo.commit("local cluster and playbooks");
         repo
@@ -171,6 +185,44 @@ impl LocalRepo {
         self.path().join("clusters").join(CLUSTER)
     }
 
+    /// Writes cluster `name` (localhost without ssh; the greeting and the marks directory in vars.yml),
+    /// uncommitted.
+    pub fn write_cluster(&self, name: &str) {
+        std::fs::create_dir_all(self.path().join("clusters").join(name)).expect("mkdir");
+        let hosts = "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      \
+                     ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n";
+        let vars = format!("greeting: {GREETING}\nmarks: {}\n", self.marks().display());
+        self.write(&format!("clusters/{name}/hosts.yml"), hosts);
+        self.write(&format!("clusters/{name}/vars.yml"), &vars);
+    }
+
+    /// Writes operations.yml of cluster `name` with `entries` (`(id, playbook, mark)`), uncommitted.
+    pub fn write_operations(&self, name: &str, entries: &[(&str, &str, &str)]) {
+        let mut text = String::new();
+        for (id, playbook, mark) in entries {
+            text.push_str(&format!(
+                "- id: {id}\n  action: playbooks/{playbook}\n  extraArgs: [\"-e\", \"mark={mark}\"]\n"
+            ));
+        }
+        self.write(&format!("clusters/{name}/operations.yml"), &text);
+    }
+
+    /// How many runs were counted in `<marks>/*.runs` altogether.
+    pub fn all_runs(&self) -> usize {
+        std::fs::read_dir(self.marks())
+            .map(|dir| {
+                dir.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "runs"))
+                    .map(|e| {
+                        std::fs::read_to_string(e.path())
+                            .map(|t| t.lines().count())
+                            .unwrap_or(0)
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
     /// Writes `content` at `relative` in the work tree (its directory must exist).
     pub fn write(&self, relative: &str, content: &str) {
         std::fs::write(self.path().join(relative), content).expect("write repository file");
@@ -186,13 +238,7 @@ impl LocalRepo {
     /// Replaces operations.yml with `entries` (`(id, playbook, mark)`, the mark passed with
     /// `-e mark=<mark>`) and commits; returns the commit sha.
     pub fn commit_operations(&self, entries: &[(&str, &str, &str)]) -> String {
-        let mut text = String::new();
-        for (id, playbook, mark) in entries {
-            text.push_str(&format!(
-                "- id: {id}\n  action: playbooks/{playbook}\n  extraArgs: [\"-e\", \"mark={mark}\"]\n"
-            ));
-        }
-        self.write("clusters/local/operations.yml", &text);
+        self.write_operations(CLUSTER, entries);
         self.commit(&format!(
             "operations: {}",
             entries.last().map(|e| e.0).unwrap_or("none")
@@ -244,12 +290,16 @@ impl LocalKok {
     /// README does, output appended to `<temp>/kok.log`. An earlier kubeconfig is removed, so
     /// [`LocalKok::client`] waits for this one.
     pub fn start(repo: &LocalRepo) -> LocalKok {
-        LocalKok::start_with(repo, &[], tools::search_path())
+        LocalKok::start_with(repo, &[])
     }
 
-    /// [`LocalKok::start`] with `extra` arguments after kok's own (e.g. `--workdir DIR`) and `path` as
-    /// the PATH of kok and of the ansible runs it starts.
-    pub fn start_with(repo: &LocalRepo, extra: &[OsString], path: OsString) -> LocalKok {
+    /// [`LocalKok::start`] with more arguments for `kok run`.
+    pub fn start_with(repo: &LocalRepo, args: &[&str]) -> LocalKok {
+        LocalKok::start_with_path(repo, args, tools::search_path())
+    }
+
+    /// [`LocalKok::start_with`] with `path` as the PATH of kok and of the ansible runs it starts.
+    pub fn start_with_path(repo: &LocalRepo, args: &[&str], path: OsString) -> LocalKok {
         let state = repo.state_dir();
         let _ = std::fs::remove_file(state.join("kubeconfig"));
         let log_path = repo.scratch("kok.log");
@@ -262,7 +312,7 @@ impl LocalKok {
             .args(["run", "--local", "--interval", "1s", "--repo", "."])
             .arg("--state-dir")
             .arg(&state)
-            .args(extra)
+            .args(args)
             .env("KOK_LOG", "info,kok=debug")
             .env("PATH", path)
             .env_remove("KOK_STATUS")
@@ -292,6 +342,14 @@ impl LocalKok {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("kok exited early with {status}; its log:\n{}", self.log());
             }
+        }
+    }
+
+    /// Kills kok with SIGKILL, as a crash would: it ends nothing it started.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 
@@ -356,16 +414,16 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    wait_within(what, WAIT, kok, check).await
+    wait_within(WAIT, what, kok, check).await
 }
 
-/// [`wait_for`] for up to `limit`.
-pub async fn wait_within<T, F, Fut>(what: &str, limit: Duration, kok: &mut LocalKok, mut check: F) -> T
+/// [`wait_for`] for up to `patience`.
+pub async fn wait_within<T, F, Fut>(patience: Duration, what: &str, kok: &mut LocalKok, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + limit;
+    let deadline = Instant::now() + patience;
     loop {
         if let Some(value) = check().await {
             return value;
@@ -373,7 +431,7 @@ where
         kok.assert_running();
         if Instant::now() > deadline {
             panic!(
-                "timed out after {limit:?} waiting for {what}; kok's log:\n{}",
+                "timed out after {patience:?} waiting for {what}; kok's log:\n{}",
                 kok.log()
             );
         }
@@ -383,11 +441,19 @@ where
 
 /// The ClusterOperation of operation `id` of the local cluster, if it exists.
 pub async fn operation(client: &kube::Client, id: &str) -> Option<ClusterOperation> {
-    let ops: Api<ClusterOperation> = Api::namespaced(client.clone(), NS);
-    let list = ops.list(&ListParams::default()).await.ok()?;
-    list.items
+    operations(client)
+        .await
         .into_iter()
         .find(|op| op.spec.cluster == CLUSTER && op.spec.id == id)
+}
+
+/// Every ClusterOperation (none when the API server does not answer).
+pub async fn operations(client: &kube::Client) -> Vec<ClusterOperation> {
+    let ops: Api<ClusterOperation> = Api::namespaced(client.clone(), NS);
+    ops.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
 }
 
 /// Waits until operation `id` reaches a terminal phase; returns it.
@@ -402,7 +468,7 @@ pub async fn finished_within(
     id: &str,
     limit: Duration,
 ) -> ClusterOperation {
-    wait_within(&format!("operation {id} to finish"), limit, kok, || async {
+    wait_within(limit, &format!("operation {id} to finish"), kok, || async {
         operation(client, id)
             .await
             .filter(|op| op.status.as_ref().is_some_and(|s| s.phase.is_terminal()))

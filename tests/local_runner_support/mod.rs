@@ -1,6 +1,7 @@
 //! Fixtures shared by the local runner tests: an API server with kok's inputs, a runner task, Job helpers.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -47,6 +48,12 @@ pub struct Runner {
 }
 
 impl Runner {
+    /// Ends the runner abruptly, as a crash of kok would: nothing of it runs any more, its Jobs' processes go on.
+    pub async fn crash(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
     /// Stops the runner and waits until it has returned.
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop.send(());
@@ -107,14 +114,45 @@ impl Env {
         })
     }
 
+    /// Creates ConfigMap `name` holding `key: value`.
+    pub async fn config_map(&self, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
+        let cms: Api<ConfigMap> = Api::namespaced(self.server.client(), DEFAULT_NAMESPACE);
+        let cm = ConfigMap {
+            metadata: meta(name),
+            data: Some([(key.to_string(), value.to_string())].into_iter().collect()),
+            ..ConfigMap::default()
+        };
+        cms.create(&PostParams::default(), &cm)
+            .await
+            .with_context(|| format!("creating {name}"))?;
+        Ok(())
+    }
+
+    /// Replaces the private key of the `ssh` Secret every test operation names.
+    pub async fn set_ssh_key(&self, key: &str) -> anyhow::Result<()> {
+        let secrets: Api<Secret> = Api::namespaced(self.server.client(), DEFAULT_NAMESPACE);
+        let patch = serde_json::json!({"data": {"ssh-privatekey": ByteString(key.as_bytes().to_vec())}});
+        secrets
+            .patch("ssh", &Default::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .context("replacing the ssh key")?;
+        Ok(())
+    }
+
     /// Starts a runner on this server.
     pub fn runner(&self, workdir: Workdir) -> Runner {
+        self.runner_with_images(workdir, BTreeMap::new())
+    }
+
+    /// Starts a runner on this server that runs the images `image_workdirs` maps in their directories.
+    pub fn runner_with_images(&self, workdir: Workdir, image_workdirs: BTreeMap<String, PathBuf>) -> Runner {
         let cfg = RunnerConfig {
             namespace: DEFAULT_NAMESPACE.to_string(),
             state_dir: self.state.path().to_path_buf(),
             workdir,
             max_parallel: 2,
             api_url: Some(self.server.url()),
+            image_workdirs,
         };
         let (stop, rx) = oneshot::channel::<()>();
         let client = self.server.client();
@@ -264,6 +302,30 @@ pub fn alive(pid: &str) -> bool {
             .is_some_and(|(_, rest)| !rest.starts_with('Z')),
         Err(_) => false,
     }
+}
+
+/// The directory of the run of Job `name` (see `kok::local::rundir`).
+pub async fn run_dir(env: &Env, name: &str) -> anyhow::Result<PathBuf> {
+    let job = env.jobs.get(name).await?;
+    Ok(kok::local::rundir::path(
+        env.state.path(),
+        &job.metadata.uid.unwrap_or_default(),
+    ))
+}
+
+/// The pids of the processes whose command line holds `text` (an ssh master shows its control path there).
+pub fn processes_mentioning(text: &str) -> Vec<u32> {
+    let Ok(read) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    read.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| alive(&pid.to_string()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+        })
+        .collect()
 }
 
 /// Waits until `ready` holds.
