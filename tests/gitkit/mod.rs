@@ -115,9 +115,13 @@ pub fn free_port() -> u16 {
 }
 
 fn wait_for_port(port: u16, child: &mut Child, what: &str) {
+    wait_for_address("127.0.0.1", port, child, what);
+}
+
+fn wait_for_address(address: &str, port: u16, child: &mut Child, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if TcpStream::connect((address, port)).is_ok() {
             return;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -125,7 +129,7 @@ fn wait_for_port(port: u16, child: &mut Child, what: &str) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("{what} did not listen on 127.0.0.1:{port} within 20s");
+    panic!("{what} did not listen on {address}:{port} within 20s");
 }
 
 /// True when the ssh/daemon tests may be skipped (`KOK_SKIP_SSH=1`); prints why.
@@ -183,7 +187,8 @@ impl Drop for GitDaemon {
     }
 }
 
-/// An `sshd` on 127.0.0.1 with throwaway host and user keys; killed on drop.
+/// An `sshd` on 127.0.0.1 (or on other loopback addresses, one port for all) with throwaway host and
+/// user keys; killed on drop.
 pub struct Sshd {
     child: Child,
     dir: tempfile::TempDir,
@@ -202,8 +207,18 @@ fn keygen(path: &Path) {
 }
 
 impl Sshd {
-    /// Starts sshd accepting `user_key.pub`; panics with what to install when sshd is missing.
+    /// Starts sshd on 127.0.0.1 accepting `user_key.pub`; panics with what to install when sshd is missing.
     pub fn start() -> Sshd {
+        Sshd::start_on(&["127.0.0.1"])
+    }
+
+    /// Starts sshd listening on each of `addresses` (loopback addresses such as 127.0.0.2, all on one
+    /// port) accepting `user_key.pub`, for the login of the user the test runs as (root included).
+    pub fn start_on(addresses: &[&str]) -> Sshd {
+        assert!(
+            addresses.iter().all(|a| a.starts_with("127.")),
+            "the test sshd listens on loopback only, not on {addresses:?}"
+        );
         let sshd = Path::new("/usr/sbin/sshd");
         assert!(
             sshd.exists(),
@@ -227,8 +242,12 @@ impl Sshd {
         std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).expect("authorized_keys");
         let _ = std::fs::create_dir_all("/run/sshd");
         let port = free_port();
+        let listen: String = addresses
+            .iter()
+            .map(|address| format!("ListenAddress {address}\n"))
+            .collect();
         let config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+            "Port {port}\n{listen}HostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
              PidFile {d}/sshd.pid\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n\
              KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin prohibit-password\n\
              LogLevel ERROR\n",
@@ -242,23 +261,20 @@ impl Sshd {
             .stderr(std::fs::File::create(d.join("sshd.log")).expect("sshd.log"))
             .spawn()
             .expect("sshd starts");
-        wait_for_port(port, &mut child, "sshd");
-        let host_pub = std::fs::read_to_string(d.join("host_key.pub")).expect("host key");
-        let mut fields = host_pub.split_whitespace();
-        let (kind, key) = (fields.next().expect("type"), fields.next().expect("key"));
-        std::fs::write(
-            d.join("known_hosts"),
-            format!("[127.0.0.1]:{port} {kind} {key}\n"),
-        )
-        .expect("known_hosts");
-        let other_pub = std::fs::read_to_string(d.join("other_key.pub")).expect("other key");
-        let mut fields = other_pub.split_whitespace();
-        let (kind, key) = (fields.next().expect("type"), fields.next().expect("key"));
-        std::fs::write(
-            d.join("wrong_known_hosts"),
-            format!("[127.0.0.1]:{port} {kind} {key}\n"),
-        )
-        .expect("wrong known_hosts");
+        for address in addresses {
+            wait_for_address(address, port, &mut child, "sshd");
+        }
+        let known_hosts = |key_file: &str| -> String {
+            let public = std::fs::read_to_string(d.join(key_file)).expect("public key");
+            let mut fields = public.split_whitespace();
+            let (kind, key) = (fields.next().expect("type"), fields.next().expect("key"));
+            addresses
+                .iter()
+                .map(|address| format!("[{address}]:{port} {kind} {key}\n"))
+                .collect()
+        };
+        std::fs::write(d.join("known_hosts"), known_hosts("host_key.pub")).expect("known_hosts");
+        std::fs::write(d.join("wrong_known_hosts"), known_hosts("other_key.pub")).expect("wrong known_hosts");
         std::fs::write(d.join("empty_known_hosts"), "").expect("empty known_hosts");
         Sshd { child, dir, port }
     }
@@ -269,6 +285,32 @@ impl Sshd {
         self.dir.path().join(name)
     }
 
+    /// The sessions this server holds open as `pid: command line`: one per connected client, an ssh
+    /// master kept alive by `ControlPersist` included.
+    pub fn sessions(&self) -> Vec<String> {
+        self.session_pids()
+            .into_iter()
+            .map(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                format!("{pid}: {}", cmdline.trim())
+            })
+            .collect()
+    }
+
+    /// The server's live child processes: its sessions.
+    fn session_pids(&self) -> Vec<u32> {
+        let listener = self.child.id();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| live_child_of(*pid) == Some(listener))
+            .collect()
+    }
+
     /// `ssh://<current user>@127.0.0.1:PORT<abs path>`.
     pub fn url(&self, repo: &Path) -> String {
         let out = Command::new("id").arg("-un").output().expect("id runs");
@@ -277,8 +319,31 @@ impl Sshd {
     }
 }
 
+/// The parent of process `pid`, from `/proc/<pid>/stat`; None once it is gone or a zombie.
+fn live_child_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`: comm may hold spaces and parentheses, the last `)` ends it.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.next()?.parse().ok()
+}
+
 impl Drop for Sshd {
     fn drop(&mut self) {
+        // Sessions outlive their listener (and keep the clients' ssh masters alive): end them first and
+        // let the listener reap them.
+        let sessions = self.session_pids();
+        for pid in &sessions {
+            if let Some(pid) = i32::try_from(*pid).ok().and_then(rustix::process::Pid::from_raw) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !sessions.is_empty() && !self.session_pids().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

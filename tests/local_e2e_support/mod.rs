@@ -2,6 +2,7 @@
 //! leave marks in a temp directory, `kok run --local` as a child process, and bounded waits.
 #![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -10,6 +11,8 @@ mod git_cli;
 pub use git_cli::git;
 #[path = "../common/kok.rs"]
 mod kok_process;
+#[path = "../common/kubespray.rs"]
+pub mod kubespray;
 #[path = "../common/tools.rs"]
 mod tools;
 #[allow(unused_imports)]
@@ -29,10 +32,9 @@ pub const GREETING: &str = "hello from the local e2e test";
 /// The message the failing playbook fails with.
 pub const FAILURE_MESSAGE: &str = "this playbook fails on purpose";
 
-pub use tools::ansible_or_skip;
-// Not every test that includes this module runs kubectl.
+// Not every test that includes this module runs kubectl, or the project's ansible.
 #[allow(unused_imports)]
-pub use tools::{command, kubectl_or_skip};
+pub use tools::{ansible_or_skip, command, kubectl_or_skip};
 
 /// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
 /// greeting and the commit, and appends one line per run to `<marks>/<mark>.runs`.
@@ -220,7 +222,8 @@ impl LocalRepo {
             .unwrap_or(0)
     }
 
-    fn write(&self, relative: &str, content: &str) {
+    /// Writes `content` at `relative` in the work tree (its directory must exist).
+    pub fn write(&self, relative: &str, content: &str) {
         std::fs::write(self.path().join(relative), content).expect("write repository file");
     }
 
@@ -283,11 +286,16 @@ impl LocalKok {
 
     /// [`LocalKok::start`] with more arguments for `kok run`.
     pub fn start_with(repo: &LocalRepo, args: &[&str]) -> LocalKok {
+        LocalKok::start_with_path(repo, args, tools::search_path())
+    }
+
+    /// [`LocalKok::start_with`] with `path` as the PATH of kok and of the ansible runs it starts.
+    pub fn start_with_path(repo: &LocalRepo, args: &[&str], path: OsString) -> LocalKok {
         LocalKok::spawn_with(
             &repo.path(),
             &repo.state_dir(),
             &repo.scratch("kok.log"),
-            tools::search_path(),
+            path,
             args,
         )
     }
@@ -317,12 +325,31 @@ pub async fn operations(client: &kube::Client) -> Vec<ClusterOperation> {
 
 /// Waits until operation `id` reaches a terminal phase; returns it.
 pub async fn finished(kok: &mut LocalKok, client: &kube::Client, id: &str) -> ClusterOperation {
-    wait_for(&format!("operation {id} to finish"), kok, || async {
+    finished_within(kok, client, id, WAIT).await
+}
+
+/// [`finished`], waiting up to `limit`.
+pub async fn finished_within(
+    kok: &mut LocalKok,
+    client: &kube::Client,
+    id: &str,
+    limit: Duration,
+) -> ClusterOperation {
+    wait_within(limit, &format!("operation {id} to finish"), kok, || async {
         operation(client, id)
             .await
             .filter(|op| op.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
     })
     .await
+}
+
+/// `kok logs <cluster>/<id> --state-dir <state>`: the newest run's output, panicking when it fails.
+pub fn run_log(repo: &LocalRepo, id: &str) -> String {
+    let state = repo.state_dir();
+    let target = format!("{CLUSTER}/{id}");
+    let (ok, stdout, stderr) = repo.kok(&["logs", &target, "--state-dir", &state.to_string_lossy()]);
+    assert!(ok, "kok logs {target} failed: {stderr}");
+    stdout
 }
 
 /// Waits until the note of `sha` in the work tree has a line starting with `prefix`; returns the note.

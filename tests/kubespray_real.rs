@@ -1,0 +1,371 @@
+//! Local mode against real kubespray v2.27.0: `kok run --local --workdir <kubespray>` runs kubespray's own
+//! playbooks, roles and `ansible.cfg` with the ansible release its `requirements.txt` pins, over real ssh
+//! as root to hosts on 127.0.0.2-4 served by a throwaway sshd, logging in with the key from the cluster's
+//! Secret in the embedded API server; outcomes come back on the commit as git notes.
+//!
+//! kubespray's own defaults would change the host it bootstraps; every cluster here sets what keeps this
+//! machine as it is (see [`VARS`]), and the tests refuse to run where the bootstrap would still install
+//! or change something (see `tests/common/kubespray.rs`).
+
+// Both harnesses load tests/common/git.rs for themselves.
+#![allow(clippy::duplicate_mod)]
+
+mod gitkit;
+mod local_e2e_support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use gitkit::{free_port, Sshd};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::ByteString;
+use kok::api::{ClusterOperation, Phase};
+use kube::api::{Api, PostParams};
+use local_e2e_support::kubespray::{kubespray_or_skip, systemd_refusal, Kubespray};
+use local_e2e_support::{finished_within, note_line, run_log, LocalKok, LocalRepo, CLUSTER, NS};
+
+/// The addresses of the hosts; one sshd serves them all on one port.
+const ADDRESSES: [&str; 3] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+/// The Secret holding the cluster's ssh key (`sshAuthSecret`).
+const SSH_SECRET: &str = "local-ssh";
+/// Longest wait for one operation on real kubespray (a run takes under a minute on 2 idle cores).
+const RUN_WAIT: Duration = Duration::from_secs(600);
+/// Longest wait for the sshd to see the run's last session end once the run has finished; an ssh master
+/// left behind would stay for kubespray's `ControlPersist=30m`.
+const SESSION_WAIT: Duration = Duration::from_secs(20);
+
+/// vars.yml of every cluster: kubespray logs in as root with the system's python3 (which has the apt
+/// bindings), leaves the hostname, users and swap of this machine alone.
+const VARS: &str = "\
+ansible_user: root
+ansible_python_interpreter: /usr/bin/python3
+# bootstrap-os would rename this machine to the inventory name
+override_system_hostname: false
+# swapoff masks swap units through systemd
+kubelet_fail_swap_on: false
+# the kube user and kube-cert group kubernetes/preinstall would create
+kube_owner: root
+kube_cert_group: root
+addusers:
+  kube: {name: root, group: root}
+";
+
+/// A host of the inventory: its name, address, and its own `ansible_port` when it has one.
+struct Node {
+    name: String,
+    address: &'static str,
+    port: Option<u16>,
+}
+
+/// `count` nodes on [`ADDRESSES`], named `<prefix><n>-<pid>` so that no fact cache of an earlier run
+/// (kubespray's `ansible.cfg` keeps them in /tmp by host name) answers for them.
+fn nodes(prefix: &str, count: usize, port: Option<u16>) -> Vec<Node> {
+    ADDRESSES
+        .iter()
+        .take(count)
+        .enumerate()
+        .map(|(i, address)| Node {
+            name: format!("{prefix}{}-{}", i + 1, std::process::id()),
+            address,
+            port,
+        })
+        .collect()
+}
+
+/// hosts.yml: every node under `all`, the first the control plane, the others workers (the only node a
+/// worker too), `etcd` holding the nodes named.
+fn hosts_yml(nodes: &[Node], etcd: &[&Node]) -> String {
+    let group = |members: &[&Node]| -> String {
+        if members.is_empty() {
+            return "      hosts: {}\n".to_string();
+        }
+        let mut text = "      hosts:\n".to_string();
+        for node in members {
+            text.push_str(&format!("        {}: {{}}\n", node.name));
+        }
+        text
+    };
+    let mut text = "all:\n  hosts:\n".to_string();
+    for node in nodes {
+        text.push_str(&format!(
+            "    {}:\n      ansible_host: {}\n",
+            node.name, node.address
+        ));
+        if let Some(port) = node.port {
+            text.push_str(&format!("      ansible_port: {port}\n"));
+        }
+    }
+    let all: Vec<&Node> = nodes.iter().collect();
+    let workers = if all.len() > 1 { &all[1..] } else { &all[..] };
+    text.push_str("  children:\n    kube_control_plane:\n");
+    text.push_str(&group(&all[..1]));
+    text.push_str("    kube_node:\n");
+    text.push_str(&group(workers));
+    text.push_str("    etcd:\n");
+    text.push_str(&group(etcd));
+    text.push_str(
+        "    k8s_cluster:\n      children:\n        kube_control_plane: {}\n        kube_node: {}\n",
+    );
+    text
+}
+
+/// The `local` cluster with one operation, committed, run by kok on kubespray's tree over the test's sshd.
+struct KubesprayRun {
+    sshd: Sshd,
+    repo: LocalRepo,
+    kok: LocalKok,
+    sha: String,
+    id: String,
+}
+
+impl KubesprayRun {
+    /// Commits the cluster (`hosts`, `vars`, its ssh Secret named in cluster.yml) with the operation `id`
+    /// running `action extra_args...`, starts kok on it, creates the Secret from the sshd's user key, and
+    /// waits for the operation to finish.
+    async fn start(
+        kubespray: &Kubespray,
+        sshd: Sshd,
+        hosts: &str,
+        vars: &str,
+        (id, action, extra_args): (&str, &str, &[&str]),
+    ) -> (KubesprayRun, ClusterOperation) {
+        let repo = LocalRepo::new();
+        repo.write(&format!("clusters/{CLUSTER}/hosts.yml"), hosts);
+        repo.write(&format!("clusters/{CLUSTER}/vars.yml"), vars);
+        repo.write(
+            &format!("clusters/{CLUSTER}/cluster.yml"),
+            &format!("sshAuthSecret: {SSH_SECRET}\n"),
+        );
+        let args: Vec<String> = extra_args.iter().map(|a| format!("{a:?}")).collect();
+        repo.write(
+            &format!("clusters/{CLUSTER}/operations.yml"),
+            &format!(
+                "- id: {id}\n  action: {action}\n  extraArgs: [{}]\n",
+                args.join(", ")
+            ),
+        );
+        let sha = repo.commit(&format!("{id}: {action} on real kubespray"));
+        let workdir = kubespray.tree.to_str().expect("kubespray's path is UTF-8");
+        let mut kok = LocalKok::start_with_path(&repo, &["--workdir", workdir], kubespray.search_path());
+        let client = kok.client(&repo).await;
+        let key = std::fs::read(sshd.file("user_key")).expect("the sshd's user key");
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": SSH_SECRET, "namespace": NS},
+            "type": "kubernetes.io/ssh-auth",
+        }))
+        .expect("Secret");
+        let secret = Secret {
+            data: Some([("ssh-privatekey".to_string(), ByteString(key))].into()),
+            ..secret
+        };
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create the cluster's ssh Secret");
+        let op = finished_within(&mut kok, &client, id, RUN_WAIT).await;
+        let run = KubesprayRun {
+            sshd,
+            repo,
+            kok,
+            sha,
+            id: id.to_string(),
+        };
+        (run, op)
+    }
+
+    /// The ansible output of the run, for failure messages.
+    fn log(&self) -> String {
+        run_log(&self.repo, &self.id)
+    }
+
+    /// The commit's note once it holds the operation's `state` (`success`, `failure`); its line.
+    async fn note(&mut self, state: &str) -> String {
+        let prefix = format!("kok/{CLUSTER}/{}: {state} ", self.id);
+        let note = note_line(&mut self.kok, &self.repo, &self.sha, &prefix).await;
+        note.lines()
+            .find(|l| l.starts_with(&prefix))
+            .expect("the line note_line found")
+            .to_string()
+    }
+
+    /// Waits until the sshd holds no session of the finished run (an ssh master kept by `ControlPersist`
+    /// is one), failing with the sessions left.
+    async fn assert_no_ssh_session_outlives_it(&self) {
+        let deadline = std::time::Instant::now() + SESSION_WAIT;
+        loop {
+            let left = self.sshd.sessions();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ssh sessions of the finished run are still open (kubespray's ControlPersist=30m keeps \
+                 its masters): {left:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops kok, which must exit 0.
+    fn stop(mut self) {
+        assert!(
+            self.kok.stop(),
+            "kok exits 0 on SIGTERM; its log:\n{}",
+            self.kok.log()
+        );
+    }
+}
+
+fn phase(op: &ClusterOperation) -> (Phase, String) {
+    let status = op.status.clone().unwrap_or_default();
+    (status.phase, status.message.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubesprays_facts_playbook_succeeds_on_three_nodes_and_no_ssh_master_or_fact_cache_outlives_the_run()
+{
+    let Some(kubespray) = kubespray_or_skip("kubesprays_facts_playbook_succeeds_on_three_nodes") else {
+        return;
+    };
+    let sshd = Sshd::start_on(&ADDRESSES);
+    let nodes = nodes("facts", 3, Some(sshd.port));
+    let hosts = hosts_yml(&nodes, &[&nodes[0]]);
+    let operation = ("facts", "playbooks/facts.yml", &[][..]);
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, operation).await;
+
+    let (phase, message) = phase(&op);
+    assert_eq!(
+        phase,
+        Phase::Succeeded,
+        "{message}; the run's log:\n{}",
+        run.log()
+    );
+    let line = run.note("success").await;
+    assert!(
+        line.ends_with(&format!(": 3 hosts, {} changed", changed(&op))),
+        "{line}"
+    );
+    let summary = op.status.and_then(|s| s.summary).expect("the run's summary");
+    for node in &nodes {
+        let counts = summary.hosts.get(&node.name);
+        assert!(
+            counts.is_some_and(|c| c.ok > 0 && c.unreachable == 0 && c.failed == 0),
+            "{} was reached: {summary:?}",
+            node.name
+        );
+    }
+    run.assert_no_ssh_session_outlives_it().await;
+    for node in &nodes {
+        let cached = Path::new("/tmp").join(&node.name);
+        assert!(
+            !cached.exists(),
+            "the run's fact cache lives in its own directory, not in {}",
+            cached.display()
+        );
+    }
+    run.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_variable_in_hosts_yml_overrides_vars_yml_so_a_node_on_its_own_ssh_port_is_reached() {
+    let Some(kubespray) = kubespray_or_skip("a_host_variable_in_hosts_yml_overrides_vars_yml") else {
+        return;
+    };
+    let sshd = Sshd::start_on(&ADDRESSES[..1]);
+    let nobody_listens = free_port();
+    let nodes = nodes("port", 1, Some(sshd.port));
+    let hosts = hosts_yml(&nodes, &[&nodes[0]]);
+    let vars = format!("{VARS}# no sshd listens on this port\nansible_port: {nobody_listens}\n");
+    let operation = ("own-port", "playbooks/facts.yml", &[][..]);
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, &vars, operation).await;
+
+    let (phase, message) = phase(&op);
+    assert_eq!(
+        phase,
+        Phase::Succeeded,
+        "{} has ansible_port {} in hosts.yml and vars.yml says {nobody_listens}: {message}; the run's log:\n{}",
+        nodes[0].name,
+        run.sshd.port,
+        run.log()
+    );
+    run.note("success").await;
+    run.assert_no_ssh_session_outlives_it().await;
+    run.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scale_yml_limited_to_one_node_gets_past_the_fact_cache_assertion_and_stops_at_the_systemd_one() {
+    let test = "scale_yml_limited_to_one_node_gets_past_the_fact_cache_assertion";
+    let Some(kubespray) = kubespray_or_skip(test) else {
+        return;
+    };
+    if let Some(why) = systemd_refusal() {
+        eprintln!("skipping {test}: {why}");
+        return;
+    }
+    let sshd = Sshd::start_on(&ADDRESSES);
+    let nodes = nodes("scale", 3, Some(sshd.port));
+    let hosts = hosts_yml(&nodes, &[&nodes[0]]);
+    let limit = format!("--limit={}", nodes[1].name);
+    let operation = ("add-node", "scale.yml", &[limit.as_str()][..]);
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, operation).await;
+
+    let (phase, message) = phase(&op);
+    assert_eq!(phase, Phase::Failed, "{message}; the run's log:\n{}", run.log());
+    let line = run.note("failure").await;
+    let log = run.log();
+    assert!(
+        !line.contains("facts cache") && !log.contains("without a populated facts cache"),
+        "kubespray's fact-cache assertion stopped the limited run: {line}\n{log}"
+    );
+    // The assertion after the fact-cache one (and the two about empty groups) in
+    // roles/kubernetes/preinstall/tasks/0040-verify-settings.yml; pid 1 is not systemd here.
+    assert!(
+        line.contains(&format!(
+            " - failed at TASK [kubernetes/preinstall : Stop if non systemd OS type] on {}: Assertion failed",
+            nodes[1].name
+        )),
+        "{line}\nthe run's log:\n{log}"
+    );
+    run.assert_no_ssh_session_outlives_it().await;
+    run.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubesprays_assertion_on_an_empty_etcd_group_comes_back_on_the_commit_word_for_word() {
+    let Some(kubespray) = kubespray_or_skip("kubesprays_assertion_on_an_empty_etcd_group") else {
+        return;
+    };
+    let sshd = Sshd::start_on(&ADDRESSES);
+    let nodes = nodes("etcd", 3, Some(sshd.port));
+    let hosts = hosts_yml(&nodes, &[]);
+    let operation = ("asserts", "cluster.yml", &["--tags", "asserts"][..]);
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, operation).await;
+
+    let (phase, message) = phase(&op);
+    assert_eq!(phase, Phase::Failed, "{message}; the run's log:\n{}", run.log());
+    let line = run.note("failure").await;
+    let expected = format!(
+        " - failed at TASK [kubernetes/preinstall : Stop if etcd group is empty in external etcd mode] on {}: \
+         Group 'etcd' cannot be empty in external etcd mode",
+        nodes[0].name
+    );
+    assert!(line.contains(&expected), "{line}\nthe run's log:\n{}", run.log());
+    let result = op.status.and_then(|s| s.result).unwrap_or_default();
+    assert!(
+        result.contains(&expected[" - ".len()..]),
+        "the operation's result: {result}"
+    );
+    run.assert_no_ssh_session_outlives_it().await;
+    run.stop();
+}
+
+/// The number of changed task results of the run, as its summary counts them.
+fn changed(op: &ClusterOperation) -> u32 {
+    op.status
+        .as_ref()
+        .and_then(|s| s.summary.as_ref())
+        .map_or(0, |s| s.total.changed)
+}
