@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 #[path = "../common/git.rs"]
 mod git_cli;
