@@ -30,6 +30,13 @@ pub struct Diagnostic {
     pub cluster: Option<String>,
 }
 
+impl Diagnostic {
+    /// Where the problem is in its file and what it is, without the path: `line:col: message`.
+    pub fn at(&self) -> String {
+        format!("{}:{}: {}", self.line, self.column, self.message)
+    }
+}
+
 impl std::fmt::Display for Diagnostic {
     /// `path:line:col: message`, with `warning: ` before warnings.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -524,11 +524,7 @@ mod tests {
     }
 
     fn errors(text: &str) -> Vec<String> {
-        check(text)
-            .1
-            .iter()
-            .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
-            .collect()
+        check(text).1.iter().map(Diagnostic::at).collect()
     }
 
     #[test]

@@ -281,9 +281,7 @@ mod tests {
 
     fn first_error(text: &str) -> String {
         let (_, d) = check(text);
-        d.first()
-            .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
-            .unwrap_or_default()
+        d.first().map(Diagnostic::at).unwrap_or_default()
     }
 
     #[test]

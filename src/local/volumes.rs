@@ -4,7 +4,7 @@
 //! The kubelet would mount each volume at its `mountPath` (`/conf`, `/auth`); without root the local runner
 //! cannot, so it writes each volume to `<private dir>/volumes/<volume name>/` instead and rewrites what points
 //! into a mount: an argument or env value that is a mount path, or starts with one followed by `/`, optionally
-//! behind `@` (`-e @/conf/vars.yml`) or after the first `=` (`--private-key=/auth/ssh-privatekey`), is
+//! behind `@` (`-e @/conf/extra.yml`) or after the first `=` (`--private-key=/auth/ssh-privatekey`), is
 //! rewritten to the host directory. Text inside a script is left alone: kok's entry script reads the
 //! directories from `KOK_CONF_DIR` and `KOK_AUTH_DIR`, which the runner points at the host directories.
 //!
