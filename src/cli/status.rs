@@ -332,7 +332,7 @@ fn draw(text: &str, terminal: bool) -> anyhow::Result<()> {
     if terminal {
         write!(out, "\x1b[H\x1b[2J{text}")?;
     } else {
-        write!(out, "{text}\n")?;
+        writeln!(out, "{text}")?;
     }
     out.flush()?;
     Ok(())
