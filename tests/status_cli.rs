@@ -123,30 +123,21 @@ async fn the_table_shows_each_cluster_with_its_health_and_queue() {
 
     // One cluster, found through --kubeconfig this time.
     let kubeconfig = state.path().join("kubeconfig");
-    let (ok, out, err) = kok(
-        &[
+    let one = |cluster: &str| {
+        let args = [
             "status",
-            "prod",
+            cluster,
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
             "--namespace",
             NS,
-        ],
-        state.path(),
-    );
+        ];
+        kok(&args, state.path())
+    };
+    let (ok, out, err) = one("prod");
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
-    let (ok, _, err) = kok(
-        &[
-            "status",
-            "nope",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--namespace",
-            NS,
-        ],
-        state.path(),
-    );
+    let (ok, _, err) = one("nope");
     assert!(
         !ok && err.contains("no Cluster nope in namespace kok-system"),
         "{err}"
