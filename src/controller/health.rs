@@ -63,7 +63,7 @@ pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
 /// at a time (a check silent for [`SLOW_CHECK`] gives its place up; the semaphore is fair, so the order holds).
 async fn round(ctx: &Context) {
     let mut clusters = ctx.clusters.state();
-    clusters.sort_by_key(|c| (!answered(c), c.name_any()));
+    clusters.sort_by_key(|c| round_key(c));
     let places = tokio::sync::Semaphore::new(HEALTH_CONCURRENCY);
     let limit = ctx.config.health_timeout + RECORD_MARGIN;
     futures::stream::iter(clusters)
@@ -91,6 +91,11 @@ async fn round(ctx: &Context) {
             }
         })
         .await;
+}
+
+/// Where a cluster goes in a round: those that answered last time first, then by name.
+fn round_key(cluster: &Cluster) -> (bool, String) {
+    (!answered(cluster), cluster.name_any())
 }
 
 /// Whether the cluster's API server answered the last health check (false before the first).
@@ -223,4 +228,50 @@ pub fn carry(new: &mut ClusterStatus, old: Option<&ClusterStatus>) {
     new.kubernetes_version = old.kubernetes_version.clone();
     new.kubelet_versions = old.kubelet_versions.clone();
     new.nodes = old.nodes.clone();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ClusterSpec, ConfigMapRef};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn cluster(name: &str, reachable: Option<&str>) -> Cluster {
+        let spec = ClusterSpec {
+            hosts_conf_ref: ConfigMapRef { name: "h".into() },
+            vars_conf_ref: ConfigMapRef { name: "v".into() },
+            ssh_auth_ref: None,
+            defaults: Default::default(),
+            source: Default::default(),
+            kubeconfig_secret_ref: None,
+            maintenance: None,
+        };
+        let mut c = Cluster::new(name, spec);
+        c.status = reachable.map(|status| ClusterStatus {
+            conditions: vec![Condition {
+                type_: crate::health::checks::REACHABLE.into(),
+                status: status.into(),
+                reason: "R".into(),
+                message: String::new(),
+                last_transition_time: Time(Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        c
+    }
+
+    #[test]
+    fn clusters_that_answered_last_round_are_checked_first() {
+        let mut clusters = vec![
+            cluster("a-silent", Some("False")),
+            cluster("b-new", None),
+            cluster("c-up", Some("True")),
+            cluster("d-unknown", Some("Unknown")),
+            cluster("e-up", Some("True")),
+        ];
+        clusters.sort_by_key(round_key);
+        let order: Vec<String> = clusters.iter().map(|c| c.name_any()).collect();
+        assert_eq!(order, ["c-up", "e-up", "a-silent", "b-new", "d-unknown"]);
+    }
 }
