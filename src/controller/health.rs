@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn clusters_that_answered_last_round_are_checked_first() {
-        let mut clusters = vec![
+        let mut clusters = [
             cluster("a-silent", Some("False")),
             cluster("b-new", None),
             cluster("c-up", Some("True")),
