@@ -342,8 +342,7 @@ fn draw(text: &str, terminal: bool) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::api::{
-        ClusterOperationSpec, ClusterOperationStatus, ClusterSpec, ClusterStatus, ConfigMapRef,
-        OperationSource, Phase,
+        ClusterOperationSpec, ClusterOperationStatus, ClusterSpec, ClusterStatus, OperationSource, Phase,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -352,15 +351,7 @@ mod tests {
     }
 
     fn cluster(name: &str, healthy: Option<bool>) -> Cluster {
-        let spec = ClusterSpec {
-            hosts_conf_ref: ConfigMapRef { name: "hosts".into() },
-            vars_conf_ref: ConfigMapRef { name: "vars".into() },
-            ssh_auth_ref: None,
-            defaults: Default::default(),
-            source: Default::default(),
-            kubeconfig_secret_ref: None,
-            maintenance: None,
-        };
+        let spec = ClusterSpec::for_test();
         let mut c = Cluster::new(name, spec);
         if let Some(healthy) = healthy {
             c.status = Some(ClusterStatus {

@@ -233,19 +233,11 @@ pub fn carry(new: &mut ClusterStatus, old: Option<&ClusterStatus>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ClusterSpec, ConfigMapRef};
+    use crate::api::ClusterSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn cluster(name: &str, reachable: Option<&str>) -> Cluster {
-        let spec = ClusterSpec {
-            hosts_conf_ref: ConfigMapRef { name: "h".into() },
-            vars_conf_ref: ConfigMapRef { name: "v".into() },
-            ssh_auth_ref: None,
-            defaults: Default::default(),
-            source: Default::default(),
-            kubeconfig_secret_ref: None,
-            maintenance: None,
-        };
+        let spec = ClusterSpec::for_test();
         let mut c = Cluster::new(name, spec);
         c.status = reachable.map(|status| ClusterStatus {
             conditions: vec![Condition {
