@@ -510,3 +510,107 @@ async fn periodic_health_checks_keep_conditions_version_and_node_counts_on_the_c
 async fn status_of(clusters: &Api<kok::api::Cluster>) -> kok::api::ClusterStatus {
     clusters.get("prod").await.unwrap().status.unwrap()
 }
+
+/// A loopback listener that accepts connections and never answers; it stops with the test's runtime.
+async fn silent_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    url
+}
+
+/// The health conditions of every Cluster by name, as (Reachable status and message, Healthy status).
+async fn health_by_cluster(
+    clusters: &Api<kok::api::Cluster>,
+) -> BTreeMap<String, (Option<(String, String)>, Option<String>)> {
+    let list = clusters.list(&Default::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .map(|c| {
+            let name = c.metadata.name.clone().unwrap();
+            let conditions = c.status.map(|s| s.conditions).unwrap_or_default();
+            let find = |t: &str| conditions.iter().find(|c| c.type_ == t).cloned();
+            let reachable = find("Reachable").map(|c| (c.status, c.message));
+            (name, (reachable, find("Healthy").map(|c| c.status)))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusters_that_never_answer_do_not_delay_the_healthy_ones_in_a_health_round() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    healthy(&workload.client()).await;
+    let silent = silent_server().await;
+    let meta = server().await;
+    let client = meta.client();
+    let reachable = workload.url();
+    // The hung clusters sort first by name: more of them than checks run at once take every place first.
+    let hung: Vec<String> = (0..20).map(|i| format!("hung{i:02}")).collect();
+    let good: Vec<String> = (0..3).map(|i| format!("well{i}")).collect();
+    for (name, url) in hung
+        .iter()
+        .map(|n| (n, &silent))
+        .chain(good.iter().map(|n| (n, &reachable)))
+    {
+        kubeconfig_secret(
+            &client,
+            &format!("{name}-kubeconfig"),
+            &testkit::kubeconfig_yaml(url),
+        )
+        .await;
+        let mut dir = cluster_dir(name, HOSTS, vec![], None);
+        dir.vars_yml = VARS.into();
+        apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
+    }
+    let mut cfg = config(4);
+    cfg.health_interval = Duration::from_millis(200);
+    cfg.health_timeout = Duration::from_secs(10);
+    let ctl = start(&client, cfg);
+    let clusters: Api<kok::api::Cluster> = Api::namespaced(client.clone(), NS);
+
+    let seen = wait_for("the healthy clusters to be Healthy", || async {
+        let seen = health_by_cluster(&clusters).await;
+        good.iter()
+            .all(|g| seen[g].1.as_deref() == Some("True"))
+            .then_some(seen)
+    })
+    .await;
+    for h in &hung {
+        assert_eq!(
+            seen[h],
+            (None, None),
+            "{h} was recorded before the healthy clusters: the hung checks delayed them"
+        );
+    }
+
+    // Every hung cluster ends its round unreachable (its own timeout, not the round's), none left out.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = health_by_cluster(&clusters).await;
+        let pending: Vec<&String> = hung
+            .iter()
+            .filter(|h| seen[*h].0.as_ref().is_none_or(|r| r.0 != "False"))
+            .collect();
+        if pending.is_empty() {
+            for h in &hung {
+                let (status, message) = seen[h].0.clone().unwrap();
+                assert_eq!(
+                    (status.as_str(), message.as_str()),
+                    ("False", "API server unreachable: timed out")
+                );
+            }
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "hung clusters never recorded as unreachable: {pending:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ctl.stop().await;
+}

@@ -234,6 +234,22 @@ pub struct ClusterSpec {
     pub maintenance: Option<Maintenance>,
 }
 
+#[cfg(test)]
+impl ClusterSpec {
+    /// A spec reading ConfigMaps `hosts` and `vars`, with nothing else set (unit-test fixtures).
+    pub(crate) fn for_test() -> Self {
+        ClusterSpec {
+            hosts_conf_ref: ConfigMapRef { name: "hosts".into() },
+            vars_conf_ref: ConfigMapRef { name: "vars".into() },
+            ssh_auth_ref: None,
+            defaults: Default::default(),
+            source: Default::default(),
+            kubeconfig_secret_ref: None,
+            maintenance: None,
+        }
+    }
+}
+
 /// When a cluster's operations may start: inside one of its windows (any time when it lists none), never
 /// inside a freeze. A running Job is never stopped when a window closes or a freeze begins.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

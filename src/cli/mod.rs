@@ -11,6 +11,7 @@ mod malloc;
 pub mod plan;
 pub mod render;
 pub mod run;
+pub mod status;
 pub mod validate;
 
 /// kok: a GitOps reconciler for Kubernetes clusters installed and changed with ansible.
@@ -60,6 +61,8 @@ pub enum Command {
     Plan(plan::Args),
     /// The commits that touched a cluster directory, newest first.
     History(history::Args),
+    /// The fleet: each cluster's version, nodes, health, what its queue does and its last outcome.
+    Status(status::Args),
 }
 
 /// Runs the parsed command line; the process exit code is the result.
@@ -73,6 +76,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Logs(args) => logs::run(args),
         Command::Plan(args) => plan::run(args),
         Command::History(args) => history::run(args),
+        Command::Status(args) => status::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,6 +1,8 @@
 //! Between operations: every `--health-interval` each cluster with a kubeconfig is checked against its
-//! current inventory and vars, at most [`HEALTH_CONCURRENCY`] at once and each within
-//! [`CHECK_TIMEOUT`], so an unreachable cluster never delays the others. The result goes into the
+//! current inventory and vars, at most [`HEALTH_CONCURRENCY`] at once and each within the health timeout,
+//! so an unreachable cluster never delays the others: a check without an answer after [`SLOW_CHECK`]
+//! gives its place to the next cluster (and waits on until its timeout), and clusters that answered
+//! the last round go first. The result goes into the
 //! Cluster's status: the conditions of [`crate::health::conditions`], `kubernetesVersion`,
 //! `kubeletVersions` and `nodes`, written only when they changed, with one Event per condition that
 //! changed and the `kok_cluster_condition` / `kok_cluster_nodes` metrics. The Cluster reconciler keeps
@@ -23,13 +25,18 @@ use super::verify::{access, expected};
 use super::Context;
 use crate::api::{Cluster, ClusterStatus, Verify};
 use crate::health::conditions::{conditions, node_counts, HEALTH_CONDITIONS};
-use crate::health::observe::{observe, OBSERVE_TIMEOUT};
+use crate::health::observe::observe;
 use crate::health::{verify, Access};
+
+pub use crate::health::observe::OBSERVE_TIMEOUT;
 
 /// Most clusters checked at once.
 pub const HEALTH_CONCURRENCY: usize = 16;
-/// Longest one cluster's check may take, reading its kubeconfig Secret and inputs included.
-pub const CHECK_TIMEOUT: Duration = Duration::from_secs(OBSERVE_TIMEOUT.as_secs() + 5);
+/// Longer than the health timeout a check may take to read its kubeconfig Secret and inputs and record.
+const RECORD_MARGIN: Duration = Duration::from_secs(5);
+/// How long a check holds its place among the [`HEALTH_CONCURRENCY`] before a silent API server lets the
+/// next cluster go ahead.
+pub const SLOW_CHECK: Duration = Duration::from_secs(2);
 
 /// Checks every cluster every `ctx.config.health_interval` until `stopped` (never when it is zero).
 pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
@@ -52,20 +59,55 @@ pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
     }
 }
 
-/// One round: every cluster the cache holds, [`HEALTH_CONCURRENCY`] at a time.
+/// One round: every cluster the cache holds, those that answered last time first, [`HEALTH_CONCURRENCY`]
+/// at a time (a check silent for [`SLOW_CHECK`] gives its place up; the semaphore is fair, so the order holds).
 async fn round(ctx: &Context) {
-    let clusters = ctx.clusters.state();
+    let mut clusters = ctx.clusters.state();
+    clusters.sort_by_key(|c| round_key(c));
+    let places = tokio::sync::Semaphore::new(HEALTH_CONCURRENCY);
+    let limit = ctx.config.health_timeout + RECORD_MARGIN;
     futures::stream::iter(clusters)
-        .for_each_concurrent(HEALTH_CONCURRENCY, |cluster| async move {
-            match tokio::time::timeout(CHECK_TIMEOUT, check(ctx, &cluster)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => {
-                    warn!(cluster = %cluster.name_any(), error = %why, "health check not recorded")
+        .for_each_concurrent(None, |cluster| {
+            let places = &places;
+            async move {
+                let mut place = places.acquire().await.ok();
+                let checked = tokio::time::timeout(limit, check(ctx, &cluster));
+                tokio::pin!(checked);
+                let result = tokio::select! {
+                    result = &mut checked => result,
+                    () = tokio::time::sleep(SLOW_CHECK) => {
+                        place.take();
+                        checked.await
+                    }
+                };
+                drop(place);
+                match result {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => {
+                        warn!(cluster = %cluster.name_any(), error = %why, "health check not recorded")
+                    }
+                    Err(_) => warn!(cluster = %cluster.name_any(), "health check timed out"),
                 }
-                Err(_) => warn!(cluster = %cluster.name_any(), "health check timed out"),
             }
         })
         .await;
+}
+
+/// Where a cluster goes in a round: those that answered last time first, then by name.
+fn round_key(cluster: &Cluster) -> (bool, String) {
+    (!answered(cluster), cluster.name_any())
+}
+
+/// Whether the cluster's API server answered the last health check (false before the first).
+fn answered(cluster: &Cluster) -> bool {
+    let conditions = cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    conditions
+        .iter()
+        .any(|c| c.type_ == crate::health::checks::REACHABLE && c.status == "True")
 }
 
 /// Checks one cluster and records what it found.
@@ -73,7 +115,12 @@ async fn check(ctx: &Context, cluster: &Cluster) -> Result<(), String> {
     let name = cluster.name_any();
     let observed = match access(ctx, &name).await {
         Ok(Access::NoKubeconfig) => return Ok(()),
-        Ok(Access::Client(client)) => observe(&client).await,
+        Ok(Access::Client(client)) => tokio::time::timeout(ctx.config.health_timeout, observe(&client))
+            .await
+            .unwrap_or_else(|_| crate::health::Observed {
+                api: Err("unreachable: timed out".to_string()),
+                ..Default::default()
+            }),
         Err(refused) => crate::health::Observed {
             api: Err(format!("cannot be reached: {refused}")),
             ..Default::default()
@@ -181,4 +228,42 @@ pub fn carry(new: &mut ClusterStatus, old: Option<&ClusterStatus>) {
     new.kubernetes_version = old.kubernetes_version.clone();
     new.kubelet_versions = old.kubelet_versions.clone();
     new.nodes = old.nodes.clone();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ClusterSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn cluster(name: &str, reachable: Option<&str>) -> Cluster {
+        let spec = ClusterSpec::for_test();
+        let mut c = Cluster::new(name, spec);
+        c.status = reachable.map(|status| ClusterStatus {
+            conditions: vec![Condition {
+                type_: crate::health::checks::REACHABLE.into(),
+                status: status.into(),
+                reason: "R".into(),
+                message: String::new(),
+                last_transition_time: Time(Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        c
+    }
+
+    #[test]
+    fn clusters_that_answered_last_round_are_checked_first() {
+        let mut clusters = [
+            cluster("a-silent", Some("False")),
+            cluster("b-new", None),
+            cluster("c-up", Some("True")),
+            cluster("d-unknown", Some("Unknown")),
+            cluster("e-up", Some("True")),
+        ];
+        clusters.sort_by_key(round_key);
+        let order: Vec<String> = clusters.iter().map(|c| c.name_any()).collect();
+        assert_eq!(order, ["c-up", "e-up", "a-silent", "b-new", "d-unknown"]);
+    }
 }

@@ -73,6 +73,8 @@ pub struct ControllerConfig {
     pub verify_retry: Duration,
     /// Time between health checks of every cluster with a kubeconfig (`--health-interval`); zero: none.
     pub health_interval: Duration,
+    /// Longest one cluster's health check may wait for its API server before it counts as unreachable.
+    pub health_timeout: Duration,
     /// Where the start decisions read the time (maintenance windows and freezes).
     pub clock: window::Clock,
 }
@@ -88,6 +90,7 @@ impl ControllerConfig {
             queue_resync: Duration::from_secs(60),
             verify_retry: Duration::from_secs(10),
             health_interval: Duration::from_secs(300),
+            health_timeout: health::OBSERVE_TIMEOUT,
             clock: window::Clock::system(),
         }
     }

@@ -308,8 +308,8 @@ fn log_events(web: Web, name: String, offset: usize) -> impl Stream<Item = Resul
 mod tests {
     use super::*;
     use crate::api::{
-        Cluster, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ClusterSpec, ConfigMapRef,
-        HostCounts, OperationSource, Phase, RunFailure, RunSummary,
+        Cluster, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ClusterSpec, HostCounts,
+        OperationSource, Phase, RunFailure, RunSummary,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -366,15 +366,7 @@ mod tests {
             clusters: ["calm", SCRIPT, "busy"]
                 .into_iter()
                 .map(|name| {
-                    let spec = ClusterSpec {
-                        hosts_conf_ref: ConfigMapRef { name: "hosts".into() },
-                        vars_conf_ref: ConfigMapRef { name: "vars".into() },
-                        ssh_auth_ref: None,
-                        defaults: Default::default(),
-                        source: Default::default(),
-                        kubeconfig_secret_ref: None,
-                        maintenance: None,
-                    };
+                    let spec = ClusterSpec::for_test();
                     Cluster::new(name, spec)
                 })
                 .collect(),

@@ -217,7 +217,8 @@ fn waiting(ops: &[ClusterOperation]) -> Vec<&ClusterOperation> {
     waiting
 }
 
-fn cluster_row(
+/// The row of cluster `name` (its object, if it exists, and its operations) at `now`.
+pub fn cluster_row(
     name: &str,
     cluster: Option<&Cluster>,
     ops: &[ClusterOperation],

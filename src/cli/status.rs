@@ -1,0 +1,484 @@
+//! `kok status`: the fleet as a table for the terminal (or JSON): each cluster's version, nodes, health,
+//! what its queue does and its last outcome; `--watch` redraws it from watches as things change.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::{FutureExt, StreamExt};
+use jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::ResourceExt;
+use serde::Serialize;
+
+use super::OutputFormat;
+use crate::api::{Cluster, ClusterOperation, NodeCounts, DEFAULT_NAMESPACE};
+use crate::health::conditions::HEALTHY;
+use crate::web::pages::{cluster_row, OpLine, State};
+
+/// How long `--watch` gathers events before it redraws, so that a burst of changes redraws once.
+const SETTLE: Duration = Duration::from_millis(200);
+/// How often `--watch` renders again without an event (the running operations' elapsed time).
+const TICK: Duration = Duration::from_secs(1);
+
+/// Arguments of `kok status`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Only this cluster.
+    pub cluster: Option<String>,
+    /// Namespace of kok's objects in the meta-cluster.
+    #[arg(long, default_value = DEFAULT_NAMESPACE, env = "KOK_NAMESPACE")]
+    pub namespace: String,
+    /// Kubeconfig of the meta-cluster; without it, as kubectl: `KUBECONFIG`, `~/.kube/config`, in-cluster.
+    #[arg(long, env = "KOK_KUBECONFIG", conflicts_with = "state_dir")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Local mode's state directory (`kok run --local --state-dir`): read its embedded API server.
+    #[arg(long, env = "KOK_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Keep redrawing the table as clusters and operations change, until interrupted.
+    #[arg(long, short = 'w', env = "KOK_WATCH")]
+    pub watch: bool,
+    /// Output format: a table, or JSON (one object per cluster).
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Text, env = "KOK_OUTPUT")]
+    pub output: OutputFormat,
+}
+
+/// One cluster as `kok status` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusRow {
+    /// Cluster name.
+    pub cluster: String,
+    /// The API server's version from the last health check.
+    pub version: Option<String>,
+    /// The kubelet versions seen by the last health check.
+    pub kubelet_versions: Vec<String>,
+    /// Nodes Ready and in all, from the last health check.
+    pub nodes: Option<NodeCounts>,
+    /// `healthy`, `unhealthy`, or `unknown` before the first health check.
+    pub health: &'static str,
+    /// Why it is unhealthy (the `Healthy` condition's message).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_message: Option<String>,
+    /// The state of its queue.
+    pub state: State,
+    /// What its queue does, in a sentence: the running operation and for how long, or the next and why
+    /// it waits.
+    pub queue: String,
+    /// The running or next operation.
+    pub current: Option<OpLine>,
+    /// The last finished operation.
+    pub last: Option<OpLine>,
+}
+
+/// The rows of `clusters` (only `only`, when given) with their `ops`, by name, at `now`.
+pub fn rows(
+    clusters: &[Cluster],
+    ops: &[ClusterOperation],
+    only: Option<&str>,
+    now: Timestamp,
+) -> Vec<StatusRow> {
+    let mut rows: Vec<StatusRow> = clusters
+        .iter()
+        .filter(|c| only.is_none_or(|o| c.name_any() == o))
+        .map(|c| {
+            let name = c.name_any();
+            let mine: Vec<ClusterOperation> =
+                ops.iter().filter(|op| op.spec.cluster == name).cloned().collect();
+            let row = cluster_row(&name, Some(c), &mine, now);
+            let status = c.status.clone().unwrap_or_default();
+            let healthy = status.conditions.iter().find(|c| c.type_ == HEALTHY);
+            StatusRow {
+                cluster: name,
+                version: status.kubernetes_version,
+                kubelet_versions: status.kubelet_versions,
+                nodes: status.nodes,
+                health: match healthy.map(|c| c.status.as_str()) {
+                    Some("True") => "healthy",
+                    Some("False") => "unhealthy",
+                    _ => "unknown",
+                },
+                health_message: healthy.filter(|c| c.status == "False").map(|c| c.message.clone()),
+                state: row.state,
+                queue: row.activity,
+                current: row.current,
+                last: row.last,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    rows
+}
+
+/// The last outcome in a few words: `<id> <phase>: <what it did>`.
+fn last_words(last: Option<&OpLine>) -> String {
+    match last {
+        None => "-".to_string(),
+        Some(op) if op.outcome.is_empty() => format!("{} {}", op.id, op.phase.to_lowercase()),
+        Some(op) => format!("{} {}: {}", op.id, op.phase.to_lowercase(), op.outcome),
+    }
+}
+
+/// The table of `rows`, columns aligned, with a header line.
+pub fn table(rows: &[StatusRow]) -> String {
+    let mut lines = vec![["CLUSTER", "VERSION", "NODES", "HEALTH", "QUEUE", "LAST"].map(String::from)];
+    for r in rows {
+        lines.push([
+            r.cluster.clone(),
+            r.version.clone().unwrap_or_else(|| "-".to_string()),
+            r.nodes
+                .as_ref()
+                .map_or_else(|| "-".to_string(), |n| format!("{}/{}", n.ready, n.total)),
+            r.health.to_string(),
+            r.queue.clone(),
+            last_words(r.last.as_ref()),
+        ]);
+    }
+    let mut widths = [0usize; 6];
+    for line in &lines {
+        for (w, cell) in widths.iter_mut().zip(line) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for line in &lines {
+        let mut text = String::new();
+        for (i, cell) in line.iter().enumerate() {
+            if i + 1 == line.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}   ", width = widths[i]));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// What `kok status` prints for `clusters` and `ops` at `now`: the table, or a JSON array of the rows
+/// (one line of it when `compact`).
+pub fn render(
+    clusters: &[Cluster],
+    ops: &[ClusterOperation],
+    only: Option<&str>,
+    format: OutputFormat,
+    compact: bool,
+    now: Timestamp,
+) -> String {
+    let rows = rows(clusters, ops, only, now);
+    match format {
+        OutputFormat::Text => table(&rows),
+        OutputFormat::Json if compact => serde_json::to_string(&rows).unwrap_or_default() + "\n",
+        OutputFormat::Json => serde_json::to_string_pretty(&rows).unwrap_or_default() + "\n",
+    }
+}
+
+/// Runs `kok status`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let client = meta_cluster(&args).await?;
+        if args.watch {
+            tokio::select! {
+                result = watch(&client, &args) => result,
+                _ = tokio::signal::ctrl_c() => Ok(ExitCode::SUCCESS),
+            }
+        } else {
+            once(&client, &args).await
+        }
+    })
+}
+
+/// The meta-cluster: local mode's embedded server under `--state-dir`, `--kubeconfig`, or as kubectl finds it.
+async fn meta_cluster(args: &Args) -> anyhow::Result<kube::Client> {
+    let path = match (&args.state_dir, &args.kubeconfig) {
+        (Some(dir), _) => Some(dir.join(crate::local::embedded::KUBECONFIG_FILE)),
+        (None, Some(path)) => Some(path.clone()),
+        (None, None) => None,
+    };
+    let config = match path {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("loading the kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding the meta-cluster (--kubeconfig, KUBECONFIG, ~/.kube/config or in-cluster)")?,
+    };
+    kube::Client::try_from(config).context("connecting to the meta-cluster")
+}
+
+/// Lists once and prints.
+async fn once(client: &kube::Client, args: &Args) -> anyhow::Result<ExitCode> {
+    let clusters = Api::<Cluster>::namespaced(client.clone(), &args.namespace)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing the Clusters of namespace {}", args.namespace))?
+        .items;
+    let ops = Api::<ClusterOperation>::namespaced(client.clone(), &args.namespace)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing the ClusterOperations of namespace {}", args.namespace))?
+        .items;
+    if let Some(name) = &args.cluster {
+        if !clusters.iter().any(|c| &c.name_any() == name) {
+            anyhow::bail!("no Cluster {name} in namespace {}", args.namespace);
+        }
+    }
+    let text = render(
+        &clusters,
+        &ops,
+        args.cluster.as_deref(),
+        args.output,
+        false,
+        Timestamp::now(),
+    );
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a watch event tells `--watch`: which stream, and whether its initial list is complete.
+type Seen = Result<(usize, bool), String>;
+
+fn seen<K>(stream: usize, event: Result<watcher::Event<K>, watcher::Error>) -> Seen {
+    match event {
+        Ok(e) => Ok((stream, matches!(e, watcher::Event::InitDone))),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Marks in `listed` the stream whose initial list `event` completes; warns of a failed watch.
+fn note(listed: &mut [bool; 2], event: Seen) {
+    match event {
+        Ok((stream, done)) => listed[stream] |= done,
+        Err(why) => eprintln!("warning: watching the meta-cluster: {why}"),
+    }
+}
+
+/// Watches Clusters and ClusterOperations and prints the rendering each time it changes.
+async fn watch(client: &kube::Client, args: &Args) -> anyhow::Result<ExitCode> {
+    let (clusters, clusters_writer) = reflector::store::<Cluster>();
+    let (ops, ops_writer) = reflector::store::<ClusterOperation>();
+    let config = watcher::Config::default();
+    let cluster_events = reflector(
+        clusters_writer,
+        watcher(
+            Api::<Cluster>::namespaced(client.clone(), &args.namespace),
+            config.clone(),
+        ),
+    )
+    .default_backoff()
+    .map(|e| seen(0, e));
+    let op_events = reflector(
+        ops_writer,
+        watcher(
+            Api::<ClusterOperation>::namespaced(client.clone(), &args.namespace),
+            config,
+        ),
+    )
+    .default_backoff()
+    .map(|e| seen(1, e));
+    let mut events = std::pin::pin!(futures::stream::select(cluster_events, op_events));
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut listed = [false, false];
+    let mut shown = String::new();
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else { return Ok(ExitCode::SUCCESS) };
+                note(&mut listed, event);
+                // Gather the rest of a burst before drawing.
+                tokio::time::sleep(SETTLE).await;
+                while let Some(Some(event)) = events.next().now_or_never() {
+                    note(&mut listed, event);
+                }
+            }
+            _ = tick.tick() => {}
+        }
+        if listed != [true, true] {
+            continue;
+        }
+        let clusters: Vec<Cluster> = clusters.state().iter().map(|c| (**c).clone()).collect();
+        let ops: Vec<ClusterOperation> = ops.state().iter().map(|o| (**o).clone()).collect();
+        let text = render(
+            &clusters,
+            &ops,
+            args.cluster.as_deref(),
+            args.output,
+            true,
+            Timestamp::now(),
+        );
+        if text != shown {
+            draw(&text, terminal)?;
+            shown = text;
+        }
+    }
+}
+
+/// Prints `text`: over the previous drawing on a terminal, after it (a blank line between) otherwise.
+fn draw(text: &str, terminal: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if terminal {
+        write!(out, "\x1b[H\x1b[2J{text}")?;
+    } else {
+        writeln!(out, "{text}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{
+        ClusterOperationSpec, ClusterOperationStatus, ClusterSpec, ClusterStatus, OperationSource, Phase,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn now() -> Timestamp {
+        "2026-01-01T00:10:00Z".parse().unwrap()
+    }
+
+    fn cluster(name: &str, healthy: Option<bool>) -> Cluster {
+        let spec = ClusterSpec::for_test();
+        let mut c = Cluster::new(name, spec);
+        if let Some(healthy) = healthy {
+            c.status = Some(ClusterStatus {
+                conditions: vec![Condition {
+                    type_: HEALTHY.into(),
+                    status: if healthy { "True" } else { "False" }.into(),
+                    reason: "R".into(),
+                    message: "node3 is NotReady".into(),
+                    last_transition_time: Time(now()),
+                    observed_generation: None,
+                }],
+                kubernetes_version: Some("v1.31.4".into()),
+                nodes: Some(NodeCounts {
+                    ready: 2,
+                    total: 3,
+                    summary: "2/3".into(),
+                }),
+                ..Default::default()
+            });
+        }
+        c
+    }
+
+    fn op(cluster: &str, id: &str, phase: Phase, message: &str) -> ClusterOperation {
+        let mut op = ClusterOperation::new(
+            &format!("{cluster}-{id}"),
+            ClusterOperationSpec {
+                cluster: cluster.into(),
+                id: id.into(),
+                action: "cluster.yml".into(),
+                source: OperationSource {
+                    commit: "c0ffee0123456789".into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        let start: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        op.status = Some(ClusterOperationStatus {
+            phase,
+            start_time: matches!(phase, Phase::Running | Phase::Succeeded).then_some(Time(start)),
+            end_time: phase
+                .is_terminal()
+                .then(|| Time(start + jiff::SignedDuration::from_secs(192))),
+            message: Some(message.into()),
+            ..Default::default()
+        });
+        op
+    }
+
+    fn fleet() -> (Vec<Cluster>, Vec<ClusterOperation>) {
+        let clusters = vec![
+            cluster("prod", Some(false)),
+            cluster("dev", Some(true)),
+            cluster("new", None),
+        ];
+        let ops = vec![
+            op("prod", "install", Phase::Succeeded, "succeeded in 3m12s"),
+            op("prod", "upgrade", Phase::Running, "running"),
+            op("dev", "install", Phase::Succeeded, "succeeded in 3m12s"),
+            op(
+                "dev",
+                "scale",
+                Phase::Queued,
+                "waiting for the maintenance window",
+            ),
+        ];
+        (clusters, ops)
+    }
+
+    #[test]
+    fn the_table_shows_version_nodes_health_queue_and_last_outcome_per_cluster() {
+        let (clusters, ops) = fleet();
+        let text = render(&clusters, &ops, None, OutputFormat::Text, false, now());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].starts_with("CLUSTER"), "{text}");
+        assert!(lines[1].starts_with("dev "), "sorted by name: {text}");
+        assert!(lines[1].contains("v1.31.4"), "{text}");
+        assert!(lines[1].contains("2/3"), "{text}");
+        assert!(lines[1].contains("healthy"), "{text}");
+        assert!(
+            lines[1].contains("next: scale, waiting for the maintenance window"),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains("install succeeded: succeeded in 3m12s"),
+            "{text}"
+        );
+        assert!(lines[2].starts_with("new "), "{text}");
+        assert!(lines[2].contains("unknown"), "{text}");
+        assert!(lines[2].contains("nothing to run"), "{text}");
+        assert!(lines[3].contains("unhealthy"), "{text}");
+        assert!(lines[3].contains("running upgrade for 10m"), "{text}");
+        let health = lines[0].find("HEALTH").unwrap();
+        assert!(
+            lines[1..].iter().all(|l| l[health..].starts_with("healthy")
+                || l[health..].starts_with("unknown")
+                || l[health..].starts_with("unhealthy")),
+            "columns aligned: {text}"
+        );
+    }
+
+    #[test]
+    fn a_named_cluster_is_the_only_row() {
+        let (clusters, ops) = fleet();
+        let text = render(&clusters, &ops, Some("prod"), OutputFormat::Text, false, now());
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.lines().nth(1).unwrap().starts_with("prod "), "{text}");
+    }
+
+    #[test]
+    fn json_has_one_object_per_cluster_with_the_health_message() {
+        let (clusters, ops) = fleet();
+        let text = render(&clusters, &ops, None, OutputFormat::Json, true, now());
+        assert_eq!(text.lines().count(), 1, "compact is one line: {text}");
+        let rows: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let rows = rows.as_array().unwrap();
+        assert_eq!(rows.len(), 3);
+        let prod = &rows[2];
+        assert_eq!(prod["cluster"], "prod");
+        assert_eq!(prod["health"], "unhealthy");
+        assert_eq!(prod["healthMessage"], "node3 is NotReady");
+        assert_eq!(prod["nodes"]["ready"], 2);
+        assert_eq!(prod["state"], "running");
+        assert_eq!(prod["current"]["id"], "upgrade");
+        assert_eq!(prod["last"]["id"], "install");
+        assert!(rows[1]["version"].is_null(), "{text}");
+    }
+}
