@@ -16,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::cluster::keep_transition_times;
 use super::verify::{access, expected};
@@ -54,7 +54,9 @@ pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
 
 /// One round: every cluster the cache holds, [`HEALTH_CONCURRENCY`] at a time.
 async fn round(ctx: &Context) {
+    let started = std::time::Instant::now();
     let clusters = ctx.clusters.state();
+    let count = clusters.len();
     futures::stream::iter(clusters)
         .for_each_concurrent(HEALTH_CONCURRENCY, |cluster| async move {
             match tokio::time::timeout(CHECK_TIMEOUT, check(ctx, &cluster)).await {
@@ -66,6 +68,13 @@ async fn round(ctx: &Context) {
             }
         })
         .await;
+    let took = started.elapsed();
+    crate::metrics::global().observe_health_round(took);
+    info!(
+        clusters = count,
+        took_ms = took.as_millis() as u64,
+        "health round finished"
+    );
 }
 
 /// Checks one cluster and records what it found.
