@@ -12,12 +12,16 @@
 //! `KOK_FLEET_MODES` (default `service,local`), `KOK_FLEET_IDLE_SECS` (default 30),
 //! `KOK_FLEET_TIMEOUT_SECS` (longest wait of each phase, default 300), `KOK_FLEET_RESYNC_SECS`
 //! (`--resync-interval` of the restarted kok, default 20), `KOK_FLEET_JSON` (default
-//! `<target dir>/fleet.json`).
+//! `<target dir>/fleet.json`). Mode `health` (not in the default modes) measures the periodic health
+//! checks instead (see [`health`]); `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30) is its kok's
+//! `--health-interval`.
 
 #[path = "../tests/e2e/mod.rs"]
 mod e2e;
 #[path = "../tests/forge/mod.rs"]
 mod forge;
+#[path = "fleet/health.rs"]
+mod health;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -43,6 +47,8 @@ const FORGE_BUDGET: usize = 50;
 enum Mode {
     Service,
     Local,
+    /// The health round ([`health`]), in service mode.
+    Health,
 }
 
 impl Mode {
@@ -50,6 +56,7 @@ impl Mode {
         match self {
             Mode::Service => "service",
             Mode::Local => "local",
+            Mode::Health => "health",
         }
     }
 }
@@ -60,6 +67,7 @@ struct Config {
     idle: Duration,
     timeout: Duration,
     resync_after: Duration,
+    health_interval: Duration,
     json: PathBuf,
 }
 
@@ -93,8 +101,9 @@ impl Config {
             .map(|m| match m.trim() {
                 "service" => Ok(Mode::Service),
                 "local" => Ok(Mode::Local),
+                "health" => Ok(Mode::Health),
                 other => Err(anyhow::anyhow!(
-                    "KOK_FLEET_MODES: {other:?} is neither service nor local"
+                    "KOK_FLEET_MODES: {other:?} is not service, local or health"
                 )),
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -113,6 +122,7 @@ impl Config {
             idle: env_secs("KOK_FLEET_IDLE_SECS", 30)?,
             timeout: env_secs("KOK_FLEET_TIMEOUT_SECS", 300)?,
             resync_after: env_secs("KOK_FLEET_RESYNC_SECS", 20)?,
+            health_interval: env_secs("KOK_FLEET_HEALTH_INTERVAL_SECS", 30)?,
             json,
         })
     }
@@ -485,7 +495,8 @@ impl Bench<'_> {
         let forge = forge::ForgeServer::start().await;
         let state_dir = remote.scratch("state");
         let mut meta = match mode {
-            Mode::Service => {
+            // The health mode runs in [`health::run`].
+            Mode::Service | Mode::Health => {
                 let api = testkit::ApiServer::start_with(testkit::Options {
                     event_window: 200_000,
                     ..testkit::Options::default()
@@ -1015,24 +1026,37 @@ async fn main() -> anyhow::Result<()> {
         http: reqwest::Client::new(),
     };
     let mut runs = Vec::new();
+    let mut health_runs = Vec::new();
     for &(clusters, ops) in &cfg.sizes {
         for &mode in &cfg.modes {
+            if mode == Mode::Health {
+                match health::run(&cfg, &bench.http, clusters, ops).await {
+                    Ok(run) => health_runs.push(run),
+                    Err(e) => eprintln!("[{clusters}x{ops} health] failed: {e:#}"),
+                }
+                continue;
+            }
             match bench.run(clusters, ops, mode).await {
                 Ok(run) => runs.push(run),
                 Err(e) => eprintln!("[{clusters}x{ops} {}] failed: {e:#}", mode.as_str()),
             }
         }
     }
-    println!("\n{}", table(&runs));
-    println!("Peak RSS in local mode includes kok's embedded API server (one process); its API requests are not counted.");
-    for r in &runs {
-        for p in &r.problems {
-            println!("{} {}: {p}", r.fleet, r.mode);
-        }
-    }
     let verdicts = verdicts(&runs);
-    println!("\nTargets:\n{}", print_verdicts(&verdicts));
-    let json = serde_json::json!({ "runs": runs, "targets": verdicts });
+    if !runs.is_empty() {
+        println!("\n{}", table(&runs));
+        println!("Peak RSS in local mode includes kok's embedded API server (one process); its API requests are not counted.");
+        for r in &runs {
+            for p in &r.problems {
+                println!("{} {}: {p}", r.fleet, r.mode);
+            }
+        }
+        println!("\nTargets:\n{}", print_verdicts(&verdicts));
+    }
+    if !health_runs.is_empty() {
+        println!("\nHealth round:\n{}", health::report(&health_runs));
+    }
+    let json = serde_json::json!({ "runs": runs, "targets": verdicts, "health": health_runs });
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&json)?)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", cfg.json.display()))?;
     println!("JSON written to {}", cfg.json.display());

@@ -23,6 +23,7 @@ pub struct Metrics {
     status_deliveries: Family,
     last_reconciled_commit_time: AtomicU64,
     reconcile: Histogram,
+    health_round: Histogram,
     signature_refusals: Family,
     cluster_conditions: Family,
     cluster_nodes: Family,
@@ -53,6 +54,11 @@ impl Metrics {
     /// Records how long one reconcile of a commit took.
     pub fn observe_reconcile(&self, took: Duration) {
         self.reconcile.observe(took.as_secs_f64());
+    }
+
+    /// Records how long one health round (every cluster checked once) took.
+    pub fn observe_health_round(&self, took: Duration) {
+        self.health_round.observe(took.as_secs_f64());
     }
 
     /// Counts objects written to the meta-cluster (creates, patches and deletes).
@@ -128,6 +134,11 @@ impl Metrics {
             &mut out,
             "kok_reconcile_duration_seconds",
             "Time to reconcile one commit into the meta-cluster.",
+        );
+        self.health_round.render(
+            &mut out,
+            "kok_health_round_duration_seconds",
+            "Time to check the health of every cluster once.",
         );
         header(
             &mut out,

@@ -18,7 +18,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::cluster::keep_transition_times;
 use super::verify::{access, expected};
@@ -62,7 +62,9 @@ pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
 /// One round: every cluster the cache holds, those that answered last time first, [`HEALTH_CONCURRENCY`]
 /// at a time (a check silent for [`SLOW_CHECK`] gives its place up; the semaphore is fair, so the order holds).
 async fn round(ctx: &Context) {
+    let started = std::time::Instant::now();
     let mut clusters = ctx.clusters.state();
+    let count = clusters.len();
     clusters.sort_by_key(|c| round_key(c));
     let places = tokio::sync::Semaphore::new(HEALTH_CONCURRENCY);
     let limit = ctx.config.health_timeout + RECORD_MARGIN;
@@ -91,6 +93,13 @@ async fn round(ctx: &Context) {
             }
         })
         .await;
+    let took = started.elapsed();
+    crate::metrics::global().observe_health_round(took);
+    info!(
+        clusters = count,
+        took_ms = took.as_millis() as u64,
+        "health round finished"
+    );
 }
 
 /// Where a cluster goes in a round: those that answered last time first, then by name.
