@@ -73,6 +73,10 @@ use crate::controller::summary::ENV_TERMINATION_LOG;
 pub const FIELD_MANAGER: &str = "kok-local-runner";
 /// Longest wait between SIGTERM and SIGKILL, whatever the pod's `terminationGracePeriodSeconds`.
 const MAX_GRACE: Duration = Duration::from_secs(30);
+/// How long a missing ConfigMap of a Job's volumes is waited for before the run fails (the kubelet waits).
+const CONFIG_MAP_WAIT: Duration = Duration::from_secs(30);
+/// How often a missing ConfigMap is looked for again.
+const CONFIG_MAP_POLL: Duration = Duration::from_millis(250);
 /// Attempts at writing a finished status before giving up.
 const STATUS_ATTEMPTS: u32 = 8;
 /// Environment variable with the API server's URL for the Job's own requests.
@@ -833,13 +837,23 @@ async fn fetch_sources(ctx: &Ctx, pod: &PodSpec) -> Result<Sources, SetupError> 
     let mut sources = Sources::default();
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
     for name in refs.config_maps {
-        let found = cms.get_opt(&name).await.map_err(|source| SetupError::Fetch {
-            kind: "ConfigMap",
-            name: name.clone(),
-            source,
-        })?;
-        if let Some(cm) = found {
-            sources.config_maps.insert(name, cm);
+        // The kubelet retries a mount until its ConfigMap exists; a Job can come a moment before the apply
+        // that writes the ConfigMaps it pins.
+        let deadline = tokio::time::Instant::now() + CONFIG_MAP_WAIT;
+        loop {
+            let found = cms.get_opt(&name).await.map_err(|source| SetupError::Fetch {
+                kind: "ConfigMap",
+                name: name.clone(),
+                source,
+            })?;
+            match found {
+                Some(cm) => {
+                    sources.config_maps.insert(name, cm);
+                    break;
+                }
+                None if tokio::time::Instant::now() < deadline => tokio::time::sleep(CONFIG_MAP_POLL).await,
+                None => break,
+            }
         }
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
