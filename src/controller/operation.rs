@@ -197,6 +197,12 @@ pub(super) fn let_waiting_go(ctx: &Context, cluster: &str) {
     }
 }
 
+fn leave_slot_waiters(ctx: &Context, op: &ClusterOperation) {
+    if let Ok(mut w) = ctx.slot_waiters.lock() {
+        w.remove(&op.name_any());
+    }
+}
+
 /// The operations of `cluster`, from the cache (with their cluster and current labels).
 fn siblings_of(ctx: &Context, cluster: &str) -> Vec<ClusterOperation> {
     ctx.operations.operations_in(cluster)
@@ -429,6 +435,11 @@ async fn start_or_wait(
         }
     }
     let _guard = ctx.start_lock.lock().await;
+    // Joins the slot waiters before reading what runs: an operation that finishes after the read wakes it,
+    // one that finished before is not in the running set.
+    if let Ok(mut w) = ctx.slot_waiters.lock() {
+        w.insert(op.name_any());
+    }
     let mut busy: BTreeSet<String> = ctx.operations.running();
     if let Ok(mut claims) = ctx.claims.lock() {
         let alive = |n: &String| ctx.operations.phase(n).is_some_and(|p| !p.is_terminal());
@@ -444,10 +455,8 @@ async fn start_or_wait(
     let ignored = match with_maintenance(queue, spec.maintenance.as_ref(), spec.ignore_maintenance, now) {
         Ok(ignored) => ignored,
         Err(why) => {
-            if matches!(why, Wait::NoJobSlot { .. }) {
-                if let Ok(mut w) = ctx.slot_waiters.lock() {
-                    w.insert(op.name_any());
-                }
+            if !matches!(why, Wait::NoJobSlot { .. }) {
+                leave_slot_waiters(ctx, op);
             }
             drop(_guard);
             // A window opening or a freeze ending wakes it by a timer at that instant; the rest by triggers.
@@ -459,6 +468,7 @@ async fn start_or_wait(
         }
     };
 
+    leave_slot_waiters(ctx, op);
     // Claimed under the lock, created outside it: Job creates of different clusters run in parallel.
     if let Ok(mut claims) = ctx.claims.lock() {
         claims.insert(op.name_any(), op.spec.cluster.clone());
