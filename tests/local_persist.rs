@@ -2,16 +2,15 @@
 //! on the same `--state-dir` runs no operation twice, refuses damaged or busy state, and stops when
 //! its store can no longer be written.
 
-use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 #[path = "common/git.rs"]
 mod git_cli;
 #[path = "common/kok.rs"]
 mod kok_process;
 use git_cli::git;
+use kok_process::{wait_for, LocalKok};
 
 use k8s_openapi::api::batch::v1::Job;
 use kok::api::{ClusterOperation, Phase};
@@ -20,9 +19,6 @@ use kube::{Api, ResourceExt};
 
 const NS: &str = "kok-system";
 const CLUSTER: &str = "local";
-/// Longest wait for kok to do something.
-const WAIT: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(200);
 /// Header line the local runner writes at the start of each run.
 const RUN_HEADER: &str = "# kok-local-runner start=";
 
@@ -117,145 +113,15 @@ impl Fixture {
     }
 }
 
-/// `kok run --local` as a child process; dropping it sends SIGTERM, then kills it.
-struct Kok {
-    child: Option<Child>,
-    log: PathBuf,
+/// `kok run --local` on the fixture's repository and state dir, its output in `<name>.log`.
+fn start(f: &Fixture, name: &str) -> LocalKok {
+    start_with_env(f, name, &[])
 }
 
-impl Kok {
-    fn start(f: &Fixture, name: &str) -> Kok {
-        Kok::start_with_env(f, name, &[])
-    }
-
-    fn start_with_env(f: &Fixture, name: &str, env: &[(&str, &str)]) -> Kok {
-        let _ = std::fs::remove_file(f.state().join("kubeconfig"));
-        let log = f.dir.path().join(format!("{name}.log"));
-        let out = File::create(&log).expect("kok log");
-        let child = Command::new(env!("CARGO_BIN_EXE_kok"))
-            .args(["run", "--local", "--interval", "1s", "--repo"])
-            .arg(f.repo())
-            .arg("--state-dir")
-            .arg(f.state())
-            .env("KOK_LOG", "info,kok=debug")
-            .env_remove("KOK_STATUS")
-            .env_remove("KOK_WORKDIR")
-            .env_remove("KOK_PATH")
-            .env_remove("KOK_NAMESPACE")
-            .env_remove("KOK_API_PORT")
-            .envs(env.iter().copied())
-            .current_dir(f.dir.path())
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("clone log"))
-            .stderr(out)
-            .spawn()
-            .expect("kok starts");
-        Kok {
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// `GLIBC_TUNABLES` in the environment of the running kok process.
-    fn glibc_tunables(&self) -> Option<String> {
-        kok_process::glibc_tunables(self.child.as_ref().expect("kok runs").id())
-    }
-
-    fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
-    }
-
-    /// Waits for kok to exit by itself; returns its status.
-    fn wait_exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.exited() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kok did not exit within {WAIT:?}; its log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(POLL);
-        }
-    }
-
-    /// SIGTERM, then waits; true when kok exited by itself with success.
-    fn stop(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else {
-            return false;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => return status.success(),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return false;
-                }
-            }
-        }
-    }
-
-    /// Polls `check` until it yields, kok exits, or [`WAIT`] passes (panicking with kok's log).
-    async fn wait_for<T, Fut>(&mut self, what: &str, mut check: impl FnMut() -> Fut) -> T
-    where
-        Fut: std::future::Future<Output = Option<T>>,
-    {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            if let Some(status) = self.exited() {
-                panic!(
-                    "kok exited with {status} while waiting for {what}; its log:\n{}",
-                    self.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; kok's log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// A client from `<state-dir>/kubeconfig`, once the embedded API server answers.
-    async fn client(&mut self, f: &Fixture) -> kube::Client {
-        let path = f.state().join("kubeconfig");
-        self.wait_for("the embedded API server", || {
-            let path = path.clone();
-            async move {
-                let kubeconfig = kube::config::Kubeconfig::read_from(&path).ok()?;
-                let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                    .await
-                    .ok()?;
-                let client = kube::Client::try_from(config).ok()?;
-                let ops: Api<ClusterOperation> = Api::namespaced(client.clone(), NS);
-                ops.list(&ListParams::default()).await.ok()?;
-                Some(client)
-            }
-        })
-        .await
-    }
-}
-
-impl Drop for Kok {
-    fn drop(&mut self) {
-        self.stop();
-    }
+fn start_with_env(f: &Fixture, name: &str, env: &[(&str, &str)]) -> LocalKok {
+    let log = f.dir.path().join(format!("{name}.log"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    LocalKok::spawn_env(&f.repo(), &f.state(), &log, path, &[], env)
 }
 
 async fn operation(client: &kube::Client, id: &str) -> Option<ClusterOperation> {
@@ -266,14 +132,13 @@ async fn operation(client: &kube::Client, id: &str) -> Option<ClusterOperation> 
         .find(|op| op.spec.cluster == CLUSTER && op.spec.id == id)
 }
 
-async fn succeeded(kok: &mut Kok, client: &kube::Client, id: &str) -> ClusterOperation {
-    let op = kok
-        .wait_for(&format!("operation {id} to finish"), || async {
-            operation(client, id)
-                .await
-                .filter(|op| op.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
-        })
-        .await;
+async fn succeeded(kok: &mut LocalKok, client: &kube::Client, id: &str) -> ClusterOperation {
+    let op = wait_for(&format!("operation {id} to finish"), kok, || async {
+        operation(client, id)
+            .await
+            .filter(|op| op.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+    })
+    .await;
     let status = op.status.clone().unwrap_or_default();
     assert_eq!(
         status.phase,
@@ -287,8 +152,8 @@ async fn succeeded(kok: &mut Kok, client: &kube::Client, id: &str) -> ClusterOpe
 
 /// Waits until the note of `sha` has a line starting with `prefix`: kok has delivered that status,
 /// so a stop does not interrupt its delivery.
-async fn delivered(kok: &mut Kok, f: &Fixture, sha: &str, prefix: &str) {
-    kok.wait_for(&format!("status {prefix:?} on {sha}"), || async {
+async fn delivered(kok: &mut LocalKok, f: &Fixture, sha: &str, prefix: &str) {
+    wait_for(&format!("status {prefix:?} on {sha}"), kok, || async {
         f.note(sha).lines().any(|l| l.starts_with(prefix)).then_some(())
     })
     .await
@@ -302,8 +167,8 @@ async fn jobs(client: &kube::Client) -> Vec<Job> {
 /// Runs kok until it has reconciled the first commit, stops it, and returns its store's database.
 async fn synced_once(f: &Fixture) -> PathBuf {
     let sha = git(&f.repo(), &["rev-parse", "HEAD"]);
-    let mut kok = Kok::start(f, "kok-1");
-    kok.client(f).await;
+    let mut kok = start(f, "kok-1");
+    kok.client_of(&f.state()).await;
     delivered(&mut kok, f, &sha, "kok/sync: success").await;
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
     f.state().join("api").join("store.db")
@@ -313,11 +178,14 @@ async fn synced_once(f: &Fixture) -> PathBuf {
 async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none_twice() {
     let f = Fixture::new();
     let sha = f.commit_operations(&["first"]);
-    let mut kok = Kok::start(&f, "kok-1");
-    let client = kok.client(&f).await;
+    let mut kok = start(&f, "kok-1");
+    let client = kok.client_of(&f.state()).await;
     // Local mode keeps glibc's malloc defaults (its embedded server runs slower with one arena):
     // it neither starts itself again with kok's tunables nor logs them.
-    assert_eq!(kok.glibc_tunables(), std::env::var("GLIBC_TUNABLES").ok());
+    assert_eq!(
+        kok_process::glibc_tunables(kok.pid()),
+        std::env::var("GLIBC_TUNABLES").ok()
+    );
     assert!(!kok.log().contains("malloc settings"), "{}", kok.log());
     let before = succeeded(&mut kok, &client, "first").await;
     delivered(&mut kok, &f, &sha, "kok/local/first: success").await;
@@ -326,8 +194,8 @@ async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none
     assert_eq!(f.runs("first"), 1);
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 
-    let mut kok = Kok::start(&f, "kok-2");
-    let client = kok.client(&f).await;
+    let mut kok = start(&f, "kok-2");
+    let client = kok.client_of(&f.state()).await;
     let restored = operation(&client, "first")
         .await
         .expect("the ClusterOperation is still there when kok answers again");
@@ -374,7 +242,7 @@ async fn a_damaged_store_stops_kok_naming_the_file_instead_of_starting_empty() {
     }
     std::fs::write(&db, &bytes).expect("damage the database");
 
-    let mut kok = Kok::start(&f, "kok-2");
+    let mut kok = start(&f, "kok-2");
     let status = kok.wait_exit();
     let log = kok.log();
     assert!(
@@ -394,10 +262,10 @@ async fn a_damaged_store_stops_kok_naming_the_file_instead_of_starting_empty() {
 async fn a_second_kok_on_a_state_dir_in_use_is_refused() {
     let f = Fixture::new();
     let sha = git(&f.repo(), &["rev-parse", "HEAD"]);
-    let mut first = Kok::start(&f, "kok-1");
-    first.client(&f).await;
+    let mut first = start(&f, "kok-1");
+    first.client_of(&f.state()).await;
     delivered(&mut first, &f, &sha, "kok/sync: success").await;
-    let mut second = Kok::start(&f, "kok-2");
+    let mut second = start(&f, "kok-2");
     let status = second.wait_exit();
     let log = second.log();
     assert!(
@@ -421,8 +289,8 @@ async fn a_store_that_cannot_be_written_stops_kok_naming_the_state_dir() {
 
     // The database may grow by two pages: as on a nearly full disk, the operations below do not fit.
     let limit = (pages + 2).to_string();
-    let mut kok = Kok::start_with_env(&f, "kok-2", &[("KOK_TEST_API_DB_PAGE_LIMIT", &limit)]);
-    kok.client(&f).await;
+    let mut kok = start_with_env(&f, "kok-2", &[("KOK_TEST_API_DB_PAGE_LIMIT", &limit)]);
+    kok.client_of(&f.state()).await;
     let ids: Vec<String> = (0..30).map(|i| format!("op-{i:02}")).collect();
     f.commit_operations(&ids.iter().map(String::as_str).collect::<Vec<_>>());
     let status = kok.wait_exit();
@@ -439,7 +307,7 @@ async fn a_store_that_cannot_be_written_stops_kok_naming_the_state_dir() {
     assert!(log.contains("Free disk space"), "{log}");
 
     // With room again, kok starts on the same store.
-    let mut kok = Kok::start(&f, "kok-3");
-    kok.client(&f).await;
+    let mut kok = start(&f, "kok-3");
+    kok.client_of(&f.state()).await;
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }

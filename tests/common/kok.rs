@@ -66,6 +66,18 @@ impl LocalKok {
         path: OsString,
         args: &[&str],
     ) -> LocalKok {
+        LocalKok::spawn_env(work_tree, state, log_path, path, args, &[])
+    }
+
+    /// [`LocalKok::spawn_with`] with more environment variables.
+    pub fn spawn_env(
+        work_tree: &Path,
+        state: &Path,
+        log_path: &Path,
+        path: OsString,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> LocalKok {
         let _ = std::fs::remove_file(state.join("kubeconfig"));
         let log = File::options()
             .create(true)
@@ -83,6 +95,8 @@ impl LocalKok {
             .env_remove("KOK_WORKDIR")
             .env_remove("KOK_PATH")
             .env_remove("KOK_NAMESPACE")
+            .env_remove("KOK_API_PORT")
+            .envs(env.iter().copied())
             .current_dir(work_tree)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log"))
@@ -98,6 +112,32 @@ impl LocalKok {
     /// Everything kok wrote so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The kok process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("kok runs").id()
+    }
+
+    /// kok's exit status, once it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Waits for kok to exit by itself (for up to [`WAIT`]); returns its status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kok did not exit within {WAIT:?}; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(POLL);
+        }
     }
 
     /// Panics with kok's log when it has exited.
