@@ -40,10 +40,7 @@ async fn a_job_runs_on_the_host_and_completes_with_its_output_in_the_log() -> an
     assert_eq!(st.succeeded, Some(1), "{st:?}");
     assert_eq!(st.active, Some(0));
     assert!(st.completion_time.is_some());
-    assert_eq!(
-        condition(&done, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED)
-    );
+    assert_completed(&done, "");
     assert!(
         work.path().join("marker").exists(),
         "the command ran in the workdir"
@@ -112,11 +109,7 @@ async fn arguments_pointing_into_mounts_are_rewritten_to_the_host_copies() -> an
     runner.stop().await?;
 
     let log = env.log(&op)?;
-    assert_eq!(
-        condition(&done, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED),
-        "{log}"
-    );
+    assert_completed(&done, &log);
     assert!(
         log.contains(HOSTS_YML.trim_end()) && log.contains(VARS_YML.trim_end()),
         "{log}"
@@ -241,10 +234,7 @@ async fn a_job_started_before_kok_stopped_is_failed_on_restart_and_never_run_twi
         "run\n",
         "the long Job ran once"
     );
-    assert_eq!(
-        condition(&ran, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED)
-    );
+    assert_completed(&ran, "");
     assert_eq!(
         std::fs::read_to_string(work.path().join("quick-runs"))?,
         "quick\n"
@@ -273,10 +263,7 @@ async fn hooks_run_in_order_through_the_entry_script() -> anyhow::Result<()> {
     let done = env.wait_finished(&job).await?;
     runner.stop().await?;
 
-    assert_eq!(
-        condition(&done, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED)
-    );
+    assert_completed(&done, "");
     assert_eq!(
         std::fs::read_to_string(work.path().join("steps"))?,
         "step pre\nstep main\nstep post\n"
@@ -305,11 +292,7 @@ async fn actions_run_from_the_operations_commit_in_checkout_mode() -> anyhow::Re
     runner.stop().await?;
 
     let log = env.log(&op)?;
-    assert_eq!(
-        condition(&done, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED),
-        "{log}"
-    );
+    assert_completed(&done, &log);
     assert!(
         log.contains("pinned version") && !log.contains("later version"),
         "{log}"
@@ -408,12 +391,7 @@ async fn a_job_deleted_while_running_has_its_process_killed() -> anyhow::Result<
     wait_until("the Job to start its process", || pid_file.exists()).await?;
     let pid = std::fs::read_to_string(&pid_file)?;
 
-    env.jobs.delete(&job, &Default::default()).await?;
-    let log_path = env.log_path(&op);
-    wait_until("the runner to log the deletion", || {
-        std::fs::read_to_string(&log_path).is_ok_and(|log| log.contains("result=Deleted"))
-    })
-    .await?;
+    env.delete_job(&job, &op).await?;
     runner.stop().await?;
 
     assert!(!alive(pid.trim()), "the process of the deleted Job was killed");
@@ -449,10 +427,7 @@ async fn a_job_whose_process_ended_before_kok_stopped_gets_the_outcome_its_log_r
     let done = env.wait_finished(&job).await?;
     runner.stop().await?;
 
-    assert_eq!(
-        condition(&done, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED)
-    );
+    assert_completed(&done, "");
     assert!(!work.path().join("ran").exists(), "the Job was not run again");
     Ok(())
 }
@@ -537,10 +512,7 @@ async fn a_run_that_ended_while_no_runner_ran_gets_its_recorded_outcome() -> any
     let second = env.runner(Workdir::Fixed(work.path().to_path_buf()));
     let done = env.wait_finished(&job).await?;
     second.stop().await?;
-    assert_eq!(
-        condition(&done, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED)
-    );
+    assert_completed(&done, "");
     let log = env.log(&op)?;
     assert!(log.contains("it had ended with exit status 0"), "{log}");
     assert!(log.contains("went on\n"), "{log}");
@@ -608,12 +580,7 @@ async fn a_run_keeps_its_temporary_files_and_fact_cache_in_its_own_directory() -
     let done = env.wait_finished(&job).await?;
     runner.stop().await?;
 
-    assert_eq!(
-        condition(&done, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED),
-        "{}",
-        env.log(&op)?
-    );
+    assert_completed(&done, &env.log(&op)?);
     let seen = std::fs::read_to_string(&seen)?;
     let value = |name: &str| {
         seen.lines()

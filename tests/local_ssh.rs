@@ -8,7 +8,6 @@ mod local_runner_support;
 
 use kok::api::ActionType;
 use kok::local::runner::Workdir;
-use kok::local::status;
 use local_runner_support::*;
 
 /// kubespray's ssh settings (its ansible.cfg), which leave a master running for 30 minutes after each run.
@@ -107,12 +106,7 @@ async fn a_finished_run_leaves_no_ssh_master_behind() -> anyhow::Result<()> {
     let done = env.wait_finished(&job).await?;
     runner.stop().await?;
 
-    assert_eq!(
-        condition(&done, "Complete").as_deref(),
-        Some(status::REASON_COMPLETIONS_REACHED),
-        "{}",
-        env.log(&op)?
-    );
+    assert_completed(&done, &env.log(&op)?);
     let sockets = std::fs::read_to_string(work.path().join("sockets"))?;
     assert!(
         !sockets.trim().is_empty(),
@@ -133,12 +127,7 @@ async fn a_deleted_jobs_ssh_masters_end_with_it() -> anyhow::Result<()> {
     let sshd = gitkit::Sshd::start();
     let (_work, runner, op, job, control) = slow_run_on_the_node(&env, &sshd, "slow").await?;
 
-    env.jobs.delete(&job, &Default::default()).await?;
-    let log_path = env.log_path(&op);
-    wait_until("the runner to log the deletion", || {
-        std::fs::read_to_string(&log_path).is_ok_and(|log| log.contains("result=Deleted"))
-    })
-    .await?;
+    env.delete_job(&job, &op).await?;
     runner.stop().await?;
     let left = processes_mentioning(&control);
     assert!(left.is_empty(), "ssh processes of the run outlived it: {left:?}");

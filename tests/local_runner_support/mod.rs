@@ -212,6 +212,16 @@ impl Env {
         }
     }
 
+    /// Deletes Job `job` of `op` and waits until the runner logs the deletion.
+    pub async fn delete_job(&self, job: &str, op: &ClusterOperation) -> anyhow::Result<()> {
+        self.jobs.delete(job, &Default::default()).await?;
+        let log_path = self.log_path(op);
+        wait_until("the runner to log the deletion", || {
+            std::fs::read_to_string(&log_path).is_ok_and(|log| log.contains("result=Deleted"))
+        })
+        .await
+    }
+
     /// Path of the log of `op`.
     pub fn log_path(&self, op: &ClusterOperation) -> PathBuf {
         kok::local::logs::log_path(self.state.path(), &op.name_any())
@@ -290,6 +300,15 @@ pub fn condition(job: &Job, type_: &str) -> Option<String> {
 }
 
 /// Message of the Job's true condition of this type.
+/// Asserts that `job` completed, showing `context` (the run's log) when it did not.
+pub fn assert_completed(job: &Job, context: &str) {
+    assert_eq!(
+        condition(job, "Complete").as_deref(),
+        Some(kok::local::status::REASON_COMPLETIONS_REACHED),
+        "{context}"
+    );
+}
+
 pub fn message(job: &Job, type_: &str) -> Option<String> {
     find_condition(job, type_).and_then(|c| c.message)
 }
