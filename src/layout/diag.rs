@@ -123,6 +123,23 @@ pub(crate) fn deny_unknown_keys(
     }
 }
 
+/// `node` as a mapping whose keys are all in `keys`, each unknown one reported as a key of `what`. When
+/// `node` is not a mapping, reports `"{expected()}, not <its type>"` at it and gives `None`.
+pub(crate) fn keyed_map<'n>(
+    node: &'n Node,
+    keys: &[&str],
+    what: &str,
+    expected: impl FnOnce() -> String,
+    diags: &mut FileDiags<'_>,
+) -> Option<&'n [(Node, Node)]> {
+    let Some(map) = node.as_map() else {
+        diags.error(node, format!("{}, not {}", expected(), node.type_name()));
+        return None;
+    };
+    deny_unknown_keys(map, keys, what, diags);
+    Some(map)
+}
+
 /// Reports `key` as unknown in `what`, with the closest allowed key or the list of allowed keys.
 pub(crate) fn unknown_key(key: &Node, allowed: &[&str], what: &str, diags: &mut FileDiags<'_>) {
     let name = key.scalar_text().unwrap_or_default();

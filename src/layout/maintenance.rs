@@ -4,7 +4,7 @@ use jiff::civil::{Date, Time, Weekday};
 use jiff::tz::TimeZone;
 use jiff::SignedDuration;
 
-use super::diag::{deny_unknown_keys, get, FileDiags};
+use super::diag::{get, keyed_map, FileDiags};
 use super::yaml::Node;
 use crate::api::{Maintenance, MaintenanceFreeze, MaintenanceWindow};
 
@@ -86,18 +86,12 @@ pub fn weekday_name(day: Weekday) -> &'static str {
 
 /// Parses `maintenance`: `windows` and `freezes`, each entry checked; `None` when it is not a mapping.
 pub(crate) fn parse_maintenance(node: &Node, diags: &mut FileDiags<'_>) -> Option<Maintenance> {
-    let Some(map) = node.as_map() else {
-        diags.error(
-            node,
-            format!(
-                "maintenance must be a mapping with windows and/or freezes, e.g. \
-                 {{windows: [{{days: [Sat], start: \"02:00\", duration: 4h, timeZone: Europe/Berlin}}]}}, not {}",
-                node.type_name()
-            ),
-        );
-        return None;
+    let expected = || {
+        "maintenance must be a mapping with windows and/or freezes, e.g. {windows: [{days: [Sat], start: \"02:00\", \
+         duration: 4h, timeZone: Europe/Berlin}]}"
+            .to_string()
     };
-    deny_unknown_keys(map, MAINTENANCE_KEYS, "maintenance", diags);
+    let map = keyed_map(node, MAINTENANCE_KEYS, "maintenance", expected, diags)?;
     let windows = list(get(map, "windows"), "maintenance.windows", diags)
         .iter()
         .filter_map(|item| window(item, diags))
@@ -128,19 +122,8 @@ fn entry<'n>(
     what: &str,
     diags: &mut FileDiags<'_>,
 ) -> Option<&'n [(Node, Node)]> {
-    let Some(map) = item.as_map() else {
-        diags.error(
-            item,
-            format!(
-                "a {what} must be a mapping ({}), not {}",
-                keys.join(", "),
-                item.type_name()
-            ),
-        );
-        return None;
-    };
-    deny_unknown_keys(map, keys, what, diags);
-    Some(map)
+    let expected = || format!("a {what} must be a mapping ({})", keys.join(", "));
+    keyed_map(item, keys, what, expected, diags)
 }
 
 /// The string at `key`, required; reported when missing or not a string.

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::diag::{deny_unknown_keys, get, parse_yaml, unknown_key, FileDiags};
+use super::diag::{get, keyed_map, parse_yaml, unknown_key, FileDiags};
 use super::names::dns1123_label_problem;
 use super::scaledown::unknown_hosts;
 use super::yaml::{Kind, Node};
@@ -136,18 +136,8 @@ pub(crate) fn parse_operation(
     inventory: Option<&Inventory>,
     diags: &mut FileDiags<'_>,
 ) -> Option<Operation> {
-    let Some(map) = item.as_map() else {
-        diags.error(
-            item,
-            format!(
-                "operation #{} must be a mapping (`- id: ...`), not {}",
-                index + 1,
-                item.type_name()
-            ),
-        );
-        return None;
-    };
-    deny_unknown_keys(map, OPERATION_KEYS, "operation", diags);
+    let expected = || format!("operation #{} must be a mapping (`- id: ...`)", index + 1);
+    let map = keyed_map(item, OPERATION_KEYS, "operation", expected, diags)?;
     let id = match get(map, "id") {
         None => {
             diags.error(

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::SignedDuration;
 
-use super::diag::{deny_unknown_keys, get, parse_yaml, read_text, FileDiags};
+use super::diag::{get, keyed_map, parse_yaml, read_text, FileDiags};
 use super::labels::{label_key_problem, label_value_problem};
 use super::maintenance::parse_duration;
 use super::names::dns1123_label_problem;
@@ -219,18 +219,8 @@ pub(crate) fn parse_rollout(
     d: &mut FileDiags<'_>,
 ) -> Option<Rollout> {
     let root = parse_yaml(text, d).ok()??;
-    let Some(map) = root.as_map() else {
-        d.error(
-            &root,
-            format!(
-                "a rollout must be a mapping ({}), not {}",
-                ROLLOUT_KEYS.join(", "),
-                root.type_name()
-            ),
-        );
-        return None;
-    };
-    deny_unknown_keys(map, ROLLOUT_KEYS, "rollout", d);
+    let expected = || format!("a rollout must be a mapping ({})", ROLLOUT_KEYS.join(", "));
+    let map = keyed_map(&root, ROLLOUT_KEYS, "rollout", expected, d)?;
     let operation = match get(map, "operation") {
         Some(node) => parse_operation(0, node, None, d),
         None => {
@@ -388,17 +378,8 @@ fn names(node: &Node, what: &str, fleet: &Fleet<'_>, d: &mut FileDiags<'_>) -> O
 
 /// The participating clusters: named and/or selected.
 fn selection(node: &Node, fleet: &Fleet<'_>, d: &mut FileDiags<'_>) -> Option<BTreeSet<String>> {
-    let Some(map) = node.as_map() else {
-        d.error(
-            node,
-            format!(
-                "clusters must be a mapping with names and/or selector, not {}",
-                node.type_name()
-            ),
-        );
-        return None;
-    };
-    deny_unknown_keys(map, SELECTION_KEYS, "clusters", d);
+    let expected = || "clusters must be a mapping with names and/or selector".to_string();
+    let map = keyed_map(node, SELECTION_KEYS, "clusters", expected, d)?;
     let named = get(map, "names").map(|n| names(n, "clusters.names", fleet, d));
     let selected = get(map, "selector").map(|n| selector(n, d));
     if named.is_none() && selected.is_none() {
@@ -438,18 +419,10 @@ fn waves(
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = Vec::new();
     for item in items {
-        let Some(map) = item.as_map() else {
-            d.error(
-                item,
-                format!(
-                    "a wave must be a mapping ({}), not {}",
-                    WAVE_KEYS.join(", "),
-                    item.type_name()
-                ),
-            );
+        let expected = || format!("a wave must be a mapping ({})", WAVE_KEYS.join(", "));
+        let Some(map) = keyed_map(item, WAVE_KEYS, "wave", expected, d) else {
             continue;
         };
-        deny_unknown_keys(map, WAVE_KEYS, "wave", d);
         let name = match get(map, "name").map(|n| (n, n.scalar_text().unwrap_or_default())) {
             None => {
                 d.error(item, "a wave needs a name: add `name: <wave>`");

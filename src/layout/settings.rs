@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::diag::{deny_unknown_keys, get, parse_yaml, FileDiags};
+use super::diag::{get, keyed_map, parse_yaml, FileDiags};
 use super::labels::parse_labels;
 use super::maintenance::parse_maintenance;
 use super::names::is_dns1123_subdomain;
@@ -36,18 +36,15 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
     if root.is_null() {
         return settings;
     }
-    let Some(map) = root.as_map() else {
-        diags.error(
-            &root,
-            format!(
-                "{file} must be a mapping of settings ({}), not {}",
-                SETTINGS_KEYS.join(", "),
-                root.type_name()
-            ),
-        );
+    let expected = || {
+        format!(
+            "{file} must be a mapping of settings ({})",
+            SETTINGS_KEYS.join(", ")
+        )
+    };
+    let Some(map) = keyed_map(&root, SETTINGS_KEYS, file, expected, diags) else {
         return settings;
     };
-    deny_unknown_keys(map, SETTINGS_KEYS, file, diags);
     settings.ssh_auth_secret = get(map, "sshAuthSecret").and_then(|node| {
         subdomain(
             node,
@@ -183,14 +180,11 @@ fn subdomain(node: &Node, key: &str, what: &str, diags: &mut FileDiags<'_>) -> O
 }
 
 fn resources(node: &Node, diags: &mut FileDiags<'_>) -> Option<ResourceRequirements> {
-    let Some(map) = node.as_map() else {
-        diags.error(
-            node,
-            format!("resources must be a mapping with requests and limits (e.g. requests: {{cpu: 500m, memory: 1Gi}}), not {}", node.type_name()),
-        );
-        return None;
+    let expected = || {
+        "resources must be a mapping with requests and limits (e.g. requests: {cpu: 500m, memory: 1Gi})"
+            .to_string()
     };
-    deny_unknown_keys(map, &["requests", "limits"], "resources", diags);
+    let map = keyed_map(node, &["requests", "limits"], "resources", expected, diags)?;
     let requests = get(map, "requests").and_then(|n| quantities(n, "requests", diags));
     let limits = get(map, "limits").and_then(|n| quantities(n, "limits", diags));
     Some(ResourceRequirements {
