@@ -7,9 +7,10 @@
 //! until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
-//! The watches keep what the decisions read and drop the rest: every object its `managedFields`,
-//! Clusters their labels (the watch selects kok's own, and nothing reads them) and annotations (the
-//! content hash is kept apart, and a snapshot puts it back). Operations and ConfigMaps are not kept as
+//! The watches keep what the decisions and the web view read and drop the rest: every object its
+//! `managedFields`, Clusters kok's own labels (the watch selects by them; the user's, from cluster.yml,
+//! stay for the web view's label filter) and annotations (the content hash is kept apart, and a
+//! snapshot puts it back). Operations and ConfigMaps are not kept as
 //! objects at all but as kok's own records of what is read of them (see `op_cache` and `config_maps`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -218,11 +219,18 @@ impl LiveCache {
         tokio::time::timeout(within, all).await.unwrap_or(false)
     }
 
-    /// Drops what no decision reads of a Cluster the watch delivers: `managedFields`, the labels, and
-    /// the annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
+    /// Drops what nothing reads of a Cluster the watch delivers: `managedFields`, kok's own labels (the
+    /// user's stay), and the annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
     fn slim_cluster(&self, cluster: &mut Cluster) {
         cluster.metadata.managed_fields = None;
-        cluster.metadata.labels = None;
+        if let Some(labels) = cluster.metadata.labels.as_mut() {
+            for own in crate::api::common_labels("").keys() {
+                labels.remove(own);
+            }
+            if labels.is_empty() {
+                cluster.metadata.labels = None;
+            }
+        }
         self.cluster_aside.take_annotations(&mut cluster.metadata);
     }
 
@@ -357,7 +365,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_cluster_keeps_no_labels_and_a_snapshot_puts_its_content_hash_back() {
+    fn a_cached_cluster_keeps_only_the_user_s_labels_and_a_snapshot_puts_its_content_hash_back() {
         let Feeds {
             clusters: mut writer,
             live,
@@ -371,7 +379,11 @@ mod tests {
                 "namespace": "kok",
                 "uid": "u-1",
                 "resourceVersion": "7",
-                "labels": {crate::api::LABEL_MANAGED_BY: crate::api::MANAGED_BY, "kok.dev/cluster": "prod-bj"},
+                "labels": {
+                    crate::api::LABEL_MANAGED_BY: crate::api::MANAGED_BY,
+                    "kok.dev/cluster": "prod-bj",
+                    "env": "prod",
+                },
                 "annotations": {crate::api::ANNOTATION_CONTENT_HASH: "h1"},
             },
             "spec": {
@@ -382,7 +394,10 @@ mod tests {
         }))
         .expect("a Cluster");
         live.slim_cluster(&mut cluster);
-        assert_eq!(cluster.metadata.labels, None);
+        assert_eq!(
+            cluster.metadata.labels,
+            Some(BTreeMap::from([("env".to_string(), "prod".to_string())]))
+        );
         assert_eq!(cluster.metadata.annotations, None);
         writer.apply_watcher_event(&watcher::Event::Apply(cluster));
 
