@@ -146,7 +146,13 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
         &browser,
         &format!("{base}/clusters/local"),
         "figure.durations svg rect",
-        &["History", "Test Author", "operations: broken", "Fail on purpose"],
+        &[
+            "History",
+            "Test Author",
+            "operations: broken",
+            "Fail on purpose",
+            "The inventory at",
+        ],
         &shots.join("cluster-history.png"),
     )
     .await;

@@ -651,7 +651,10 @@ mod tests {
             html.contains("Install calm") && html.contains("by Ada &lt;b&gt;"),
             "{html}"
         );
-        assert!(html.contains("<svg viewBox=\"0 0 200 40\""), "{html}");
+        assert!(
+            html.contains("<svg viewBox=\"0 0 60 40\" width=\"120\""),
+            "{html}"
+        );
         assert!(html.contains("<title>upgrade: 1m0s, Failed</title>"), "{html}");
         assert!(
             html.contains("<th scope=\"row\">node1</th><td>10.0.0.1</td><td></td>"),

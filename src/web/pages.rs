@@ -580,6 +580,8 @@ pub struct ClusterPage {
     pub history: Vec<OpLine>,
     /// The recent runs' durations, oldest first.
     pub bars: Vec<Bar>,
+    /// The picture's width: as many bars as there are, at least a few bars wide.
+    pub chart_width: u32,
     /// The longest of them.
     pub longest: Option<String>,
     /// When its operations may next start.
@@ -726,6 +728,7 @@ pub fn cluster(view: &dyn View, name: &str, now: Timestamp) -> Option<ClusterPag
             .map(|op| op_line_with_commit(view, op, now))
             .collect(),
         history,
+        chart_width: (bars.len() as u32).max(6) * CHART.2,
         bars,
         longest,
         window: cluster.as_ref().map(|c| next_window(c, now)),
