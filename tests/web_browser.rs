@@ -90,6 +90,18 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
         fleet.contains("team=blue"),
         "the Cluster's label is shown: {fleet}"
     );
+    // The running operation's time counts on without a reload.
+    let elapsed = r#"document.querySelector("td span[data-t]").textContent"#;
+    let first = browser.eval(elapsed).await;
+    let mut counted = false;
+    for _ in 0..100 {
+        if browser.eval(elapsed).await != first {
+            counted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(counted, "the elapsed time stays at {first}");
     browser.screenshot(&shots.join("fleet.png")).await;
 
     // The label filter keeps the cluster labelled so, and only it.
