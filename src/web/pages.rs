@@ -229,6 +229,17 @@ pub struct ClusterRow {
 }
 
 impl ClusterRow {
+    /// What its queue does with the running operation's time so far: `running upgrade for 10m0s`.
+    pub fn queue_words(&self) -> String {
+        match (
+            &self.running_since,
+            self.current.as_ref().and_then(|c| c.duration.as_ref()),
+        ) {
+            (Some(_), Some(elapsed)) => format!("{} for {elapsed}", self.activity),
+            _ => self.activity.clone(),
+        }
+    }
+
     /// How troubled, for the fleet's order: a failure first, then an unhealthy cluster, then by state.
     fn trouble(&self) -> (u8, State, HealthWord) {
         let rank = match (self.state, self.health.word) {
