@@ -329,39 +329,13 @@ fn log_events(web: Web, name: String, offset: usize) -> impl Stream<Item = Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{
-        Cluster, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ClusterSpec, ClusterStatus,
-        HostCounts, NodeCounts, OperationSource, Phase, RunFailure, RunSummary,
-    };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use crate::api::{Cluster, ClusterOperation, ClusterSpec, HostCounts, Phase, RunFailure, RunSummary};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     const SCRIPT: &str = "<script>alert(1)</script>";
 
     fn op(cluster: &str, id: &str, phase: Phase) -> ClusterOperation {
-        let mut op = ClusterOperation::new(
-            &format!("{cluster}-{id}-0123abcd"),
-            ClusterOperationSpec {
-                cluster: cluster.into(),
-                id: id.into(),
-                action: "cluster.yml".into(),
-                source: OperationSource {
-                    commit: "c0ffee0123456789".into(),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        );
-        let start: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        op.status = Some(ClusterOperationStatus {
-            phase,
-            start_time: (phase != Phase::Queued).then_some(Time(start)),
-            end_time: phase
-                .is_terminal()
-                .then(|| Time(start + jiff::SignedDuration::from_secs(192))),
-            message: Some(format!("message {SCRIPT}")),
-            ..Default::default()
-        });
-        op
+        view::Snapshot::sample_operation(cluster, id, phase, format!("message {SCRIPT}"))
     }
 
     fn fleet() -> view::Snapshot {
@@ -390,7 +364,7 @@ mod tests {
                 .map(|name| {
                     let mut cluster = Cluster::new(name, ClusterSpec::for_test());
                     cluster.metadata.labels = Some([("env".to_string(), "prod".to_string())].into());
-                    cluster.status = Some(healthy(name != "busy"));
+                    cluster.status = Some(view::Snapshot::sample_health(name != "busy"));
                     cluster
                 })
                 .collect(),
@@ -400,41 +374,6 @@ mod tests {
                 op("busy", "install", Phase::Running),
                 op("busy", "scale", Phase::Queued),
             ],
-            ..Default::default()
-        }
-    }
-
-    /// A status as the health checks leave it: all held, or a Node not Ready.
-    fn healthy(all: bool) -> ClusterStatus {
-        let condition = |type_: &str, held: bool, reason: &str| Condition {
-            type_: type_.into(),
-            status: if held { "True" } else { "False" }.into(),
-            reason: reason.into(),
-            message: format!("{type_} message"),
-            last_transition_time: Time("2026-01-01T00:00:00Z".parse().unwrap()),
-            observed_generation: None,
-        };
-        ClusterStatus {
-            conditions: vec![
-                condition("Ready", true, "NoSecret"),
-                condition("Reachable", true, "ApiServerAnswers"),
-                condition(
-                    "NodesReady",
-                    all,
-                    if all { "AllNodesReady" } else { "NodesNotReady" },
-                ),
-                condition(
-                    "Healthy",
-                    all,
-                    if all { "AllChecksPassed" } else { "ChecksFailed" },
-                ),
-            ],
-            kubernetes_version: Some("v1.31.4".into()),
-            nodes: Some(NodeCounts {
-                ready: if all { 3 } else { 2 },
-                total: 3,
-                summary: String::new(),
-            }),
             ..Default::default()
         }
     }
@@ -553,7 +492,7 @@ mod tests {
         let mut sick = view.clusters[0].clone();
         sick.metadata.name = Some("sick".into());
         sick.metadata.labels = Some([("env".to_string(), "staging".to_string())].into());
-        sick.status = Some(healthy(false));
+        sick.status = Some(view::Snapshot::sample_health(false));
         view.clusters.push(sick);
         view.operations.push(op("sick", "install", Phase::Succeeded));
         let now = jiff::Timestamp::now();
@@ -565,7 +504,7 @@ mod tests {
 
         let html = render("fleet.html", &page);
         assert!(html.contains("v1.31.4"), "{html}");
-        assert!(html.contains("<td class=\"short\">2/3</td>"), "{html}");
+        assert!(html.contains("<td class=\"short\">4/5</td>"), "{html}");
         assert!(html.contains("NodesReady: nodes not ready"), "{html}");
         assert!(html.contains("<small>env=staging</small>"), "{html}");
         // The running cluster has no finished run yet: its last outcome says so instead of staying empty.
@@ -593,7 +532,7 @@ mod tests {
         assert_eq!(names(unhealthy), ["busy", "sick"]);
     }
 
-    const SHA: &str = "c0ffee0123456789";
+    const SHA: &str = view::SAMPLE_COMMIT;
 
     #[test]
     fn a_cluster_page_shows_the_changelog_with_authors_the_next_window_the_durations_and_the_hosts() {
@@ -663,7 +602,7 @@ mod tests {
         assert!(html.contains("<td>kube_node</td>"), "{html}");
         assert!(html.contains("no ssh Secret named (none needed)"), "{html}");
         assert!(!html.contains("NoSecret"), "{html}");
-        assert!(html.contains("Nodes ready</dt><dd>3 of 3"), "{html}");
+        assert!(html.contains("Nodes ready</dt><dd>5 of 5"), "{html}");
     }
 
     #[test]

@@ -13,10 +13,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::api::{Cluster, ClusterOperation};
+use crate::api::{
+    Cluster, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ClusterSource, ClusterSpec,
+    ClusterStatus, ConfigMapRef, NodeCounts, OperationSource, Phase,
+};
 use crate::controller::live::LiveCache;
 use crate::layout::Inventory;
 use crate::report::notes::{read_notes, NoteEntry};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// A commit as the changelog shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -249,75 +253,23 @@ impl View for Snapshot {
     }
 }
 
+/// The instant the sample operations start at: 2026-01-01T00:00:00Z.
+const SAMPLE_START: i64 = 1_767_225_600;
+
 impl Snapshot {
     /// A fleet of `clusters` clusters as the fleet page's size test and the benchmark measure it: each
     /// with a label, health conditions, a version and Node counts, and one to four operations (succeeded,
     /// failed, running, queued) whose messages are as long as the ones kok writes.
     pub fn sample_fleet(clusters: usize) -> Snapshot {
-        use crate::api::{
-            ClusterOperationSpec, ClusterOperationStatus, ClusterSource, ClusterSpec, ClusterStatus,
-            ConfigMapRef, NodeCounts, OperationSource, Phase,
-        };
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-        let start: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap_or_default();
-        let condition = |type_: &str, held: bool, reason: &str| Condition {
-            type_: type_.into(),
-            status: if held { "True" } else { "False" }.into(),
-            reason: reason.into(),
-            message: String::new(),
-            last_transition_time: Time(start),
-            observed_generation: None,
-        };
         let mut view = Snapshot::default();
         for i in 0..clusters {
             let name = format!("prod-region-{i:04}");
-            let held = i % 10 != 0;
-            let mut cluster = Cluster::new(
-                &name,
-                ClusterSpec {
-                    hosts_conf_ref: ConfigMapRef {
-                        name: format!("{name}-hosts"),
-                    },
-                    vars_conf_ref: ConfigMapRef {
-                        name: format!("{name}-vars"),
-                    },
-                    ssh_auth_ref: None,
-                    defaults: Default::default(),
-                    source: ClusterSource {
-                        path: format!("clusters/{name}"),
-                        revision: format!("main@sha1:{}", "c0ffee01".repeat(5)),
-                    },
-                    kubeconfig_secret_ref: None,
-                    maintenance: None,
-                },
-            );
+            let mut cluster = Cluster::new(&name, Snapshot::sample_spec(&name));
             cluster.metadata.labels = Some([("region".to_string(), format!("r{}", i % 8))].into());
-            cluster.status = Some(ClusterStatus {
-                conditions: vec![
-                    condition("Reachable", true, "ApiServerAnswers"),
-                    condition(
-                        "NodesReady",
-                        held,
-                        if held { "AllNodesReady" } else { "NodesNotReady" },
-                    ),
-                    condition(
-                        "Healthy",
-                        held,
-                        if held { "AllChecksPassed" } else { "ChecksFailed" },
-                    ),
-                ],
-                kubernetes_version: Some("v1.31.4".into()),
-                nodes: Some(NodeCounts {
-                    ready: if held { 5 } else { 4 },
-                    total: 5,
-                    summary: String::new(),
-                }),
-                ..Default::default()
-            });
+            cluster.status = Some(Snapshot::sample_health(i % 10 != 0));
             view.clusters.push(cluster);
             let phases = [Phase::Succeeded, Phase::Failed, Phase::Running, Phase::Queued];
             for (j, phase) in phases.into_iter().enumerate().take(i % 4 + 1) {
-                let id = format!("operation-{j}");
                 let message = match phase {
                     Phase::Failed => "failed at TASK [kubernetes/control-plane : Kubeadm | Initialize first \
                                       control plane node] on node1: non-zero return code"
@@ -329,34 +281,97 @@ impl Snapshot {
                     }
                     _ => "succeeded in 3m12s: 5 hosts, 41 changed".to_string(),
                 };
-                let mut op = ClusterOperation::new(
-                    &format!("{name}-{id}-0123abcd"),
-                    ClusterOperationSpec {
-                        cluster: name.clone(),
-                        id,
-                        action: "cluster.yml".into(),
-                        source: OperationSource {
-                            commit: "c0ffee01".repeat(5),
-                            ..Default::default()
-                        },
-                        ..Default::default()
-                    },
-                );
-                op.status = Some(ClusterOperationStatus {
-                    phase,
-                    start_time: (phase != Phase::Queued).then_some(Time(start)),
-                    end_time: phase
-                        .is_terminal()
-                        .then(|| Time(start + jiff::SignedDuration::from_secs(192))),
-                    message: Some(message),
-                    ..Default::default()
-                });
-                view.operations.push(op);
+                let id = format!("operation-{j}");
+                view.operations
+                    .push(Snapshot::sample_operation(&name, &id, phase, message));
             }
         }
         view
     }
+
+    /// The spec of sample cluster `name`: its ConfigMaps named after it, nothing else set.
+    pub fn sample_spec(name: &str) -> ClusterSpec {
+        ClusterSpec {
+            hosts_conf_ref: ConfigMapRef {
+                name: format!("{name}-hosts"),
+            },
+            vars_conf_ref: ConfigMapRef {
+                name: format!("{name}-vars"),
+            },
+            ssh_auth_ref: None,
+            defaults: Default::default(),
+            source: ClusterSource::default(),
+            kubeconfig_secret_ref: None,
+            maintenance: None,
+        }
+    }
+
+    /// A Cluster status as the health checks leave it: every check held (5 of 5 Nodes Ready), or a Node
+    /// is not Ready (4 of 5); its Ready condition says it names no ssh Secret.
+    pub fn sample_health(held: bool) -> ClusterStatus {
+        let condition = |type_: &str, ok: bool, reason: &str| Condition {
+            type_: type_.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: format!("{type_} message"),
+            last_transition_time: Time(jiff::Timestamp::from_second(SAMPLE_START).unwrap_or_default()),
+            observed_generation: None,
+        };
+        let (nodes, healthy) = if held {
+            ("AllNodesReady", "AllChecksPassed")
+        } else {
+            ("NodesNotReady", "ChecksFailed")
+        };
+        ClusterStatus {
+            conditions: vec![
+                condition("Ready", true, "NoSecret"),
+                condition("Reachable", true, "ApiServerAnswers"),
+                condition("NodesReady", held, nodes),
+                condition("Healthy", held, healthy),
+            ],
+            kubernetes_version: Some("v1.31.4".into()),
+            nodes: Some(NodeCounts {
+                ready: if held { 5 } else { 4 },
+                total: 5,
+                summary: String::new(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Operation `id` of `cluster` (named `<cluster>-<id>-0123abcd`, from commit [`SAMPLE_COMMIT`]) in
+    /// `phase` with `message`: started at 2026-01-01T00:00:00Z unless it waits, and run for 3m12s if it
+    /// finished.
+    pub fn sample_operation(cluster: &str, id: &str, phase: Phase, message: String) -> ClusterOperation {
+        let mut op = ClusterOperation::new(
+            &format!("{cluster}-{id}-0123abcd"),
+            ClusterOperationSpec {
+                cluster: cluster.into(),
+                id: id.into(),
+                action: "cluster.yml".into(),
+                source: OperationSource {
+                    commit: SAMPLE_COMMIT.into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        let start = jiff::Timestamp::from_second(SAMPLE_START).unwrap_or_default();
+        op.status = Some(ClusterOperationStatus {
+            phase,
+            start_time: (!matches!(phase, Phase::Queued | Phase::Pending)).then_some(Time(start)),
+            end_time: phase
+                .is_terminal()
+                .then(|| Time(start + jiff::SignedDuration::from_secs(192))),
+            message: Some(message),
+            ..Default::default()
+        });
+        op
+    }
 }
+
+/// The commit of the sample operations.
+pub const SAMPLE_COMMIT: &str = "c0ffee0123456789";
 
 #[cfg(test)]
 mod tests {
