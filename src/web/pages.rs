@@ -434,7 +434,7 @@ fn shares<T: Copy + PartialEq>(
 }
 
 /// Most characters of an outcome or a queue's sentence on the fleet page (the cluster's page has all).
-const OUTCOME_CHARS: usize = 72;
+const OUTCOME_CHARS: usize = 60;
 
 /// `text` cut to `max` characters, with `…` when it was longer.
 fn shorten(text: &mut String, max: usize) {
