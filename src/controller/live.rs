@@ -45,6 +45,35 @@ pub struct Feeds {
     pub live: Arc<LiveCache>,
 }
 
+/// Most pull-request plans [`PlanIndex`] keeps.
+pub const PLANS_KEPT: usize = 64;
+
+/// The plans kok made of open pull requests' heads, as text by head sha, newest last: what the web
+/// view's commit page shows. At most [`PLANS_KEPT`]; the oldest go first.
+#[derive(Debug, Default)]
+pub struct PlanIndex {
+    plans: Mutex<std::collections::VecDeque<(String, Arc<str>)>>,
+}
+
+impl PlanIndex {
+    /// Keeps `text` as the plan of `head` (in place of an earlier one).
+    pub fn keep(&self, head: &str, text: &str) {
+        if let Ok(mut plans) = self.plans.lock() {
+            plans.retain(|(h, _)| h != head);
+            if plans.len() >= PLANS_KEPT {
+                plans.pop_front();
+            }
+            plans.push_back((head.to_string(), Arc::from(text)));
+        }
+    }
+
+    /// The plan of `head`, if kok made one lately.
+    pub fn get(&self, head: &str) -> Option<Arc<str>> {
+        let plans = self.plans.lock().ok()?;
+        plans.iter().find(|(h, _)| h == head).map(|(_, p)| p.clone())
+    }
+}
+
 /// The live objects kok manages in its namespace, from its watches.
 pub struct LiveCache {
     namespace: String,
@@ -56,6 +85,8 @@ pub struct LiveCache {
     cluster_aside: SetAside,
     /// Every ConfigMap kok manages, as kok's own records.
     config_maps: ConfigMapCache,
+    /// The plans of open pull requests' heads (kept by `pulls`, read by the web view).
+    pub plans: PlanIndex,
     /// Per cluster, what the pass's last writes left behind and the watches may not show yet.
     expected: Mutex<HashMap<String, Vec<Written>>>,
     /// How many clusters `expected` kept when it last forgot the ones the watches show.
@@ -104,6 +135,7 @@ pub fn caches(namespace: &str) -> Feeds {
             operations: Arc::new(OpCache::new(namespace)),
             clusters,
             config_maps: ConfigMapCache::default(),
+            plans: PlanIndex::default(),
             cluster_aside: SetAside::default(),
             expected: Mutex::new(HashMap::new()),
             expected_kept: AtomicUsize::new(0),
@@ -435,6 +467,19 @@ mod tests {
         assert_eq!(expected.len(), 33, "c32 to c63, and c64");
         assert!(!expected.contains_key("c0") && !expected.contains_key("c31"));
         assert!(expected.contains_key("c32") && expected.contains_key("c64"));
+    }
+
+    #[test]
+    fn the_plan_index_keeps_the_newest_plan_of_each_head_and_forgets_the_oldest_heads() {
+        let plans = PlanIndex::default();
+        plans.keep("a", "old plan of a");
+        plans.keep("a", "plan of a");
+        assert_eq!(plans.get("a").as_deref(), Some("plan of a"));
+        for i in 0..PLANS_KEPT {
+            plans.keep(&format!("h{i}"), "a plan");
+        }
+        assert!(plans.get("a").is_none(), "the oldest head went");
+        assert!(plans.get("h0").is_some() && plans.get(&format!("h{}", PLANS_KEPT - 1)).is_some());
     }
 
     #[test]

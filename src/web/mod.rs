@@ -663,6 +663,8 @@ mod tests {
                 note("kok/gone/old", StatusState::Failure, "failed long ago"),
             ],
         );
+        view.plans
+            .insert(SHA.into(), "cluster calm\n  ~ Cluster calm <b>\n".into());
         let page = pages::commit(&view, "c0ffee0");
         assert_eq!(page.sha, SHA, "the whole sha of the commit the prefix names");
         let contexts: Vec<_> = page.statuses.iter().map(|l| l.status.context.as_str()).collect();
@@ -681,6 +683,12 @@ mod tests {
         let html = render("commit.html", &page);
         assert!(html.contains("Pull-request plan"), "{html}");
         assert!(html.contains("2 clusters change, 1 operation runs"), "{html}");
+        assert!(
+            html.contains(
+                "<pre class=\"plan\" tabindex=\"0\">cluster calm\n  ~ Cluster calm &lt;b&gt;\n</pre>"
+            ),
+            "{html}"
+        );
         assert!(
             html.contains("href=\"/operations/calm-install-0123abcd\""),
             "{html}"

@@ -944,8 +944,10 @@ pub struct CommitPage {
     /// Every status kok gave it: its operations' (from the caches, linked to their pages) and what it
     /// noted besides (`kok/sync`, `kok/plan`, operations gone from history).
     pub statuses: Vec<CommitLine>,
-    /// The plan kok posted for it as a pull request's head (`kok/plan`), when it was one.
+    /// The `kok/plan` status kok gave it as a pull request's head, when it was one.
     pub plan: Option<CommitLine>,
+    /// That plan in full, while kok keeps it (the service keeps the plans of its latest heads).
+    pub plan_text: Option<String>,
 }
 
 /// One status on a commit.
@@ -1012,6 +1014,7 @@ pub fn commit(view: &dyn View, sha: &str) -> CommitPage {
     statuses.sort_by(|a, b| a.status.context.cmp(&b.status.context));
     CommitPage {
         meta: view.commit_meta(&full),
+        plan_text: view.plan(&full),
         sha: full,
         statuses,
         plan,

@@ -57,6 +57,10 @@ pub trait View: Send + Sync {
     fn inventory(&self, _sha: &str, _dir: &str) -> Option<Arc<Inventory>> {
         None
     }
+    /// The plan kok made of commit `sha` as a pull request's head, as text, while it keeps it.
+    fn plan(&self, _sha: &str) -> Option<String> {
+        None
+    }
 }
 
 /// Most answers [`GitRecords`] keeps of each kind; past it, it starts over.
@@ -206,6 +210,10 @@ impl View for CacheView {
     fn inventory(&self, sha: &str, dir: &str) -> Option<Arc<Inventory>> {
         self.git.as_ref()?.inventory(sha, dir)
     }
+
+    fn plan(&self, sha: &str) -> Option<String> {
+        self.slot.get()?.plans.get(sha).map(|p| p.to_string())
+    }
 }
 
 /// A fixed set of objects as a view: tests and the benchmark.
@@ -221,6 +229,8 @@ pub struct Snapshot {
     pub notes: HashMap<String, Vec<NoteEntry>>,
     /// Inventories by commit sha and cluster directory.
     pub inventories: HashMap<(String, String), Arc<Inventory>>,
+    /// Pull-request plans by head sha.
+    pub plans: HashMap<String, String>,
 }
 
 impl View for Snapshot {
@@ -250,6 +260,10 @@ impl View for Snapshot {
 
     fn inventory(&self, sha: &str, dir: &str) -> Option<Arc<Inventory>> {
         self.inventories.get(&(sha.to_string(), dir.to_string())).cloned()
+    }
+
+    fn plan(&self, sha: &str) -> Option<String> {
+        self.plans.get(sha).cloned()
     }
 }
 
