@@ -10,8 +10,11 @@
 //! The watches keep what the decisions and the web view read and drop the rest: every object its
 //! `managedFields`, Clusters kok's own labels (the watch selects by them; the user's, from cluster.yml,
 //! stay for the web view's label filter) and annotations (the content hash is kept apart, and a
-//! snapshot puts it back). Operations and ConfigMaps are not kept as
-//! objects at all but as kok's own records of what is read of them (see `op_cache` and `config_maps`).
+//! snapshot puts it back). Operations and ConfigMaps are not kept as objects at all but as kok's own
+//! records of what is read of them (see `op_cache` and `config_maps`).
+//!
+//! Beside them, [`PlanIndex`] keeps the plans the service made of open pull requests' heads, for the web
+//! view's commit pages.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;

@@ -4,7 +4,8 @@
 //! reaches back into the caches. Health and maintenance windows come with the Clusters (their status
 //! and spec); what only git knows (a commit's author and subject, the statuses kok noted on it, a
 //! revision's inventory) is read from the source's local cache repository ([`GitRecords`]), each answer
-//! kept, so a page view costs no request to anything but the local disk, and that once.
+//! kept, so a page view costs no request to anything but the local disk, and that once. A pull
+//! request head's plan comes from the index the service keeps beside its watch caches.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
