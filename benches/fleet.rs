@@ -14,7 +14,8 @@
 //! (`--resync-interval` of the restarted kok, default 20), `KOK_FLEET_JSON` (default
 //! `<target dir>/fleet.json`). Mode `health` (not in the default modes) measures the periodic health
 //! checks instead (see [`health`]); `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30) is its kok's
-//! `--health-interval`.
+//! `--health-interval`. Every run also measures the web view's fleet page at 1,000 clusters, in
+//! process ([`web`]).
 
 #[path = "../tests/e2e/mod.rs"]
 mod e2e;
@@ -22,6 +23,8 @@ mod e2e;
 mod forge;
 #[path = "fleet/health.rs"]
 mod health;
+#[path = "fleet/web.rs"]
+mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -1056,7 +1059,17 @@ async fn main() -> anyhow::Result<()> {
     if !health_runs.is_empty() {
         println!("\nHealth round:\n{}", health::report(&health_runs));
     }
-    let json = serde_json::json!({ "runs": runs, "targets": verdicts, "health": health_runs });
+    let web = match web::run(&bench.http).await {
+        Ok(run) => {
+            println!("\nWeb view: {}", web::report(&run));
+            Some(run)
+        }
+        Err(e) => {
+            eprintln!("[web view] failed: {e:#}");
+            None
+        }
+    };
+    let json = serde_json::json!({ "runs": runs, "targets": verdicts, "health": health_runs, "web": web });
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&json)?)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", cfg.json.display()))?;
     println!("JSON written to {}", cfg.json.display());

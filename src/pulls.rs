@@ -91,6 +91,8 @@ pub struct PullPlan {
     pub status: CommitStatus,
     /// The markdown for the comment.
     pub markdown: String,
+    /// The plan as text (what the web view shows on the head's commit page).
+    pub text: String,
 }
 
 /// The open pull requests kok knows of, in memory: after a restart every head is planned again
@@ -232,6 +234,9 @@ impl PullRequests {
                 return false;
             }
         };
+        if let Some(live) = io.live {
+            live.plans.keep(&head.commit.to_string(), &planned.text);
+        }
         let tracked = self.tracked.entry(number).or_insert_with(|| Tracked {
             head: head.commit,
             base,
@@ -327,6 +332,7 @@ pub async fn plan_pull_request(
     Ok(Some(PullPlan {
         status: plan_commit_status(state, description),
         markdown: plan::markdown(&plan),
+        text: plan::text(&plan),
     }))
 }
 
@@ -359,6 +365,7 @@ fn conflict_plan(branch: &str, paths: &[String]) -> PullPlan {
     );
     PullPlan {
         markdown: format!("### kok plan\n\n:x: This pull request {description}.\n"),
+        text: format!("This pull request {description}.\n"),
         status: plan_commit_status(StatusState::Error, description),
     }
 }

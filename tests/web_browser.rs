@@ -1,8 +1,10 @@
 //! The web view in a real browser: headless Chromium against `kok run --local` running real ansible.
-//! The fleet lists the clusters, links lead to a cluster and its running operation, the playbook's log
-//! lines arrive on that page without a reload, a failed run's page names the failing task and host, and
-//! an open fleet page shows a new operation without a reload (and does not keep kok from stopping).
-//! Screenshots of each page go to `target/tmp/web-screenshots/`.
+//! The fleet lists the clusters and filters them by a label from cluster.yml, links lead to a cluster and
+//! its running operation, the playbook's log lines arrive on that page without a reload, a failed run's
+//! page names the failing task and host, the cluster's changelog names each commit's author and
+//! subject, and an open fleet page shows a new operation without a reload (and does not keep kok from
+//! stopping). Screenshots of each page go to `target/tmp/web-screenshots/` (the README's come from
+//! there).
 
 #[path = "common/browser.rs"]
 mod browser;
@@ -56,6 +58,7 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
     for file in ["hosts.yml", "vars.yml"] {
         std::fs::copy(repo.path().join("clusters/local").join(file), second.join(file)).unwrap();
     }
+    std::fs::write(second.join("cluster.yml"), "labels:\n  team: blue\n").unwrap();
     std::fs::write(repo.path().join("playbooks/gated.yml"), GATED_PLAYBOOK).unwrap();
     repo.commit("a second cluster and a gated playbook");
     let mut kok = LocalKok::start(&repo);
@@ -83,7 +86,34 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
     browser.wait_for(r#"a[href="/clusters/second"]"#).await;
     let fleet = browser.page_text().await;
     assert!(fleet.contains("running gated for"), "{fleet}");
+    assert!(
+        fleet.contains("team=blue"),
+        "the Cluster's label is shown: {fleet}"
+    );
+    // The running operation's time counts on without a reload.
+    let elapsed = r#"document.querySelector("td span[data-t]").textContent"#;
+    let first = browser.eval(elapsed).await;
+    let mut counted = false;
+    for _ in 0..100 {
+        if browser.eval(elapsed).await != first {
+            counted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(counted, "the elapsed time stays at {first}");
     browser.screenshot(&shots.join("fleet.png")).await;
+
+    // The label filter keeps the cluster labelled so, and only it.
+    browser.goto(&format!("{base}/?label=team%3Dblue")).await;
+    browser.wait_for(r#"a[href="/clusters/second"]"#).await;
+    assert!(
+        browser.find(r#"a[href="/clusters/local"]"#).await.is_none(),
+        "{}",
+        browser.page_text().await
+    );
+    browser.goto(&format!("{base}/")).await;
+    browser.wait_for(r#"a[href="/clusters/local"]"#).await;
 
     // The cluster's queue: the running operation, and the next one with why it waits.
     browser.click_on(r#"a[href="/clusters/local"]"#).await;
@@ -123,7 +153,22 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
         &shots.join("operation-failed.png"),
     )
     .await;
-    let statuses = ["kok/local/gated", "kok/local/broken"];
+    // The cluster's changelog: both runs, each commit with its author and subject, their durations drawn.
+    visit(
+        &browser,
+        &format!("{base}/clusters/local"),
+        "figure.durations svg rect",
+        &[
+            "History",
+            "Test Author",
+            "operations: broken",
+            "Fail on purpose",
+            "The inventory at",
+        ],
+        &shots.join("cluster-history.png"),
+    )
+    .await;
+    let statuses = ["kok/local/gated", "kok/local/broken", "kok/sync"];
     visit(
         &browser,
         &format!("{base}/commits/{sha}"),

@@ -476,7 +476,7 @@ fn web_view(
     let logs = Arc::new(logs::LocalLogs {
         state_dir: args.state_dir.clone(),
     });
-    let view = CacheView::new();
+    let view = CacheView::new().with_repository(cache_repo_path(&args.git.source_config())?);
     let caches = view.slot();
     let web = Web::new(Arc::new(view), logs, stopping);
     Ok(Some((crate::web::router(web), caches)))

@@ -95,14 +95,10 @@ pub fn rows(
                 version: status.kubernetes_version,
                 kubelet_versions: status.kubelet_versions,
                 nodes: status.nodes,
-                health: match healthy.map(|c| c.status.as_str()) {
-                    Some("True") => "healthy",
-                    Some("False") => "unhealthy",
-                    _ => "unknown",
-                },
+                health: row.health.word.as_str(),
                 health_message: healthy.filter(|c| c.status == "False").map(|c| c.message.clone()),
                 state: row.state,
-                queue: row.activity,
+                queue: row.queue_words(),
                 current: row.current,
                 last: row.last,
             }

@@ -7,10 +7,14 @@
 //! until then, briefly, the pass waits, and after [`CATCH_UP`] it lists that cluster instead.
 //! A conflict on a guarded write means the view was stale after all: apply lists and decides again.
 //!
-//! The watches keep what the decisions read and drop the rest: every object its `managedFields`,
-//! Clusters their labels (the watch selects kok's own, and nothing reads them) and annotations (the
-//! content hash is kept apart, and a snapshot puts it back). Operations and ConfigMaps are not kept as
-//! objects at all but as kok's own records of what is read of them (see `op_cache` and `config_maps`).
+//! The watches keep what the decisions and the web view read and drop the rest: every object its
+//! `managedFields`, Clusters kok's own labels (the watch selects by them; the user's, from cluster.yml,
+//! stay for the web view's label filter) and annotations (the content hash is kept apart, and a
+//! snapshot puts it back). Operations and ConfigMaps are not kept as objects at all but as kok's own
+//! records of what is read of them (see `op_cache` and `config_maps`).
+//!
+//! Beside them, [`PlanIndex`] keeps the plans the service made of open pull requests' heads, for the web
+//! view's commit pages.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -44,6 +48,35 @@ pub struct Feeds {
     pub live: Arc<LiveCache>,
 }
 
+/// Most pull-request plans [`PlanIndex`] keeps.
+pub const PLANS_KEPT: usize = 64;
+
+/// The plans kok made of open pull requests' heads, as text by head sha, newest last: what the web
+/// view's commit page shows. At most [`PLANS_KEPT`]; the oldest go first.
+#[derive(Debug, Default)]
+pub struct PlanIndex {
+    plans: Mutex<std::collections::VecDeque<(String, Arc<str>)>>,
+}
+
+impl PlanIndex {
+    /// Keeps `text` as the plan of `head` (in place of an earlier one).
+    pub fn keep(&self, head: &str, text: &str) {
+        if let Ok(mut plans) = self.plans.lock() {
+            plans.retain(|(h, _)| h != head);
+            if plans.len() >= PLANS_KEPT {
+                plans.pop_front();
+            }
+            plans.push_back((head.to_string(), Arc::from(text)));
+        }
+    }
+
+    /// The plan of `head`, if kok made one lately.
+    pub fn get(&self, head: &str) -> Option<Arc<str>> {
+        let plans = self.plans.lock().ok()?;
+        plans.iter().find(|(h, _)| h == head).map(|(_, p)| p.clone())
+    }
+}
+
 /// The live objects kok manages in its namespace, from its watches.
 pub struct LiveCache {
     namespace: String,
@@ -55,6 +88,8 @@ pub struct LiveCache {
     cluster_aside: SetAside,
     /// Every ConfigMap kok manages, as kok's own records.
     config_maps: ConfigMapCache,
+    /// The plans of open pull requests' heads (kept by `pulls`, read by the web view).
+    pub plans: PlanIndex,
     /// Per cluster, what the pass's last writes left behind and the watches may not show yet.
     expected: Mutex<HashMap<String, Vec<Written>>>,
     /// How many clusters `expected` kept when it last forgot the ones the watches show.
@@ -103,6 +138,7 @@ pub fn caches(namespace: &str) -> Feeds {
             operations: Arc::new(OpCache::new(namespace)),
             clusters,
             config_maps: ConfigMapCache::default(),
+            plans: PlanIndex::default(),
             cluster_aside: SetAside::default(),
             expected: Mutex::new(HashMap::new()),
             expected_kept: AtomicUsize::new(0),
@@ -218,11 +254,18 @@ impl LiveCache {
         tokio::time::timeout(within, all).await.unwrap_or(false)
     }
 
-    /// Drops what no decision reads of a Cluster the watch delivers: `managedFields`, the labels, and
-    /// the annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
+    /// Drops what nothing reads of a Cluster the watch delivers: `managedFields`, kok's own labels (the
+    /// user's stay), and the annotations, whose content hash is kept apart for [`LiveCache::snapshot`].
     fn slim_cluster(&self, cluster: &mut Cluster) {
         cluster.metadata.managed_fields = None;
-        cluster.metadata.labels = None;
+        if let Some(labels) = cluster.metadata.labels.as_mut() {
+            for own in crate::api::common_labels("").keys() {
+                labels.remove(own);
+            }
+            if labels.is_empty() {
+                cluster.metadata.labels = None;
+            }
+        }
         self.cluster_aside.take_annotations(&mut cluster.metadata);
     }
 
@@ -357,7 +400,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_cluster_keeps_no_labels_and_a_snapshot_puts_its_content_hash_back() {
+    fn a_cached_cluster_keeps_only_the_user_s_labels_and_a_snapshot_puts_its_content_hash_back() {
         let Feeds {
             clusters: mut writer,
             live,
@@ -371,7 +414,11 @@ mod tests {
                 "namespace": "kok",
                 "uid": "u-1",
                 "resourceVersion": "7",
-                "labels": {crate::api::LABEL_MANAGED_BY: crate::api::MANAGED_BY, "kok.dev/cluster": "prod-bj"},
+                "labels": {
+                    crate::api::LABEL_MANAGED_BY: crate::api::MANAGED_BY,
+                    "kok.dev/cluster": "prod-bj",
+                    "env": "prod",
+                },
                 "annotations": {crate::api::ANNOTATION_CONTENT_HASH: "h1"},
             },
             "spec": {
@@ -382,7 +429,10 @@ mod tests {
         }))
         .expect("a Cluster");
         live.slim_cluster(&mut cluster);
-        assert_eq!(cluster.metadata.labels, None);
+        assert_eq!(
+            cluster.metadata.labels,
+            Some(BTreeMap::from([("env".to_string(), "prod".to_string())]))
+        );
         assert_eq!(cluster.metadata.annotations, None);
         writer.apply_watcher_event(&watcher::Event::Apply(cluster));
 
@@ -420,6 +470,19 @@ mod tests {
         assert_eq!(expected.len(), 33, "c32 to c63, and c64");
         assert!(!expected.contains_key("c0") && !expected.contains_key("c31"));
         assert!(expected.contains_key("c32") && expected.contains_key("c64"));
+    }
+
+    #[test]
+    fn the_plan_index_keeps_the_newest_plan_of_each_head_and_forgets_the_oldest_heads() {
+        let plans = PlanIndex::default();
+        plans.keep("a", "old plan of a");
+        plans.keep("a", "plan of a");
+        assert_eq!(plans.get("a").as_deref(), Some("plan of a"));
+        for i in 0..PLANS_KEPT {
+            plans.keep(&format!("h{i}"), "a plan");
+        }
+        assert!(plans.get("a").is_none(), "the oldest head went");
+        assert!(plans.get("h0").is_some() && plans.get(&format!("h{}", PLANS_KEPT - 1)).is_some());
     }
 
     #[test]

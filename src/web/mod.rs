@@ -183,9 +183,25 @@ async fn fleet(State(web): State<Web>, Query(filter): Query<Filter>) -> Response
     )
 }
 
+/// Builds a page from the view off the async threads: the cluster, run and commit pages may read the
+/// local git cache (a commit's author, the inventory, the notes) the first time they name something.
+async fn built<T: Send + 'static>(
+    web: &Web,
+    build: impl FnOnce(&dyn View) -> T + Send + 'static,
+) -> Option<T> {
+    let view = web.view.clone();
+    tokio::task::spawn_blocking(move || build(view.as_ref()))
+        .await
+        .ok()
+}
+
 async fn cluster(State(web): State<Web>, Path(name): Path<String>) -> Response {
     let version = web.view.version();
-    match pages::cluster(web.view.as_ref(), &name, now()) {
+    let wanted = name.clone();
+    match built(&web, move |view| pages::cluster(view, &wanted, now()))
+        .await
+        .flatten()
+    {
         Some(page) => web.render("cluster.html", version, page),
         None => web.not_found(format!("cluster {name:?}")),
     }
@@ -197,12 +213,18 @@ async fn operation(State(web): State<Web>, Path(name): Path<String>) -> Response
         return web.not_found(format!("operation {name:?}"));
     };
     let log = web.logs.read(&op).await;
-    web.render("operation.html", version, pages::operation(&op, log, now()))
+    match built(&web, move |view| pages::operation(view, &op, log, now())).await {
+        Some(page) => web.render("operation.html", version, page),
+        None => web.not_found(format!("operation {name:?}")),
+    }
 }
 
 async fn commit(State(web): State<Web>, Path(sha): Path<String>) -> Response {
     let version = web.view.version();
-    web.render("commit.html", version, pages::commit(web.view.as_ref(), &sha))
+    match built(&web, move |view| pages::commit(view, &sha)).await {
+        Some(page) => web.render("commit.html", version, page),
+        None => web.not_found("commit".to_string()),
+    }
 }
 
 /// The version a page was rendered at (`?v=`).
@@ -307,39 +329,13 @@ fn log_events(web: Web, name: String, offset: usize) -> impl Stream<Item = Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{
-        Cluster, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ClusterSpec, HostCounts,
-        OperationSource, Phase, RunFailure, RunSummary,
-    };
+    use crate::api::{Cluster, ClusterOperation, ClusterSpec, HostCounts, Phase, RunFailure, RunSummary};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     const SCRIPT: &str = "<script>alert(1)</script>";
 
     fn op(cluster: &str, id: &str, phase: Phase) -> ClusterOperation {
-        let mut op = ClusterOperation::new(
-            &format!("{cluster}-{id}-0123abcd"),
-            ClusterOperationSpec {
-                cluster: cluster.into(),
-                id: id.into(),
-                action: "cluster.yml".into(),
-                source: OperationSource {
-                    commit: "c0ffee0123456789".into(),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        );
-        let start: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        op.status = Some(ClusterOperationStatus {
-            phase,
-            start_time: (phase != Phase::Queued).then_some(Time(start)),
-            end_time: phase
-                .is_terminal()
-                .then(|| Time(start + jiff::SignedDuration::from_secs(192))),
-            message: Some(format!("message {SCRIPT}")),
-            ..Default::default()
-        });
-        op
+        view::Snapshot::sample_operation(cluster, id, phase, format!("message {SCRIPT}"))
     }
 
     fn fleet() -> view::Snapshot {
@@ -366,8 +362,10 @@ mod tests {
             clusters: ["calm", SCRIPT, "busy"]
                 .into_iter()
                 .map(|name| {
-                    let spec = ClusterSpec::for_test();
-                    Cluster::new(name, spec)
+                    let mut cluster = Cluster::new(name, ClusterSpec::for_test());
+                    cluster.metadata.labels = Some([("env".to_string(), "prod".to_string())].into());
+                    cluster.status = Some(view::Snapshot::sample_health(name != "busy"));
+                    cluster
                 })
                 .collect(),
             operations: vec![
@@ -376,6 +374,7 @@ mod tests {
                 op("busy", "install", Phase::Running),
                 op("busy", "scale", Phase::Queued),
             ],
+            ..Default::default()
         }
     }
 
@@ -407,7 +406,7 @@ mod tests {
         let failed = view.operation(&format!("{SCRIPT}-install-0123abcd")).unwrap();
         let html = render(
             "operation.html",
-            pages::operation(&failed, Some(SCRIPT.into()), now),
+            pages::operation(&view, &failed, Some(SCRIPT.into()), now),
         );
         assert_escaped(&html);
         assert!(html.contains("node2"), "the failing host is shown: {html}");
@@ -439,11 +438,8 @@ mod tests {
                 ("idle", 0)
             ]
         );
-        assert!(
-            page.rows[1].activity.starts_with("running install for "),
-            "{:?}",
-            page.rows[1]
-        );
+        assert_eq!(page.rows[1].activity, "running install");
+        assert_eq!(page.rows[1].running_since, Some(1_767_225_600));
 
         let running = Filter {
             state: Some("running".into()),
@@ -481,22 +477,7 @@ mod tests {
 
     #[test]
     fn the_fleet_page_of_a_thousand_clusters_stays_under_500_kb() {
-        let mut view = view::Snapshot::default();
-        let template = fleet();
-        for i in 0..1000 {
-            let name = format!("prod-region-{i:04}");
-            let mut cluster = template.clusters[0].clone();
-            cluster.metadata.name = Some(name.clone());
-            view.clusters.push(cluster);
-            for (j, phase) in [Phase::Succeeded, Phase::Failed, Phase::Running, Phase::Queued]
-                .into_iter()
-                .enumerate()
-            {
-                if j <= i % 4 {
-                    view.operations.push(op(&name, &format!("operation-{j}"), phase));
-                }
-            }
-        }
+        let view = view::Snapshot::sample_fleet(1000);
         let html = render(
             "fleet.html",
             pages::fleet(&view, Filter::default(), jiff::Timestamp::now()),
@@ -506,12 +487,225 @@ mod tests {
     }
 
     #[test]
+    fn the_fleet_shows_health_version_and_nodes_puts_an_unhealthy_cluster_before_a_calm_one_and_filters() {
+        let mut view = fleet();
+        let mut sick = view.clusters[0].clone();
+        sick.metadata.name = Some("sick".into());
+        sick.metadata.labels = Some([("env".to_string(), "staging".to_string())].into());
+        sick.status = Some(view::Snapshot::sample_health(false));
+        view.clusters.push(sick);
+        view.operations.push(op("sick", "install", Phase::Succeeded));
+        let now = jiff::Timestamp::now();
+        let page = pages::fleet(&view, Filter::default(), now);
+        let order: Vec<_> = page.rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(order, [SCRIPT, "busy", "sick", "calm"]);
+        let health: Vec<_> = page.health.iter().map(|c| (c.state, c.count)).collect();
+        assert_eq!(health, [("unhealthy", 2), ("unknown", 0), ("healthy", 2)]);
+
+        let html = render("fleet.html", &page);
+        assert!(html.contains("v1.31.4"), "{html}");
+        assert!(html.contains("<td class=\"short\">4/5</td>"), "{html}");
+        assert!(html.contains("NodesReady: nodes not ready"), "{html}");
+        assert!(html.contains("<small>env=staging</small>"), "{html}");
+        // The running cluster has no finished run yet: its last outcome says so instead of staying empty.
+        assert!(html.contains("no run finished yet"), "{html}");
+        assert!(html.contains("data-t=\"1767225600\""), "{html}");
+
+        let names = |f: Filter| {
+            pages::fleet(&view, f, now)
+                .rows
+                .into_iter()
+                .map(|r| r.name)
+                .collect::<Vec<_>>()
+        };
+        let label = |l: &str| Filter {
+            label: Some(l.into()),
+            ..Default::default()
+        };
+        assert_eq!(names(label("env=staging")), ["sick"]);
+        assert_eq!(names(label("env")).len(), 4);
+        assert!(names(label("team")).is_empty());
+        let unhealthy = Filter {
+            health: Some("unhealthy".into()),
+            ..Default::default()
+        };
+        assert_eq!(names(unhealthy), ["busy", "sick"]);
+    }
+
+    const SHA: &str = view::SAMPLE_COMMIT;
+
+    #[test]
+    fn a_cluster_page_shows_the_changelog_with_authors_the_next_window_the_durations_and_the_hosts() {
+        let mut view = fleet();
+        let calm = &mut view.clusters[0];
+        calm.spec.source = crate::api::ClusterSource {
+            path: "clusters/calm".into(),
+            revision: format!("main@sha1:{SHA}"),
+        };
+        calm.spec.maintenance = Some(crate::api::Maintenance {
+            windows: vec![crate::api::MaintenanceWindow {
+                days: vec!["Sat".into()],
+                start: "02:00".into(),
+                duration: "4h".into(),
+                time_zone: "Europe/Berlin".into(),
+            }],
+            freezes: vec![],
+        });
+        let mut failed = op("calm", "upgrade", Phase::Failed);
+        let status = failed.status.as_mut().unwrap();
+        status.start_time = Some(Time("2026-01-02T00:00:00Z".parse().unwrap()));
+        status.end_time = Some(Time("2026-01-02T00:01:00Z".parse().unwrap()));
+        view.operations.push(failed);
+        view.commits.insert(
+            SHA.into(),
+            view::CommitMeta {
+                author: "Ada <b>".into(),
+                subject: "Install calm".into(),
+                date: "2026-01-01T00:00:00Z".into(),
+            },
+        );
+        let hosts = "all:\n  hosts:\n    node1:\n      ip: 10.0.0.1\n    node2:\n  children:\n    kube_node:\n      hosts:\n        node2:\n";
+        view.inventories.insert(
+            (SHA.into(), "clusters/calm".into()),
+            Arc::new(crate::layout::read_inventory(hosts).unwrap()),
+        );
+        // A Friday noon in Berlin: the Saturday window opens in 13 hours.
+        let now: jiff::Timestamp = "2026-01-02T11:00:00Z".parse().unwrap();
+        let page = pages::cluster(&view, "calm", now).unwrap();
+        let history: Vec<_> = page.history.iter().map(|l| l.id.as_str()).collect();
+        assert_eq!(history, ["upgrade", "install"], "newest first");
+        assert_eq!(page.bars.len(), 2);
+        assert!(
+            page.bars[0].height > page.bars[1].height,
+            "install (3m12s) drawn taller than upgrade (1m): {:?}",
+            page.bars
+        );
+        assert_eq!(
+            page.window.as_deref(),
+            Some("next window opens Sat 2026-01-03 02:00 Europe/Berlin (in 14h 0m)")
+        );
+
+        let html = render("cluster.html", &page);
+        assert!(
+            html.contains("Install calm") && html.contains("by Ada &lt;b&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<svg viewBox=\"0 0 60 40\" width=\"120\""),
+            "{html}"
+        );
+        assert!(html.contains("<title>upgrade: 1m0s, Failed</title>"), "{html}");
+        assert!(
+            html.contains("<th scope=\"row\">node1</th><td>10.0.0.1</td><td></td>"),
+            "{html}"
+        );
+        assert!(html.contains("<td>kube_node</td>"), "{html}");
+        assert!(html.contains("no ssh Secret named (none needed)"), "{html}");
+        assert!(!html.contains("NoSecret"), "{html}");
+        assert!(html.contains("Nodes ready</dt><dd>5 of 5"), "{html}");
+    }
+
+    #[test]
+    fn an_operation_page_names_its_phases_with_their_times_its_commit_and_its_status_once() {
+        let mut view = fleet();
+        view.commits.insert(
+            SHA.into(),
+            view::CommitMeta {
+                author: "Ada".into(),
+                subject: "Install it".into(),
+                date: String::new(),
+            },
+        );
+        let mut failed = view.operation(&format!("{SCRIPT}-install-0123abcd")).unwrap();
+        failed.metadata.creation_timestamp = Some(Time("2025-12-31T23:59:50Z".parse().unwrap()));
+        let html = render(
+            "operation.html",
+            pages::operation(&view, &failed, None, jiff::Timestamp::now()),
+        );
+        for needle in [
+            "<strong>Created</strong>",
+            "<strong>Started</strong>",
+            "(waited 10s)",
+            "<strong>Ended</strong>",
+            "(ran 3m12s)",
+            "Install it",
+            "by Ada",
+            "<span class=\"status t-failure\">failure</span> failed at TASK",
+        ] {
+            assert!(html.contains(needle), "{needle:?} missing: {html}");
+        }
+        assert!(!html.contains("failure failed"), "{html}");
+    }
+
+    #[test]
+    fn a_commit_page_lists_every_noted_status_and_a_pull_request_s_plan() {
+        use crate::api::StatusState;
+        use crate::report::notes::NoteEntry;
+        let mut view = fleet();
+        let note = |context: &str, state, description: &str| NoteEntry {
+            context: context.into(),
+            state,
+            time: "2026-01-01T00:00:00Z".into(),
+            target_url: None,
+            description: description.into(),
+            run: None,
+        };
+        view.notes.insert(
+            SHA.into(),
+            vec![
+                note("kok/sync", StatusState::Success, "materialized 3 clusters"),
+                note("kok/calm/install", StatusState::Success, "succeeded"),
+                note(
+                    "kok/plan",
+                    StatusState::Success,
+                    "2 clusters change, 1 operation runs",
+                ),
+                note("kok/gone/old", StatusState::Failure, "failed long ago"),
+            ],
+        );
+        view.plans
+            .insert(SHA.into(), "cluster calm\n  ~ Cluster calm <b>\n".into());
+        let page = pages::commit(&view, "c0ffee0");
+        assert_eq!(page.sha, SHA, "the whole sha of the commit the prefix names");
+        let contexts: Vec<_> = page.statuses.iter().map(|l| l.status.context.as_str()).collect();
+        assert_eq!(
+            contexts,
+            [
+                "kok/<script>alert(1)</script>/install",
+                "kok/busy/install",
+                "kok/busy/scale",
+                "kok/calm/install",
+                "kok/gone/old",
+                "kok/plan",
+                "kok/sync"
+            ]
+        );
+        let html = render("commit.html", &page);
+        assert!(html.contains("Pull-request plan"), "{html}");
+        assert!(html.contains("2 clusters change, 1 operation runs"), "{html}");
+        assert!(
+            html.contains(
+                "<pre class=\"plan\" tabindex=\"0\">cluster calm\n  ~ Cluster calm &lt;b&gt;\n</pre>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("href=\"/operations/calm-install-0123abcd\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("<th scope=\"row\">kok&#x2f;gone&#x2f;old</th>"),
+            "{html}"
+        );
+    }
+
+    #[test]
     fn a_running_operation_page_streams_its_log_from_where_the_page_ends() {
         let view = fleet();
         let running = view.operation("busy-install-0123abcd").unwrap();
         let html = render(
             "operation.html",
-            pages::operation(&running, Some("line one\n".into()), jiff::Timestamp::now()),
+            pages::operation(&view, &running, Some("line one\n".into()), jiff::Timestamp::now()),
         );
         assert!(
             html.contains(r#"data-stream="/operations/busy-install-0123abcd/log?from=9""#),

@@ -38,7 +38,26 @@ function followChanges(version) {
   });
 }
 
+// Elapsed times of running operations (`data-t`: the start, in seconds since 1970) count on between
+// updates: 3m12s, 1h4m, 2d3h.
+function duration(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  const [d, h, m] = [Math.floor(s / 86400), Math.floor((s % 86400) / 3600), Math.floor((s % 3600) / 60)];
+  if (d > 0) return d + "d" + h + "h";
+  if (h > 0) return h + "h" + m + "m";
+  if (m > 0) return m + "m" + (s % 60) + "s";
+  return s + "s";
+}
+
+function tickElapsed() {
+  for (const el of document.querySelectorAll("[data-t]")) {
+    const since = Number(el.dataset.t);
+    if (since > 0) el.textContent = duration(Date.now() / 1000 - since);
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  window.setInterval(tickElapsed, 1000);
   if (!window.EventSource) return;
   const log = document.querySelector("pre[data-stream]");
   if (log) {
