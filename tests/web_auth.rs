@@ -12,60 +12,40 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kok::api::{ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, Phase};
-use kok::server::{self, Readiness, ServerState};
+use kok::api::{ClusterOperation, Phase};
 use kok::web::auth::{self, Gate};
 use kok::web::logs::LogSource;
 use kok::web::view::Snapshot;
 use kok::web::{Web, CONTENT_SECURITY_POLICY};
 use kube::api::{Api, PostParams};
-use serde::de::DeserializeOwned;
 
 use e2e::{meta_cluster, wait_for, Kok, KokOptions, Objects, Remote, NS};
+#[path = "common/web.rs"]
+mod web;
+use web::{operation, OP};
 
-const OP: &str = "prod-install-0123abcd";
 const LOG: &str = "PLAY [all]\nTASK [ping]\n";
 
-/// Creates every object of a YAML file of `deploy/` (RBAC kinds only).
-async fn create_from(client: &kube::Client, path: &Path) {
+/// Creates every object of a YAML file (RBAC kinds only) on `api`, as `kubectl create -f` would.
+async fn create_from(api: &testkit::ApiServer, path: &Path) {
     use serde::Deserialize as _;
-    async fn create<K>(client: &kube::Client, doc: serde_json::Value)
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + kube::Resource<DynamicType = ()>
-            + DeserializeOwned
-            + serde::Serialize
-            + Clone
-            + std::fmt::Debug,
-    {
-        let object: K = serde_json::from_value(doc).unwrap();
-        let api: Api<K> = Api::namespaced(client.clone(), NS);
-        api.create(&PostParams::default(), &object).await.unwrap();
-    }
-    async fn create_all<K>(client: &kube::Client, doc: serde_json::Value)
-    where
-        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
-            + kube::Resource<DynamicType = ()>
-            + DeserializeOwned
-            + serde::Serialize
-            + Clone
-            + std::fmt::Debug,
-    {
-        let object: K = serde_json::from_value(doc).unwrap();
-        let api: Api<K> = Api::all(client.clone());
-        api.create(&PostParams::default(), &object).await.unwrap();
-    }
     let text = std::fs::read_to_string(path).unwrap();
+    let http = reqwest::Client::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let doc = serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap();
-        match doc["kind"].as_str().unwrap() {
-            "Role" => create::<Role>(client, doc).await,
-            "RoleBinding" => create::<RoleBinding>(client, doc).await,
-            "ClusterRole" => create_all::<ClusterRole>(client, doc).await,
-            "ClusterRoleBinding" => create_all::<ClusterRoleBinding>(client, doc).await,
+        let kind = doc["kind"].as_str().unwrap();
+        let scope = match kind {
+            "Role" | "RoleBinding" => format!("namespaces/{NS}/"),
+            "ClusterRole" | "ClusterRoleBinding" => String::new(),
             other => panic!("{}: unexpected kind {other}", path.display()),
-        }
+        };
+        let url = format!(
+            "{}/apis/rbac.authorization.k8s.io/v1/{scope}{}s",
+            api.url(),
+            kind.to_lowercase()
+        );
+        let r = http.post(url).json(&doc).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 201, "{}: {kind}", path.display());
     }
 }
 
@@ -73,10 +53,9 @@ async fn create_from(client: &kube::Client, path: &Path) {
 /// `viewer` may get clusteroperations and pods/log, `looker` only clusteroperations, `outsider` nothing.
 /// Returns kok's token and the three viewers' tokens.
 async fn identities(api: &testkit::ApiServer) -> (String, [String; 3]) {
-    let client = api.client();
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
     for file in ["role.yaml", "rolebinding.yaml", "token-reviewer.yaml"] {
-        create_from(&client, &deploy.join(file)).await;
+        create_from(api, &deploy.join(file)).await;
     }
     let grants = format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: kok-viewer, namespace: {NS}}}\n\
@@ -92,7 +71,7 @@ async fn identities(api: &testkit::ApiServer) -> (String, [String; 3]) {
     );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("viewers.yaml"), grants).unwrap();
-    create_from(&client, &dir.path().join("viewers.yaml")).await;
+    create_from(api, &dir.path().join("viewers.yaml")).await;
     let token = |name: &'static str| api.service_account_token(NS, name);
     let kok = token("kok").await.unwrap();
     let viewers = [
@@ -118,41 +97,19 @@ impl LogSource for FixedLog {
     }
 }
 
-fn snapshot() -> Snapshot {
-    let mut op = ClusterOperation::new(
-        OP,
-        ClusterOperationSpec {
-            cluster: "prod".into(),
-            id: "install".into(),
-            action: "cluster.yml".into(),
-            ..Default::default()
-        },
-    );
-    op.status = Some(ClusterOperationStatus {
-        phase: Phase::Succeeded,
-        ..Default::default()
-    });
-    Snapshot {
-        clusters: Vec::new(),
-        operations: vec![op],
-    }
-}
-
-/// The protected view of a fixed fleet on loopback, its gate asking `api` as kok (with `kok_token`);
-/// stops when the sender drops.
+/// The protected view of one finished operation on loopback, its gate asking `api` as kok (with
+/// `kok_token`); stops when the sender drops.
 async fn serve(api: &testkit::ApiServer, kok_token: &str) -> (String, tokio::sync::watch::Sender<bool>) {
-    let listener = server::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let web = Web::new(Arc::new(snapshot()), Arc::new(FixedLog), stopping.clone());
     let gate = Gate::new(client_with(api, kok_token), NS);
-    let mut state = ServerState::new(Readiness::new(std::time::Duration::from_secs(60)));
-    state.web = Some(auth::protect(kok::web::router(web), gate));
-    let mut stopped = stopping;
-    tokio::spawn(server::serve(listener, state, async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
-    (base, stop)
+    web::serve(|stopping| {
+        let fleet = Snapshot {
+            clusters: Vec::new(),
+            operations: vec![operation(Phase::Succeeded)],
+        };
+        let view = Web::new(Arc::new(fleet), Arc::new(FixedLog), stopping);
+        auth::protect(kok::web::router(view), gate)
+    })
+    .await
 }
 
 fn assert_view_headers(response: &reqwest::Response, what: &str) {
@@ -197,9 +154,19 @@ async fn without_a_valid_token_the_view_answers_401_and_a_browser_gets_the_login
     }
     let expired = api.service_account_token(NS, "viewer").await.unwrap();
     api.expire_token(&expired);
-    assert_eq!(get(&format!("{base}/"), Some(&expired), "*/*").await.status().as_u16(), 401);
+    assert_eq!(
+        get(&format!("{base}/"), Some(&expired), "*/*")
+            .await
+            .status()
+            .as_u16(),
+        401
+    );
     let assets = get(&format!("{base}/assets/kok.css"), None, "*/*").await;
-    assert_eq!(assets.status().as_u16(), 200, "the login form's stylesheet needs no token");
+    assert_eq!(
+        assets.status().as_u16(),
+        200,
+        "the login form's stylesheet needs no token"
+    );
 }
 
 #[tokio::test]
@@ -219,7 +186,12 @@ async fn a_user_who_may_not_get_clusteroperations_is_403_and_one_who_may_sees_ev
     let page = get(&format!("{base}/operations/{OP}"), Some(&outsider), "text/html").await;
     assert_eq!(page.status().as_u16(), 403);
 
-    for path in ["/", "/clusters/prod", &format!("/operations/{OP}"), "/commits/0123456"] {
+    for path in [
+        "/",
+        "/clusters/prod",
+        &format!("/operations/{OP}"),
+        "/commits/0123456",
+    ] {
         let r = get(&format!("{base}{path}"), Some(&viewer), "text/html").await;
         assert_eq!(r.status().as_u16(), 200, "{path}");
         assert_view_headers(&r, path);
@@ -307,23 +279,49 @@ async fn the_answer_about_a_token_is_cached_so_the_next_requests_ask_the_api_ser
     let (base, _stop) = serve(&api, &kok).await;
     let requests = api.requests();
 
-    assert_eq!(get(&format!("{base}/"), Some(&viewer), "*/*").await.status().as_u16(), 200);
+    assert_eq!(
+        get(&format!("{base}/"), Some(&viewer), "*/*")
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
     let reviews = || {
         (
             requests.count("create", "tokenreviews"),
             requests.count("create", "subjectaccessreviews"),
         )
     };
-    assert_eq!(reviews(), (1, 2), "one TokenReview, one access review for the pages and one for logs");
+    assert_eq!(
+        reviews(),
+        (1, 2),
+        "one TokenReview, one access review for the pages and one for logs"
+    );
     for path in ["/", "/clusters/prod", "/commits/0123456"] {
-        assert_eq!(get(&format!("{base}{path}"), Some(&viewer), "*/*").await.status().as_u16(), 200);
+        assert_eq!(
+            get(&format!("{base}{path}"), Some(&viewer), "*/*")
+                .await
+                .status()
+                .as_u16(),
+            200
+        );
     }
     assert_eq!(reviews(), (1, 2), "the cached answer was used");
     let garbage = "not-a-real-token";
     for _ in 0..2 {
-        assert_eq!(get(&format!("{base}/"), Some(garbage), "*/*").await.status().as_u16(), 401);
+        assert_eq!(
+            get(&format!("{base}/"), Some(garbage), "*/*")
+                .await
+                .status()
+                .as_u16(),
+            401
+        );
     }
-    assert_eq!(reviews(), (2, 2), "a token that does not authenticate is asked about once too");
+    assert_eq!(
+        reviews(),
+        (2, 2),
+        "a token that does not authenticate is asked about once too"
+    );
 }
 
 #[tokio::test]
@@ -354,7 +352,10 @@ async fn service_mode_kok_with_web_serves_every_page_to_a_viewer_with_the_log_of
     let (kok_token, [viewer, _, outsider]) = identities(&api).await;
     let remote = Remote::new();
     remote.cluster("prod");
-    remote.write("clusters/prod/operations.yml", "- id: install\n  action: cluster.yml\n");
+    remote.write(
+        "clusters/prod/operations.yml",
+        "- id: install\n  action: cluster.yml\n",
+    );
     let sha = remote.push("prod: install");
     let secret = "whsec-Sup3rSecretHookValue";
     let scratch = remote.scratch("web");
@@ -372,7 +373,10 @@ async fn service_mode_kok_with_web_serves_every_page_to_a_viewer_with_the_log_of
         env: Vec::new(),
     });
     let objects = &Objects::new(&api);
-    let job = wait_for("the install Job", Some(&kok), || objects.job_of("prod", "install")).await;
+    let job = wait_for("the install Job", Some(&kok), || {
+        objects.job_of("prod", "install")
+    })
+    .await;
     let job = job.metadata.name.unwrap();
     api.start_job(NS, &job).await.unwrap();
     let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -390,10 +394,18 @@ async fn service_mode_kok_with_web_serves_every_page_to_a_viewer_with_the_log_of
     let op = objects.operation("prod", "install").await.unwrap();
     let op_name = op.metadata.name.unwrap();
 
-    let paths = ["/".to_string(), "/clusters/prod".into(), format!("/operations/{op_name}"), format!("/commits/{sha}")];
+    let paths = [
+        "/".to_string(),
+        "/clusters/prod".into(),
+        format!("/operations/{op_name}"),
+        format!("/commits/{sha}"),
+    ];
     let denied = get(&kok.url("/"), None, "text/html").await;
     assert_eq!(denied.status().as_u16(), 401, "no token, no view");
-    assert_eq!(get(&kok.url("/"), Some(&outsider), "*/*").await.status().as_u16(), 403);
+    assert_eq!(
+        get(&kok.url("/"), Some(&outsider), "*/*").await.status().as_u16(),
+        403
+    );
     let operation_page = wait_for("the operation's page with its pod's log", Some(&kok), || async {
         let page = get(&kok.url(&paths[2]), Some(&viewer), "text/html").await;
         let html = page.text().await.ok()?;
@@ -414,5 +426,8 @@ async fn service_mode_kok_with_web_serves_every_page_to_a_viewer_with_the_log_of
     }
     assert!(api.requests().count("get", "pods/log") >= 1);
     let log = kok.log();
-    assert!(!log.contains(&viewer) && !log.contains(&outsider), "no token in kok's log");
+    assert!(
+        !log.contains(&viewer) && !log.contains(&outsider),
+        "no token in kok's log"
+    );
 }

@@ -148,14 +148,15 @@ pub fn mint(user: &TokenUser) -> String {
 }
 
 fn base64url(bytes: &[u8]) -> String {
-    crate::util::base64(bytes)
-        .trim_end_matches('=')
-        .replace('+', "-")
-        .replace('/', "_")
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 fn base64url_decode(text: &str) -> Option<Vec<u8>> {
-    crate::util::unbase64(&text.replace('-', "+").replace('_', "/"))
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text.trim_end_matches('='))
+        .ok()
 }
 
 /// Go's `%q` of a string slice: `["a" "b"]`.

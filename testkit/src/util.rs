@@ -72,23 +72,6 @@ pub fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// Decodes standard base64, padded or not; `None` on a character outside the alphabet.
-pub fn unbase64(text: &str) -> Option<Vec<u8>> {
-    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in text.bytes().filter(|c| *c != b'=') {
-        acc = (acc << 6) | T.iter().position(|t| *t == c)? as u32;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,8 +80,6 @@ mod tests {
     fn base64_and_hex_match_known_values() {
         assert_eq!(base64(b"hello"), "aGVsbG8=");
         assert_eq!(base64(b"hi!"), "aGkh");
-        assert_eq!(unbase64("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(unbase64("aGVsbG8").unwrap(), b"hello");
         assert_eq!(unhex(&hex(b"a/b")).unwrap(), b"a/b");
         assert_eq!(uid().len(), 36);
         assert_eq!(name_suffix().len(), 5);
