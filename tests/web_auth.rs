@@ -4,7 +4,6 @@
 //! testkit serving every page, with the run's log read from its pod and redacted.
 
 mod e2e;
-#[allow(dead_code)]
 mod forge;
 
 use std::path::Path;
