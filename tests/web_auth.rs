@@ -424,6 +424,32 @@ async fn service_mode_kok_with_web_serves_every_page_to_a_viewer_with_the_log_of
         }
     }
     assert!(api.requests().count("get", "pods/log") >= 1);
+
+    // While the run goes on, lines the pod prints reach an open page's live log, from where it ends.
+    let stream = operation_page
+        .split_once(r#"data-stream=""#)
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(url, _)| url.to_string())
+        .unwrap_or_else(|| panic!("a running operation's page streams its log: {operation_page}"));
+    let mut live = get(&kok.url(&stream), Some(&viewer), "text/event-stream").await;
+    assert_eq!(live.status().as_u16(), 200);
+    api.append_pod_log(NS, &format!("{job}-x7k2p"), "TASK [kubernetes : join nodes]\n");
+    let mut seen = String::new();
+    let read = async {
+        while !seen.contains("TASK [kubernetes : join nodes]") {
+            match live.chunk().await.unwrap() {
+                Some(chunk) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+                None => panic!("the live log ended early; it sent:\n{seen}"),
+            }
+        }
+    };
+    if tokio::time::timeout(e2e::WAIT, read).await.is_err() {
+        panic!("the new line did not arrive; kok's log:\n{}", kok.log());
+    }
+    assert!(
+        !seen.contains("PLAY [all]"),
+        "lines before ?from= are not sent again: {seen}"
+    );
     let log = kok.log();
     assert!(
         !log.contains(&viewer) && !log.contains(&outsider),
