@@ -74,6 +74,8 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
         "ServiceAccount",
         "Role",
         "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "ConfigMap",
         "Deployment",
         "Service",
@@ -87,6 +89,12 @@ async fn crds_and_deploy_apply_with_kubectl_and_read_back() {
     let applied = ok(&out, "kubectl apply -k deploy/");
     assert!(applied.contains("deployment.apps/kok"), "{applied}");
     assert!(applied.contains("service/kok"), "{applied}");
+    for reviewer in [
+        "clusterrole.rbac.authorization.k8s.io/kok-token-reviewer",
+        "clusterrolebinding.rbac.authorization.k8s.io/kok-token-reviewer",
+    ] {
+        assert!(applied.contains(reviewer), "{applied}");
+    }
 
     let got = ok(
         &kubectl(

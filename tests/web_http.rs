@@ -5,13 +5,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use kok::api::{ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, Phase};
-use kok::server::{self, Readiness, ServerState};
+use kok::api::{ClusterOperation, Phase};
 use kok::web::logs::LogSource;
 use kok::web::view::{Snapshot, View};
 use kok::web::{Web, CONTENT_SECURITY_POLICY};
 
-const OP: &str = "prod-install-0123abcd";
+#[path = "common/web.rs"]
+mod web;
+use web::{operation, OP};
 
 /// A view and a log that the test changes while the server reads them.
 #[derive(Default)]
@@ -45,23 +46,6 @@ impl LogSource for SharedLog {
     }
 }
 
-fn operation(phase: Phase) -> ClusterOperation {
-    let mut op = ClusterOperation::new(
-        OP,
-        ClusterOperationSpec {
-            cluster: "prod".into(),
-            id: "install".into(),
-            action: "cluster.yml".into(),
-            ..Default::default()
-        },
-    );
-    op.status = Some(ClusterOperationStatus {
-        phase,
-        ..Default::default()
-    });
-    op
-}
-
 impl Moving {
     fn set_phase(&self, phase: Phase) {
         self.ops.lock().unwrap().operations = vec![operation(phase)];
@@ -71,17 +55,8 @@ impl Moving {
 
 /// Serves the web view of `state` on loopback; the server stops when the returned sender drops.
 async fn serve(state: Arc<Moving>) -> (String, tokio::sync::watch::Sender<bool>) {
-    let listener = server::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let web = Web::new(state.clone(), Arc::new(SharedLog(state)), stopping.clone());
-    let mut server = ServerState::new(Readiness::new(std::time::Duration::from_secs(60)));
-    server.web = Some(kok::web::router(web));
-    let mut stopped = stopping;
-    tokio::spawn(server::serve(listener, server, async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
-    (base, stop)
+    web::serve(|stopping| kok::web::router(Web::new(state.clone(), Arc::new(SharedLog(state)), stopping)))
+        .await
 }
 
 #[tokio::test]

@@ -104,8 +104,8 @@ pub struct Args {
     #[arg(long, env = "KOK_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
     /// Serve the read-only web view (`/`, `/clusters/<name>`, ...) on the HTTP listener. Always on in
-    /// local mode; in a meta-cluster it needs a Kubernetes token check kok does not have yet, so kok refuses
-    /// to start with it rather than show the fleet to anyone.
+    /// local mode (on loopback, unchecked); in a meta-cluster each request needs a Kubernetes token whose
+    /// user may `get clusteroperations` in --namespace (and `get pods/log` for run logs).
     #[arg(long, env = "KOK_WEB")]
     pub web: bool,
     /// Elect a leader on a Lease so that only one replica reconciles.
@@ -437,7 +437,7 @@ pub async fn run_with_client(
     }
     let readiness = state.readiness.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    if let Some((routes, caches)) = web_view(&args, stop_rx.clone())? {
+    if let Some((routes, caches)) = web_view(&args, &client, stop_rx.clone())? {
         state.web = Some(routes);
         cfg.web_caches = Some(caches);
         if let Ok(addr) = listener.local_addr() {
@@ -455,31 +455,36 @@ pub async fn run_with_client(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The web view's routes and the slot its caches go in: on in local mode (log files from the state
-/// directory), refused in a meta-cluster until its token check exists, off otherwise.
+/// The web view's routes and the slot its caches go in: in local mode open on loopback with the log files
+/// of the state directory; in a meta-cluster only with `--web`, each request's token checked
+/// (`web::auth`) and logs read from the Jobs' pods.
 fn web_view(
     args: &Args,
+    client: &kube::Client,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Option<(axum::Router, crate::web::view::CacheSlot)>> {
-    use crate::web::{logs, view::CacheView, Web};
+    use crate::web::{auth, logs, view::CacheView, Web};
     if !args.local && !args.web {
         return Ok(None);
     }
-    if !args.local {
-        // The pages and `web::logs::PodLogs` are ready for a meta-cluster; the token check is not.
-        anyhow::bail!(
-            "--web in a meta-cluster needs kok to check each viewer's Kubernetes token (TokenReview and \
-             SubjectAccessReview), which this version does not do yet; kok will not serve the fleet \
-             unauthenticated. Drop --web, or look with `kok run --local` or kubectl"
-        );
-    }
-    let logs = Arc::new(logs::LocalLogs {
-        state_dir: args.state_dir.clone(),
-    });
+    let logs: Arc<dyn logs::LogSource> = if args.local {
+        Arc::new(logs::LocalLogs {
+            state_dir: args.state_dir.clone(),
+        })
+    } else {
+        Arc::new(logs::PodLogs {
+            client: client.clone(),
+            namespace: args.namespace.clone(),
+        })
+    };
     let view = CacheView::new().with_repository(cache_repo_path(&args.git.source_config())?);
     let caches = view.slot();
-    let web = Web::new(Arc::new(view), logs, stopping);
-    Ok(Some((crate::web::router(web), caches)))
+    let routes = crate::web::router(Web::new(Arc::new(view), logs, stopping));
+    if args.local {
+        return Ok(Some((routes, caches)));
+    }
+    let gate = auth::Gate::new(client.clone(), &args.namespace);
+    Ok(Some((auth::protect(routes, gate), caches)))
 }
 
 async fn wait_true(mut rx: tokio::sync::watch::Receiver<bool>) {

@@ -5,6 +5,8 @@
 //! - [`pages`] turns snapshots into page values (pure); `templates/` lays them out, one template per page
 //!   sharing `layout.html`, HTML-escaped by default.
 //! - [`logs`] reads a run's log: kok's log files in local mode, the Job's pod in a meta-cluster.
+//! - [`auth`] decides who may look in a meta-cluster (a Kubernetes token, TokenReview and
+//!   SubjectAccessReview) and adds `/login`, the one route that is not GET; local mode has no check.
 //!
 //! Routes (GET only; any other method is 405): `/` the fleet (`?name=&state=&label=key=value`),
 //! `/clusters/<name>`, `/operations/<name>`, `/operations/<name>/log` (the live log as Server-Sent
@@ -12,6 +14,7 @@
 //! page again), and `/assets/*` (the stylesheet and the one script, embedded). Every
 //! response carries [`CONTENT_SECURITY_POLICY`]: no inline script, nothing from elsewhere.
 
+pub mod auth;
 pub mod logs;
 pub mod pages;
 pub mod view;
@@ -145,7 +148,7 @@ pub fn router(web: Web) -> Router {
         .with_state(web)
 }
 
-async fn secure_headers(mut response: Response) -> Response {
+pub(crate) async fn secure_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -207,12 +210,20 @@ async fn cluster(State(web): State<Web>, Path(name): Path<String>) -> Response {
     }
 }
 
-async fn operation(State(web): State<Web>, Path(name): Path<String>) -> Response {
+async fn operation(
+    State(web): State<Web>,
+    Path(name): Path<String>,
+    access: Option<axum::Extension<auth::LogAccess>>,
+) -> Response {
     let version = web.view.version();
     let Some(op) = web.view.operation(&name) else {
         return web.not_found(format!("operation {name:?}"));
     };
-    let log = web.logs.read(&op).await;
+    // Behind `auth::protect`, a viewer who may not read pods/log sees the run without its log.
+    let log = match access {
+        Some(axum::Extension(auth::LogAccess(false))) => None,
+        _ => web.logs.read(&op).await,
+    };
     match built(&web, move |view| pages::operation(view, &op, log, now())).await {
         Some(page) => web.render("operation.html", version, page),
         None => web.not_found(format!("operation {name:?}")),

@@ -8,6 +8,8 @@
 //! renders `Status` objects, [`protobuf`] reads and writes Kubernetes protobuf, [`schema`] (with
 //! [`formats`]) checks custom resources against their CRD, [`typed`] prunes built-ins and
 //! [`validation`] checks names and immutability. Garbage collection of dependents lives in [`api`].
+//! [`auth`] answers TokenReviews and SubjectAccessReviews (RBAC on the stored roles and bindings);
+//! [`pod_logs`] serves what tests say a pod printed.
 //! With [`Options::data_dir`], [`persist`] keeps the store on disk (SQLite, one row per object;
 //! [`legacy`] imports the earlier format).
 //!
@@ -17,6 +19,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod auth;
 pub mod discovery;
 pub mod errors;
 pub mod formats;
@@ -25,6 +28,7 @@ pub mod legacy;
 pub mod openapi;
 pub mod patch;
 pub mod persist;
+pub mod pod_logs;
 pub mod protobuf;
 pub mod resources;
 pub mod schema;
@@ -326,6 +330,8 @@ impl ApiServer {
             shutdown,
             bookmark_interval: opts.bookmark_interval,
             addr: addr.to_string(),
+            tokens: Mutex::default(),
+            pod_logs: pod_logs::PodLogs::default(),
         });
         let app = axum::Router::new()
             .fallback(server::handle)
@@ -613,6 +619,71 @@ impl ApiServer {
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.shared.lock().store.resource_version()
+    }
+
+    /// Registers `token` as `user`'s: TokenReviews of it authenticate (while it has not expired, its
+    /// audiences match and its ServiceAccount, if any, exists), and a review sent with it is `user`'s.
+    pub fn add_token(&self, token: &str, user: auth::TokenUser) {
+        self.tokens().insert(token, user);
+    }
+
+    /// A new token of ServiceAccount `namespace/name` (created when missing), as `kubectl create token`
+    /// makes: a JWT for the API audience whose reviews fail once the ServiceAccount is deleted.
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> anyhow::Result<String> {
+        {
+            let mut state = self.shared.lock();
+            let info = state
+                .registry
+                .get("", "v1", "serviceaccounts")
+                .context("ServiceAccounts are built in")?;
+            if state.get(&info, Some(namespace), name).is_err() {
+                let ctx = WriteCtx {
+                    namespace: Some(namespace.into()),
+                    manager: "testkit".into(),
+                    ..Default::default()
+                };
+                state
+                    .create(
+                        &info,
+                        &ctx,
+                        json!({"metadata": {"name": name, "namespace": namespace}}),
+                    )
+                    .map_err(|source| ControlError::Api {
+                        what: format!("creating ServiceAccount {namespace}/{name}"),
+                        source,
+                    })?;
+            }
+        }
+        if let Some(source) = self.acknowledged().await {
+            return Err(ControlError::Api {
+                what: format!("creating ServiceAccount {namespace}/{name}"),
+                source,
+            }
+            .into());
+        }
+        let user = auth::TokenUser::service_account(namespace, name);
+        let token = auth::mint(&user);
+        self.add_token(&token, user);
+        Ok(token)
+    }
+
+    /// Makes `token` expired: its reviews say so from now on.
+    pub fn expire_token(&self, token: &str) {
+        self.tokens().expire(token);
+    }
+
+    fn tokens(&self) -> std::sync::MutexGuard<'_, auth::Tokens> {
+        self.shared.tokens.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds `text` to what pod `namespace/name` printed (`GET .../pods/<name>/log`; followers get it at once).
+    pub fn append_pod_log(&self, namespace: &str, name: &str, text: &str) {
+        self.shared.pod_logs.append(namespace, name, text);
+    }
+
+    /// Ends pod `namespace/name`'s log, as its container's end does: followed logs end.
+    pub fn end_pod_log(&self, namespace: &str, name: &str) {
+        self.shared.pod_logs.end(namespace, name);
     }
 }
 

@@ -45,6 +45,10 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     /// `host:port` for discovery.
     pub addr: String,
+    /// The bearer tokens TokenReviews know.
+    pub tokens: Mutex<crate::auth::Tokens>,
+    /// What each pod printed, for `pods/<name>/log`.
+    pub pod_logs: crate::pod_logs::PodLogs,
 }
 
 impl Shared {
@@ -336,6 +340,11 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         }
         _ => {}
     }
+    if parts.method == Method::POST {
+        if let Some(response) = review(&shared, &parts.headers, path.trim_end_matches('/'), &body) {
+            return response;
+        }
+    }
     let parsed = {
         let state = shared.lock();
         parse_path(&path, &state)
@@ -401,7 +410,11 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
     if let Some(e) = refused {
         return negotiated(wire, false, error_response(&e)).await;
     }
-    let response = resource_request(&shared, &parts.headers, &q, rp, verb, body);
+    let response = if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && verb == "get" {
+        pod_log(&shared, &rp, truthy(&q, "follow"))
+    } else {
+        resource_request(&shared, &parts.headers, &q, rp, verb, body)
+    };
     // Nothing is shown before it is on disk: the answer waits for the sync of every write committed
     // so far (its own, and any it read). A write that could not be persisted is not acknowledged.
     if let Some(durability) = &shared.durability {
@@ -413,6 +426,52 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         None => response,
     };
     negotiated(wire, verb == "watch", response).await
+}
+
+/// TokenReviews and SubjectAccessReviews (`crate::auth`), counted as creates; `None` for other paths.
+fn review(shared: &Shared, headers: &HeaderMap, path: &str, body: &[u8]) -> Option<Response> {
+    let (group, resource) = match path {
+        "/apis/authentication.k8s.io/v1/tokenreviews" => ("authentication.k8s.io", "tokenreviews"),
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+            ("authorization.k8s.io", "subjectaccessreviews")
+        }
+        _ => return None,
+    };
+    shared.log.record("create", resource);
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let state = shared.lock();
+    let tokens = shared.tokens.lock().unwrap_or_else(|p| p.into_inner());
+    let answer = crate::auth::admit_reviewer(&state, &tokens, bearer, group, resource)
+        .and_then(|()| parse_body(headers, body))
+        .and_then(|body| match resource {
+            "tokenreviews" => crate::auth::token_review(&state, &tokens, &body),
+            _ => crate::auth::subject_access_review(&state, &body),
+        });
+    Some(match answer {
+        Ok(review) => json_response(201, &review),
+        Err(e) => error_response(&e),
+    })
+}
+
+/// `GET .../pods/<name>/log` of a stored pod (`crate::pod_logs`).
+fn pod_log(shared: &Shared, rp: &ResourcePath, follow: bool) -> Response {
+    let namespace = rp.namespace.as_deref().unwrap_or_default();
+    let name = rp.name.as_deref().unwrap_or_default();
+    let exists = {
+        let state = shared.lock();
+        let info = state.registry.get("", "v1", "pods");
+        info.is_some_and(|info| state.get(&info, Some(namespace), name).is_ok())
+    };
+    if !exists {
+        return error_response(&ApiError::not_found("", "pods", name));
+    }
+    shared
+        .pod_logs
+        .response(namespace, name, follow, shared.shutdown.subscribe())
 }
 
 /// Why a client that asks for protobuf cannot be answered so: custom resources are JSON and YAML

@@ -600,3 +600,28 @@ async fn kubectl_validate_strict_refuses_unknown_fields_and_warn_prunes_them() {
     let cm = server.object("configmaps", "default", "typo").expect("stored");
     assert!(cm.get("dat").is_none(), "{cm}");
 }
+
+#[tokio::test]
+async fn kubectl_logs_prints_what_the_pod_printed_and_follows_it_until_it_ends() {
+    if !tools::kubectl_or_skip("kubectl_logs_prints_what_the_pod_printed_and_follows_it_until_it_ends") {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl::for_server(&server);
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: run-1\nspec:\n  containers:\n  - name: ansible\n    image: kubespray\n";
+    k.apply_stdin(&["apply", "-f", "-"], pod).await;
+    server.append_pod_log("default", "run-1", "PLAY [all]\n");
+    assert_eq!(k.ok(&["logs", "run-1"]).await, "PLAY [all]\n");
+
+    let mut follow = k.watch(&["logs", "-f", "run-1"]);
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    wait_line(&mut lines, |l| l == "PLAY [all]").await;
+    server.append_pod_log("default", "run-1", "TASK [ping]\n");
+    wait_line(&mut lines, |l| l == "TASK [ping]").await;
+    server.end_pod_log("default", "run-1");
+    let status = tokio::time::timeout(LIMIT, follow.wait())
+        .await
+        .expect("kubectl logs -f ends with the log")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
