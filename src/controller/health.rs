@@ -5,8 +5,9 @@
 //! the last round go first. The result goes into the
 //! Cluster's status: the conditions of [`crate::health::conditions`], `kubernetesVersion`,
 //! `kubeletVersions` and `nodes`, written only when they changed, with one Event per condition that
-//! changed and the `kok_cluster_condition` / `kok_cluster_nodes` metrics. The Cluster reconciler keeps
-//! them ([`carry`]) when it writes its own conditions.
+//! changed and the `kok_cluster_condition` / `kok_cluster_nodes` metrics (a deleted cluster's series go
+//! at the next round's start). The Cluster reconciler keeps them ([`carry`]) when it writes its own
+//! conditions.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -59,12 +60,16 @@ pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
     }
 }
 
-/// One round: every cluster the cache holds, those that answered last time first, [`HEALTH_CONCURRENCY`]
-/// at a time (a check silent for [`SLOW_CHECK`] gives its place up; the semaphore is fair, so the order holds).
+/// One round: every cluster the cache holds (the metrics of those it no longer holds dropped), those that
+/// answered last time first, [`HEALTH_CONCURRENCY`] at a time (a check silent for [`SLOW_CHECK`] gives its
+/// place up; the semaphore is fair, so the order holds).
 async fn round(ctx: &Context) {
     let started = std::time::Instant::now();
     let mut clusters = ctx.clusters.state();
     let count = clusters.len();
+    let names: std::collections::HashSet<String> = clusters.iter().map(|c| c.name_any()).collect();
+    crate::metrics::global().keep_clusters(|c| names.contains(c));
+    drop(names);
     clusters.sort_by_key(|c| round_key(c));
     let places = tokio::sync::Semaphore::new(HEALTH_CONCURRENCY);
     let limit = ctx.config.health_timeout + RECORD_MARGIN;
