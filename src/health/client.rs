@@ -9,9 +9,9 @@
 //!
 //! No client outlives its check. A kube client is a connection pool with its own TLS set-up, request
 //! buffer and task, and it keeps its connections (up to three per cluster, one per concurrent list,
-//! with their grown read buffers) open between checks: kept for 1,000 clusters that was about 95 MiB
-//! (debug build) for connections used once a `--health-interval`. Dropping the client closes them,
-//! so a health round holds only the clients of the checks under way.
+//! with their read buffers) open after a check: one kept per cluster grew kok's peak RSS by 65 MiB at
+//! 1,000 clusters (debug build), against 7 MiB with a client per check. Dropping the client closes its
+//! connections, so a health round holds only the clients of the checks under way.
 
 use std::time::Duration;
 
