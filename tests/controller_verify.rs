@@ -437,18 +437,32 @@ async fn a_cluster_that_refuses_kok_the_nodes_says_so() {
     );
 }
 
+/// The meta-cluster with cluster `name` (no operations) and its kubeconfig for `workload`, and the
+/// controller checking its health every `interval`.
+async fn checked_every(
+    interval: Duration,
+    name: &str,
+    workload: &testkit::ApiServer,
+) -> (testkit::ApiServer, Client, Running) {
+    let meta = server().await;
+    let client = meta.client();
+    let kubeconfig = testkit::kubeconfig_yaml(&workload.url());
+    kubeconfig_secret(&client, &format!("{name}-kubeconfig"), &kubeconfig).await;
+    let mut dir = cluster_dir(name, HOSTS, vec![], None);
+    dir.vars_yml = VARS.into();
+    apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
+    let mut cfg = config(4);
+    cfg.health_interval = interval;
+    let ctl = start(&client, cfg);
+    (meta, client, ctl)
+}
+
 #[tokio::test]
 async fn periodic_health_checks_keep_conditions_version_and_node_counts_on_the_cluster() {
     let workload = testkit::ApiServer::start().await.unwrap();
     let w = workload.client();
     healthy(&w).await;
-    let (_meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
-    let mut dir = cluster_dir("prod", HOSTS, vec![], None);
-    dir.vars_yml = VARS.into();
-    apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
-    let mut cfg = config(4);
-    cfg.health_interval = Duration::from_millis(200);
-    let ctl = start(&client, cfg);
+    let (_meta, client, ctl) = checked_every(Duration::from_millis(200), "prod", &workload).await;
     let clusters: Api<kok::api::Cluster> = Api::namespaced(client.clone(), NS);
     let condition = |status: &kok::api::ClusterStatus, type_: &str| {
         let c = status.conditions.iter().find(|c| c.type_ == type_)?;
@@ -704,20 +718,7 @@ async fn verifications_of_clusters_that_never_answer_leave_the_reconcile_slots_t
 async fn the_health_metrics_of_a_deleted_cluster_go_away() {
     let workload = testkit::ApiServer::start().await.unwrap();
     healthy(&workload.client()).await;
-    let meta = server().await;
-    let client = meta.client();
-    kubeconfig_secret(
-        &client,
-        "gone-kubeconfig",
-        &testkit::kubeconfig_yaml(&workload.url()),
-    )
-    .await;
-    let mut dir = cluster_dir("gone", HOSTS, vec![], None);
-    dir.vars_yml = VARS.into();
-    apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
-    let mut cfg = config(4);
-    cfg.health_interval = Duration::from_millis(200);
-    let ctl = start(&client, cfg);
+    let (_meta, client, ctl) = checked_every(Duration::from_millis(200), "gone", &workload).await;
     let series = || {
         let text = kok::metrics::global().render();
         text.lines()
@@ -743,5 +744,33 @@ async fn the_health_metrics_of_a_deleted_cluster_go_away() {
         series().is_empty().then_some(())
     })
     .await;
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_health_check_whose_status_write_meets_a_conflict_writes_again_in_the_same_round() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    healthy(&workload.client()).await;
+    let (meta, client, ctl) = checked_every(Duration::from_secs(3), "clash", &workload).await;
+    let clusters: Api<kok::api::Cluster> = Api::namespaced(client.clone(), NS);
+    let condition = |status: &kok::api::ClusterStatus, type_: &str| {
+        let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+        Some(c.status.clone())
+    };
+    wait_for("the Cluster reconciler's own status", || async {
+        condition(&clusters.get("clash").await.ok()?.status?, "Ready")
+    })
+    .await;
+    meta.inject_fault(testkit::Fault::on("patch", "clusters/status", 409, 1).named("clash"));
+    wait_for("the cluster to be Healthy", || async {
+        let status = clusters.get("clash").await.ok()?.status?;
+        (condition(&status, "Healthy")? == "True").then_some(())
+    })
+    .await;
+    assert_eq!(
+        workload.requests().count("list", "nodes"),
+        1,
+        "the health was recorded by a later round's check, not by the one whose write met the conflict"
+    );
     ctl.stop().await;
 }

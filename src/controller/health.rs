@@ -148,45 +148,66 @@ async fn check(ctx: &Context, cluster: &Cluster) -> Result<(), String> {
         .await
         .map_err(|(cm, e)| format!("reading ConfigMap {cm}: {e}"))?;
     let verdict = verify(Verify::Full, &expected, &observed);
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let mut cluster = std::borrow::Cow::Borrowed(cluster);
+    // A conflict means the Cluster changed meanwhile (its reconciler wrote its own conditions): the
+    // health is written once more on top of what it is now.
+    for last in [false, true] {
+        let (old, new) = with_health(&cluster, &verdict, &observed);
+        record_metrics(&name, &new);
+        if new == old {
+            return Ok(());
+        }
+        debug!(cluster = %name, healthy = verdict.passed, message = %verdict.message, "health recorded");
+        let patch = json!({
+            "metadata": {"resourceVersion": cluster.resource_version()},
+            "status": {
+                "conditions": new.conditions,
+                "kubernetesVersion": new.kubernetes_version,
+                "kubeletVersions": new.kubelet_versions,
+                "nodes": new.nodes,
+            }
+        });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                publish_changes(ctx, &cluster, &old, &new).await;
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 && !last => {
+                let now = api.get(&name).await;
+                cluster = std::borrow::Cow::Owned(now.map_err(|e| format!("reading the Cluster: {e}"))?);
+            }
+            Err(e) => return Err(format!("writing the Cluster's status: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// The status of `cluster` now, and with what `verdict` and `observed` say of its health.
+fn with_health(
+    cluster: &Cluster,
+    verdict: &crate::health::Verdict,
+    observed: &crate::health::Observed,
+) -> (ClusterStatus, ClusterStatus) {
     let old = cluster.status.clone().unwrap_or_default();
     let mut new = old.clone();
     new.conditions
         .retain(|c| !HEALTH_CONDITIONS.contains(&c.type_.as_str()));
-    new.conditions.extend(conditions(
-        &verdict,
-        cluster.metadata.generation,
-        Timestamp::now(),
-    ));
+    new.conditions
+        .extend(conditions(verdict, cluster.metadata.generation, Timestamp::now()));
     if observed.api.is_ok() {
         new.kubernetes_version = observed.version.clone();
         let mut versions: Vec<String> = observed.nodes.iter().map(|n| n.kubelet_version.clone()).collect();
         versions.sort();
         versions.dedup();
         new.kubelet_versions = versions;
-        new.nodes = Some(node_counts(&observed));
+        new.nodes = Some(node_counts(observed));
     }
     keep_transition_times(&mut new, Some(&old), Timestamp::now());
-    record_metrics(&name, &new);
-    if new == old {
-        return Ok(());
-    }
-    debug!(cluster = %name, healthy = verdict.passed, message = %verdict.message, "health recorded");
-    let patch = json!({
-        "metadata": {"resourceVersion": cluster.resource_version()},
-        "status": {
-            "conditions": new.conditions,
-            "kubernetesVersion": new.kubernetes_version,
-            "kubeletVersions": new.kubelet_versions,
-            "nodes": new.nodes,
-        }
-    });
-    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    // A conflict means the Cluster changed meanwhile: the next round writes again.
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| format!("writing the Cluster's status: {e}"))?;
-    publish_changes(ctx, cluster, &old, &new).await;
-    Ok(())
+    (old, new)
 }
 
 /// One Event per health condition whose status changed (Warning unless it turned True).
