@@ -774,3 +774,35 @@ async fn a_health_check_whose_status_write_meets_a_conflict_writes_again_in_the_
     );
     ctl.stop().await;
 }
+
+#[tokio::test]
+async fn a_cluster_being_verified_leaves_its_job_slot_to_other_clusters() {
+    let silent = silent_server().await;
+    let (meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&silent.url)).await;
+    let mut dir = cluster_dir("prod", HOSTS, vec![install(None, Some("10m"))], None);
+    dir.vars_yml = VARS.into();
+    let prod = render(&dir, 1, &[]);
+    apply_cluster(&client, NS, &prod).await.unwrap();
+    let prod = op_name(&prod, "install");
+    let ctl = start(&client, config(1));
+    wait_job(&client, &job_name(&prod)).await;
+    meta.complete_job(NS, &job_name(&prod)).await.unwrap();
+    wait_for("the verification to wait on its silent cluster", || async {
+        (silent.accepted.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+
+    let other = render(
+        &cluster_dir("other", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &other).await.unwrap();
+    wait_job(&client, &job_name(&op_name(&other, "install"))).await;
+    assert_eq!(
+        phase(&client, &prod).await,
+        Some(Phase::Running),
+        "still verifying"
+    );
+    ctl.stop().await;
+}

@@ -5,7 +5,8 @@
 //! attempt (the kubeconfig Secret, a client, the cluster's answers) runs in a task of its own, outside the
 //! reconcile slots: a pass starts one and returns, and the attempt's end wakes the operation, whose next
 //! pass decides. So a cluster that never answers holds no reconcile slot while it is tried and retried,
-//! and other clusters' operations go on. What the cluster should be (the pinned inventory and vars) is
+//! and other clusters' operations go on. Nor does the operation hold a `--max-concurrent-jobs` slot while
+//! it is verified (its Job is done); it keeps its own cluster's later operations waiting. What the cluster should be (the pinned inventory and vars) is
 //! read once per verification ([`Verifications`]).
 //!
 //! An attempt that passes first ends the operation at once (Succeeded, no write in between). One that
@@ -31,7 +32,7 @@ use kube::ResourceExt;
 use tokio::time::Instant;
 use tracing::info;
 
-use super::operation::{now, op_error, run_report, transition, Transition};
+use super::operation::{let_waiting_go, now, op_error, run_report, transition, Transition};
 use super::{Action, Context, ControllerError};
 use crate::api::{
     kubeconfig_secret, ClusterOperation, Phase, Verification, VerificationState, DEFAULT_VERIFY_TIMEOUT,
@@ -100,6 +101,11 @@ impl Verifications {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Whether this process verifies `op`'s cluster: its Job is done and holds no Job slot.
+    pub fn verifying(&self, op: &str) -> bool {
+        self.lock().contains_key(op)
+    }
+
     /// Takes the outcome of `op`'s last attempt, or marks a new attempt started when one may start.
     fn take_or_start(&self, op: &str) -> Found {
         let mut all = self.lock();
@@ -163,6 +169,10 @@ pub(super) async fn after_job(
         Found::Running => return Ok(Action::requeue(ATTEMPT_LOOK_AGAIN)),
         Found::Wait(wait) => return Ok(Action::requeue(wait)),
         Found::Start(expected) => {
+            if expected.is_none() {
+                // The verification begins: its Job slot is free for operations waiting on one.
+                let_waiting_go(ctx, &op.spec.cluster);
+            }
             start_attempt(ctx, op, expected);
             return Ok(Action::requeue(ATTEMPT_LOOK_AGAIN));
         }
