@@ -668,6 +668,17 @@ async fn a_verification_reads_the_pinned_inventory_and_vars_once_however_often_i
     );
 }
 
+/// Applies cluster `other` with one operation and waits for its Job.
+async fn another_clusters_job_starts(client: &Client) {
+    let other = render(
+        &cluster_dir("other", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(client, NS, &other).await.unwrap();
+    wait_job(client, &job_name(&op_name(&other, "install"))).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verifications_of_clusters_that_never_answer_leave_the_reconcile_slots_to_other_operations() {
     let silent = silent_server().await;
@@ -699,13 +710,7 @@ async fn verifications_of_clusters_that_never_answer_leave_the_reconcile_slots_t
     )
     .await;
 
-    let other = render(
-        &cluster_dir("other", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &other).await.unwrap();
-    wait_job(&client, &job_name(&op_name(&other, "install"))).await;
+    another_clusters_job_starts(&client).await;
     assert_eq!(
         silent.closed.load(Ordering::SeqCst),
         0,
@@ -792,13 +797,7 @@ async fn a_cluster_being_verified_leaves_its_job_slot_to_other_clusters() {
     })
     .await;
 
-    let other = render(
-        &cluster_dir("other", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &other).await.unwrap();
-    wait_job(&client, &job_name(&op_name(&other, "install"))).await;
+    another_clusters_job_starts(&client).await;
     assert_eq!(
         phase(&client, &prod).await,
         Some(Phase::Running),
