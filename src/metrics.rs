@@ -110,6 +110,13 @@ impl Metrics {
         );
     }
 
+    /// Drops the health series (`kok_cluster_condition`, `kok_cluster_nodes`) of every cluster but those
+    /// `kept` says exist.
+    pub fn keep_clusters(&self, kept: impl Fn(&str) -> bool) {
+        self.cluster_conditions.retain_first_label(&kept);
+        self.cluster_nodes.retain_first_label(&kept);
+    }
+
     /// The value of one labelled series, for tests and readiness checks.
     pub fn status_deliveries(&self, sink: &str, result: &str) -> u64 {
         self.status_deliveries.get(&[("sink", sink), ("result", result)]) as u64
@@ -231,6 +238,19 @@ impl Family {
         series.get(&key).copied().unwrap_or_default()
     }
 
+    /// Keeps the series whose first label's value `keep` accepts (values without escapes: names).
+    fn retain_first_label(&self, keep: &impl Fn(&str) -> bool) {
+        let mut series = self
+            .series
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        series.retain(|labels, _| {
+            let first = labels.split_once(',').map_or(labels.as_str(), |(first, _)| first);
+            let value = first.split_once('=').map_or("", |(_, v)| v.trim_matches('"'));
+            keep(value)
+        });
+    }
+
     fn render(&self, out: &mut String, name: &str, kind: &str, help: &str) {
         header(out, name, kind, help);
         let series = self
@@ -313,6 +333,20 @@ mod tests {
         assert!(text.contains("kok_cluster_condition{cluster=\"prod\",condition=\"VersionMatches\"} -1\n"));
         assert!(text.contains("kok_cluster_nodes{cluster=\"prod\",state=\"not_ready\"} 1\n"));
         assert!(text.contains("kok_cluster_nodes{cluster=\"prod\",state=\"ready\"} 4\n"));
+    }
+
+    #[test]
+    fn the_health_series_of_a_cluster_that_is_gone_are_dropped() {
+        let m = Metrics::new();
+        for cluster in ["prod", "gone"] {
+            m.set_cluster_condition(cluster, "Reachable", "True");
+            m.set_cluster_nodes(cluster, 2, 2);
+        }
+        m.keep_clusters(|c| c == "prod");
+        let text = m.render();
+        assert!(text.contains("kok_cluster_condition{cluster=\"prod\",condition=\"Reachable\"} 1\n"));
+        assert!(text.contains("kok_cluster_nodes{cluster=\"prod\",state=\"ready\"} 2\n"));
+        assert!(!text.contains("gone"), "{text}");
     }
 
     #[test]

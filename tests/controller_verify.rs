@@ -4,6 +4,8 @@
 mod controller_support;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -12,10 +14,12 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
+use tokio::io::AsyncReadExt;
 
 use controller_support::*;
 use kok::api::{ClusterOperation, Phase, StatusState, VerificationState, Verify};
 use kok::controller::job::job_name;
+use kok::controller::CONCURRENT_RECONCILES;
 use kok::materialize::apply::apply_cluster;
 
 /// node1 in kube_control_plane, node2 in kube_node (through a child group), a bastion outside both.
@@ -433,18 +437,32 @@ async fn a_cluster_that_refuses_kok_the_nodes_says_so() {
     );
 }
 
+/// The meta-cluster with cluster `name` (no operations) and its kubeconfig for `workload`, and the
+/// controller checking its health every `interval`.
+async fn checked_every(
+    interval: Duration,
+    name: &str,
+    workload: &testkit::ApiServer,
+) -> (testkit::ApiServer, Client, Running) {
+    let meta = server().await;
+    let client = meta.client();
+    let kubeconfig = testkit::kubeconfig_yaml(&workload.url());
+    kubeconfig_secret(&client, &format!("{name}-kubeconfig"), &kubeconfig).await;
+    let mut dir = cluster_dir(name, HOSTS, vec![], None);
+    dir.vars_yml = VARS.into();
+    apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
+    let mut cfg = config(4);
+    cfg.health_interval = interval;
+    let ctl = start(&client, cfg);
+    (meta, client, ctl)
+}
+
 #[tokio::test]
 async fn periodic_health_checks_keep_conditions_version_and_node_counts_on_the_cluster() {
     let workload = testkit::ApiServer::start().await.unwrap();
     let w = workload.client();
     healthy(&w).await;
-    let (_meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
-    let mut dir = cluster_dir("prod", HOSTS, vec![], None);
-    dir.vars_yml = VARS.into();
-    apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
-    let mut cfg = config(4);
-    cfg.health_interval = Duration::from_millis(200);
-    let ctl = start(&client, cfg);
+    let (_meta, client, ctl) = checked_every(Duration::from_millis(200), "prod", &workload).await;
     let clusters: Api<kok::api::Cluster> = Api::namespaced(client.clone(), NS);
     let condition = |status: &kok::api::ClusterStatus, type_: &str| {
         let c = status.conditions.iter().find(|c| c.type_ == type_)?;
@@ -511,17 +529,35 @@ async fn status_of(clusters: &Api<kok::api::Cluster>) -> kok::api::ClusterStatus
     clusters.get("prod").await.unwrap().status.unwrap()
 }
 
-/// A loopback listener that accepts connections and never answers; it stops with the test's runtime.
-async fn silent_server() -> String {
+/// A loopback listener that accepts connections and never answers, counting the connections it
+/// accepted and those the other side closed; it stops with the test's runtime.
+struct Silent {
+    url: String,
+    accepted: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
+}
+
+async fn silent_server() -> Silent {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
+    let (accepted, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counts = (accepted.clone(), closed.clone());
     tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counts.0.fetch_add(1, Ordering::SeqCst);
+            let closed = counts.1.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+                closed.fetch_add(1, Ordering::SeqCst);
+            });
         }
     });
-    url
+    Silent {
+        url,
+        accepted,
+        closed,
+    }
 }
 
 /// The health conditions of every Cluster by name, as (Reachable status and message, Healthy status).
@@ -545,7 +581,7 @@ async fn health_by_cluster(
 async fn clusters_that_never_answer_do_not_delay_the_healthy_ones_in_a_health_round() {
     let workload = testkit::ApiServer::start().await.unwrap();
     healthy(&workload.client()).await;
-    let silent = silent_server().await;
+    let silent = silent_server().await.url;
     let meta = server().await;
     let client = meta.client();
     let reachable = workload.url();
@@ -612,5 +648,160 @@ async fn clusters_that_never_answer_do_not_delay_the_healthy_ones_in_a_health_ro
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_verification_reads_the_pinned_inventory_and_vars_once_however_often_it_retries() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    node(&workload.client(), "node1", "10.0.0.1", true, "v1.31.4").await;
+    let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
+    let (ctl, name) = run_and_succeed_job(&server, install(None, Some("2s")), None).await;
+    wait_phase(&client, &name, Phase::Failed).await;
+    ctl.stop().await;
+    let attempts = workload.requests().count("list", "nodes");
+    assert!(attempts >= 3, "the verification was tried {attempts} times");
+    assert_eq!(
+        server.requests().count("get", "configmaps"),
+        2,
+        "the pinned hosts and vars ConfigMaps, each read once"
+    );
+}
+
+/// Applies cluster `other` with one operation and waits for its Job.
+async fn another_clusters_job_starts(client: &Client) {
+    let other = render(
+        &cluster_dir("other", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(client, NS, &other).await.unwrap();
+    wait_job(client, &job_name(&op_name(&other, "install"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verifications_of_clusters_that_never_answer_leave_the_reconcile_slots_to_other_operations() {
+    let silent = silent_server().await;
+    let meta = server().await;
+    let client = meta.client();
+    let mut hung = Vec::new();
+    for i in 0..=CONCURRENT_RECONCILES {
+        let cluster = format!("hung{i:02}");
+        kubeconfig_secret(
+            &client,
+            &format!("{cluster}-kubeconfig"),
+            &testkit::kubeconfig_yaml(&silent.url),
+        )
+        .await;
+        let mut dir = cluster_dir(&cluster, HOSTS, vec![install(None, Some("10m"))], None);
+        dir.vars_yml = VARS.into();
+        let d = render(&dir, 1, &[]);
+        apply_cluster(&client, NS, &d).await.unwrap();
+        hung.push(op_name(&d, "install"));
+    }
+    let ctl = start(&client, config(2 * hung.len()));
+    for name in &hung {
+        wait_phase(&client, name, Phase::Running).await;
+        meta.complete_job(NS, &job_name(name)).await.unwrap();
+    }
+    wait_for(
+        "every reconcile slot's worth of verifications to wait on a silent cluster",
+        || async { (silent.accepted.load(Ordering::SeqCst) >= CONCURRENT_RECONCILES).then_some(()) },
+    )
+    .await;
+
+    another_clusters_job_starts(&client).await;
+    assert_eq!(
+        silent.closed.load(Ordering::SeqCst),
+        0,
+        "the other cluster's operation started only once a verification gave up on its silent cluster"
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn the_health_metrics_of_a_deleted_cluster_go_away() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    healthy(&workload.client()).await;
+    let (_meta, client, ctl) = checked_every(Duration::from_millis(200), "gone", &workload).await;
+    let series = || {
+        let text = kok::metrics::global().render();
+        text.lines()
+            .filter(|l| l.contains("cluster=\"gone\""))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let before = wait_for("the cluster's health series", || async {
+        let s = series();
+        s.iter().any(|l| l.starts_with("kok_cluster_nodes")).then_some(s)
+    })
+    .await;
+    assert!(
+        before.iter().any(|l| l.starts_with("kok_cluster_condition")),
+        "{before:?}"
+    );
+
+    Api::<kok::api::Cluster>::namespaced(client.clone(), NS)
+        .delete("gone", &Default::default())
+        .await
+        .unwrap();
+    wait_for("the deleted cluster's series to go", || async {
+        series().is_empty().then_some(())
+    })
+    .await;
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_health_check_whose_status_write_meets_a_conflict_writes_again_in_the_same_round() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    healthy(&workload.client()).await;
+    let (meta, client, ctl) = checked_every(Duration::from_secs(3), "clash", &workload).await;
+    let clusters: Api<kok::api::Cluster> = Api::namespaced(client.clone(), NS);
+    let condition = |status: &kok::api::ClusterStatus, type_: &str| {
+        let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+        Some(c.status.clone())
+    };
+    wait_for("the Cluster reconciler's own status", || async {
+        condition(&clusters.get("clash").await.ok()?.status?, "Ready")
+    })
+    .await;
+    meta.inject_fault(testkit::Fault::on("patch", "clusters/status", 409, 1).named("clash"));
+    wait_for("the cluster to be Healthy", || async {
+        let status = clusters.get("clash").await.ok()?.status?;
+        (condition(&status, "Healthy")? == "True").then_some(())
+    })
+    .await;
+    assert_eq!(
+        workload.requests().count("list", "nodes"),
+        1,
+        "the health was recorded by a later round's check, not by the one whose write met the conflict"
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_cluster_being_verified_leaves_its_job_slot_to_other_clusters() {
+    let silent = silent_server().await;
+    let (meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&silent.url)).await;
+    let mut dir = cluster_dir("prod", HOSTS, vec![install(None, Some("10m"))], None);
+    dir.vars_yml = VARS.into();
+    let prod = render(&dir, 1, &[]);
+    apply_cluster(&client, NS, &prod).await.unwrap();
+    let prod = op_name(&prod, "install");
+    let ctl = start(&client, config(1));
+    wait_job(&client, &job_name(&prod)).await;
+    meta.complete_job(NS, &job_name(&prod)).await.unwrap();
+    wait_for("the verification to wait on its silent cluster", || async {
+        (silent.accepted.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+
+    another_clusters_job_starts(&client).await;
+    assert_eq!(
+        phase(&client, &prod).await,
+        Some(Phase::Running),
+        "still verifying"
+    );
     ctl.stop().await;
 }

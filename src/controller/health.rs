@@ -5,8 +5,9 @@
 //! the last round go first. The result goes into the
 //! Cluster's status: the conditions of [`crate::health::conditions`], `kubernetesVersion`,
 //! `kubeletVersions` and `nodes`, written only when they changed, with one Event per condition that
-//! changed and the `kok_cluster_condition` / `kok_cluster_nodes` metrics. The Cluster reconciler keeps
-//! them ([`carry`]) when it writes its own conditions.
+//! changed and the `kok_cluster_condition` / `kok_cluster_nodes` metrics (a deleted cluster's series go
+//! at the next round's start). The Cluster reconciler keeps them ([`carry`]) when it writes its own
+//! conditions.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -59,12 +60,16 @@ pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
     }
 }
 
-/// One round: every cluster the cache holds, those that answered last time first, [`HEALTH_CONCURRENCY`]
-/// at a time (a check silent for [`SLOW_CHECK`] gives its place up; the semaphore is fair, so the order holds).
+/// One round: every cluster the cache holds (the metrics of those it no longer holds dropped), those that
+/// answered last time first, [`HEALTH_CONCURRENCY`] at a time (a check silent for [`SLOW_CHECK`] gives its
+/// place up; the semaphore is fair, so the order holds).
 async fn round(ctx: &Context) {
     let started = std::time::Instant::now();
     let mut clusters = ctx.clusters.state();
     let count = clusters.len();
+    let names: std::collections::HashSet<String> = clusters.iter().map(|c| c.name_any()).collect();
+    crate::metrics::global().keep_clusters(|c| names.contains(c));
+    drop(names);
     clusters.sort_by_key(|c| round_key(c));
     let places = tokio::sync::Semaphore::new(HEALTH_CONCURRENCY);
     let limit = ctx.config.health_timeout + RECORD_MARGIN;
@@ -143,45 +148,66 @@ async fn check(ctx: &Context, cluster: &Cluster) -> Result<(), String> {
         .await
         .map_err(|(cm, e)| format!("reading ConfigMap {cm}: {e}"))?;
     let verdict = verify(Verify::Full, &expected, &observed);
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let mut cluster = std::borrow::Cow::Borrowed(cluster);
+    // A conflict means the Cluster changed meanwhile (its reconciler wrote its own conditions): the
+    // health is written once more on top of what it is now.
+    for last in [false, true] {
+        let (old, new) = with_health(&cluster, &verdict, &observed);
+        record_metrics(&name, &new);
+        if new == old {
+            return Ok(());
+        }
+        debug!(cluster = %name, healthy = verdict.passed, message = %verdict.message, "health recorded");
+        let patch = json!({
+            "metadata": {"resourceVersion": cluster.resource_version()},
+            "status": {
+                "conditions": new.conditions,
+                "kubernetesVersion": new.kubernetes_version,
+                "kubeletVersions": new.kubelet_versions,
+                "nodes": new.nodes,
+            }
+        });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                publish_changes(ctx, &cluster, &old, &new).await;
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 && !last => {
+                let now = api.get(&name).await;
+                cluster = std::borrow::Cow::Owned(now.map_err(|e| format!("reading the Cluster: {e}"))?);
+            }
+            Err(e) => return Err(format!("writing the Cluster's status: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// The status of `cluster` now, and with what `verdict` and `observed` say of its health.
+fn with_health(
+    cluster: &Cluster,
+    verdict: &crate::health::Verdict,
+    observed: &crate::health::Observed,
+) -> (ClusterStatus, ClusterStatus) {
     let old = cluster.status.clone().unwrap_or_default();
     let mut new = old.clone();
     new.conditions
         .retain(|c| !HEALTH_CONDITIONS.contains(&c.type_.as_str()));
-    new.conditions.extend(conditions(
-        &verdict,
-        cluster.metadata.generation,
-        Timestamp::now(),
-    ));
+    new.conditions
+        .extend(conditions(verdict, cluster.metadata.generation, Timestamp::now()));
     if observed.api.is_ok() {
         new.kubernetes_version = observed.version.clone();
         let mut versions: Vec<String> = observed.nodes.iter().map(|n| n.kubelet_version.clone()).collect();
         versions.sort();
         versions.dedup();
         new.kubelet_versions = versions;
-        new.nodes = Some(node_counts(&observed));
+        new.nodes = Some(node_counts(observed));
     }
     keep_transition_times(&mut new, Some(&old), Timestamp::now());
-    record_metrics(&name, &new);
-    if new == old {
-        return Ok(());
-    }
-    debug!(cluster = %name, healthy = verdict.passed, message = %verdict.message, "health recorded");
-    let patch = json!({
-        "metadata": {"resourceVersion": cluster.resource_version()},
-        "status": {
-            "conditions": new.conditions,
-            "kubernetesVersion": new.kubernetes_version,
-            "kubeletVersions": new.kubelet_versions,
-            "nodes": new.nodes,
-        }
-    });
-    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    // A conflict means the Cluster changed meanwhile: the next round writes again.
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| format!("writing the Cluster's status: {e}"))?;
-    publish_changes(ctx, cluster, &old, &new).await;
-    Ok(())
+    (old, new)
 }
 
 /// One Event per health condition whose status changed (Warning unless it turned True).

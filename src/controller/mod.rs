@@ -153,8 +153,8 @@ pub struct Context {
     pub queue: Arc<WorkQueue>,
     /// The Clusters kok manages (their `kubeconfigSecretRef`).
     pub clusters: Store<Cluster>,
-    /// The clients of workload clusters, for verification.
-    pub clients: crate::health::Clients,
+    /// The verifications of workload clusters under way.
+    pub verifications: verify::Verifications,
 }
 
 /// Runs the ClusterOperation controller, the Cluster controller, the scheduler and the watches that
@@ -221,7 +221,7 @@ pub async fn run(
         start_lock: tokio::sync::Mutex::new(()),
         queue: op_queue.clone(),
         clusters: live.clusters.clone(),
-        clients: crate::health::Clients::default(),
+        verifications: verify::Verifications::default(),
     });
 
     // The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler

@@ -449,7 +449,9 @@ async fn start_or_wait(
     busy.remove(&op.name_any());
     let all = siblings_of(ctx, &op.spec.cluster);
     let siblings: Vec<&ClusterOperation> = all.iter().collect();
-    let queue = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs);
+    // An operation whose cluster is being verified keeps its cluster busy, but its Job is done.
+    let with_jobs = busy.iter().filter(|n| !ctx.verifications.verifying(n)).count();
+    let queue = decide(op, &siblings, &busy, with_jobs, ctx.config.max_concurrent_jobs);
     let now = ctx.config.clock.now();
     let spec = &op.spec;
     let ignored = match with_maintenance(queue, spec.maintenance.as_ref(), spec.ignore_maintenance, now) {

@@ -4,7 +4,7 @@
 //!   shows (Nodes, kube-system workloads, the API server's answer) to each check's result and one line.
 //! - [`conditions`]: a verdict as the Cluster conditions the periodic checks keep (pure).
 //! - [`client`]: the one place that finds a cluster's kubeconfig, refuses what kok will not run, and
-//!   makes and caches its clients.
+//!   makes its clients (one per check, dropped after it, so no connection stays open between checks).
 //! - [`observe`]: the reads on a workload cluster (`/readyz`, Nodes, kube-system Deployments and
 //!   DaemonSets), bounded in time, their failures said without credentials.
 
@@ -14,4 +14,4 @@ pub mod conditions;
 pub mod observe;
 
 pub use checks::{verify, Expected, NodeView, Observed, Verdict, WorkloadView};
-pub use client::{Access, AccessError, Clients};
+pub use client::{access, Access, AccessError};
