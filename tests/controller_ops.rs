@@ -596,3 +596,27 @@ async fn a_burst_of_operation_changes_makes_one_cluster_status_write_not_one_eac
     );
     ctl.stop().await;
 }
+
+#[tokio::test]
+async fn a_start_whose_status_write_meets_a_conflict_is_recorded_as_a_start_not_an_adoption() {
+    let server = server().await;
+    let client = server.client();
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let name = op_name(&d, "install");
+    // The first status write is the start, right after the Job's create: it loses a race.
+    server.inject_fault(testkit::Fault::on("patch", "clusteroperations/status", 409, 1));
+    let ctl = start(&client, config(4));
+    let op = wait_phase(&client, &name, Phase::Running).await;
+    let message = op.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(
+        !message.contains("adopted"),
+        "a Job this kok just created is not an adopted one: {message:?}"
+    );
+    assert_eq!(jobs(&client).await, [job_name(&name)]);
+    ctl.stop().await;
+}

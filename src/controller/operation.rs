@@ -503,9 +503,33 @@ async fn start_or_wait(
         info!(operation = %op.name_any(), reason = %ignored, "started outside maintenance: ignoreMaintenance");
         started.message = Some(format!("{IGNORED_MAINTENANCE}{ignored}"));
     }
-    // On a conflict (canceled or changed meanwhile) the next pass looks again and adopts or deletes the Job.
-    transition(ctx, op, started).await?;
+    match transition(ctx, op, started.clone()).await {
+        Err(e) if is_conflict(&e) => record_start_again(ctx, op, started, e).await?,
+        other => other?,
+    }
     Ok(Action::await_change())
+}
+
+/// After the start of `op`'s Job met a conflict: most often another writer (the reporter recording a
+/// delivery) changed the operation meanwhile, so the start is written again on what the server holds now,
+/// and the run does not read as an adoption. An operation that was canceled, finished or already started
+/// meanwhile is left to the next pass, which adopts or deletes the Job.
+async fn record_start_again(
+    ctx: &Context,
+    op: &ClusterOperation,
+    started: Transition,
+    conflict: ControllerError,
+) -> Result<(), ControllerError> {
+    let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let fresh = match api.get_opt(&op.name_any()).await {
+        Ok(Some(fresh)) => fresh,
+        _ => return Err(conflict),
+    };
+    if matches!(phase(&fresh), Phase::Pending | Phase::Queued) {
+        transition(ctx, &fresh, started).await
+    } else {
+        Err(conflict)
+    }
 }
 
 fn is_conflict(e: &ControllerError) -> bool {
