@@ -1,8 +1,10 @@
 //! The `kok.dev/v1alpha1` custom resources and every name kok writes into the meta-cluster, defined once.
 
+mod context;
 mod rollout;
 pub mod watched;
 
+pub use context::*;
 pub use rollout::*;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
