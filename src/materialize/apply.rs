@@ -30,10 +30,11 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use super::rollout::{resolve_runs, rollout_of, wave_of};
 use super::DesiredCluster;
 use crate::api::{
     run_context, Cluster, ClusterOperation, CommitStatus, Phase, StatusState, ANNOTATION_CONTENT_HASH,
-    FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY, MANAGED_BY,
+    FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY, LABEL_WAVE, MANAGED_BY,
 };
 
 /// Message of an operation canceled because its entry left operations.yml.
@@ -106,6 +107,17 @@ pub enum ApplyError {
     #[error("writing ClusterOperation {name} in namespace {namespace} failed: {source}")]
     WriteOperation {
         /// ClusterOperation name.
+        name: String,
+        /// Namespace.
+        namespace: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Server-side apply of a FleetRollout failed.
+    #[error("applying FleetRollout {name} in namespace {namespace} failed: {source}")]
+    WriteRollout {
+        /// Rollout name.
         name: String,
         /// Namespace.
         namespace: String,
@@ -321,6 +333,17 @@ pub enum Write {
     CreateOperation {
         /// Its name.
         name: String,
+        /// Its body, for a cluster's run of a rollout (an entry of operations.yml is found in the
+        /// desired cluster by name).
+        body: Option<Box<ClusterOperation>>,
+    },
+    /// Set the `kok.dev/wave` label of a cluster's run of a rollout: a commit moved the cluster to
+    /// another wave.
+    LabelWave {
+        /// Its name.
+        name: String,
+        /// The wave.
+        wave: String,
     },
     /// Set (`current`) or drop the current label of a ClusterOperation.
     LabelOperation {
@@ -390,10 +413,10 @@ impl Write {
                 "Cluster",
                 name,
             ),
-            Write::CreateOperation { name } => (Change::Create, "ClusterOperation", name),
-            Write::LabelOperation { name, .. } | Write::CancelOperation { name, .. } => {
-                (Change::Update, "ClusterOperation", name)
-            }
+            Write::CreateOperation { name, .. } => (Change::Create, "ClusterOperation", name),
+            Write::LabelOperation { name, .. }
+            | Write::LabelWave { name, .. }
+            | Write::CancelOperation { name, .. } => (Change::Update, "ClusterOperation", name),
             Write::CreateConfigMap { name, .. } => (Change::Create, "ConfigMap", name),
             Write::PatchConfigMap { name, .. } => (Change::Update, "ConfigMap", name),
             Write::DeleteConfigMap { name, .. } => (Change::Delete, "ConfigMap", name),
@@ -405,7 +428,11 @@ impl Write {
     pub fn describe(&self) -> &'static str {
         match self {
             Write::ApplyCluster { .. } => "applied",
-            Write::CreateOperation { .. } => "created, queued to run",
+            Write::CreateOperation { body: None, .. } => "created, queued to run",
+            Write::CreateOperation { body: Some(_), .. } => {
+                "created, queued to run in its wave of the rollout"
+            }
+            Write::LabelWave { .. } => "moved to another wave of its rollout",
             Write::LabelOperation { current: true, .. } => "an entry of operations.yml again",
             Write::LabelOperation { current: false, .. } => "no longer an entry of operations.yml",
             Write::CancelOperation { .. } => "canceled: removed before it started",
@@ -440,13 +467,15 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
         (Some(c), Some(uid)) => Owner::Known(usage_ref(c, uid)),
         _ => Owner::NewCluster(desired.name.clone()),
     };
-    let op_owners = decide_operations(live, desired, &mut writes);
+    let runs = resolve_runs(live.operations.values(), desired);
+    let op_owners = decide_operations(live, desired, &runs, &mut writes);
     decide_config_maps(live, desired, &cluster_owner, &op_owners, &mut writes);
     release_config_maps(live, desired, cluster_uid.as_ref(), &mut writes);
-    // Operations that left operations.yml (or their rollout).
-    let desired_ops: BTreeSet<String> = desired.operations.iter().map(|o| o.name_any()).collect();
+    // Operations that left operations.yml, or their rollout; runs of a broken rollout file stay.
+    let desired_ops: BTreeSet<String> = op_owners.iter().map(|(_, o)| o.name_any()).collect();
     for (name, op) in &live.operations {
-        if desired_ops.contains(name) || !has_label(op, LABEL_CURRENT) {
+        let kept = rollout_of(op).is_some_and(|r| desired.kept_rollouts.contains(&r.name));
+        if desired_ops.contains(name) || kept || !has_label(op, LABEL_CURRENT) {
             continue;
         }
         writes.extend(retire_writes(op, now));
@@ -454,15 +483,23 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
     writes
 }
 
-/// Operations: created once, never updated in spec; an existing one labelled current again when it
-/// lost the label. Returns each desired operation with its owner reference (known or to be created).
+/// Operations (the entries of operations.yml, then the cluster's `runs` of rollouts): created once,
+/// never updated in spec; an existing one labelled current again when it lost the label, and a run of a
+/// rollout labelled with its wave when that changed. Returns each desired operation with its owner
+/// reference (known or to be created).
 fn decide_operations<'d>(
     live: &Live,
     desired: &'d DesiredCluster,
+    runs: &'d [ClusterOperation],
     writes: &mut Vec<Write>,
 ) -> Vec<(Owner, &'d ClusterOperation)> {
     let mut op_owners = Vec::new();
-    for op in &desired.operations {
+    for (op, is_run) in desired
+        .operations
+        .iter()
+        .map(|o| (o, false))
+        .chain(runs.iter().map(|o| (o, true)))
+    {
         let name = op.name_any();
         match live.operations.get(&name) {
             Some(existing) => {
@@ -472,6 +509,12 @@ fn decide_operations<'d>(
                         current: true,
                     });
                 }
+                if let Some(wave) = wave_of(op).filter(|w| wave_of(existing) != Some(*w)) {
+                    writes.push(Write::LabelWave {
+                        name: name.clone(),
+                        wave: wave.to_string(),
+                    });
+                }
                 let owner = match uid_of(existing) {
                     Some(uid) => Owner::Known(usage_ref(existing, &uid)),
                     None => Owner::NewOperation(name),
@@ -479,7 +522,10 @@ fn decide_operations<'d>(
                 op_owners.push((owner, op));
             }
             None => {
-                writes.push(Write::CreateOperation { name: name.clone() });
+                writes.push(Write::CreateOperation {
+                    name: name.clone(),
+                    body: is_run.then(|| Box::new(op.clone())),
+                });
                 op_owners.push((Owner::NewOperation(name), op));
             }
         }
@@ -590,9 +636,13 @@ fn retire_writes(op: &ClusterOperation, now: Timestamp) -> Vec<Write> {
     let mut writes = Vec::new();
     let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
     if matches!(phase, Phase::Pending | Phase::Queued) {
+        let message = match rollout_of(op) {
+            Some(r) => format!("no longer a run of rollout {}", r.name),
+            None => CANCELED_MESSAGE.to_string(),
+        };
         writes.push(Write::CancelOperation {
             name: name.clone(),
-            patch: cancel_patch(op, CANCELED_MESSAGE, now),
+            patch: cancel_patch(op, &message, now),
             reference: op.object_ref(&()),
         });
     }
@@ -781,8 +831,20 @@ impl Writer<'_> {
     async fn make(&mut self, write: &Write) -> Result<bool, ApplyError> {
         match write {
             Write::ApplyCluster { name, exists } => self.apply_cluster(name, *exists).await,
-            Write::CreateOperation { name } => self.create_operation(name).await,
+            Write::CreateOperation { name, body } => self.create_operation(name, body.as_deref()).await,
             Write::LabelOperation { name, current } => self.label_operation(name, *current).await,
+            Write::LabelWave { name, wave } => {
+                let patch = json!({"metadata": {"labels": {LABEL_WAVE: wave}}});
+                let op = self
+                    .apis
+                    .operations
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(self.apis.op_err(name))?;
+                self.applied.written.push(Written::of("ClusterOperation", &op));
+                self.applied.stats.updated += 1;
+                Ok(true)
+            }
             Write::CancelOperation {
                 name,
                 patch,
@@ -839,12 +901,17 @@ impl Writer<'_> {
         Ok(true)
     }
 
-    async fn create_operation(&mut self, name: &str) -> Result<bool, ApplyError> {
+    async fn create_operation(
+        &mut self,
+        name: &str,
+        body: Option<&ClusterOperation>,
+    ) -> Result<bool, ApplyError> {
         let apis = self.apis;
-        let Some(op) = self
-            .desired
-            .and_then(|d| d.operations.iter().find(|o| o.name_any() == name))
-        else {
+        let found = || {
+            self.desired
+                .and_then(|d| d.operations.iter().find(|o| o.name_any() == name))
+        };
+        let Some(op) = body.or_else(found) else {
             return Ok(false);
         };
         let mut obj = op.clone();
@@ -1017,6 +1084,7 @@ impl ApplyError {
             ApplyError::ApplyCluster { source, .. }
             | ApplyError::WriteConfigMap { source, .. }
             | ApplyError::WriteOperation { source, .. }
+            | ApplyError::WriteRollout { source, .. }
             | ApplyError::Delete { source, .. } => is_conflict(source),
             ApplyError::List { .. } | ApplyError::NoUid { .. } => false,
         }
