@@ -5,6 +5,7 @@
 //! cluster leaving the rollout has its run canceled before it starts; the FleetRollout's status follows.
 
 mod controller_support;
+mod forge;
 
 use std::time::Duration;
 
@@ -451,4 +452,79 @@ async fn a_cluster_that_joins_later_joins_its_wave() {
     assert_eq!(run_name(&d[1], "up"), b);
     wait_phase(&client, &c, Phase::Running).await;
     ctl.stop().await;
+}
+
+#[tokio::test]
+async fn the_rollouts_commit_gets_one_rollout_context_kept_current_one_status_per_update() {
+    use kok::report::{Backoff, Forge, ForgeSink, Reporter, Sink, Sinks, Token};
+    let server = server().await;
+    let client = server.client();
+    let github = forge::ForgeServer::start().await;
+    let sink = ForgeSink::new(Forge::GitHub, Some(&github.url()), "acme/infra", &Token::new("t")).unwrap();
+    let metrics: &'static kok::metrics::Metrics = Box::leak(Box::new(kok::metrics::Metrics::new()));
+    let sinks = Sinks::new(
+        vec![std::sync::Arc::new(sink) as std::sync::Arc<dyn Sink>],
+        metrics,
+    );
+    let reporter = Reporter::new(client.clone(), NS, sinks, Backoff::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let reporting = tokio::spawn(reporter.run(async move {
+        let _ = stopped.await;
+    }));
+
+    let r = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[("canary", &["a"], None), ("rest", &["b"], None)],
+    );
+    let d = apply(&client, &r, 1).await;
+    let (a, b) = (run_name(&d[0], "up"), run_name(&d[1], "up"));
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &a, Phase::Running).await;
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    wait_phase(&client, &b, Phase::Running).await;
+    server.complete_job(NS, &job_name(&b)).await.unwrap();
+    let rollout_statuses = || {
+        github
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST")
+            .filter_map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+            .filter(|b| b["context"] == "kok/rollout/up")
+            .map(|b| {
+                let state = b["state"].as_str().unwrap_or_default().to_string();
+                (state, b["description"].as_str().unwrap_or_default().to_string())
+            })
+            .collect::<Vec<_>>()
+    };
+    let sent = wait_for("the rollout's final status", || async {
+        let sent = rollout_statuses();
+        sent.last()
+            .is_some_and(|(state, _)| state == "success")
+            .then_some(sent)
+    })
+    .await;
+    eprintln!("kok/rollout/up statuses sent: {sent:?}");
+    let done = wait_for("the delivered status to be recorded", || async {
+        let status = fleet_rollout(&client, "up").await?.status?;
+        (status.reported.is_some() && status.reported == status.desired_status).then_some(status)
+    })
+    .await;
+    assert_eq!(
+        done.commit.as_deref(),
+        Some(sha(1).as_str()),
+        "on the rollout's commit"
+    );
+    assert_eq!(sent.last().unwrap().1, "wave 2/2 rest: 1/1 succeeded, 0 failed");
+    assert!(
+        sent.windows(2).all(|w| w[0] != w[1]),
+        "no status sent twice: {sent:?}"
+    );
+    assert!(
+        github.requests().iter().all(|r| !r.path.contains(&sha(2))),
+        "nothing on another commit"
+    );
+    ctl.stop().await;
+    let _ = stop.send(());
+    let _ = reporting.await;
 }

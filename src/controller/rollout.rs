@@ -70,6 +70,11 @@ fn parse_max_parallel(text: &str) -> Option<MaxParallel> {
     }
 }
 
+/// The sha of a revision `<ref>@sha1:<sha>`.
+pub fn commit_of(revision: &str) -> Option<&str> {
+    revision.rsplit_once("@sha1:").map(|(_, sha)| sha)
+}
+
 /// The rollout object `name`, from the store.
 fn rollout_object(ctx: &Context, name: &str) -> Option<Arc<FleetRollout>> {
     ctx.rollouts
@@ -167,7 +172,11 @@ pub async fn reconcile_status(ctx: Arc<Context>, name: Arc<str>) -> Action {
     let runs = run_states(&ctx, &name);
     let now = ctx.config.clock.now();
     let progress = super::wave::Rollouts::new(&rollout, &runs, now).progress();
-    let status = progress.status();
+    let mut status = progress.status();
+    status.commit = commit_of(&object.spec.source.revision).map(str::to_string);
+    status.desired_status = Some(progress.commit_status(&name));
+    // `reported` is the reporter's: compared as it is, never written here.
+    status.reported = object.status.as_ref().and_then(|s| s.reported.clone());
     let next = progress
         .next_open
         .map(|t| Duration::try_from(now.duration_until(t)).unwrap_or_default());
@@ -176,7 +185,10 @@ pub async fn reconcile_status(ctx: Arc<Context>, name: Arc<str>) -> Action {
         return after(next);
     }
     let api: Api<FleetRollout> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let patch = json!({"status": status});
+    let mut patch = json!({"status": status});
+    if let Some(s) = patch["status"].as_object_mut() {
+        s.remove("reported");
+    }
     match api
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
