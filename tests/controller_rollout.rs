@@ -528,3 +528,43 @@ async fn the_rollouts_commit_gets_one_rollout_context_kept_current_one_status_pe
     let _ = stop.send(());
     let _ = reporting.await;
 }
+
+#[tokio::test]
+async fn a_commit_that_moves_stop_after_promotes_the_next_wave_at_once() {
+    let server = server().await;
+    let client = server.client();
+    let mut r = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[("canary", &["a"], None), ("rest", &["b"], None)],
+    );
+    r.stop_after = Some(0);
+    let d = apply(&client, &r, 1).await;
+    let (a, b) = (run_name(&d[0], "up"), run_name(&d[1], "up"));
+    let mut cfg = config(4);
+    cfg.queue_resync = Duration::from_secs(3600);
+    let ctl = start(&client, cfg);
+    wait_phase(&client, &a, Phase::Running).await;
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    wait_message(
+        &client,
+        &b,
+        "waiting for wave rest of rollout up (canary: 1/1 succeeded; stopAfter: canary, waiting for a commit that promotes it)",
+    )
+    .await;
+    let waiting = wait_status(&client, "the rollout to wait for its promotion", |r| {
+        phase_of(r) == Some(RolloutPhase::WaitingForPromotion)
+    })
+    .await;
+    assert_eq!(
+        summary(&waiting),
+        Some("wave 1/2 canary: 1/1 succeeded, 0 failed")
+    );
+
+    r.stop_after = None;
+    assert_eq!(run_name(&fleet(&r, 2)[1], "up"), b, "the same run");
+    apply_rollouts(&client, 2, &[&r]).await;
+    // Only the rollout's object changed: its watch wakes b (the queue's own resync is an hour).
+    wait_phase(&client, &b, Phase::Running).await;
+    ctl.stop().await;
+}

@@ -24,8 +24,10 @@ clusters: {selector: {env: prod}}\n\
 waves:\n  - {name: canary, clusters: [a]}\n  - {name: rest}\n";
 
 fn labelled(repo: &mut RepoBuilder, cluster: &str, env: &str) {
-    repo.cluster(cluster)
-        .file(&format!("clusters/{cluster}/cluster.yml"), &format!("labels: {{env: {env}}}\n"));
+    repo.cluster(cluster).file(
+        &format!("clusters/{cluster}/cluster.yml"),
+        &format!("labels: {{env: {env}}}\n"),
+    );
 }
 
 /// The runs of rollout `up`, as `(cluster, wave, phase, current)`, sorted, and their names.
@@ -71,9 +73,17 @@ impl Service {
             live: None,
         };
         let client = self.server.client();
-        let outcome = pass(&client, &self.source, &cfg, self.last, tip, false, &Metrics::new())
-            .await
-            .unwrap();
+        let outcome = pass(
+            &client,
+            &self.source,
+            &cfg,
+            self.last,
+            tip,
+            false,
+            &Metrics::new(),
+        )
+        .await
+        .unwrap();
         self.last = Some(tip);
         outcome
     }
@@ -104,17 +114,36 @@ async fn a_rollout_file_becomes_its_object_and_runs_in_each_participating_cluste
     assert!(outcome.diagnostics.is_empty(), "{:?}", outcome.diagnostics);
 
     let object = fleet_rollout(&client, "up").await.expect("the FleetRollout");
-    let waves: Vec<(String, Vec<String>)> =
-        object.spec.waves.iter().map(|w| (w.name.clone(), w.clusters.clone())).collect();
-    assert_eq!(waves, [("canary".into(), vec!["a".into()]), ("rest".into(), vec!["b".into()])]);
+    let waves: Vec<(String, Vec<String>)> = object
+        .spec
+        .waves
+        .iter()
+        .map(|w| (w.name.clone(), w.clusters.clone()))
+        .collect();
+    assert_eq!(
+        waves,
+        [
+            ("canary".into(), vec!["a".into()]),
+            ("rest".into(), vec!["b".into()])
+        ]
+    );
     assert_eq!(object.spec.source.revision, format!("main@sha1:{first}"));
     let (state, names) = runs(&client).await;
     assert_eq!(
         state,
-        [row("a", "canary", Phase::Pending, true), row("b", "rest", Phase::Pending, true)]
+        [
+            row("a", "canary", Phase::Pending, true),
+            row("b", "rest", Phase::Pending, true)
+        ]
     );
-    let op = Api::<ClusterOperation>::namespaced(client.clone(), NS).get(&names[0]).await.unwrap();
-    assert_eq!(op.spec.source.commit, first, "its status goes to the rollout's commit");
+    let op = Api::<ClusterOperation>::namespaced(client.clone(), NS)
+        .get(&names[0])
+        .await
+        .unwrap();
+    assert_eq!(
+        op.spec.source.commit, first,
+        "its status goes to the rollout's commit"
+    );
 
     // Another cluster changes: the runs stay as they are.
     repo.op("c", "install", "cluster.yml");
@@ -147,7 +176,10 @@ async fn a_rollout_file_becomes_its_object_and_runs_in_each_participating_cluste
     let moved = fleet_rollout(&client, "up").await.unwrap();
     assert_eq!(moved.spec.stop_after.as_deref(), Some("canary"));
     assert_eq!(moved.spec.source.revision, format!("main@sha1:{promoted}"));
-    assert_ne!(moved.metadata.resource_version, unchanged.metadata.resource_version);
+    assert_ne!(
+        moved.metadata.resource_version,
+        unchanged.metadata.resource_version
+    );
 
     // The file is removed: the object goes, the runs not started are canceled and stay as the record.
     repo.remove("rollouts/up.yml");
