@@ -61,6 +61,17 @@ struct Service {
 }
 
 impl Service {
+    async fn start(repo: &RepoBuilder) -> Service {
+        let cache = tempfile::tempdir().unwrap();
+        let source = Source::open(SourceConfig::new(repo.url(), "main", cache.path())).unwrap();
+        Service {
+            server: server().await,
+            source: Arc::new(Mutex::new(source)),
+            last: None,
+            _cache: cache,
+        }
+    }
+
     async fn reconcile(&mut self) -> kok::reconcile::PassOutcome {
         let source = self.source.clone();
         let tip = tokio::task::spawn_blocking(move || source.lock().unwrap().fetch().unwrap())
@@ -101,14 +112,7 @@ async fn a_rollout_file_becomes_its_object_and_runs_in_each_participating_cluste
     labelled(&mut repo, "c", "dev");
     repo.file("rollouts/up.yml", ROLLOUT);
     let first = repo.commit("rollout up");
-    let cache = tempfile::tempdir().unwrap();
-    let source = Source::open(SourceConfig::new(repo.url(), "main", cache.path())).unwrap();
-    let mut service = Service {
-        server: server().await,
-        source: Arc::new(Mutex::new(source)),
-        last: None,
-        _cache: cache,
-    };
+    let mut service = Service::start(&repo).await;
     let client = service.server.client();
     let outcome = service.reconcile().await;
     assert!(outcome.diagnostics.is_empty(), "{:?}", outcome.diagnostics);
@@ -204,14 +208,7 @@ async fn a_broken_rollout_file_is_refused_alone_and_its_runs_stay() {
     labelled(&mut repo, "b", "prod");
     repo.file("rollouts/up.yml", ROLLOUT);
     repo.commit("rollout up");
-    let cache = tempfile::tempdir().unwrap();
-    let source = Source::open(SourceConfig::new(repo.url(), "main", cache.path())).unwrap();
-    let mut service = Service {
-        server: server().await,
-        source: Arc::new(Mutex::new(source)),
-        last: None,
-        _cache: cache,
-    };
+    let mut service = Service::start(&repo).await;
     let client = service.server.client();
     service.reconcile().await;
     let before = runs(&client).await;
