@@ -187,7 +187,7 @@ pub async fn pass(
     outcome.writes += rollout_writes;
     let mut read = read;
     widen_to_rollouts(&mut read, rollouts.as_ref());
-    let memberships = rollouts.as_ref().map(|r| Memberships::of(r)).unwrap_or_default();
+    let memberships = rollouts.as_ref().map(Memberships::of).unwrap_or_default();
     let (memberships, broken) = (&memberships, rollouts.as_ref().map(|r| &r.broken));
     let untouched = &read.untouched;
     // The clusters are parsed a part at a time, as the applies need them, and each cluster's parse is

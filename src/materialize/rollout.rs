@@ -281,6 +281,81 @@ mod tests {
         r
     }
 
+    fn desired(r: &Rollout) -> DesiredCluster {
+        let dir = ClusterDir {
+            name: "prod-bj-1".into(),
+            path: "clusters/prod-bj-1".into(),
+            hosts_yml: "all: {}\n".into(),
+            vars_yml: "{}\n".into(),
+            inventory: Default::default(),
+            operations: vec![],
+            settings: Default::default(),
+        };
+        let ctx = RenderContext::new("kok-system", "main", "2".repeat(40));
+        let mut d = super::super::render_cluster(&dir, &ctx);
+        add_rollouts(&mut d, &dir, &[(r, "rest")], &BTreeSet::new(), &ctx);
+        d
+    }
+
+    fn with_phase(mut op: ClusterOperation, phase: Phase, current: bool) -> ClusterOperation {
+        op.status = Some(crate::api::ClusterOperationStatus {
+            phase,
+            ..Default::default()
+        });
+        if current {
+            op.metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(LABEL_CURRENT.into(), "true".into());
+        }
+        op
+    }
+
+    #[test]
+    fn a_rerun_bump_makes_a_new_run_only_where_the_latest_failed_or_was_canceled() {
+        let mut r = rollout();
+        let first = desired(&r);
+        let run0 = first.rollouts[0].operation.clone();
+        assert_eq!(wave_of(&run0), Some("rest"));
+        assert_eq!(run0.labels()[LABEL_ROLLOUT], "upgrade-1-31");
+        assert_eq!(run0.spec.rollout.as_ref().map(|x| x.rerun), Some(2));
+
+        r.rerun = 3;
+        let bumped = desired(&r);
+        let name = |ops: Vec<ClusterOperation>| ops[0].name_any();
+        for (phase, again) in [
+            (Phase::Failed, true),
+            (Phase::Canceled, true),
+            (Phase::Succeeded, false),
+            (Phase::Running, false),
+            (Phase::Queued, false),
+        ] {
+            let live = [with_phase(run0.clone(), phase, true)];
+            let resolved = name(resolve_runs(live.iter(), &bumped));
+            assert_eq!(resolved != run0.name_any(), again, "{phase:?}");
+        }
+        let none: [ClusterOperation; 0] = [];
+        assert_ne!(
+            name(resolve_runs(none.iter(), &bumped)),
+            run0.name_any(),
+            "a cluster new to it"
+        );
+        let retired = [with_phase(run0.clone(), Phase::Succeeded, false)];
+        assert_eq!(
+            name(resolve_runs(retired.iter(), &first)),
+            run0.name_any(),
+            "not current: rendered afresh, at the rollout's rerun"
+        );
+        let mut edited = r.clone();
+        edited.operation.entry["extraArgs"] = serde_json::json!(["-e", "x=1"]);
+        let live = [with_phase(run0.clone(), Phase::Succeeded, true)];
+        assert_ne!(
+            name(resolve_runs(live.iter(), &desired(&edited))),
+            run0.name_any(),
+            "an edit"
+        );
+    }
+
     #[test]
     fn a_rollout_renders_its_waves_limits_and_the_operation_digest() {
         let ctx = RenderContext::new("kok-system", "main", "1".repeat(40));
