@@ -89,6 +89,21 @@ pub fn wave_of(op: &ClusterOperation) -> Option<&str> {
     op.metadata.labels.as_ref()?.get(LABEL_WAVE).map(String::as_str)
 }
 
+/// Each cluster's rollouts, with the wave that took it: what [`add_rollouts`] takes for each cluster.
+/// Every cluster a pass (or `kok plan`) decides must be given its rollouts, else its live runs of them
+/// count as removed.
+pub fn memberships(rollouts: &[Rollout]) -> BTreeMap<String, Vec<(&Rollout, &str)>> {
+    let mut m: BTreeMap<String, Vec<(&Rollout, &str)>> = BTreeMap::new();
+    for r in rollouts {
+        for w in &r.waves {
+            for c in &w.clusters {
+                m.entry(c.clone()).or_default().push((r, w.name.as_str()));
+            }
+        }
+    }
+    m
+}
+
 /// Adds to `desired` (rendered from `cluster`) its runs of `rollouts`, each given with the wave that
 /// took the cluster; `broken` names the rollouts whose file is broken, whose runs stay as they are.
 pub fn add_rollouts(
