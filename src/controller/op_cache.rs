@@ -11,11 +11,14 @@
 //! object the decisions read ([`OpCache::get`]): the cached object of before, with the cluster and
 //! current labels and the content hash put back.
 //!
+//! Beside the operations by cluster it keeps the per-rollout index: each rollout's current runs by
+//! cluster ([`OpCache::rollout_runs`]), so a wave decision never lists or scans all operations.
+//!
 //! What it drops, as the reflector store did: `managedFields`, the commit statuses the reporter
 //! watches itself, and owner references, labels and annotations other than the ones above. An
 //! operation with a schedule keeps its whole metadata: the scheduler copies it into its runs.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -23,9 +26,11 @@ use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
 use super::cache::{ByCluster, Listed, Words};
+use super::wave::RunState;
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
-    OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT,
+    OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT, LABEL_ROLLOUT,
+    LABEL_WAVE,
 };
 
 /// The metadata a record keeps.
@@ -36,9 +41,11 @@ enum Meta {
         uid: Option<Box<str>>,
         resource_version: Option<Box<str>>,
         creation_timestamp: Option<Time>,
-        /// The `kok.dev/cluster` and `kok.dev/current` labels.
+        /// The `kok.dev/cluster`, `kok.dev/current` and `kok.dev/wave` labels (`kok.dev/rollout` is
+        /// `spec.rollout`'s name).
         cluster_label: Option<Arc<str>>,
         current: Option<Arc<str>>,
+        wave: Option<Arc<str>>,
         /// The `kok.dev/content-hash` annotation.
         hash: Option<Box<str>>,
     },
@@ -98,6 +105,7 @@ impl Record {
                 creation_timestamp: m.creation_timestamp.clone(),
                 cluster_label: label(LABEL_CLUSTER).map(|v| words.get(v)),
                 current: label(LABEL_CURRENT).map(|v| words.get(v)),
+                wave: label(LABEL_WAVE).map(|v| words.get(v)),
                 hash: m
                     .annotations
                     .as_ref()
@@ -119,6 +127,7 @@ impl Record {
             verify_timeout: s.verify_timeout.clone(),
             maintenance: s.maintenance.clone(),
             ignore_maintenance: s.ignore_maintenance,
+            rollout: s.rollout.clone(),
             ..ClusterOperationSpec::default()
         };
         let spec = Spec {
@@ -164,6 +173,43 @@ impl Record {
         rest.is_some_and(|r| r.hold_released.is_some())
     }
 
+    /// The rollout this is a current run of, when it is one.
+    fn rollout(&self) -> Option<&str> {
+        let current = match &self.meta {
+            Meta::Slim { current, .. } => current.as_deref(),
+            Meta::Whole(m) => m
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_CURRENT))
+                .map(String::as_str),
+        };
+        let rollout = self.spec.rest.as_ref()?.rollout.as_ref()?;
+        (current == Some("true")).then_some(rollout.name.as_str())
+    }
+
+    /// The state of this run as the wave decisions read it.
+    fn run_state(&self) -> RunState {
+        let rest = self.status.as_ref().and_then(|s| s.rest.as_deref());
+        let message = self.status.as_ref().and_then(|s| s.message.as_deref());
+        let said = |word: &str| {
+            rest.and_then(|r| r.result.clone())
+                .or_else(|| message.map(|m| format!("{word}: {m}")))
+                .unwrap_or_else(|| word.to_string())
+        };
+        match self.phase() {
+            Phase::Pending | Phase::Queued => RunState::Pending,
+            Phase::Running => RunState::Running,
+            Phase::Succeeded => RunState::Succeeded {
+                at: rest
+                    .and_then(|r| r.end_time.as_ref())
+                    .map(|t| t.0)
+                    .unwrap_or_else(jiff::Timestamp::now),
+            },
+            Phase::Failed => RunState::Failed(said("failed")),
+            Phase::Canceled => RunState::Canceled(said("canceled")),
+        }
+    }
+
     fn resource_version(&self) -> Option<&str> {
         match &self.meta {
             Meta::Slim { resource_version, .. } => resource_version.as_deref(),
@@ -181,13 +227,20 @@ impl Record {
                 creation_timestamp,
                 cluster_label,
                 current,
+                wave,
                 hash,
             } => {
-                let labels: std::collections::BTreeMap<String, String> =
-                    [(LABEL_CLUSTER, cluster_label), (LABEL_CURRENT, current)]
-                        .into_iter()
-                        .filter_map(|(k, v)| Some((k.to_string(), v.as_deref()?.to_string())))
-                        .collect();
+                let rollout = self.spec.rest.as_ref().and_then(|r| r.rollout.as_ref());
+                let rollout = rollout.map(|r| r.name.as_str());
+                let labels: std::collections::BTreeMap<String, String> = [
+                    (LABEL_CLUSTER, cluster_label.as_deref()),
+                    (LABEL_CURRENT, current.as_deref()),
+                    (LABEL_ROLLOUT, rollout),
+                    (LABEL_WAVE, wave.as_deref()),
+                ]
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.to_string(), v?.to_string())))
+                .collect();
                 ObjectMeta {
                     name: Some(name.to_string()),
                     namespace: Some(namespace.to_string()),
@@ -239,11 +292,16 @@ impl Record {
     }
 }
 
+/// The names of a rollout's current runs, by cluster.
+type RunsByCluster = BTreeMap<Arc<str>, BTreeSet<Arc<str>>>;
+
 #[derive(Debug, Default)]
 struct Ops {
     by_name: HashMap<Arc<str>, Box<Record>>,
     by_cluster: ByCluster,
     running: BTreeSet<String>,
+    /// Each rollout's current runs, by cluster.
+    rollouts: HashMap<Arc<str>, RunsByCluster>,
     words: Words,
 }
 
@@ -262,6 +320,12 @@ impl Ops {
         } else {
             self.running.remove(name);
         }
+        self.unindex(name);
+        if let Some(rollout) = record.rollout() {
+            let (rollout, cluster) = (self.words.get(rollout), record.spec.cluster.clone());
+            let runs = self.rollouts.entry(rollout).or_default();
+            runs.entry(cluster).or_default().insert(Arc::from(name));
+        }
         match self.by_name.get_mut(name) {
             Some(kept) => *kept = record,
             None => {
@@ -272,8 +336,48 @@ impl Ops {
     }
 
     fn remove(&mut self, name: &str) {
+        self.unindex(name);
         self.by_name.remove(name);
         self.running.remove(name);
+    }
+
+    /// Drops `name` from the per-rollout index, as the record it replaces had it.
+    fn unindex(&mut self, name: &str) {
+        let Some(old) = self.by_name.get(name) else {
+            return;
+        };
+        let Some(rollout) = old.rollout() else {
+            return;
+        };
+        let Some(runs) = self.rollouts.get_mut(rollout) else {
+            return;
+        };
+        if let Some(names) = runs.get_mut(&*old.spec.cluster) {
+            names.remove(name);
+            if names.is_empty() {
+                runs.remove(&*old.spec.cluster);
+            }
+        }
+        if runs.is_empty() {
+            self.rollouts.remove(rollout);
+        }
+    }
+
+    /// The latest of `names` (the highest `rerun`, then the name).
+    fn latest<'n>(&self, names: &'n BTreeSet<Arc<str>>) -> Option<(&'n Arc<str>, &Record)> {
+        names
+            .iter()
+            .filter_map(|n| Some((n, self.by_name.get(n)?.as_ref())))
+            .max_by_key(|(n, r)| {
+                (
+                    r.spec
+                        .rest
+                        .as_ref()
+                        .and_then(|x| x.rollout.as_ref())
+                        .map(|x| x.rerun),
+                    *n,
+                )
+            })
     }
 }
 
@@ -404,6 +508,23 @@ impl OpCache {
             .collect()
     }
 
+    /// The latest current run of rollout `rollout` on each cluster that has one: its name and state.
+    /// Read from the per-rollout index, without looking at other operations.
+    pub fn rollout_runs(&self, rollout: &str) -> BTreeMap<String, (String, RunState)> {
+        let Ok(ops) = self.ops.lock() else {
+            return BTreeMap::new();
+        };
+        let Some(runs) = ops.rollouts.get(rollout) else {
+            return BTreeMap::new();
+        };
+        runs.iter()
+            .filter_map(|(cluster, names)| {
+                let (name, record) = ops.latest(names)?;
+                Some((cluster.to_string(), (name.to_string(), record.run_state())))
+            })
+            .collect()
+    }
+
     /// Names of the running operations, across clusters.
     pub fn running(&self) -> BTreeSet<String> {
         self.ops.lock().map(|o| o.running.clone()).unwrap_or_default()
@@ -439,6 +560,7 @@ mod tests {
     use super::*;
     use crate::api::{Hook, LABEL_MANAGED_BY, LABEL_OPERATION};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::ResourceExt;
 
     fn op(name: &str, cluster: &str, phase: Phase) -> ClusterOperation {
         let mut o = ClusterOperation::new(
@@ -485,6 +607,63 @@ mod tests {
         );
         o.metadata.owner_references = Some(vec![OwnerReference::default()]);
         o
+    }
+
+    /// A current run of rollout `up` in wave `rest` at `rerun`.
+    fn run(name: &str, cluster: &str, rerun: u64, phase: Phase) -> ClusterOperation {
+        let mut o = labelled(op(name, cluster, phase));
+        o.spec.cluster = cluster.into();
+        o.spec.rollout = Some(crate::api::OperationRollout {
+            name: "up".into(),
+            rerun,
+        });
+        let labels = o.metadata.labels.as_mut().unwrap();
+        labels.insert(LABEL_CLUSTER.into(), cluster.into());
+        labels.insert(LABEL_WAVE.into(), "rest".into());
+        o
+    }
+
+    #[test]
+    fn the_rollout_index_holds_each_clusters_latest_current_run_and_follows_its_changes() {
+        let cache = OpCache::new("kok");
+        let seen = |op: ClusterOperation| cache.observe(&watcher::Event::Apply(op));
+        seen(run("a-up-1", "a", 0, Phase::Failed));
+        seen(run("b-up-1", "b", 0, Phase::Running));
+        seen(labelled(op("a-install", "a", Phase::Pending)));
+        let states = |c: &OpCache| -> Vec<(String, String, RunState)> {
+            c.rollout_runs("up")
+                .into_iter()
+                .map(|(cluster, (name, state))| (cluster, name, state))
+                .collect()
+        };
+        let failed = RunState::Failed("failed: waiting for its Secret".into());
+        assert_eq!(
+            states(&cache),
+            [
+                ("a".into(), "a-up-1".into(), failed.clone()),
+                ("b".into(), "b-up-1".into(), RunState::Running)
+            ]
+        );
+        // A rerun: the new run is the latest even before the old one loses its current label.
+        seen(run("a-up-2", "a", 1, Phase::Pending));
+        assert_eq!(
+            states(&cache)[0],
+            ("a".into(), "a-up-2".into(), RunState::Pending)
+        );
+        let mut retired = run("a-up-2", "a", 1, Phase::Canceled);
+        retired.metadata.labels.as_mut().unwrap().remove(LABEL_CURRENT);
+        seen(retired);
+        assert_eq!(
+            states(&cache)[0],
+            ("a".into(), "a-up-1".into(), failed),
+            "no longer current"
+        );
+        let back = cache.get("b-up-1").unwrap();
+        assert_eq!(back.labels()[LABEL_ROLLOUT], "up");
+        assert_eq!(back.labels()[LABEL_WAVE], "rest");
+        cache.observe(&watcher::Event::Delete(run("b-up-1", "b", 0, Phase::Running)));
+        assert_eq!(states(&cache).len(), 1);
+        assert!(OpCache::new("kok").rollout_runs("up").is_empty());
     }
 
     #[test]

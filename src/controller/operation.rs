@@ -451,8 +451,9 @@ async fn start_or_wait(
     let siblings: Vec<&ClusterOperation> = all.iter().collect();
     // An operation whose cluster is being verified keeps its cluster busy, but its Job is done.
     let with_jobs = busy.iter().filter(|n| !ctx.verifications.verifying(n)).count();
-    let queue = decide(op, &siblings, &busy, with_jobs, ctx.config.max_concurrent_jobs);
     let now = ctx.config.clock.now();
+    let queue = decide(op, &siblings, &busy, with_jobs, ctx.config.max_concurrent_jobs)
+        .and_then(|()| super::rollout::wave_decision(ctx, op, now));
     let spec = &op.spec;
     let ignored = match with_maintenance(queue, spec.maintenance.as_ref(), spec.ignore_maintenance, now) {
         Ok(ignored) => ignored,
