@@ -3,6 +3,8 @@
 //! `kok/plan` status and its text and markdown renderings. Shared by `kok plan` and the service's
 //! pull-request plans.
 
+mod rollouts;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use git2::Oid;
@@ -11,14 +13,18 @@ use serde::Serialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{Cluster, ClusterOperation, FactsPlaybook, LABEL_CURRENT};
+use crate::api::{Cluster, ClusterOperation, FactsPlaybook, Phase, LABEL_CURRENT, LABEL_ROLLOUT};
 use crate::controller::live::LiveCache;
+use crate::controller::wave::RunState;
+use crate::layout::rollouts::rollouts_dir;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
 use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
 use crate::source::attribution::to_render_attribution;
 use crate::source::verify::CommitSignature;
 use crate::source::{read_commit, CommitRead, GitTree, SourceError};
+
+pub use rollouts::{PlannedRerun, PlannedWave, RolloutChange, RolloutFiles, RolloutPlan};
 
 /// Why a plan could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +35,17 @@ pub enum PlanError {
     /// Reading the live objects of the meta-cluster failed.
     #[error("reading the live objects the plan starts from: {0}")]
     Live(#[from] apply::ApplyError),
+    /// Listing the runs of a rollout whose `rerun` the range bumps failed.
+    #[error("listing the ClusterOperations of rollout {rollout} in namespace {namespace} failed: {source}")]
+    RolloutRuns {
+        /// Rollout name.
+        rollout: String,
+        /// Namespace.
+        namespace: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
 }
 
 /// One write, by the kind and name of its object.
@@ -128,6 +145,9 @@ pub struct Plan {
     pub clusters: Vec<ClusterPlan>,
     /// Clusters left at their last good state because they are invalid at `to`.
     pub invalid: Vec<InvalidCluster>,
+    /// Rollouts the range adds, changes, removes or breaks, with their waves as the merge makes them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<RolloutPlan>,
     /// Repository-wide diagnostics at `to` (kok.yml).
     pub repo_diagnostics: Vec<Diagnostic>,
     /// The signature state of every commit of the range, newest first.
@@ -137,12 +157,14 @@ pub struct Plan {
 impl Plan {
     /// True when the merge would write an object or run an operation.
     pub fn has_changes(&self) -> bool {
-        !self.clusters.is_empty()
+        !self.clusters.is_empty() || self.rollouts.iter().any(|r| r.change != RolloutChange::Invalid)
     }
 
-    /// True when a cluster or kok.yml is invalid at `to`.
+    /// True when a cluster, kok.yml or a rollout file is invalid at `to`.
     pub fn has_errors(&self) -> bool {
-        !self.invalid.is_empty() || !self.repo_diagnostics.is_empty()
+        !self.invalid.is_empty()
+            || !self.repo_diagnostics.is_empty()
+            || self.rollouts.iter().any(RolloutPlan::has_errors)
     }
 }
 
@@ -157,6 +179,8 @@ pub struct Prepared {
     at_from: BTreeMap<String, DesiredCluster>,
     hosts_at_from: BTreeMap<String, BTreeSet<String>>,
     subjects: BTreeMap<String, String>,
+    rollouts_from: RolloutFiles,
+    rollouts_to: RolloutFiles,
 }
 
 impl Prepared {
@@ -174,6 +198,22 @@ impl Prepared {
         self.read.changes.full_resync
     }
 
+    /// The rollouts whose `rerun` the range bumps and whose operation it leaves alone: the plan
+    /// names the clusters they run again from the runs the meta-cluster holds.
+    pub fn rerun_bumps(&self) -> Vec<String> {
+        self.rollouts_to
+            .valid
+            .values()
+            .filter(|to| {
+                self.rollouts_from
+                    .valid
+                    .get(&to.name)
+                    .is_some_and(|from| from.rerun != to.rerun && from.operation.entry == to.operation.entry)
+            })
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
     /// The live objects as the service would have left them after reconciling `from`, none of its
     /// operations started: for a plan without a meta-cluster.
     pub fn simulated_baseline(&self) -> Baseline {
@@ -185,6 +225,7 @@ impl Prepared {
         Baseline {
             clusters,
             names: self.at_from.keys().cloned().collect(),
+            rollout_runs: BTreeMap::new(),
         }
     }
 }
@@ -196,6 +237,9 @@ pub struct Baseline {
     pub clusters: BTreeMap<String, Live>,
     /// Names of every managed Cluster (read only for a full resync).
     pub names: BTreeSet<String>,
+    /// Per rollout whose `rerun` the range bumps, the latest run of each of its clusters (read only
+    /// from a meta-cluster: without one, which runs failed is not known).
+    pub rollout_runs: BTreeMap<String, BTreeMap<String, RunState>>,
 }
 
 /// Reads the baseline from the meta-cluster: three lists per cluster compared, one more on a full resync.
@@ -247,7 +291,59 @@ async fn baseline_from(
         };
         baseline.clusters.insert(name, live);
     }
+    for rollout in prepared.rerun_bumps() {
+        let runs = rollout_runs(client, namespace, &rollout).await?;
+        baseline.rollout_runs.insert(rollout, runs);
+    }
     Ok(baseline)
+}
+
+/// The latest run of each cluster of `rollout`: its ClusterOperations (labelled with the rollout's
+/// name), one list.
+async fn rollout_runs(
+    client: &kube::Client,
+    namespace: &str,
+    rollout: &str,
+) -> Result<BTreeMap<String, RunState>, PlanError> {
+    let api: kube::Api<ClusterOperation> = kube::Api::namespaced(client.clone(), namespace);
+    let params = kube::api::ListParams::default().labels(&format!("{LABEL_ROLLOUT}={rollout}"));
+    let list = api.list(&params).await.map_err(|source| PlanError::RolloutRuns {
+        rollout: rollout.to_string(),
+        namespace: namespace.to_string(),
+        source: Box::new(source),
+    })?;
+    Ok(latest_runs(&list.items))
+}
+
+/// The state of the latest of `operations` (by creation) of each cluster, as the wave decisions see it.
+fn latest_runs(operations: &[ClusterOperation]) -> BTreeMap<String, RunState> {
+    let mut latest: BTreeMap<&str, &ClusterOperation> = BTreeMap::new();
+    for op in operations {
+        let created = |o: &ClusterOperation| o.metadata.creation_timestamp.clone().map(|t| t.0);
+        match latest.get(op.spec.cluster.as_str()) {
+            Some(known) if created(known) >= created(op) => {}
+            _ => {
+                latest.insert(&op.spec.cluster, op);
+            }
+        }
+    }
+    latest
+        .into_iter()
+        .map(|(cluster, op)| {
+            let status = op.status.clone().unwrap_or_default();
+            let message = status.message.unwrap_or_default();
+            let state = match status.phase {
+                Phase::Pending | Phase::Queued => RunState::Pending,
+                Phase::Running => RunState::Running,
+                Phase::Succeeded => RunState::Succeeded {
+                    at: status.end_time.map(|t| t.0).unwrap_or_default(),
+                },
+                Phase::Failed => RunState::Failed(message),
+                Phase::Canceled => RunState::Canceled(message),
+            };
+            (cluster.to_string(), state)
+        })
+        .collect()
 }
 
 /// `desired` as it would stand in the meta-cluster: every object current, every ConfigMap owned by
@@ -356,6 +452,8 @@ pub fn prepare(
             hosts_at_from.insert(cluster.name.clone(), cluster.inventory.hosts.clone());
         }
     }
+    let rollouts_from = rollout_files(repo, from, root)?;
+    let rollouts_to = rollout_files(repo, Some(to), root)?;
     let path = crate::source::attribution::first_parent_path(repo, from, to)?;
     let mut subjects = BTreeMap::new();
     for op in &read.introduced {
@@ -375,7 +473,31 @@ pub fn prepare(
         at_from,
         hosts_at_from,
         subjects,
+        rollouts_from,
+        rollouts_to,
     })
+}
+
+/// The rollout files at `commit` (none without a rollouts directory). The whole tree is parsed: the
+/// clusters a rollout picks depend on every cluster's labels.
+fn rollout_files(
+    repo: &git2::Repository,
+    commit: Option<Oid>,
+    root: &str,
+) -> Result<RolloutFiles, PlanError> {
+    let Some(commit) = commit else {
+        return Ok(RolloutFiles::default());
+    };
+    let tree = GitTree::at_commit(repo, commit)?;
+    let dir = rollouts_dir(root);
+    if !matches!(
+        layout::TreeReader::kind(&tree, &dir),
+        Ok(Some(layout::EntryKind::Dir))
+    ) {
+        return Ok(RolloutFiles::default());
+    }
+    let parsed = layout::parse_repo(&tree, root);
+    Ok(RolloutFiles::new(parsed.rollouts, &parsed.diagnostics, &dir))
 }
 
 /// The plan: the writes the service's pass would make on `baseline` for `prepared`, decided by the
@@ -455,6 +577,11 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         full_resync: prepared.full_resync(),
         clusters,
         invalid,
+        rollouts: rollouts::plan_rollouts(
+            &prepared.rollouts_from,
+            &prepared.rollouts_to,
+            &baseline.rollout_runs,
+        ),
         repo_diagnostics: parsed
             .diagnostics
             .iter()
@@ -567,6 +694,7 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
         .repo_diagnostics
         .iter()
         .chain(plan.invalid.iter().flat_map(|i| &i.diagnostics))
+        .chain(plan.rollouts.iter().flat_map(|r| &r.diagnostics))
         .find(|d| d.severity == layout::Severity::Error);
     if let Some(d) = first_error {
         return (crate::api::StatusState::Error, d.to_string());
@@ -583,6 +711,7 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
                 .collect();
             format!("{}: {} would run", c.name, ops.join(", "))
         })
+        .chain(plan.rollouts.iter().map(RolloutPlan::headline))
         .collect();
     if parts.is_empty() {
         let writes: usize = plan
@@ -627,8 +756,19 @@ pub fn text(plan: &Plan) -> String {
     for d in &plan.repo_diagnostics {
         out.push_str(&format!("{d}\n"));
     }
-    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+    if !plan.has_changes() && !plan.has_errors() {
         out.push_str("no changes\n");
+    }
+    for rollout in &plan.rollouts {
+        out.push_str(&format!(
+            "\nrollout {} ({}, {})\n",
+            rollout.name,
+            rollout.change_word(),
+            rollout.path
+        ));
+        for line in rollout.lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
     }
     for cluster in &plan.clusters {
         out.push_str(&format!("\ncluster {}\n", cluster.name));
@@ -698,9 +838,10 @@ pub fn markdown(plan: &Plan) -> String {
     for d in &plan.repo_diagnostics {
         out.push_str(&format!("- :x: `{}`\n", cell(&d.to_string())));
     }
-    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+    if !plan.has_changes() && !plan.has_errors() {
         out.push_str("No changes.\n");
     }
+    out.push_str(&rollouts::markdown(&plan.rollouts, cell));
     for cluster in &plan.clusters {
         out.push_str(&format!("#### {}\n\n", cluster.name));
         if !cluster.labels.is_empty() {
@@ -773,6 +914,7 @@ mod tests {
             full_resync: false,
             clusters,
             invalid: Vec::new(),
+            rollouts: Vec::new(),
             repo_diagnostics: Vec::new(),
             signatures: Vec::new(),
         }

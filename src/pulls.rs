@@ -407,6 +407,7 @@ mod tests {
                 ..ClusterPlan::default()
             }],
             invalid: Vec::new(),
+            rollouts: Vec::new(),
             repo_diagnostics: Vec::new(),
             signatures: Vec::new(),
         };
