@@ -14,7 +14,8 @@
 //! (`--resync-interval` of the restarted kok, default 20), `KOK_FLEET_JSON` (default
 //! `<target dir>/fleet.json`). Mode `health` (not in the default modes) measures the periodic health
 //! checks instead (see [`health`]); `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30) is its kok's
-//! `--health-interval`.
+//! `--health-interval`. Mode `rollout` (not in the default modes either) runs a rollout over the fleet's
+//! clusters in four waves (see [`rollout`]; the operations count of a size is not used).
 
 #[path = "../tests/e2e/mod.rs"]
 mod e2e;
@@ -22,6 +23,8 @@ mod e2e;
 mod forge;
 #[path = "fleet/health.rs"]
 mod health;
+#[path = "fleet/rollout.rs"]
+mod rollout;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -49,6 +52,8 @@ enum Mode {
     Local,
     /// The health round ([`health`]), in service mode.
     Health,
+    /// A rollout in four waves ([`rollout`]), in service mode.
+    Rollout,
 }
 
 impl Mode {
@@ -57,6 +62,7 @@ impl Mode {
             Mode::Service => "service",
             Mode::Local => "local",
             Mode::Health => "health",
+            Mode::Rollout => "rollout",
         }
     }
 }
@@ -102,8 +108,9 @@ impl Config {
                 "service" => Ok(Mode::Service),
                 "local" => Ok(Mode::Local),
                 "health" => Ok(Mode::Health),
+                "rollout" => Ok(Mode::Rollout),
                 other => Err(anyhow::anyhow!(
-                    "KOK_FLEET_MODES: {other:?} is not service, local or health"
+                    "KOK_FLEET_MODES: {other:?} is not service, local, health or rollout"
                 )),
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -495,8 +502,8 @@ impl Bench<'_> {
         let forge = forge::ForgeServer::start().await;
         let state_dir = remote.scratch("state");
         let mut meta = match mode {
-            // The health mode runs in [`health::run`].
-            Mode::Service | Mode::Health => {
+            // The health and rollout modes run in [`health::run`] and [`rollout::run`].
+            Mode::Service | Mode::Health | Mode::Rollout => {
                 let api = testkit::ApiServer::start_with(testkit::Options {
                     event_window: 200_000,
                     ..testkit::Options::default()
@@ -1027,8 +1034,16 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut runs = Vec::new();
     let mut health_runs = Vec::new();
+    let mut rollout_runs = Vec::new();
     for &(clusters, ops) in &cfg.sizes {
         for &mode in &cfg.modes {
+            if mode == Mode::Rollout {
+                match rollout::run(&cfg, clusters).await {
+                    Ok(run) => rollout_runs.push(run),
+                    Err(e) => eprintln!("[{clusters} rollout] failed: {e:#}"),
+                }
+                continue;
+            }
             if mode == Mode::Health {
                 match health::run(&cfg, &bench.http, clusters, ops).await {
                     Ok(run) => health_runs.push(run),
@@ -1056,7 +1071,20 @@ async fn main() -> anyhow::Result<()> {
     if !health_runs.is_empty() {
         println!("\nHealth round:\n{}", health::report(&health_runs));
     }
-    let json = serde_json::json!({ "runs": runs, "targets": verdicts, "health": health_runs });
+    if !rollout_runs.is_empty() {
+        let service_rss = |clusters: usize| {
+            runs.iter()
+                .filter(|r| r.clusters == clusters && r.mode == "service")
+                .find_map(|r| r.peak_rss_mib)
+        };
+        println!("\nRollout:\n{}", rollout::report(&rollout_runs, service_rss));
+    }
+    let json = serde_json::json!({
+        "runs": runs,
+        "targets": verdicts,
+        "health": health_runs,
+        "rollout": rollout_runs,
+    });
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&json)?)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", cfg.json.display()))?;
     println!("JSON written to {}", cfg.json.display());
