@@ -342,22 +342,26 @@ pub fn merge_rollout_runs(
     rollout: Vec<JoinedEntry>,
     limit: usize,
 ) -> Vec<JoinedEntry> {
-    let mut marked: HashMap<(String, String), (String, Option<String>, Option<String>)> = HashMap::new();
+    // Each rollout run by the commit whose note holds it: the rollout commit it is shown under.
+    let mut marked: HashMap<(String, String), (&str, &OperationOutcome)> = HashMap::new();
     for r in &rollout {
         for op in &r.operations {
-            let mark = (r.entry.commit.clone(), op.rollout.clone(), op.wave.clone());
-            marked.insert(reporter(r, op), mark);
+            marked.insert(reporter(r, op), (&r.entry.commit, op));
         }
     }
     for c in &mut cluster {
         let commit = c.entry.commit.clone();
-        let keys: Vec<(String, String)> = c.operations.iter().map(|op| reporter(c, op)).collect();
-        let mut keys = keys.into_iter();
+        let mut keys = c
+            .operations
+            .iter()
+            .map(|op| reporter(c, op))
+            .collect::<Vec<_>>()
+            .into_iter();
         c.operations.retain_mut(|op| {
-            let Some((owner, rollout, wave)) = keys.next().and_then(|k| marked.get(&k)) else {
+            let Some((owner, run)) = keys.next().and_then(|k| marked.get(&k)) else {
                 return true;
             };
-            (op.rollout, op.wave) = (rollout.clone(), wave.clone());
+            (op.rollout, op.wave) = (run.rollout.clone(), run.wave.clone());
             *owner == commit
         });
     }
