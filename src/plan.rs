@@ -641,7 +641,7 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
     };
     let mut out = Vec::new();
     for write in writes {
-        let Write::CreateOperation { name: op_name } = write else {
+        let Write::CreateOperation { name: op_name, .. } = write else {
             continue;
         };
         let Some((file_index, op)) = desired

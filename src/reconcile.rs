@@ -15,9 +15,11 @@ use kube::Client;
 use tracing::{info, instrument, warn};
 
 use crate::controller::live::LiveCache;
+use crate::layout::rollouts::Rollout;
 use crate::layout::{self, Diagnostic};
-use crate::materialize::{self, apply, state, RenderContext};
+use crate::materialize::{self, apply, fleet, rollout, state, RenderContext};
 use crate::metrics::Metrics;
+use crate::source::read::{CommitChanges, RolloutsRead};
 use crate::source::verify::{self, RangeVerdict, Verification};
 use crate::source::{self, Source, SourceError};
 
@@ -181,6 +183,12 @@ pub async fn pass(
         None => None,
     };
     let ns = cfg.namespace.as_str();
+    let (rollouts, rollout_writes) = read_rollouts(client, source, cfg, old, new, &read, &base_ctx).await?;
+    outcome.writes += rollout_writes;
+    let mut read = read;
+    widen_to_rollouts(&mut read, rollouts.as_ref());
+    let memberships = rollouts.as_ref().map(|r| Memberships::of(r)).unwrap_or_default();
+    let (memberships, broken) = (&memberships, rollouts.as_ref().map(|r| &r.broken));
     let untouched = &read.untouched;
     // The clusters are parsed a part at a time, as the applies need them, and each cluster's parse is
     // dropped once it is applied: a fleet-size pass never holds the whole parsed commit, nor a part
@@ -211,7 +219,11 @@ pub async fn pass(
         .try_flatten();
     outcome.writes += clusters
         .map_ok(|(ctx, cluster)| async move {
-            let desired = materialize::render_cluster(&cluster, &ctx);
+            let mut desired = materialize::render_cluster(&cluster, &ctx);
+            if let Some(broken) = broken {
+                let of = memberships.0.get(&cluster.name).map_or(&[][..], Vec::as_slice);
+                rollout::add_rollouts(&mut desired, &cluster, of, broken, &ctx);
+            }
             let name = cluster.name;
             let view = cached(live, &name).await;
             let keep = untouched.contains(&name);
@@ -230,6 +242,9 @@ pub async fn pass(
     outcome.invalid.sort();
     outcome.invalid.dedup();
     outcome.diagnostics = found.diagnostics;
+    if let Some(r) = &rollouts {
+        outcome.diagnostics.extend(r.diagnostics.iter().cloned());
+    }
     outcome.diagnostics.sort();
     outcome.diagnostics.dedup();
     outcome.writes += remove_clusters(client, ns, live, &read.changes.removed).await?;
@@ -277,6 +292,71 @@ pub async fn pass(
         "commit reconciled"
     );
     Ok(outcome)
+}
+
+/// Reads the rollout files when a rollouts directory exists and something changed, and writes their
+/// `FleetRollout` objects; returns them and the writes made.
+async fn read_rollouts(
+    client: &Client,
+    source: &SharedSource,
+    cfg: &PassConfig,
+    old: Option<Oid>,
+    new: Oid,
+    read: &CommitChanges,
+    ctx: &RenderContext,
+) -> Result<(Option<RolloutsRead>, usize), PassError> {
+    let root = cfg.root.clone();
+    let clusters_changed = !read.names.is_empty() || !read.changes.removed.is_empty();
+    let rollouts = with_source(source, move |s| {
+        source::read::read_rollouts(s.repository(), old, new, &root, clusters_changed)
+    })
+    .await?;
+    let Some(mut rollouts) = rollouts else {
+        return Ok((None, 0));
+    };
+    let desired: Vec<_> = rollouts
+        .rollouts
+        .iter()
+        .map(|r| rollout::render_rollout(r, ctx))
+        .collect();
+    let live = fleet::live_rollouts(client, &cfg.namespace).await?;
+    let mut writes = fleet::decide_rollouts(&live, &desired, &rollouts.broken);
+    let made = fleet::apply_rollouts(client, &cfg.namespace, &writes).await?;
+    rollouts.touched = std::mem::take(&mut writes.touched);
+    Ok((Some(rollouts), made))
+}
+
+/// Adds to the clusters a pass applies those whose runs of a rollout may change (the clusters of a
+/// rollout that changed, before and after); they keep the revision they have.
+fn widen_to_rollouts(read: &mut CommitChanges, rollouts: Option<&RolloutsRead>) {
+    let Some(rollouts) = rollouts else { return };
+    let removed: BTreeSet<&String> = read.changes.removed.iter().collect();
+    let known: BTreeSet<String> = read.names.iter().cloned().collect();
+    for name in &rollouts.touched {
+        if !known.contains(name) && !removed.contains(name) {
+            read.names.push(name.clone());
+            read.untouched.insert(name.clone());
+        }
+    }
+    read.names.sort();
+}
+
+/// Each cluster's rollouts, with the wave that took it.
+#[derive(Default)]
+struct Memberships<'a>(std::collections::BTreeMap<String, Vec<(&'a Rollout, &'a str)>>);
+
+impl<'a> Memberships<'a> {
+    fn of(read: &'a RolloutsRead) -> Self {
+        let mut m = Memberships::default();
+        for r in &read.rollouts {
+            for w in &r.waves {
+                for c in &w.clusters {
+                    m.0.entry(c.clone()).or_default().push((r, w.name.as_str()));
+                }
+            }
+        }
+        m
+    }
 }
 
 /// The live objects of `cluster` from the caches, when there are caches and they vouch for it.

@@ -1,8 +1,10 @@
 //! The `kok.dev/v1alpha1` custom resources and every name kok writes into the meta-cluster, defined once.
 
+mod context;
 mod rollout;
 pub mod watched;
 
+pub use context::*;
 pub use rollout::*;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -518,6 +520,10 @@ pub struct ClusterOperationSpec {
     /// freeze; its status says so when it did.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ignore_maintenance: bool,
+    /// Set when the operation is one cluster's run of a rollout (`rollouts/<name>.yml`), not an entry of
+    /// its operations.yml: it starts only when its wave of the rollout opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<OperationRollout>,
 }
 
 /// How much of the workload cluster kok verifies after an operation's Job succeeded.

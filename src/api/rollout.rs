@@ -6,8 +6,27 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Label carrying the rollout name, on its `FleetRollout`.
+/// Kind of the rollout resource, as errors name it.
+pub const FLEET_ROLLOUT_KIND: &str = "FleetRollout";
+
+/// Label carrying the rollout name, on its `FleetRollout` and on each cluster's run of it (a
+/// ClusterOperation whose `spec.rollout` names the rollout): `kubectl get clusterops -l kok.dev/rollout=<name>`.
 pub const LABEL_ROLLOUT: &str = "kok.dev/rollout";
+/// Label carrying the wave of a rollout a cluster's run belongs to, on that run's ClusterOperation; kept
+/// current when a commit moves the cluster to another wave.
+pub const LABEL_WAVE: &str = "kok.dev/wave";
+
+/// Which rollout an operation is a cluster's run of, and for which `rerun` of it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationRollout {
+    /// Name of the rollout (its file's name, and its `FleetRollout`'s).
+    pub name: String,
+    /// The rollout's `rerun` this run was created at: a bump makes a new run only where the latest one
+    /// failed or was canceled.
+    #[serde(default)]
+    pub rerun: u64,
+}
 
 /// One wave of a rollout, with the clusters it took.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -25,7 +25,8 @@ use kube::runtime::watcher;
 use super::cache::{ByCluster, Listed, Words};
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
-    OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT,
+    OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT, LABEL_ROLLOUT,
+    LABEL_WAVE,
 };
 
 /// The metadata a record keeps.
@@ -36,9 +37,11 @@ enum Meta {
         uid: Option<Box<str>>,
         resource_version: Option<Box<str>>,
         creation_timestamp: Option<Time>,
-        /// The `kok.dev/cluster` and `kok.dev/current` labels.
+        /// The `kok.dev/cluster`, `kok.dev/current` and `kok.dev/wave` labels (`kok.dev/rollout` is
+        /// `spec.rollout`'s name).
         cluster_label: Option<Arc<str>>,
         current: Option<Arc<str>>,
+        wave: Option<Arc<str>>,
         /// The `kok.dev/content-hash` annotation.
         hash: Option<Box<str>>,
     },
@@ -98,6 +101,7 @@ impl Record {
                 creation_timestamp: m.creation_timestamp.clone(),
                 cluster_label: label(LABEL_CLUSTER).map(|v| words.get(v)),
                 current: label(LABEL_CURRENT).map(|v| words.get(v)),
+                wave: label(LABEL_WAVE).map(|v| words.get(v)),
                 hash: m
                     .annotations
                     .as_ref()
@@ -119,6 +123,7 @@ impl Record {
             verify_timeout: s.verify_timeout.clone(),
             maintenance: s.maintenance.clone(),
             ignore_maintenance: s.ignore_maintenance,
+            rollout: s.rollout.clone(),
             ..ClusterOperationSpec::default()
         };
         let spec = Spec {
@@ -181,13 +186,20 @@ impl Record {
                 creation_timestamp,
                 cluster_label,
                 current,
+                wave,
                 hash,
             } => {
-                let labels: std::collections::BTreeMap<String, String> =
-                    [(LABEL_CLUSTER, cluster_label), (LABEL_CURRENT, current)]
-                        .into_iter()
-                        .filter_map(|(k, v)| Some((k.to_string(), v.as_deref()?.to_string())))
-                        .collect();
+                let rollout = self.spec.rest.as_ref().and_then(|r| r.rollout.as_ref());
+                let rollout = rollout.map(|r| r.name.as_str());
+                let labels: std::collections::BTreeMap<String, String> = [
+                    (LABEL_CLUSTER, cluster_label.as_deref()),
+                    (LABEL_CURRENT, current.as_deref()),
+                    (LABEL_ROLLOUT, rollout),
+                    (LABEL_WAVE, wave.as_deref()),
+                ]
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.to_string(), v?.to_string())))
+                .collect();
                 ObjectMeta {
                     name: Some(name.to_string()),
                     namespace: Some(namespace.to_string()),

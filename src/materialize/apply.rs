@@ -30,12 +30,12 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use super::rollout::{resolve_runs, rollout_of, wave_of};
 use super::DesiredCluster;
 use crate::api::{
-    Cluster, ClusterOperation, Phase, ANNOTATION_CONTENT_HASH, FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT,
-    LABEL_MANAGED_BY, MANAGED_BY,
+    run_context, Cluster, ClusterOperation, CommitStatus, Phase, StatusState, ANNOTATION_CONTENT_HASH,
+    FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY, LABEL_WAVE, MANAGED_BY,
 };
-use crate::report::status::operation_status;
 
 /// Message of an operation canceled because its entry left operations.yml.
 pub const CANCELED_MESSAGE: &str = "removed from operations.yml";
@@ -107,6 +107,17 @@ pub enum ApplyError {
     #[error("writing ClusterOperation {name} in namespace {namespace} failed: {source}")]
     WriteOperation {
         /// ClusterOperation name.
+        name: String,
+        /// Namespace.
+        namespace: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Server-side apply of a FleetRollout failed.
+    #[error("applying FleetRollout {name} in namespace {namespace} failed: {source}")]
+    WriteRollout {
+        /// Rollout name.
         name: String,
         /// Namespace.
         namespace: String,
@@ -322,6 +333,17 @@ pub enum Write {
     CreateOperation {
         /// Its name.
         name: String,
+        /// Its body, for a cluster's run of a rollout (an entry of operations.yml is found in the
+        /// desired cluster by name).
+        body: Option<Box<ClusterOperation>>,
+    },
+    /// Set the `kok.dev/wave` label of a cluster's run of a rollout: a commit moved the cluster to
+    /// another wave.
+    LabelWave {
+        /// Its name.
+        name: String,
+        /// The wave.
+        wave: String,
     },
     /// Set (`current`) or drop the current label of a ClusterOperation.
     LabelOperation {
@@ -391,10 +413,10 @@ impl Write {
                 "Cluster",
                 name,
             ),
-            Write::CreateOperation { name } => (Change::Create, "ClusterOperation", name),
-            Write::LabelOperation { name, .. } | Write::CancelOperation { name, .. } => {
-                (Change::Update, "ClusterOperation", name)
-            }
+            Write::CreateOperation { name, .. } => (Change::Create, "ClusterOperation", name),
+            Write::LabelOperation { name, .. }
+            | Write::LabelWave { name, .. }
+            | Write::CancelOperation { name, .. } => (Change::Update, "ClusterOperation", name),
             Write::CreateConfigMap { name, .. } => (Change::Create, "ConfigMap", name),
             Write::PatchConfigMap { name, .. } => (Change::Update, "ConfigMap", name),
             Write::DeleteConfigMap { name, .. } => (Change::Delete, "ConfigMap", name),
@@ -406,7 +428,11 @@ impl Write {
     pub fn describe(&self) -> &'static str {
         match self {
             Write::ApplyCluster { .. } => "applied",
-            Write::CreateOperation { .. } => "created, queued to run",
+            Write::CreateOperation { body: None, .. } => "created, queued to run",
+            Write::CreateOperation { body: Some(_), .. } => {
+                "created, queued to run in its wave of the rollout"
+            }
+            Write::LabelWave { .. } => "moved to another wave of its rollout",
             Write::LabelOperation { current: true, .. } => "an entry of operations.yml again",
             Write::LabelOperation { current: false, .. } => "no longer an entry of operations.yml",
             Write::CancelOperation { .. } => "canceled: removed before it started",
@@ -441,11 +467,39 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
         (Some(c), Some(uid)) => Owner::Known(usage_ref(c, uid)),
         _ => Owner::NewCluster(desired.name.clone()),
     };
+    let runs = resolve_runs(live.operations.values(), desired);
+    let op_owners = decide_operations(live, desired, &runs, &mut writes);
+    decide_config_maps(live, desired, &cluster_owner, &op_owners, &mut writes);
+    release_config_maps(live, desired, cluster_uid.as_ref(), &mut writes);
+    // Operations that left operations.yml, or their rollout; runs of a broken rollout file stay.
+    let desired_ops: BTreeSet<String> = op_owners.iter().map(|(_, o)| o.name_any()).collect();
+    for (name, op) in &live.operations {
+        let kept = rollout_of(op).is_some_and(|r| desired.kept_rollouts.contains(&r.name));
+        if desired_ops.contains(name) || kept || !has_label(op, LABEL_CURRENT) {
+            continue;
+        }
+        writes.extend(retire_writes(op, now));
+    }
+    writes
+}
 
-    // Operations: created once, never updated in spec.
-    let mut op_owners: Vec<(Owner, &ClusterOperation)> = Vec::new();
-    let desired_ops: BTreeSet<String> = desired.operations.iter().map(|o| o.name_any()).collect();
-    for op in &desired.operations {
+/// Operations (the entries of operations.yml, then the cluster's `runs` of rollouts): created once,
+/// never updated in spec; an existing one labelled current again when it lost the label, and a run of a
+/// rollout labelled with its wave when that changed. Returns each desired operation with its owner
+/// reference (known or to be created).
+fn decide_operations<'d>(
+    live: &Live,
+    desired: &'d DesiredCluster,
+    runs: &'d [ClusterOperation],
+    writes: &mut Vec<Write>,
+) -> Vec<(Owner, &'d ClusterOperation)> {
+    let mut op_owners = Vec::new();
+    for (op, is_run) in desired
+        .operations
+        .iter()
+        .map(|o| (o, false))
+        .chain(runs.iter().map(|o| (o, true)))
+    {
         let name = op.name_any();
         match live.operations.get(&name) {
             Some(existing) => {
@@ -455,6 +509,12 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
                         current: true,
                     });
                 }
+                if let Some(wave) = wave_of(op).filter(|w| wave_of(existing) != Some(*w)) {
+                    writes.push(Write::LabelWave {
+                        name: name.clone(),
+                        wave: wave.to_string(),
+                    });
+                }
                 let owner = match uid_of(existing) {
                     Some(uid) => Owner::Known(usage_ref(existing, &uid)),
                     None => Owner::NewOperation(name),
@@ -462,55 +522,73 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
                 op_owners.push((owner, op));
             }
             None => {
-                writes.push(Write::CreateOperation { name: name.clone() });
+                writes.push(Write::CreateOperation {
+                    name: name.clone(),
+                    body: is_run.then(|| Box::new(op.clone())),
+                });
                 op_owners.push((Owner::NewOperation(name), op));
             }
         }
     }
+    op_owners
+}
 
-    // Current ConfigMaps: created once with their users as owners; missing owners added.
-    let current: BTreeSet<String> = desired.config_maps.iter().map(|c| c.name_any()).collect();
+/// Current ConfigMaps: created once with their users as owners; missing owners added.
+fn decide_config_maps(
+    live: &Live,
+    desired: &DesiredCluster,
+    cluster_owner: &Owner,
+    op_owners: &[(Owner, &ClusterOperation)],
+    writes: &mut Vec<Write>,
+) {
     for cm in &desired.config_maps {
         let name = cm.name_any();
         let mut wanted = vec![cluster_owner.clone()];
-        for (owner, op) in &op_owners {
+        for (owner, op) in op_owners {
             if op.spec.hosts_conf_ref.name == name || op.spec.vars_conf_ref.name == name {
                 wanted.push(owner.clone());
             }
         }
-        match live.config_maps.get(&name) {
-            None => writes.push(Write::CreateConfigMap { name, owners: wanted }),
-            Some(existing) => {
-                let have: BTreeSet<&str> = existing
-                    .owner_references()
-                    .iter()
-                    .map(|r| r.uid.as_str())
-                    .collect();
-                let missing: Vec<Owner> = wanted
-                    .into_iter()
-                    .filter(|o| !matches!(o, Owner::Known(r) if have.contains(r.uid.as_str())))
-                    .collect();
-                if missing.is_empty() && has_label(existing, LABEL_CURRENT) {
-                    continue;
-                }
-                let mut owners: Vec<Owner> = existing
-                    .owner_references()
-                    .iter()
-                    .cloned()
-                    .map(Owner::Known)
-                    .collect();
-                owners.extend(missing);
-                writes.push(Write::PatchConfigMap {
-                    name,
-                    resource_version: existing.resource_version(),
-                    owners,
-                    current: true,
-                });
-            }
+        let Some(existing) = live.config_maps.get(&name) else {
+            writes.push(Write::CreateConfigMap { name, owners: wanted });
+            continue;
+        };
+        let have: BTreeSet<&str> = existing
+            .owner_references()
+            .iter()
+            .map(|r| r.uid.as_str())
+            .collect();
+        let missing: Vec<Owner> = wanted
+            .into_iter()
+            .filter(|o| !matches!(o, Owner::Known(r) if have.contains(r.uid.as_str())))
+            .collect();
+        if missing.is_empty() && has_label(existing, LABEL_CURRENT) {
+            continue;
         }
+        let mut owners: Vec<Owner> = existing
+            .owner_references()
+            .iter()
+            .cloned()
+            .map(Owner::Known)
+            .collect();
+        owners.extend(missing);
+        writes.push(Write::PatchConfigMap {
+            name,
+            resource_version: existing.resource_version(),
+            owners,
+            current: true,
+        });
     }
+}
 
-    // ConfigMaps no longer current: the Cluster stops using them; unused ones are deleted.
+/// ConfigMaps no longer current: the Cluster stops using them; unused ones are deleted.
+fn release_config_maps(
+    live: &Live,
+    desired: &DesiredCluster,
+    cluster_uid: Option<&String>,
+    writes: &mut Vec<Write>,
+) {
+    let current: BTreeSet<String> = desired.config_maps.iter().map(|c| c.name_any()).collect();
     let pinned = pinned_config_maps(live);
     for (name, cm) in &live.config_maps {
         if current.contains(name) || !has_label(cm, LABEL_CURRENT) {
@@ -519,7 +597,7 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
         let owners: Vec<OwnerReference> = cm
             .owner_references()
             .iter()
-            .filter(|r| Some(&r.uid) != cluster_uid.as_ref())
+            .filter(|r| Some(&r.uid) != cluster_uid)
             .cloned()
             .collect();
         if owners.is_empty() && !pinned.contains(name.as_str()) {
@@ -536,15 +614,6 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
             });
         }
     }
-
-    // Operations that left operations.yml.
-    for (name, op) in &live.operations {
-        if desired_ops.contains(name) || !has_label(op, LABEL_CURRENT) {
-            continue;
-        }
-        writes.extend(retire_writes(op, now));
-    }
-    writes
 }
 
 /// Names of the ConfigMaps some live operation pins.
@@ -567,9 +636,13 @@ fn retire_writes(op: &ClusterOperation, now: Timestamp) -> Vec<Write> {
     let mut writes = Vec::new();
     let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
     if matches!(phase, Phase::Pending | Phase::Queued) {
+        let message = match rollout_of(op) {
+            Some(r) => format!("no longer a run of rollout {}", r.name),
+            None => CANCELED_MESSAGE.to_string(),
+        };
         writes.push(Write::CancelOperation {
             name: name.clone(),
-            patch: cancel_patch(op, now),
+            patch: cancel_patch(op, &message, now),
             reference: op.object_ref(&()),
         });
     }
@@ -728,168 +801,262 @@ async fn make_writes(
     writes: &[Write],
     applied: &mut Applied,
 ) -> Result<(), ApplyError> {
-    let Applied { stats, written } = applied;
-    let client = &apis.client;
-    let mut made: BTreeMap<(&'static str, String), OwnerReference> = BTreeMap::new();
-    let mut gone: BTreeSet<String> = BTreeSet::new();
-    let namespace = apis.namespace.as_str();
+    let mut writer = Writer {
+        apis,
+        desired,
+        applied,
+        made: BTreeMap::new(),
+        gone: BTreeSet::new(),
+    };
     for write in writes {
+        if writer.make(write).await? {
+            writer.applied.stats.writes += 1;
+        }
+    }
+    Ok(())
+}
+
+/// The state of one run of [`make_writes`]: the objects created so far (their owner references, for the
+/// ConfigMaps that name them) and the operations found gone.
+struct Writer<'a> {
+    apis: &'a Apis,
+    desired: Option<&'a DesiredCluster>,
+    applied: &'a mut Applied,
+    made: BTreeMap<(&'static str, String), OwnerReference>,
+    gone: BTreeSet<String>,
+}
+
+impl Writer<'_> {
+    /// Makes one write; false when it was skipped (nothing to write, or its object is gone).
+    async fn make(&mut self, write: &Write) -> Result<bool, ApplyError> {
         match write {
-            Write::ApplyCluster { name, exists } => {
-                let Some(desired) = desired else { continue };
-                let pp = PatchParams::apply(FIELD_MANAGER).force();
-                let applied = apis
-                    .clusters
-                    .patch(name, &pp, &Patch::Apply(&desired.cluster))
+            Write::ApplyCluster { name, exists } => self.apply_cluster(name, *exists).await,
+            Write::CreateOperation { name, body } => self.create_operation(name, body.as_deref()).await,
+            Write::LabelOperation { name, current } => self.label_operation(name, *current).await,
+            Write::LabelWave { name, wave } => {
+                let patch = json!({"metadata": {"labels": {LABEL_WAVE: wave}}});
+                let op = self
+                    .apis
+                    .operations
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|source| ApplyError::ApplyCluster {
-                        name: name.clone(),
-                        namespace: namespace.to_string(),
-                        source: Box::new(source),
-                    })?;
-                let uid = apis.uid(&applied, "Cluster")?;
-                made.insert(("Cluster", name.clone()), usage_ref(&applied, &uid));
-                written.push(Written::of("Cluster", &applied));
-                if *exists {
-                    stats.updated += 1;
-                } else {
-                    stats.created += 1;
-                }
-                info!(cluster = %name, revision = %desired.cluster.spec.source.revision, "cluster applied");
-            }
-            Write::CreateOperation { name } => {
-                let Some(op) = desired.and_then(|d| d.operations.iter().find(|o| o.name_any() == *name))
-                else {
-                    continue;
-                };
-                let mut obj = op.clone();
-                obj.metadata
-                    .labels
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(LABEL_CURRENT.into(), "true".into());
-                obj.status = None;
-                let created = match apis.operations.create(&PostParams::default(), &obj).await {
-                    Ok(o) => o,
-                    Err(e) if is_conflict(&e) => {
-                        apis.operations.get(name).await.map_err(apis.op_err(name))?
-                    }
-                    Err(e) => return Err(apis.op_err(name)(e)),
-                };
-                let uid = apis.uid(&created, "ClusterOperation")?;
-                made.insert(("ClusterOperation", name.clone()), usage_ref(&created, &uid));
-                written.push(Written::of("ClusterOperation", &created));
-                stats.created += 1;
-                info!(operation = %name, "operation created");
-            }
-            Write::LabelOperation { name, current } => {
-                if gone.contains(name) {
-                    continue;
-                }
-                match set_current_label(apis, name, *current).await {
-                    Ok(op) => written.push(Written::of("ClusterOperation", &op)),
-                    Err(ApplyError::WriteOperation { source, .. }) if !current && is_not_found(&source) => {
-                        continue
-                    }
-                    Err(e) => return Err(e),
-                }
-                stats.updated += 1;
+                    .map_err(self.apis.op_err(name))?;
+                self.applied.written.push(Written::of("ClusterOperation", &op));
+                self.applied.stats.updated += 1;
+                Ok(true)
             }
             Write::CancelOperation {
                 name,
                 patch,
                 reference,
-            } => {
-                match apis
-                    .operations
-                    .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                {
-                    Ok(op) => {
-                        stats.canceled += 1;
-                        written.push(Written::of("ClusterOperation", &op));
-                        info!(operation = %name, "operation canceled: {CANCELED_MESSAGE}");
-                        publish_canceled(client, name, reference).await;
-                    }
-                    // Changed meanwhile (started, perhaps): a conflict, decided again from what it is now.
-                    Err(e) if is_not_found(&e) => {
-                        gone.insert(name.clone());
-                        continue;
-                    }
-                    Err(e) => return Err(apis.op_err(name)(e)),
-                }
-            }
-            Write::CreateConfigMap { name, owners } => {
-                let Some(cm) = desired.and_then(|d| d.config_maps.iter().find(|c| c.name_any() == *name))
-                else {
-                    continue;
-                };
-                let mut obj = cm.clone();
-                obj.metadata
-                    .labels
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(LABEL_CURRENT.into(), "true".into());
-                obj.metadata.owner_references =
-                    Some(owners.iter().filter_map(|o| resolve_owner(o, &made)).collect());
-                match apis.config_maps.create(&PostParams::default(), &obj).await {
-                    Ok(cm) => written.push(Written::of("ConfigMap", &cm)),
-                    // Created concurrently: the next apply adds whatever owner is missing.
-                    Err(e) if is_conflict(&e) => {}
-                    Err(e) => return Err(apis.cm_err(name)(e)),
-                }
-                stats.created += 1;
-            }
+            } => self.cancel_operation(name, patch, reference).await,
+            Write::CreateConfigMap { name, owners } => self.create_config_map(name, owners).await,
             Write::PatchConfigMap {
                 name,
                 resource_version,
                 owners,
                 current,
             } => {
-                let owners: Vec<OwnerReference> =
-                    owners.iter().filter_map(|o| resolve_owner(o, &made)).collect();
-                let patch = json!({
-                    "metadata": {
-                        "resourceVersion": resource_version,
-                        "ownerReferences": owners,
-                        "labels": {LABEL_CURRENT: current.then_some("true")},
-                    }
-                });
-                let cm = apis
-                    .config_maps
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                self.patch_config_map(name, resource_version, owners, *current)
                     .await
-                    .map_err(apis.cm_err(name))?;
-                written.push(Written::of("ConfigMap", &cm));
-                stats.updated += 1;
             }
             Write::DeleteConfigMap {
                 name,
                 resource_version,
             } => {
-                delete_config_map(apis, name, resource_version.clone()).await?;
-                written.push(Written::gone("ConfigMap", name));
-                stats.deleted += 1;
+                delete_config_map(self.apis, name, resource_version.clone()).await?;
+                self.applied.written.push(Written::gone("ConfigMap", name));
+                self.applied.stats.deleted += 1;
+                Ok(true)
             }
-            Write::DeleteCluster { name } => {
-                match apis.clusters.delete(name, &DeleteParams::background()).await {
-                    Ok(_) => {}
-                    Err(e) if is_not_found(&e) => {}
-                    Err(source) => {
-                        return Err(ApplyError::Delete {
-                            kind: "Cluster",
-                            name: name.clone(),
-                            namespace: namespace.to_string(),
-                            source: Box::new(source),
-                        })
-                    }
-                }
-                written.push(Written::gone("Cluster", name));
-                stats.deleted += 1;
-                info!(cluster = %name, "cluster removed");
+            Write::DeleteCluster { name } => self.delete_cluster(name).await,
+        }
+    }
+
+    async fn apply_cluster(&mut self, name: &str, exists: bool) -> Result<bool, ApplyError> {
+        let Some(desired) = self.desired else {
+            return Ok(false);
+        };
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let applied = self
+            .apis
+            .clusters
+            .patch(name, &pp, &Patch::Apply(&desired.cluster))
+            .await
+            .map_err(|source| ApplyError::ApplyCluster {
+                name: name.to_string(),
+                namespace: self.apis.namespace.clone(),
+                source: Box::new(source),
+            })?;
+        let uid = self.apis.uid(&applied, "Cluster")?;
+        self.made
+            .insert(("Cluster", name.to_string()), usage_ref(&applied, &uid));
+        self.applied.written.push(Written::of("Cluster", &applied));
+        if exists {
+            self.applied.stats.updated += 1;
+        } else {
+            self.applied.stats.created += 1;
+        }
+        info!(cluster = %name, revision = %desired.cluster.spec.source.revision, "cluster applied");
+        Ok(true)
+    }
+
+    async fn create_operation(
+        &mut self,
+        name: &str,
+        body: Option<&ClusterOperation>,
+    ) -> Result<bool, ApplyError> {
+        let apis = self.apis;
+        let found = || {
+            self.desired
+                .and_then(|d| d.operations.iter().find(|o| o.name_any() == name))
+        };
+        let Some(op) = body.or_else(found) else {
+            return Ok(false);
+        };
+        let mut obj = op.clone();
+        obj.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(LABEL_CURRENT.into(), "true".into());
+        obj.status = None;
+        let created = match apis.operations.create(&PostParams::default(), &obj).await {
+            Ok(o) => o,
+            Err(e) if is_conflict(&e) => apis.operations.get(name).await.map_err(apis.op_err(name))?,
+            Err(e) => return Err(apis.op_err(name)(e)),
+        };
+        let uid = apis.uid(&created, "ClusterOperation")?;
+        self.made
+            .insert(("ClusterOperation", name.to_string()), usage_ref(&created, &uid));
+        self.applied
+            .written
+            .push(Written::of("ClusterOperation", &created));
+        self.applied.stats.created += 1;
+        info!(operation = %name, "operation created");
+        Ok(true)
+    }
+
+    async fn label_operation(&mut self, name: &str, current: bool) -> Result<bool, ApplyError> {
+        if self.gone.contains(name) {
+            return Ok(false);
+        }
+        match set_current_label(self.apis, name, current).await {
+            Ok(op) => self.applied.written.push(Written::of("ClusterOperation", &op)),
+            Err(ApplyError::WriteOperation { source, .. }) if !current && is_not_found(&source) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(e),
+        }
+        self.applied.stats.updated += 1;
+        Ok(true)
+    }
+
+    async fn cancel_operation(
+        &mut self,
+        name: &str,
+        patch: &serde_json::Value,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+    ) -> Result<bool, ApplyError> {
+        let apis = self.apis;
+        match apis
+            .operations
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(op) => {
+                let message = patch["status"]["message"].as_str().unwrap_or_default();
+                self.applied.stats.canceled += 1;
+                self.applied.written.push(Written::of("ClusterOperation", &op));
+                info!(operation = %name, "operation canceled: {message}");
+                publish_canceled(&apis.client, name, message, reference).await;
+                Ok(true)
+            }
+            // Gone meanwhile: its label is not dropped either. A conflict (started meanwhile, perhaps) is
+            // decided again from what it is now.
+            Err(e) if is_not_found(&e) => {
+                self.gone.insert(name.to_string());
+                Ok(false)
+            }
+            Err(e) => Err(apis.op_err(name)(e)),
+        }
+    }
+
+    async fn create_config_map(&mut self, name: &str, owners: &[Owner]) -> Result<bool, ApplyError> {
+        let apis = self.apis;
+        let Some(cm) = self
+            .desired
+            .and_then(|d| d.config_maps.iter().find(|c| c.name_any() == name))
+        else {
+            return Ok(false);
+        };
+        let mut obj = cm.clone();
+        obj.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(LABEL_CURRENT.into(), "true".into());
+        obj.metadata.owner_references = Some(
+            owners
+                .iter()
+                .filter_map(|o| resolve_owner(o, &self.made))
+                .collect(),
+        );
+        match apis.config_maps.create(&PostParams::default(), &obj).await {
+            Ok(cm) => self.applied.written.push(Written::of("ConfigMap", &cm)),
+            // Created concurrently: the next apply adds whatever owner is missing.
+            Err(e) if is_conflict(&e) => {}
+            Err(e) => return Err(apis.cm_err(name)(e)),
+        }
+        self.applied.stats.created += 1;
+        Ok(true)
+    }
+
+    async fn patch_config_map(
+        &mut self,
+        name: &str,
+        resource_version: &Option<String>,
+        owners: &[Owner],
+        current: bool,
+    ) -> Result<bool, ApplyError> {
+        let owners: Vec<OwnerReference> = owners
+            .iter()
+            .filter_map(|o| resolve_owner(o, &self.made))
+            .collect();
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": resource_version,
+                "ownerReferences": owners,
+                "labels": {LABEL_CURRENT: current.then_some("true")},
+            }
+        });
+        let cm = self
+            .apis
+            .config_maps
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(self.apis.cm_err(name))?;
+        self.applied.written.push(Written::of("ConfigMap", &cm));
+        self.applied.stats.updated += 1;
+        Ok(true)
+    }
+
+    async fn delete_cluster(&mut self, name: &str) -> Result<bool, ApplyError> {
+        match self.apis.clusters.delete(name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(source) => {
+                return Err(ApplyError::Delete {
+                    kind: "Cluster",
+                    name: name.to_string(),
+                    namespace: self.apis.namespace.clone(),
+                    source: Box::new(source),
+                })
             }
         }
-        stats.writes += 1;
+        self.applied.written.push(Written::gone("Cluster", name));
+        self.applied.stats.deleted += 1;
+        info!(cluster = %name, "cluster removed");
+        Ok(true)
     }
-    Ok(())
 }
 
 impl Written {
@@ -917,6 +1084,7 @@ impl ApplyError {
             ApplyError::ApplyCluster { source, .. }
             | ApplyError::WriteConfigMap { source, .. }
             | ApplyError::WriteOperation { source, .. }
+            | ApplyError::WriteRollout { source, .. }
             | ApplyError::Delete { source, .. } => is_conflict(source),
             ApplyError::List { .. } | ApplyError::NoUid { .. } => false,
         }
@@ -960,21 +1128,22 @@ async fn delete_config_map(
     }
 }
 
-/// The status patch that cancels `op`: phase, message, end time and the desired commit status, guarded by
-/// the resourceVersion it was read at so that a concurrent start wins.
-pub fn cancel_patch(op: &ClusterOperation, now: Timestamp) -> serde_json::Value {
-    let desired = operation_status(
-        op,
-        Phase::Canceled,
-        Some(CANCELED_MESSAGE),
-        None,
-        &op.namespace().unwrap_or_default(),
-    );
+/// The status patch that cancels `op` with `message`: phase, message, end time and the commit status it
+/// should show (`canceled: <message>` on its run's context, as the reporter maps a Canceled phase), guarded
+/// by the resourceVersion it was read at so that a concurrent start wins.
+pub fn cancel_patch(op: &ClusterOperation, message: &str, now: Timestamp) -> serde_json::Value {
+    let desired = CommitStatus {
+        context: run_context(&op.spec.cluster, &op.spec.id, op.spec.scheduled_time.as_deref()),
+        state: StatusState::Failure,
+        description: format!("canceled: {message}"),
+        target_url: None,
+        run: None,
+    };
     json!({
         "metadata": {"resourceVersion": op.resource_version()},
         "status": {
             "phase": Phase::Canceled,
-            "message": CANCELED_MESSAGE,
+            "message": message,
             "endTime": Time(now),
             "desiredStatus": desired,
         }
@@ -984,13 +1153,14 @@ pub fn cancel_patch(op: &ClusterOperation, now: Timestamp) -> serde_json::Value 
 async fn publish_canceled(
     client: &Client,
     name: &str,
+    message: &str,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
 ) {
     let recorder = crate::events::Publisher::new(client);
     let ev = Event {
         type_: EventType::Normal,
         reason: "Canceled".into(),
-        note: Some(format!("canceled: {CANCELED_MESSAGE}")),
+        note: Some(format!("canceled: {message}")),
         action: "Cancel".into(),
         secondary: None,
     };

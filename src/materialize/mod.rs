@@ -4,9 +4,11 @@
 //! - [`hash`]: canonical JSON and sha256 content hashes.
 //! - [`render`]: [`render_cluster`] / [`render_all`] turn a validated
 //!   [`ClusterDir`](crate::layout::ClusterDir) and a [`RenderContext`] into a [`DesiredCluster`].
-//! - [`rollout`]: a validated rollout file into its `FleetRollout`.
+//! - [`rollout`]: a validated rollout file into its `FleetRollout`, and each cluster's run of it.
+//! - [`fleet`]: which `FleetRollout` objects to write or delete, and the writes.
 
 pub mod apply;
+pub mod fleet;
 pub mod hash;
 pub mod names;
 pub mod render;

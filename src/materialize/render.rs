@@ -1,6 +1,6 @@
 //! Pure rendering: a validated cluster directory and a revision → the desired objects of that cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::hash::content_hash;
 use super::names::{config_map_name, operation_digest, operation_name, revision_string, ContentKind};
+use super::rollout::RolloutOperation;
 use crate::api::{
     common_labels, ActionType, Cluster, ClusterOperation, ClusterOperationSpec, ClusterSource, ClusterSpec,
     ConfigMapRef, OperationSource, SecretRef, ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION,
@@ -103,6 +104,11 @@ pub struct DesiredCluster {
     pub cluster: Cluster,
     /// One ClusterOperation per operations.yml entry, in file order.
     pub operations: Vec<ClusterOperation>,
+    /// The cluster's runs of the rollouts it takes part in (see [`super::rollout::add_rollouts`]); the
+    /// apply picks each one's `rerun` from the live runs ([`RolloutOperation::at`]).
+    pub rollouts: Vec<RolloutOperation>,
+    /// Rollouts whose file is broken at this commit: the cluster's runs of them are left as they are.
+    pub kept_rollouts: BTreeSet<String>,
 }
 
 impl DesiredCluster {
@@ -229,14 +235,16 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
         config_maps: vec![hosts, vars],
         cluster: cluster_obj,
         operations,
+        rollouts: Vec::new(),
+        kept_rollouts: BTreeSet::new(),
     }
 }
 
 /// The references an operation pins.
-struct Pins<'a> {
-    hosts: &'a ConfigMapRef,
-    vars: &'a ConfigMapRef,
-    ssh: Option<&'a SecretRef>,
+pub(super) struct Pins<'a> {
+    pub(super) hosts: &'a ConfigMapRef,
+    pub(super) vars: &'a ConfigMapRef,
+    pub(super) ssh: Option<&'a SecretRef>,
 }
 
 fn config_map(
@@ -262,7 +270,7 @@ fn config_map(
     cm
 }
 
-fn cluster_operation(
+pub(super) fn cluster_operation(
     cluster: &ClusterDir,
     op: &Operation,
     ctx: &RenderContext,
@@ -311,6 +319,7 @@ fn cluster_operation(
             verify_timeout: op.verify_timeout.clone(),
             maintenance: cluster.settings.maintenance.clone(),
             ignore_maintenance: op.ignore_maintenance,
+            rollout: None,
         },
     );
     let mut labels = common_labels(&cluster.name);
@@ -339,7 +348,7 @@ pub fn queue_position(queue_base: &str, commit_index: usize, file_index: usize) 
     format!("{queue_base}.{commit_index:06}.{file_index:04}")
 }
 
-fn metadata(
+pub(super) fn metadata(
     name: &str,
     cluster: &ClusterDir,
     ctx: &RenderContext,

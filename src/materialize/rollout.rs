@@ -1,16 +1,202 @@
-//! A validated rollout file → its desired `FleetRollout` object (pure).
+//! A validated rollout file → its desired `FleetRollout` object, and each participating cluster's run
+//! of its operation (pure).
+//!
+//! A cluster's run of a rollout is a ClusterOperation in the cluster's own queue, rendered as an entry
+//! its operations.yml gained in the reconciled commit would be (after the entries of that commit), with:
+//!
+//! - `spec.rollout`: the rollout's name and the `rerun` the run was created at;
+//! - `spec.digest`: [`run_digest`] of the operation entry's digest, the rollout and that `rerun`, so the
+//!   name `<cluster>-<id>-<digest8>` is new when the entry is edited (a new run everywhere) or when a
+//!   `rerun` bump runs the cluster again, and the same otherwise (editing waves, bake, maxParallel,
+//!   maxFailures or stopAfter runs nothing again);
+//! - labels `kok.dev/rollout=<name>` ([`LABEL_ROLLOUT`]) and `kok.dev/wave=<wave>` ([`LABEL_WAVE`], kept
+//!   current when the cluster moves to another wave), besides the cluster's and `kok.dev/current`.
+//!
+//! Which `rerun` a cluster's run has is decided at apply time from the live runs ([`resolve_runs`]):
+//! the latest run of the same entry is kept unless it failed or was canceled and the rollout's `rerun`
+//! is higher; then a new run replaces it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::api::ObjectMeta;
+use kube::ResourceExt;
+use serde_json::json;
 
-use super::names::operation_digest;
-use super::render::{push_document, stamp, RenderContext, RenderError};
+use super::names::{operation_digest, operation_name};
+use super::render::{cluster_operation, push_document, queue_position, stamp, DesiredCluster, Pins};
+use super::render::{RenderContext, RenderError};
 use crate::api::{
-    FleetRollout, FleetRolloutSpec, RolloutSource, RolloutWave, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH,
-    LABEL_MANAGED_BY, LABEL_ROLLOUT, MANAGED_BY,
+    ClusterOperation, FleetRollout, FleetRolloutSpec, OperationRollout, Phase, RolloutSource, RolloutWave,
+    ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH, LABEL_CURRENT, LABEL_MANAGED_BY,
+    LABEL_ROLLOUT, LABEL_WAVE, MANAGED_BY,
 };
 use crate::layout::rollouts::{MaxParallel, Rollout};
+use crate::layout::ClusterDir;
+
+/// Commit index of the rollouts' runs in their queue position: after every entry the cluster's own
+/// operations.yml gained in the reconciled range.
+const ROLLOUT_COMMIT_INDEX: usize = 999_999;
+/// File index of the first rollout's runs (rollouts in name order), after any operations.yml entry.
+const ROLLOUT_FILE_INDEX: usize = 9_000;
+
+/// The digest of a cluster's run of rollout `rollout` at `rerun`, for an operation entry of digest
+/// `entry_digest`.
+pub fn run_digest(entry_digest: &str, rollout: &str, rerun: u64) -> String {
+    operation_digest(&json!({"operation": entry_digest, "rollout": rollout, "rerun": rerun}))
+}
+
+/// One cluster's run of a rollout as rendered at the rollout's current `rerun`; [`RolloutOperation::at`]
+/// gives it at another.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RolloutOperation {
+    /// The rollout's name.
+    pub rollout: String,
+    /// The rollout's current `rerun`.
+    pub rerun: u64,
+    /// Digest of the rollout's operation entry.
+    pub entry_digest: String,
+    /// The run at `rerun`.
+    pub operation: ClusterOperation,
+}
+
+impl RolloutOperation {
+    /// The run created at `rerun` (its name and digest follow).
+    pub fn at(&self, rerun: u64) -> ClusterOperation {
+        if rerun == self.rerun {
+            return self.operation.clone();
+        }
+        let mut op = self.operation.clone();
+        op.spec.digest = run_digest(&self.entry_digest, &self.rollout, rerun);
+        if let Some(r) = op.spec.rollout.as_mut() {
+            r.rerun = rerun;
+        }
+        op.metadata.name = Some(operation_name(&op.spec.cluster, &op.spec.id, &op.spec.digest));
+        if let Some(a) = op.metadata.annotations.as_mut() {
+            a.remove(ANNOTATION_CONTENT_HASH);
+        }
+        stamp(&mut op);
+        op
+    }
+
+    /// The wave the cluster is in.
+    pub fn wave(&self) -> &str {
+        wave_of(&self.operation).unwrap_or_default()
+    }
+}
+
+/// The `kok.dev/wave` label of an operation.
+pub fn wave_of(op: &ClusterOperation) -> Option<&str> {
+    op.metadata.labels.as_ref()?.get(LABEL_WAVE).map(String::as_str)
+}
+
+/// Adds to `desired` (rendered from `cluster`) its runs of `rollouts`, each given with the wave that
+/// took the cluster; `broken` names the rollouts whose file is broken, whose runs stay as they are.
+pub fn add_rollouts(
+    desired: &mut DesiredCluster,
+    cluster: &ClusterDir,
+    rollouts: &[(&Rollout, &str)],
+    broken: &BTreeSet<String>,
+    ctx: &RenderContext,
+) {
+    let hosts = desired.cluster.spec.hosts_conf_ref.clone();
+    let vars = desired.cluster.spec.vars_conf_ref.clone();
+    let ssh = desired.cluster.spec.ssh_auth_ref.clone();
+    let pins = Pins {
+        hosts: &hosts,
+        vars: &vars,
+        ssh: ssh.as_ref(),
+    };
+    for (i, (rollout, wave)) in rollouts.iter().enumerate() {
+        let op = rollout_operation(cluster, rollout, wave, ctx, &pins, ROLLOUT_FILE_INDEX + i);
+        desired.rollouts.push(op);
+    }
+    desired.kept_rollouts = broken.clone();
+}
+
+fn rollout_operation(
+    cluster: &ClusterDir,
+    rollout: &Rollout,
+    wave: &str,
+    ctx: &RenderContext,
+    pins: &Pins<'_>,
+    file_index: usize,
+) -> RolloutOperation {
+    let entry_digest = operation_digest(&rollout.operation.entry);
+    let mut op = cluster_operation(cluster, &rollout.operation, ctx, pins);
+    let spec = &mut op.spec;
+    spec.digest = run_digest(&entry_digest, &rollout.name, rollout.rerun);
+    spec.rollout = Some(OperationRollout {
+        name: rollout.name.clone(),
+        rerun: rollout.rerun,
+    });
+    spec.source.commit = ctx.commit.clone();
+    spec.source.revision = ctx.revision();
+    spec.queue_position = queue_position(&ctx.queue_base, ROLLOUT_COMMIT_INDEX, file_index);
+    op.metadata.name = Some(operation_name(
+        &cluster.name,
+        &rollout.operation.id,
+        &op.spec.digest,
+    ));
+    let labels = op.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(LABEL_ROLLOUT.to_string(), rollout.name.clone());
+    labels.insert(LABEL_WAVE.to_string(), wave.to_string());
+    let annotations = op.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(ANNOTATION_REVISION.to_string(), ctx.revision());
+    annotations.remove(ANNOTATION_CONTENT_HASH);
+    stamp(&mut op);
+    RolloutOperation {
+        rollout: rollout.name.clone(),
+        rerun: rollout.rerun,
+        entry_digest,
+        operation: op,
+    }
+}
+
+/// The rollout a live operation is a run of, when it is one.
+pub fn rollout_of(op: &ClusterOperation) -> Option<&OperationRollout> {
+    op.spec.rollout.as_ref()
+}
+
+fn is_current(op: &ClusterOperation) -> bool {
+    op.labels().get(LABEL_CURRENT).map(String::as_str) == Some("true")
+}
+
+/// The runs `desired`'s cluster should have of its rollouts, given its live operations: for each
+/// rollout, the latest current run of the same entry is kept (at its `rerun`) unless it failed or was
+/// canceled and the rollout's `rerun` is higher (rule 3); without one, a run at the rollout's `rerun`.
+pub fn resolve_runs<'a>(
+    live: impl Iterator<Item = &'a ClusterOperation> + Clone,
+    desired: &DesiredCluster,
+) -> Vec<ClusterOperation> {
+    desired
+        .rollouts
+        .iter()
+        .map(|r| {
+            let latest = live
+                .clone()
+                .filter(|op| is_current(op))
+                .filter_map(|op| Some((op, rollout_of(op)?)))
+                .filter(|(op, of)| {
+                    of.name == r.rollout
+                        && op.spec.digest == run_digest(&r.entry_digest, &r.rollout, of.rerun)
+                })
+                .max_by_key(|(_, of)| of.rerun);
+            let rerun = match latest {
+                Some((op, of)) => {
+                    let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
+                    let failed = matches!(phase, Phase::Failed | Phase::Canceled);
+                    if failed && of.rerun < r.rerun {
+                        r.rerun
+                    } else {
+                        of.rerun
+                    }
+                }
+                None => r.rerun,
+            };
+            r.at(rerun)
+        })
+        .collect()
+}
 
 /// The `FleetRollout` named after `rollout`'s file: its operation's id and digest, its waves with their
 /// clusters, bake, maxFailures, stopAfter and rerun, labelled with [`LABEL_ROLLOUT`] and stamped with its

@@ -10,35 +10,10 @@ use crate::layout::model::{Diagnostic, Severity};
 
 /// Context of the per-commit status saying whether the commit materialized.
 pub const SYNC_CONTEXT: &str = "kok/sync";
-/// Prefix of every context kok writes.
-pub const CONTEXT_PREFIX: &str = "kok/";
 /// Longest description kept in a desired status; each sink cuts further to its forge's limit.
 pub const MAX_STORED_DESCRIPTION: usize = 255;
 
-/// Context of an operation's status: `kok/<cluster>/<operation id>`.
-pub fn operation_context(cluster: &str, id: &str) -> String {
-    format!("{CONTEXT_PREFIX}{cluster}/{id}")
-}
-
-/// Separates a scheduled run's firing from its operation's context: `kok/<cluster>/<id>@<firing>`.
-pub const FIRING_SEPARATOR: char = '@';
-
-/// Context of one run's status: the operation's context, and for a scheduled run `@<firing>` (RFC 3339),
-/// so the git notes keep every firing on its own line.
-pub fn run_context(cluster: &str, id: &str, firing: Option<&str>) -> String {
-    match firing {
-        Some(firing) => format!("{}{FIRING_SEPARATOR}{firing}", operation_context(cluster, id)),
-        None => operation_context(cluster, id),
-    }
-}
-
-/// A run's context split into its operation's context and its firing, if it is a scheduled run's.
-pub fn split_run_context(context: &str) -> (&str, Option<&str>) {
-    match context.split_once(FIRING_SEPARATOR) {
-        Some((operation, firing)) => (operation, Some(firing)),
-        None => (context, None),
-    }
-}
+pub use crate::api::{operation_context, run_context, split_run_context, CONTEXT_PREFIX, FIRING_SEPARATOR};
 
 /// The commit status an operation in `phase` should show on the commit that introduced it.
 ///
@@ -425,6 +400,26 @@ mod tests {
         );
         op.status = status;
         op
+    }
+
+    #[test]
+    fn the_status_apply_writes_when_it_cancels_an_operation_is_the_one_its_canceled_phase_maps_to() {
+        let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        for firing in [None, Some("2026-11-28T03:00:00Z")] {
+            let mut queued = op(Some(ClusterOperationStatus {
+                phase: Phase::Queued,
+                ..Default::default()
+            }));
+            queued.spec.scheduled_time = firing.map(str::to_string);
+            let message = crate::materialize::apply::CANCELED_MESSAGE;
+            let patch = crate::materialize::apply::cancel_patch(&queued, message, now);
+            let written: CommitStatus =
+                serde_json::from_value(patch["status"]["desiredStatus"].clone()).unwrap();
+            assert_eq!(
+                written,
+                operation_status(&queued, Phase::Canceled, Some(message), None, "kok-system")
+            );
+        }
     }
 
     #[test]

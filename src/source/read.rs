@@ -107,3 +107,70 @@ pub fn read_clusters(
     let introduced = attribution::attribute_parsed(&trees, old, new, root, names, &parsed)?;
     Ok((parsed, introduced))
 }
+
+/// The rollout files of a commit, as a reconciliation reads them (see [`read_rollouts`]).
+#[derive(Clone, Debug, Default)]
+pub struct RolloutsRead {
+    /// The valid rollouts, each with its clusters placed in waves.
+    pub rollouts: Vec<layout::rollouts::Rollout>,
+    /// Names of the rollout files that are present but refused: their runs stay as they are.
+    pub broken: BTreeSet<String>,
+    /// The problems found in the rollout files.
+    pub diagnostics: Vec<layout::Diagnostic>,
+    /// Whether the rollouts directory differs between the base and the commit (always, without a base).
+    pub changed: bool,
+    /// The clusters whose runs of a rollout may change: filled by the pass from the rollouts' writes.
+    pub touched: BTreeSet<String>,
+}
+
+/// The rollout files beside `root` at `new`, when `new` or `old` has a rollouts directory and either it
+/// changed or `clusters_changed`; `None` otherwise (nothing of a rollout to write). Placing clusters in
+/// waves needs every cluster's labels, so this parses the whole commit.
+pub fn read_rollouts(
+    repo: &Repository,
+    old: Option<Oid>,
+    new: Oid,
+    root: &str,
+    clusters_changed: bool,
+) -> Result<Option<RolloutsRead>, SourceError> {
+    let trees = Trees::new(repo);
+    let dir = layout::rollouts::rollouts_dir(root);
+    let id_at = |commit: Oid| -> Result<Option<Oid>, SourceError> {
+        let tree = trees
+            .of_commit(commit)
+            .map_err(SourceError::git(format!("read the tree of commit {commit}")))?;
+        Ok(tree.get_path(std::path::Path::new(&dir)).ok().map(|e| e.id()))
+    };
+    let now = id_at(new)?;
+    let before = match old {
+        Some(old) => id_at(old).ok().flatten(),
+        None => None,
+    };
+    let changed = old.is_none() || now != before;
+    if (now.is_none() && before.is_none()) || !(changed || clusters_changed) {
+        return Ok(None);
+    }
+    let tree = super::GitTree::at_commit_in(&trees, new)?;
+    let parsed = layout::parse_repo(&tree, root);
+    let prefix = format!("{dir}/");
+    let diagnostics: Vec<layout::Diagnostic> = parsed
+        .diagnostics
+        .into_iter()
+        .filter(|d| d.path.starts_with(&prefix))
+        .collect();
+    let valid: BTreeSet<&str> = parsed.rollouts.iter().map(|r| r.name.as_str()).collect();
+    let broken = diagnostics
+        .iter()
+        .filter(|d| d.severity == layout::Severity::Error)
+        .filter_map(|d| d.path.strip_prefix(&prefix)?.strip_suffix(".yml"))
+        .filter(|name| !valid.contains(name))
+        .map(str::to_string)
+        .collect();
+    Ok(Some(RolloutsRead {
+        rollouts: parsed.rollouts,
+        broken,
+        diagnostics,
+        changed,
+        touched: BTreeSet::new(),
+    }))
+}
