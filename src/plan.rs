@@ -13,18 +13,21 @@ use serde::Serialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{Cluster, ClusterOperation, FactsPlaybook, Phase, LABEL_CURRENT, LABEL_ROLLOUT};
+use crate::api::{
+    Cluster, ClusterOperation, FactsPlaybook, FleetRollout, Phase, LABEL_CURRENT, LABEL_ROLLOUT,
+};
 use crate::controller::live::LiveCache;
 use crate::controller::wave::RunState;
-use crate::layout::rollouts::rollouts_dir;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
-use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
+use crate::materialize::render::with_revision;
+use crate::materialize::rollout::wave_of;
+use crate::materialize::{fleet, DesiredCluster, RenderContext};
 use crate::source::attribution::to_render_attribution;
 use crate::source::verify::CommitSignature;
 use crate::source::{read_commit, CommitRead, GitTree, SourceError};
 
-pub use rollouts::{PlannedRerun, PlannedWave, RolloutChange, RolloutFiles, RolloutPlan};
+pub use rollouts::{PlannedRerun, PlannedRollouts, PlannedWave, RolloutChange, RolloutFiles, RolloutPlan};
 
 /// Why a plan could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +81,12 @@ pub struct PlannedOperation {
     /// The playbook run first without `--limit` (a playbook step limits its hosts), from `factsPlaybook`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub facts_playbook: Option<FactsPlaybook>,
+    /// For a cluster's run of a rollout: the rollout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
+    /// For a cluster's run of a rollout: the wave that took the cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wave: Option<String>,
 }
 
 impl PlannedOperation {
@@ -86,6 +95,15 @@ impl PlannedOperation {
         match &self.facts_playbook {
             Some(f) => format!("{} (without --limit), then {}", f.path, self.action),
             None => self.action.clone(),
+        }
+    }
+
+    /// ` in wave canary of rollout upgrade-1-31`, or nothing for an entry of operations.yml.
+    pub fn rollout_text(&self) -> String {
+        match (&self.rollout, &self.wave) {
+            (Some(rollout), Some(wave)) => format!(" in wave {wave} of rollout {rollout}"),
+            (Some(rollout), None) => format!(" of rollout {rollout}"),
+            _ => String::new(),
         }
     }
 }
@@ -179,8 +197,9 @@ pub struct Prepared {
     at_from: BTreeMap<String, DesiredCluster>,
     hosts_at_from: BTreeMap<String, BTreeSet<String>>,
     subjects: BTreeMap<String, String>,
-    rollouts_from: RolloutFiles,
-    rollouts_to: RolloutFiles,
+    /// Clusters unchanged in the range whose runs of a changed rollout may change, parsed at `to`.
+    widened: Vec<layout::ClusterDir>,
+    rollouts: PlannedRollouts,
 }
 
 impl Prepared {
@@ -201,17 +220,22 @@ impl Prepared {
     /// The rollouts whose `rerun` the range bumps and whose operation it leaves alone: the plan
     /// names the clusters they run again from the runs the meta-cluster holds.
     pub fn rerun_bumps(&self) -> Vec<String> {
-        self.rollouts_to
-            .valid
-            .values()
-            .filter(|to| {
-                self.rollouts_from
-                    .valid
-                    .get(&to.name)
-                    .is_some_and(|from| from.rerun != to.rerun && from.operation.entry == to.operation.entry)
-            })
-            .map(|r| r.name.clone())
-            .collect()
+        self.rollouts.rerun_bumps()
+    }
+
+    /// True when either end of the range has rollout files: the plan reads the live rollout objects.
+    pub fn has_rollouts(&self) -> bool {
+        self.rollouts.to.is_some() || self.rollouts.from.is_some()
+    }
+
+    /// The parsed cluster `name` at `to`, changed in the range or widened to by a rollout.
+    fn cluster(&self, name: &str) -> Option<&layout::ClusterDir> {
+        self.read
+            .parsed
+            .clusters
+            .iter()
+            .chain(&self.widened)
+            .find(|c| c.name == name)
     }
 
     /// The live objects as the service would have left them after reconciling `from`, none of its
@@ -225,6 +249,7 @@ impl Prepared {
         Baseline {
             clusters,
             names: self.at_from.keys().cloned().collect(),
+            rollouts: self.rollouts.at_from.clone(),
             rollout_runs: BTreeMap::new(),
         }
     }
@@ -237,6 +262,8 @@ pub struct Baseline {
     pub clusters: BTreeMap<String, Live>,
     /// Names of every managed Cluster (read only for a full resync).
     pub names: BTreeSet<String>,
+    /// The `FleetRollout` objects (read only when either end of the range has rollout files).
+    pub rollouts: Vec<FleetRollout>,
     /// Per rollout whose `rerun` the range bumps, the latest run of each of its clusters (read only
     /// from a meta-cluster: without one, which runs failed is not known).
     pub rollout_runs: BTreeMap<String, BTreeMap<String, RunState>>,
@@ -290,6 +317,9 @@ async fn baseline_from(
             None => apply::read_live(client, namespace, &name).await?,
         };
         baseline.clusters.insert(name, live);
+    }
+    if prepared.has_rollouts() {
+        baseline.rollouts = fleet::live_rollouts(client, namespace).await?;
     }
     for rollout in prepared.rerun_bumps() {
         let runs = rollout_runs(client, namespace, &rollout).await?;
@@ -362,6 +392,7 @@ fn simulate_live(desired: &DesiredCluster) -> Live {
     let operations: BTreeMap<String, ClusterOperation> = desired
         .operations
         .iter()
+        .chain(desired.rollouts.iter().map(|r| &r.operation))
         .map(|op| {
             let mut op = op.clone();
             with_uid(&mut op.metadata, true);
@@ -423,11 +454,34 @@ pub fn prepare(
     let mut ctx = RenderContext::new(namespace, ref_name, &to_sha);
     ctx.queue_base = crate::reconcile::queue_base(jiff::Timestamp::now());
     ctx.attribution = to_render_attribution(&read.introduced);
+    let from_sha = from.map(|f| f.to_string()).unwrap_or_default();
+    let from_ctx = RenderContext::new(namespace, ref_name, &from_sha);
+    let rollouts = PlannedRollouts::read(repo, from, to, root, &ctx, &from_ctx)?;
+    // Clusters whose runs of a changed rollout may change are applied too, as the pass applies them.
+    let known: BTreeSet<&String> = read
+        .parsed
+        .clusters
+        .iter()
+        .map(|c| &c.name)
+        .chain(&read.parsed.invalid)
+        .chain(&read.changes.removed)
+        .collect();
+    let widen: Vec<String> = rollouts
+        .touched
+        .iter()
+        .filter(|n| !known.contains(n))
+        .cloned()
+        .collect();
+    let widened = match widen.is_empty() {
+        true => Vec::new(),
+        false => layout::parse_clusters(&GitTree::at_commit(repo, to)?, root, &widen).clusters,
+    };
     let desired: Vec<DesiredCluster> = read
         .parsed
         .clusters
         .iter()
-        .map(|c| render_cluster(c, &ctx))
+        .chain(&widened)
+        .map(|c| rollouts.render_at_to(c, &ctx))
         .collect();
     let mut at_from = BTreeMap::new();
     let mut hosts_at_from = BTreeMap::new();
@@ -445,24 +499,20 @@ pub fn prepare(
         };
         let tree = GitTree::at_commit(repo, from)?;
         let parsed = layout::parse_clusters(&tree, root, &names);
-        let from_sha = from.to_string();
-        let ctx = RenderContext::new(namespace, ref_name, &from_sha);
         for cluster in &parsed.clusters {
-            at_from.insert(cluster.name.clone(), render_cluster(cluster, &ctx));
+            at_from.insert(cluster.name.clone(), rollouts.render_at_from(cluster, &from_ctx));
             hosts_at_from.insert(cluster.name.clone(), cluster.inventory.hosts.clone());
         }
     }
-    let rollouts_from = rollout_files(repo, from, root)?;
-    let rollouts_to = rollout_files(repo, Some(to), root)?;
     let path = crate::source::attribution::first_parent_path(repo, from, to)?;
     let mut subjects = BTreeMap::new();
-    for op in &read.introduced {
-        let subject = Oid::from_str(&op.commit)
+    for commit in read.introduced.iter().map(|op| &op.commit).chain([&to_sha]) {
+        let subject = Oid::from_str(commit)
             .ok()
             .and_then(|id| repo.find_commit(id).ok())
             .and_then(|c| c.summary().ok().flatten().map(str::to_string))
             .unwrap_or_default();
-        subjects.insert(op.commit.clone(), subject);
+        subjects.insert(commit.clone(), subject);
     }
     Ok(Prepared {
         from,
@@ -473,31 +523,9 @@ pub fn prepare(
         at_from,
         hosts_at_from,
         subjects,
-        rollouts_from,
-        rollouts_to,
+        widened,
+        rollouts,
     })
-}
-
-/// The rollout files at `commit` (none without a rollouts directory). The whole tree is parsed: the
-/// clusters a rollout picks depend on every cluster's labels.
-fn rollout_files(
-    repo: &git2::Repository,
-    commit: Option<Oid>,
-    root: &str,
-) -> Result<RolloutFiles, PlanError> {
-    let Some(commit) = commit else {
-        return Ok(RolloutFiles::default());
-    };
-    let tree = GitTree::at_commit(repo, commit)?;
-    let dir = rollouts_dir(root);
-    if !matches!(
-        layout::TreeReader::kind(&tree, &dir),
-        Ok(Some(layout::EntryKind::Dir))
-    ) {
-        return Ok(RolloutFiles::default());
-    }
-    let parsed = layout::parse_repo(&tree, root);
-    Ok(RolloutFiles::new(parsed.rollouts, &parsed.diagnostics, &dir))
 }
 
 /// The plan: the writes the service's pass would make on `baseline` for `prepared`, decided by the
@@ -507,11 +535,16 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
     let empty = Live::default();
     let live = |name: &str| baseline.clusters.get(name).unwrap_or(&empty);
     let mut writes: BTreeMap<String, Vec<Write>> = BTreeMap::new();
+    let widened: BTreeSet<&String> = prepared.widened.iter().map(|c| &c.name).collect();
     for desired in &prepared.desired {
-        writes.insert(
-            desired.name.clone(),
-            decide_cluster(live(&desired.name), desired, now),
-        );
+        let live = live(&desired.name);
+        // A cluster applied only for its runs of a rollout keeps its revision, as in the pass.
+        let kept = match (&live.cluster, widened.contains(&desired.name)) {
+            (Some(c), true) => Some(with_revision(desired, &c.spec.source.revision)),
+            _ => None,
+        };
+        let desired = kept.as_ref().unwrap_or(desired);
+        writes.insert(desired.name.clone(), decide_cluster(live, desired, now));
     }
     for name in &prepared.read.changes.removed {
         writes.insert(name.clone(), decide_removal(live(name), name, now));
@@ -549,7 +582,7 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         }
         plan.operations = planned_operations(prepared, &name, &writes);
         plan.warnings = scale_down_warnings(prepared, &name, &plan.operations);
-        if let Some(c) = prepared.read.parsed.clusters.iter().find(|c| c.name == name) {
+        if let Some(c) = prepared.cluster(&name) {
             plan.labels = c.settings.labels.clone();
         }
         if !writes.is_empty() {
@@ -577,11 +610,7 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         full_resync: prepared.full_resync(),
         clusters,
         invalid,
-        rollouts: rollouts::plan_rollouts(
-            &prepared.rollouts_from,
-            &prepared.rollouts_to,
-            &baseline.rollout_runs,
-        ),
+        rollouts: prepared.rollouts.plan(&baseline.rollouts, &baseline.rollout_runs),
         repo_diagnostics: parsed
             .diagnostics
             .iter()
@@ -598,19 +627,12 @@ fn scale_down_warnings(prepared: &Prepared, name: &str, operations: &[PlannedOpe
     let Some(before) = prepared.hosts_at_from.get(name) else {
         return Vec::new();
     };
-    let after = prepared
-        .read
-        .parsed
-        .clusters
-        .iter()
-        .find(|c| c.name == name)
-        .map(|c| c.inventory.hosts.clone())
-        .unwrap_or_default();
+    let cluster = prepared.cluster(name);
+    let after = cluster.map(|c| c.inventory.hosts.clone()).unwrap_or_default();
     let removed: BTreeSet<&String> = before.difference(&after).collect();
-    let cluster = prepared.read.parsed.clusters.iter().find(|c| c.name == name);
     let mut named: BTreeSet<String> = BTreeSet::new();
     let mut warnings = Vec::new();
-    for planned in operations {
+    for planned in operations.iter().filter(|p| p.rollout.is_none()) {
         let Some(op) = cluster.and_then(|c| c.operations.iter().find(|o| o.id == planned.id)) else {
             continue;
         };
@@ -641,9 +663,29 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
     };
     let mut out = Vec::new();
     for write in writes {
-        let Write::CreateOperation { name: op_name, .. } = write else {
+        let Write::CreateOperation { name: op_name, body } = write else {
             continue;
         };
+        // A run of a rollout: created by the commit reconciled, after the entries of operations.yml.
+        if let Some(run) = body {
+            let commit = prepared.to.to_string();
+            out.push((
+                prepared.commits,
+                out.len(),
+                PlannedOperation {
+                    id: run.spec.id.clone(),
+                    name: op_name.clone(),
+                    action: run.spec.action.clone(),
+                    facts_playbook: run.spec.facts_playbook.clone(),
+                    subject: prepared.subjects.get(&commit).cloned().unwrap_or_default(),
+                    commit,
+                    commit_index: prepared.commits.saturating_sub(1),
+                    rollout: run.spec.rollout.as_ref().map(|r| r.name.clone()),
+                    wave: wave_of(run).map(str::to_string),
+                },
+            ));
+            continue;
+        }
         let Some((file_index, op)) = desired
             .operations
             .iter()
@@ -660,10 +702,11 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
         let commit = introduced
             .map(|i| i.commit.clone())
             .unwrap_or_else(|| prepared.to.to_string());
+        let commit_index = introduced
+            .map(|i| i.commit_index)
+            .unwrap_or(prepared.commits.saturating_sub(1));
         out.push((
-            introduced
-                .map(|i| i.commit_index)
-                .unwrap_or(prepared.commits.saturating_sub(1)),
+            commit_index,
             file_index,
             PlannedOperation {
                 id: op.spec.id.clone(),
@@ -672,9 +715,9 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
                 facts_playbook: op.spec.facts_playbook.clone(),
                 subject: prepared.subjects.get(&commit).cloned().unwrap_or_default(),
                 commit,
-                commit_index: introduced
-                    .map(|i| i.commit_index)
-                    .unwrap_or(prepared.commits.saturating_sub(1)),
+                commit_index,
+                rollout: None,
+                wave: None,
             },
         ));
     }
@@ -761,10 +804,11 @@ pub fn text(plan: &Plan) -> String {
     }
     for rollout in &plan.rollouts {
         out.push_str(&format!(
-            "\nrollout {} ({}, {})\n",
+            "\nrollout {} ({}, {}){}\n",
             rollout.name,
             rollout.change_word(),
-            rollout.path
+            rollout.path,
+            rollout.object_text()
         ));
         for line in rollout.lines() {
             out.push_str(&format!("  {line}\n"));
@@ -791,11 +835,12 @@ pub fn text(plan: &Plan) -> String {
             out.push_str("  operations that would run:\n");
             for op in &cluster.operations {
                 out.push_str(&format!(
-                    "    {} ({}) from {} {:?}\n",
+                    "    {} ({}) from {} {:?}{}\n",
                     op.id,
                     op.steps(),
                     short(&op.commit),
-                    op.subject
+                    op.subject,
+                    op.rollout_text()
                 ));
             }
         }
@@ -862,7 +907,7 @@ pub fn markdown(plan: &Plan) -> String {
         }
         for op in &cluster.operations {
             out.push_str(&format!(
-                "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {} |\n",
+                "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {}{} |\n",
                 op.name,
                 cell(&op.id),
                 cell(&op.action),
@@ -871,7 +916,8 @@ pub fn markdown(plan: &Plan) -> String {
                     .map(|f| format!(" after `{}` without --limit", cell(&f.path)))
                     .unwrap_or_default(),
                 short(&op.commit),
-                cell(&op.subject)
+                cell(&op.subject),
+                cell(&op.rollout_text())
             ));
         }
         out.push('\n');
@@ -929,6 +975,8 @@ mod tests {
             subject: "scale".into(),
             commit_index: 0,
             facts_playbook: None,
+            rollout: None,
+            wave: None,
         }
     }
 

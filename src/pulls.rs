@@ -395,6 +395,8 @@ mod tests {
             subject: "Merge pull request #7".into(),
             commit_index: 0,
             facts_playbook: None,
+            rollout: None,
+            wave: None,
         };
         let mut plan = Plan {
             from: Some("c".repeat(40)),

@@ -275,7 +275,7 @@ fn plan_shows_each_rollout_wave_by_wave_through_canary_promotion_rerun_and_a_joi
     assert_eq!(code, 2, "a new rollout is a change: {text}");
     assert!(
         text.contains(
-            "\nrollout upgrade-1-31 (added, rollouts/upgrade-1-31.yml)\n\
+            "\nrollout upgrade-1-31 (added, rollouts/upgrade-1-31.yml): FleetRollout applied\n\
              \x20 operation upgrade-1-31 (upgrade-cluster.yml): every cluster runs it, wave by wave\n\
              \x20 bake 30m, maxFailures 0, stopAfter canary\n\
              \x20 wave 1/3 canary: prod-sh-1\n\
@@ -284,6 +284,20 @@ fn plan_shows_each_rollout_wave_by_wave_through_canary_promotion_rerun_and_a_joi
         ),
         "{text}"
     );
+    assert!(
+        text.contains(&format!(
+            "\ncluster prod-bj-2\n  labels: env=prod, region=bj\n  + ClusterOperation prod-bj-2-upgrade-1-31-"
+        )),
+        "each cluster's run is a write of its own: {text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "    upgrade-1-31 (upgrade-cluster.yml) from {} \"upgrade: canary\" in wave beijing of rollout upgrade-1-31\n",
+            &added[..8]
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("warning:"), "{text}");
 
     let (code, text) = range(&added, &promoted, &[]);
     assert_eq!(code, 2, "{text}");
@@ -311,7 +325,7 @@ fn plan_shows_each_rollout_wave_by_wave_through_canary_promotion_rerun_and_a_joi
 
     let (_, md) = range(&rerun, &joined, &["--output", "markdown"]);
     assert!(
-        md.contains("#### rollout upgrade-1-31 (changed, `rollouts/upgrade-1-31.yml`)"),
+        md.contains("#### rollout upgrade-1-31 (changed, `rollouts/upgrade-1-31.yml`): FleetRollout applied"),
         "a new cluster the selector picks changes the rollout: {md}"
     );
     assert!(
@@ -360,7 +374,7 @@ fn a_broken_rollout_file_makes_the_plan_an_error_naming_file_and_line_and_removi
     assert_eq!(code, 2, "{text}");
     assert!(
         text.contains(
-            "rollout upgrade-1-31 (removed, rollouts/upgrade-1-31.yml)\n\
+            "rollout upgrade-1-31 (removed, rollouts/upgrade-1-31.yml): FleetRollout deleted\n\
              \x20 its runs not yet started are canceled"
         ),
         "{text}"

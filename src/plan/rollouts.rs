@@ -1,15 +1,151 @@
 //! The rollouts of a plan: each rollout the range adds, changes or removes (or breaks), with its waves
 //! and their clusters as the merge would make them, what the change runs again and what it only makes
-//! wait differently (pure, from the rollout files at both ends and the runs the meta-cluster shows).
+//! wait differently (decided from the rollout files at both ends, as the pass reads them, and the runs
+//! the meta-cluster shows).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::SignedDuration;
 use serde::Serialize;
 
+use git2::{Oid, Repository};
+
+use crate::api::FleetRollout;
 use crate::controller::wave::{Rollouts, RunState};
-use crate::layout::rollouts::{MaxParallel, Rollout, Wave};
-use crate::layout::{Diagnostic, Severity};
+use crate::layout::rollouts::{rollouts_dir, MaxParallel, Rollout, Wave};
+use crate::layout::{ClusterDir, Diagnostic, Severity};
+use crate::materialize::fleet::decide_rollouts;
+use crate::materialize::rollout::{add_rollouts, render_rollout};
+use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
+use crate::source::read::{read_rollouts, RolloutsRead};
+use crate::source::SourceError;
+
+/// The rollouts at both ends of a plan's range, read and rendered as the service's pass reads and
+/// renders them.
+pub struct PlannedRollouts {
+    /// The rollout files at the start (none without a rollouts directory, or without a start).
+    pub from: Option<RolloutsRead>,
+    /// The rollout files at the end (none when neither end has a rollouts directory).
+    pub to: Option<RolloutsRead>,
+    /// The `FleetRollout` objects the end renders.
+    pub desired: Vec<FleetRollout>,
+    /// The `FleetRollout` objects the start renders: the live ones of a plan without a meta-cluster.
+    pub at_from: Vec<FleetRollout>,
+    /// Clusters whose runs of a rollout may change: those of every rollout that changed, before and
+    /// after.
+    pub touched: BTreeSet<String>,
+    files_from: RolloutFiles,
+    files_to: RolloutFiles,
+}
+
+impl PlannedRollouts {
+    /// Reads the rollout files at `from` and `to` under the cluster root `root` and renders their
+    /// objects with `from_ctx` and `ctx`.
+    pub fn read(
+        repo: &Repository,
+        from: Option<Oid>,
+        to: Oid,
+        root: &str,
+        ctx: &RenderContext,
+        from_ctx: &RenderContext,
+    ) -> Result<PlannedRollouts, SourceError> {
+        let at_to = read_rollouts(repo, from, to, root, true)?;
+        let at_from = match from {
+            Some(from) => read_rollouts(repo, None, from, root, true)?,
+            None => None,
+        };
+        let render = |read: Option<&RolloutsRead>, ctx: &RenderContext| -> Vec<FleetRollout> {
+            read.map(|r| r.rollouts.iter().map(|r| render_rollout(r, ctx)).collect())
+                .unwrap_or_default()
+        };
+        let desired = render(at_to.as_ref(), ctx);
+        let rendered_from = render(at_from.as_ref(), from_ctx);
+        let broken = at_to.as_ref().map(|r| r.broken.clone()).unwrap_or_default();
+        let dir = rollouts_dir(root);
+        Ok(PlannedRollouts {
+            touched: decide_rollouts(&rendered_from, &desired, &broken).touched,
+            files_from: RolloutFiles::of(at_from.as_ref(), &dir),
+            files_to: RolloutFiles::of(at_to.as_ref(), &dir),
+            desired,
+            at_from: rendered_from,
+            from: at_from,
+            to: at_to,
+        })
+    }
+
+    /// `cluster` rendered at the end, with its runs of the end's rollouts.
+    pub fn render_at_to(&self, cluster: &ClusterDir, ctx: &RenderContext) -> DesiredCluster {
+        render_with_runs(cluster, self.to.as_ref(), ctx)
+    }
+
+    /// `cluster` rendered at the start, with its runs of the start's rollouts.
+    pub fn render_at_from(&self, cluster: &ClusterDir, ctx: &RenderContext) -> DesiredCluster {
+        render_with_runs(cluster, self.from.as_ref(), ctx)
+    }
+
+    /// The rollouts whose `rerun` the range bumps and whose operation it leaves alone.
+    pub fn rerun_bumps(&self) -> Vec<String> {
+        self.files_to
+            .valid
+            .values()
+            .filter(|to| {
+                self.files_from
+                    .valid
+                    .get(&to.name)
+                    .is_some_and(|from| from.rerun != to.rerun && from.operation.entry == to.operation.entry)
+            })
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
+    /// The rollouts the range adds, changes, removes or breaks, with the writes of their objects
+    /// decided against `live`; `runs` as for [`plan_rollouts`].
+    pub fn plan(
+        &self,
+        live: &[FleetRollout],
+        runs: &BTreeMap<String, BTreeMap<String, RunState>>,
+    ) -> Vec<RolloutPlan> {
+        let mut plans = plan_rollouts(&self.files_from, &self.files_to, runs);
+        let broken = self.to.as_ref().map(|r| r.broken.clone()).unwrap_or_default();
+        let writes = decide_rollouts(live, &self.desired, &broken);
+        for plan in &mut plans {
+            plan.object = if writes
+                .apply
+                .iter()
+                .any(|r| r.metadata.name.as_deref() == Some(&plan.name))
+            {
+                Some("applied".to_string())
+            } else if writes.delete.contains(&plan.name) {
+                Some("deleted".to_string())
+            } else {
+                None
+            };
+        }
+        plans
+    }
+}
+
+/// `cluster` rendered with `ctx`, with its runs of the rollouts of `read` (each in the wave that took
+/// it), as the pass renders a cluster.
+fn render_with_runs(
+    cluster: &ClusterDir,
+    read: Option<&RolloutsRead>,
+    ctx: &RenderContext,
+) -> DesiredCluster {
+    let mut desired = render_cluster(cluster, ctx);
+    if let Some(read) = read {
+        let of: Vec<(&Rollout, &str)> = read
+            .rollouts
+            .iter()
+            .filter_map(|r| {
+                let wave = r.waves.iter().find(|w| w.clusters.contains(&cluster.name))?;
+                Some((r, wave.name.as_str()))
+            })
+            .collect();
+        add_rollouts(&mut desired, cluster, &of, &read.broken, ctx);
+    }
+    desired
+}
 
 /// What the range does to a rollout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -112,12 +248,23 @@ pub struct RolloutPlan {
     /// Problems of the file at the end: errors (an invalid rollout) or warnings.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub diagnostics: Vec<Diagnostic>,
+    /// The write of its `FleetRollout` object: `applied` or `deleted` (none: the object stays).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
 }
 
 impl RolloutPlan {
     /// `added`, `changed`, `removed` or `invalid`.
     pub fn change_word(&self) -> &'static str {
         self.change.word()
+    }
+
+    /// `: FleetRollout applied` or `: FleetRollout deleted`, or nothing when its object stays.
+    pub fn object_text(&self) -> String {
+        self.object
+            .as_ref()
+            .map(|w| format!(": FleetRollout {w}"))
+            .unwrap_or_default()
     }
 
     /// Number of clusters taking part at the end.
@@ -257,6 +404,14 @@ pub struct RolloutFiles {
 }
 
 impl RolloutFiles {
+    /// The files `read` found under the rollouts directory `dir` (none without a read).
+    pub fn of(read: Option<&RolloutsRead>, dir: &str) -> RolloutFiles {
+        match read {
+            Some(read) => RolloutFiles::new(read.rollouts.clone(), &read.diagnostics, dir),
+            None => RolloutFiles::default(),
+        }
+    }
+
     /// The files of `rollouts` and `diagnostics` (the repository's; those of files under `dir` are
     /// kept).
     pub fn new(rollouts: Vec<Rollout>, diagnostics: &[Diagnostic], dir: &str) -> RolloutFiles {
@@ -491,6 +646,7 @@ fn base_plan(r: &Rollout, diagnostics: Vec<Diagnostic>) -> RolloutPlan {
         changes: Vec::new(),
         rerun: None,
         diagnostics,
+        object: None,
     }
 }
 
@@ -514,6 +670,7 @@ fn invalid_plan(name: &str, before: Option<&Rollout>, diagnostics: Vec<Diagnosti
         changes: Vec::new(),
         rerun: None,
         diagnostics,
+        object: None,
     }
 }
 
@@ -557,10 +714,11 @@ pub fn markdown(rollouts: &[RolloutPlan], cell: impl Fn(&str) -> String) -> Stri
     let mut out = String::new();
     for r in rollouts {
         out.push_str(&format!(
-            "#### rollout {} ({}, `{}`)\n\n",
+            "#### rollout {} ({}, `{}`){}\n\n",
             r.name,
             r.change.word(),
-            r.path
+            r.path,
+            r.object_text()
         ));
         for line in r.head_lines().iter().chain(&r.tail_lines()) {
             out.push_str(&format!("- {}\n", cell(line)));
