@@ -155,4 +155,13 @@ pub struct FleetRolloutStatus {
     /// The rollout in one line, as its commit status says it: `wave 2/3 beijing: 5/8 succeeded, 0 failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// Full sha of the commit that introduced or last changed the rollout: its status goes there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The `kok/rollout/<name>` status that commit should show (written by the controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_status: Option<super::CommitStatus>,
+    /// The `kok/rollout/<name>` status last delivered (written by the reporter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<super::CommitStatus>,
 }

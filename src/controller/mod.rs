@@ -7,7 +7,7 @@
 //! - [`health`]: between operations, the periodic health checks of every cluster with a kubeconfig.
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
 //! - [`runner`]: the work queue each reconciler runs from (names, delays, a bound on concurrency).
-//! - [`op_cache`]: kok's own records of the ClusterOperations, by cluster.
+//! - [`op_cache`]: kok's own records of the ClusterOperations, by cluster and by rollout.
 //! - [`cache`]: the indexes by cluster and what the caches keep apart.
 //! - [`live`]: the watch caches, shared with the reconcile pass.
 //! - [`secret`]: the ssh Secret check.
@@ -15,6 +15,7 @@
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
 //! - [`wave`]: rollout waves as start decisions, a rollout's phase and counts (pure).
+//! - [`rollout`]: the wave decision before a run of a rollout starts, its wakes, the FleetRollout status.
 //! - [`window`]: maintenance windows and freezes as start decisions (pure), and the controller's clock.
 //!
 //! [`run`] runs all the loops until shutdown; tests run it in-process against testkit.
@@ -29,6 +30,7 @@ pub mod live;
 pub mod op_cache;
 pub mod operation;
 pub mod queue;
+pub mod rollout;
 pub mod runner;
 pub mod schedule;
 pub mod secret;
@@ -51,7 +53,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::warn;
 
-use crate::api::{managed_selector, Cluster, ClusterOperation};
+use crate::api::{managed_selector, Cluster, ClusterOperation, FleetRollout};
 pub use job::JobConfig;
 pub use runner::{Action, WorkQueue};
 
@@ -155,6 +157,10 @@ pub struct Context {
     pub clusters: Store<Cluster>,
     /// The clients of workload clusters, for verification.
     pub clients: crate::health::Clients,
+    /// The rollouts' `FleetRollout` objects.
+    pub rollouts: Store<FleetRollout>,
+    /// The rollouts whose status to look at: a run's change or the object's triggers them.
+    pub rollout_queue: Arc<WorkQueue>,
 }
 
 /// Runs the ClusterOperation controller, the Cluster controller, the scheduler and the watches that
@@ -189,6 +195,8 @@ pub async fn run(
     let cluster_queue = Arc::new(WorkQueue::default());
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
+    let (rollout_store, rollout_writer) = reflector::store::<FleetRollout>();
+    let rollout_queue = Arc::new(WorkQueue::default());
     // A Job's change reconciles the operation that owns it.
     let job_watch = watcher(jobs.clone(), wc.clone())
         .default_backoff()
@@ -222,6 +230,8 @@ pub async fn run(
         queue: op_queue.clone(),
         clusters: live.clusters.clone(),
         clients: crate::health::Clients::default(),
+        rollouts: rollout_store,
+        rollout_queue: rollout_queue.clone(),
     });
 
     // The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler
@@ -235,10 +245,20 @@ pub async fn run(
                 if lets_go {
                     operation::let_waiting_go(&ctx, &op.spec.cluster);
                 }
+                if let Some(r) = &op.spec.rollout {
+                    let finished = lets_go.then_some(op.spec.cluster.as_str());
+                    match finished {
+                        Some(_) => rollout::wake_rollout(&ctx, &r.name, finished),
+                        None => rollout_queue.trigger(&r.name),
+                    }
+                }
                 wake_known_cluster(&live, &cluster_queue, &op.spec.cluster);
             }
             Ok((watcher::Event::InitApply(op), _)) => op_queue.trigger(&op.name_any()),
             Ok((watcher::Event::Delete(op), _)) => {
+                if let Some(r) = &op.spec.rollout {
+                    rollout_queue.trigger(&r.name);
+                }
                 wake_known_cluster(&live, &cluster_queue, &op.spec.cluster)
             }
             Ok((watcher::Event::Init | watcher::Event::InitDone, _)) => {}
@@ -307,6 +327,12 @@ pub async fn run(
         },
         stopped(),
     );
+    let rollout_watch = watch_rollouts(client.clone(), &ns, rollout_writer, ctx.clone());
+    let rollout_loop = rollout_queue.run(
+        CONCURRENT_RECONCILES,
+        |name| rollout::reconcile_status(ctx.clone(), name),
+        stopped(),
+    );
     let cm_cache = live::watch_config_maps(client.clone(), live.clone(), stopped());
     let secret_loop = watch_secrets(
         Api::namespaced(client.clone(), &ns),
@@ -320,12 +346,13 @@ pub async fn run(
     let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
     let watches = async {
         tokio::select! {
-            _ = futures::future::join3(op_watch, job_watch, cluster_watch) => {}
+            _ = futures::future::join4(op_watch, job_watch, cluster_watch, rollout_watch) => {}
             () = stopped() => {}
         }
     };
     let op_loop = once(listed(), stopped(), op_loop);
     let cluster_loop = once(listed(), stopped(), cluster_loop);
+    let rollout_loop = once(listed(), stopped(), rollout_loop);
     let stores_listed = async {
         tokio::select! {
             () = stores_listed => {}
@@ -335,6 +362,7 @@ pub async fn run(
     futures::join!(
         op_loop,
         cluster_loop,
+        rollout_loop,
         scheduler,
         secret_loop,
         watches,
@@ -342,6 +370,41 @@ pub async fn run(
         health_checks,
         stores_listed
     );
+}
+
+/// Keeps the `FleetRollout` store; a rollout whose spec changed (a new generation: a commit moved
+/// `stopAfter`, raised `maxFailures`, changed its waves) wakes its waiting runs and its status. Its own
+/// status writes wake nothing.
+fn watch_rollouts(
+    client: Client,
+    namespace: &str,
+    writer: reflector::store::Writer<FleetRollout>,
+    ctx: Arc<Context>,
+) -> impl Future<Output = ()> {
+    let api: Api<FleetRollout> = Api::namespaced(client, namespace);
+    let wc = watcher::Config::default().labels(&managed_selector());
+    let mut seen: BTreeMap<String, Option<i64>> = BTreeMap::new();
+    watcher(api, wc)
+        .default_backoff()
+        .modify(|r: &mut FleetRollout| r.metadata.managed_fields = None)
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => {
+                    let name = r.name_any();
+                    let generation = r.metadata.generation;
+                    if seen.insert(name.clone(), generation) != Some(generation) {
+                        rollout::wake_rollout(&ctx, &name, None);
+                    }
+                }
+                Ok(watcher::Event::Delete(r)) => {
+                    seen.remove(&r.name_any());
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "watching FleetRollouts failed; retrying"),
+            }
+            futures::future::ready(())
+        })
 }
 
 /// Runs `work` once `ready` has come, unless `stopped` comes first.

@@ -11,11 +11,14 @@
 //! object the decisions read ([`OpCache::get`]): the cached object of before, with the cluster and
 //! current labels and the content hash put back.
 //!
+//! Beside the operations by cluster it keeps the per-rollout index: each rollout's current runs by
+//! cluster ([`OpCache::rollout_runs`]), so a wave decision never lists or scans all operations.
+//!
 //! What it drops, as the reflector store did: `managedFields`, the commit statuses the reporter
 //! watches itself, and owner references, labels and annotations other than the ones above. An
 //! operation with a schedule keeps its whole metadata: the scheduler copies it into its runs.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -23,6 +26,7 @@ use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
 use super::cache::{ByCluster, Listed, Words};
+use super::wave::RunState;
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
     OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT, LABEL_ROLLOUT,
@@ -169,6 +173,43 @@ impl Record {
         rest.is_some_and(|r| r.hold_released.is_some())
     }
 
+    /// The rollout this is a current run of, when it is one.
+    fn rollout(&self) -> Option<&str> {
+        let current = match &self.meta {
+            Meta::Slim { current, .. } => current.as_deref(),
+            Meta::Whole(m) => m
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_CURRENT))
+                .map(String::as_str),
+        };
+        let rollout = self.spec.rest.as_ref()?.rollout.as_ref()?;
+        (current == Some("true")).then_some(rollout.name.as_str())
+    }
+
+    /// The state of this run as the wave decisions read it.
+    fn run_state(&self) -> RunState {
+        let rest = self.status.as_ref().and_then(|s| s.rest.as_deref());
+        let message = self.status.as_ref().and_then(|s| s.message.as_deref());
+        let said = |word: &str| {
+            rest.and_then(|r| r.result.clone())
+                .or_else(|| message.map(|m| format!("{word}: {m}")))
+                .unwrap_or_else(|| word.to_string())
+        };
+        match self.phase() {
+            Phase::Pending | Phase::Queued => RunState::Pending,
+            Phase::Running => RunState::Running,
+            Phase::Succeeded => RunState::Succeeded {
+                at: rest
+                    .and_then(|r| r.end_time.as_ref())
+                    .map(|t| t.0)
+                    .unwrap_or_else(jiff::Timestamp::now),
+            },
+            Phase::Failed => RunState::Failed(said("failed")),
+            Phase::Canceled => RunState::Canceled(said("canceled")),
+        }
+    }
+
     fn resource_version(&self) -> Option<&str> {
         match &self.meta {
             Meta::Slim { resource_version, .. } => resource_version.as_deref(),
@@ -256,6 +297,8 @@ struct Ops {
     by_name: HashMap<Arc<str>, Box<Record>>,
     by_cluster: ByCluster,
     running: BTreeSet<String>,
+    /// Each rollout's current runs, by cluster.
+    rollouts: HashMap<Arc<str>, BTreeMap<Arc<str>, BTreeSet<Arc<str>>>>,
     words: Words,
 }
 
@@ -274,6 +317,12 @@ impl Ops {
         } else {
             self.running.remove(name);
         }
+        self.unindex(name);
+        if let Some(rollout) = record.rollout() {
+            let (rollout, cluster) = (self.words.get(rollout), record.spec.cluster.clone());
+            let runs = self.rollouts.entry(rollout).or_default();
+            runs.entry(cluster).or_default().insert(Arc::from(name));
+        }
         match self.by_name.get_mut(name) {
             Some(kept) => *kept = record,
             None => {
@@ -284,8 +333,48 @@ impl Ops {
     }
 
     fn remove(&mut self, name: &str) {
+        self.unindex(name);
         self.by_name.remove(name);
         self.running.remove(name);
+    }
+
+    /// Drops `name` from the per-rollout index, as the record it replaces had it.
+    fn unindex(&mut self, name: &str) {
+        let Some(old) = self.by_name.get(name) else {
+            return;
+        };
+        let Some(rollout) = old.rollout() else {
+            return;
+        };
+        let Some(runs) = self.rollouts.get_mut(rollout) else {
+            return;
+        };
+        if let Some(names) = runs.get_mut(&*old.spec.cluster) {
+            names.remove(name);
+            if names.is_empty() {
+                runs.remove(&*old.spec.cluster);
+            }
+        }
+        if runs.is_empty() {
+            self.rollouts.remove(rollout);
+        }
+    }
+
+    /// The latest of `names` (the highest `rerun`, then the name).
+    fn latest<'n>(&self, names: &'n BTreeSet<Arc<str>>) -> Option<(&'n Arc<str>, &Record)> {
+        names
+            .iter()
+            .filter_map(|n| Some((n, self.by_name.get(n)?.as_ref())))
+            .max_by_key(|(n, r)| {
+                (
+                    r.spec
+                        .rest
+                        .as_ref()
+                        .and_then(|x| x.rollout.as_ref())
+                        .map(|x| x.rerun),
+                    *n,
+                )
+            })
     }
 }
 
@@ -412,6 +501,23 @@ impl OpCache {
                 ops.by_name
                     .get(n.as_str())
                     .is_some_and(|r| phases.contains(&r.phase()))
+            })
+            .collect()
+    }
+
+    /// The latest current run of rollout `rollout` on each cluster that has one: its name and state.
+    /// Read from the per-rollout index, without looking at other operations.
+    pub fn rollout_runs(&self, rollout: &str) -> BTreeMap<String, (String, RunState)> {
+        let Ok(ops) = self.ops.lock() else {
+            return BTreeMap::new();
+        };
+        let Some(runs) = ops.rollouts.get(rollout) else {
+            return BTreeMap::new();
+        };
+        runs.iter()
+            .filter_map(|(cluster, names)| {
+                let (name, record) = ops.latest(names)?;
+                Some((cluster.to_string(), (name.to_string(), record.run_state())))
             })
             .collect()
     }

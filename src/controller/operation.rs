@@ -438,8 +438,9 @@ async fn start_or_wait(
     busy.remove(&op.name_any());
     let all = siblings_of(ctx, &op.spec.cluster);
     let siblings: Vec<&ClusterOperation> = all.iter().collect();
-    let queue = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs);
     let now = ctx.config.clock.now();
+    let queue = decide(op, &siblings, &busy, busy.len(), ctx.config.max_concurrent_jobs)
+        .and_then(|()| super::rollout::wave_decision(ctx, op, now));
     let spec = &op.spec;
     let ignored = match with_maintenance(queue, spec.maintenance.as_ref(), spec.ignore_maintenance, now) {
         Ok(ignored) => ignored,

@@ -20,8 +20,9 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use super::queue::Wait;
-use crate::api::{FleetRolloutStatus, RolloutPhase, WaveStatus};
+use crate::api::{rollout_context, CommitStatus, FleetRolloutStatus, RolloutPhase, StatusState, WaveStatus};
 use crate::layout::rollouts::{Rollout, Wave};
+use crate::report::status::{cut, MAX_STORED_DESCRIPTION};
 
 /// The state of a cluster's latest run of the rollout's operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,6 +141,26 @@ impl Progress {
         format!("{done}/{all}")
     }
 
+    /// The `kok/rollout/<name>` commit status: pending while it goes on (the summary), success once
+    /// completed, failure with the halt's reason once halted.
+    pub fn commit_status(&self, rollout: &str) -> CommitStatus {
+        let (state, description) = match self.phase {
+            RolloutPhase::Completed => (StatusState::Success, self.summary()),
+            RolloutPhase::Halted => (
+                StatusState::Failure,
+                self.why_not.clone().unwrap_or_else(|| self.summary()),
+            ),
+            _ => (StatusState::Pending, self.summary()),
+        };
+        CommitStatus {
+            context: rollout_context(rollout),
+            state,
+            description: cut(&description, MAX_STORED_DESCRIPTION),
+            target_url: None,
+            run: None,
+        }
+    }
+
     /// The status of the rollout's object.
     pub fn status(&self) -> FleetRolloutStatus {
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
@@ -163,6 +184,7 @@ impl Progress {
                 .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
             message: self.why_not.clone(),
             summary: Some(self.summary()),
+            ..FleetRolloutStatus::default()
         }
     }
 }
@@ -540,6 +562,11 @@ mod tests {
             (p.phase, p.why_not.as_deref()),
             (RolloutPhase::Halted, Some(halted))
         );
+        let said = p.commit_status("upgrade-1-31");
+        assert_eq!(
+            (said.state, said.description.as_str()),
+            (StatusState::Failure, halted)
+        );
         assert_eq!(
             p.waves[1],
             WaveCounts {
@@ -625,5 +652,20 @@ mod tests {
         ]);
         let p = Rollouts::new(&r, &mid, at("2026-11-28T18:00:00Z")).progress();
         assert_eq!(p.summary(), "wave 2/3 beijing: 0/3 succeeded, 0 failed");
+        let pending = p.commit_status("upgrade-1-31");
+        assert_eq!(
+            (
+                pending.context.as_str(),
+                pending.state,
+                pending.description.as_str()
+            ),
+            (
+                "kok/rollout/upgrade-1-31",
+                StatusState::Pending,
+                "wave 2/3 beijing: 0/3 succeeded, 0 failed"
+            )
+        );
+        let done = Rollouts::new(&r, &state, at("2026-11-28T18:00:00Z")).progress();
+        assert_eq!(done.commit_status("upgrade-1-31").state, StatusState::Success);
     }
 }

@@ -440,10 +440,10 @@ pub struct SyncRecord {
 
 /// Delivers commit statuses from ClusterOperations and `kok/sync` records, durably and once.
 pub struct Reporter {
-    client: Client,
-    namespace: String,
-    sinks: Arc<Sinks>,
-    backoff: Backoff,
+    pub(super) client: Client,
+    pub(super) namespace: String,
+    pub(super) sinks: Arc<Sinks>,
+    pub(super) backoff: Backoff,
     /// Per ClusterOperation (or `sync/<commit>`): the status being retried and when it may be tried again.
     not_before: Mutex<HashMap<String, (CommitStatus, Instant)>>,
     sync_wake: Notify,
@@ -473,19 +473,20 @@ impl Reporter {
         })
     }
 
-    /// Runs both delivery loops until `shutdown` completes.
+    /// Runs the delivery loops (operations, rollouts, `kok/sync`) until `shutdown` completes.
     pub async fn run(
         self: Arc<Self>,
         shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     ) {
         let (tx, rx) = tokio::sync::watch::channel(false);
         let operations = self.clone().run_operations(wait_true(rx.clone()));
+        let rollouts = self.clone().run_rollouts(wait_true(rx.clone()));
         let sync = self.clone().run_sync(wait_true(rx));
         let stop = async move {
             shutdown.await;
             let _ = tx.send(true);
         };
-        tokio::join!(operations, sync, stop);
+        tokio::join!(operations, rollouts, sync, stop);
     }
 
     /// Watches the ClusterOperations and delivers each `desiredStatus` that differs from `reported`,
@@ -868,7 +869,7 @@ impl Reporter {
     }
 
     /// Remaining wait for `key` when `status` is the one scheduled for a later retry.
-    fn wait_for(&self, key: &str, status: &CommitStatus) -> Option<Duration> {
+    pub(super) fn wait_for(&self, key: &str, status: &CommitStatus) -> Option<Duration> {
         let map = self.not_before.lock().unwrap_or_else(|p| p.into_inner());
         let (scheduled, at) = map.get(key)?;
         if scheduled != status {
@@ -878,14 +879,20 @@ impl Reporter {
         (*at > now).then(|| *at - now)
     }
 
-    fn schedule(&self, key: &str, status: &CommitStatus, attempts: u32, err: &DeliveryError) -> Duration {
+    pub(super) fn schedule(
+        &self,
+        key: &str,
+        status: &CommitStatus,
+        attempts: u32,
+        err: &DeliveryError,
+    ) -> Duration {
         let delay = self.backoff.delay(attempts, err);
         let mut map = self.not_before.lock().unwrap_or_else(|p| p.into_inner());
         map.insert(key.to_string(), (status.clone(), Instant::now() + delay));
         delay
     }
 
-    fn clear_wait(&self, key: &str) {
+    pub(super) fn clear_wait(&self, key: &str) {
         self.not_before
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -901,7 +908,7 @@ impl Reporter {
     }
 }
 
-fn patch_params() -> PatchParams {
+pub(super) fn patch_params() -> PatchParams {
     PatchParams {
         field_manager: Some(REPORT_FIELD_MANAGER.to_string()),
         ..Default::default()

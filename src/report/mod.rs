@@ -7,12 +7,14 @@
 //! - [`forge`]: GitHub, GitLab and Gitea/Forgejo statuses APIs.
 //! - [`deliver`]: [`Reporter`], which delivers `desiredStatus` until it is `reported`, across restarts,
 //!   pausing a rate-limited sink alone and keeping forges within a per-commit context budget.
+//! - [`rollouts`]: the `kok/rollout/<name>` status of each rollout, from its `FleetRollout`'s status.
 //! - [`comments`]: the plan comment kept on each pull request (`--pr-comments`).
 
 pub mod comments;
 pub mod deliver;
 pub mod forge;
 pub mod notes;
+pub mod rollouts;
 pub mod sink;
 pub mod status;
 

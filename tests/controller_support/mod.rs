@@ -218,3 +218,58 @@ pub fn op_name(desired: &DesiredCluster, id: &str) -> String {
         .and_then(|o| o.metadata.name.clone())
         .expect("operation")
 }
+
+/// The render context of commit number `n`, as [`render`] uses it.
+pub fn context(n: u32) -> RenderContext {
+    let mut ctx = RenderContext::new(NS, "main", sha(n));
+    ctx.queue_base = format!("{n:08}");
+    ctx
+}
+
+/// Renders `dir` at commit number `n` with its runs of `rollouts` (each with the wave that took it).
+pub fn render_in_rollouts(
+    dir: &ClusterDir,
+    n: u32,
+    rollouts: &[(&kok::layout::rollouts::Rollout, &str)],
+) -> DesiredCluster {
+    let ctx = context(n);
+    let mut desired = render_cluster(dir, &ctx);
+    let broken = std::collections::BTreeSet::new();
+    kok::materialize::rollout::add_rollouts(&mut desired, dir, rollouts, &broken, &ctx);
+    desired
+}
+
+/// Writes the `FleetRollout` objects of `rollouts` rendered at commit number `n` (those of the
+/// namespace that are not among them are deleted), as a pass does.
+pub async fn apply_rollouts(client: &Client, n: u32, rollouts: &[&kok::layout::rollouts::Rollout]) {
+    use kok::materialize::fleet;
+    let ctx = context(n);
+    let desired: Vec<_> = rollouts
+        .iter()
+        .map(|r| kok::materialize::rollout::render_rollout(r, &ctx))
+        .collect();
+    let live = fleet::live_rollouts(client, NS).await.expect("rollouts listed");
+    let writes = fleet::decide_rollouts(&live, &desired, &Default::default());
+    fleet::apply_rollouts(client, NS, &writes)
+        .await
+        .expect("rollouts applied");
+}
+
+/// The current run of rollout `rollout` in a rendered cluster, resolved against `live` operations.
+pub fn run_name(desired: &DesiredCluster, rollout: &str) -> String {
+    desired
+        .rollouts
+        .iter()
+        .find(|r| r.rollout == rollout)
+        .and_then(|r| r.operation.metadata.name.clone())
+        .expect("a run of the rollout")
+}
+
+/// The `FleetRollout` named `name`, if it exists.
+pub async fn fleet_rollout(client: &Client, name: &str) -> Option<kok::api::FleetRollout> {
+    Api::<kok::api::FleetRollout>::namespaced(client.clone(), NS)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+}

@@ -1,0 +1,530 @@
+//! Rollouts against testkit, with the controller running in-process: a later wave waits for the earlier
+//! one with a status that says why, `maxParallel` bounds a wave, a bake's end starts the next wave by a
+//! timer, a failure past `maxFailures` halts the rollout and a `rerun` bump runs again only the failed
+//! cluster, editing the operation is a new run everywhere while editing waves runs nothing again, and a
+//! cluster leaving the rollout has its run canceled before it starts; the FleetRollout's status follows.
+
+mod controller_support;
+mod forge;
+
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+
+use controller_support::*;
+use kok::api::{FleetRollout, Phase, RolloutPhase, LABEL_ROLLOUT, LABEL_WAVE};
+use kok::controller::job::job_name;
+use kok::layout::rollouts::{MaxParallel, Rollout};
+use kok::materialize::apply::apply_cluster;
+use kok::materialize::DesiredCluster;
+
+const HOSTS: &str = "all:\n  hosts:\n    node1: {}\n";
+
+/// The rollout `up` of `up.yml`: canary [a], then rest [b, c] one at a time.
+fn up() -> Rollout {
+    Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[
+            ("canary", &["a"], None),
+            ("rest", &["b", "c"], Some(MaxParallel::Count(1))),
+        ],
+    )
+}
+
+fn wave_of(r: &Rollout, cluster: &str) -> String {
+    let w = r.waves.iter().find(|w| w.clusters.iter().any(|c| c == cluster));
+    w.map(|w| w.name.clone()).unwrap_or_default()
+}
+
+/// Clusters `a`, `b` and `c` rendered at commit `n` in rollout `r` (a cluster no wave takes has no run).
+fn fleet(r: &Rollout, n: u32) -> Vec<DesiredCluster> {
+    ["a", "b", "c"]
+        .iter()
+        .map(|c| {
+            let wave = wave_of(r, c);
+            let of: Vec<(&Rollout, &str)> = if wave.is_empty() {
+                vec![]
+            } else {
+                vec![(r, wave.as_str())]
+            };
+            render_in_rollouts(&cluster_dir(c, HOSTS, vec![], None), n, &of)
+        })
+        .collect()
+}
+
+/// Writes the rollout and the clusters' runs of it, as a pass of commit `n` does.
+async fn apply(client: &kube::Client, r: &Rollout, n: u32) -> Vec<DesiredCluster> {
+    apply_rollouts(client, n, &[r]).await;
+    let desired = fleet(r, n);
+    for d in &desired {
+        apply_cluster(client, NS, d).await.unwrap();
+    }
+    desired
+}
+
+/// The run of cluster `i` (0: a, 1: b, 2: c) that is current in the meta-cluster.
+async fn current_run(client: &kube::Client, cluster: &str) -> Option<kok::api::ClusterOperation> {
+    let api: Api<kok::api::ClusterOperation> = Api::namespaced(client.clone(), NS);
+    let lp = kube::api::ListParams::default().labels(&format!(
+        "{LABEL_ROLLOUT}=up,kok.dev/cluster={cluster},kok.dev/current=true"
+    ));
+    api.list(&lp).await.ok()?.items.into_iter().next()
+}
+
+async fn message(client: &kube::Client, name: &str) -> String {
+    op(client, name)
+        .await
+        .and_then(|o| o.status?.message)
+        .unwrap_or_default()
+}
+
+async fn wait_message(client: &kube::Client, name: &str, want: &str) {
+    wait_for(&format!("{name} to say {want:?}"), || async {
+        (message(client, name).await == want).then_some(())
+    })
+    .await
+}
+
+async fn wait_status(
+    client: &kube::Client,
+    what: &str,
+    check: impl Fn(&FleetRollout) -> bool,
+) -> FleetRollout {
+    wait_for(what, || async {
+        fleet_rollout(client, "up").await.filter(|r| check(r))
+    })
+    .await
+}
+
+fn summary(r: &FleetRollout) -> Option<&str> {
+    r.status.as_ref()?.summary.as_deref()
+}
+
+fn phase_of(r: &FleetRollout) -> Option<RolloutPhase> {
+    r.status.as_ref().map(|s| s.phase)
+}
+
+/// Writes the pod a failed Job leaves, with ansible's summary as its termination message, and fails
+/// the Job.
+async fn fail(server: &testkit::ApiServer, op: &str) {
+    let client = server.client();
+    let job = job_name(op);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{job}-pod"), "labels": {"batch.kubernetes.io/job-name": job}},
+        "spec": {"containers": [{"name": "ansible", "image": "x"}]},
+    }))
+    .unwrap();
+    pod.metadata.namespace = Some(NS.into());
+    let _ = pods.create(&PostParams::default(), &pod).await;
+    server
+        .fail_job(
+            NS,
+            &job,
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_later_wave_waits_for_the_earlier_one_with_a_status_that_says_why_and_max_parallel_bounds_it() {
+    let server = server().await;
+    let client = server.client();
+    let r = up();
+    let d = apply(&client, &r, 1).await;
+    let (a, b, c) = (
+        run_name(&d[0], "up"),
+        run_name(&d[1], "up"),
+        run_name(&d[2], "up"),
+    );
+    let created = op(&client, &b).await.unwrap();
+    let labels = created.metadata.labels.unwrap();
+    assert_eq!(
+        (labels[LABEL_ROLLOUT].as_str(), labels[LABEL_WAVE].as_str()),
+        ("up", "rest")
+    );
+    let ctl = start(&client, config(4));
+
+    wait_phase(&client, &a, Phase::Running).await;
+    wait_message(
+        &client,
+        &b,
+        "waiting for wave rest of rollout up (canary: 0/1 succeeded)",
+    )
+    .await;
+    wait_message(
+        &client,
+        &c,
+        "waiting for wave rest of rollout up (canary: 0/1 succeeded)",
+    )
+    .await;
+    assert_eq!(jobs(&client).await, vec![job_name(&a)], "only the canary runs");
+    let status = wait_status(&client, "the rollout to be progressing in its canary", |r| {
+        summary(r) == Some("wave 1/2 canary: 0/1 succeeded, 0 failed")
+    })
+    .await;
+    assert_eq!(phase_of(&status), Some(RolloutPhase::Progressing));
+    assert_eq!(status.status.as_ref().unwrap().progress.as_deref(), Some("0/3"));
+
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    wait_phase(&client, &a, Phase::Succeeded).await;
+    // maxParallel 1: b (first by name) starts, c waits for it.
+    wait_phase(&client, &b, Phase::Running).await;
+    wait_message(
+        &client,
+        &c,
+        "waiting for wave rest of rollout up (maxParallel: 1 of 1 running)",
+    )
+    .await;
+    server.complete_job(NS, &job_name(&b)).await.unwrap();
+    wait_phase(&client, &c, Phase::Running).await;
+    server.complete_job(NS, &job_name(&c)).await.unwrap();
+    let done = wait_status(&client, "the rollout to complete", |r| {
+        phase_of(r) == Some(RolloutPhase::Completed)
+    })
+    .await;
+    assert_eq!(summary(&done), Some("wave 2/2 rest: 2/2 succeeded, 0 failed"));
+    let waves = &done.status.unwrap().waves;
+    assert_eq!(
+        (waves[0].succeeded, waves[1].succeeded, waves[1].pending),
+        (1, 2, 0)
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn the_next_wave_waits_for_the_bake_and_a_timer_starts_it_when_the_bake_ends() {
+    let server = server().await;
+    let client = server.client();
+    let mut r = up();
+    r.bake = SignedDuration::from_secs(3);
+    let d = apply(&client, &r, 1).await;
+    let (a, b) = (run_name(&d[0], "up"), run_name(&d[1], "up"));
+    let mut cfg = config(4);
+    cfg.queue_resync = Duration::from_secs(3600);
+    let ctl = start(&client, cfg);
+    wait_phase(&client, &a, Phase::Running).await;
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    wait_phase(&client, &a, Phase::Succeeded).await;
+    let said = wait_for("b to wait for the bake", || async {
+        let said = message(&client, &b).await;
+        said.contains("baking until").then_some(said)
+    })
+    .await;
+    assert!(
+        said.starts_with("waiting for wave rest of rollout up (canary: 1/1 succeeded; baking until "),
+        "{said}"
+    );
+    let baking = wait_status(&client, "the rollout to bake", |r| {
+        phase_of(r) == Some(RolloutPhase::Baking)
+    })
+    .await;
+    let status = baking.status.unwrap();
+    assert!(
+        status.next_wave_time.is_some(),
+        "the status says when the next wave opens"
+    );
+    assert!(status.message.unwrap().contains("baking until"));
+    // Nothing changes in the meta-cluster meanwhile: only the timer set for the bake's end can start it.
+    wait_phase(&client, &b, Phase::Running).await;
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_failure_halts_the_rollout_and_a_rerun_bump_runs_again_only_the_failed_cluster() {
+    let server = server().await;
+    let client = server.client();
+    let mut r = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[("first", &["a", "b"], None), ("rest", &["c"], None)],
+    );
+    let d = apply(&client, &r, 1).await;
+    let (a, b, c) = (
+        run_name(&d[0], "up"),
+        run_name(&d[1], "up"),
+        run_name(&d[2], "up"),
+    );
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &a, Phase::Running).await;
+    wait_phase(&client, &b, Phase::Running).await;
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    fail(&server, &b).await;
+    wait_phase(&client, &b, Phase::Failed).await;
+    let halted = wait_status(&client, "the rollout to halt", |r| {
+        phase_of(r) == Some(RolloutPhase::Halted)
+    })
+    .await;
+    let why = halted.status.unwrap().message.unwrap();
+    assert!(why.starts_with("halted at wave first: b failed"), "{why}");
+    wait_for("c to say the rollout halted", || async {
+        message(&client, &c)
+            .await
+            .starts_with("rollout up halted at wave first: b failed")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(phase(&client, &c).await, Some(Phase::Queued));
+
+    r.rerun = 1;
+    let again = apply(&client, &r, 2).await;
+    let (a2, b2, c2) = (
+        run_name(&again[0], "up"),
+        run_name(&again[1], "up"),
+        run_name(&again[2], "up"),
+    );
+    assert_ne!(b2, b, "the failed cluster runs again");
+    let current = |cluster: &'static str| {
+        let client = client.clone();
+        async move { current_run(&client, cluster).await.and_then(|o| o.metadata.name) }
+    };
+    assert_eq!(
+        current("a").await,
+        Some(a.clone()),
+        "a succeeded: it never runs again"
+    );
+    assert_eq!(
+        current("c").await,
+        Some(c.clone()),
+        "c's run had not failed: it is kept"
+    );
+    assert_eq!(current("b").await, Some(b2.clone()));
+    let _ = (a2, c2);
+    wait_phase(&client, &b2, Phase::Running).await;
+    server.complete_job(NS, &job_name(&b2)).await.unwrap();
+    wait_phase(&client, &c, Phase::Running).await;
+    server.complete_job(NS, &job_name(&c)).await.unwrap();
+    wait_status(&client, "the rollout to complete", |r| {
+        phase_of(r) == Some(RolloutPhase::Completed)
+    })
+    .await;
+    assert_eq!(
+        phase(&client, &b).await,
+        Some(Phase::Failed),
+        "history is left alone"
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn editing_the_operation_is_a_new_run_everywhere_and_editing_waves_or_limits_runs_nothing_again() {
+    let server = server().await;
+    let client = server.client();
+    let r = up();
+    let first: Vec<String> = apply(&client, &r, 1)
+        .await
+        .iter()
+        .map(|d| run_name(d, "up"))
+        .collect();
+
+    let mut reshaped = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[
+            ("canary", &["a", "b"], Some(MaxParallel::Percent(50))),
+            ("rest", &["c"], None),
+        ],
+    );
+    reshaped.bake = SignedDuration::from_mins(30);
+    (reshaped.max_failures, reshaped.stop_after) = (2, Some(0));
+    let same: Vec<String> = apply(&client, &reshaped, 2)
+        .await
+        .iter()
+        .map(|d| run_name(d, "up"))
+        .collect();
+    assert_eq!(same, first, "the same runs");
+    let moved = op(&client, &first[1]).await.unwrap();
+    assert_eq!(
+        moved.metadata.labels.unwrap()[LABEL_WAVE],
+        "canary",
+        "b's run follows it to its new wave"
+    );
+    assert_eq!(
+        phase(&client, &first[1]).await,
+        Some(Phase::Pending),
+        "and is not canceled"
+    );
+
+    let mut edited = reshaped.clone();
+    edited.operation.entry["extraArgs"] = serde_json::json!(["-e", "kube_version=v1.31.5"]);
+    edited.operation.extra_args = vec!["-e".into(), "kube_version=v1.31.5".into()];
+    let new: Vec<String> = apply(&client, &edited, 3)
+        .await
+        .iter()
+        .map(|d| run_name(d, "up"))
+        .collect();
+    for (old, new) in first.iter().zip(&new) {
+        assert_ne!(old, new, "a new run for every cluster");
+        assert!(op(&client, new).await.is_some());
+        let replaced = op(&client, old).await.unwrap();
+        assert_eq!(
+            replaced.status.map(|s| s.phase),
+            Some(Phase::Canceled),
+            "{old}: not started, canceled"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_cluster_leaving_the_rollout_has_its_run_canceled_and_removing_the_file_leaves_history_alone() {
+    let server = server().await;
+    let client = server.client();
+    let r = up();
+    let d = apply(&client, &r, 1).await;
+    let (a, b, c) = (
+        run_name(&d[0], "up"),
+        run_name(&d[1], "up"),
+        run_name(&d[2], "up"),
+    );
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &a, Phase::Running).await;
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    wait_phase(&client, &a, Phase::Succeeded).await;
+    wait_phase(&client, &b, Phase::Running).await;
+
+    // c leaves the selection: its run, not started, is canceled; b's run goes on.
+    let smaller = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[
+            ("canary", &["a"], None),
+            ("rest", &["b"], Some(MaxParallel::Count(1))),
+        ],
+    );
+    apply(&client, &smaller, 2).await;
+    let canceled = wait_phase(&client, &c, Phase::Canceled).await;
+    assert_eq!(
+        canceled.status.unwrap().message.as_deref(),
+        Some("no longer a run of rollout up")
+    );
+    assert_eq!(phase(&client, &b).await, Some(Phase::Running));
+
+    // The file is removed: the object goes, the runs stay as the record.
+    apply_rollouts(&client, 3, &[]).await;
+    for dir in ["a", "b", "c"] {
+        apply_cluster(
+            &client,
+            NS,
+            &render(&cluster_dir(dir, HOSTS, vec![], None), 3, &[]),
+        )
+        .await
+        .unwrap();
+    }
+    assert!(fleet_rollout(&client, "up").await.is_none());
+    assert_eq!(phase(&client, &a).await, Some(Phase::Succeeded));
+    assert_eq!(
+        phase(&client, &b).await,
+        Some(Phase::Running),
+        "a running run finishes"
+    );
+    server.complete_job(NS, &job_name(&b)).await.unwrap();
+    wait_phase(&client, &b, Phase::Succeeded).await;
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_cluster_that_joins_later_joins_its_wave() {
+    let server = server().await;
+    let client = server.client();
+    let r = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[("canary", &["a"], None), ("rest", &["b"], None)],
+    );
+    let d = apply(&client, &r, 1).await;
+    let (a, b) = (run_name(&d[0], "up"), run_name(&d[1], "up"));
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &a, Phase::Running).await;
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    wait_phase(&client, &b, Phase::Running).await;
+    let joined = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[("canary", &["a"], None), ("rest", &["b", "c"], None)],
+    );
+    let d = apply(&client, &joined, 2).await;
+    let c = run_name(&d[2], "up");
+    assert_eq!(run_name(&d[1], "up"), b);
+    wait_phase(&client, &c, Phase::Running).await;
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn the_rollouts_commit_gets_one_rollout_context_kept_current_one_status_per_update() {
+    use kok::report::{Backoff, Forge, ForgeSink, Reporter, Sink, Sinks, Token};
+    let server = server().await;
+    let client = server.client();
+    let github = forge::ForgeServer::start().await;
+    let sink = ForgeSink::new(Forge::GitHub, Some(&github.url()), "acme/infra", &Token::new("t")).unwrap();
+    let metrics: &'static kok::metrics::Metrics = Box::leak(Box::new(kok::metrics::Metrics::new()));
+    let sinks = Sinks::new(
+        vec![std::sync::Arc::new(sink) as std::sync::Arc<dyn Sink>],
+        metrics,
+    );
+    let reporter = Reporter::new(client.clone(), NS, sinks, Backoff::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let reporting = tokio::spawn(reporter.run(async move {
+        let _ = stopped.await;
+    }));
+
+    let r = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[("canary", &["a"], None), ("rest", &["b"], None)],
+    );
+    let d = apply(&client, &r, 1).await;
+    let (a, b) = (run_name(&d[0], "up"), run_name(&d[1], "up"));
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &a, Phase::Running).await;
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    wait_phase(&client, &b, Phase::Running).await;
+    server.complete_job(NS, &job_name(&b)).await.unwrap();
+    let rollout_statuses = || {
+        github
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST")
+            .filter_map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+            .filter(|b| b["context"] == "kok/rollout/up")
+            .map(|b| {
+                let state = b["state"].as_str().unwrap_or_default().to_string();
+                (state, b["description"].as_str().unwrap_or_default().to_string())
+            })
+            .collect::<Vec<_>>()
+    };
+    let sent = wait_for("the rollout's final status", || async {
+        let sent = rollout_statuses();
+        sent.last()
+            .is_some_and(|(state, _)| state == "success")
+            .then_some(sent)
+    })
+    .await;
+    eprintln!("kok/rollout/up statuses sent: {sent:?}");
+    let done = wait_for("the delivered status to be recorded", || async {
+        let status = fleet_rollout(&client, "up").await?.status?;
+        (status.reported.is_some() && status.reported == status.desired_status).then_some(status)
+    })
+    .await;
+    assert_eq!(
+        done.commit.as_deref(),
+        Some(sha(1).as_str()),
+        "on the rollout's commit"
+    );
+    assert_eq!(sent.last().unwrap().1, "wave 2/2 rest: 1/1 succeeded, 0 failed");
+    assert!(
+        sent.windows(2).all(|w| w[0] != w[1]),
+        "no status sent twice: {sent:?}"
+    );
+    assert!(
+        github.requests().iter().all(|r| !r.path.contains(&sha(2))),
+        "nothing on another commit"
+    );
+    ctl.stop().await;
+    let _ = stop.send(());
+    let _ = reporting.await;
+}
