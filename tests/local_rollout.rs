@@ -148,5 +148,44 @@ async fn a_three_wave_rollout_halts_on_a_failing_cluster_and_a_rerun_commit_fini
         line(&note, "kok/r3/bump").contains(": failure "),
         "the first commit keeps the failure as history: {note}"
     );
+
+    // The changelog of the failing cluster: both runs, under the commits that made them.
+    let path = repo.path();
+    let cache = repo.scratch("history-cache");
+    let (ok, history, stderr) = repo.kok(&[
+        "history",
+        FAILING,
+        "--repo",
+        &path.to_string_lossy(),
+        "--cache-dir",
+        &cache.to_string_lossy(),
+        "--output",
+        "json",
+    ]);
+    assert!(ok, "kok history failed: {stderr}");
+    let history: serde_json::Value = serde_json::from_str(&history).expect("history JSON");
+    let runs: Vec<(&str, &str, &str, &str)> = history
+        .as_array()
+        .expect("a list of commits")
+        .iter()
+        .flat_map(|e| {
+            e["operations"].as_array().into_iter().flatten().map(move |o| {
+                (
+                    e["commit"].as_str().unwrap_or_default(),
+                    o["state"].as_str().unwrap_or_default(),
+                    o["rollout"].as_str().unwrap_or_default(),
+                    o["wave"].as_str().unwrap_or_default(),
+                )
+            })
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            (rerun.as_str(), "success", ROLLOUT, "middle"),
+            (start.as_str(), "failure", ROLLOUT, "middle")
+        ],
+        "{history:#}"
+    );
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }

@@ -13,12 +13,13 @@ use serde::Serialize;
 use super::plan::{GitArgs, TrustFileArgs};
 use super::OutputFormat;
 use crate::api::{RunRecord, StatusState};
-use crate::layout::rollouts::{parse_rollouts, rollouts_dir, Fleet};
-use crate::layout::{self, TreeReader};
+use crate::layout;
+use crate::layout::rollouts::rollouts_dir;
 use crate::report::notes::{parse_note, NoteEntry, NOTES_REF};
 use crate::report::status::{split_run_context, CONTEXT_PREFIX};
+use crate::source::read::read_rollouts;
 use crate::source::verify::signature_states;
-use crate::source::{cluster_history, GitTree, HistoryEntry};
+use crate::source::{cluster_history, HistoryEntry};
 
 /// Where the remote's `refs/notes/kok` is fetched to in the cache, beside the cache's own notes
 /// (which `kok run` writes when it shares the cache).
@@ -269,18 +270,12 @@ struct RolloutWave {
 }
 
 /// The rollouts of the commit `commit` (under the cluster root `root`) that take `cluster` in, each with
-/// the wave it is in. The whole tree is parsed: which wave picks a cluster depends on every cluster's
-/// labels.
+/// the wave it is in, as a pass reads them.
 fn rollout_waves(repo: &Repository, commit: Oid, root: &str, cluster: &str) -> Vec<RolloutWave> {
-    let Ok(tree) = GitTree::at_commit(repo, commit) else {
+    let Ok(Some(read)) = read_rollouts(repo, None, commit, root, true) else {
         return Vec::new();
     };
-    if !matches!(tree.kind(&rollouts_dir(root)), Ok(Some(layout::EntryKind::Dir))) {
-        return Vec::new();
-    }
-    let parsed = layout::parse_repo(&tree, root);
-    let fleet = Fleet::new(&parsed.clusters, &parsed.invalid);
-    parse_rollouts(&tree, root, &fleet, &mut Vec::new())
+    read.rollouts
         .into_iter()
         .filter_map(|r| {
             let wave = r.waves.iter().find(|w| w.clusters.iter().any(|c| c == cluster))?;
