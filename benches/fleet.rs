@@ -167,20 +167,23 @@ fn generate(remote: &Remote, clusters: usize, ops: usize) -> String {
         operations.push_str(&format!("- id: op{j:02}\n  action: cluster.yml\n"));
     }
     for i in 0..clusters {
-        let name = cluster_name(i);
-        remote
-            .write(&format!("clusters/{name}/hosts.yml"), &hosts_yml(i, 5))
-            .write(
-                &format!("clusters/{name}/vars.yml"),
-                &format!("cluster_name: {name}\nkube_version: v1.33.0\n"),
-            )
-            .write(
-                &format!("clusters/{name}/cluster.yml"),
-                &format!("sshAuthSecret: {SSH_SECRET}\n"),
-            )
-            .write(&format!("clusters/{name}/operations.yml"), &operations);
+        let name = write_cluster(remote, i, &format!("sshAuthSecret: {SSH_SECRET}\n"));
+        remote.write(&format!("clusters/{name}/operations.yml"), &operations);
     }
     remote.push(&format!("{clusters} clusters x {ops} operations"))
+}
+
+/// Writes cluster `i` (five hosts) with `cluster_yml` into the work clone; returns its name.
+fn write_cluster(remote: &Remote, i: usize, cluster_yml: &str) -> String {
+    let name = cluster_name(i);
+    remote
+        .write(&format!("clusters/{name}/hosts.yml"), &hosts_yml(i, 5))
+        .write(
+            &format!("clusters/{name}/vars.yml"),
+            &format!("cluster_name: {name}\nkube_version: v1.33.0\n"),
+        )
+        .write(&format!("clusters/{name}/cluster.yml"), cluster_yml);
+    name
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1006,14 +1009,19 @@ fn verdicts(runs: &[Run]) -> Vec<Verdict> {
     out
 }
 
+/// A target beside its figure: `met`, `MISSED`, or `n/a` when not measurable here.
+fn mark(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "n/a",
+    }
+}
+
 fn print_verdicts(verdicts: &[Verdict]) -> String {
     let mut out = String::new();
     for v in verdicts {
-        let mark = match v.met {
-            Some(true) => "met",
-            Some(false) => "MISSED",
-            None => "n/a",
-        };
+        let mark = mark(v.met);
         out.push_str(&format!(
             "{:>8} {:<7} {:<62} {:<40} {mark}\n",
             v.fleet, v.mode, v.target, v.figure

@@ -195,12 +195,7 @@ fn history_shows_a_clusters_rollout_runs_under_the_rollouts_commits_with_rollout
     let cache = remote.scratch("cache");
     let json: Value =
         serde_json::from_str(&history_of(&remote.bare(), "b", &cache, &["--output", "json"])).unwrap();
-    let commits: Vec<&str> = json
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["commit"].as_str().unwrap())
-        .collect();
+    let commits = commits_of(&json);
     assert_eq!(
         commits,
         [rerun.as_str(), start.as_str(), create.as_str()],
@@ -261,6 +256,15 @@ fn history_without_notes_lists_commits_only() {
 fn history_json(remote: &Remote, cache: &str) -> Value {
     let cache = remote.scratch(cache);
     serde_json::from_str(&history(remote, &cache, &["--output", "json"])).expect("history JSON")
+}
+
+/// The commits of a JSON history, in its order.
+fn commits_of(json: &Value) -> Vec<&str> {
+    json.as_array()
+        .expect("a list of commits")
+        .iter()
+        .map(|e| e["commit"].as_str().unwrap_or_default())
+        .collect()
 }
 
 /// The entry of `commit` in a JSON history.
@@ -365,12 +369,7 @@ async fn an_operation_committed_before_kok_first_ran_shows_its_outcome_under_its
     api.complete_job(NS, &job).await.unwrap();
     note_with(&remote, &kok, &bump, "kok/a/hello: success ").await;
     let json = history_json(&remote, "json-cache-2");
-    let commits: Vec<&str> = json
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["commit"].as_str().unwrap())
-        .collect();
+    let commits = commits_of(&json);
     assert_eq!(commits, [bump.as_str(), hello.as_str()], "{json:#}");
     assert_eq!(
         entry_of(&json, &bump)["operations"][0]["state"],

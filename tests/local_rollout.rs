@@ -150,19 +150,7 @@ async fn a_three_wave_rollout_halts_on_a_failing_cluster_and_a_rerun_commit_fini
     );
 
     // The changelog of the failing cluster: both runs, under the commits that made them.
-    let path = repo.path();
-    let cache = repo.scratch("history-cache");
-    let (ok, history, stderr) = repo.kok(&[
-        "history",
-        FAILING,
-        "--repo",
-        &path.to_string_lossy(),
-        "--cache-dir",
-        &cache.to_string_lossy(),
-        "--output",
-        "json",
-    ]);
-    assert!(ok, "kok history failed: {stderr}");
+    let history = repo.history(FAILING, &["--output", "json"]);
     let history: serde_json::Value = serde_json::from_str(&history).expect("history JSON");
     let runs: Vec<(&str, &str, &str, &str)> = history
         .as_array()

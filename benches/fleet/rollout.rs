@@ -19,7 +19,7 @@ use kube::runtime::watcher;
 use serde::Serialize;
 
 use super::e2e::{Kok, KokOptions, Remote, NS};
-use super::{cluster_name, fmt_opt, hosts_yml, peak_rss_mib, secs, Config, Counts, Meta, FORGE_BUDGET, POLL};
+use super::{fmt_opt, mark, peak_rss_mib, secs, write_cluster, Config, Counts, Meta, FORGE_BUDGET, POLL};
 use kok::api::{ClusterOperation, Phase, LABEL_CLUSTER};
 use kube::ResourceExt;
 
@@ -75,17 +75,8 @@ fn ring(i: usize, clusters: usize) -> usize {
 /// Writes the fleet (labelled by ring, no operations) and pushes it; returns the commit.
 fn generate(remote: &Remote, clusters: usize) -> String {
     for i in 0..clusters {
-        let name = cluster_name(i);
-        remote
-            .write(&format!("clusters/{name}/hosts.yml"), &hosts_yml(i, 5))
-            .write(
-                &format!("clusters/{name}/vars.yml"),
-                &format!("cluster_name: {name}\nkube_version: v1.33.0\n"),
-            )
-            .write(
-                &format!("clusters/{name}/cluster.yml"),
-                &format!("labels: {{fleet: bench, ring: r{}}}\n", ring(i, clusters)),
-            );
+        let labels = format!("labels: {{fleet: bench, ring: r{}}}\n", ring(i, clusters));
+        write_cluster(remote, i, &labels);
     }
     remote.push(&format!("{clusters} clusters in {WAVES} rings"))
 }
@@ -360,11 +351,6 @@ pub fn report(runs: &[RolloutRun], service_rss: impl Fn(usize) -> Option<f64>) -
         ));
     }
     out.push_str("\nRollout targets:\n");
-    let mark = |met: Option<bool>| match met {
-        Some(true) => "met",
-        Some(false) => "MISSED",
-        None => "n/a",
-    };
     for r in runs {
         let slowest = |gaps: &[Option<f64>]| gaps.iter().flatten().copied().reduce(f64::max);
         let all_opened = r.wave_open_after_succeeded_secs.iter().all(Option::is_some);
