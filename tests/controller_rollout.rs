@@ -34,6 +34,17 @@ fn up() -> Rollout {
     )
 }
 
+/// The rollout `up` of `up.yml`: canary [a], then rest [`rest`], no limits.
+fn canary_then(rest: &[&str]) -> Rollout {
+    Rollout::of_waves("up", "up.yml", &[("canary", &["a"], None), ("rest", rest, None)])
+}
+
+/// Waits until the canary's run `a` runs, and lets its Job succeed.
+async fn run_canary(server: &testkit::ApiServer, a: &str) {
+    wait_phase(&server.client(), a, Phase::Running).await;
+    server.complete_job(NS, &job_name(a)).await.unwrap();
+}
+
 fn wave_of(r: &Rollout, cluster: &str) -> String {
     let w = r.waves.iter().find(|w| w.clusters.iter().any(|c| c == cluster));
     w.map(|w| w.name.clone()).unwrap_or_default()
@@ -53,6 +64,29 @@ fn fleet(r: &Rollout, n: u32) -> Vec<DesiredCluster> {
             render_in_rollouts(&cluster_dir(c, HOSTS, vec![], None), n, &of)
         })
         .collect()
+}
+
+/// The names of the runs of `a`, `b` and `c` (empty for a cluster no wave takes).
+fn runs_of(d: &[DesiredCluster]) -> [String; 3] {
+    let name = |i: usize| {
+        let run = d[i].rollouts.first();
+        run.and_then(|r| r.operation.metadata.name.clone())
+            .unwrap_or_default()
+    };
+    [name(0), name(1), name(2)]
+}
+
+/// A testkit server with rollout `r` and its runs written at commit 1, the names of the runs of `a`,
+/// `b` and `c`, and the controller started with `cfg`.
+async fn started(
+    r: &Rollout,
+    cfg: kok::controller::ControllerConfig,
+) -> (testkit::ApiServer, kube::Client, [String; 3], Running) {
+    let server = server().await;
+    let client = server.client();
+    let d = apply(&client, r, 1).await;
+    let ctl = start(&client, cfg);
+    (server, client, runs_of(&d), ctl)
 }
 
 /// Writes the rollout and the clusters' runs of it, as a pass of commit `n` does.
@@ -133,22 +167,13 @@ async fn fail(server: &testkit::ApiServer, op: &str) {
 
 #[tokio::test]
 async fn a_later_wave_waits_for_the_earlier_one_with_a_status_that_says_why_and_max_parallel_bounds_it() {
-    let server = server().await;
-    let client = server.client();
-    let r = up();
-    let d = apply(&client, &r, 1).await;
-    let (a, b, c) = (
-        run_name(&d[0], "up"),
-        run_name(&d[1], "up"),
-        run_name(&d[2], "up"),
-    );
+    let (server, client, [a, b, c], ctl) = started(&up(), config(4)).await;
     let created = op(&client, &b).await.unwrap();
     let labels = created.metadata.labels.unwrap();
     assert_eq!(
         (labels[LABEL_ROLLOUT].as_str(), labels[LABEL_WAVE].as_str()),
         ("up", "rest")
     );
-    let ctl = start(&client, config(4));
 
     wait_phase(&client, &a, Phase::Running).await;
     wait_message(
@@ -204,12 +229,11 @@ async fn the_next_wave_waits_for_the_bake_and_a_timer_starts_it_when_the_bake_en
     let mut r = up();
     r.bake = SignedDuration::from_secs(3);
     let d = apply(&client, &r, 1).await;
-    let (a, b) = (run_name(&d[0], "up"), run_name(&d[1], "up"));
+    let [a, b, _] = runs_of(&d);
     let mut cfg = config(4);
     cfg.queue_resync = Duration::from_secs(3600);
     let ctl = start(&client, cfg);
-    wait_phase(&client, &a, Phase::Running).await;
-    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    run_canary(&server, &a).await;
     wait_phase(&client, &a, Phase::Succeeded).await;
     let said = wait_for("b to wait for the bake", || async {
         let said = message(&client, &b).await;
@@ -245,11 +269,7 @@ async fn a_failure_halts_the_rollout_and_a_rerun_bump_runs_again_only_the_failed
         &[("first", &["a", "b"], None), ("rest", &["c"], None)],
     );
     let d = apply(&client, &r, 1).await;
-    let (a, b, c) = (
-        run_name(&d[0], "up"),
-        run_name(&d[1], "up"),
-        run_name(&d[2], "up"),
-    );
+    let [a, b, c] = runs_of(&d);
     let ctl = start(&client, config(4));
     wait_phase(&client, &a, Phase::Running).await;
     wait_phase(&client, &b, Phase::Running).await;
@@ -273,11 +293,7 @@ async fn a_failure_halts_the_rollout_and_a_rerun_bump_runs_again_only_the_failed
 
     r.rerun = 1;
     let again = apply(&client, &r, 2).await;
-    let (a2, b2, c2) = (
-        run_name(&again[0], "up"),
-        run_name(&again[1], "up"),
-        run_name(&again[2], "up"),
-    );
+    let [_, b2, _] = runs_of(&again);
     assert_ne!(b2, b, "the failed cluster runs again");
     let current = |cluster: &'static str| {
         let client = client.clone();
@@ -294,7 +310,6 @@ async fn a_failure_halts_the_rollout_and_a_rerun_bump_runs_again_only_the_failed
         "c's run had not failed: it is kept"
     );
     assert_eq!(current("b").await, Some(b2.clone()));
-    let _ = (a2, c2);
     wait_phase(&client, &b2, Phase::Running).await;
     server.complete_job(NS, &job_name(&b2)).await.unwrap();
     wait_phase(&client, &c, Phase::Running).await;
@@ -372,18 +387,9 @@ async fn editing_the_operation_is_a_new_run_everywhere_and_editing_waves_or_limi
 
 #[tokio::test]
 async fn a_cluster_leaving_the_rollout_has_its_run_canceled_and_removing_the_file_leaves_history_alone() {
-    let server = server().await;
-    let client = server.client();
     let r = up();
-    let d = apply(&client, &r, 1).await;
-    let (a, b, c) = (
-        run_name(&d[0], "up"),
-        run_name(&d[1], "up"),
-        run_name(&d[2], "up"),
-    );
-    let ctl = start(&client, config(4));
-    wait_phase(&client, &a, Phase::Running).await;
-    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    let (server, client, [a, b, c], ctl) = started(&r, config(4)).await;
+    run_canary(&server, &a).await;
     wait_phase(&client, &a, Phase::Succeeded).await;
     wait_phase(&client, &b, Phase::Running).await;
 
@@ -429,24 +435,11 @@ async fn a_cluster_leaving_the_rollout_has_its_run_canceled_and_removing_the_fil
 
 #[tokio::test]
 async fn a_cluster_that_joins_later_joins_its_wave() {
-    let server = server().await;
-    let client = server.client();
-    let r = Rollout::of_waves(
-        "up",
-        "up.yml",
-        &[("canary", &["a"], None), ("rest", &["b"], None)],
-    );
-    let d = apply(&client, &r, 1).await;
-    let (a, b) = (run_name(&d[0], "up"), run_name(&d[1], "up"));
-    let ctl = start(&client, config(4));
-    wait_phase(&client, &a, Phase::Running).await;
-    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    let r = canary_then(&["b"]);
+    let (server, client, [a, b, _], ctl) = started(&r, config(4)).await;
+    run_canary(&server, &a).await;
     wait_phase(&client, &b, Phase::Running).await;
-    let joined = Rollout::of_waves(
-        "up",
-        "up.yml",
-        &[("canary", &["a"], None), ("rest", &["b", "c"], None)],
-    );
+    let joined = canary_then(&["b", "c"]);
     let d = apply(&client, &joined, 2).await;
     let c = run_name(&d[2], "up");
     assert_eq!(run_name(&d[1], "up"), b);
@@ -472,16 +465,11 @@ async fn the_rollouts_commit_gets_one_rollout_context_kept_current_one_status_pe
         let _ = stopped.await;
     }));
 
-    let r = Rollout::of_waves(
-        "up",
-        "up.yml",
-        &[("canary", &["a"], None), ("rest", &["b"], None)],
-    );
+    let r = canary_then(&["b"]);
     let d = apply(&client, &r, 1).await;
-    let (a, b) = (run_name(&d[0], "up"), run_name(&d[1], "up"));
+    let [a, b, _] = runs_of(&d);
     let ctl = start(&client, config(4));
-    wait_phase(&client, &a, Phase::Running).await;
-    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    run_canary(&server, &a).await;
     wait_phase(&client, &b, Phase::Running).await;
     server.complete_job(NS, &job_name(&b)).await.unwrap();
     let rollout_statuses = || {
@@ -527,4 +515,39 @@ async fn the_rollouts_commit_gets_one_rollout_context_kept_current_one_status_pe
     ctl.stop().await;
     let _ = stop.send(());
     let _ = reporting.await;
+}
+
+#[tokio::test]
+async fn a_commit_that_moves_stop_after_promotes_the_next_wave_at_once() {
+    let server = server().await;
+    let client = server.client();
+    let mut r = canary_then(&["b"]);
+    r.stop_after = Some(0);
+    let d = apply(&client, &r, 1).await;
+    let [a, b, _] = runs_of(&d);
+    let mut cfg = config(4);
+    cfg.queue_resync = Duration::from_secs(3600);
+    let ctl = start(&client, cfg);
+    run_canary(&server, &a).await;
+    wait_message(
+        &client,
+        &b,
+        "waiting for wave rest of rollout up (canary: 1/1 succeeded; stopAfter: canary, waiting for a commit that promotes it)",
+    )
+    .await;
+    let waiting = wait_status(&client, "the rollout to wait for its promotion", |r| {
+        phase_of(r) == Some(RolloutPhase::WaitingForPromotion)
+    })
+    .await;
+    assert_eq!(
+        summary(&waiting),
+        Some("wave 1/2 canary: 1/1 succeeded, 0 failed")
+    );
+
+    r.stop_after = None;
+    assert_eq!(run_name(&fleet(&r, 2)[1], "up"), b, "the same run");
+    apply_rollouts(&client, 2, &[&r]).await;
+    // Only the rollout's object changed: its watch wakes b (the queue's own resync is an hour).
+    wait_phase(&client, &b, Phase::Running).await;
+    ctl.stop().await;
 }
