@@ -285,9 +285,9 @@ fn plan_shows_each_rollout_wave_by_wave_through_canary_promotion_rerun_and_a_joi
         "{text}"
     );
     assert!(
-        text.contains(&format!(
+        text.contains(
             "\ncluster prod-bj-2\n  labels: env=prod, region=bj\n  + ClusterOperation prod-bj-2-upgrade-1-31-"
-        )),
+        ),
         "each cluster's run is a write of its own: {text}"
     );
     assert!(
