@@ -15,7 +15,6 @@ use kube::Client;
 use tracing::{info, instrument, warn};
 
 use crate::controller::live::LiveCache;
-use crate::layout::rollouts::Rollout;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::{self, apply, fleet, rollout, state, RenderContext};
 use crate::metrics::Metrics;
@@ -187,7 +186,10 @@ pub async fn pass(
     outcome.writes += rollout_writes;
     let mut read = read;
     widen_to_rollouts(&mut read, rollouts.as_ref());
-    let memberships = rollouts.as_ref().map(|r| Memberships::of(r)).unwrap_or_default();
+    let memberships = rollouts
+        .as_ref()
+        .map(|r| rollout::memberships(&r.rollouts))
+        .unwrap_or_default();
     let (memberships, broken) = (&memberships, rollouts.as_ref().map(|r| &r.broken));
     let untouched = &read.untouched;
     // The clusters are parsed a part at a time, as the applies need them, and each cluster's parse is
@@ -221,7 +223,7 @@ pub async fn pass(
         .map_ok(|(ctx, cluster)| async move {
             let mut desired = materialize::render_cluster(&cluster, &ctx);
             if let Some(broken) = broken {
-                let of = memberships.0.get(&cluster.name).map_or(&[][..], Vec::as_slice);
+                let of = memberships.get(&cluster.name).map_or(&[][..], Vec::as_slice);
                 rollout::add_rollouts(&mut desired, &cluster, of, broken, &ctx);
             }
             let name = cluster.name;
@@ -339,24 +341,6 @@ fn widen_to_rollouts(read: &mut CommitChanges, rollouts: Option<&RolloutsRead>) 
         }
     }
     read.names.sort();
-}
-
-/// Each cluster's rollouts, with the wave that took it.
-#[derive(Default)]
-struct Memberships<'a>(std::collections::BTreeMap<String, Vec<(&'a Rollout, &'a str)>>);
-
-impl<'a> Memberships<'a> {
-    fn of(read: &'a RolloutsRead) -> Self {
-        let mut m = Memberships::default();
-        for r in &read.rollouts {
-            for w in &r.waves {
-                for c in &w.clusters {
-                    m.0.entry(c.clone()).or_default().push((r, w.name.as_str()));
-                }
-            }
-        }
-        m
-    }
 }
 
 /// The live objects of `cluster` from the caches, when there are caches and they vouch for it.

@@ -198,17 +198,25 @@ async fn a_later_wave_waits_for_the_earlier_one_with_a_status_that_says_why_and_
 
     server.complete_job(NS, &job_name(&a)).await.unwrap();
     wait_phase(&client, &a, Phase::Succeeded).await;
-    // maxParallel 1: b (first by name) starts, c waits for it.
-    wait_phase(&client, &b, Phase::Running).await;
+    // maxParallel 1: one of b and c starts, the other waits for it.
+    let (first, second) = wait_for("one run of the rest wave to start", || async {
+        match (phase(&client, &b).await, phase(&client, &c).await) {
+            (Some(Phase::Running), _) => Some((b.clone(), c.clone())),
+            (_, Some(Phase::Running)) => Some((c.clone(), b.clone())),
+            _ => None,
+        }
+    })
+    .await;
     wait_message(
         &client,
-        &c,
+        &second,
         "waiting for wave rest of rollout up (maxParallel: 1 of 1 running)",
     )
     .await;
-    server.complete_job(NS, &job_name(&b)).await.unwrap();
-    wait_phase(&client, &c, Phase::Running).await;
-    server.complete_job(NS, &job_name(&c)).await.unwrap();
+    assert_eq!(phase(&client, &second).await, Some(Phase::Queued));
+    server.complete_job(NS, &job_name(&first)).await.unwrap();
+    wait_phase(&client, &second, Phase::Running).await;
+    server.complete_job(NS, &job_name(&second)).await.unwrap();
     let done = wait_status(&client, "the rollout to complete", |r| {
         phase_of(r) == Some(RolloutPhase::Completed)
     })
@@ -226,7 +234,7 @@ async fn a_later_wave_waits_for_the_earlier_one_with_a_status_that_says_why_and_
 async fn the_next_wave_waits_for_the_bake_and_a_timer_starts_it_when_the_bake_ends() {
     let server = server().await;
     let client = server.client();
-    let mut r = up();
+    let mut r = canary_then(&["b"]);
     r.bake = SignedDuration::from_secs(3);
     let d = apply(&client, &r, 1).await;
     let [a, b, _] = runs_of(&d);
@@ -387,22 +395,22 @@ async fn editing_the_operation_is_a_new_run_everywhere_and_editing_waves_or_limi
 
 #[tokio::test]
 async fn a_cluster_leaving_the_rollout_has_its_run_canceled_and_removing_the_file_leaves_history_alone() {
-    let r = up();
+    let r = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[
+            ("canary", &["a"], None),
+            ("rest", &["b"], None),
+            ("last", &["c"], None),
+        ],
+    );
     let (server, client, [a, b, c], ctl) = started(&r, config(4)).await;
     run_canary(&server, &a).await;
     wait_phase(&client, &a, Phase::Succeeded).await;
     wait_phase(&client, &b, Phase::Running).await;
 
     // c leaves the selection: its run, not started, is canceled; b's run goes on.
-    let smaller = Rollout::of_waves(
-        "up",
-        "up.yml",
-        &[
-            ("canary", &["a"], None),
-            ("rest", &["b"], Some(MaxParallel::Count(1))),
-        ],
-    );
-    apply(&client, &smaller, 2).await;
+    apply(&client, &canary_then(&["b"]), 2).await;
     let canceled = wait_phase(&client, &c, Phase::Canceled).await;
     assert_eq!(
         canceled.status.unwrap().message.as_deref(),

@@ -292,13 +292,16 @@ impl Record {
     }
 }
 
+/// The names of a rollout's current runs, by cluster.
+type RunsByCluster = BTreeMap<Arc<str>, BTreeSet<Arc<str>>>;
+
 #[derive(Debug, Default)]
 struct Ops {
     by_name: HashMap<Arc<str>, Box<Record>>,
     by_cluster: ByCluster,
     running: BTreeSet<String>,
     /// Each rollout's current runs, by cluster.
-    rollouts: HashMap<Arc<str>, BTreeMap<Arc<str>, BTreeSet<Arc<str>>>>,
+    rollouts: HashMap<Arc<str>, RunsByCluster>,
     words: Words,
 }
 
@@ -557,6 +560,7 @@ mod tests {
     use super::*;
     use crate::api::{Hook, LABEL_MANAGED_BY, LABEL_OPERATION};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::ResourceExt;
 
     fn op(name: &str, cluster: &str, phase: Phase) -> ClusterOperation {
         let mut o = ClusterOperation::new(
@@ -603,6 +607,63 @@ mod tests {
         );
         o.metadata.owner_references = Some(vec![OwnerReference::default()]);
         o
+    }
+
+    /// A current run of rollout `up` in wave `rest` at `rerun`.
+    fn run(name: &str, cluster: &str, rerun: u64, phase: Phase) -> ClusterOperation {
+        let mut o = labelled(op(name, cluster, phase));
+        o.spec.cluster = cluster.into();
+        o.spec.rollout = Some(crate::api::OperationRollout {
+            name: "up".into(),
+            rerun,
+        });
+        let labels = o.metadata.labels.as_mut().unwrap();
+        labels.insert(LABEL_CLUSTER.into(), cluster.into());
+        labels.insert(LABEL_WAVE.into(), "rest".into());
+        o
+    }
+
+    #[test]
+    fn the_rollout_index_holds_each_clusters_latest_current_run_and_follows_its_changes() {
+        let cache = OpCache::new("kok");
+        let seen = |op: ClusterOperation| cache.observe(&watcher::Event::Apply(op));
+        seen(run("a-up-1", "a", 0, Phase::Failed));
+        seen(run("b-up-1", "b", 0, Phase::Running));
+        seen(labelled(op("a-install", "a", Phase::Pending)));
+        let states = |c: &OpCache| -> Vec<(String, String, RunState)> {
+            c.rollout_runs("up")
+                .into_iter()
+                .map(|(cluster, (name, state))| (cluster, name, state))
+                .collect()
+        };
+        let failed = RunState::Failed("failed: waiting for its Secret".into());
+        assert_eq!(
+            states(&cache),
+            [
+                ("a".into(), "a-up-1".into(), failed.clone()),
+                ("b".into(), "b-up-1".into(), RunState::Running)
+            ]
+        );
+        // A rerun: the new run is the latest even before the old one loses its current label.
+        seen(run("a-up-2", "a", 1, Phase::Pending));
+        assert_eq!(
+            states(&cache)[0],
+            ("a".into(), "a-up-2".into(), RunState::Pending)
+        );
+        let mut retired = run("a-up-2", "a", 1, Phase::Canceled);
+        retired.metadata.labels.as_mut().unwrap().remove(LABEL_CURRENT);
+        seen(retired);
+        assert_eq!(
+            states(&cache)[0],
+            ("a".into(), "a-up-1".into(), failed),
+            "no longer current"
+        );
+        let back = cache.get("b-up-1").unwrap();
+        assert_eq!(back.labels()[LABEL_ROLLOUT], "up");
+        assert_eq!(back.labels()[LABEL_WAVE], "rest");
+        cache.observe(&watcher::Event::Delete(run("b-up-1", "b", 0, Phase::Running)));
+        assert_eq!(states(&cache).len(), 1);
+        assert!(OpCache::new("kok").rollout_runs("up").is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!   process is starting (a claim the cache does not show as Running yet) counts as running, so two
 //!   reconciles never both take the last place of a wave's `maxParallel`.
 //! - A run that finishes wakes ([`wake_rollout`]) the waiting runs of its wave (as many as the wave has
-//!   free places) and, once its wave finished, those of the waves after it; a change of the rollout's
+//!   free places and a few more) and, once its wave finished, those of the waves after it; a change of the rollout's
 //!   object wakes every waiting run of it. A bake's end wakes its waiting runs by a timer (the
 //!   reconcile of a waiting run requeues at that instant, as maintenance windows do).
 //! - The status ([`reconcile_status`]): phase, per-wave counts, the furthest open wave, when the next
@@ -33,6 +33,11 @@ use super::Context;
 use crate::api::{ClusterOperation, FleetRollout};
 use crate::layout::rollouts::{MaxParallel, Rollout, Wave};
 use crate::layout::Operation;
+
+/// Waiting runs woken beyond a wave's free places when a run finishes: a woken run may still wait for
+/// its own cluster (another operation runs there) or a window, and leave its place to the next.
+/// Runs not woken look again at the queue's resync.
+const WAKE_SPARE: usize = 8;
 
 /// The rollout as the wave decisions read it, from its object's spec.
 pub fn rollout_of_spec(r: &FleetRollout) -> Rollout {
@@ -120,8 +125,9 @@ pub fn wave_decision(ctx: &Context, op: &ClusterOperation, now: Timestamp) -> Re
 }
 
 /// Wakes the runs of rollout `name` that a change may let start: with `finished` (a run of that
-/// cluster finished), the waiting runs of its wave up to its free places and, when the wave finished,
-/// those of the later waves; without, every waiting run of the rollout. Also looks at the status.
+/// cluster finished), the waiting runs of its wave up to its free places (and [`WAKE_SPARE`] more)
+/// and, when the wave finished, those of the later waves; without, every waiting run of the rollout.
+/// Also looks at the status.
 pub fn wake_rollout(ctx: &Context, name: &str, finished: Option<&str>) {
     ctx.rollout_queue.trigger(name);
     let Some(object) = rollout_object(ctx, name) else {
@@ -150,7 +156,10 @@ pub fn wake_rollout(ctx: &Context, name: &str, finished: Option<&str>) {
             .count()
             + wave.clusters.iter().filter(|c| !runs.contains_key(*c)).count();
         let free = match (finished, wave.max_parallel) {
-            (Some(_), Some(m)) => m.limit(wave.clusters.len()).saturating_sub(running),
+            (Some(_), Some(m)) => m
+                .limit(wave.clusters.len())
+                .saturating_sub(running)
+                .saturating_add(WAKE_SPARE),
             _ => usize::MAX,
         };
         for op in wave.clusters.iter().filter_map(waiting).take(free) {

@@ -89,6 +89,21 @@ pub fn wave_of(op: &ClusterOperation) -> Option<&str> {
     op.metadata.labels.as_ref()?.get(LABEL_WAVE).map(String::as_str)
 }
 
+/// Each cluster's rollouts, with the wave that took it: what [`add_rollouts`] takes for each cluster.
+/// Every cluster a pass (or `kok plan`) decides must be given its rollouts, else its live runs of them
+/// count as removed.
+pub fn memberships(rollouts: &[Rollout]) -> BTreeMap<String, Vec<(&Rollout, &str)>> {
+    let mut m: BTreeMap<String, Vec<(&Rollout, &str)>> = BTreeMap::new();
+    for r in rollouts {
+        for w in &r.waves {
+            for c in &w.clusters {
+                m.entry(c.clone()).or_default().push((r, w.name.as_str()));
+            }
+        }
+    }
+    m
+}
+
 /// Adds to `desired` (rendered from `cluster`) its runs of `rollouts`, each given with the wave that
 /// took the cluster; `broken` names the rollouts whose file is broken, whose runs stay as they are.
 pub fn add_rollouts(
@@ -279,6 +294,81 @@ mod tests {
         r.bake = jiff::SignedDuration::from_mins(30);
         (r.max_failures, r.stop_after, r.rerun) = (1, Some(0), 2);
         r
+    }
+
+    fn desired(r: &Rollout) -> DesiredCluster {
+        let dir = ClusterDir {
+            name: "prod-bj-1".into(),
+            path: "clusters/prod-bj-1".into(),
+            hosts_yml: "all: {}\n".into(),
+            vars_yml: "{}\n".into(),
+            inventory: Default::default(),
+            operations: vec![],
+            settings: Default::default(),
+        };
+        let ctx = RenderContext::new("kok-system", "main", "2".repeat(40));
+        let mut d = super::super::render_cluster(&dir, &ctx);
+        add_rollouts(&mut d, &dir, &[(r, "rest")], &BTreeSet::new(), &ctx);
+        d
+    }
+
+    fn with_phase(mut op: ClusterOperation, phase: Phase, current: bool) -> ClusterOperation {
+        op.status = Some(crate::api::ClusterOperationStatus {
+            phase,
+            ..Default::default()
+        });
+        if current {
+            op.metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(LABEL_CURRENT.into(), "true".into());
+        }
+        op
+    }
+
+    #[test]
+    fn a_rerun_bump_makes_a_new_run_only_where_the_latest_failed_or_was_canceled() {
+        let mut r = rollout();
+        let first = desired(&r);
+        let run0 = first.rollouts[0].operation.clone();
+        assert_eq!(wave_of(&run0), Some("rest"));
+        assert_eq!(run0.labels()[LABEL_ROLLOUT], "upgrade-1-31");
+        assert_eq!(run0.spec.rollout.as_ref().map(|x| x.rerun), Some(2));
+
+        r.rerun = 3;
+        let bumped = desired(&r);
+        let name = |ops: Vec<ClusterOperation>| ops[0].name_any();
+        for (phase, again) in [
+            (Phase::Failed, true),
+            (Phase::Canceled, true),
+            (Phase::Succeeded, false),
+            (Phase::Running, false),
+            (Phase::Queued, false),
+        ] {
+            let live = [with_phase(run0.clone(), phase, true)];
+            let resolved = name(resolve_runs(live.iter(), &bumped));
+            assert_eq!(resolved != run0.name_any(), again, "{phase:?}");
+        }
+        let none: [ClusterOperation; 0] = [];
+        assert_ne!(
+            name(resolve_runs(none.iter(), &bumped)),
+            run0.name_any(),
+            "a cluster new to it"
+        );
+        let retired = [with_phase(run0.clone(), Phase::Succeeded, false)];
+        assert_eq!(
+            name(resolve_runs(retired.iter(), &first)),
+            run0.name_any(),
+            "not current: rendered afresh, at the rollout's rerun"
+        );
+        let mut edited = r.clone();
+        edited.operation.entry["extraArgs"] = serde_json::json!(["-e", "x=1"]);
+        let live = [with_phase(run0.clone(), Phase::Succeeded, true)];
+        assert_ne!(
+            name(resolve_runs(live.iter(), &desired(&edited))),
+            run0.name_any(),
+            "an edit"
+        );
     }
 
     #[test]
