@@ -476,13 +476,7 @@ pub fn prepare(
         true => Vec::new(),
         false => layout::parse_clusters(&GitTree::at_commit(repo, to)?, root, &widen).clusters,
     };
-    let desired: Vec<DesiredCluster> = read
-        .parsed
-        .clusters
-        .iter()
-        .chain(&widened)
-        .map(|c| rollouts.render_at_to(c, &ctx))
-        .collect();
+    let desired = rollouts.render_at_to(read.parsed.clusters.iter().chain(&widened), &ctx);
     let mut at_from = BTreeMap::new();
     let mut hosts_at_from = BTreeMap::new();
     if let Some(from) = from {
@@ -499,8 +493,9 @@ pub fn prepare(
         };
         let tree = GitTree::at_commit(repo, from)?;
         let parsed = layout::parse_clusters(&tree, root, &names);
-        for cluster in &parsed.clusters {
-            at_from.insert(cluster.name.clone(), rollouts.render_at_from(cluster, &from_ctx));
+        let rendered = rollouts.render_at_from(parsed.clusters.iter(), &from_ctx);
+        for (cluster, desired) in parsed.clusters.iter().zip(rendered) {
+            at_from.insert(cluster.name.clone(), desired);
             hosts_at_from.insert(cluster.name.clone(), cluster.inventory.hosts.clone());
         }
     }

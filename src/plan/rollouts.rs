@@ -15,7 +15,7 @@ use crate::controller::wave::{Rollouts, RunState};
 use crate::layout::rollouts::{rollouts_dir, MaxParallel, Rollout, Wave};
 use crate::layout::{ClusterDir, Diagnostic, Severity};
 use crate::materialize::fleet::decide_rollouts;
-use crate::materialize::rollout::{add_rollouts, render_rollout};
+use crate::materialize::rollout::{add_rollouts, memberships, render_rollout};
 use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
 use crate::source::read::{read_rollouts, RolloutsRead};
 use crate::source::SourceError;
@@ -73,14 +73,22 @@ impl PlannedRollouts {
         })
     }
 
-    /// `cluster` rendered at the end, with its runs of the end's rollouts.
-    pub fn render_at_to(&self, cluster: &ClusterDir, ctx: &RenderContext) -> DesiredCluster {
-        render_with_runs(cluster, self.to.as_ref(), ctx)
+    /// `clusters` rendered at the end, each with its runs of the end's rollouts.
+    pub fn render_at_to<'c>(
+        &self,
+        clusters: impl Iterator<Item = &'c ClusterDir>,
+        ctx: &RenderContext,
+    ) -> Vec<DesiredCluster> {
+        render_with_runs(clusters, self.to.as_ref(), ctx)
     }
 
-    /// `cluster` rendered at the start, with its runs of the start's rollouts.
-    pub fn render_at_from(&self, cluster: &ClusterDir, ctx: &RenderContext) -> DesiredCluster {
-        render_with_runs(cluster, self.from.as_ref(), ctx)
+    /// `clusters` rendered at the start, each with its runs of the start's rollouts.
+    pub fn render_at_from<'c>(
+        &self,
+        clusters: impl Iterator<Item = &'c ClusterDir>,
+        ctx: &RenderContext,
+    ) -> Vec<DesiredCluster> {
+        render_with_runs(clusters, self.from.as_ref(), ctx)
     }
 
     /// The rollouts whose `rerun` the range bumps and whose operation it leaves alone.
@@ -125,26 +133,24 @@ impl PlannedRollouts {
     }
 }
 
-/// `cluster` rendered with `ctx`, with its runs of the rollouts of `read` (each in the wave that took
-/// it), as the pass renders a cluster.
-fn render_with_runs(
-    cluster: &ClusterDir,
+/// `clusters` rendered with `ctx`, each with its runs of the rollouts of `read` (each in the wave that
+/// took it), as the pass renders a cluster.
+fn render_with_runs<'c>(
+    clusters: impl Iterator<Item = &'c ClusterDir>,
     read: Option<&RolloutsRead>,
     ctx: &RenderContext,
-) -> DesiredCluster {
-    let mut desired = render_cluster(cluster, ctx);
-    if let Some(read) = read {
-        let of: Vec<(&Rollout, &str)> = read
-            .rollouts
-            .iter()
-            .filter_map(|r| {
-                let wave = r.waves.iter().find(|w| w.clusters.contains(&cluster.name))?;
-                Some((r, wave.name.as_str()))
-            })
-            .collect();
-        add_rollouts(&mut desired, cluster, &of, &read.broken, ctx);
-    }
-    desired
+) -> Vec<DesiredCluster> {
+    let memberships = read.map(|r| memberships(&r.rollouts)).unwrap_or_default();
+    clusters
+        .map(|cluster| {
+            let mut desired = render_cluster(cluster, ctx);
+            if let Some(read) = read {
+                let of = memberships.get(&cluster.name).map_or(&[][..], Vec::as_slice);
+                add_rollouts(&mut desired, cluster, of, &read.broken, ctx);
+            }
+            desired
+        })
+        .collect()
 }
 
 /// What the range does to a rollout.
