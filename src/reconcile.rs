@@ -307,10 +307,9 @@ async fn read_rollouts(
     read: &CommitChanges,
     ctx: &RenderContext,
 ) -> Result<(Option<RolloutsRead>, usize), PassError> {
-    let root = cfg.root.clone();
-    let clusters_changed = !read.names.is_empty() || !read.changes.removed.is_empty();
+    let (root, changes) = (cfg.root.clone(), read.clone());
     let rollouts = with_source(source, move |s| {
-        source::read::read_rollouts(s.repository(), old, new, &root, clusters_changed)
+        source::read::read_rollouts(s.repository(), old, new, &root, &changes)
     })
     .await?;
     let Some(mut rollouts) = rollouts else {

@@ -456,6 +456,35 @@ async fn a_cluster_that_joins_later_joins_its_wave() {
 }
 
 #[tokio::test]
+async fn opening_a_wave_is_decided_from_the_caches_without_listing_or_reading_operations_or_rollouts() {
+    let r = canary_then(&["b"]);
+    let (server, client, [a, b, _], ctl) = started(&r, config(4)).await;
+    wait_phase(&client, &a, Phase::Running).await;
+    wait_message(
+        &client,
+        &b,
+        "waiting for wave rest of rollout up (canary: 0/1 succeeded)",
+    )
+    .await;
+    let log = server.requests();
+    log.reset();
+    server.complete_job(NS, &job_name(&a)).await.unwrap();
+    // Waits by listing Jobs only, so the log holds the controller's requests alone.
+    wait_job(&client, &job_name(&b)).await;
+    for resource in ["clusteroperations", "fleetrollouts"] {
+        for verb in ["list", "get"] {
+            assert_eq!(
+                log.count(verb, resource),
+                0,
+                "{verb} {resource}: {:?}",
+                log.snapshot()
+            );
+        }
+    }
+    ctl.stop().await;
+}
+
+#[tokio::test]
 async fn the_rollouts_commit_gets_one_rollout_context_kept_current_one_status_per_update() {
     use kok::report::{Backoff, Forge, ForgeSink, Reporter, Sink, Sinks, Token};
     let server = server().await;

@@ -37,7 +37,7 @@ use crate::layout::Operation;
 /// Waiting runs woken beyond a wave's free places when a run finishes: a woken run may still wait for
 /// its own cluster (another operation runs there) or a window, and leave its place to the next.
 /// Runs not woken look again at the queue's resync.
-const WAKE_SPARE: usize = 8;
+pub const WAKE_SPARE: usize = 8;
 
 /// The rollout as the wave decisions read it, from its object's spec.
 pub fn rollout_of_spec(r: &FleetRollout) -> Rollout {

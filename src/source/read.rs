@@ -1,7 +1,8 @@
 //! What one reconciliation reads of a commit: the clusters changed since the last one, parsed, and
 //! the commit that introduced each new operation. The service's pass and `kok plan` read alike.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 use git2::{Oid, Repository};
 
@@ -123,15 +124,42 @@ pub struct RolloutsRead {
     pub touched: BTreeSet<String>,
 }
 
+/// What rollout files may refer to at one commit: every cluster directory, with its labels when it is
+/// valid. Kept from one pass to the next (see [`read_rollouts`]).
+#[derive(Clone, Debug)]
+struct FleetMemo {
+    /// The repository, root and commit it describes.
+    key: (std::path::PathBuf, String, Oid),
+    /// Every cluster directory: its labels when valid, `None` when refused.
+    clusters: BTreeMap<String, Option<BTreeMap<String, String>>>,
+}
+
+/// The fleet of the last commit whose rollouts were read, so that the next pass parses only the
+/// clusters that changed since (one slot for the process, like the recent tree listings).
+static FLEET_MEMO: Mutex<Option<FleetMemo>> = Mutex::new(None);
+
+impl FleetMemo {
+    fn of(parsed: &Parsed) -> BTreeMap<String, Option<BTreeMap<String, String>>> {
+        let valid = parsed
+            .clusters
+            .iter()
+            .map(|c| (c.name.clone(), Some(c.settings.labels.clone())));
+        let invalid = parsed.invalid.iter().map(|n| (n.clone(), None));
+        valid.chain(invalid).collect()
+    }
+}
+
 /// The rollout files beside `root` at `new`, when `new` or `old` has a rollouts directory and either it
-/// changed or `clusters_changed`; `None` otherwise (nothing of a rollout to write). Placing clusters in
-/// waves needs every cluster's labels, so this parses the whole commit.
+/// changed or a cluster did (`changes`); `None` otherwise (nothing of a rollout to write).
+///
+/// Placing clusters in waves needs every cluster's labels: the first call parses the whole commit; a
+/// later one whose base is the commit the last call read parses only the clusters that changed since.
 pub fn read_rollouts(
     repo: &Repository,
     old: Option<Oid>,
     new: Oid,
     root: &str,
-    clusters_changed: bool,
+    changes: &CommitChanges,
 ) -> Result<Option<RolloutsRead>, SourceError> {
     let trees = Trees::new(repo);
     let dir = layout::rollouts::rollouts_dir(root);
@@ -147,18 +175,24 @@ pub fn read_rollouts(
         None => None,
     };
     let changed = old.is_none() || now != before;
+    let clusters_changed = !changes.names.is_empty() || !changes.changes.removed.is_empty();
     if (now.is_none() && before.is_none()) || !(changed || clusters_changed) {
         return Ok(None);
     }
     let tree = super::GitTree::at_commit_in(&trees, new)?;
-    let parsed = layout::parse_repo(&tree, root);
+    let clusters = fleet_at(repo, &tree, old, new, root, changes);
+    let fleet = layout::rollouts::Fleet {
+        names: clusters.keys().map(String::as_str).collect(),
+        labels: clusters
+            .iter()
+            .filter_map(|(n, l)| Some((n.as_str(), l.as_ref()?)))
+            .collect(),
+    };
+    let mut diagnostics = Vec::new();
+    let rollouts = layout::rollouts::parse_rollouts(&tree, root, &fleet, &mut diagnostics);
+    diagnostics.sort();
     let prefix = format!("{dir}/");
-    let diagnostics: Vec<layout::Diagnostic> = parsed
-        .diagnostics
-        .into_iter()
-        .filter(|d| d.path.starts_with(&prefix))
-        .collect();
-    let valid: BTreeSet<&str> = parsed.rollouts.iter().map(|r| r.name.as_str()).collect();
+    let valid: BTreeSet<&str> = rollouts.iter().map(|r| r.name.as_str()).collect();
     let broken = diagnostics
         .iter()
         .filter(|d| d.severity == layout::Severity::Error)
@@ -167,10 +201,43 @@ pub fn read_rollouts(
         .map(str::to_string)
         .collect();
     Ok(Some(RolloutsRead {
-        rollouts: parsed.rollouts,
+        rollouts,
         broken,
         diagnostics,
         changed,
         touched: BTreeSet::new(),
     }))
+}
+
+/// Every cluster directory at `new` with its labels when valid: from the memo of `old` and the clusters
+/// that changed since, or from the whole commit.
+fn fleet_at(
+    repo: &Repository,
+    tree: &super::GitTree<'_>,
+    old: Option<Oid>,
+    new: Oid,
+    root: &str,
+    changes: &CommitChanges,
+) -> BTreeMap<String, Option<BTreeMap<String, String>>> {
+    let path = repo.path().to_path_buf();
+    let mut memo = FLEET_MEMO.lock().unwrap_or_else(|p| p.into_inner());
+    let base = memo
+        .take()
+        .filter(|m| old.is_some_and(|old| m.key == (path.clone(), root.to_string(), old)));
+    let clusters = match base {
+        Some(FleetMemo { mut clusters, .. }) if !changes.changes.full_resync => {
+            let parsed = layout::parse_clusters(tree, root, &changes.names);
+            for name in changes.names.iter().chain(&changes.changes.removed) {
+                clusters.remove(name);
+            }
+            clusters.extend(FleetMemo::of(&parsed));
+            clusters
+        }
+        _ => FleetMemo::of(&layout::parse_repo(tree, root)),
+    };
+    *memo = Some(FleetMemo {
+        key: (path, root.to_string(), new),
+        clusters: clusters.clone(),
+    });
+    clusters
 }
