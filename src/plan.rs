@@ -27,7 +27,9 @@ use crate::source::attribution::to_render_attribution;
 use crate::source::verify::CommitSignature;
 use crate::source::{read_commit, CommitRead, GitTree, SourceError};
 
-pub use rollouts::{PlannedRerun, PlannedRollouts, PlannedWave, RolloutChange, RolloutFiles, RolloutPlan};
+pub use rollouts::{
+    rollouts_at, PlannedRerun, PlannedRollouts, PlannedWave, RolloutChange, RolloutFiles, RolloutPlan,
+};
 
 /// Why a plan could not be made.
 #[derive(Debug, thiserror::Error)]

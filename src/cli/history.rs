@@ -15,9 +15,9 @@ use super::OutputFormat;
 use crate::api::{RunRecord, StatusState};
 use crate::layout;
 use crate::layout::rollouts::rollouts_dir;
+use crate::plan::rollouts_at;
 use crate::report::notes::{parse_note, NoteEntry, NOTES_REF};
 use crate::report::status::{split_run_context, CONTEXT_PREFIX};
-use crate::source::read::read_rollouts;
 use crate::source::verify::signature_states;
 use crate::source::{cluster_history, HistoryEntry};
 
@@ -272,7 +272,7 @@ struct RolloutWave {
 /// The rollouts of the commit `commit` (under the cluster root `root`) that take `cluster` in, each with
 /// the wave it is in, as a pass reads them.
 fn rollout_waves(repo: &Repository, commit: Oid, root: &str, cluster: &str) -> Vec<RolloutWave> {
-    let Ok(Some(read)) = read_rollouts(repo, None, commit, root, true) else {
+    let Ok(Some(read)) = rollouts_at(repo, Some(commit), root) else {
         return Vec::new();
     };
     read.rollouts

@@ -17,8 +17,8 @@ use crate::layout::{ClusterDir, Diagnostic, Severity};
 use crate::materialize::fleet::decide_rollouts;
 use crate::materialize::rollout::{add_rollouts, memberships, render_rollout};
 use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
-use crate::source::read::{read_rollouts, RolloutsRead};
-use crate::source::SourceError;
+use crate::source::read::RolloutsRead;
+use crate::source::{GitTree, SourceError};
 
 /// The rollouts at both ends of a plan's range, read and rendered as the service's pass reads and
 /// renders them.
@@ -49,11 +49,12 @@ impl PlannedRollouts {
         ctx: &RenderContext,
         from_ctx: &RenderContext,
     ) -> Result<PlannedRollouts, SourceError> {
-        let at_to = read_rollouts(repo, from, to, root, true)?;
-        let at_from = match from {
-            Some(from) => read_rollouts(repo, None, from, root, true)?,
-            None => None,
+        let dir = rollouts_dir(root);
+        let at_to = match rollouts_at(repo, Some(to), root)? {
+            None if from.is_some_and(|f| has_dir(repo, f, &dir)) => Some(RolloutsRead::default()),
+            read => read,
         };
+        let at_from = rollouts_at(repo, from, root)?;
         let render = |read: Option<&RolloutsRead>, ctx: &RenderContext| -> Vec<FleetRollout> {
             read.map(|r| r.rollouts.iter().map(|r| render_rollout(r, ctx)).collect())
                 .unwrap_or_default()
@@ -61,7 +62,6 @@ impl PlannedRollouts {
         let desired = render(at_to.as_ref(), ctx);
         let rendered_from = render(at_from.as_ref(), from_ctx);
         let broken = at_to.as_ref().map(|r| r.broken.clone()).unwrap_or_default();
-        let dir = rollouts_dir(root);
         Ok(PlannedRollouts {
             touched: decide_rollouts(&rendered_from, &desired, &broken).touched,
             files_from: RolloutFiles::of(at_from.as_ref(), &dir),
@@ -131,6 +131,50 @@ impl PlannedRollouts {
         }
         plans
     }
+}
+
+/// Whether `commit` has the directory `dir`.
+fn has_dir(repo: &Repository, commit: Oid, dir: &str) -> bool {
+    repo.find_commit(commit)
+        .and_then(|c| c.tree())
+        .is_ok_and(|t| t.get_path(std::path::Path::new(dir)).is_ok())
+}
+
+/// The rollout files at `commit` beside the cluster root `root`, each cluster placed in its wave; `None`
+/// without a commit or a rollouts directory. The whole commit is parsed (placing clusters needs every
+/// cluster's labels), apart from the pass's memo of the fleet, which a plan leaves alone.
+pub fn rollouts_at(
+    repo: &Repository,
+    commit: Option<Oid>,
+    root: &str,
+) -> Result<Option<RolloutsRead>, SourceError> {
+    let dir = rollouts_dir(root);
+    let Some(commit) = commit.filter(|c| has_dir(repo, *c, &dir)) else {
+        return Ok(None);
+    };
+    let tree = GitTree::at_commit(repo, commit)?;
+    let parsed = crate::layout::parse_repo(&tree, root);
+    let prefix = format!("{dir}/");
+    let diagnostics: Vec<Diagnostic> = parsed
+        .diagnostics
+        .into_iter()
+        .filter(|d| d.path.starts_with(&prefix))
+        .collect();
+    let valid: BTreeSet<&str> = parsed.rollouts.iter().map(|r| r.name.as_str()).collect();
+    let broken = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .filter_map(|d| d.path.strip_prefix(&prefix)?.strip_suffix(".yml"))
+        .filter(|name| !valid.contains(name))
+        .map(str::to_string)
+        .collect();
+    Ok(Some(RolloutsRead {
+        rollouts: parsed.rollouts,
+        broken,
+        diagnostics,
+        changed: true,
+        touched: BTreeSet::new(),
+    }))
 }
 
 /// `clusters` rendered with `ctx`, each with its runs of the rollouts of `read` (each in the wave that
