@@ -14,8 +14,9 @@
 //! (`--resync-interval` of the restarted kok, default 20), `KOK_FLEET_JSON` (default
 //! `<target dir>/fleet.json`). Mode `health` (not in the default modes) measures the periodic health
 //! checks instead (see [`health`]); `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30) is its kok's
-//! `--health-interval`. Every run also measures the web view's fleet page at 1,000 clusters, in
-//! process ([`web`]).
+//! `--health-interval`. Mode `rollout` (not in the default modes either) runs a rollout over the fleet's
+//! clusters in four waves (see [`rollout`]; the operations count of a size is not used). Every run also
+//! measures the web view's fleet page at 1,000 clusters, in process ([`web`]).
 
 #[path = "../tests/e2e/mod.rs"]
 mod e2e;
@@ -23,6 +24,8 @@ mod e2e;
 mod forge;
 #[path = "fleet/health.rs"]
 mod health;
+#[path = "fleet/rollout.rs"]
+mod rollout;
 #[path = "fleet/web.rs"]
 mod web;
 
@@ -52,6 +55,8 @@ enum Mode {
     Local,
     /// The health round ([`health`]), in service mode.
     Health,
+    /// A rollout in four waves ([`rollout`]), in service mode.
+    Rollout,
 }
 
 impl Mode {
@@ -60,6 +65,7 @@ impl Mode {
             Mode::Service => "service",
             Mode::Local => "local",
             Mode::Health => "health",
+            Mode::Rollout => "rollout",
         }
     }
 }
@@ -105,8 +111,9 @@ impl Config {
                 "service" => Ok(Mode::Service),
                 "local" => Ok(Mode::Local),
                 "health" => Ok(Mode::Health),
+                "rollout" => Ok(Mode::Rollout),
                 other => Err(anyhow::anyhow!(
-                    "KOK_FLEET_MODES: {other:?} is not service, local or health"
+                    "KOK_FLEET_MODES: {other:?} is not service, local, health or rollout"
                 )),
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -163,20 +170,23 @@ fn generate(remote: &Remote, clusters: usize, ops: usize) -> String {
         operations.push_str(&format!("- id: op{j:02}\n  action: cluster.yml\n"));
     }
     for i in 0..clusters {
-        let name = cluster_name(i);
-        remote
-            .write(&format!("clusters/{name}/hosts.yml"), &hosts_yml(i, 5))
-            .write(
-                &format!("clusters/{name}/vars.yml"),
-                &format!("cluster_name: {name}\nkube_version: v1.33.0\n"),
-            )
-            .write(
-                &format!("clusters/{name}/cluster.yml"),
-                &format!("sshAuthSecret: {SSH_SECRET}\n"),
-            )
-            .write(&format!("clusters/{name}/operations.yml"), &operations);
+        let name = write_cluster(remote, i, &format!("sshAuthSecret: {SSH_SECRET}\n"));
+        remote.write(&format!("clusters/{name}/operations.yml"), &operations);
     }
     remote.push(&format!("{clusters} clusters x {ops} operations"))
+}
+
+/// Writes cluster `i` (five hosts) with `cluster_yml` into the work clone; returns its name.
+fn write_cluster(remote: &Remote, i: usize, cluster_yml: &str) -> String {
+    let name = cluster_name(i);
+    remote
+        .write(&format!("clusters/{name}/hosts.yml"), &hosts_yml(i, 5))
+        .write(
+            &format!("clusters/{name}/vars.yml"),
+            &format!("cluster_name: {name}\nkube_version: v1.33.0\n"),
+        )
+        .write(&format!("clusters/{name}/cluster.yml"), cluster_yml);
+    name
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -498,8 +508,8 @@ impl Bench<'_> {
         let forge = forge::ForgeServer::start().await;
         let state_dir = remote.scratch("state");
         let mut meta = match mode {
-            // The health mode runs in [`health::run`].
-            Mode::Service | Mode::Health => {
+            // The health and rollout modes run in [`health::run`] and [`rollout::run`].
+            Mode::Service | Mode::Health | Mode::Rollout => {
                 let api = testkit::ApiServer::start_with(testkit::Options {
                     event_window: 200_000,
                     ..testkit::Options::default()
@@ -1002,14 +1012,19 @@ fn verdicts(runs: &[Run]) -> Vec<Verdict> {
     out
 }
 
+/// A target beside its figure: `met`, `MISSED`, or `n/a` when not measurable here.
+fn mark(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "n/a",
+    }
+}
+
 fn print_verdicts(verdicts: &[Verdict]) -> String {
     let mut out = String::new();
     for v in verdicts {
-        let mark = match v.met {
-            Some(true) => "met",
-            Some(false) => "MISSED",
-            None => "n/a",
-        };
+        let mark = mark(v.met);
         out.push_str(&format!(
             "{:>8} {:<7} {:<62} {:<40} {mark}\n",
             v.fleet, v.mode, v.target, v.figure
@@ -1030,8 +1045,16 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut runs = Vec::new();
     let mut health_runs = Vec::new();
+    let mut rollout_runs = Vec::new();
     for &(clusters, ops) in &cfg.sizes {
         for &mode in &cfg.modes {
+            if mode == Mode::Rollout {
+                match rollout::run(&cfg, clusters).await {
+                    Ok(run) => rollout_runs.push(run),
+                    Err(e) => eprintln!("[{clusters} rollout] failed: {e:#}"),
+                }
+                continue;
+            }
             if mode == Mode::Health {
                 match health::run(&cfg, &bench.http, clusters, ops).await {
                     Ok(run) => health_runs.push(run),
@@ -1059,6 +1082,14 @@ async fn main() -> anyhow::Result<()> {
     if !health_runs.is_empty() {
         println!("\nHealth round:\n{}", health::report(&health_runs));
     }
+    if !rollout_runs.is_empty() {
+        let service_rss = |clusters: usize| {
+            runs.iter()
+                .filter(|r| r.clusters == clusters && r.mode == "service")
+                .find_map(|r| r.peak_rss_mib)
+        };
+        println!("\nRollout:\n{}", rollout::report(&rollout_runs, service_rss));
+    }
     let web = match web::run(&bench.http).await {
         Ok(run) => {
             println!("\nWeb view: {}", web::report(&run));
@@ -1069,7 +1100,13 @@ async fn main() -> anyhow::Result<()> {
             None
         }
     };
-    let json = serde_json::json!({ "runs": runs, "targets": verdicts, "health": health_runs, "web": web });
+    let json = serde_json::json!({
+        "runs": runs,
+        "targets": verdicts,
+        "health": health_runs,
+        "rollout": rollout_runs,
+        "web": web,
+    });
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&json)?)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", cfg.json.display()))?;
     println!("JSON written to {}", cfg.json.display());

@@ -3,6 +3,8 @@
 //! `kok/plan` status and its text and markdown renderings. Shared by `kok plan` and the service's
 //! pull-request plans.
 
+mod rollouts;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use git2::Oid;
@@ -11,14 +13,23 @@ use serde::Serialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{Cluster, ClusterOperation, FactsPlaybook, LABEL_CURRENT};
+use crate::api::{
+    Cluster, ClusterOperation, FactsPlaybook, FleetRollout, Phase, LABEL_CURRENT, LABEL_ROLLOUT,
+};
 use crate::controller::live::LiveCache;
+use crate::controller::wave::RunState;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
-use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
+use crate::materialize::render::with_revision;
+use crate::materialize::rollout::wave_of;
+use crate::materialize::{fleet, DesiredCluster, RenderContext};
 use crate::source::attribution::to_render_attribution;
 use crate::source::verify::CommitSignature;
 use crate::source::{read_commit, CommitRead, GitTree, SourceError};
+
+pub use rollouts::{
+    rollouts_at, PlannedRerun, PlannedRollouts, PlannedWave, RolloutChange, RolloutFiles, RolloutPlan,
+};
 
 /// Why a plan could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +40,17 @@ pub enum PlanError {
     /// Reading the live objects of the meta-cluster failed.
     #[error("reading the live objects the plan starts from: {0}")]
     Live(#[from] apply::ApplyError),
+    /// Listing the runs of a rollout whose `rerun` the range bumps failed.
+    #[error("listing the ClusterOperations of rollout {rollout} in namespace {namespace} failed: {source}")]
+    RolloutRuns {
+        /// Rollout name.
+        rollout: String,
+        /// Namespace.
+        namespace: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
 }
 
 /// One write, by the kind and name of its object.
@@ -61,6 +83,12 @@ pub struct PlannedOperation {
     /// The playbook run first without `--limit` (a playbook step limits its hosts), from `factsPlaybook`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub facts_playbook: Option<FactsPlaybook>,
+    /// For a cluster's run of a rollout: the rollout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
+    /// For a cluster's run of a rollout: the wave that took the cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wave: Option<String>,
 }
 
 impl PlannedOperation {
@@ -69,6 +97,15 @@ impl PlannedOperation {
         match &self.facts_playbook {
             Some(f) => format!("{} (without --limit), then {}", f.path, self.action),
             None => self.action.clone(),
+        }
+    }
+
+    /// ` in wave canary of rollout upgrade-1-31`, or nothing for an entry of operations.yml.
+    pub fn rollout_text(&self) -> String {
+        match (&self.rollout, &self.wave) {
+            (Some(rollout), Some(wave)) => format!(" in wave {wave} of rollout {rollout}"),
+            (Some(rollout), None) => format!(" of rollout {rollout}"),
+            _ => String::new(),
         }
     }
 }
@@ -128,6 +165,9 @@ pub struct Plan {
     pub clusters: Vec<ClusterPlan>,
     /// Clusters left at their last good state because they are invalid at `to`.
     pub invalid: Vec<InvalidCluster>,
+    /// Rollouts the range adds, changes, removes or breaks, with their waves as the merge makes them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<RolloutPlan>,
     /// Repository-wide diagnostics at `to` (kok.yml).
     pub repo_diagnostics: Vec<Diagnostic>,
     /// The signature state of every commit of the range, newest first.
@@ -137,12 +177,14 @@ pub struct Plan {
 impl Plan {
     /// True when the merge would write an object or run an operation.
     pub fn has_changes(&self) -> bool {
-        !self.clusters.is_empty()
+        !self.clusters.is_empty() || self.rollouts.iter().any(|r| r.change != RolloutChange::Invalid)
     }
 
-    /// True when a cluster or kok.yml is invalid at `to`.
+    /// True when a cluster, kok.yml or a rollout file is invalid at `to`.
     pub fn has_errors(&self) -> bool {
-        !self.invalid.is_empty() || !self.repo_diagnostics.is_empty()
+        !self.invalid.is_empty()
+            || !self.repo_diagnostics.is_empty()
+            || self.rollouts.iter().any(RolloutPlan::has_errors)
     }
 }
 
@@ -157,6 +199,9 @@ pub struct Prepared {
     at_from: BTreeMap<String, DesiredCluster>,
     hosts_at_from: BTreeMap<String, BTreeSet<String>>,
     subjects: BTreeMap<String, String>,
+    /// Clusters unchanged in the range whose runs of a changed rollout may change, parsed at `to`.
+    widened: Vec<layout::ClusterDir>,
+    rollouts: PlannedRollouts,
 }
 
 impl Prepared {
@@ -174,6 +219,27 @@ impl Prepared {
         self.read.changes.full_resync
     }
 
+    /// The rollouts whose `rerun` the range bumps and whose operation it leaves alone: the plan
+    /// names the clusters they run again from the runs the meta-cluster holds.
+    pub fn rerun_bumps(&self) -> Vec<String> {
+        self.rollouts.rerun_bumps()
+    }
+
+    /// True when either end of the range has rollout files: the plan reads the live rollout objects.
+    pub fn has_rollouts(&self) -> bool {
+        self.rollouts.to.is_some() || self.rollouts.from.is_some()
+    }
+
+    /// The parsed cluster `name` at `to`, changed in the range or widened to by a rollout.
+    fn cluster(&self, name: &str) -> Option<&layout::ClusterDir> {
+        self.read
+            .parsed
+            .clusters
+            .iter()
+            .chain(&self.widened)
+            .find(|c| c.name == name)
+    }
+
     /// The live objects as the service would have left them after reconciling `from`, none of its
     /// operations started: for a plan without a meta-cluster.
     pub fn simulated_baseline(&self) -> Baseline {
@@ -185,6 +251,8 @@ impl Prepared {
         Baseline {
             clusters,
             names: self.at_from.keys().cloned().collect(),
+            rollouts: self.rollouts.at_from.clone(),
+            rollout_runs: BTreeMap::new(),
         }
     }
 }
@@ -196,6 +264,11 @@ pub struct Baseline {
     pub clusters: BTreeMap<String, Live>,
     /// Names of every managed Cluster (read only for a full resync).
     pub names: BTreeSet<String>,
+    /// The `FleetRollout` objects (read only when either end of the range has rollout files).
+    pub rollouts: Vec<FleetRollout>,
+    /// Per rollout whose `rerun` the range bumps, the latest run of each of its clusters (read only
+    /// from a meta-cluster: without one, which runs failed is not known).
+    pub rollout_runs: BTreeMap<String, BTreeMap<String, RunState>>,
 }
 
 /// Reads the baseline from the meta-cluster: three lists per cluster compared, one more on a full resync.
@@ -247,7 +320,62 @@ async fn baseline_from(
         };
         baseline.clusters.insert(name, live);
     }
+    if prepared.has_rollouts() {
+        baseline.rollouts = fleet::live_rollouts(client, namespace).await?;
+    }
+    for rollout in prepared.rerun_bumps() {
+        let runs = rollout_runs(client, namespace, &rollout).await?;
+        baseline.rollout_runs.insert(rollout, runs);
+    }
     Ok(baseline)
+}
+
+/// The latest run of each cluster of `rollout`: its ClusterOperations (labelled with the rollout's
+/// name), one list.
+async fn rollout_runs(
+    client: &kube::Client,
+    namespace: &str,
+    rollout: &str,
+) -> Result<BTreeMap<String, RunState>, PlanError> {
+    let api: kube::Api<ClusterOperation> = kube::Api::namespaced(client.clone(), namespace);
+    let params = kube::api::ListParams::default().labels(&format!("{LABEL_ROLLOUT}={rollout}"));
+    let list = api.list(&params).await.map_err(|source| PlanError::RolloutRuns {
+        rollout: rollout.to_string(),
+        namespace: namespace.to_string(),
+        source: Box::new(source),
+    })?;
+    Ok(latest_runs(&list.items))
+}
+
+/// The state of the latest of `operations` (by creation) of each cluster, as the wave decisions see it.
+fn latest_runs(operations: &[ClusterOperation]) -> BTreeMap<String, RunState> {
+    let mut latest: BTreeMap<&str, &ClusterOperation> = BTreeMap::new();
+    for op in operations {
+        let created = |o: &ClusterOperation| o.metadata.creation_timestamp.clone().map(|t| t.0);
+        match latest.get(op.spec.cluster.as_str()) {
+            Some(known) if created(known) >= created(op) => {}
+            _ => {
+                latest.insert(&op.spec.cluster, op);
+            }
+        }
+    }
+    latest
+        .into_iter()
+        .map(|(cluster, op)| {
+            let status = op.status.clone().unwrap_or_default();
+            let message = status.message.unwrap_or_default();
+            let state = match status.phase {
+                Phase::Pending | Phase::Queued => RunState::Pending,
+                Phase::Running => RunState::Running,
+                Phase::Succeeded => RunState::Succeeded {
+                    at: status.end_time.map(|t| t.0).unwrap_or_default(),
+                },
+                Phase::Failed => RunState::Failed(message),
+                Phase::Canceled => RunState::Canceled(message),
+            };
+            (cluster.to_string(), state)
+        })
+        .collect()
 }
 
 /// `desired` as it would stand in the meta-cluster: every object current, every ConfigMap owned by
@@ -266,6 +394,7 @@ fn simulate_live(desired: &DesiredCluster) -> Live {
     let operations: BTreeMap<String, ClusterOperation> = desired
         .operations
         .iter()
+        .chain(desired.rollouts.iter().map(|r| &r.operation))
         .map(|op| {
             let mut op = op.clone();
             with_uid(&mut op.metadata, true);
@@ -327,12 +456,29 @@ pub fn prepare(
     let mut ctx = RenderContext::new(namespace, ref_name, &to_sha);
     ctx.queue_base = crate::reconcile::queue_base(jiff::Timestamp::now());
     ctx.attribution = to_render_attribution(&read.introduced);
-    let desired: Vec<DesiredCluster> = read
+    let from_sha = from.map(|f| f.to_string()).unwrap_or_default();
+    let from_ctx = RenderContext::new(namespace, ref_name, &from_sha);
+    let rollouts = PlannedRollouts::read(repo, from, to, root, &ctx, &from_ctx)?;
+    // Clusters whose runs of a changed rollout may change are applied too, as the pass applies them.
+    let known: BTreeSet<&String> = read
         .parsed
         .clusters
         .iter()
-        .map(|c| render_cluster(c, &ctx))
+        .map(|c| &c.name)
+        .chain(&read.parsed.invalid)
+        .chain(&read.changes.removed)
         .collect();
+    let widen: Vec<String> = rollouts
+        .touched
+        .iter()
+        .filter(|n| !known.contains(n))
+        .cloned()
+        .collect();
+    let widened = match widen.is_empty() {
+        true => Vec::new(),
+        false => layout::parse_clusters(&GitTree::at_commit(repo, to)?, root, &widen).clusters,
+    };
+    let desired = rollouts.render_at_to(read.parsed.clusters.iter().chain(&widened), &ctx);
     let mut at_from = BTreeMap::new();
     let mut hosts_at_from = BTreeMap::new();
     if let Some(from) = from {
@@ -349,22 +495,21 @@ pub fn prepare(
         };
         let tree = GitTree::at_commit(repo, from)?;
         let parsed = layout::parse_clusters(&tree, root, &names);
-        let from_sha = from.to_string();
-        let ctx = RenderContext::new(namespace, ref_name, &from_sha);
-        for cluster in &parsed.clusters {
-            at_from.insert(cluster.name.clone(), render_cluster(cluster, &ctx));
+        let rendered = rollouts.render_at_from(parsed.clusters.iter(), &from_ctx);
+        for (cluster, desired) in parsed.clusters.iter().zip(rendered) {
+            at_from.insert(cluster.name.clone(), desired);
             hosts_at_from.insert(cluster.name.clone(), cluster.inventory.hosts.clone());
         }
     }
     let path = crate::source::attribution::first_parent_path(repo, from, to)?;
     let mut subjects = BTreeMap::new();
-    for op in &read.introduced {
-        let subject = Oid::from_str(&op.commit)
+    for commit in read.introduced.iter().map(|op| &op.commit).chain([&to_sha]) {
+        let subject = Oid::from_str(commit)
             .ok()
             .and_then(|id| repo.find_commit(id).ok())
             .and_then(|c| c.summary().ok().flatten().map(str::to_string))
             .unwrap_or_default();
-        subjects.insert(op.commit.clone(), subject);
+        subjects.insert(commit.clone(), subject);
     }
     Ok(Prepared {
         from,
@@ -375,6 +520,8 @@ pub fn prepare(
         at_from,
         hosts_at_from,
         subjects,
+        widened,
+        rollouts,
     })
 }
 
@@ -385,11 +532,16 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
     let empty = Live::default();
     let live = |name: &str| baseline.clusters.get(name).unwrap_or(&empty);
     let mut writes: BTreeMap<String, Vec<Write>> = BTreeMap::new();
+    let widened: BTreeSet<&String> = prepared.widened.iter().map(|c| &c.name).collect();
     for desired in &prepared.desired {
-        writes.insert(
-            desired.name.clone(),
-            decide_cluster(live(&desired.name), desired, now),
-        );
+        let live = live(&desired.name);
+        // A cluster applied only for its runs of a rollout keeps its revision, as in the pass.
+        let kept = match (&live.cluster, widened.contains(&desired.name)) {
+            (Some(c), true) => Some(with_revision(desired, &c.spec.source.revision)),
+            _ => None,
+        };
+        let desired = kept.as_ref().unwrap_or(desired);
+        writes.insert(desired.name.clone(), decide_cluster(live, desired, now));
     }
     for name in &prepared.read.changes.removed {
         writes.insert(name.clone(), decide_removal(live(name), name, now));
@@ -427,7 +579,7 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         }
         plan.operations = planned_operations(prepared, &name, &writes);
         plan.warnings = scale_down_warnings(prepared, &name, &plan.operations);
-        if let Some(c) = prepared.read.parsed.clusters.iter().find(|c| c.name == name) {
+        if let Some(c) = prepared.cluster(&name) {
             plan.labels = c.settings.labels.clone();
         }
         if !writes.is_empty() {
@@ -455,6 +607,7 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         full_resync: prepared.full_resync(),
         clusters,
         invalid,
+        rollouts: prepared.rollouts.plan(&baseline.rollouts, &baseline.rollout_runs),
         repo_diagnostics: parsed
             .diagnostics
             .iter()
@@ -471,19 +624,12 @@ fn scale_down_warnings(prepared: &Prepared, name: &str, operations: &[PlannedOpe
     let Some(before) = prepared.hosts_at_from.get(name) else {
         return Vec::new();
     };
-    let after = prepared
-        .read
-        .parsed
-        .clusters
-        .iter()
-        .find(|c| c.name == name)
-        .map(|c| c.inventory.hosts.clone())
-        .unwrap_or_default();
+    let cluster = prepared.cluster(name);
+    let after = cluster.map(|c| c.inventory.hosts.clone()).unwrap_or_default();
     let removed: BTreeSet<&String> = before.difference(&after).collect();
-    let cluster = prepared.read.parsed.clusters.iter().find(|c| c.name == name);
     let mut named: BTreeSet<String> = BTreeSet::new();
     let mut warnings = Vec::new();
-    for planned in operations {
+    for planned in operations.iter().filter(|p| p.rollout.is_none()) {
         let Some(op) = cluster.and_then(|c| c.operations.iter().find(|o| o.id == planned.id)) else {
             continue;
         };
@@ -514,9 +660,29 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
     };
     let mut out = Vec::new();
     for write in writes {
-        let Write::CreateOperation { name: op_name, .. } = write else {
+        let Write::CreateOperation { name: op_name, body } = write else {
             continue;
         };
+        // A run of a rollout: created by the commit reconciled, after the entries of operations.yml.
+        if let Some(run) = body {
+            let commit = prepared.to.to_string();
+            out.push((
+                prepared.commits,
+                out.len(),
+                PlannedOperation {
+                    id: run.spec.id.clone(),
+                    name: op_name.clone(),
+                    action: run.spec.action.clone(),
+                    facts_playbook: run.spec.facts_playbook.clone(),
+                    subject: prepared.subjects.get(&commit).cloned().unwrap_or_default(),
+                    commit,
+                    commit_index: prepared.commits.saturating_sub(1),
+                    rollout: run.spec.rollout.as_ref().map(|r| r.name.clone()),
+                    wave: wave_of(run).map(str::to_string),
+                },
+            ));
+            continue;
+        }
         let Some((file_index, op)) = desired
             .operations
             .iter()
@@ -533,10 +699,11 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
         let commit = introduced
             .map(|i| i.commit.clone())
             .unwrap_or_else(|| prepared.to.to_string());
+        let commit_index = introduced
+            .map(|i| i.commit_index)
+            .unwrap_or(prepared.commits.saturating_sub(1));
         out.push((
-            introduced
-                .map(|i| i.commit_index)
-                .unwrap_or(prepared.commits.saturating_sub(1)),
+            commit_index,
             file_index,
             PlannedOperation {
                 id: op.spec.id.clone(),
@@ -545,9 +712,9 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
                 facts_playbook: op.spec.facts_playbook.clone(),
                 subject: prepared.subjects.get(&commit).cloned().unwrap_or_default(),
                 commit,
-                commit_index: introduced
-                    .map(|i| i.commit_index)
-                    .unwrap_or(prepared.commits.saturating_sub(1)),
+                commit_index,
+                rollout: None,
+                wave: None,
             },
         ));
     }
@@ -567,6 +734,7 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
         .repo_diagnostics
         .iter()
         .chain(plan.invalid.iter().flat_map(|i| &i.diagnostics))
+        .chain(plan.rollouts.iter().flat_map(|r| &r.diagnostics))
         .find(|d| d.severity == layout::Severity::Error);
     if let Some(d) = first_error {
         return (crate::api::StatusState::Error, d.to_string());
@@ -583,6 +751,7 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
                 .collect();
             format!("{}: {} would run", c.name, ops.join(", "))
         })
+        .chain(plan.rollouts.iter().map(RolloutPlan::headline))
         .collect();
     if parts.is_empty() {
         let writes: usize = plan
@@ -627,8 +796,20 @@ pub fn text(plan: &Plan) -> String {
     for d in &plan.repo_diagnostics {
         out.push_str(&format!("{d}\n"));
     }
-    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+    if !plan.has_changes() && !plan.has_errors() {
         out.push_str("no changes\n");
+    }
+    for rollout in &plan.rollouts {
+        out.push_str(&format!(
+            "\nrollout {} ({}, {}){}\n",
+            rollout.name,
+            rollout.change_word(),
+            rollout.path,
+            rollout.object_text()
+        ));
+        for line in rollout.lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
     }
     for cluster in &plan.clusters {
         out.push_str(&format!("\ncluster {}\n", cluster.name));
@@ -651,11 +832,12 @@ pub fn text(plan: &Plan) -> String {
             out.push_str("  operations that would run:\n");
             for op in &cluster.operations {
                 out.push_str(&format!(
-                    "    {} ({}) from {} {:?}\n",
+                    "    {} ({}) from {} {:?}{}\n",
                     op.id,
                     op.steps(),
                     short(&op.commit),
-                    op.subject
+                    op.subject,
+                    op.rollout_text()
                 ));
             }
         }
@@ -698,9 +880,10 @@ pub fn markdown(plan: &Plan) -> String {
     for d in &plan.repo_diagnostics {
         out.push_str(&format!("- :x: `{}`\n", cell(&d.to_string())));
     }
-    if plan.clusters.is_empty() && plan.invalid.is_empty() {
+    if !plan.has_changes() && !plan.has_errors() {
         out.push_str("No changes.\n");
     }
+    out.push_str(&rollouts::markdown(&plan.rollouts, cell));
     for cluster in &plan.clusters {
         out.push_str(&format!("#### {}\n\n", cluster.name));
         if !cluster.labels.is_empty() {
@@ -721,7 +904,7 @@ pub fn markdown(plan: &Plan) -> String {
         }
         for op in &cluster.operations {
             out.push_str(&format!(
-                "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {} |\n",
+                "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {}{} |\n",
                 op.name,
                 cell(&op.id),
                 cell(&op.action),
@@ -730,7 +913,8 @@ pub fn markdown(plan: &Plan) -> String {
                     .map(|f| format!(" after `{}` without --limit", cell(&f.path)))
                     .unwrap_or_default(),
                 short(&op.commit),
-                cell(&op.subject)
+                cell(&op.subject),
+                cell(&op.rollout_text())
             ));
         }
         out.push('\n');
@@ -773,6 +957,7 @@ mod tests {
             full_resync: false,
             clusters,
             invalid: Vec::new(),
+            rollouts: Vec::new(),
             repo_diagnostics: Vec::new(),
             signatures: Vec::new(),
         }
@@ -787,6 +972,8 @@ mod tests {
             subject: "scale".into(),
             commit_index: 0,
             facts_playbook: None,
+            rollout: None,
+            wave: None,
         }
     }
 

@@ -402,6 +402,8 @@ mod tests {
             subject: "Merge pull request #7".into(),
             commit_index: 0,
             facts_playbook: None,
+            rollout: None,
+            wave: None,
         };
         let mut plan = Plan {
             from: Some("c".repeat(40)),
@@ -414,6 +416,7 @@ mod tests {
                 ..ClusterPlan::default()
             }],
             invalid: Vec::new(),
+            rollouts: Vec::new(),
             repo_diagnostics: Vec::new(),
             signatures: Vec::new(),
         };

@@ -158,6 +158,85 @@ fn history_shows_under_each_commit_how_its_operations_ended() {
 }
 
 #[test]
+fn history_shows_a_clusters_rollout_runs_under_the_rollouts_commits_with_rollout_and_wave() {
+    let remote = Remote::new();
+    for (name, region) in [("a", "sh"), ("b", "bj")] {
+        remote.cluster(name);
+        remote.write(
+            &format!("clusters/{name}/cluster.yml"),
+            &format!("labels: {{env: prod, region: {region}}}\n"),
+        );
+    }
+    let create = remote.push("two clusters");
+    let rollout =
+        "operation: {id: upgrade, action: upgrade-cluster.yml}\nclusters: {selector: {env: prod}}\n\
+                   waves:\n  - {name: canary, clusters: [a]}\n  - {name: beijing, selector: {region: bj}}\n";
+    remote.write("rollouts/upgrade.yml", rollout);
+    let start = remote.push("upgrade: start");
+    remote.write("rollouts/upgrade.yml", &format!("{rollout}rerun: 1\n"));
+    let rerun = remote.push("upgrade: rerun");
+    remote.write("docs/README.md", "docs\n");
+    let docs = remote.push("docs only");
+    remote.write("rollouts/other.yml", &rollout.replace("upgrade", "other"));
+    remote.push("another rollout, no run of b yet");
+    note(
+        &remote.bare(),
+        &start,
+        "kok/rollout/upgrade: failure 2026-11-22T00:20:00Z - halted at wave beijing: b failed\n\
+         kok/a/upgrade: success 2026-11-22T00:09:00Z - succeeded in 9m\n\
+         kok/b/upgrade: failure 2026-11-22T00:19:00Z - failed at TASK [x]\n",
+    );
+    // A run of the rerun that an earlier kok reported on the next commit it reconciled.
+    note(
+        &remote.bare(),
+        &docs,
+        "kok/b/upgrade: success 2026-11-22T01:09:00Z - succeeded in 8m\n",
+    );
+    let cache = remote.scratch("cache");
+    let json: Value =
+        serde_json::from_str(&history_of(&remote.bare(), "b", &cache, &["--output", "json"])).unwrap();
+    let commits = commits_of(&json);
+    assert_eq!(
+        commits,
+        [rerun.as_str(), start.as_str(), create.as_str()],
+        "newest first; the docs commit and the rollout commit without a run of b are not listed: {json:#}"
+    );
+    let run = &entry_of(&json, &rerun)["operations"][0];
+    assert_eq!(
+        (&run["rollout"], &run["wave"], &run["state"]),
+        (
+            &Value::from("upgrade"),
+            &Value::from("beijing"),
+            &Value::from("success")
+        ),
+        "{json:#}"
+    );
+    assert_eq!(run["reportedOn"], docs.as_str());
+    assert_eq!(
+        entry_of(&json, &rerun)["files"],
+        serde_json::json!(["rollouts/upgrade.yml"])
+    );
+    let runs = entry_of(&json, &start)["operations"].as_array().unwrap();
+    assert_eq!(
+        runs.len(),
+        1,
+        "b's run only, not a's nor the rollout's own: {json:#}"
+    );
+    assert_eq!(runs[0]["description"], "failed at TASK [x]");
+
+    let text = history_of(&remote.bare(), "b", &cache, &[]);
+    assert!(
+        text.contains(
+            "  kok/b/upgrade: failure 2026-11-22T00:19:00Z failed at TASK [x] [rollout upgrade, wave beijing]\n"
+        ),
+        "{text}"
+    );
+    let a: Value =
+        serde_json::from_str(&history_of(&remote.bare(), "a", &cache, &["--output", "json"])).unwrap();
+    assert_eq!(entry_of(&a, &start)["operations"][0]["wave"], "canary", "{a:#}");
+}
+
+#[test]
 fn history_without_notes_lists_commits_only() {
     let remote = Remote::new();
     remote.cluster("a");
@@ -177,6 +256,15 @@ fn history_without_notes_lists_commits_only() {
 fn history_json(remote: &Remote, cache: &str) -> Value {
     let cache = remote.scratch(cache);
     serde_json::from_str(&history(remote, &cache, &["--output", "json"])).expect("history JSON")
+}
+
+/// The commits of a JSON history, in its order.
+fn commits_of(json: &Value) -> Vec<&str> {
+    json.as_array()
+        .expect("a list of commits")
+        .iter()
+        .map(|e| e["commit"].as_str().unwrap_or_default())
+        .collect()
 }
 
 /// The entry of `commit` in a JSON history.
@@ -281,12 +369,7 @@ async fn an_operation_committed_before_kok_first_ran_shows_its_outcome_under_its
     api.complete_job(NS, &job).await.unwrap();
     note_with(&remote, &kok, &bump, "kok/a/hello: success ").await;
     let json = history_json(&remote, "json-cache-2");
-    let commits: Vec<&str> = json
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["commit"].as_str().unwrap())
-        .collect();
+    let commits = commits_of(&json);
     assert_eq!(commits, [bump.as_str(), hello.as_str()], "{json:#}");
     assert_eq!(
         entry_of(&json, &bump)["operations"][0]["state"],

@@ -81,17 +81,7 @@ async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_th
         "{note}"
     );
 
-    let cache = repo.scratch("history-cache");
-    let path = repo.path();
-    let (ok, history, stderr) = repo.kok(&[
-        "history",
-        CLUSTER,
-        "--repo",
-        &path.to_string_lossy(),
-        "--cache-dir",
-        &cache.to_string_lossy(),
-    ]);
-    assert!(ok, "kok history failed: {stderr}");
+    let history = repo.history(CLUSTER, &[]);
     assert!(
         history.contains(&sha[..7]),
         "the commit is in the history:\n{history}"
@@ -102,17 +92,7 @@ async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_th
         history.contains(": 1 host, 2 changed"),
         "history prints the summary:\n{history}"
     );
-    let (ok, json, stderr) = repo.kok(&[
-        "history",
-        CLUSTER,
-        "--repo",
-        &path.to_string_lossy(),
-        "--cache-dir",
-        &cache.to_string_lossy(),
-        "--output",
-        "json",
-    ]);
-    assert!(ok, "kok history --output json failed: {stderr}");
+    let json = repo.history(CLUSTER, &["--output", "json"]);
     let json: serde_json::Value = serde_json::from_str(&json).expect("history JSON");
     let hello = &json[0]["operations"][0];
     assert_eq!(hello["operation"], "hello", "{json:#}");
@@ -120,7 +100,7 @@ async fn a_committed_operation_runs_with_real_ansible_and_its_success_reaches_th
         hello["run"]["summary"]["hosts"]["localhost"]["changed"], 2,
         "the summary, whole: {json:#}"
     );
-    let changed = local_e2e_support::git(&path, &["status", "--porcelain", "--ignored"]);
+    let changed = local_e2e_support::git(&repo.path(), &["status", "--porcelain", "--ignored"]);
     assert_eq!(changed, "", "kok leaves the work tree's files alone");
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }

@@ -757,3 +757,102 @@ async fn a_pass_over_more_clusters_than_one_parse_part_applies_each_once_and_att
         "{said:?}"
     );
 }
+
+/// The rollout file of [`a_rollout_plans_exactly_what_the_pass_writes_through_promotion_rerun_join_and_removal`].
+fn rollout_yml(stop_after: bool, rerun: u64) -> String {
+    let mut text = "operation: {id: up, action: up.yml}\nclusters: {selector: {env: prod}}\n\
+                    waves:\n  - {name: canary, clusters: [a]}\n  - {name: rest, maxParallel: 1}\n"
+        .to_string();
+    if stop_after {
+        text.push_str("stopAfter: canary\n");
+    }
+    text.push_str(&format!("rerun: {rerun}\n"));
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_plans_exactly_what_the_pass_writes_through_promotion_rerun_join_and_removal() {
+    let mut repo = RepoBuilder::new();
+    for name in ["a", "b", "c"] {
+        repo.cluster(name)
+            .file(&format!("clusters/{name}/cluster.yml"), "labels: {env: prod}\n");
+    }
+    repo.commit("three clusters");
+    let mut service = Service::start(repo).await;
+    service.reconcile().await;
+    // Each step: the plan against the live objects lists exactly the pass's writes, the rollout's
+    // object included; returns the plan.
+    async fn step(service: &mut Service, message: &str) -> Plan {
+        service.repo.commit(message);
+        let plan = service.plan().await;
+        let wrote = service.reconcile().await;
+        assert_eq!(planned(&plan), wrote, "{message}: {plan:#?}");
+        let objects = plan.rollouts.iter().filter(|r| r.object.is_some()).count();
+        assert_eq!(
+            objects,
+            service.server.requests().writes_to("fleetrollouts"),
+            "{message}: {plan:#?}"
+        );
+        plan
+    }
+    let runs = |plan: &Plan| -> Vec<(String, Option<String>)> {
+        plan.clusters
+            .iter()
+            .flat_map(|c| c.operations.iter().map(|o| (c.name.clone(), o.wave.clone())))
+            .collect()
+    };
+
+    service.repo.file("rollouts/up.yml", &rollout_yml(true, 0));
+    let plan = step(&mut service, "up: canary").await;
+    let wave = |w: &str| Some(w.to_string());
+    assert_eq!(
+        runs(&plan),
+        [
+            ("a".to_string(), wave("canary")),
+            ("b".to_string(), wave("rest")),
+            ("c".to_string(), wave("rest"))
+        ]
+    );
+    let canary = service
+        .operations()
+        .await
+        .into_iter()
+        .find(|n| n.starts_with("a-up-"))
+        .expect("a's run");
+    service.set_phase(&canary, "Failed").await;
+
+    service.repo.file("rollouts/up.yml", &rollout_yml(false, 0));
+    let plan = step(&mut service, "up: promote").await;
+    assert!(
+        runs(&plan).is_empty(),
+        "a promotion runs nothing again: {plan:#?}"
+    );
+    assert_eq!(plan.rollouts[0].object.as_deref(), Some("applied"));
+
+    service.repo.file("rollouts/up.yml", &rollout_yml(false, 1));
+    let plan = step(&mut service, "up: rerun").await;
+    assert_eq!(
+        plan.rollouts[0].rerun.as_ref().and_then(|r| r.clusters.clone()),
+        Some(vec!["a".to_string()]),
+        "the failed canary, read from the meta-cluster"
+    );
+    assert_eq!(runs(&plan), [("a".to_string(), wave("canary"))]);
+
+    service
+        .repo
+        .cluster("d")
+        .file("clusters/d/cluster.yml", "labels: {env: prod}\n");
+    let plan = step(&mut service, "d joins").await;
+    assert_eq!(runs(&plan), [("d".to_string(), wave("rest"))]);
+    assert_eq!(plan.rollouts[0].waves[1].joined, ["d"]);
+
+    service.repo.remove("rollouts/up.yml");
+    let plan = step(&mut service, "drop up").await;
+    assert_eq!(plan.rollouts[0].object.as_deref(), Some("deleted"));
+    assert!(
+        plan.clusters
+            .iter()
+            .all(|c| c.updated.iter().any(|o| o.what.starts_with("canceled"))),
+        "every run not yet started is canceled: {plan:#?}"
+    );
+}

@@ -208,3 +208,175 @@ fn plan_shows_the_labels_a_change_gives_a_cluster() {
         "{text}"
     );
 }
+
+/// Four clusters labelled for the issue's example rollout: prod-sh-1 and prod-sh-2 in Shanghai,
+/// prod-bj-1 and prod-bj-2 in Beijing.
+fn labelled_fleet(repo: &mut RepoBuilder) {
+    for (name, region) in [
+        ("prod-sh-1", "sh"),
+        ("prod-sh-2", "sh"),
+        ("prod-bj-1", "bj"),
+        ("prod-bj-2", "bj"),
+    ] {
+        repo.cluster(name).file(
+            &format!("clusters/{name}/cluster.yml"),
+            &format!("labels: {{env: prod, region: {region}}}\n"),
+        );
+    }
+}
+
+const ROLLOUT: &str = "operation:
+  id: upgrade-1-31
+  action: upgrade-cluster.yml
+clusters:
+  selector: {env: prod}
+waves:
+  - name: canary
+    clusters: [prod-sh-1]
+  - name: beijing
+    selector: {region: bj}
+    maxParallel: 1
+  - name: rest
+    maxParallel: 50%
+bake: 30m
+stopAfter: canary
+";
+
+#[test]
+fn plan_shows_each_rollout_wave_by_wave_through_canary_promotion_rerun_and_a_joining_cluster() {
+    let mut repo = RepoBuilder::new();
+    labelled_fleet(&mut repo);
+    let start = repo.commit("four clusters");
+    repo.file("rollouts/upgrade-1-31.yml", ROLLOUT);
+    let added = repo.commit("upgrade: canary");
+    repo.file(
+        "rollouts/upgrade-1-31.yml",
+        &ROLLOUT.replace("stopAfter: canary", "stopAfter: beijing"),
+    );
+    let promoted = repo.commit("upgrade: promote to beijing");
+    repo.file(
+        "rollouts/upgrade-1-31.yml",
+        &ROLLOUT.replace("stopAfter: canary", "stopAfter: beijing\nrerun: 1"),
+    );
+    let rerun = repo.commit("upgrade: rerun the failed");
+    repo.cluster("prod-bj-3").file(
+        "clusters/prod-bj-3/cluster.yml",
+        "labels: {env: prod, region: bj}\n",
+    );
+    let joined = repo.commit("prod-bj-3");
+    let cache = tempfile::tempdir().unwrap();
+    let range = |from: &str, to: &str, more: &[&str]| {
+        let mut args = vec!["--from", from, "--to", to, "--detailed-exitcode"];
+        args.extend_from_slice(more);
+        plan(&repo, &args, cache.path())
+    };
+
+    let (code, text) = range(&start, &added, &[]);
+    assert_eq!(code, 2, "a new rollout is a change: {text}");
+    assert!(
+        text.contains(
+            "\nrollout upgrade-1-31 (added, rollouts/upgrade-1-31.yml): FleetRollout applied\n\
+             \x20 operation upgrade-1-31 (upgrade-cluster.yml): every cluster runs it, wave by wave\n\
+             \x20 bake 30m, maxFailures 0, stopAfter canary\n\
+             \x20 wave 1/3 canary: prod-sh-1\n\
+             \x20 wave 2/3 beijing (maxParallel 1: 1 at once): prod-bj-1, prod-bj-2 [held by stopAfter]\n\
+             \x20 wave 3/3 rest (maxParallel 50%: 1 at once): prod-sh-2 [held by stopAfter]\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\ncluster prod-bj-2\n  labels: env=prod, region=bj\n  + ClusterOperation prod-bj-2-upgrade-1-31-"
+        ),
+        "each cluster's run is a write of its own: {text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "    upgrade-1-31 (upgrade-cluster.yml) from {} \"upgrade: canary\" in wave beijing of rollout upgrade-1-31\n",
+            &added[..8]
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("warning:"), "{text}");
+
+    let (code, text) = range(&added, &promoted, &[]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("  operation upgrade-1-31 (upgrade-cluster.yml): unchanged: nothing runs again"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  stopAfter: canary → beijing: promotes: wave beijing may open\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  wave 2/3 beijing (maxParallel 1: 1 at once): prod-bj-1, prod-bj-2\n"),
+        "{text}"
+    );
+
+    let (_, text) = range(&promoted, &rerun, &[]);
+    assert!(
+        text.contains(
+            "  rerun: 0 → 1: runs again the clusters whose run failed or was canceled (which ones is in \
+             the meta-cluster: plan with --kubeconfig to list them)"
+        ),
+        "without a meta-cluster the plan says it cannot tell: {text}"
+    );
+
+    let (_, md) = range(&rerun, &joined, &["--output", "markdown"]);
+    assert!(
+        md.contains("#### rollout upgrade-1-31 (changed, `rollouts/upgrade-1-31.yml`): FleetRollout applied"),
+        "a new cluster the selector picks changes the rollout: {md}"
+    );
+    assert!(
+        md.contains("| beijing | 1 | prod-bj-1, prod-bj-2, prod-bj-3 | prod-bj-3 |"),
+        "{md}"
+    );
+    let (_, json) = range(&rerun, &joined, &["--output", "json"]);
+    let json: serde_json::Value = serde_json::from_str(&json).expect(&json);
+    assert_eq!(json["rollouts"][0]["change"], "changed");
+    assert_eq!(json["rollouts"][0]["waves"][1]["joined"][0], "prod-bj-3");
+}
+
+#[test]
+fn a_broken_rollout_file_makes_the_plan_an_error_naming_file_and_line_and_removing_it_cancels() {
+    let mut repo = RepoBuilder::new();
+    labelled_fleet(&mut repo);
+    repo.file("rollouts/upgrade-1-31.yml", ROLLOUT);
+    let good = repo.commit("upgrade");
+    repo.file(
+        "rollouts/upgrade-1-31.yml",
+        &ROLLOUT.replace("stopAfter: canary", "stopAfter: canry"),
+    );
+    let broken = repo.commit("typo");
+    repo.remove("rollouts/upgrade-1-31.yml");
+    let removed = repo.commit("drop the upgrade");
+    let cache = tempfile::tempdir().unwrap();
+    let (code, text) = plan(
+        &repo,
+        &["--from", &good, "--to", &broken, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(
+            "rollout upgrade-1-31 (invalid, rollouts/upgrade-1-31.yml)\n\
+             \x20 refused: the rollout stays as it was; clusters and other rollouts go on\n\
+             \x20 rollouts/upgrade-1-31.yml:15:12: stopAfter \"canry\" names no wave of this rollout"
+        ),
+        "{text}"
+    );
+    let (code, text) = plan(
+        &repo,
+        &["--from", &good, "--to", &removed, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(
+            "rollout upgrade-1-31 (removed, rollouts/upgrade-1-31.yml): FleetRollout deleted\n\
+             \x20 its runs not yet started are canceled"
+        ),
+        "{text}"
+    );
+}

@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::e2e::{Kok, KokOptions, Remote, NS};
-use super::{cluster_name, fmt_opt, generate, metric, metrics, peak_rss_mib, Config, POLL};
+use super::{cluster_name, fmt_opt, generate, mark, metric, metrics, peak_rss_mib, Config, POLL};
 use kok::api::{kubeconfig_secret, Cluster, KUBECONFIG_KEY};
 use kok::controller::health::OBSERVE_TIMEOUT;
 
@@ -429,11 +429,6 @@ pub fn report(runs: &[HealthRun]) -> String {
         ));
     }
     out.push_str("\nHealth targets:\n");
-    let mark = |met: Option<bool>| match met {
-        Some(true) => "met",
-        Some(false) => "MISSED",
-        None => "n/a",
-    };
     for r in runs {
         let round = r.round_secs;
         out.push_str(&format!(

@@ -1,8 +1,9 @@
 //! `kok history <cluster>`: the commits that touched a cluster directory, newest first, each with
 //! every run of its operations recorded in `refs/notes/kok`: on the commit itself, and on the later
-//! commits that left the cluster as it made it.
+//! commits that left the cluster as it made it; and among them the commits of `rollouts/` that ran the
+//! cluster in a rollout, each run with its rollout and wave.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -13,6 +14,8 @@ use super::plan::{GitArgs, TrustFileArgs};
 use super::OutputFormat;
 use crate::api::{RunRecord, StatusState};
 use crate::layout;
+use crate::layout::rollouts::rollouts_dir;
+use crate::plan::rollouts_at;
 use crate::report::notes::{parse_note, NoteEntry, NOTES_REF};
 use crate::report::status::{split_run_context, CONTEXT_PREFIX};
 use crate::source::verify::signature_states;
@@ -49,6 +52,12 @@ pub struct OperationOutcome {
     /// kok reported where it reconciled, see the README's "Reading the changelog").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reported_on: Option<String>,
+    /// For a run of a rollout: the rollout, as its file at the commit names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
+    /// For a run of a rollout: the wave the cluster was in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wave: Option<String>,
 }
 
 /// A commit of the history with every run of the operations it brought in or changed.
@@ -102,13 +111,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             source.repository().find_reference(REMOTE_NOTES_REF).is_ok()
         }
     };
-    let history = cluster_history(source.repository(), tip, &args.path, &args.cluster, args.limit)?;
+    let repo = source.repository();
+    let history = cluster_history(repo, tip, &args.path, &args.cluster, args.limit)?;
+    let (parent, dir) = split_dir(&rollouts_dir(&args.path));
+    let rollout_commits = cluster_history(repo, tip, &parent, &dir, args.limit)?;
     let refs: &[&str] = if remote_notes {
         &[REMOTE_NOTES_REF, NOTES_REF]
     } else {
         &[NOTES_REF]
     };
-    let mut entries = join_notes(source.repository(), refs, &args.cluster, history);
+    let entries = join_notes(repo, refs, &args.cluster, history);
+    let rollout_runs = join_rollout_runs(repo, refs, &args.path, &args.cluster, rollout_commits);
+    let mut entries = merge_rollout_runs(repo, entries, rollout_runs, args.limit);
     let trust = args.trust.load()?;
     let now = jiff::Timestamp::now().as_second();
     for joined in &mut entries {
@@ -235,7 +249,151 @@ fn outcome(n: NoteEntry, prefix: &str, reported_on: &Option<String>) -> Option<O
         target_url: n.target_url,
         run: n.run,
         reported_on: reported_on.clone(),
+        rollout: None,
+        wave: None,
     })
+}
+
+/// `("infra", "rollouts")` of `infra/rollouts`, `("", "rollouts")` of `rollouts`.
+fn split_dir(path: &str) -> (String, String) {
+    match path.rsplit_once('/') {
+        Some((parent, dir)) => (parent.to_string(), dir.to_string()),
+        None => (String::new(), path.to_string()),
+    }
+}
+
+/// A rollout that takes `cluster` in, at one commit.
+struct RolloutWave {
+    rollout: String,
+    operation: String,
+    wave: String,
+}
+
+/// The rollouts of the commit `commit` (under the cluster root `root`) that take `cluster` in, each with
+/// the wave it is in, as a pass reads them.
+fn rollout_waves(repo: &Repository, commit: Oid, root: &str, cluster: &str) -> Vec<RolloutWave> {
+    let Ok(Some(read)) = rollouts_at(repo, Some(commit), root) else {
+        return Vec::new();
+    };
+    read.rollouts
+        .into_iter()
+        .filter_map(|r| {
+            let wave = r.waves.iter().find(|w| w.clusters.iter().any(|c| c == cluster))?;
+            Some(RolloutWave {
+                wave: wave.name.clone(),
+                rollout: r.name,
+                operation: r.operation.id,
+            })
+        })
+        .collect()
+}
+
+/// The commits of `history` (those that touched the rollouts directory) with the runs of `cluster` their
+/// notes hold that belong to a rollout of the commit, each with its rollout and wave; commits without
+/// such a run are left out.
+pub fn join_rollout_runs(
+    repo: &Repository,
+    refs: &[&str],
+    root: &str,
+    cluster: &str,
+    history: Vec<HistoryEntry>,
+) -> Vec<JoinedEntry> {
+    let dir = rollouts_dir(root);
+    let mut joined = join_notes(repo, refs, cluster, history);
+    for j in &mut joined {
+        let waves = match (j.operations.is_empty(), Oid::from_str(&j.entry.commit)) {
+            (false, Ok(commit)) => rollout_waves(repo, commit, root, cluster),
+            _ => Vec::new(),
+        };
+        j.operations
+            .retain_mut(|op| match waves.iter().find(|w| w.operation == op.operation) {
+                Some(w) => {
+                    op.rollout = Some(w.rollout.clone());
+                    op.wave = Some(w.wave.clone());
+                    true
+                }
+                None => false,
+            });
+        for f in &mut j.entry.files {
+            *f = format!("{dir}/{f}");
+        }
+    }
+    joined.retain(|j| !j.operations.is_empty());
+    joined
+}
+
+/// The commit whose note holds `op` of `entry`.
+fn reporter(entry: &JoinedEntry, op: &OperationOutcome) -> (String, String) {
+    let commit = op.reported_on.as_ref().unwrap_or(&entry.entry.commit);
+    (op.context.clone(), commit.clone())
+}
+
+/// The cluster's commits and its rollout runs' commits as one history, newest first on the first-parent
+/// path, at most `limit`: a commit in both is one entry (its files and runs joined, the rollout runs
+/// marked), and a rollout run a later note holds is shown under the rollout's commit only.
+pub fn merge_rollout_runs(
+    repo: &Repository,
+    mut cluster: Vec<JoinedEntry>,
+    rollout: Vec<JoinedEntry>,
+    limit: usize,
+) -> Vec<JoinedEntry> {
+    // Each rollout run by the commit whose note holds it: the rollout commit it is shown under.
+    let mut marked: HashMap<(String, String), (&str, &OperationOutcome)> = HashMap::new();
+    for r in &rollout {
+        for op in &r.operations {
+            marked.insert(reporter(r, op), (&r.entry.commit, op));
+        }
+    }
+    for c in &mut cluster {
+        let commit = c.entry.commit.clone();
+        let mut keys = c
+            .operations
+            .iter()
+            .map(|op| reporter(c, op))
+            .collect::<Vec<_>>()
+            .into_iter();
+        c.operations.retain_mut(|op| {
+            let Some((owner, run)) = keys.next().and_then(|k| marked.get(&k)) else {
+                return true;
+            };
+            (op.rollout, op.wave) = (run.rollout.clone(), run.wave.clone());
+            *owner == commit
+        });
+    }
+    let in_cluster: BTreeSet<String> = cluster.iter().map(|c| c.entry.commit.clone()).collect();
+    for r in rollout.iter().filter(|r| in_cluster.contains(&r.entry.commit)) {
+        if let Some(c) = cluster.iter_mut().find(|c| c.entry.commit == r.entry.commit) {
+            c.entry.files.extend(r.entry.files.iter().cloned());
+        }
+    }
+    let mut rest = rollout
+        .into_iter()
+        .filter(|r| !in_cluster.contains(&r.entry.commit))
+        .peekable();
+    let mut cluster = cluster.into_iter().peekable();
+    let mut out = Vec::new();
+    while out.len() < limit {
+        let newer_rollout = match (cluster.peek(), rest.peek()) {
+            (None, None) => break,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some(c), Some(r)) => descends(repo, &r.entry.commit, &c.entry.commit),
+        };
+        out.extend(if newer_rollout {
+            rest.next()
+        } else {
+            cluster.next()
+        });
+    }
+    out
+}
+
+/// True when the commit `a` comes after `b` in history.
+fn descends(repo: &Repository, a: &str, b: &str) -> bool {
+    match (Oid::from_str(a), Oid::from_str(b)) {
+        (Ok(a), Ok(b)) => repo.graph_descendant_of(a, b).unwrap_or(false),
+        _ => false,
+    }
 }
 
 /// The history for humans with operation outcomes: the files each commit touched, indented by four
@@ -267,6 +425,9 @@ pub fn joined_text(cluster: &str, root: &str, entries: &[JoinedEntry]) -> String
             }
             if let Some(commit) = &op.reported_on {
                 out.push_str(&format!(" (reported on {})", &commit[..commit.len().min(8)]));
+            }
+            if let (Some(rollout), Some(wave)) = (&op.rollout, &op.wave) {
+                out.push_str(&format!(" [rollout {rollout}, wave {wave}]"));
             }
             out.push('\n');
         }

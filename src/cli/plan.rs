@@ -1,6 +1,6 @@
 //! `kok plan`: what a commit range would change — objects created, updated and deleted per cluster,
 //! and the operations that would run, each with the commit that introduced it (and the facts playbook its Job
-//! runs first when it limits its hosts).
+//! runs first when it limits its hosts); and each rollout it adds, changes or removes, wave by wave.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +13,8 @@ use crate::api::DEFAULT_NAMESPACE;
 use crate::layout;
 pub use crate::plan::{
     decide, live_baseline, markdown, plan_status, prepare, text, Baseline, ClusterPlan, InvalidCluster,
-    ObjectRef, Plan, PlannedOperation, Prepared, PLAN_CONTEXT,
+    ObjectRef, Plan, PlannedOperation, PlannedRerun, PlannedWave, Prepared, RolloutChange, RolloutPlan,
+    PLAN_CONTEXT,
 };
 use crate::source::verify::{
     commits_to_verify, signature_states, Trust, TrustFiles, Verification, VerifyMode,

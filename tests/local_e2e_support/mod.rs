@@ -262,6 +262,26 @@ impl LocalRepo {
         git(&self.path(), &["log", "--notes=kok", "--format=%N", "-1", sha])
     }
 
+    /// `kok history <cluster> --repo <work tree> <extra>` with its cache in the temp dir: its stdout,
+    /// panicking when it fails.
+    pub fn history(&self, cluster: &str, extra: &[&str]) -> String {
+        let path = self.path();
+        let cache = self.scratch("history-cache");
+        let mut args = vec![
+            "history".to_string(),
+            cluster.to_string(),
+            "--repo".to_string(),
+            path.to_string_lossy().into_owned(),
+            "--cache-dir".to_string(),
+            cache.to_string_lossy().into_owned(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, stdout, stderr) = self.kok(&args);
+        assert!(ok, "kok history {cluster} failed: {stderr}");
+        stdout
+    }
+
     /// Runs the kok binary with `args`; returns (success, stdout, stderr).
     pub fn kok(&self, args: &[&str]) -> (bool, String, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_kok"))
