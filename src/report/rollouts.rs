@@ -56,12 +56,21 @@ impl Reporter {
         tokio::pin!(events);
         tokio::pin!(shutdown);
         let mut pending: BTreeMap<String, Undelivered> = BTreeMap::new();
+        // What this loop delivered last per rollout: the watch may still show an object from before the
+        // `reported` write that recorded it, which must not deliver the same status again.
+        let mut delivered: BTreeMap<String, CommitStatus> = BTreeMap::new();
         loop {
             let mut next: Option<Duration> = None;
             let names: Vec<String> = pending.keys().cloned().collect();
             for name in names {
-                if let Some(wait) = self.deliver_rollout(&api, &name, &mut pending).await {
-                    next = Some(next.map_or(wait, |n| n.min(wait)));
+                let desired = pending.get(&name).map(|p| p.desired.clone());
+                match self.deliver_rollout(&api, &name, &mut pending).await {
+                    Some(wait) => next = Some(next.map_or(wait, |n| n.min(wait))),
+                    None => {
+                        if let Some(desired) = desired.filter(|_| !pending.contains_key(&name)) {
+                            delivered.insert(name, desired);
+                        }
+                    }
                 }
             }
             let sleep = tokio::time::sleep(next.unwrap_or(self.backoff.max));
@@ -70,7 +79,7 @@ impl Reporter {
                 event = events.next() => match event {
                     Some(Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r))) => {
                         let name = r.name_any();
-                        match undelivered(&r) {
+                        match undelivered(&r).filter(|u| delivered.get(&name) != Some(&u.desired)) {
                             Some(u) => {
                                 let same = pending.get(&name).is_some_and(|p| p.desired == u.desired);
                                 if !same {
@@ -84,6 +93,7 @@ impl Reporter {
                     }
                     Some(Ok(watcher::Event::Delete(r))) => {
                         pending.remove(&r.name_any());
+                        delivered.remove(&r.name_any());
                     }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => tracing::warn!(error = %e, "watching FleetRollouts for commit statuses failed; retrying"),
