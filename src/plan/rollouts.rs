@@ -17,8 +17,9 @@ use crate::layout::{ClusterDir, Diagnostic, Severity};
 use crate::materialize::fleet::decide_rollouts;
 use crate::materialize::rollout::{add_rollouts, memberships, render_rollout};
 use crate::materialize::{render_cluster, DesiredCluster, RenderContext};
-use crate::source::read::RolloutsRead;
-use crate::source::{GitTree, SourceError};
+pub use crate::source::read::rollouts_at;
+use crate::source::read::{has_dir, RolloutsRead};
+use crate::source::SourceError;
 
 /// The rollouts at both ends of a plan's range, read and rendered as the service's pass reads and
 /// renders them.
@@ -134,49 +135,6 @@ impl PlannedRollouts {
 }
 
 /// Whether `commit` has the directory `dir`.
-fn has_dir(repo: &Repository, commit: Oid, dir: &str) -> bool {
-    repo.find_commit(commit)
-        .and_then(|c| c.tree())
-        .is_ok_and(|t| t.get_path(std::path::Path::new(dir)).is_ok())
-}
-
-/// The rollout files at `commit` beside the cluster root `root`, each cluster placed in its wave; `None`
-/// without a commit or a rollouts directory. The whole commit is parsed (placing clusters needs every
-/// cluster's labels), apart from the pass's memo of the fleet, which a plan leaves alone.
-pub fn rollouts_at(
-    repo: &Repository,
-    commit: Option<Oid>,
-    root: &str,
-) -> Result<Option<RolloutsRead>, SourceError> {
-    let dir = rollouts_dir(root);
-    let Some(commit) = commit.filter(|c| has_dir(repo, *c, &dir)) else {
-        return Ok(None);
-    };
-    let tree = GitTree::at_commit(repo, commit)?;
-    let parsed = crate::layout::parse_repo(&tree, root);
-    let prefix = format!("{dir}/");
-    let diagnostics: Vec<Diagnostic> = parsed
-        .diagnostics
-        .into_iter()
-        .filter(|d| d.path.starts_with(&prefix))
-        .collect();
-    let valid: BTreeSet<&str> = parsed.rollouts.iter().map(|r| r.name.as_str()).collect();
-    let broken = diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .filter_map(|d| d.path.strip_prefix(&prefix)?.strip_suffix(".yml"))
-        .filter(|name| !valid.contains(name))
-        .map(str::to_string)
-        .collect();
-    Ok(Some(RolloutsRead {
-        rollouts: parsed.rollouts,
-        broken,
-        diagnostics,
-        changed: true,
-        touched: BTreeSet::new(),
-    }))
-}
-
 /// `clusters` rendered with `ctx`, each with its runs of the rollouts of `read` (each in the wave that
 /// took it), as the pass renders a cluster.
 fn render_with_runs<'c>(

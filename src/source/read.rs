@@ -181,6 +181,41 @@ pub fn read_rollouts(
     }
     let tree = super::GitTree::at_commit_in(&trees, new)?;
     let clusters = fleet_at(repo, &tree, old, new, root, changes);
+    Ok(Some(rollouts_against(&tree, root, &clusters, changed)))
+}
+
+/// The rollout files at `commit` beside the cluster root `root`, each cluster placed in its wave, as
+/// `kok plan` reads them; `None` without a commit or a rollouts directory. The whole commit is parsed
+/// (placing clusters needs every cluster's labels), and the pass's memo of the fleet is left alone.
+pub fn rollouts_at(
+    repo: &Repository,
+    commit: Option<Oid>,
+    root: &str,
+) -> Result<Option<RolloutsRead>, SourceError> {
+    let dir = layout::rollouts::rollouts_dir(root);
+    let Some(commit) = commit.filter(|c| has_dir(repo, *c, &dir)) else {
+        return Ok(None);
+    };
+    let tree = super::GitTree::at_commit(repo, commit)?;
+    let clusters = FleetMemo::of(&layout::parse_repo(&tree, root));
+    Ok(Some(rollouts_against(&tree, root, &clusters, true)))
+}
+
+/// Whether `commit` has the directory `dir`.
+pub fn has_dir(repo: &Repository, commit: Oid, dir: &str) -> bool {
+    repo.find_commit(commit)
+        .and_then(|c| c.tree())
+        .is_ok_and(|t| t.get_path(std::path::Path::new(dir)).is_ok())
+}
+
+/// The rollout files of `tree` placed against `clusters` (every cluster directory, with its labels when
+/// valid): the valid rollouts, the broken files' names and the diagnostics of the rollouts directory.
+fn rollouts_against(
+    tree: &super::GitTree<'_>,
+    root: &str,
+    clusters: &BTreeMap<String, Option<BTreeMap<String, String>>>,
+    changed: bool,
+) -> RolloutsRead {
     let fleet = layout::rollouts::Fleet {
         names: clusters.keys().map(String::as_str).collect(),
         labels: clusters
@@ -189,9 +224,9 @@ pub fn read_rollouts(
             .collect(),
     };
     let mut diagnostics = Vec::new();
-    let rollouts = layout::rollouts::parse_rollouts(&tree, root, &fleet, &mut diagnostics);
+    let rollouts = layout::rollouts::parse_rollouts(tree, root, &fleet, &mut diagnostics);
     diagnostics.sort();
-    let prefix = format!("{dir}/");
+    let prefix = format!("{}/", layout::rollouts::rollouts_dir(root));
     let valid: BTreeSet<&str> = rollouts.iter().map(|r| r.name.as_str()).collect();
     let broken = diagnostics
         .iter()
@@ -200,13 +235,13 @@ pub fn read_rollouts(
         .filter(|name| !valid.contains(name))
         .map(str::to_string)
         .collect();
-    Ok(Some(RolloutsRead {
+    RolloutsRead {
         rollouts,
         broken,
         diagnostics,
         changed,
         touched: BTreeSet::new(),
-    }))
+    }
 }
 
 /// Every cluster directory at `new` with its labels when valid: from the memo of `old` and the clusters
