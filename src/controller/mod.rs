@@ -68,6 +68,9 @@ pub struct ControllerConfig {
     pub job: JobConfig,
     /// `--status-url` template for commit statuses' links.
     pub status_url: Option<String>,
+    /// Link of each `kok/rollout/<name>` status, `{rollout}` replaced by the name (with `--web-url`, the
+    /// web view's `rollouts/{rollout}`).
+    pub rollout_url: Option<String>,
     /// How often a queued operation looks again even without a trigger (a safety net; finishing
     /// operations wake the queue at once).
     pub queue_resync: Duration,
@@ -89,6 +92,7 @@ impl ControllerConfig {
             max_concurrent_jobs: 4,
             job: JobConfig::default(),
             status_url: None,
+            rollout_url: None,
             queue_resync: Duration::from_secs(60),
             verify_retry: Duration::from_secs(10),
             health_interval: Duration::from_secs(300),
