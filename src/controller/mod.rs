@@ -180,6 +180,7 @@ pub async fn run(
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let live::Feeds {
         clusters: cluster_writer,
+        rollouts: rollout_writer,
         live,
     } = feeds;
 
@@ -199,7 +200,6 @@ pub async fn run(
     let cluster_queue = Arc::new(WorkQueue::default());
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
-    let (rollout_store, rollout_writer) = reflector::store::<FleetRollout>();
     let rollout_queue = Arc::new(WorkQueue::default());
     // A Job's change reconciles the operation that owns it.
     let job_watch = watcher(jobs.clone(), wc.clone())
@@ -234,7 +234,7 @@ pub async fn run(
         queue: op_queue.clone(),
         clusters: live.clusters.clone(),
         verifications: verify::Verifications::default(),
-        rollouts: rollout_store,
+        rollouts: live.rollouts.clone(),
         rollout_queue: rollout_queue.clone(),
     });
 
@@ -331,7 +331,7 @@ pub async fn run(
         },
         stopped(),
     );
-    let rollout_watch = watch_rollouts(client.clone(), &ns, rollout_writer, ctx.clone());
+    let rollout_watch = watch_rollouts(client.clone(), &ns, rollout_writer, ctx.clone(), live.clone());
     let rollout_loop = rollout_queue.run(
         CONCURRENT_RECONCILES,
         |name| rollout::reconcile_status(ctx.clone(), name),
@@ -376,14 +376,15 @@ pub async fn run(
     );
 }
 
-/// Keeps the `FleetRollout` store; a rollout whose spec changed (a new generation: a commit moved
-/// `stopAfter`, raised `maxFailures`, changed its waves) wakes its waiting runs and its status. Its own
-/// status writes wake nothing.
+/// Keeps the `FleetRollout` store and the caches' progress (which the web view follows); a rollout whose
+/// spec changed (a new generation: a commit moved `stopAfter`, raised `maxFailures`, changed its waves)
+/// wakes its waiting runs and its status. Its own status writes wake nothing.
 fn watch_rollouts(
     client: Client,
     namespace: &str,
     writer: reflector::store::Writer<FleetRollout>,
     ctx: Arc<Context>,
+    live: Arc<live::LiveCache>,
 ) -> impl Future<Output = ()> {
     let api: Api<FleetRollout> = Api::namespaced(client, namespace);
     let wc = watcher::Config::default().labels(&managed_selector());
@@ -393,6 +394,9 @@ fn watch_rollouts(
         .modify(|r: &mut FleetRollout| r.metadata.managed_fields = None)
         .reflect(writer)
         .for_each(move |event| {
+            if let Ok(event) = &event {
+                live.saw_rollout(event);
+            }
             match event {
                 Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => {
                     let name = r.name_any();
