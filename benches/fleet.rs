@@ -15,8 +15,7 @@
 //! `<target dir>/fleet.json`). Mode `health` (not in the default modes) measures the periodic health
 //! checks instead (see [`health`]); `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30) is its kok's
 //! `--health-interval`. Every run also measures the web view's fleet page at 1,000 clusters, in
-//! process, and a local-mode run measures the real kok's web view: its fleet page, and its CPU with 50
-//! open pages ([`web`]).
+//! process ([`web`]).
 
 #[path = "../tests/e2e/mod.rs"]
 mod e2e;

@@ -501,6 +501,23 @@ mod tests {
     }
 
     #[test]
+    fn a_rollout_s_change_moves_the_caches_progress_so_open_web_pages_follow_it() {
+        let Feeds {
+            rollouts: mut writer,
+            live,
+            ..
+        } = caches("kok");
+        let mut rollout = FleetRollout::new("upgrade", Default::default());
+        rollout.metadata.namespace = Some("kok".into());
+        rollout.metadata.resource_version = Some("42".into());
+        let event = watcher::Event::Apply(rollout);
+        writer.apply_watcher_event(&event);
+        live.saw_rollout(&event);
+        assert_eq!(live.progress(), 42);
+        assert_eq!(live.rollouts.state().len(), 1);
+    }
+
+    #[test]
     fn a_write_is_seen_at_its_resource_version_or_later() {
         assert!(seen(Some("12"), "12"));
         assert!(seen(Some("13"), "12"));
