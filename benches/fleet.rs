@@ -476,6 +476,8 @@ struct Run {
     resync_kok_writes: Option<f64>,
     /// API requests while the resync pass ran (service mode; anything else kok did then included).
     resync_requests: Option<BTreeMap<String, usize>>,
+    /// The real kok's web view (local mode), after the idle window.
+    web: Option<web::KokWebRun>,
     /// Timeouts and other things that went wrong.
     problems: Vec<String>,
 }
@@ -657,6 +659,25 @@ impl Bench<'_> {
             run.idle_cpu_percent,
             run.idle_requests
         );
+
+        if mode == Mode::Local {
+            let log = kok.log();
+            let measured = web::against_kok(
+                &self.http,
+                &log,
+                pid,
+                self.cfg.idle,
+                run.idle_cpu_percent,
+                cpu_seconds,
+            );
+            match measured.await {
+                Ok(w) => {
+                    eprintln!("[{} {}] {}", run.fleet, run.mode, web::report_kok(&run.fleet, &w));
+                    run.web = Some(w);
+                }
+                Err(e) => run.problems.push(format!("web view: {e:#}")),
+            }
+        }
 
         run.forge_requests = forge.requests().len();
         run.forge_request_kinds = forge.request_kinds();
@@ -1078,6 +1099,11 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         println!("\nTargets:\n{}", print_verdicts(&verdicts));
+    }
+    for r in &runs {
+        if let Some(w) = &r.web {
+            println!("\nWeb view: {}", web::report_kok(&r.fleet, w));
+        }
     }
     if !health_runs.is_empty() {
         println!("\nHealth round:\n{}", health::report(&health_runs));

@@ -2,8 +2,8 @@
 //! The fleet lists the clusters and filters them by a label from cluster.yml, links lead to a cluster and
 //! its running operation, the playbook's log lines arrive on that page without a reload, a failed run's
 //! page names the failing task and host, the cluster's changelog names each commit's author and
-//! subject, and an open fleet page shows a new operation without a reload (and does not keep kok from
-//! stopping). Screenshots of each page go to `target/tmp/web-screenshots/` (the README's come from
+//! subject, an open fleet page shows a new operation without a reload (and does not keep kok from
+//! stopping), and a rollout's page shows its waves while it bakes. Screenshots of each page go to `target/tmp/web-screenshots/` (the README's come from
 //! there).
 
 #[path = "common/browser.rs"]
@@ -37,6 +37,20 @@ const GATED_PLAYBOOK: &str = r#"- name: Gated
       ansible.builtin.wait_for:
         path: "{{ marks }}/{{ mark }}.gate2"
         timeout: 300
+"#;
+
+/// A rollout of the mark playbook: the second cluster first, then an hour's bake before the local one.
+const ROLLOUT: &str = r#"operation:
+  id: mark-all
+  action: playbooks/mark.yml
+  extraArgs: ["-e", "mark=rollout"]
+clusters:
+  names: [second, local]
+waves:
+  - name: canary
+    clusters: [second]
+  - name: rest
+bake: 1h
 "#;
 
 fn screenshots() -> PathBuf {
@@ -184,11 +198,62 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
     repo.commit_operations(&[("later", "mark.yml", "l")]);
     browser.wait_for_text(&main, "later").await;
 
+    // A rollout: its canary wave (the second cluster) runs, then bakes an hour before the rest may open;
+    // its page shows why it waits and each wave as a bar, the fleet lists it, the cluster names it.
+    std::fs::create_dir_all(repo.path().join("rollouts")).unwrap();
+    std::fs::write(repo.path().join("rollouts/mark-all.yml"), ROLLOUT).unwrap();
+    repo.commit("a rollout of the mark playbook");
+    let rollout = format!("{base}/rollouts/mark-all");
+    let mut baking = String::new();
+    for _ in 0..600 {
+        browser.goto(&rollout).await;
+        baking = browser.page_text().await;
+        if baking.contains("baking") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    for needle in [
+        "baking",
+        "Next wave",
+        "1 succeeded",
+        "1 pending",
+        "canary",
+        "second",
+    ] {
+        assert!(
+            baking.contains(needle),
+            "the rollout page does not show {needle:?}:\n{baking}"
+        );
+    }
+    browser.wait_for(r#"ol.waves svg rect.s-succeeded"#).await;
+    browser.screenshot(&shots.join("rollout.png")).await;
+    visit(
+        &browser,
+        &format!("{base}/"),
+        r#"a[href="/rollouts/mark-all"]"#,
+        &["Rollouts", "mark-all", "1/2"],
+        &shots.join("fleet-rollouts.png"),
+    )
+    .await;
+    visit(
+        &browser,
+        &format!("{base}/clusters/second"),
+        r#"a[href="/rollouts/mark-all"]"#,
+        &["Rollouts", "canary"],
+        &shots.join("cluster-rollouts.png"),
+    )
+    .await;
+
     // In a narrow window nothing is cut off: the page does not scroll sideways (wide tables scroll inside).
     browser.resize(420, 900).await;
-    for path in ["/", "/clusters/local"] {
+    for (path, ready) in [
+        ("/", "table"),
+        ("/clusters/local", "table"),
+        ("/rollouts/mark-all", "ol.waves"),
+    ] {
         browser.goto(&format!("{base}{path}")).await;
-        browser.wait_for("table").await;
+        browser.wait_for(ready).await;
         let overflow = browser
             .eval("document.documentElement.scrollWidth - window.innerWidth")
             .await;

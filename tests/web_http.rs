@@ -102,6 +102,9 @@ async fn pages_are_html_with_a_policy_that_allows_no_inline_script_and_only_get_
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
+    let r = http.get(format!("{base}/rollouts/nothing")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 404, "a rollout kok does not know");
+    assert_eq!(r.headers()["content-security-policy"], CONTENT_SECURITY_POLICY);
 }
 
 /// Reads the SSE body until `needle` has arrived; returns everything read.

@@ -73,7 +73,8 @@ pub struct Args {
     #[arg(long, env = "KOK_STATUS_URL")]
     pub status_url: Option<String>,
     /// Address people reach the web view at (e.g. behind an ingress): every status links to its page,
-    /// an operation's to `<URL>/operations/<name>`, `kok/sync` to `<URL>/commits/<sha>`.
+    /// an operation's to `<URL>/operations/<name>`, a rollout's to `<URL>/rollouts/<name>`, `kok/sync` to
+    /// `<URL>/commits/<sha>`.
     #[arg(long, env = "KOK_WEB_URL", conflicts_with = "status_url")]
     pub web_url: Option<String>,
     /// Forge API base URL for self-hosted servers (GitHub Enterprise: https://ghe.example/api/v3).
@@ -248,11 +249,14 @@ impl Args {
     /// The service configuration these flags describe.
     /// `--status-url`, or with `--web-url` the template of the web view's `page` (`operations/{operation}`).
     fn status_url_for(&self, page: &str) -> Option<String> {
-        let web = self
-            .web_url
+        self.status_url.clone().or_else(|| self.web_page(page))
+    }
+
+    /// `<--web-url>/<page>`, when the web view's address is given.
+    fn web_page(&self, page: &str) -> Option<String> {
+        self.web_url
             .as_deref()
-            .map(|url| format!("{}/{page}", url.trim_end_matches('/')));
-        self.status_url.clone().or(web)
+            .map(|url| format!("{}/{page}", url.trim_end_matches('/')))
     }
 
     pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
@@ -260,6 +264,7 @@ impl Args {
         controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
         controller.health_interval = self.health_interval;
         controller.status_url = self.status_url_for("operations/{operation}");
+        controller.rollout_url = self.web_page("rollouts/{rollout}");
         let leader = self.leader_elect.then(|| {
             let mut cfg = LeaderConfig::new(&self.namespace, leader::default_identity());
             cfg.lease_duration = self.lease_duration.max(Duration::from_secs(3));
@@ -536,6 +541,10 @@ mod tests {
         assert_eq!(
             cfg.status_url.as_deref(),
             Some("https://kok.example/view/commits/{commit}")
+        );
+        assert_eq!(
+            cfg.controller.rollout_url.as_deref(),
+            Some("https://kok.example/view/rollouts/{rollout}")
         );
         assert!(
             parse(&["--web-url", "https://a", "--status-url", "https://b/{job}"]).is_err(),

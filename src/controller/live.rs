@@ -34,7 +34,7 @@ use super::cache::SetAside;
 use super::config_maps::ConfigMapCache;
 use super::op_cache::OpCache;
 use crate::api::watched::{operation_event, WatchedOperation};
-use crate::api::{managed_selector, Cluster, ClusterOperation};
+use crate::api::{managed_selector, Cluster, ClusterOperation, FleetRollout};
 use crate::materialize::apply::{Live, Written};
 
 /// How long the pass waits for the watches to show a cluster's last writes before listing it.
@@ -44,6 +44,8 @@ pub const CATCH_UP: Duration = Duration::from_secs(2);
 pub struct Feeds {
     /// Feeds the Cluster store.
     pub clusters: reflector::store::Writer<Cluster>,
+    /// Feeds the FleetRollout store (the controller's rollout watch).
+    pub rollouts: reflector::store::Writer<FleetRollout>,
     /// The view the stores make up.
     pub live: Arc<LiveCache>,
 }
@@ -84,6 +86,8 @@ pub struct LiveCache {
     pub operations: Arc<OpCache>,
     /// Every Cluster kok manages, without annotations.
     pub clusters: Store<Cluster>,
+    /// Every FleetRollout kok manages (the controller's rollout watch fills it; the web view reads it).
+    pub rollouts: Store<FleetRollout>,
     /// The content hashes of the cached Clusters (kept without annotations).
     cluster_aside: SetAside,
     /// Every ConfigMap kok manages, as kok's own records.
@@ -94,9 +98,9 @@ pub struct LiveCache {
     expected: Mutex<HashMap<String, Vec<Written>>>,
     /// How many clusters `expected` kept when it last forgot the ones the watches show.
     expected_kept: AtomicUsize,
-    /// The newest resourceVersion each watch has delivered (Cluster, ConfigMap, ClusterOperation): a
-    /// write at or below it has been seen, whatever became of its object since.
-    progress: [AtomicU64; 3],
+    /// The newest resourceVersion each watch has delivered (Cluster, ConfigMap, ClusterOperation,
+    /// FleetRollout): a write at or below it has been seen, whatever became of its object since.
+    progress: [AtomicU64; 4],
 }
 
 /// The watches, as indexes of [`LiveCache::progress`].
@@ -105,6 +109,7 @@ enum Watch {
     Clusters = 0,
     ConfigMaps = 1,
     Operations = 2,
+    Rollouts = 3,
 }
 
 impl Watch {
@@ -112,6 +117,7 @@ impl Watch {
         match kind {
             "Cluster" => Watch::Clusters,
             "ConfigMap" => Watch::ConfigMaps,
+            "FleetRollout" => Watch::Rollouts,
             _ => Watch::Operations,
         }
     }
@@ -131,12 +137,15 @@ impl std::fmt::Debug for LiveCache {
 /// Empty caches of `namespace` and the ends that fill them.
 pub fn caches(namespace: &str) -> Feeds {
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
+    let (rollouts, rollout_writer) = reflector::store::<FleetRollout>();
     Feeds {
         clusters: cluster_writer,
+        rollouts: rollout_writer,
         live: Arc::new(LiveCache {
             namespace: namespace.to_string(),
             operations: Arc::new(OpCache::new(namespace)),
             clusters,
+            rollouts,
             config_maps: ConfigMapCache::default(),
             plans: PlanIndex::default(),
             cluster_aside: SetAside::default(),
@@ -297,6 +306,7 @@ impl LiveCache {
             Watch::Clusters => self.rv_of(&self.clusters, &w.name),
             Watch::ConfigMaps => self.config_maps.resource_version(&w.name),
             Watch::Operations => self.operations.resource_version(&w.name),
+            Watch::Rollouts => self.rv_of(&self.rollouts, &w.name),
         };
         match &w.resource_version {
             // Shown at that version or later, or the watch is past it (the object changed or went since).
@@ -319,6 +329,11 @@ impl LiveCache {
             expected.remove(cluster);
         }
         done
+    }
+
+    /// Follows the rollout watch's progress, so that [`LiveCache::progress`] moves when a rollout changes.
+    pub fn saw_rollout(&self, event: &watcher::Event<FleetRollout>) {
+        self.advance(Watch::Rollouts, event);
     }
 
     /// The newest resourceVersion any watch has delivered: it grows whenever a watched object changes, a
@@ -483,6 +498,23 @@ mod tests {
         }
         assert!(plans.get("a").is_none(), "the oldest head went");
         assert!(plans.get("h0").is_some() && plans.get(&format!("h{}", PLANS_KEPT - 1)).is_some());
+    }
+
+    #[test]
+    fn a_rollout_s_change_moves_the_caches_progress_so_open_web_pages_follow_it() {
+        let Feeds {
+            rollouts: mut writer,
+            live,
+            ..
+        } = caches("kok");
+        let mut rollout = FleetRollout::new("upgrade", Default::default());
+        rollout.metadata.namespace = Some("kok".into());
+        rollout.metadata.resource_version = Some("42".into());
+        let event = watcher::Event::Apply(rollout);
+        writer.apply_watcher_event(&event);
+        live.saw_rollout(&event);
+        assert_eq!(live.progress(), 42);
+        assert_eq!(live.rollouts.state().len(), 1);
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub struct ControllerConfig {
     pub job: JobConfig,
     /// `--status-url` template for commit statuses' links.
     pub status_url: Option<String>,
+    /// Link of each `kok/rollout/<name>` status, `{rollout}` replaced by the name (with `--web-url`, the
+    /// web view's `rollouts/{rollout}`).
+    pub rollout_url: Option<String>,
     /// How often a queued operation looks again even without a trigger (a safety net; finishing
     /// operations wake the queue at once).
     pub queue_resync: Duration,
@@ -89,6 +92,7 @@ impl ControllerConfig {
             max_concurrent_jobs: 4,
             job: JobConfig::default(),
             status_url: None,
+            rollout_url: None,
             queue_resync: Duration::from_secs(60),
             verify_retry: Duration::from_secs(10),
             health_interval: Duration::from_secs(300),
@@ -176,6 +180,7 @@ pub async fn run(
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let live::Feeds {
         clusters: cluster_writer,
+        rollouts: rollout_writer,
         live,
     } = feeds;
 
@@ -195,7 +200,6 @@ pub async fn run(
     let cluster_queue = Arc::new(WorkQueue::default());
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
-    let (rollout_store, rollout_writer) = reflector::store::<FleetRollout>();
     let rollout_queue = Arc::new(WorkQueue::default());
     // A Job's change reconciles the operation that owns it.
     let job_watch = watcher(jobs.clone(), wc.clone())
@@ -230,7 +234,7 @@ pub async fn run(
         queue: op_queue.clone(),
         clusters: live.clusters.clone(),
         verifications: verify::Verifications::default(),
-        rollouts: rollout_store,
+        rollouts: live.rollouts.clone(),
         rollout_queue: rollout_queue.clone(),
     });
 
@@ -327,7 +331,7 @@ pub async fn run(
         },
         stopped(),
     );
-    let rollout_watch = watch_rollouts(client.clone(), &ns, rollout_writer, ctx.clone());
+    let rollout_watch = watch_rollouts(client.clone(), &ns, rollout_writer, ctx.clone(), live.clone());
     let rollout_loop = rollout_queue.run(
         CONCURRENT_RECONCILES,
         |name| rollout::reconcile_status(ctx.clone(), name),
@@ -372,14 +376,15 @@ pub async fn run(
     );
 }
 
-/// Keeps the `FleetRollout` store; a rollout whose spec changed (a new generation: a commit moved
-/// `stopAfter`, raised `maxFailures`, changed its waves) wakes its waiting runs and its status. Its own
-/// status writes wake nothing.
+/// Keeps the `FleetRollout` store and the caches' progress (which the web view follows); a rollout whose
+/// spec changed (a new generation: a commit moved `stopAfter`, raised `maxFailures`, changed its waves)
+/// wakes its waiting runs and its status. Its own status writes wake nothing.
 fn watch_rollouts(
     client: Client,
     namespace: &str,
     writer: reflector::store::Writer<FleetRollout>,
     ctx: Arc<Context>,
+    live: Arc<live::LiveCache>,
 ) -> impl Future<Output = ()> {
     let api: Api<FleetRollout> = Api::namespaced(client, namespace);
     let wc = watcher::Config::default().labels(&managed_selector());
@@ -389,6 +394,9 @@ fn watch_rollouts(
         .modify(|r: &mut FleetRollout| r.metadata.managed_fields = None)
         .reflect(writer)
         .for_each(move |event| {
+            if let Ok(event) = &event {
+                live.saw_rollout(event);
+            }
             match event {
                 Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => {
                     let name = r.name_any();

@@ -183,7 +183,7 @@ pub async fn reconcile_status(ctx: Arc<Context>, name: Arc<str>) -> Action {
     let progress = super::wave::Rollouts::new(&rollout, &runs, now).progress();
     let mut status = progress.status();
     status.commit = commit_of(&object.spec.source.revision).map(str::to_string);
-    status.desired_status = Some(progress.commit_status(&name));
+    status.desired_status = Some(progress.commit_status(&name, ctx.config.rollout_url.as_deref()));
     // `reported` is the reporter's: compared as it is, never written here.
     status.reported = object.status.as_ref().and_then(|s| s.reported.clone());
     let next = progress

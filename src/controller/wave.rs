@@ -142,8 +142,9 @@ impl Progress {
     }
 
     /// The `kok/rollout/<name>` commit status: pending while it goes on (the summary), success once
-    /// completed, failure with the halt's reason once halted.
-    pub fn commit_status(&self, rollout: &str) -> CommitStatus {
+    /// completed, failure with the halt's reason once halted; linked to `url_template` with `{rollout}`
+    /// replaced (the web view's rollout page, with `--web-url`).
+    pub fn commit_status(&self, rollout: &str, url_template: Option<&str>) -> CommitStatus {
         let (state, description) = match self.phase {
             RolloutPhase::Completed => (StatusState::Success, self.summary()),
             RolloutPhase::Halted => (
@@ -156,7 +157,7 @@ impl Progress {
             context: rollout_context(rollout),
             state,
             description: cut(&description, MAX_STORED_DESCRIPTION),
-            target_url: None,
+            target_url: url_template.map(|t| t.replace("{rollout}", rollout)),
             run: None,
         }
     }
@@ -562,7 +563,7 @@ mod tests {
             (p.phase, p.why_not.as_deref()),
             (RolloutPhase::Halted, Some(halted))
         );
-        let said = p.commit_status("upgrade-1-31");
+        let said = p.commit_status("upgrade-1-31", None);
         assert_eq!(
             (said.state, said.description.as_str()),
             (StatusState::Failure, halted)
@@ -652,7 +653,7 @@ mod tests {
         ]);
         let p = Rollouts::new(&r, &mid, at("2026-11-28T18:00:00Z")).progress();
         assert_eq!(p.summary(), "wave 2/3 beijing: 0/3 succeeded, 0 failed");
-        let pending = p.commit_status("upgrade-1-31");
+        let pending = p.commit_status("upgrade-1-31", Some("https://kok.example/rollouts/{rollout}"));
         assert_eq!(
             (
                 pending.context.as_str(),
@@ -665,7 +666,12 @@ mod tests {
                 "wave 2/3 beijing: 0/3 succeeded, 0 failed"
             )
         );
+        assert_eq!(
+            pending.target_url.as_deref(),
+            Some("https://kok.example/rollouts/upgrade-1-31")
+        );
         let done = Rollouts::new(&r, &state, at("2026-11-28T18:00:00Z")).progress();
-        assert_eq!(done.commit_status("upgrade-1-31").state, StatusState::Success);
+        let done = done.commit_status("upgrade-1-31", None);
+        assert_eq!((done.state, done.target_url), (StatusState::Success, None));
     }
 }

@@ -1,22 +1,23 @@
-//! The web view: read-only HTML pages of the fleet, its clusters, their runs and commits, on kok's HTTP
-//! listener.
+//! The web view: read-only HTML pages of the fleet, its clusters, their runs, commits and rollouts, on
+//! kok's HTTP listener.
 //!
 //! - [`view`] is what the pages read: snapshots of the controller's watch caches, nothing else.
-//! - [`pages`] turns snapshots into page values (pure); `templates/` lays them out, one template per page
-//!   sharing `layout.html`, HTML-escaped by default.
+//! - [`pages`] turns snapshots into page values (pure), [`rollouts`] those of the rollouts; `templates/`
+//!   lays them out, one template per page sharing `layout.html`, HTML-escaped by default.
 //! - [`logs`] reads a run's log: kok's log files in local mode, the Job's pod in a meta-cluster.
 //! - [`auth`] decides who may look in a meta-cluster (a Kubernetes token, TokenReview and
 //!   SubjectAccessReview) and adds `/login`, the one route that is not GET; local mode has no check.
 //!
 //! Routes (GET only; any other method is 405): `/` the fleet (`?name=&state=&label=key=value`),
 //! `/clusters/<name>`, `/operations/<name>`, `/operations/<name>/log` (the live log as Server-Sent
-//! Events), `/commits/<sha>`, `/events` (`changed` whenever the view changes, for the script to fetch the
-//! page again), and `/assets/*` (the stylesheet and the one script, embedded). Every
-//! response carries [`CONTENT_SECURITY_POLICY`]: no inline script, nothing from elsewhere.
+//! Events), `/commits/<sha>`, `/rollouts/<name>`, `/events` (`changed` whenever the view changes, for
+//! the script to fetch the page again), and `/assets/*` (the stylesheet and the one script, embedded).
+//! Every response carries [`CONTENT_SECURITY_POLICY`]: no inline script, nothing from elsewhere.
 
 pub mod auth;
 pub mod logs;
 pub mod pages;
+pub mod rollouts;
 pub mod view;
 
 use std::convert::Infallible;
@@ -44,13 +45,14 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self';
 /// How often a live log looks for new lines.
 const LOG_TICK: Duration = Duration::from_millis(500);
 
-const TEMPLATES: [(&str, &str); 7] = [
+const TEMPLATES: [(&str, &str); 8] = [
     ("layout.html", include_str!("templates/layout.html")),
     ("macros.html", include_str!("templates/macros.html")),
     ("fleet.html", include_str!("templates/fleet.html")),
     ("cluster.html", include_str!("templates/cluster.html")),
     ("operation.html", include_str!("templates/operation.html")),
     ("commit.html", include_str!("templates/commit.html")),
+    ("rollout.html", include_str!("templates/rollout.html")),
     ("not_found.html", include_str!("templates/not_found.html")),
 ];
 const CSS: &str = include_str!("assets/kok.css");
@@ -135,6 +137,7 @@ pub fn router(web: Web) -> Router {
         .route("/operations/{name}", get(operation))
         .route("/operations/{name}/log", get(live_log))
         .route("/commits/{sha}", get(commit))
+        .route("/rollouts/{name}", get(rollout))
         .route("/events", get(changes))
         .route(
             "/assets/kok.css",
@@ -235,6 +238,14 @@ async fn commit(State(web): State<Web>, Path(sha): Path<String>) -> Response {
     match built(&web, move |view| pages::commit(view, &sha)).await {
         Some(page) => web.render("commit.html", version, page),
         None => web.not_found("commit".to_string()),
+    }
+}
+
+async fn rollout(State(web): State<Web>, Path(name): Path<String>) -> Response {
+    let version = web.view.version();
+    match rollouts::rollout(web.view.as_ref(), &name, now()) {
+        Some(page) => web.render("rollout.html", version, page),
+        None => web.not_found(format!("rollout {name:?}")),
     }
 }
 
@@ -708,6 +719,153 @@ mod tests {
             html.contains("<th scope=\"row\">kok&#x2f;gone&#x2f;old</th>"),
             "{html}"
         );
+    }
+
+    /// `fleet()` with rollout `upgrade` of two waves: `canary` (calm, succeeded) and `rest` (busy, whose
+    /// run waits, and <script>, not started), baking until 2026-01-01T01:00:00Z.
+    fn with_rollout() -> view::Snapshot {
+        use crate::api::{
+            FleetRollout, FleetRolloutSpec, FleetRolloutStatus, OperationRollout, RolloutPhase, RolloutWave,
+            WaveStatus, LABEL_ROLLOUT, LABEL_WAVE,
+        };
+        let mut view = fleet();
+        for (cluster, wave, phase) in [
+            ("calm", "canary", Phase::Succeeded),
+            ("busy", "rest", Phase::Queued),
+        ] {
+            let mut run = op(cluster, "upgrade", phase);
+            run.spec.rollout = Some(OperationRollout {
+                name: "upgrade".into(),
+                rerun: 0,
+            });
+            run.metadata.labels = Some(
+                [
+                    (LABEL_ROLLOUT.to_string(), "upgrade".to_string()),
+                    (LABEL_WAVE.to_string(), wave.to_string()),
+                ]
+                .into(),
+            );
+            view.operations.push(run);
+        }
+        let wave = |name: &str, clusters: &[&str]| RolloutWave {
+            name: name.into(),
+            clusters: clusters.iter().map(|c| c.to_string()).collect(),
+            max_parallel: None,
+        };
+        let counts = |name: &str, pending, succeeded| WaveStatus {
+            name: name.into(),
+            pending,
+            succeeded,
+            ..Default::default()
+        };
+        let mut rollout = FleetRollout::new(
+            "upgrade",
+            FleetRolloutSpec {
+                operation_id: "upgrade".into(),
+                action: "upgrade-cluster.yml".into(),
+                waves: vec![wave("canary", &["calm"]), wave("rest", &["busy", SCRIPT])],
+                bake_seconds: 3600,
+                ..Default::default()
+            },
+        );
+        rollout.status = Some(FleetRolloutStatus {
+            phase: RolloutPhase::Baking,
+            waves: vec![counts("canary", 0, 1), counts("rest", 2, 0)],
+            current_wave: Some("canary".into()),
+            progress: Some("1/3".into()),
+            next_wave_time: Some(Time("2026-01-01T01:00:00Z".parse().unwrap())),
+            message: Some(format!("wave rest waits for the bake of canary {SCRIPT}")),
+            commit: Some(SHA.into()),
+            ..Default::default()
+        });
+        view.rollouts.push(rollout);
+        view
+    }
+
+    #[test]
+    fn a_rollout_page_shows_why_it_waits_and_each_wave_as_a_bar_with_its_clusters_linked() {
+        let view = with_rollout();
+        let now: jiff::Timestamp = "2026-01-01T00:15:00Z".parse().unwrap();
+        let page = rollouts::rollout(&view, "upgrade", now).unwrap();
+        assert_eq!(page.row.phase, "baking");
+        assert_eq!((page.row.done, page.row.total), (1, 3));
+        assert_eq!(
+            page.next_wave,
+            Some(("2026-01-01T01:00:00Z".to_string(), "45m0s".to_string()))
+        );
+        let states = |w: &rollouts::WaveLine| {
+            w.clusters
+                .iter()
+                .map(|c| (c.name.clone(), c.state))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(states(&page.waves[0]), [("calm".to_string(), "succeeded")]);
+        assert_eq!(
+            states(&page.waves[1]),
+            [("busy".to_string(), "pending"), (SCRIPT.to_string(), "pending")]
+        );
+        let bar: Vec<_> = page.waves[1]
+            .segments
+            .iter()
+            .map(|c| (c.state, c.count, c.width))
+            .collect();
+        assert_eq!(
+            bar,
+            [
+                ("succeeded", 0, 0.0),
+                ("running", 0, 0.0),
+                ("failed", 0, 0.0),
+                ("pending", 2, 100.0)
+            ]
+        );
+        assert!(rollouts::rollout(&view, "other", now).is_none());
+
+        let html = render("rollout.html", &page);
+        assert_escaped(&html);
+        for needle in [
+            "<span class=\"state s-waiting\">baking</span>",
+            "wave rest waits for the bake of canary",
+            "(in 45m0s)",
+            "each wave bakes 1h0m after it succeeded",
+            "<rect class=\"s-succeeded\" x=\"0.0\" y=\"0\" width=\"100.0\" height=\"3\">",
+            "href=\"/clusters/calm\"",
+            "href=\"/operations/calm-upgrade-0123abcd\">succeeded</a>",
+            "href=\"/clusters/%3Cscript%3Ealert%281%29%3C&#x2f;script%3E\"",
+            "href=\"/commits/c0ffee0123456789\"",
+        ] {
+            assert!(html.contains(needle), "{needle:?} missing: {html}");
+        }
+    }
+
+    #[test]
+    fn the_fleet_lists_the_rollouts_and_a_cluster_page_the_rollouts_it_takes_part_in() {
+        let now = jiff::Timestamp::now();
+        let html = render("fleet.html", pages::fleet(&fleet(), Filter::default(), now));
+        assert!(!html.contains("Rollouts"), "no rollout, no list: {html}");
+
+        let view = with_rollout();
+        let fleet_page = pages::fleet(&view, Filter::default(), now);
+        let html = render("fleet.html", &fleet_page);
+        assert!(
+            html.contains("<a href=\"/rollouts/upgrade\">upgrade</a>"),
+            "{html}"
+        );
+        assert!(html.contains("width=\"33.33\""), "a third succeeded: {html}");
+        assert!(html.contains("</svg> 1/3</td>"), "{html}");
+
+        let page = pages::cluster(&view, "busy", now).unwrap();
+        let parts: Vec<_> = page
+            .rollouts
+            .iter()
+            .map(|p| (p.rollout.as_str(), p.wave.as_deref(), p.phase.as_str()))
+            .collect();
+        assert_eq!(parts, [("upgrade", Some("rest"), "Queued")]);
+        let html = render("cluster.html", &page);
+        assert!(
+            html.contains("<a href=\"/rollouts/upgrade\">upgrade</a></th><td>rest</td>"),
+            "{html}"
+        );
+        assert!(pages::cluster(&fleet(), "busy", now).unwrap().rollouts.is_empty());
     }
 
     #[test]

@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
+use super::rollouts::{parts, rollout_rows, Part, RolloutRow};
 use super::view::{CommitMeta, View};
 use crate::api::{Cluster, ClusterOperation, NodeCounts, Phase, StatusState};
 use crate::controller::queue::{format_duration, phase, queue_order, Wait};
@@ -277,6 +278,8 @@ pub struct FleetPage {
     pub rows: Vec<ClusterRow>,
     /// The filter.
     pub filter: Filter,
+    /// The rollouts, by name.
+    pub rollouts: Vec<RolloutRow>,
 }
 
 fn start_of(op: &ClusterOperation) -> Option<Timestamp> {
@@ -410,11 +413,20 @@ fn shares<T: Copy + PartialEq>(
     of: impl Fn(&ClusterRow) -> T,
     rows: &[ClusterRow],
 ) -> Vec<Count> {
-    let total = rows.len();
+    let parts: Vec<_> = all
+        .iter()
+        .map(|s| (word(*s), rows.iter().filter(|r| of(r) == *s).count()))
+        .collect();
+    segments(&parts)
+}
+
+/// The bar segments of `parts` (a word and its count each), in their order, widths in percent of all.
+pub(crate) fn segments(parts: &[(&'static str, usize)]) -> Vec<Count> {
+    let total: usize = parts.iter().map(|(_, n)| n).sum();
     let mut x = 0.0;
-    all.iter()
-        .map(|s| {
-            let count = rows.iter().filter(|r| of(r) == *s).count();
+    parts
+        .iter()
+        .map(|&(state, count)| {
             let width = if total == 0 {
                 0.0
             } else {
@@ -422,7 +434,7 @@ fn shares<T: Copy + PartialEq>(
                 (10_000.0 * count as f64 / total as f64).round() / 100.0
             };
             let c = Count {
-                state: word(*s),
+                state,
                 count,
                 x,
                 width,
@@ -475,6 +487,7 @@ pub fn fleet(view: &dyn View, filter: Filter, now: Timestamp) -> FleetPage {
         total,
         rows,
         filter,
+        rollouts: rollout_rows(view),
     }
 }
 
@@ -605,6 +618,8 @@ pub struct ClusterPage {
     pub hosts: Vec<HostEntry>,
     /// The commit `hosts` are read at.
     pub hosts_at: Option<String>,
+    /// The rollouts it takes part in.
+    pub rollouts: Vec<Part>,
 }
 
 /// The hosts of the inventory of `cluster`'s current revision.
@@ -747,6 +762,7 @@ pub fn cluster(view: &dyn View, name: &str, now: Timestamp) -> Option<ClusterPag
         conditions: cluster.as_ref().map(conditions_of).unwrap_or_default(),
         hosts,
         hosts_at,
+        rollouts: parts(view, &ops),
     })
 }
 

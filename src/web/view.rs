@@ -7,7 +7,7 @@
 //! kept, so a page view costs no request to anything but the local disk, and that once. A pull
 //! request head's plan comes from the index the service keeps beside its watch caches.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::api::{
     Cluster, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ClusterSource, ClusterSpec,
-    ClusterStatus, ConfigMapRef, NodeCounts, OperationSource, Phase,
+    ClusterStatus, ConfigMapRef, FleetRollout, NodeCounts, OperationSource, Phase,
 };
 use crate::controller::live::LiveCache;
 use crate::layout::Inventory;
@@ -42,6 +42,14 @@ pub trait View: Send + Sync {
     fn operations_of(&self, cluster: &str) -> Vec<ClusterOperation>;
     /// One operation by name.
     fn operation(&self, name: &str) -> Option<ClusterOperation>;
+    /// Every rollout's `FleetRollout`, in no particular order.
+    fn rollouts(&self) -> Vec<FleetRollout> {
+        Vec::new()
+    }
+    /// The latest run of rollout `rollout` on each cluster that has one, by cluster.
+    fn rollout_runs(&self, _rollout: &str) -> BTreeMap<String, ClusterOperation> {
+        BTreeMap::new()
+    }
     /// A number that changes whenever what the view shows may have changed (0 when it cannot tell).
     fn version(&self) -> u64 {
         0
@@ -193,6 +201,28 @@ impl View for CacheView {
         self.slot.get()?.operations.get(name)
     }
 
+    fn rollouts(&self) -> Vec<FleetRollout> {
+        let Some(live) = self.slot.get() else {
+            return Vec::new();
+        };
+        live.rollouts
+            .state()
+            .iter()
+            .map(|r| FleetRollout::clone(r))
+            .collect()
+    }
+
+    fn rollout_runs(&self, rollout: &str) -> BTreeMap<String, ClusterOperation> {
+        let Some(live) = self.slot.get() else {
+            return BTreeMap::new();
+        };
+        live.operations
+            .rollout_runs(rollout)
+            .into_iter()
+            .filter_map(|(cluster, (name, _))| Some((cluster, live.operations.get(&name)?)))
+            .collect()
+    }
+
     fn version(&self) -> u64 {
         self.slot.get().map(|live| live.progress()).unwrap_or(0)
     }
@@ -232,6 +262,8 @@ pub struct Snapshot {
     pub inventories: HashMap<(String, String), Arc<Inventory>>,
     /// Pull-request plans by head sha.
     pub plans: HashMap<String, String>,
+    /// The rollouts.
+    pub rollouts: Vec<FleetRollout>,
 }
 
 impl View for Snapshot {
@@ -249,6 +281,28 @@ impl View for Snapshot {
 
     fn operation(&self, name: &str) -> Option<ClusterOperation> {
         self.operations.iter().find(|op| op.name_any() == name).cloned()
+    }
+
+    fn rollouts(&self) -> Vec<FleetRollout> {
+        self.rollouts.clone()
+    }
+
+    /// The newest run (by creation, then name) of each cluster among the operations that are runs of
+    /// `rollout`.
+    fn rollout_runs(&self, rollout: &str) -> BTreeMap<String, ClusterOperation> {
+        let mut runs: BTreeMap<String, ClusterOperation> = BTreeMap::new();
+        let of_it = |op: &&ClusterOperation| op.spec.rollout.as_ref().is_some_and(|r| r.name == rollout);
+        for op in self.operations.iter().filter(of_it) {
+            let newer = |old: &ClusterOperation| {
+                let key =
+                    |o: &ClusterOperation| (o.metadata.creation_timestamp.clone().map(|t| t.0), o.name_any());
+                key(op) > key(old)
+            };
+            if runs.get(&op.spec.cluster).is_none_or(newer) {
+                runs.insert(op.spec.cluster.clone(), op.clone());
+            }
+        }
+        runs
     }
 
     fn commit_meta(&self, sha: &str) -> Option<CommitMeta> {
