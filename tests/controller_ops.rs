@@ -37,12 +37,7 @@ async fn events_for(client: &kube::Client, name: &str) -> Vec<String> {
 async fn a_completed_job_marks_the_operation_succeeded_with_times_status_and_events() {
     let server = server().await;
     let client = server.client();
-    let d = render(
-        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &d).await.unwrap();
+    let d = apply_prod_install(&client).await;
     let ctl = start(&client, config(4));
     let name = op_name(&d, "install");
     let running = wait_phase(&client, &name, Phase::Running).await;
@@ -79,12 +74,7 @@ async fn a_completed_job_marks_the_operation_succeeded_with_times_status_and_eve
 async fn a_job_past_its_deadline_marks_the_operation_failed_with_the_reason() {
     let server = server().await;
     let client = server.client();
-    let d = render(
-        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &d).await.unwrap();
+    let d = apply_prod_install(&client).await;
     let ctl = start(&client, config(4));
     let name = op_name(&d, "install");
     wait_phase(&client, &name, Phase::Running).await;
@@ -129,12 +119,7 @@ async fn a_job_past_its_deadline_marks_the_operation_failed_with_the_reason() {
 async fn a_job_deleted_while_running_fails_the_operation_saying_so() {
     let server = server().await;
     let client = server.client();
-    let d = render(
-        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &d).await.unwrap();
+    let d = apply_prod_install(&client).await;
     let ctl = start(&client, config(4));
     let name = op_name(&d, "install");
     wait_phase(&client, &name, Phase::Running).await;
@@ -260,12 +245,7 @@ async fn a_restart_mid_run_makes_no_second_job() {
 async fn a_job_created_before_a_crash_is_adopted_not_duplicated() {
     let server = server().await;
     let client = server.client();
-    let d = render(
-        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &d).await.unwrap();
+    let d = apply_prod_install(&client).await;
     let name = op_name(&d, "install");
     // The crash window: the Job exists, the operation still says Pending.
     let live = op(&client, &name).await.unwrap();
@@ -368,12 +348,7 @@ async fn a_missing_secret_gives_no_job_and_a_clear_condition_until_it_exists() {
 async fn injected_conflicts_and_server_errors_are_retried_without_duplicates() {
     let server = server().await;
     let client = server.client();
-    let d = render(
-        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &d).await.unwrap();
+    let d = apply_prod_install(&client).await;
     let name = op_name(&d, "install");
     server.inject_fault(testkit::Fault::on("create", "jobs", 500, 2));
     server.inject_fault(testkit::Fault::on("patch", "clusteroperations/status", 409, 2));
@@ -601,12 +576,7 @@ async fn a_burst_of_operation_changes_makes_one_cluster_status_write_not_one_eac
 async fn a_start_whose_status_write_meets_a_conflict_is_recorded_as_a_start_not_an_adoption() {
     let server = server().await;
     let client = server.client();
-    let d = render(
-        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
-        1,
-        &[],
-    );
-    apply_cluster(&client, NS, &d).await.unwrap();
+    let d = apply_prod_install(&client).await;
     let name = op_name(&d, "install");
     // The first status write is the start, right after the Job's create: it loses a race.
     server.inject_fault(testkit::Fault::on("patch", "clusteroperations/status", 409, 1));
@@ -619,4 +589,15 @@ async fn a_start_whose_status_write_meets_a_conflict_is_recorded_as_a_start_not_
     );
     assert_eq!(jobs(&client).await, [job_name(&name)]);
     ctl.stop().await;
+}
+
+/// Cluster `prod` with one operation, `install`, rendered at revision 1 and applied.
+async fn apply_prod_install(client: &kube::Client) -> kok::materialize::DesiredCluster {
+    let d = render(
+        &cluster_dir("prod", HOSTS, vec![entry("install", "cluster.yml", &[])], None),
+        1,
+        &[],
+    );
+    apply_cluster(client, NS, &d).await.unwrap();
+    d
 }
