@@ -588,3 +588,52 @@ async fn a_commit_that_moves_stop_after_promotes_the_next_wave_at_once() {
     wait_phase(&client, &b, Phase::Running).await;
     ctl.stop().await;
 }
+
+#[tokio::test]
+async fn a_run_whose_wave_is_closed_is_not_rewritten_by_the_ends_of_the_wave_before_it() {
+    // canary [a, b], rest [c]; one Job slot: the canary's runs take it in turn, c waits for its wave.
+    let r = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[("canary", &["a", "b"], None), ("rest", &["c"], None)],
+    );
+    let server = server().await;
+    let client = server.client();
+    let [a, b, c] = runs_of(&apply(&client, &r, 1).await);
+    let mut cfg = config(1);
+    cfg.queue_resync = Duration::from_secs(3600);
+    let ctl = start(&client, cfg);
+    let (first, second) = wait_for("one run of the canary to start", || async {
+        match (phase(&client, &a).await, phase(&client, &b).await) {
+            (Some(Phase::Running), _) => Some((a.clone(), b.clone())),
+            (_, Some(Phase::Running)) => Some((b.clone(), a.clone())),
+            _ => None,
+        }
+    })
+    .await;
+    // A change of c while the only Job slot is taken: c looks again, and still says it waits for its
+    // wave (not for the slot, which would make the end of every Job wake it).
+    let ops: Api<kok::api::ClusterOperation> = Api::namespaced(client.clone(), NS);
+    let touch = serde_json::json!({"metadata": {"annotations": {"touched": "yes"}}});
+    ops.patch(&c, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&touch))
+        .await
+        .unwrap();
+    let waiting = "waiting for wave rest of rollout up (canary: 0/2 succeeded)";
+    wait_message(&client, &c, waiting).await;
+    let version = |o: Option<kok::api::ClusterOperation>| o.and_then(|o| o.metadata.resource_version);
+    let before = version(op(&client, &c).await);
+
+    server.complete_job(NS, &job_name(&first)).await.unwrap();
+    wait_phase(&client, &first, Phase::Succeeded).await;
+    wait_phase(&client, &second, Phase::Running).await;
+    assert_eq!(
+        version(op(&client, &c).await),
+        before,
+        "c was written while the canary's first run ended and its second started"
+    );
+    assert_eq!(message(&client, &c).await, waiting);
+
+    server.complete_job(NS, &job_name(&second)).await.unwrap();
+    wait_phase(&client, &c, Phase::Running).await;
+    ctl.stop().await;
+}
