@@ -471,7 +471,11 @@ async fn start_or_wait(
             let next = why.wake_at().map_or(ctx.config.queue_resync, |t| {
                 Duration::try_from(now.duration_until(t)).unwrap_or_default()
             });
-            wait(ctx, op, why.to_string()).await?;
+            let message = why.to_string();
+            let said = op.status.as_ref().and_then(|s| s.message.as_deref());
+            if !(phase(op) == Phase::Queued && super::rollout::only_counts_moved(&why, said, &message)) {
+                wait(ctx, op, message).await?;
+            }
             return Ok(Action::requeue(next));
         }
     };
