@@ -615,9 +615,13 @@ async fn a_run_whose_wave_is_closed_is_not_rewritten_by_the_ends_of_the_wave_bef
     // wave (not for the slot, which would make the end of every Job wake it).
     let ops: Api<kok::api::ClusterOperation> = Api::namespaced(client.clone(), NS);
     let touch = serde_json::json!({"metadata": {"annotations": {"touched": "yes"}}});
-    ops.patch(&c, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&touch))
-        .await
-        .unwrap();
+    ops.patch(
+        &c,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&touch),
+    )
+    .await
+    .unwrap();
     let waiting = "waiting for wave rest of rollout up (canary: 0/2 succeeded)";
     wait_message(&client, &c, waiting).await;
     let version = |o: Option<kok::api::ClusterOperation>| o.and_then(|o| o.metadata.resource_version);

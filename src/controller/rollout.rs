@@ -264,14 +264,21 @@ mod tests {
         assert!(only_counts_moved(&why, said, &message));
         let (why, message) = closed("ring-3", "ring-2: 0/250 succeeded", None);
         assert!(!only_counts_moved(&why, said, &message), "behind another wave");
-        let (why, message) = closed("ring-3", "ring-1: 250/250 succeeded; baking until 14:30 UTC", None);
+        let (why, message) = closed(
+            "ring-3",
+            "ring-1: 250/250 succeeded; baking until 14:30 UTC",
+            None,
+        );
         assert!(!only_counts_moved(&why, said, &message), "baking");
         let full = Wait::Wave {
             rollout: "bench".into(),
             wave: "ring-3".into(),
             why: WaveWait::Full { running: 5, max: 5 },
         };
-        assert!(!only_counts_moved(&full, said, &full.to_string()), "its wave opened");
+        assert!(
+            !only_counts_moved(&full, said, &full.to_string()),
+            "its wave opened"
+        );
         assert!(!only_counts_moved(&why, None, &message), "nothing said yet");
     }
 }
