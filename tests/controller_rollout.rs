@@ -108,6 +108,18 @@ async fn current_run(client: &kube::Client, cluster: &str) -> Option<kok::api::C
     api.list(&lp).await.ok()?.items.into_iter().next()
 }
 
+/// Waits until one of runs `x` and `y` of `wave` runs; returns it and the other.
+async fn one_starts(client: &kube::Client, wave: &str, x: &str, y: &str) -> (String, String) {
+    wait_for(&format!("one run of {wave} to start"), || async {
+        match (phase(client, x).await, phase(client, y).await) {
+            (Some(Phase::Running), _) => Some((x.to_string(), y.to_string())),
+            (_, Some(Phase::Running)) => Some((y.to_string(), x.to_string())),
+            _ => None,
+        }
+    })
+    .await
+}
+
 async fn message(client: &kube::Client, name: &str) -> String {
     op(client, name)
         .await
@@ -199,14 +211,7 @@ async fn a_later_wave_waits_for_the_earlier_one_with_a_status_that_says_why_and_
     server.complete_job(NS, &job_name(&a)).await.unwrap();
     wait_phase(&client, &a, Phase::Succeeded).await;
     // maxParallel 1: one of b and c starts, the other waits for it.
-    let (first, second) = wait_for("one run of the rest wave to start", || async {
-        match (phase(&client, &b).await, phase(&client, &c).await) {
-            (Some(Phase::Running), _) => Some((b.clone(), c.clone())),
-            (_, Some(Phase::Running)) => Some((c.clone(), b.clone())),
-            _ => None,
-        }
-    })
-    .await;
+    let (first, second) = one_starts(&client, "the rest wave", &b, &c).await;
     wait_message(
         &client,
         &second,
@@ -603,14 +608,7 @@ async fn a_run_whose_wave_is_closed_is_not_rewritten_by_the_ends_of_the_wave_bef
     let mut cfg = config(1);
     cfg.queue_resync = Duration::from_secs(3600);
     let ctl = start(&client, cfg);
-    let (first, second) = wait_for("one run of the canary to start", || async {
-        match (phase(&client, &a).await, phase(&client, &b).await) {
-            (Some(Phase::Running), _) => Some((a.clone(), b.clone())),
-            (_, Some(Phase::Running)) => Some((b.clone(), a.clone())),
-            _ => None,
-        }
-    })
-    .await;
+    let (first, second) = one_starts(&client, "the canary", &a, &b).await;
     // A change of c while the only Job slot is taken: c looks again, and still says it waits for its
     // wave (not for the slot, which would make the end of every Job wake it).
     let ops: Api<kok::api::ClusterOperation> = Api::namespaced(client.clone(), NS);
