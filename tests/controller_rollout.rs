@@ -108,6 +108,18 @@ async fn current_run(client: &kube::Client, cluster: &str) -> Option<kok::api::C
     api.list(&lp).await.ok()?.items.into_iter().next()
 }
 
+/// Waits until one of runs `x` and `y` of `wave` runs; returns it and the other.
+async fn one_starts(client: &kube::Client, wave: &str, x: &str, y: &str) -> (String, String) {
+    wait_for(&format!("one run of {wave} to start"), || async {
+        match (phase(client, x).await, phase(client, y).await) {
+            (Some(Phase::Running), _) => Some((x.to_string(), y.to_string())),
+            (_, Some(Phase::Running)) => Some((y.to_string(), x.to_string())),
+            _ => None,
+        }
+    })
+    .await
+}
+
 async fn message(client: &kube::Client, name: &str) -> String {
     op(client, name)
         .await
@@ -199,14 +211,7 @@ async fn a_later_wave_waits_for_the_earlier_one_with_a_status_that_says_why_and_
     server.complete_job(NS, &job_name(&a)).await.unwrap();
     wait_phase(&client, &a, Phase::Succeeded).await;
     // maxParallel 1: one of b and c starts, the other waits for it.
-    let (first, second) = wait_for("one run of the rest wave to start", || async {
-        match (phase(&client, &b).await, phase(&client, &c).await) {
-            (Some(Phase::Running), _) => Some((b.clone(), c.clone())),
-            (_, Some(Phase::Running)) => Some((c.clone(), b.clone())),
-            _ => None,
-        }
-    })
-    .await;
+    let (first, second) = one_starts(&client, "the rest wave", &b, &c).await;
     wait_message(
         &client,
         &second,
@@ -586,5 +591,51 @@ async fn a_commit_that_moves_stop_after_promotes_the_next_wave_at_once() {
     apply_rollouts(&client, 2, &[&r]).await;
     // Only the rollout's object changed: its watch wakes b (the queue's own resync is an hour).
     wait_phase(&client, &b, Phase::Running).await;
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_run_whose_wave_is_closed_is_not_rewritten_by_the_ends_of_the_wave_before_it() {
+    // canary [a, b], rest [c]; one Job slot: the canary's runs take it in turn, c waits for its wave.
+    let r = Rollout::of_waves(
+        "up",
+        "up.yml",
+        &[("canary", &["a", "b"], None), ("rest", &["c"], None)],
+    );
+    let server = server().await;
+    let client = server.client();
+    let [a, b, c] = runs_of(&apply(&client, &r, 1).await);
+    let mut cfg = config(1);
+    cfg.queue_resync = Duration::from_secs(3600);
+    let ctl = start(&client, cfg);
+    let (first, second) = one_starts(&client, "the canary", &a, &b).await;
+    // A change of c while the only Job slot is taken: c looks again, and still says it waits for its
+    // wave (not for the slot, which would make the end of every Job wake it).
+    let ops: Api<kok::api::ClusterOperation> = Api::namespaced(client.clone(), NS);
+    let touch = serde_json::json!({"metadata": {"annotations": {"touched": "yes"}}});
+    ops.patch(
+        &c,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&touch),
+    )
+    .await
+    .unwrap();
+    let waiting = "waiting for wave rest of rollout up (canary: 0/2 succeeded)";
+    wait_message(&client, &c, waiting).await;
+    let version = |o: Option<kok::api::ClusterOperation>| o.and_then(|o| o.metadata.resource_version);
+    let before = version(op(&client, &c).await);
+
+    server.complete_job(NS, &job_name(&first)).await.unwrap();
+    wait_phase(&client, &first, Phase::Succeeded).await;
+    wait_phase(&client, &second, Phase::Running).await;
+    assert_eq!(
+        version(op(&client, &c).await),
+        before,
+        "c was written while the canary's first run ended and its second started"
+    );
+    assert_eq!(message(&client, &c).await, waiting);
+
+    server.complete_job(NS, &job_name(&second)).await.unwrap();
+    wait_phase(&client, &c, Phase::Running).await;
     ctl.stop().await;
 }

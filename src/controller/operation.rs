@@ -452,8 +452,13 @@ async fn start_or_wait(
     // An operation whose cluster is being verified keeps its cluster busy, but its Job is done.
     let with_jobs = busy.iter().filter(|n| !ctx.verifications.verifying(n)).count();
     let now = ctx.config.clock.now();
-    let queue = decide(op, &siblings, &busy, with_jobs, ctx.config.max_concurrent_jobs)
-        .and_then(|()| super::rollout::wave_decision(ctx, op, now));
+    let mut queue = decide(op, &siblings, &busy, with_jobs, ctx.config.max_concurrent_jobs);
+    // A run that its rollout's wave holds says so rather than waiting for a Job slot, and is no slot
+    // waiter: the end of every other Job does not wake it, only what may open or free its wave does
+    // (see `rollout::wake_rollout`).
+    if matches!(queue, Ok(()) | Err(Wait::NoJobSlot { .. })) {
+        queue = super::rollout::wave_decision(ctx, op, now).and(queue);
+    }
     let spec = &op.spec;
     let ignored = match with_maintenance(queue, spec.maintenance.as_ref(), spec.ignore_maintenance, now) {
         Ok(ignored) => ignored,
@@ -466,7 +471,11 @@ async fn start_or_wait(
             let next = why.wake_at().map_or(ctx.config.queue_resync, |t| {
                 Duration::try_from(now.duration_until(t)).unwrap_or_default()
             });
-            wait(ctx, op, why.to_string()).await?;
+            let message = why.to_string();
+            let said = op.status.as_ref().and_then(|s| s.message.as_deref());
+            if !(phase(op) == Phase::Queued && super::rollout::only_counts_moved(&why, said, &message)) {
+                wait(ctx, op, message).await?;
+            }
             return Ok(Action::requeue(next));
         }
     };

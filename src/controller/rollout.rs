@@ -7,7 +7,10 @@
 //!
 //! - Before a run starts: [`wave_decision`] ([`super::wave::Rollouts::may_start`]); a run Job this
 //!   process is starting (a claim the cache does not show as Running yet) counts as running, so two
-//!   reconciles never both take the last place of a wave's `maxParallel`.
+//!   reconciles never both take the last place of a wave's `maxParallel`. A run its wave holds says
+//!   so even when no Job slot is free either, and does not wait for a slot: the end of a Job elsewhere
+//!   does not wake it, so a closed wave's runs are not reconciled (nor their status rewritten) at each
+//!   end in the wave before.
 //! - A run that finishes wakes ([`wake_rollout`]) the waiting runs of its wave (as many as the wave has
 //!   free places and a few more) and, once its wave finished, those of the waves after it; a change of the rollout's
 //!   object wakes every waiting run of it. A bake's end wakes its waiting runs by a timer (the
@@ -124,6 +127,28 @@ pub fn wave_decision(ctx: &Context, op: &ClusterOperation, now: Timestamp) -> Re
     super::wave::Rollouts::new(&rollout, &runs, now).may_start(&op.spec.cluster)
 }
 
+/// Whether a run that says `said` and now waits `why` (saying `message`) waits for the same closed
+/// wave behind the same unfinished wave, only that wave's counts moved: such a run keeps its status
+/// (true when written), so the successes of the wave before do not each rewrite every run behind it.
+/// A wait for a bake's end or a promotion, or for another wave, is written again.
+pub fn only_counts_moved(why: &Wait, said: Option<&str>, message: &str) -> bool {
+    // `waiting for wave ring-2 of rollout bench (ring-1: 120/250 succeeded)`: all but the counts.
+    fn behind(m: &str) -> Option<&str> {
+        let (head, counts) = m.rsplit_once(": ")?;
+        let (done, all) = counts.strip_suffix(" succeeded)")?.split_once('/')?;
+        let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+        (number(done) && number(all)).then_some(head)
+    }
+    let closed = matches!(
+        why,
+        Wait::Wave {
+            why: WaveWait::Closed { opens: None, .. },
+            ..
+        }
+    );
+    closed && behind(message).is_some() && said.and_then(behind) == behind(message)
+}
+
 /// Wakes the runs of rollout `name` that a change may let start: with `finished` (a run of that
 /// cluster finished), the waiting runs of its wave up to its free places (and [`WAKE_SPARE`] more)
 /// and, when the wave finished, those of the later waves; without, every waiting run of the rollout.
@@ -211,5 +236,49 @@ pub async fn reconcile_status(ctx: Arc<Context>, name: Arc<str>) -> Action {
             warn!(rollout = %name, error = %e, "writing the rollout's status failed; retrying");
             Action::requeue(Duration::from_secs(1))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(wave: &str, detail: &str, opens: Option<Timestamp>) -> (Wait, String) {
+        let why = Wait::Wave {
+            rollout: "bench".into(),
+            wave: wave.into(),
+            why: WaveWait::Closed {
+                detail: detail.into(),
+                opens,
+            },
+        };
+        let message = why.to_string();
+        (why, message)
+    }
+
+    #[test]
+    fn a_wait_behind_the_same_unfinished_wave_is_not_rewritten_for_its_counts_alone() {
+        let (_, said) = closed("ring-3", "ring-1: 100/250 succeeded", None);
+        let said = Some(said.as_str());
+        let (why, message) = closed("ring-3", "ring-1: 120/250 succeeded", None);
+        assert!(only_counts_moved(&why, said, &message));
+        let (why, message) = closed("ring-3", "ring-2: 0/250 succeeded", None);
+        assert!(!only_counts_moved(&why, said, &message), "behind another wave");
+        let (why, message) = closed(
+            "ring-3",
+            "ring-1: 250/250 succeeded; baking until 14:30 UTC",
+            None,
+        );
+        assert!(!only_counts_moved(&why, said, &message), "baking");
+        let full = Wait::Wave {
+            rollout: "bench".into(),
+            wave: "ring-3".into(),
+            why: WaveWait::Full { running: 5, max: 5 },
+        };
+        assert!(
+            !only_counts_moved(&full, said, &full.to_string()),
+            "its wave opened"
+        );
+        assert!(!only_counts_moved(&why, None, &message), "nothing said yet");
     }
 }
