@@ -90,8 +90,12 @@ async fn operations_end_with_their_real_outcome_when_kok_is_killed_three_times_w
     }
     let note = wait_within(PATIENCE, "every status on the commit", &mut kok, || async {
         let note = repo.note(&sha);
+        // Each run's final status: a note shows a run's earlier ones until the final one is delivered.
         let delivered = (0..CLUSTERS)
-            .filter(|&i| note.contains(&format!("kok/{}/nap: ", cluster(i))))
+            .filter(|&i| {
+                let result = if fails(i) { "failure" } else { "success" };
+                note.contains(&format!("kok/{}/nap: {result} ", cluster(i)))
+            })
             .count();
         (delivered == CLUSTERS).then_some(note)
     })

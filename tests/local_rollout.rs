@@ -85,7 +85,9 @@ async fn a_three_wave_rollout_halts_on_a_failing_cluster_and_a_rerun_commit_fini
     repo.write(&format!("rollouts/{ROLLOUT}.yml"), &rollout_yml(0));
     let start = repo.commit("rollout bump");
     let context = format!("kok/rollout/{ROLLOUT}");
-    let note = note_line(&mut kok, &repo, &start, &format!("{context}: failure ")).await;
+    note_line(&mut kok, &repo, &start, &format!("{context}: failure ")).await;
+    // The failed cluster's own status is delivered apart from the rollout's, maybe a moment later.
+    let note = note_line(&mut kok, &repo, &start, &format!("kok/{FAILING}/bump: failure ")).await;
     let halted = line(&note, &context);
     assert!(
         halted.contains("halted at wave middle: r3 failed at TASK [Fail while told to] on localhost"),
@@ -116,7 +118,8 @@ async fn a_three_wave_rollout_halts_on_a_failing_cluster_and_a_rerun_commit_fini
     std::fs::remove_file(repo.marks().join(format!("{FAILING}.fail"))).expect("fail flag");
     repo.write(&format!("rollouts/{ROLLOUT}.yml"), &rollout_yml(1));
     let rerun = repo.commit("rollout bump: rerun");
-    let note = note_line(&mut kok, &repo, &rerun, &format!("{context}: success ")).await;
+    note_line(&mut kok, &repo, &rerun, &format!("{context}: success ")).await;
+    let note = note_line(&mut kok, &repo, &rerun, "kok/r3/bump: success ").await;
     assert!(
         line(&note, &context).contains("wave 3/3 rest: 1/1 succeeded, 0 failed"),
         "{note}"
