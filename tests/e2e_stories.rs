@@ -465,7 +465,9 @@ async fn kok_run_sets_its_malloc_tunables_in_its_own_process_unless_the_environm
     let (environ, logged) = tunables_of_a_working_kok(&[]).await;
     assert_eq!(environ.as_deref(), Some("glibc.malloc.arena_max=1"));
     assert!(
-        logged.contains("glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=131072"),
+        logged.contains(
+            "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=131072:glibc.malloc.tcache_count=0"
+        ),
         "{logged}"
     );
     let (environ, logged) =
@@ -476,7 +478,9 @@ async fn kok_run_sets_its_malloc_tunables_in_its_own_process_unless_the_environm
         "an operator's own arena limit stays"
     );
     assert!(
-        logged.contains("glibc.malloc.arena_max=3:glibc.malloc.mmap_threshold=131072"),
+        logged.contains(
+            "glibc.malloc.arena_max=3:glibc.malloc.mmap_threshold=131072:glibc.malloc.tcache_count=0"
+        ),
         "kok adds only what the environment does not set: {logged}"
     );
 }

@@ -286,3 +286,63 @@ async fn sync_statuses_are_recorded_in_a_configmap_and_delivered_once() {
     task.await.unwrap();
     assert_eq!(h.forge.requests().len(), 1);
 }
+
+/// A sink that takes every status at once and without a limit, as the notes sink takes a batch.
+struct Unlimited;
+
+impl Sink for Unlimited {
+    fn name(&self) -> &str {
+        "unlimited"
+    }
+
+    fn deliver<'a>(
+        &'a self,
+        _commit: &'a str,
+        _status: &'a CommitStatus,
+    ) -> futures::future::BoxFuture<'a, Result<(), kok::report::DeliveryError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn max_in_flight(&self) -> Option<usize> {
+        None
+    }
+}
+
+#[tokio::test]
+async fn a_burst_of_deliveries_records_them_over_a_bounded_number_of_connections() {
+    const OPS: usize = 120;
+    let h = Harness::start().await;
+    let desired = status("kok/prod/op", StatusState::Success, "done");
+    for i in 0..OPS {
+        h.create_with_desired(&format!("op{i}"), &desired).await;
+    }
+    // Every record write takes a while, so the deliveries' writes all wait at once.
+    h.api.set_latency(Duration::from_millis(100));
+    let before = h.api.connections();
+    let sinks = Sinks::new(vec![Arc::new(Unlimited) as Arc<dyn Sink>], h.metrics);
+    let reporter = Reporter::new(h.api.client(), NS, sinks, fast());
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(reporter.run(async move {
+        let _ = rx.await;
+    }));
+    let log = h.api.requests();
+    for _ in 0..400 {
+        if log.count("patch", "clusteroperations/status") >= OPS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    h.api.set_latency(Duration::ZERO);
+    for i in [0, OPS / 2, OPS - 1] {
+        h.wait_reported(&format!("op{i}"), &desired).await;
+    }
+    let opened = h.api.connections() - before;
+    // The record writes (`RECORD_CONCURRENCY` at once), the reporter's watches and this test's own
+    // reads: far fewer than one connection per delivery in flight.
+    assert!(
+        opened <= 30,
+        "{opened} connections opened for {OPS} record writes"
+    );
+    drop(tx);
+    task.await.unwrap();
+}

@@ -5,12 +5,13 @@
 //! its kubeconfig's `server` (`http://127.0.0.1:P/<cluster>`) and lists only that cluster's Nodes (a
 //! label selector), so `InventoryMatches` holds.
 //!
-//! Three kok processes, each from a cold start on its own meta-cluster with `--health-interval`
-//! `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30): the fleet without kubeconfigs (the RSS baseline),
-//! the fleet with them (the first round writes every Cluster's conditions, the second finds nothing
-//! changed), and then, in the same process, 100 of the Secrets changed to a closed port (a round that
-//! records them unreachable, then a steady one). A round's length is kok's own
-//! `kok_health_round_duration_seconds` (from the round's start until its last cluster is recorded).
+//! Two kok processes, each from a cold start on its own meta-cluster and its own freshly generated
+//! remote, with `--health-interval` `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30): the fleet without
+//! kubeconfigs (the RSS baseline), and the fleet with them (the first round writes every Cluster's
+//! conditions, the second finds nothing changed); then, in the second process, 100 of the Secrets
+//! changed to a closed port (a round that records them unreachable, then a steady one). A round's
+//! length is kok's own `kok_health_round_duration_seconds` (from the round's start until its last
+//! cluster is recorded).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -309,8 +310,14 @@ pub async fn run(
         check_timeout_secs: OBSERVE_TIMEOUT.as_secs(),
         ..HealthRun::default()
     };
-    let remote = Remote::new();
-    generate(&remote, clusters, ops);
+    // Each kok gets a remote of its own, fresh from the generator: the baseline's kok pushes its
+    // statuses as notes, which the next kok would otherwise fetch, history and all, at its start.
+    let fresh_remote = || {
+        let remote = Remote::new();
+        generate(&remote, clusters, ops);
+        remote
+    };
+    let remote = fresh_remote();
     let workload = testkit::ApiServer::start().await?;
     let filled = Instant::now();
     fill_workload(&workload, clusters).await?;
@@ -351,6 +358,8 @@ pub async fn run(
     // Every cluster with a kubeconfig.
     let meta = meta_cluster().await?;
     write_kubeconfigs(&meta, 0..clusters, |c| format!("http://127.0.0.1:{port}/{c}")).await?;
+    drop(remote);
+    let remote = fresh_remote();
     let mut kok = start_kok(cfg, &meta, &remote, "health");
     // The first round that checks every cluster: the commit is reconciled before it starts.
     let started = Instant::now();

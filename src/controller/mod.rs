@@ -145,11 +145,12 @@ pub struct Context {
     pub operations: Arc<op_cache::OpCache>,
     /// The Secrets of the namespace, key names only ([`secret::strip_values`]).
     pub secrets: Store<Secret>,
-    /// kok's Jobs in the namespace.
+    /// kok's Jobs in the namespace: metadata and status, without their spec ([`strip_job`]).
     pub jobs: Store<Job>,
     /// Operations whose Job this process created and whose Running phase the cache may not show yet,
-    /// keyed by name: counted as busy so that no second Job starts for their cluster meanwhile.
-    pub claims: Mutex<BTreeMap<String, String>>,
+    /// keyed by name, with the message their start records: counted as busy so that no second Job
+    /// starts for their cluster meanwhile, and started (not adopted) when their start is recorded.
+    pub claims: Mutex<BTreeMap<String, Option<String>>>,
     /// Serializes start decisions, so two reconciles never both take the last slot of a cluster.
     pub start_lock: tokio::sync::Mutex<()>,
     /// Operations that found every Job slot taken; woken when an operation finishes.
@@ -204,7 +205,7 @@ pub async fn run(
     // A Job's change reconciles the operation that owns it.
     let job_watch = watcher(jobs.clone(), wc.clone())
         .default_backoff()
-        .modify(|job: &mut Job| job.metadata.managed_fields = None)
+        .modify(strip_job)
         .reflect(job_writer)
         .for_each(|event| {
             match event {
@@ -445,6 +446,15 @@ const CLUSTER_SETTLE: Duration = Duration::from_secs(1);
 /// Most reconciles of one controller running at once. Each holds an API request; without a bound a
 /// fleet-size commit starts one per operation at once, each with its own connection and buffers.
 pub const CONCURRENT_RECONCILES: usize = 32;
+
+/// What the Job cache keeps of a Job: kok reads a cached Job's owner, labels and status only. The spec
+/// (the pod template, carrying the entry script and kok's two ansible plugins, about 15 KB a Job) and
+/// the managed fields are dropped as each Job arrives: a rollout over 1,000 clusters otherwise kept
+/// 1,000 of them.
+pub fn strip_job(job: &mut Job) {
+    job.spec = None;
+    job.metadata.managed_fields = None;
+}
 
 /// Keeps the Secret cache and wakes what waits on a Secret that appeared, changed or went away: the
 /// operations that name it (not yet finished) and the Clusters that do.

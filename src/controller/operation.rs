@@ -415,11 +415,31 @@ async fn start_or_wait(
     // The Secret and Job stores have listed before any reconcile starts (see `controller::run`).
     ctx.operations.wait_until_listed().await;
     // A Job with this name is this operation's: adopt it whatever the queue says. The cache answers; a Job
-    // it does not show yet is found by the create below (409) and adopted there.
+    // it does not show yet is found by the create below (409) and adopted there. A Job this process
+    // created (its claim) whose start was not recorded, because the write lost a race, is started, not
+    // adopted, and read when the cache does not show it yet.
+    let claim = ctx
+        .claims
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&op.name_any()).cloned());
     let key = ObjectRef::<Job>::new(name).within(&ctx.config.namespace);
-    if let Some(job) = ctx.jobs.get(&key) {
+    let job = match (ctx.jobs.get(&key), &claim) {
+        (Some(job), _) => Some(job),
+        (None, Some(_)) => jobs
+            .get_opt(name)
+            .await
+            .map_err(op_error(op, format!("reading Job {name}")))?
+            .map(Arc::new),
+        (None, None) => None,
+    };
+    if let Some(job) = job {
         if owned_by(&job, op) {
-            transition(ctx, op, running(&job, name, true)).await?;
+            let mut started = running(&job, name, claim.is_none());
+            if let Some(note) = claim.flatten() {
+                started.message = Some(note);
+            }
+            transition(ctx, op, started).await?;
             return Ok(Action::await_change());
         }
         warn!(operation = %op.name_any(), job = %name, "a Job with this operation's name belongs to something else");
@@ -481,9 +501,13 @@ async fn start_or_wait(
     };
 
     leave_slot_waiters(ctx, op);
+    let note = ignored.map(|ignored| {
+        info!(operation = %op.name_any(), reason = %ignored, "started outside maintenance: ignoreMaintenance");
+        format!("{IGNORED_MAINTENANCE}{ignored}")
+    });
     // Claimed under the lock, created outside it: Job creates of different clusters run in parallel.
     if let Ok(mut claims) = ctx.claims.lock() {
-        claims.insert(op.name_any(), op.spec.cluster.clone());
+        claims.insert(op.name_any(), note.clone());
     }
     drop(_guard);
     let ns = ctx.config.namespace.as_str();
@@ -509,37 +533,13 @@ async fn start_or_wait(
     };
     info!(operation = %op.name_any(), job = %name, "job created");
     let mut started = running(&created, name, false);
-    if let Some(ignored) = ignored {
-        info!(operation = %op.name_any(), reason = %ignored, "started outside maintenance: ignoreMaintenance");
-        started.message = Some(format!("{IGNORED_MAINTENANCE}{ignored}"));
+    if note.is_some() {
+        started.message = note;
     }
-    match transition(ctx, op, started.clone()).await {
-        Err(e) if is_conflict(&e) => record_start_again(ctx, op, started, e).await?,
-        other => other?,
-    }
+    // A start that loses a race (most often with the reporter recording a delivery) is looked at
+    // again on the operation the cache shows next, where the claim makes it a start, not an adoption.
+    transition(ctx, op, started).await?;
     Ok(Action::await_change())
-}
-
-/// After the start of `op`'s Job met a conflict: most often another writer (the reporter recording a
-/// delivery) changed the operation meanwhile, so the start is written again on what the server holds now,
-/// and the run does not read as an adoption. An operation that was canceled, finished or already started
-/// meanwhile is left to the next pass, which adopts or deletes the Job.
-async fn record_start_again(
-    ctx: &Context,
-    op: &ClusterOperation,
-    started: Transition,
-    conflict: ControllerError,
-) -> Result<(), ControllerError> {
-    let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let fresh = match api.get_opt(&op.name_any()).await {
-        Ok(Some(fresh)) => fresh,
-        _ => return Err(conflict),
-    };
-    if matches!(phase(&fresh), Phase::Pending | Phase::Queued) {
-        transition(ctx, &fresh, started).await
-    } else {
-        Err(conflict)
-    }
 }
 
 fn is_conflict(e: &ControllerError) -> bool {

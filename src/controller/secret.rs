@@ -84,14 +84,15 @@ pub fn check_cached(secrets: &Store<Secret>, namespace: &str, name: &str) -> Res
 /// What the watch cache keeps of a Secret: its metadata, type and key names. Values are dropped as the
 /// object arrives, so no key material stays in kok's memory.
 pub fn strip_values(secret: &mut Secret) {
+    // Emptied with their buffers given back: a cleared Vec keeps its allocation.
     if let Some(data) = secret.data.as_mut() {
         for value in data.values_mut() {
-            value.0.clear();
+            value.0 = Vec::new();
         }
     }
     if let Some(data) = secret.string_data.as_mut() {
         for value in data.values_mut() {
-            value.clear();
+            *value = String::new();
         }
     }
     secret.metadata.managed_fields = None;

@@ -82,6 +82,11 @@ const ALL_PHASES: [Phase; 6] = [
 /// [`Sink::max_in_flight`]; the notes sink writes the deliveries in flight together in one batch, so
 /// this bounds how many statuses one notes commit takes when a fleet-size commit reports at once).
 pub const MAX_IN_FLIGHT: usize = 256;
+/// Most writes of `status.reported` / `status.reportAttempts` running at once. Each holds a connection
+/// to the API server, and the client keeps every connection it opened: with all [`MAX_IN_FLIGHT`]
+/// deliveries recording at once, a fleet-size commit left kok with 300 connections (and their
+/// buffers) for the rest of its life.
+pub const RECORD_CONCURRENCY: usize = 16;
 /// Wait before recording a delivered status again after the API server refused the patch.
 const RECORD_RETRY: Duration = Duration::from_secs(5);
 
@@ -448,6 +453,8 @@ pub struct Reporter {
     not_before: Mutex<HashMap<String, (CommitStatus, Instant)>>,
     sync_wake: Notify,
     settle_wake: Notify,
+    /// Places for the record writes, [`RECORD_CONCURRENCY`] of them.
+    records: Semaphore,
 }
 
 impl std::fmt::Debug for Reporter {
@@ -470,6 +477,7 @@ impl Reporter {
             not_before: Mutex::default(),
             sync_wake: Notify::new(),
             settle_wake: Notify::new(),
+            records: Semaphore::new(RECORD_CONCURRENCY),
         })
     }
 
@@ -639,6 +647,7 @@ impl Reporter {
                 let attempts = job.attempts.saturating_add(1);
                 let delay = self.backoff.delay(attempts, &err);
                 let patch = serde_json::json!({ "status": { "reportAttempts": attempts } });
+                let _place = self.records.acquire().await;
                 if let Err(e) = api
                     .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
                     .await
@@ -659,6 +668,7 @@ impl Reporter {
             return (name, Outcome::Held { desired: job.desired });
         }
         let patch = serde_json::json!({ "status": { "reported": &job.desired, "reportAttempts": null } });
+        let _place = self.records.acquire().await;
         match api
             .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
             .await

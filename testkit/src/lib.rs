@@ -322,6 +322,7 @@ impl ApiServer {
         let durability = state.store.durability();
         let shared = Arc::new(Shared {
             durability,
+            connections: Default::default(),
             state: Mutex::new(state),
             log: RequestLog::default(),
             faults: Mutex::new(Vec::new()),
@@ -337,6 +338,12 @@ impl ApiServer {
             .fallback(server::handle)
             .with_state(shared.clone());
         let mut stop = shutdown_rx.clone();
+        let counted = shared.clone();
+        let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+            counted
+                .connections
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
         tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -486,6 +493,11 @@ impl ApiServer {
     /// Request counts (a live view: later requests show up in it).
     pub fn requests(&self) -> RequestLog {
         self.shared.log.clone()
+    }
+
+    /// How many TCP connections clients have opened to this server since it started.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Waits until every write so far is on disk; then why the store refuses writes, if it does.

@@ -29,6 +29,8 @@ use crate::{Fault, RequestLog};
 pub struct Shared {
     /// The group sync of the store's database, when it has one: answers wait for it.
     pub durability: Option<Durability>,
+    /// TCP connections accepted since the start.
+    pub connections: std::sync::atomic::AtomicUsize,
     /// Objects and the registry, under one lock.
     pub state: Mutex<State>,
     /// Request counts.
