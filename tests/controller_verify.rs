@@ -525,6 +525,28 @@ async fn periodic_health_checks_keep_conditions_version_and_node_counts_on_the_c
     ctl.stop().await;
 }
 
+#[tokio::test]
+async fn health_rounds_read_a_clusters_pinned_inventory_and_vars_once_not_every_round() {
+    let workload = testkit::ApiServer::start().await.unwrap();
+    healthy(&workload.client()).await;
+    let (meta, _client, ctl) = checked_every(Duration::from_millis(100), "prod", &workload).await;
+    // Each round lists the cluster's Nodes once.
+    wait_for("five health rounds", || async {
+        (workload.requests().count("list", "nodes") >= 5).then_some(())
+    })
+    .await;
+    ctl.stop().await;
+    assert_eq!(
+        meta.requests().count("get", "configmaps"),
+        2,
+        "the hosts and vars ConfigMaps, each read once across the rounds"
+    );
+    assert!(
+        meta.requests().count("get", "secrets") >= 5,
+        "the kubeconfig Secret is read every round"
+    );
+}
+
 async fn status_of(clusters: &Api<kok::api::Cluster>) -> kok::api::ClusterStatus {
     clusters.get("prod").await.unwrap().status.unwrap()
 }

@@ -7,10 +7,12 @@
 //! `kubeletVersions` and `nodes`, written only when they changed, with one Event per condition that
 //! changed and the `kok_cluster_condition` / `kok_cluster_nodes` metrics (a deleted cluster's series go
 //! at the next round's start). The Cluster reconciler keeps them ([`carry`]) when it writes its own
-//! conditions.
+//! conditions. A cluster's pinned hosts and vars ConfigMaps are read once for as long as it uses them
+//! ([`Expectations`]); its kubeconfig Secret is read every round, so a changed one counts at once.
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -27,7 +29,7 @@ use super::Context;
 use crate::api::{Cluster, ClusterStatus, Verify};
 use crate::health::conditions::{conditions, node_counts, HEALTH_CONDITIONS};
 use crate::health::observe::observe;
-use crate::health::{verify, Access};
+use crate::health::{verify, Access, Expected};
 
 pub use crate::health::observe::OBSERVE_TIMEOUT;
 
@@ -39,19 +41,26 @@ const RECORD_MARGIN: Duration = Duration::from_secs(5);
 /// next cluster go ahead.
 pub const SLOW_CHECK: Duration = Duration::from_secs(2);
 
+/// What each cluster's pinned inventory and vars expect of it, by the names of its hosts and vars
+/// ConfigMaps. The names are content-addressed, so an entry never goes stale: a round reads a
+/// cluster's two ConfigMaps only when its inputs changed. Inputs no cluster uses any more leave at the
+/// next round's start.
+type Expectations = Mutex<HashMap<(String, String), Arc<Expected>>>;
+
 /// Checks every cluster every `ctx.config.health_interval` until `stopped` (never when it is zero).
 pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
     let interval = ctx.config.health_interval;
     if interval.is_zero() {
         return;
     }
+    let expectations = Expectations::default();
     let rounds = async {
         // The first round one interval after the start: the caches are filled by then.
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            round(&ctx).await;
+            round(&ctx, &expectations).await;
         }
     };
     tokio::select! {
@@ -63,13 +72,18 @@ pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
 /// One round: every cluster the cache holds (the metrics of those it no longer holds dropped), those that
 /// answered last time first, [`HEALTH_CONCURRENCY`] at a time (a check silent for [`SLOW_CHECK`] gives its
 /// place up; the semaphore is fair, so the order holds).
-async fn round(ctx: &Context) {
+async fn round(ctx: &Context, expectations: &Expectations) {
     let started = std::time::Instant::now();
     let mut clusters = ctx.clusters.state();
     let count = clusters.len();
-    let names: std::collections::HashSet<String> = clusters.iter().map(|c| c.name_any()).collect();
+    let names: HashSet<String> = clusters.iter().map(|c| c.name_any()).collect();
     crate::metrics::global().keep_clusters(|c| names.contains(c));
     drop(names);
+    let inputs: HashSet<(String, String)> = clusters.iter().map(|c| inputs_of(c)).collect();
+    if let Ok(mut known) = expectations.lock() {
+        known.retain(|k, _| inputs.contains(k));
+    }
+    drop(inputs);
     clusters.sort_by_key(|c| round_key(c));
     let places = tokio::sync::Semaphore::new(HEALTH_CONCURRENCY);
     let limit = ctx.config.health_timeout + RECORD_MARGIN;
@@ -78,7 +92,7 @@ async fn round(ctx: &Context) {
             let places = &places;
             async move {
                 let mut place = places.acquire().await.ok();
-                let checked = tokio::time::timeout(limit, check(ctx, &cluster));
+                let checked = tokio::time::timeout(limit, check(ctx, expectations, &cluster));
                 tokio::pin!(checked);
                 let result = tokio::select! {
                     result = &mut checked => result,
@@ -124,8 +138,16 @@ fn answered(cluster: &Cluster) -> bool {
         .any(|c| c.type_ == crate::health::checks::REACHABLE && c.status == "True")
 }
 
+/// The names of `cluster`'s pinned hosts and vars ConfigMaps.
+fn inputs_of(cluster: &Cluster) -> (String, String) {
+    (
+        cluster.spec.hosts_conf_ref.name.clone(),
+        cluster.spec.vars_conf_ref.name.clone(),
+    )
+}
+
 /// Checks one cluster and records what it found.
-async fn check(ctx: &Context, cluster: &Cluster) -> Result<(), String> {
+async fn check(ctx: &Context, expectations: &Expectations, cluster: &Cluster) -> Result<(), String> {
     let name = cluster.name_any();
     let observed = match access(ctx, &name).await {
         Ok(Access::NoKubeconfig) => return Ok(()),
@@ -140,13 +162,21 @@ async fn check(ctx: &Context, cluster: &Cluster) -> Result<(), String> {
             ..Default::default()
         },
     };
-    let inputs = (
-        &cluster.spec.hosts_conf_ref.name,
-        &cluster.spec.vars_conf_ref.name,
-    );
-    let expected = expected(ctx, inputs, "", &[])
-        .await
-        .map_err(|(cm, e)| format!("reading ConfigMap {cm}: {e}"))?;
+    let inputs = inputs_of(cluster);
+    let known = expectations.lock().ok().and_then(|e| e.get(&inputs).cloned());
+    let expected = match known {
+        Some(expected) => expected,
+        None => {
+            let read = expected(ctx, (&inputs.0, &inputs.1), "", &[])
+                .await
+                .map_err(|(cm, e)| format!("reading ConfigMap {cm}: {e}"))?;
+            let read = Arc::new(read);
+            if let Ok(mut known) = expectations.lock() {
+                known.insert(inputs, read.clone());
+            }
+            read
+        }
+    };
     let verdict = verify(Verify::Full, &expected, &observed);
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let mut cluster = std::borrow::Cow::Borrowed(cluster);
