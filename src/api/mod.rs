@@ -265,6 +265,22 @@ pub struct Maintenance {
     pub freezes: Vec<MaintenanceFreeze>,
 }
 
+#[cfg(test)]
+impl Maintenance {
+    /// One window, Saturdays 02:00 for 4h in Europe/Berlin, and no freeze (unit-test fixtures).
+    pub(crate) fn saturday_night_in_berlin() -> Self {
+        Maintenance {
+            windows: vec![MaintenanceWindow {
+                days: vec!["Sat".into()],
+                start: "02:00".into(),
+                duration: "4h".into(),
+                time_zone: "Europe/Berlin".into(),
+            }],
+            freezes: vec![],
+        }
+    }
+}
+
 /// A weekly maintenance window, in local time of its time zone (daylight-saving changes included).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

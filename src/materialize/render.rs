@@ -597,15 +597,7 @@ mod tests {
     fn labels_go_onto_the_cluster_and_maintenance_onto_it_and_its_operations() {
         let mut c = cluster();
         c.settings.labels = [("env".to_string(), "prod".to_string())].into();
-        c.settings.maintenance = Some(crate::api::Maintenance {
-            windows: vec![crate::api::MaintenanceWindow {
-                days: vec!["Sat".into()],
-                start: "02:00".into(),
-                duration: "4h".into(),
-                time_zone: "Europe/Berlin".into(),
-            }],
-            freezes: vec![],
-        });
+        c.settings.maintenance = Some(crate::api::Maintenance::saturday_night_in_berlin());
         c.operations[1].ignore_maintenance = true;
         let plain = render_cluster(&cluster(), &ctx());
         let desired = render_cluster(&c, &ctx());

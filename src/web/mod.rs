@@ -436,6 +436,24 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_hosts_row_marks_its_failed_count_not_its_ok_count() {
+        let view = fleet();
+        let failed = view.operation(&format!("{SCRIPT}-install-0123abcd")).unwrap();
+        let html = render(
+            "operation.html",
+            pages::operation(&view, &failed, None, jiff::Timestamp::now()),
+        );
+        let row = html
+            .lines()
+            .find(|l| l.contains("<th scope=\"row\">node2</th>"))
+            .unwrap_or_else(|| panic!("node2's row: {html}"));
+        assert!(
+            row.contains("<td>0</td><td>0</td><td class=\"t-failure\">1</td><td>0</td>"),
+            "only the Failed count is marked: {row}"
+        );
+    }
+
+    #[test]
     fn the_fleet_puts_trouble_first_counts_states_and_filters_by_state_and_name() {
         let view = fleet();
         let now = jiff::Timestamp::now();
@@ -564,15 +582,7 @@ mod tests {
             path: "clusters/calm".into(),
             revision: format!("main@sha1:{SHA}"),
         };
-        calm.spec.maintenance = Some(crate::api::Maintenance {
-            windows: vec![crate::api::MaintenanceWindow {
-                days: vec!["Sat".into()],
-                start: "02:00".into(),
-                duration: "4h".into(),
-                time_zone: "Europe/Berlin".into(),
-            }],
-            freezes: vec![],
-        });
+        calm.spec.maintenance = Some(crate::api::Maintenance::saturday_night_in_berlin());
         let mut failed = op("calm", "upgrade", Phase::Failed);
         let status = failed.status.as_mut().unwrap();
         status.start_time = Some(Time("2026-01-02T00:00:00Z".parse().unwrap()));
