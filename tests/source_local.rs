@@ -420,6 +420,30 @@ async fn a_local_commit_triggers_a_poll() {
     assert_eq!(got.ok().flatten(), Some(trigger::Reason::LocalChange));
 }
 
+#[tokio::test]
+async fn a_burst_of_ref_changes_asks_for_a_poll_again_once_it_settles() {
+    // A ref written into a directory made a moment before (`refs/pull/1/head` after `refs/pull` was
+    // pruned) can come before the watch on that directory, so only the directory's own event is
+    // seen, and the poll it asks for may run before the ref is there: the watch asks again once the
+    // refs are quiet.
+    let mut repo = RepoBuilder::new();
+    repo.cluster("a");
+    repo.commit("initial");
+    let (tx, mut rx) = trigger::channel();
+    let _watcher = trigger::watch_local(repo.path(), tx).unwrap();
+    std::fs::create_dir(repo.path().join(".git/refs/pull")).unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+    assert_eq!(first.ok().flatten(), Some(trigger::Reason::LocalChange));
+    let settled = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+    assert_eq!(
+        settled.ok().flatten(),
+        Some(trigger::Reason::LocalChange),
+        "one more poll once the burst settles"
+    );
+    let quiet = tokio::time::timeout(trigger::SETTLE * 5, rx.recv()).await;
+    assert!(quiet.is_err(), "then nothing until the next change: {quiet:?}");
+}
+
 #[test]
 fn watching_a_directory_without_refs_is_refused() {
     let dir = tempfile::tempdir().unwrap();

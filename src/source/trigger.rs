@@ -359,6 +359,13 @@ pub fn sign(body: &[u8], secret: &[u8]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
+/// How long the refs must stay quiet after a change before the watch asks for one more poll. A ref
+/// written into a directory that was just made (`refs/pull/7/head` after `refs/pull/7` was pruned)
+/// can land before the watch on that directory is added, so its own event is never seen and the
+/// poll the directory's event asked for may run before the ref is there; the poll after the burst
+/// settles reads it.
+pub const SETTLE: Duration = Duration::from_millis(100);
+
 /// Failure to start the local watcher.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -376,6 +383,15 @@ pub enum WatchError {
         /// notify's error.
         #[source]
         source: notify::Error,
+    },
+    /// The thread that follows the watch's events could not start.
+    #[error("cannot watch {path} for new commits: starting its thread failed: {source}")]
+    Thread {
+        /// The path watched.
+        path: PathBuf,
+        /// The spawn error.
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -401,7 +417,8 @@ impl LocalWatcher {
 }
 
 /// Watches the refs of the local repository at `repo` (bare or with a `.git` directory): `refs/`
-/// recursively, plus `packed-refs` and `HEAD`; every change sends [`Reason::LocalChange`].
+/// recursively, plus `packed-refs` and `HEAD`. A burst of changes sends [`Reason::LocalChange`] at
+/// its first change and again once it has been quiet for [`SETTLE`].
 pub fn watch_local(repo: &Path, sender: TriggerSender) -> Result<LocalWatcher, WatchError> {
     use notify::Watcher;
     let git_dir = if repo.join(".git").is_dir() {
@@ -416,6 +433,14 @@ pub fn watch_local(repo: &Path, sender: TriggerSender) -> Result<LocalWatcher, W
         });
     }
     let refs_for_filter = refs.clone();
+    let (seen, changes) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("kok-watch".to_string())
+        .spawn(move || follow_bursts(&changes, &sender))
+        .map_err(|source| WatchError::Thread {
+            path: git_dir.clone(),
+            source,
+        })?;
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
         if matches!(event.kind, notify::EventKind::Access(_)) {
@@ -429,7 +454,7 @@ pub fn watch_local(repo: &Path, sender: TriggerSender) -> Result<LocalWatcher, W
                 )
         });
         if relevant {
-            sender.trigger(Reason::LocalChange);
+            let _ = seen.send(());
         }
     })
     .map_err(|source| WatchError::Notify {
@@ -452,6 +477,23 @@ pub fn watch_local(repo: &Path, sender: TriggerSender) -> Result<LocalWatcher, W
         _watcher: watcher,
         git_dir,
     })
+}
+
+/// Asks for a poll at the first change of each burst and again once it settles; returns when the
+/// watch is dropped.
+fn follow_bursts(changes: &std::sync::mpsc::Receiver<()>, sender: &TriggerSender) {
+    use std::sync::mpsc::RecvTimeoutError;
+    while changes.recv().is_ok() {
+        sender.trigger(Reason::LocalChange);
+        loop {
+            match changes.recv_timeout(SETTLE) {
+                Ok(()) => {}
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        sender.trigger(Reason::LocalChange);
+    }
 }
 
 #[cfg(test)]
