@@ -628,6 +628,10 @@ mod tests {
         );
         assert!(html.contains("<title>upgrade: 1m0s, Failed</title>"), "{html}");
         assert!(
+            html.contains("Durations of the last 2 runs, oldest on the left; the longest took 3m12s."),
+            "{html}"
+        );
+        assert!(
             html.contains("<th scope=\"row\">node1</th><td>10.0.0.1</td><td></td>"),
             "{html}"
         );
@@ -635,6 +639,19 @@ mod tests {
         assert!(html.contains("no ssh Secret named (none needed)"), "{html}");
         assert!(!html.contains("NoSecret"), "{html}");
         assert!(html.contains("Nodes ready</dt><dd>5 of 5"), "{html}");
+    }
+
+    #[test]
+    fn a_cluster_with_one_finished_run_says_so_under_its_durations() {
+        let view = fleet();
+        let page = pages::cluster(&view, "calm", jiff::Timestamp::now()).unwrap();
+        assert_eq!(page.bars.len(), 1);
+        let html = render("cluster.html", &page);
+        assert!(
+            html.contains("Duration of the one run so far: 3m12s.</figcaption>"),
+            "{html}"
+        );
+        assert!(!html.contains("the last 1 runs"), "{html}");
     }
 
     #[test]
