@@ -247,10 +247,10 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
 
     // In a narrow window nothing is cut off: the page does not scroll sideways (wide tables scroll inside).
     browser.resize(420, 900).await;
-    for (path, ready) in [
-        ("/", "table"),
-        ("/clusters/local", "table"),
-        ("/rollouts/mark-all", "ol.waves"),
+    for (path, ready, shot) in [
+        ("/", "table", "fleet-narrow.png"),
+        ("/clusters/local", "table", "cluster-narrow.png"),
+        ("/rollouts/mark-all", "ol.waves", "rollout-narrow.png"),
     ] {
         browser.goto(&format!("{base}{path}")).await;
         browser.wait_for(ready).await;
@@ -261,8 +261,8 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
             overflow.as_i64().is_some_and(|px| px <= 0),
             "{path} is {overflow}px too wide"
         );
+        browser.screenshot(&shots.join(shot)).await;
     }
-    browser.screenshot(&shots.join("cluster-narrow.png")).await;
 
     // Open pages hold live streams; they do not keep kok from stopping.
     assert!(
