@@ -407,13 +407,19 @@ fn history_lists_commits_touching_the_cluster_newest_first() {
     assert_eq!(limited.len(), 1);
 }
 
-#[tokio::test]
-async fn a_local_commit_triggers_a_poll() {
+/// A repository with one commit, and the watch on its refs.
+fn watched_repository() -> (RepoBuilder, trigger::TriggerReceiver, trigger::LocalWatcher) {
     let mut repo = RepoBuilder::new();
     repo.cluster("a");
     repo.commit("initial");
-    let (tx, mut rx) = trigger::channel();
-    let _watcher = trigger::watch_local(repo.path(), tx).unwrap();
+    let (tx, rx) = trigger::channel();
+    let watcher = trigger::watch_local(repo.path(), tx).unwrap();
+    (repo, rx, watcher)
+}
+
+#[tokio::test]
+async fn a_local_commit_triggers_a_poll() {
+    let (mut repo, mut rx, _watcher) = watched_repository();
     repo.cluster("b");
     repo.commit("add b");
     let got = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
@@ -426,11 +432,7 @@ async fn a_burst_of_ref_changes_asks_for_a_poll_again_once_it_settles() {
     // pruned) can come before the watch on that directory, so only the directory's own event is
     // seen, and the poll it asks for may run before the ref is there: the watch asks again once the
     // refs are quiet.
-    let mut repo = RepoBuilder::new();
-    repo.cluster("a");
-    repo.commit("initial");
-    let (tx, mut rx) = trigger::channel();
-    let _watcher = trigger::watch_local(repo.path(), tx).unwrap();
+    let (repo, mut rx, _watcher) = watched_repository();
     std::fs::create_dir(repo.path().join(".git/refs/pull")).unwrap();
     let first = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
     assert_eq!(first.ok().flatten(), Some(trigger::Reason::LocalChange));
