@@ -146,7 +146,7 @@ async fn run_and_succeed_first(
 ) -> (Running, String) {
     let client = server.client();
     let mut dir = cluster_dir("prod", HOSTS, ops, None);
-    dir.vars_yml = VARS.into();
+    dir.vars_yml = Some(VARS.into());
     dir.settings.kubeconfig_secret = kubeconfig_setting.map(Into::into);
     let d = render(&dir, 1, &[]);
     apply_cluster(&client, NS, &d).await.unwrap();
@@ -449,7 +449,7 @@ async fn checked_every(
     let kubeconfig = testkit::kubeconfig_yaml(&workload.url());
     kubeconfig_secret(&client, &format!("{name}-kubeconfig"), &kubeconfig).await;
     let mut dir = cluster_dir(name, HOSTS, vec![], None);
-    dir.vars_yml = VARS.into();
+    dir.vars_yml = Some(VARS.into());
     apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
     let mut cfg = config(4);
     cfg.health_interval = interval;
@@ -622,7 +622,7 @@ async fn clusters_that_never_answer_do_not_delay_the_healthy_ones_in_a_health_ro
         )
         .await;
         let mut dir = cluster_dir(name, HOSTS, vec![], None);
-        dir.vars_yml = VARS.into();
+        dir.vars_yml = Some(VARS.into());
         apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
     }
     let mut cfg = config(4);
@@ -716,7 +716,7 @@ async fn verifications_of_clusters_that_never_answer_leave_the_reconcile_slots_t
         )
         .await;
         let mut dir = cluster_dir(&cluster, HOSTS, vec![install(None, Some("10m"))], None);
-        dir.vars_yml = VARS.into();
+        dir.vars_yml = Some(VARS.into());
         let d = render(&dir, 1, &[]);
         apply_cluster(&client, NS, &d).await.unwrap();
         hung.push(op_name(&d, "install"));
@@ -807,7 +807,7 @@ async fn a_cluster_being_verified_leaves_its_job_slot_to_other_clusters() {
     let silent = silent_server().await;
     let (meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&silent.url)).await;
     let mut dir = cluster_dir("prod", HOSTS, vec![install(None, Some("10m"))], None);
-    dir.vars_yml = VARS.into();
+    dir.vars_yml = Some(VARS.into());
     let prod = render(&dir, 1, &[]);
     apply_cluster(&client, NS, &prod).await.unwrap();
     let prod = op_name(&prod, "install");

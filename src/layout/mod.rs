@@ -7,6 +7,7 @@
 mod diag;
 mod disk;
 mod inventory;
+mod inventory_dir;
 mod labels;
 mod maintenance;
 pub mod model;
@@ -21,6 +22,7 @@ mod yaml;
 
 pub use disk::DiskTree;
 pub use inventory::read_inventory;
+pub use inventory_dir::{kube_version_of, read_inventory_dir};
 pub use labels::{label_key_problem, label_value_problem};
 pub use maintenance::{parse_duration, parse_hhmm, parse_weekday};
 pub use model::*;
@@ -31,8 +33,9 @@ pub use operations::{
 };
 pub use reader::*;
 pub use repo::{
-    layout_root, parse_clusters, parse_repo, parse_repo_settings, settings_path, CLUSTER_FILES, CLUSTER_YML,
-    HOSTS_YML, KOK_YML, MAX_CLUSTER_NAME, OPERATIONS_YML, VARS_YML,
+    is_vault_file, layout_root, parse_clusters, parse_repo, parse_repo_settings, settings_path,
+    CLUSTER_FILES, CLUSTER_YML, HOSTS_YAML, HOSTS_YML, INVENTORY_FILES, INVENTORY_INI, KOK_YML,
+    MAX_CLUSTER_NAME, MAX_INVENTORY_BYTES, OPERATIONS_YML, VARS_DIRS, VARS_YML,
 };
 pub use scaledown::{host_references, limits_hosts, unknown_hosts, HostRef};
 pub use settings::{is_quantity, merge_settings, SETTINGS_KEYS};

@@ -23,6 +23,7 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "historyLimit",
     "factsPlaybook",
     "kubeconfigSecret",
+    "vaultPasswordSecret",
     "labels",
     "maintenance",
 ];
@@ -58,6 +59,14 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             node,
             "kubeconfigSecret",
             "the name of a Secret in kok's namespace holding the kubeconfig",
+            diags,
+        )
+    });
+    settings.vault_password_secret = get(map, "vaultPasswordSecret").and_then(|node| {
+        subdomain(
+            node,
+            "vaultPasswordSecret",
+            "the name of a Secret in kok's namespace whose key `password` is the ansible-vault password",
             diags,
         )
     });
@@ -142,6 +151,10 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             .kubeconfig_secret
             .clone()
             .or_else(|| base.kubeconfig_secret.clone()),
+        vault_password_secret: over
+            .vault_password_secret
+            .clone()
+            .or_else(|| base.vault_password_secret.clone()),
         defaults: crate::api::RunDefaults {
             image: o.image.clone().or_else(|| b.image.clone()),
             service_account: o.service_account.clone().or_else(|| b.service_account.clone()),

@@ -364,9 +364,12 @@ impl Snapshot {
             hosts_conf_ref: ConfigMapRef {
                 name: format!("{name}-hosts"),
             },
-            vars_conf_ref: ConfigMapRef {
+            vars_conf_ref: Some(ConfigMapRef {
                 name: format!("{name}-vars"),
-            },
+            }),
+            inventory_file: None,
+            vars_files: Vec::new(),
+            vault_password_ref: None,
             ssh_auth_ref: None,
             defaults: Default::default(),
             source: ClusterSource::default(),
