@@ -19,7 +19,8 @@ Per release it records:
   - playbooks: the files at the root and under `playbooks/` that are ansible playbooks;
   - settings: the values the release's assertions accept for kube_network_plugin, container_manager,
     etcd_deployment_type, kube_proxy_mode and dns_mode (a setting without an assertion is left out: the
-    release accepts anything), and the assertions that only hold under a condition on another setting;
+    release accepts anything) with the setting's default, and the assertions that only hold under a
+    condition on another setting;
   - checks: where the assertions kok repeats live (the even etcd count, empty groups, the fact cache for
     `--limit`, the Kubernetes version and its form, `node` for remove_node.yml), what kok needs to repeat
     them (the groups, the group counted when etcd is absent);
@@ -157,7 +158,7 @@ def read_versions(git, tag):
     sys.exit(f"{tag}: no checksums file in {CHECKSUMS_PATHS}: extend scripts/kubespray-releases.py")
 
 
-def read_default(git, tag, name, checksums):
+def read_default(git, tag, name, checksums, normalised=True):
     """The default of `name` (literal or templated from the checksums), with where it is written."""
     pattern = re.compile(rf"^{name}:")
     for path in DEFAULTS_PATHS:
@@ -176,7 +177,7 @@ def read_default(git, tag, name, checksums):
             value = str(keys[index])
         elif "{{" in value:
             sys.exit(f"{tag}:{path}:{line}: {name} is a template kok cannot evaluate: {value}")
-        entry = {"value": normalise(value), "path": path, "line": line}
+        entry = {"value": normalise(value) if normalised else value, "path": path, "line": line}
         if templated:
             entry["template"] = str(raw)
         return entry
@@ -351,6 +352,8 @@ def release(git, tag):
     if not versions:
         sys.exit(f"{tag}: no Kubernetes version with an amd64 kubeadm checksum")
     settings, conditional, checks = read_assertions(git, tag)
+    for name, accepted in settings.items():
+        accepted["default"] = read_default(git, tag, name, checksums, normalised=False)
     remove_node = read_remove_node(git, tag)
     if remove_node:
         checks["remove_node_needs_node"] = remove_node
