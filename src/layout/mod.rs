@@ -33,9 +33,9 @@ pub use operations::{
 };
 pub use reader::*;
 pub use repo::{
-    is_vault_file, layout_root, parse_clusters, parse_repo, parse_repo_settings, settings_path,
-    CLUSTER_FILES, CLUSTER_YML, HOSTS_YAML, HOSTS_YML, INVENTORY_FILES, INVENTORY_INI, KOK_YML,
-    MAX_CLUSTER_NAME, MAX_INVENTORY_BYTES, OPERATIONS_YML, VARS_DIRS, VARS_YML,
+    is_vault_file, layout_root, parse_clusters, parse_repo, parse_repo_settings, read_inventory_dir_at,
+    settings_path, CLUSTER_FILES, CLUSTER_YML, HOSTS_YAML, HOSTS_YML, INVENTORY_FILES, INVENTORY_INI,
+    KOK_YML, MAX_CLUSTER_NAME, MAX_INVENTORY_BYTES, OPERATIONS_YML, VARS_DIRS, VARS_YML,
 };
 pub use scaledown::{host_references, limits_hosts, unknown_hosts, HostRef};
 pub use settings::{is_quantity, merge_settings, SETTINGS_KEYS};

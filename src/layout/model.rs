@@ -57,6 +57,8 @@ pub struct Settings {
     pub kubeconfig_secret: Option<String>,
     /// Name of a Secret in kok's namespace whose key `password` is the ansible-vault password.
     pub vault_password_secret: Option<String>,
+    /// `kubesprayVersion`: the kubespray release of an image whose tag does not say it (`v2.27.0`).
+    pub kubespray_version: Option<String>,
     /// Defaults for the cluster's operations.
     pub defaults: RunDefaults,
     /// Kubernetes labels copied onto the Cluster object (kok.yml's and cluster.yml's, merged per label key).
@@ -96,6 +98,10 @@ pub struct Operation {
     pub verify_timeout: Option<String>,
     /// `ignoreMaintenance: true`: starts outside the cluster's maintenance windows and in its freezes.
     pub ignore_maintenance: bool,
+    /// `preflight: false`: kubespray's pre-flight rules are not checked for this operation.
+    pub preflight: bool,
+    /// `allowReleaseSkip: true`: the operation may move the cluster over a kubespray minor release.
+    pub allow_release_skip: bool,
     /// The entry exactly as written, as JSON; its canonical form is hashed into the digest.
     pub entry: serde_json::Value,
     /// 1-based line of the entry in operations.yml.
@@ -123,6 +129,8 @@ impl Operation {
             verify: Default::default(),
             verify_timeout: None,
             ignore_maintenance: false,
+            preflight: true,
+            allow_release_skip: false,
             entry: serde_json::json!({"id": id, "action": action}),
             line: 1 + index * 2,
             index,

@@ -8,7 +8,7 @@ use super::names::{dns1123_label_problem, hint};
 use super::operations::parse_operations;
 use super::rollouts::{parse_rollouts, Fleet};
 use super::settings::{merge_settings, parse_settings};
-use super::{ClusterDir, Diagnostic, Entry, EntryKind, Parsed, Settings, Severity, TreeReader};
+use super::{ClusterDir, Diagnostic, Entry, EntryKind, InventoryDir, Parsed, Settings, Severity, TreeReader};
 
 /// Name of the repo-wide settings file at the top of the tree.
 pub const KOK_YML: &str = "kok.yml";
@@ -374,6 +374,20 @@ fn parse_cluster(
         }
         _ => parsed.invalid.push(name.to_string()),
     }
+}
+
+/// The files of the cluster directory `dir` ansible reads as an inventory directory, read through `reader`
+/// without validating them; `None` when it has no single inventory file.
+pub fn read_inventory_dir_at(reader: &dyn TreeReader, dir: &str) -> Option<InventoryDir> {
+    let mut ignored = Vec::new();
+    let mut read = read_cluster_files(reader, dir, None, &mut ignored)?;
+    let file = inventory_file_of(&read.entries, dir, None, &mut ignored)?;
+    Some(InventoryDir {
+        inventory_file: file.to_string(),
+        hosts_yml: read.files.remove(file)?,
+        vars_yml: read.files.remove(VARS_YML),
+        vars_files: read.vars_files,
+    })
 }
 
 /// The inventory file of a cluster directory: exactly one of [`INVENTORY_FILES`]; reports none or several.

@@ -512,6 +512,8 @@ mod tests {
             verify: Default::default(),
             verify_timeout: None,
             ignore_maintenance: false,
+            preflight: true,
+            allow_release_skip: false,
             entry,
             line: index + 1,
             index,
