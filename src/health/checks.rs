@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api::{CheckResult, Verify};
-use crate::layout::{host_references, read_inventory_dir, InventoryDir};
+use crate::layout::{host_references, inventory_of, InventoryDir};
 
 /// The inventory groups whose hosts are the cluster's Nodes.
 pub const KUBERNETES_GROUPS: [&str; 2] = ["kube_control_plane", "kube_node"];
@@ -50,7 +50,7 @@ impl Expected {
     /// What an operation running `action` with `extra_args` on the pinned inventory directory `dir` should
     /// leave; `Err` when its inventory file does not read as an inventory.
     pub fn from_dir(dir: &InventoryDir, action: &str, extra_args: &[String]) -> Result<Expected, String> {
-        let inventory = read_inventory_dir(dir)
+        let inventory = inventory_of(dir)
             .ok_or_else(|| format!("the pinned {} is not a valid inventory", dir.inventory_file))?;
         let removing: BTreeSet<String> = if action.rsplit('/').next() == Some(REMOVE_NODE_PLAYBOOK) {
             host_references(extra_args)

@@ -4,7 +4,7 @@
 use super::{read_inventory, Inventory, InventoryDir, HOSTS_YML};
 
 /// The inventory of `dir`, when its inventory file is valid (a pinned one always is: validation came first).
-pub fn read_inventory_dir(dir: &InventoryDir) -> Option<Inventory> {
+pub fn inventory_of(dir: &InventoryDir) -> Option<Inventory> {
     match dir.inventory_file.as_str() {
         HOSTS_YML | super::HOSTS_YAML => read_inventory(&dir.hosts_yml),
         _ => None,

@@ -22,7 +22,7 @@ mod yaml;
 
 pub use disk::DiskTree;
 pub use inventory::read_inventory;
-pub use inventory_dir::{kube_version_of, read_inventory_dir};
+pub use inventory_dir::{inventory_of, kube_version_of};
 pub use labels::{label_key_problem, label_value_problem};
 pub use maintenance::{parse_duration, parse_hhmm, parse_weekday};
 pub use model::*;
