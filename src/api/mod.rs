@@ -134,7 +134,7 @@ pub struct PinnedFile {
     /// Name of the ConfigMap holding the file: under key `file`, or gzip-compressed under `file.gz` in
     /// binaryData when `gzip` is set.
     pub config_map: String,
-    /// The file is stored gzip-compressed (files over 4 KiB are).
+    /// The file is stored gzip-compressed (files over 1 KiB are).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gzip: bool,
 }

@@ -263,9 +263,9 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
     }
 }
 
-/// Files of group_vars/ and host_vars/ larger than this (4 KiB) are pinned gzip-compressed, so that a
+/// Files of group_vars/ and host_vars/ larger than this (1 KiB) are pinned gzip-compressed, so that a
 /// fleet of kubespray inventories (86 KB of sample variables each) stays small in the meta-cluster.
-pub const GZIP_ABOVE: usize = 4 << 10;
+pub const GZIP_ABOVE: usize = 1 << 10;
 
 fn secret_ref(name: &Option<String>) -> Option<SecretRef> {
     name.as_ref().map(|name| SecretRef { name: name.clone() })
