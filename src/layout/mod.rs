@@ -4,6 +4,7 @@
 //! some of them. Every problem becomes a [`Diagnostic`] with a path, line and column; a cluster with any
 //! error lands in [`Parsed::invalid`] and the others are unaffected.
 
+pub mod ansible;
 mod diag;
 mod disk;
 mod inventory;
@@ -19,6 +20,9 @@ mod scaledown;
 mod settings;
 mod yaml;
 
+pub use ansible::{
+    read_inventory_dir, AnsibleInventory, GroupVar, InventorySource, Known, Origin, Setting, Unknown,
+};
 pub use disk::DiskTree;
 pub use inventory::read_inventory;
 pub use labels::{label_key_problem, label_value_problem};
