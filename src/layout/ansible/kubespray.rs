@@ -1,7 +1,7 @@
 //! The groups kubespray's `playbooks/boilerplate.yml` makes at run time with `group_by`: `k8s_cluster`
 //! from its member groups, the current names from legacy ones (`kube-master`...), and `_all` for the rest.
 
-use super::graph::{Graph, ALL};
+use super::graph::{Graph, ALL, UNGROUPED};
 
 /// boilerplate.yml's `group_mappings` (kubespray v2.27.0), in its order: a host in any of the listed groups
 /// joins the first; a host in none joins `_all`.
@@ -56,23 +56,20 @@ pub(crate) fn add_boilerplate_groups(graph: &Graph) -> Graph {
     graph
 }
 
-/// ansible's `add_dynamic_group` with the default parent `all`.
+/// ansible's `add_dynamic_group` with the default parent `all`. ansible then reconciles the whole
+/// inventory; the only thing that can change is `h` leaving `ungrouped`, done here directly.
 fn add_dynamic_group(graph: &mut Graph, h: usize, name: &str) {
     let g = graph.add_group(name);
     // Cannot fail: `all` is nobody's child.
-    let mut changed = graph.add_child(ALL, g).unwrap_or(false);
-    if !graph.group_hosts(g).contains(&h) {
-        changed |= graph.add_member(g, h);
-    }
-    if changed {
-        graph.reconcile();
+    let _ = graph.add_child(ALL, g);
+    if !graph.group_hosts(g).contains(&h) && graph.add_member(g, h) && g != UNGROUPED {
+        graph.groups[UNGROUPED].hosts.retain(|x| *x != h);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::ansible::graph::UNGROUPED;
 
     fn hosts(g: &Graph, group: &str) -> Vec<String> {
         let group = g.group(group).unwrap();

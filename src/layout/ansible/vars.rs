@@ -200,13 +200,11 @@ impl Tree {
                         .entries
                         .entry(part.to_string())
                         .or_insert_with(|| Entry::Dir(Tree::default()));
-                    if let Entry::File = entry {
-                        *entry = Entry::Dir(Tree::default());
+                    match entry {
+                        Entry::Dir(dir) => node = dir,
+                        // A path cannot name a file and a directory at once.
+                        Entry::File => break,
                     }
-                    let Entry::Dir(dir) = entry else {
-                        unreachable!("just made a directory")
-                    };
-                    node = dir;
                 }
             }
         }
