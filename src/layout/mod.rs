@@ -4,6 +4,7 @@
 //! some of them. Every problem becomes a [`Diagnostic`] with a path, line and column; a cluster with any
 //! error lands in [`Parsed::invalid`] and the others are unaffected.
 
+pub mod ansible;
 mod diag;
 mod disk;
 mod inventory;
@@ -20,6 +21,9 @@ mod scaledown;
 mod settings;
 mod yaml;
 
+pub use ansible::{
+    read_inventory_dir, AnsibleInventory, GroupVar, InventorySource, Known, Origin, Setting, Unknown,
+};
 pub use disk::DiskTree;
 pub use inventory::read_inventory;
 pub use inventory_dir::{inventory_of, kube_version_of};
