@@ -270,6 +270,62 @@ async fn kubelets_left_at_the_old_version_fail_the_upgrade() {
     .await;
 }
 
+/// A cluster in kubespray's layout whose `kube_version` lives where kubespray's sample keeps it,
+/// `group_vars/k8s_cluster/k8s-cluster.yml` (pinned compressed: it is over 1 KiB), above an older value of
+/// `group_vars/all`; the inventory names no `k8s_cluster` group, which kubespray makes at run time.
+fn kubespray_layout_dir() -> kok::layout::ClusterDir {
+    let mut dir = cluster_dir("prod", "", vec![install(None, Some("1s"))], None);
+    dir.inventory_file = "inventory.ini".into();
+    dir.hosts_yml =
+        "[kube_control_plane]\nnode1\n\n[etcd:children]\nkube_control_plane\n\n[kube_node]\nnode2\n".into();
+    dir.vars_yml = None;
+    let padding = "# kubespray's sample explains every setting at length\n".repeat(40);
+    dir.vars_files = vec![
+        ("group_vars/all/all.yml".into(), "kube_version: v1.29.0\n".into()),
+        (
+            "group_vars/k8s_cluster/k8s-cluster.yml".into(),
+            format!("{padding}kube_version: v1.31.4\n"),
+        ),
+        ("host_vars/node1.yml".into(), "ip: 10.0.0.1\n".into()),
+        ("host_vars/node2.yml".into(), "ip: 10.0.0.2\n".into()),
+    ];
+    dir
+}
+
+#[tokio::test]
+async fn a_kubespray_inventory_is_verified_against_the_kube_version_its_k8s_cluster_group_vars_set() {
+    for (kubelets, want) in [("v1.31.4", Phase::Succeeded), ("v1.29.0", Phase::Failed)] {
+        let workload = testkit::ApiServer::start().await.unwrap();
+        node(&workload.client(), "node1", "10.0.0.1", true, kubelets).await;
+        node(&workload.client(), "node2", "10.0.0.2", true, kubelets).await;
+        let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
+        let dir = kubespray_layout_dir();
+        let d = render(&dir, 1, &[]);
+        assert!(
+            d.cluster.spec.vars_files.iter().any(|f| f.gzip),
+            "k8s-cluster.yml is pinned compressed"
+        );
+        apply_cluster(&client, NS, &d).await.unwrap();
+        let mut cfg = config(4);
+        cfg.verify_retry = Duration::from_millis(100);
+        let ctl = start(&client, cfg);
+        let name = op_name(&d, "install");
+        wait_phase(&client, &name, Phase::Running).await;
+        server.complete_job(NS, &job_name(&name)).await.unwrap();
+        let done = wait_phase(&client, &name, want).await;
+        ctl.stop().await;
+        let text = description(&done);
+        if want == Phase::Succeeded {
+            assert!(text.ends_with("; verified: 2/2 nodes Ready, v1.31.4"), "{text}");
+        } else {
+            assert_eq!(
+                text,
+                "playbook succeeded, verification failed: 2 kubelets still at v1.29.0 (node1, node2), want v1.31.4"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_unreachable_api_server_fails_with_the_cause() {
     let closed = {

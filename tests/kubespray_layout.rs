@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kok::api::Phase;
 use kube::api::{Api, PostParams};
-use local_e2e_support::kubespray::{kubespray_or_skip, Kubespray};
+use local_e2e_support::kubespray::{installed_or_skip, Kubespray};
 use local_e2e_support::{finished_within, note_line, run_log, LocalKok, LocalRepo, CLUSTER, NS};
 use serde_json::Value;
 
@@ -142,7 +142,7 @@ fn ansible_inventory(kubespray: &Kubespray, inventory: &Path, password: &Path) -
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_sees_every_hosts_variables_as_ansible_inventory_does_and_the_vault_password_stays_out() {
-    let Some(kubespray) = kubespray_or_skip("a_run_sees_every_hosts_variables_as_ansible_inventory_does")
+    let Some(kubespray) = installed_or_skip("a_run_sees_every_hosts_variables_as_ansible_inventory_does")
     else {
         return;
     };
@@ -152,7 +152,9 @@ async fn a_run_sees_every_hosts_variables_as_ansible_inventory_does_and_the_vaul
         std::fs::remove_file(cluster.join(file)).expect("the harness's short layout");
     }
     for (path, text) in cluster_files() {
-        repo.write(&format!("clusters/{CLUSTER}/{path}"), &text);
+        let file = cluster.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, text).unwrap();
     }
     let scratch = repo.scratch("vault");
     std::fs::create_dir_all(&scratch).unwrap();
@@ -161,7 +163,7 @@ async fn a_run_sees_every_hosts_variables_as_ansible_inventory_does_and_the_vaul
         &scratch,
         &format!("registry_password: {REGISTRY_PASSWORD}\nlayer: vaulted-all\n"),
     );
-    repo.write(&format!("clusters/{CLUSTER}/group_vars/all/vault.yml"), &vaulted);
+    std::fs::write(cluster.join("group_vars/all/vault.yml"), &vaulted).unwrap();
     let out_dir = repo.scratch("dump");
     std::fs::create_dir_all(&out_dir).unwrap();
     repo.write("playbooks/dump.yml", DUMP_PLAYBOOK);
@@ -174,7 +176,7 @@ async fn a_run_sees_every_hosts_variables_as_ansible_inventory_does_and_the_vaul
     );
     let sha = repo.commit("the local cluster in kubespray's layout");
 
-    let (ok, stdout, stderr) = repo.kok(&["validate", "."]);
+    let (ok, stdout, stderr) = repo.kok(&["validate", repo.path().to_str().unwrap()]);
     assert!(ok, "kok validate: {stdout}{stderr}");
 
     let mut kok = LocalKok::start_with_path(&repo, &[], kubespray.search_path());
@@ -287,12 +289,13 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn kubesprays_own_sample_inventory_copied_as_it_ships_validates() {
-    let Some(kubespray) = kubespray_or_skip("kubesprays_own_sample_inventory_copied_as_it_ships_validates")
+    let Some(kubespray) = installed_or_skip("kubesprays_own_sample_inventory_copied_as_it_ships_validates")
     else {
         return;
     };
     let repo = tempfile::tempdir().unwrap();
     let cluster = repo.path().join("clusters/ks");
+    std::fs::create_dir_all(repo.path().join("clusters")).unwrap();
     let status = Command::new("cp")
         .arg("-rp")
         .arg(kubespray.tree.join("inventory/sample"))

@@ -33,8 +33,6 @@ const PAGE: u32 = 500;
 const EDITED: &str = "k8s_cluster/k8s-cluster.yml";
 /// The edit: this line of [`EDITED`] replaced by the next.
 const KUBE_VERSION: (&str, &str) = ("kube_version: v1.31.4\n", "kube_version: v1.31.3\n");
-/// Write the inventory as `inventory.ini` instead of `hosts.yml` (once kok reads INI inventories).
-const INVENTORY_INI: bool = false;
 /// Target of the first pass, per cluster: 100 MB at 1,000 clusters.
 const FIRST_PASS_PER_CLUSTER: f64 = 100e3;
 /// Target of the edit, per cluster.
@@ -177,34 +175,10 @@ fn inventory_file(i: usize) -> (&'static str, String) {
     let hosts: Vec<(String, String)> = (1..=5)
         .map(|h| (format!("node{h}"), format!("10.{}.{}.{h}", i / 256, i % 256)))
         .collect();
-    if INVENTORY_INI {
-        ("inventory.ini", inventory_ini(&hosts))
-    } else {
-        ("hosts.yml", hosts_yml(&hosts))
-    }
+    ("inventory.ini", inventory_ini(&hosts))
 }
 
-/// The first three of `hosts` (name, address) control the cluster, the others work.
-fn hosts_yml(hosts: &[(String, String)]) -> String {
-    let mut text = String::from("all:\n  hosts:\n");
-    for (name, ip) in hosts {
-        text.push_str(&format!(
-            "    {name}:\n      ansible_host: {ip}\n      ip: {ip}\n"
-        ));
-    }
-    text.push_str("  children:\n    kube_control_plane:\n      hosts:\n");
-    for (name, _) in &hosts[..3] {
-        text.push_str(&format!("        {name}:\n"));
-    }
-    text.push_str("    etcd:\n      children:\n        kube_control_plane:\n    kube_node:\n      hosts:\n");
-    for (name, _) in &hosts[3..] {
-        text.push_str(&format!("        {name}:\n"));
-    }
-    text.push_str("    k8s_cluster:\n      children:\n        kube_control_plane:\n        kube_node:\n");
-    text
-}
-
-/// The same inventory as [`hosts_yml`], in INI.
+/// The first three of `hosts` (name, address) control the cluster (and run etcd), the others work, in INI.
 fn inventory_ini(hosts: &[(String, String)]) -> String {
     let mut text = String::from("[kube_control_plane]\n");
     let line = |(name, ip): &(String, String)| format!("{name} ansible_host={ip} ip={ip}\n");

@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use super::ansible::{read_inventory_dir, InventorySource};
 use super::diag::{parse_yaml, read_text, FileDiags};
-use super::inventory::parse_inventory;
 use super::names::{dns1123_label_problem, hint};
 use super::operations::parse_operations;
 use super::rollouts::{parse_rollouts, Fleet};
 use super::settings::{merge_settings, parse_settings};
 use super::{ClusterDir, Diagnostic, Entry, EntryKind, InventoryDir, Parsed, Settings, Severity, TreeReader};
+use crate::api::VARS_INVENTORY_PATH;
 
 /// Name of the repo-wide settings file at the top of the tree.
 pub const KOK_YML: &str = "kok.yml";
@@ -278,19 +279,16 @@ fn parse_cluster(
     let files = &mut read.files;
 
     let inventory_file = inventory_file_of(&read.entries, &dir, cluster, out);
-    let mut inventory = None;
-    if let Some(file) = inventory_file {
-        if let Some(text) = files.get(file) {
-            let mut d = FileDiags::new(join(&dir, file), cluster, out);
+    let vars_ok = match files.get(VARS_YML) {
+        Some(text) => {
+            let mut d = FileDiags::new(join(&dir, VARS_YML), cluster, out);
             let start = d.error_count();
-            let inv = parse_inventory_file(file, text, &mut d);
-            if d.error_count() == start {
-                inventory = inv;
-            }
+            check_vars(text, &mut d);
+            d.error_count() == start
         }
-    }
-    if let Some(text) = files.get(VARS_YML) {
-        check_vars(text, &mut FileDiags::new(join(&dir, VARS_YML), cluster, out));
+        None => true,
+    };
+    if files.contains_key(VARS_YML) {
         if let Some((path, _)) = read
             .vars_files
             .iter()
@@ -311,8 +309,16 @@ fn parse_cluster(
             );
         }
     }
-    for (path, text) in &read.vars_files {
-        check_vars_file(text, &mut FileDiags::new(join(&dir, path), cluster, out));
+    let conflict =
+        files.contains_key(VARS_YML) && read.vars_files.iter().any(|(p, _)| is_group_vars_of_all(p));
+    let mut inventory = None;
+    if let Some(file) = inventory_file {
+        if let Some(text) = files.get(file) {
+            // A broken vars.yml is reported above; with group_vars/all beside it (refused above), ansible
+            // would pass over it: said once.
+            let vars_yml = files.get(VARS_YML).filter(|_| vars_ok && !conflict);
+            inventory = resolve_cluster_inventory(&dir, cluster, file, text, vars_yml, &read.vars_files, out);
+        }
     }
     let total: usize = files.values().map(String::len).sum::<usize>()
         + read.vars_files.iter().map(|(_, text)| text.len()).sum::<usize>();
@@ -429,14 +435,40 @@ fn inventory_file_of(
     }
 }
 
-/// Parses the inventory file `file` (INI for inventory.ini, YAML otherwise).
-fn parse_inventory_file(file: &str, text: &str, d: &mut FileDiags<'_>) -> Option<super::Inventory> {
-    if file == INVENTORY_INI {
-        d.error_at(0, 0, "INI inventories are read once the INI reader lands");
-        None
-    } else {
-        parse_inventory(text, d)
+/// Reads the cluster's inventory directory as ansible does (the inventory file, vars.yml as
+/// `group_vars/all.yml`, group_vars/ and host_vars/), reporting its problems; its inventory when it has none.
+fn resolve_cluster_inventory(
+    dir: &str,
+    cluster: Option<&str>,
+    file: &str,
+    text: &str,
+    vars_yml: Option<&String>,
+    vars_files: &[(String, String)],
+    out: &mut Vec<Diagnostic>,
+) -> Option<super::Inventory> {
+    let mut files = Vec::with_capacity(vars_files.len() + 1);
+    if let Some(vars) = vars_yml {
+        files.push((VARS_INVENTORY_PATH.to_string(), vars.clone()));
     }
+    files.extend(vars_files.iter().cloned());
+    let source = InventorySource {
+        dir,
+        cluster,
+        inventory_name: file,
+        inventory_text: text,
+        files: &files,
+    };
+    let mut found = Vec::new();
+    let resolved = read_inventory_dir(&source, &mut found);
+    // vars.yml is read as group_vars/all.yml (which cannot be there beside it): its problems are vars.yml's.
+    let as_all = join(dir, VARS_INVENTORY_PATH);
+    for mut d in found {
+        if vars_yml.is_some() && d.path == as_all {
+            d.path = join(dir, VARS_YML);
+        }
+        out.push(d);
+    }
+    resolved.map(|r| r.inventory().clone())
 }
 
 /// True for the files of group_vars/ that hold the group variables of `all` (`group_vars/all.yml`,
@@ -462,25 +494,6 @@ fn vars_entry_stem(name: &str) -> Option<&str> {
 /// (`~`), and with no extension or one of [`VARS_EXTENSIONS`].
 fn ansible_reads(name: &str) -> bool {
     !name.starts_with('.') && !name.ends_with('~') && vars_entry_stem(name).is_some()
-}
-
-/// A group_vars/host_vars file must be a YAML (or JSON) mapping; an empty file is fine, and a file
-/// ansible-vault encrypted as a whole is not YAML and is left to ansible.
-fn check_vars_file(text: &str, d: &mut FileDiags<'_>) {
-    if is_vault_file(text) {
-        return;
-    }
-    match parse_yaml(text, d) {
-        Err(()) | Ok(None) => {}
-        Ok(Some(root)) if root.is_null() || root.as_map().is_some() => {}
-        Ok(Some(root)) => d.error(
-            &root,
-            format!(
-                "a variables file must be a mapping of variable names to values, not {}",
-                root.type_name()
-            ),
-        ),
-    }
 }
 
 /// True when `text` is a file that ansible-vault encrypted as a whole.
@@ -736,6 +749,13 @@ mod tests {
         fn file(self, path: &str, text: &str) -> Self {
             self.with(path, EntryKind::File, text)
         }
+        /// A cluster in kubespray's layout: inventory.ini with kubespray's groups, no vars.yml.
+        fn kubespray(self, name: &str) -> Self {
+            self.file(
+                &format!("clusters/{name}/inventory.ini"),
+                "[kube_control_plane]\nn1\n\n[etcd:children]\nkube_control_plane\n\n[kube_node]\nn2\n",
+            )
+        }
         fn good(self, name: &str) -> Self {
             self.file(&format!("clusters/{name}/hosts.yml"), "all:\n  hosts:\n    n1:\n")
                 .file(&format!("clusters/{name}/vars.yml"), "{}\n")
@@ -872,7 +892,7 @@ mod tests {
     #[test]
     fn group_vars_and_host_vars_are_read_as_ansible_reads_them() {
         let tree = Mem::default()
-            .good("a")
+            .kubespray("a")
             .file(
                 "clusters/a/group_vars/k8s_cluster/k8s-cluster.yml",
                 "kube_version: v1.31.4\n",
@@ -893,6 +913,12 @@ mod tests {
             .file("clusters/a/host_vars/n1.yaml", "ip: 10.0.0.1\n");
         let parsed = parse_repo(&tree, "clusters");
         assert_eq!(messages(&parsed), Vec::<String>::new());
+        assert_eq!(parsed.clusters[0].inventory_file, "inventory.ini");
+        assert_eq!(
+            parsed.clusters[0].inventory.addresses["n1"],
+            ["10.0.0.1"],
+            "host_vars give the inventory its addresses"
+        );
         let paths: Vec<&str> = parsed.clusters[0]
             .vars_files
             .iter()
@@ -914,13 +940,13 @@ mod tests {
     #[test]
     fn a_variables_file_that_is_not_a_mapping_or_a_link_is_refused() {
         let tree = Mem::default()
-            .good("a")
+            .kubespray("a")
             .file("clusters/a/group_vars/etcd/list.yml", "- a\n")
             .with("clusters/a/host_vars/n1.yml", EntryKind::Symlink, "");
         let m = messages(&parse_repo(&tree, "clusters"));
         assert_eq!(m.len(), 2, "{m:?}");
         assert!(
-            m[0].starts_with("clusters/a/group_vars/etcd/list.yml:1:1: a variables file must be a mapping"),
+            m[0].starts_with("clusters/a/group_vars/etcd/list.yml:1:1: a vars file must be a mapping"),
             "{m:?}"
         );
         assert!(
@@ -977,7 +1003,7 @@ mod tests {
     #[test]
     fn vaulted_variables_need_a_vault_password_secret() {
         let tree = Mem::default()
-            .good("a")
+            .kubespray("a")
             .file("clusters/a/group_vars/k8s_cluster/vault.yml", VAULT)
             .file(
                 "clusters/a/group_vars/k8s_cluster/registry.yml",
@@ -1015,7 +1041,7 @@ mod tests {
     fn a_directory_over_what_one_config_map_holds_is_refused_naming_its_size() {
         let big = format!("a: \"{}\"\n", "x".repeat(600 << 10));
         let tree = Mem::default()
-            .good("a")
+            .kubespray("a")
             .file("clusters/a/group_vars/etcd/one.yml", &big)
             .file("clusters/a/group_vars/etcd/two.yml", &big);
         let m = messages(&parse_repo(&tree, "clusters"));
