@@ -32,7 +32,22 @@ pub fn resolve_inventory(dir: &InventoryDir) -> Option<AnsibleInventory> {
 
 /// The inventory of `dir`: its hosts, groups and their addresses as ansible resolves them.
 pub fn inventory_of(dir: &InventoryDir) -> Option<Inventory> {
-    resolve_inventory(dir).map(|resolved| resolved.inventory().clone())
+    resolve_inventory(dir).map(|resolved| kok_inventory(&resolved))
+}
+
+/// The inventory kok's own readers use (`--limit` and scale-down checks, health, the web view): `resolved`
+/// with the groups kubespray's boilerplate makes at run time (`k8s_cluster`), so that naming them is no
+/// mistake, but without the catch-all group it puts every other host in.
+pub fn kok_inventory(resolved: &AnsibleInventory) -> Inventory {
+    let mut inventory = resolved.with_kubespray_groups().inventory().clone();
+    let unmatched = super::ansible::kubespray::UNMATCHED_GROUP;
+    inventory.groups.remove(unmatched);
+    inventory.members.remove(unmatched);
+    inventory.children.remove(unmatched);
+    for children in inventory.children.values_mut() {
+        children.remove(unmatched);
+    }
+    inventory
 }
 
 /// The value of `name` ansible gives the Kubernetes hosts of `resolved`: those of `k8s_cluster` as
@@ -108,6 +123,12 @@ mod tests {
         assert_eq!(kube_version_of(&d).as_deref(), Some("v1.31.4"));
         let inventory = inventory_of(&d).unwrap();
         assert!(inventory.hosts.contains("n1") && inventory.hosts.contains("n2"));
+        assert_eq!(
+            inventory.hosts_of("k8s_cluster"),
+            ["n1".to_string(), "n2".to_string()].into(),
+            "the group kubespray makes is there for kok's readers"
+        );
+        assert!(!inventory.groups.contains("_all"));
     }
 
     #[test]

@@ -26,7 +26,9 @@ pub use ansible::{
 };
 pub use disk::DiskTree;
 pub use inventory::read_inventory;
-pub use inventory_dir::{inventory_of, kube_version_of};
+pub use inventory_dir::{
+    ansible_files, cluster_var, inventory_of, kok_inventory, kube_version_of, resolve_inventory,
+};
 pub use labels::{label_key_problem, label_value_problem};
 pub use maintenance::{parse_duration, parse_hhmm, parse_weekday};
 pub use model::*;

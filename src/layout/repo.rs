@@ -468,7 +468,7 @@ fn resolve_cluster_inventory(
         }
         out.push(d);
     }
-    resolved.map(|r| r.inventory().clone())
+    resolved.map(|r| super::inventory_dir::kok_inventory(&r))
 }
 
 /// True for the files of group_vars/ that hold the group variables of `all` (`group_vars/all.yml`,
@@ -935,6 +935,19 @@ mod tests {
                 "host_vars/n1.yaml",
             ]
         );
+    }
+
+    #[test]
+    fn a_limit_may_name_the_group_kubespray_makes_at_run_time_but_not_an_unknown_one() {
+        let tree = Mem::default().kubespray("a").file(
+            "clusters/a/operations.yml",
+            "- {id: a, action: cluster.yml, extraArgs: [--limit=k8s_cluster]}\n\
+             - {id: b, action: cluster.yml, extraArgs: [--limit=k8s_clustr]}\n",
+        );
+        let m = messages(&parse_repo(&tree, "clusters"));
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].starts_with("clusters/a/operations.yml:2:"), "{m:?}");
+        assert!(m[0].contains("k8s_clustr"), "{m:?}");
     }
 
     #[test]
