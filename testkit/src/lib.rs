@@ -7,7 +7,9 @@
 //! [`table`] renders `kubectl get` tables, [`discovery`] and [`openapi`] answer discovery, [`errors`]
 //! renders `Status` objects, [`protobuf`] reads and writes Kubernetes protobuf, [`schema`] (with
 //! [`formats`]) checks custom resources against their CRD, [`typed`] prunes built-ins and
-//! [`validation`] checks names and immutability. Garbage collection of dependents lives in [`api`].
+//! [`validation`] checks names and immutability; [`events`] serves `v1` and `events.k8s.io/v1` Events
+//! from one storage, converted and validated as the real server does. Garbage collection of dependents
+//! lives in [`api`].
 //! [`auth`] answers TokenReviews and SubjectAccessReviews (RBAC on the stored roles and bindings);
 //! [`pod_logs`] serves what tests say a pod printed.
 //! With [`Options::data_dir`], [`persist`] keeps the store on disk (SQLite, one row per object;
@@ -22,6 +24,7 @@ pub mod apply;
 pub mod auth;
 pub mod discovery;
 pub mod errors;
+pub mod events;
 pub mod formats;
 pub mod gnostic;
 pub mod legacy;

@@ -590,7 +590,7 @@ fn resource_request(
     };
     let fields = match q
         .get("fieldSelector")
-        .map(|s| FieldSelector::parse(s))
+        .map(|s| FieldSelector::parse(s, &rp.group, &rp.resource))
         .transpose()
     {
         Ok(f) => f.unwrap_or_default(),

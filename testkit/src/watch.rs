@@ -59,13 +59,11 @@ pub struct Signals {
 }
 
 impl WatchRequest {
-    /// Whether the object with this key and these labels is watched.
-    fn matches(&self, (namespace, name): &ObjectKey, labels: &Labels) -> bool {
-        let in_namespace =
-            !self.info.namespaced || self.namespace.as_deref().is_none_or(|ns| ns == namespace);
-        in_namespace
-            && self.labels.matches_with(|k| label(labels, k))
-            && self.fields.matches_meta(namespace, name)
+    /// Whether the object with this key and these labels is watched (`obj`: the object, for the fields a
+    /// field selector reads; an object keeps them through its changes, so its current version is read).
+    fn matches(&self, key: &ObjectKey, labels: &Labels, obj: &Stored) -> bool {
+        let in_namespace = !self.info.namespaced || self.namespace.as_deref().is_none_or(|ns| *ns == key.0);
+        in_namespace && self.labels.matches_with(|k| label(labels, k)) && self.fields.matches_stored(key, obj)
     }
 
     /// A stored object's line: its JSON as is when the watch neither renames the version nor renders
@@ -117,11 +115,11 @@ impl WatchRequest {
         if ev.resource != self.info.key() {
             return None;
         }
-        let now = self.matches(&ev.key, &ev.object.labels);
+        let now = self.matches(&ev.key, &ev.object.labels, &ev.object);
         let before = ev
             .previous_labels
             .as_ref()
-            .is_some_and(|p| self.matches(&ev.key, p));
+            .is_some_and(|p| self.matches(&ev.key, p, &ev.object));
         match ev.kind {
             EventKind::Added => now.then_some("ADDED"),
             EventKind::Deleted => before.then_some("DELETED"),
@@ -179,7 +177,7 @@ pub fn start(
             None
         };
         for (key, o) in state.store.list(&req.info.key(), ns) {
-            if req.matches(key, &o.labels) {
+            if req.matches(key, &o.labels, o) {
                 backlog.push(("ADDED", o.clone()));
             }
         }
