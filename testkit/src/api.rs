@@ -115,6 +115,9 @@ pub struct Page {
     pub resource_version: u64,
     /// Continue token when more items remain.
     pub continue_token: Option<String>,
+    /// How many items remain after this page, when the list has no selector (the server counts them
+    /// only then).
+    pub remaining: Option<usize>,
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
@@ -287,6 +290,7 @@ impl State {
                     items,
                     resource_version: self.store.resource_version(),
                     continue_token: None,
+                    remaining: None,
                 });
             }
         }
@@ -315,15 +319,20 @@ impl State {
                 break;
             }
         }
+        let mut remaining = None;
         if items.len() == max && filtered.next().is_some() {
             if let Some(last) = last {
                 continue_token = Some(make_continue(rv, last));
+            }
+            if labels.is_empty() && fields.is_empty() {
+                remaining = Some(1 + filtered.count());
             }
         }
         Ok(Page {
             items,
             resource_version: rv,
             continue_token,
+            remaining,
         })
     }
 
@@ -989,6 +998,9 @@ impl State {
             let mut o = (*obj).clone();
             o["metadata"]["deletionTimestamp"] = json!(util::now());
             o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            if info.group.is_empty() && info.resource == "namespaces" {
+                o["status"]["phase"] = json!("Terminating");
+            }
             return Some(self.commit(info, o));
         }
         self.remove_now(info, key)
@@ -1206,6 +1218,15 @@ fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
         ("", "pods") => {
             if !obj["status"].is_object() {
                 obj["status"] = json!({"phase": "Pending"});
+            }
+            let gated = obj
+                .pointer("/spec/schedulingGates")
+                .and_then(Value::as_array)
+                .is_some_and(|g| !g.is_empty());
+            if gated {
+                obj["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+                    "lastProbeTime": null, "lastTransitionTime": util::now(), "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates"}]);
             }
         }
         ("", "services") => service_defaults(obj),

@@ -4,12 +4,12 @@
 //! semantics on [`store`] (objects as JSON, a global resourceVersion and each resource's event
 //! history) and [`resources`] (built-in kinds plus CRD-served ones). [`watch`] streams events,
 //! [`patch`] and [`apply`] handle PATCH flavours and managedFields, [`selectors`] filter lists,
-//! [`table`] renders `kubectl get` tables, [`discovery`] and [`openapi`] answer discovery, [`errors`]
-//! renders `Status` objects, [`protobuf`] reads and writes Kubernetes protobuf, [`schema`] (with
-//! [`formats`]) checks custom resources against their CRD, [`typed`] prunes built-ins and
-//! [`validation`] checks names and immutability; [`events`] serves `v1` and `events.k8s.io/v1` Events
-//! from one storage, converted and validated as the real server does. Garbage collection of dependents
-//! lives in [`api`].
+//! [`table`] renders `kubectl get` tables (the built-in kinds' columns from [`printers`]),
+//! [`discovery`] and [`openapi`] answer discovery, [`errors`] renders `Status` objects, [`protobuf`]
+//! reads and writes Kubernetes protobuf, [`schema`] (with [`formats`]) checks custom resources
+//! against their CRD, [`typed`] prunes built-ins and [`validation`] checks names and immutability;
+//! [`events`] serves `v1` and `events.k8s.io/v1` Events from one storage, converted and validated as
+//! the real server does. Garbage collection of dependents lives in [`api`].
 //! [`auth`] answers TokenReviews and SubjectAccessReviews (RBAC on the stored roles and bindings);
 //! [`pod_logs`] serves what tests say a pod printed.
 //! With [`Options::data_dir`], [`persist`] keeps the store on disk (SQLite, one row per object;
@@ -32,6 +32,7 @@ pub mod openapi;
 pub mod patch;
 pub mod persist;
 pub mod pod_logs;
+pub mod printers;
 pub mod protobuf;
 pub mod resources;
 pub mod schema;

@@ -177,6 +177,11 @@ impl FieldSelector {
             .map(|(_, _, v)| v.as_str())
     }
 
+    /// Whether the selector is empty (matches everything).
+    pub fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
     /// Whether matching needs the object itself, not only its namespace and name.
     pub fn reads_object(&self) -> bool {
         self.reads_object

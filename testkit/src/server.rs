@@ -20,7 +20,7 @@ use crate::persist::Durability;
 use crate::resources::ResourceInfo;
 use crate::schema::FieldValidation;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::table;
+use crate::table::{self, Include, TableRequest};
 use crate::watch::{self as watches, Signals, WatchRequest};
 use crate::{Fault, RequestLog};
 
@@ -241,12 +241,37 @@ fn wire(headers: &HeaderMap) -> Wire {
     }
 }
 
-fn wants_table(headers: &HeaderMap) -> bool {
-    headers
+/// The Table the client asks for with its first media type (`application/json;as=Table;v=v1;g=meta.k8s.io`),
+/// if it asks for one; a bad `includeObject` is refused then.
+fn table_request(headers: &HeaderMap, q: &HashMap<String, String>) -> Result<Option<TableRequest>, ApiError> {
+    let first = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .and_then(|a| a.split(',').next())
-        .is_some_and(|first| first.contains("as=Table"))
+        .unwrap_or("");
+    let params: Vec<&str> = first.split(';').map(str::trim).collect();
+    if !params.contains(&"as=Table") {
+        return Ok(None);
+    }
+    let version = if params.contains(&"v=v1beta1") {
+        "v1beta1"
+    } else {
+        "v1"
+    };
+    let include = Include::parse(q.get("includeObject").map(String::as_str))?;
+    Ok(Some(TableRequest { version, include }))
+}
+
+/// A list's metadata: its resourceVersion, and under a limit the continue token and how many remain.
+fn list_meta(rv: u64, cont: Option<&str>, remaining: Option<usize>) -> Value {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    if let Some(n) = remaining {
+        meta["remainingItemCount"] = json!(n);
+    }
+    meta
 }
 
 fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
@@ -263,16 +288,7 @@ fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
 }
 
 /// A list of items given as JSON.
-fn list_body(
-    info: &ResourceInfo,
-    items: impl IntoIterator<Item = Bytes>,
-    rv: u64,
-    cont: Option<&str>,
-) -> Vec<u8> {
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if let Some(c) = cont {
-        meta["continue"] = json!(c);
-    }
+fn list_body(info: &ResourceInfo, items: impl IntoIterator<Item = Bytes>, meta: Value) -> Vec<u8> {
     let head =
         json!({"kind": format!("{}List", info.kind), "apiVersion": info.api_version(), "metadata": meta});
     let mut out = serde_json::to_vec(&head).unwrap_or_default();
@@ -596,7 +612,10 @@ fn resource_request(
         Ok(f) => f.unwrap_or_default(),
         Err(e) => return error_response(&e),
     };
-    let table_include = wants_table(headers).then(|| q.get("includeObject").cloned().unwrap_or_default());
+    let table_request = match table_request(headers, q) {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
+    };
     let field_validation = match FieldValidation::parse(q.get("fieldValidation").map(String::as_str)) {
         Ok(f) => f,
         Err(e) => return error_response(&e),
@@ -615,14 +634,15 @@ fn resource_request(
     };
     match verb {
         "get" => match state.get(&info, rp.namespace.as_deref(), &name) {
-            Ok(o) => match &table_include {
-                Some(inc) => {
+            Ok(o) => match &table_request {
+                Some(request) => {
                     let rv = o
                         .pointer("/metadata/resourceVersion")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
-                    json_response(200, &table::table(&info, &[&o], inc, &rv, None))
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    let meta = json!({"resourceVersion": rv});
+                    let now = jiff::Timestamp::now();
+                    json_response(200, &table::table(&info, &[&o], request, meta, now))
                 }
                 None => json_response(200, &o),
             },
@@ -640,30 +660,22 @@ fn resource_request(
             ) {
                 Ok(page) => {
                     drop(state);
-                    match &table_include {
-                        Some(inc) => {
+                    let meta = list_meta(
+                        page.resource_version,
+                        page.continue_token.as_deref(),
+                        page.remaining,
+                    );
+                    match &table_request {
+                        Some(request) => {
                             let values = page.values(&info);
                             let objs: Vec<&Value> = values.iter().map(|a| &**a).collect();
-                            json_response(
-                                200,
-                                &table::table(
-                                    &info,
-                                    &objs,
-                                    inc,
-                                    &page.resource_version.to_string(),
-                                    page.continue_token.as_deref(),
-                                ),
-                            )
+                            let now = jiff::Timestamp::now();
+                            json_response(200, &table::table(&info, &objs, request, meta, now))
                         }
                         None => (
                             StatusCode::OK,
                             [(header::CONTENT_TYPE, "application/json")],
-                            list_body(
-                                &info,
-                                page.items.iter().map(|o| served_json(&info, o)),
-                                page.resource_version,
-                                page.continue_token.as_deref(),
-                            ),
+                            list_body(&info, page.items.iter().map(|o| served_json(&info, o)), meta),
                         )
                             .into_response(),
                     }
@@ -684,7 +696,7 @@ fn resource_request(
                     .get("timeoutSeconds")
                     .and_then(|t| t.parse().ok())
                     .map(Duration::from_secs),
-                table: table_include,
+                table: table_request,
             };
             let signals = Signals {
                 durability: shared.durability.clone(),
@@ -789,7 +801,7 @@ fn resource_request(
                     (
                         StatusCode::OK,
                         [(header::CONTENT_TYPE, "application/json")],
-                        list_body(&info, items, rv, None),
+                        list_body(&info, items, list_meta(rv, None, None)),
                     )
                         .into_response()
                 }

@@ -17,7 +17,7 @@ use crate::persist::Durability;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{label, EventKind, Labels, ObjectKey, Stored, WatchEvent};
-use crate::table;
+use crate::table::{self, TableRequest};
 
 /// Rendered lines a watch keeps ready for its reader.
 const LINES_IN_FLIGHT: usize = 32;
@@ -41,8 +41,8 @@ pub struct WatchRequest {
     pub send_initial_events: bool,
     /// `timeoutSeconds`.
     pub timeout: Option<Duration>,
-    /// Table rendering with this `includeObject`, when the client asked for Tables.
-    pub table: Option<String>,
+    /// The Tables to render, when the client asked for Tables.
+    pub table: Option<TableRequest>,
 }
 
 /// Signals shared by all watches of a server.
@@ -85,12 +85,9 @@ impl WatchRequest {
     fn rendered_line(&self, kind: &str, obj: &Arc<Value>) -> Bytes {
         let object = served(&self.info, obj);
         let rendered = match &self.table {
-            Some(include) => {
-                let rv = object
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                table::table(&self.info, &[&object], include, rv, None)
+            Some(request) => {
+                let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+                table::table(&self.info, &[&object], request, meta, jiff::Timestamp::now())
             }
             None => (*object).clone(),
         };
