@@ -186,9 +186,12 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // Some answers carry no reason at all (a failure reaching a node's kubelet).
+        if !self.reason.is_empty() {
+            status["reason"] = json!(self.reason);
+        }
         if !details.is_empty() {
             status["details"] = Value::Object(details);
         }

@@ -17,6 +17,7 @@ use crate::discovery;
 use crate::errors::{reason_for_code, ApiError};
 use crate::patch::PatchKind;
 use crate::persist::Durability;
+use crate::pod_logs::LogOptions;
 use crate::resources::ResourceInfo;
 use crate::schema::FieldValidation;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -49,8 +50,10 @@ pub struct Shared {
     pub addr: String,
     /// The bearer tokens TokenReviews know.
     pub tokens: Mutex<crate::auth::Tokens>,
-    /// What each pod printed, for `pods/<name>/log`.
+    /// What tests say pods printed, for `pods/<name>/log`.
     pub pod_logs: crate::pod_logs::PodLogs,
+    /// The kubelets programs registered, by node, for `pods/<name>/log`.
+    pub kubelets: crate::pod_logs::Kubelets,
 }
 
 impl Shared {
@@ -390,6 +393,14 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         }
     }
     let q = query_map(&parts.uri);
+    if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && parts.method != Method::GET {
+        return json_response(
+            405,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "the server does not allow this method on the requested resource",
+                "reason": "MethodNotAllowed", "details": {}, "code": 405}),
+        );
+    }
     let verb = match (&parts.method, rp.name.is_some()) {
         (&Method::GET, true) => "get",
         (&Method::GET, false) if truthy(&q, "watch") => "watch",
@@ -429,7 +440,7 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         return negotiated(wire, false, error_response(&e)).await;
     }
     let response = if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && verb == "get" {
-        pod_log(&shared, &rp, truthy(&q, "follow"))
+        pod_log(&shared, &rp, &q)
     } else {
         resource_request(&shared, &parts.headers, &q, rp, verb, body)
     };
@@ -475,21 +486,69 @@ fn review(shared: &Shared, headers: &HeaderMap, path: &str, body: &[u8]) -> Opti
     })
 }
 
-/// `GET .../pods/<name>/log` of a stored pod (`crate::pod_logs`).
-fn pod_log(shared: &Shared, rp: &ResourcePath, follow: bool) -> Response {
+/// `GET .../pods/<name>/log`, in the real server's order (see [`crate::pod_logs`]): options, pod,
+/// container, then the node's kubelet.
+fn pod_log(shared: &Shared, rp: &ResourcePath, q: &HashMap<String, String>) -> Response {
     let namespace = rp.namespace.as_deref().unwrap_or_default();
     let name = rp.name.as_deref().unwrap_or_default();
-    let exists = {
-        let state = shared.lock();
-        let info = state.registry.get("", "v1", "pods");
-        info.is_some_and(|info| state.get(&info, Some(namespace), name).is_ok())
+    let opts = match LogOptions::parse(q, name) {
+        Ok(opts) => opts,
+        Err(e) => return error_response(&e),
     };
-    if !exists {
+    let found = {
+        let state = shared.lock();
+        let pod = state
+            .registry
+            .get("", "v1", "pods")
+            .and_then(|info| state.get(&info, Some(namespace), name).ok());
+        pod.map(|pod| {
+            let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("").to_string();
+            let node = state
+                .registry
+                .get("", "v1", "nodes")
+                .and_then(|info| state.get(&info, None, &node_name).ok());
+            (pod, node_name, node)
+        })
+    };
+    let Some((pod, node_name, node)) = found else {
         return error_response(&ApiError::not_found("", "pods", name));
+    };
+    let container = match crate::pod_logs::container(&pod, opts.container.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let shutdown = shared.shutdown.subscribe();
+    if shared.pod_logs.has(namespace, name) {
+        return crate::pod_logs::serve(&shared.pod_logs, &pod, &container, &opts, shutdown);
     }
-    shared
-        .pod_logs
-        .response(namespace, name, follow, shared.shutdown.subscribe())
+    if node_name.is_empty() {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    if let Some(kubelet) = shared.kubelets.get(&node_name) {
+        return crate::pod_logs::serve(&*kubelet, &pod, &container, &opts, shutdown);
+    }
+    let Some(node) = node else {
+        return error_response(&ApiError::not_found("", "pods", &node_name));
+    };
+    let addresses: Vec<String> = node["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["address"].as_str().map(str::to_string))
+        .collect();
+    let mut e = if addresses.is_empty() {
+        ApiError::new(500, "no preferred addresses found; known addresses: []")
+    } else {
+        ApiError::new(
+            500,
+            format!(
+                "testkit reaches no kubelet on node {node_name} ({}); register one with ApiServer::set_kubelet",
+                addresses.join(", ")
+            ),
+        )
+    };
+    e.reason = String::new();
+    error_response(&e)
 }
 
 /// Why a client that asks for protobuf cannot be answered so: custom resources are JSON and YAML

@@ -1,6 +1,8 @@
 //! Shared test fixtures: a small custom resource with a status subresource and printer columns.
 #![allow(dead_code)]
 
+pub mod recording;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 use kube::CustomResource;
