@@ -5,18 +5,12 @@
 //! field selectors — and so are the requests `kubectl events --for`, `kubectl events --types` and
 //! `kubectl describe` sent for Events.
 
-use std::path::Path;
-
 mod common;
 
+use common::recording::fixture;
 use common::{request_with, with_query, Answer};
 use serde_json::{json, Value};
 use testkit::ApiServer;
-
-fn fixture() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/realapi/events.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
 
 /// An object without what the server assigns (uid, resourceVersion, creation time, managedFields).
 fn without_server_fields(mut obj: Value) -> Value {
@@ -119,7 +113,7 @@ async fn recorded_server(table: &Value) -> ApiServer {
 
 #[tokio::test]
 async fn events_written_and_read_through_either_api_answer_as_a_real_api_server_does() {
-    let table = fixture();
+    let table = fixture("events.json");
     let server = recorded_server(&table).await;
     let cases = table["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 79, "every recorded case");
@@ -143,7 +137,7 @@ async fn events_written_and_read_through_either_api_answer_as_a_real_api_server_
 
 #[tokio::test]
 async fn the_event_lists_kubectl_events_and_describe_ask_for_are_answered_as_recorded() {
-    let table = fixture();
+    let table = fixture("events.json");
     let server = recorded_server(&table).await;
     for case in table["cases"].as_array().unwrap() {
         // The Events as they were when kubectl ran: every case's writes.
