@@ -11,12 +11,14 @@
 //! - [`checkout`] exports a commit's tree, so actions kept in the repository run as pinned.
 //! - [`logs`] names, writes and finds the per-operation log files that `kok logs` prints.
 //! - [`status`] builds the Job status patches (pure).
+//! - [`pod`] is a run's pod, as the Job controller makes it and a kubelet reports it, bound to this machine.
 
 use std::path::{Path, PathBuf};
 
 pub mod checkout;
 pub mod embedded;
 pub mod logs;
+pub mod pod;
 pub mod rundir;
 pub mod runner;
 pub mod status;
