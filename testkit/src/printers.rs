@@ -332,124 +332,109 @@ fn array<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-/// The status a pod prints: its phase, unless its conditions, init containers, containers or deletion
-/// say more.
-fn pod(obj: &Value, now: jiff::Timestamp) -> Row {
-    let status = &obj["status"];
-    let phase = status["phase"].as_str().unwrap_or("");
-    let mut reason = match status["reason"].as_str() {
-        Some(r) if !r.is_empty() => r.to_string(),
-        _ => phase.to_string(),
-    };
-    if array(obj, "/status/conditions")
-        .iter()
-        .any(|c| c["type"] == "PodScheduled" && c["reason"] == "SchedulingGated")
-    {
-        reason = "SchedulingGated".into();
+/// What a pod's containers add up to: how many are ready, how often they restarted, and when last.
+#[derive(Debug, Default)]
+struct Containers {
+    ready: usize,
+    restarts: i64,
+    last_restart: Option<jiff::Timestamp>,
+}
+
+impl Containers {
+    fn count(&mut self, status: &Value) {
+        self.restarts += status["restartCount"].as_i64().unwrap_or(0);
+        self.last_restart = self
+            .last_restart
+            .max(time_at(status, "/lastState/terminated/finishedAt"));
     }
-    let init_specs = array(obj, "/spec/initContainers");
-    let restartable = |name: &str| {
-        init_specs
+}
+
+/// A terminated container's reason, else its signal or exit code.
+fn exit_reason(terminated: &Value, prefix: &str) -> String {
+    match terminated["reason"].as_str() {
+        Some(r) if !r.is_empty() => format!("{prefix}{r}"),
+        _ => match terminated["signal"].as_i64() {
+            Some(s) if s != 0 => format!("{prefix}Signal:{s}"),
+            _ => format!(
+                "{prefix}ExitCode:{}",
+                terminated["exitCode"].as_i64().unwrap_or(0)
+            ),
+        },
+    }
+}
+
+fn has_true_condition(obj: &Value, pointer: &str, type_: &str) -> bool {
+    array(obj, pointer)
+        .iter()
+        .any(|c| c["type"] == type_ && c["status"] == "True")
+}
+
+/// The init containers: the counts of all and of the restartable ones (sidecars), and the status of the
+/// first that has not completed (`Init:1/2`, `Init:Error`), if one has not.
+fn init_containers(obj: &Value) -> (Containers, Containers, Option<String>) {
+    let specs = array(obj, "/spec/initContainers");
+    let sidecar = |name: &str| {
+        specs
             .iter()
             .any(|c| c["name"] == name && c["restartPolicy"] == "Always")
     };
-    let total = array(obj, "/spec/containers").len()
-        + init_specs
-            .iter()
-            .filter(|c| c["restartPolicy"] == "Always")
-            .count();
-    let mut ready = 0;
-    let mut restarts = 0;
-    let mut last_restart: Option<jiff::Timestamp> = None;
-    let mut sidecar_restarts = 0;
-    let mut sidecar_last_restart: Option<jiff::Timestamp> = None;
-    let finished_at = |c: &Value| time_at(c, "/lastState/terminated/finishedAt");
-    let later = |a: Option<jiff::Timestamp>, b: Option<jiff::Timestamp>| a.max(b);
-    let exit_reason = |t: &Value, prefix: &str| match t["reason"].as_str() {
-        Some(r) if !r.is_empty() => format!("{prefix}{r}"),
-        _ => match t["signal"].as_i64() {
-            Some(s) if s != 0 => format!("{prefix}Signal:{s}"),
-            _ => format!("{prefix}ExitCode:{}", t["exitCode"].as_i64().unwrap_or(0)),
-        },
-    };
-
-    let mut initializing = false;
+    let (mut all, mut sidecars) = (Containers::default(), Containers::default());
     for (i, c) in array(obj, "/status/initContainerStatuses").iter().enumerate() {
-        let count = c["restartCount"].as_i64().unwrap_or(0);
-        restarts += count;
-        last_restart = later(last_restart, finished_at(c));
+        all.count(c);
         let name = c["name"].as_str().unwrap_or("");
-        if restartable(name) {
-            sidecar_restarts += count;
-            sidecar_last_restart = later(sidecar_last_restart, finished_at(c));
+        if sidecar(name) {
+            sidecars.count(c);
         }
         let terminated = &c["state"]["terminated"];
         let waiting = c["state"]["waiting"]["reason"].as_str().unwrap_or("");
         if terminated.is_object() && terminated["exitCode"].as_i64().unwrap_or(0) == 0 {
             continue;
         }
-        if restartable(name) && c["started"] == Value::Bool(true) {
+        if sidecar(name) && c["started"] == Value::Bool(true) {
             if c["ready"] == Value::Bool(true) {
-                ready += 1;
+                sidecars.ready += 1;
             }
             continue;
         }
-        reason = if terminated.is_object() {
+        let status = if terminated.is_object() {
             exit_reason(terminated, "Init:")
         } else if !waiting.is_empty() && waiting != "PodInitializing" {
             format!("Init:{waiting}")
         } else {
-            format!("Init:{i}/{}", init_specs.len())
+            format!("Init:{i}/{}", specs.len())
         };
-        initializing = true;
-        break;
+        return (all, sidecars, Some(status));
     }
-    let initialized = array(obj, "/status/conditions")
-        .iter()
-        .any(|c| c["type"] == "Initialized" && c["status"] == "True");
-    if !initializing || initialized {
-        restarts = sidecar_restarts;
-        last_restart = sidecar_last_restart;
-        let mut running = false;
-        for c in array(obj, "/status/containerStatuses").iter().rev() {
-            restarts += c["restartCount"].as_i64().unwrap_or(0);
-            last_restart = later(last_restart, finished_at(c));
-            let state = &c["state"];
-            let waiting = state["waiting"]["reason"].as_str().unwrap_or("");
-            let terminated = &state["terminated"];
-            if !waiting.is_empty() {
-                reason = waiting.to_string();
-            } else if terminated.is_object() {
-                reason = exit_reason(terminated, "");
-            } else if c["ready"] == Value::Bool(true) && state["running"].is_object() {
-                running = true;
-                ready += 1;
-            }
-        }
-        if reason == "Completed" && running {
-            let pod_ready = array(obj, "/status/conditions")
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            reason = if pod_ready { "Running" } else { "NotReady" }.into();
+    (all, sidecars, None)
+}
+
+/// The app containers, last first: counted on top of the sidecars, and the status their states give
+/// (a waiting or terminated reason), if they give one.
+fn app_containers(obj: &Value, mut counts: Containers, mut reason: String) -> (Containers, String) {
+    let mut running = false;
+    for c in array(obj, "/status/containerStatuses").iter().rev() {
+        counts.count(c);
+        let state = &c["state"];
+        let waiting = state["waiting"]["reason"].as_str().unwrap_or("");
+        if !waiting.is_empty() {
+            reason = waiting.to_string();
+        } else if state["terminated"].is_object() {
+            reason = exit_reason(&state["terminated"], "");
+        } else if c["ready"] == Value::Bool(true) && state["running"].is_object() {
+            running = true;
+            counts.ready += 1;
         }
     }
-    let deleting = obj.pointer("/metadata/deletionTimestamp").is_some();
-    if deleting && status["reason"] == "NodeLost" {
-        reason = "Unknown".into();
-    } else if deleting && phase != "Succeeded" && phase != "Failed" {
-        reason = "Terminating".into();
+    if reason == "Completed" && running {
+        let ready = has_true_condition(obj, "/status/conditions", "Ready");
+        reason = if ready { "Running" } else { "NotReady" }.into();
     }
-    let restarts = match last_restart {
-        Some(t) if restarts != 0 => format!("{restarts} ({} ago)", since(Some(t), now)),
-        _ => restarts.to_string(),
-    };
-    let none = |s: &str| {
-        if s.is_empty() {
-            "<none>".to_string()
-        } else {
-            s.to_string()
-        }
-    };
+    (counts, reason)
+}
+
+/// A pod's `-o wide` cells: its IP, node, nominated node and readiness gates (met of all).
+fn pod_placement(obj: &Value) -> [Value; 4] {
+    let none = |s: &str| json!(if s.is_empty() { "<none>" } else { s });
     let gates = array(obj, "/spec/readinessGates");
     let gates = if gates.is_empty() {
         "<none>".to_string()
@@ -466,6 +451,52 @@ fn pod(obj: &Value, now: jiff::Timestamp) -> Row {
             .count();
         format!("{met}/{}", gates.len())
     };
+    [
+        none(str_at(obj, "/status/podIPs/0/ip")),
+        none(str_at(obj, "/spec/nodeName")),
+        none(str_at(obj, "/status/nominatedNodeName")),
+        json!(gates),
+    ]
+}
+
+/// A pod's row. Its status is its phase (or `status.reason`), unless scheduling gates, an init container,
+/// an app container's state or its deletion say more; a finished pod's row has a `Completed` condition.
+fn pod(obj: &Value, now: jiff::Timestamp) -> Row {
+    let phase = str_at(obj, "/status/phase");
+    let mut reason = match str_at(obj, "/status/reason") {
+        "" => phase.to_string(),
+        r => r.to_string(),
+    };
+    if array(obj, "/status/conditions")
+        .iter()
+        .any(|c| c["type"] == "PodScheduled" && c["reason"] == "SchedulingGated")
+    {
+        reason = "SchedulingGated".into();
+    }
+    let sidecars = array(obj, "/spec/initContainers")
+        .iter()
+        .filter(|c| c["restartPolicy"] == "Always")
+        .count();
+    let total = array(obj, "/spec/containers").len() + sidecars;
+    let (mut counts, sidecar_counts, initializing) = init_containers(obj);
+    if let Some(status) = &initializing {
+        reason = status.clone();
+    }
+    if initializing.is_none() || has_true_condition(obj, "/status/conditions", "Initialized") {
+        (counts, reason) = app_containers(obj, sidecar_counts, reason);
+    } else {
+        counts.ready = sidecar_counts.ready;
+    }
+    let deleting = obj.pointer("/metadata/deletionTimestamp").is_some();
+    if deleting && str_at(obj, "/status/reason") == "NodeLost" {
+        reason = "Unknown".into();
+    } else if deleting && phase != "Succeeded" && phase != "Failed" {
+        reason = "Terminating".into();
+    }
+    let restarts = match counts.last_restart {
+        Some(t) if counts.restarts != 0 => format!("{} ({} ago)", counts.restarts, since(Some(t), now)),
+        _ => counts.restarts.to_string(),
+    };
     let conditions = match phase {
         "Succeeded" => Some(
             json!([{"type": "Completed", "status": "True", "reason": "Succeeded",
@@ -475,27 +506,20 @@ fn pod(obj: &Value, now: jiff::Timestamp) -> Row {
             "message": "The pod failed."}])),
         _ => None,
     };
-    Row {
-        cells: vec![
-            json!(str_at(obj, "/metadata/name")),
-            json!(format!("{ready}/{total}")),
-            json!(reason),
-            json!(restarts),
-            json!(since(time_at(obj, "/metadata/creationTimestamp"), now)),
-            json!(none(str_at(obj, "/status/podIPs/0/ip"))),
-            json!(none(str_at(obj, "/spec/nodeName"))),
-            json!(none(str_at(obj, "/status/nominatedNodeName"))),
-            json!(gates),
-        ],
-        conditions,
-    }
+    let mut cells = vec![
+        json!(str_at(obj, "/metadata/name")),
+        json!(format!("{}/{total}", counts.ready)),
+        json!(reason),
+        json!(restarts),
+        json!(since(time_at(obj, "/metadata/creationTimestamp"), now)),
+    ];
+    cells.extend(pod_placement(obj));
+    Row { cells, conditions }
 }
 
 /// Whether a Job has a condition of this type that is true.
 fn has_condition(obj: &Value, type_: &str) -> bool {
-    array(obj, "/status/conditions")
-        .iter()
-        .any(|c| c["type"] == type_ && c["status"] == "True")
+    has_true_condition(obj, "/status/conditions", type_)
 }
 
 fn job(obj: &Value, now: jiff::Timestamp) -> Vec<Value> {
