@@ -3,9 +3,11 @@
 //! to testkit as recorded, in order — Events created through `events.k8s.io/v1` and read through `v1`
 //! and back, the reverse, each API's refusals (exact `Status` bodies), updates, and lists with each API's
 //! field selectors — and so are the requests `kubectl events --for`, `kubectl events --types` and
-//! `kubectl describe` sent for Events.
+//! `kubectl describe` sent for Events; those commands, run with the real kubectl, print the same.
 
 mod common;
+#[path = "../../tests/common/tools.rs"]
+mod tools;
 
 use common::recording::fixture;
 use common::{request_with, with_query, Answer};
@@ -168,4 +170,67 @@ async fn the_event_lists_kubectl_events_and_describe_ask_for_are_answered_as_rec
         asked, 6,
         "kubectl events (3 --for, --types) and describe (2) each list Events once"
     );
+}
+
+/// kubectl's output with what depends on when made alike (`2s`, `4m2s)`, `(x6`), and whitespace, as
+/// columns widen with their cells.
+fn comparable_output(out: &str) -> Vec<Vec<String>> {
+    let time = regex::Regex::new(r"^[0-9]+[smhdy]([0-9]+[smhd])?\)?$").unwrap();
+    out.lines()
+        .map(|line| {
+            line.split_whitespace()
+                .map(|w| {
+                    if time.is_match(w) {
+                        "<time>".to_string()
+                    } else {
+                        w.to_string()
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_events_and_describe_print_the_events_as_they_did_against_the_real_server() {
+    let test = "kubectl_events_and_describe_print_the_events_as_they_did_against_the_real_server";
+    if !tools::kubectl_or_skip(test) {
+        return;
+    }
+    let server = common::recording::recorded_server(&fixture("tables.json")).await;
+    let cache = tempfile::tempdir().unwrap();
+    let runs = fixture("events.json")["kubectl_runs"].as_array().unwrap().clone();
+    for run in &runs {
+        let command = run["command"].as_str().unwrap();
+        let out = tools::command("kubectl")
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig_path())
+            .arg("--cache-dir")
+            .arg(cache.path())
+            .args(command.split_whitespace().skip(1))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{command}: {stderr}");
+        assert_eq!(stderr.trim(), run["stderr"].as_str().unwrap().trim(), "{command}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let recorded = run["stdout"].as_str().unwrap();
+        // describe prints the pod as stored, which the recording's controllers and admission filled in;
+        // its Events section is what is compared.
+        let events = |text: &str| {
+            text.find("Events:")
+                .map_or(text.to_string(), |at| text[at..].to_string())
+        };
+        let (got, want) = if command.contains(" describe ") {
+            (events(&stdout), events(recorded))
+        } else {
+            (stdout.clone(), recorded.to_string())
+        };
+        assert_eq!(
+            comparable_output(&got),
+            comparable_output(&want),
+            "{command}:\n{stdout}"
+        );
+    }
+    assert_eq!(runs.len(), 6, "every recorded kubectl run");
 }

@@ -3,12 +3,15 @@
 //! testkit holding the same pods and Node, and so are the log requests `kubectl logs` sent. Status,
 //! `Content-Type` and body must be the same: options refused (400/422 in the server's words) before the
 //! pod is looked up, a pod with no node answering 204 with no body, a node that does not exist 404, a
-//! node without addresses 500. Then the same log through a node's kubelet: what `tailLines`,
-//! `sinceSeconds`, `timestamps`, `limitBytes`, `previous` and `follow` make of it.
+//! node without addresses 500. The recorded `kubectl logs` commands, run with the real kubectl, end and
+//! print as they did. Then the same log through a node's kubelet: what `tailLines`, `sinceSeconds`,
+//! `timestamps`, `limitBytes`, `previous` and `follow` make of it.
 
 use std::sync::Arc;
 
 mod common;
+#[path = "../../tests/common/tools.rs"]
+mod tools;
 
 use common::recording::{fixture, recorded_server, send, JSON};
 use common::{request_with, with_query, Answer};
@@ -78,6 +81,43 @@ async fn every_recorded_log_request_is_answered_as_the_real_server_answered_it()
         asked >= 8,
         "the log requests of every kubectl logs run that sent one ({asked})"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_logs_ends_and_prints_as_it_did_against_the_real_server() {
+    if !tools::kubectl_or_skip("kubectl_logs_ends_and_prints_as_it_did_against_the_real_server") {
+        return;
+    }
+    let server = recorded_server(&fixture("tables.json")).await;
+    let cache = tempfile::tempdir().unwrap();
+    let runs = fixture("pods-log.json")["kubectl_runs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    for run in &runs {
+        let command = run["command"].as_str().unwrap();
+        let out = tools::command("kubectl")
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig_path())
+            .arg("--cache-dir")
+            .arg(cache.path())
+            .args(command.split_whitespace().skip(1))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            i64::from(out.status.code().unwrap_or(-1)),
+            run["exit_code"].as_i64().unwrap(),
+            "{command}: {stderr}"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            run["stdout"].as_str().unwrap(),
+            "{command}"
+        );
+        assert_eq!(stderr.trim(), run["stderr"].as_str().unwrap().trim(), "{command}");
+    }
+    assert_eq!(runs.len(), 13, "every recorded kubectl logs run");
 }
 
 /// A kubelet whose container printed three lines a minute apart, an hour ago, and is still running.

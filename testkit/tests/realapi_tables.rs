@@ -9,6 +9,8 @@
 //! when it is read.
 
 mod common;
+#[path = "../../tests/common/tools.rs"]
+mod tools;
 
 use common::recording::{fixture, merge, recorded_server, resource_of, send, whole_objects, JSON};
 use common::with_query;
@@ -231,4 +233,79 @@ async fn every_recorded_table_request_is_answered_as_the_real_server_answered_it
         }
     }
     assert!(compared > 150, "every row of every Table ({compared})");
+}
+
+/// kubectl's output with what depends on when, or on uids, made alike: ages and durations (`13s`,
+/// `5m13s`, `(71s ago)`), RFC 3339 times and uids; and whitespace, as columns widen with their cells.
+fn comparable_output(out: &str) -> Vec<Vec<String>> {
+    let uid = regex::Regex::new("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").unwrap();
+    let time = regex::Regex::new(r"^\(?[0-9]+[smhdy]([0-9]+[smhd])?$|^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]+Z$")
+        .unwrap();
+    out.lines()
+        .map(|line| {
+            line.split_whitespace()
+                .map(|word| {
+                    let word = uid.replace_all(word, "<uid>");
+                    if time.is_match(&word) {
+                        "<time>".to_string()
+                    } else {
+                        word.into_owned()
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_get_prints_what_it_printed_against_the_real_server() {
+    if !tools::kubectl_or_skip("kubectl_get_prints_what_it_printed_against_the_real_server") {
+        return;
+    }
+    let tables = fixture("tables.json");
+    let server = recorded_server(&tables).await;
+    let ns = tables["namespace"].as_str().unwrap();
+    let path = format!("/api/v1/namespaces/{ns}/pods/on-missing-node");
+    assert_eq!(
+        send(&server, "DELETE", &path, JSON, &Value::Null).await.status,
+        200
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let runs = tables["kubectl_runs"].as_array().unwrap();
+    for run in runs {
+        let command = run["command"].as_str().unwrap();
+        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+        let out = tools::command("kubectl")
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig_path())
+            .arg("--cache-dir")
+            .arg(cache.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            i64::from(out.status.code().unwrap_or(-1)),
+            run["exit_code"].as_i64().unwrap(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // The recording's server (microshift) gave pods with a nodeName their Node's zone label; upstream
+        // kube-apiserver does not.
+        let recorded = run["stdout"]
+            .as_str()
+            .unwrap()
+            .replace(&format!(",topology.kubernetes.io/zone={ns}"), "");
+        assert_eq!(
+            comparable_output(&stdout),
+            comparable_output(&recorded),
+            "{command}:\n{stdout}"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim(),
+            run["stderr"].as_str().unwrap().trim(),
+            "{command}"
+        );
+    }
+    assert_eq!(runs.len(), 15, "every recorded kubectl run");
 }

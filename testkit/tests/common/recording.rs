@@ -144,6 +144,31 @@ pub fn creatable(obj: &Value) -> Value {
     obj
 }
 
+/// Makes a pod of the Job controller's again, owned by (and labelled with the uid of) its Job in testkit.
+async fn create_job_pod(server: &ApiServer, ns: &str, recorded: &Value) {
+    let mut pod = creatable(recorded);
+    let job = pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/apis/batch/v1/namespaces/{ns}/jobs/{job}");
+    let uid = send(server, "GET", &path, JSON, &Value::Null).await.body["metadata"]["uid"].clone();
+    for label in ["batch.kubernetes.io/controller-uid", "controller-uid"] {
+        pod["metadata"]["labels"][label] = uid.clone();
+    }
+    pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+        "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+    let got = send(
+        server,
+        "POST",
+        &format!("/api/v1/namespaces/{ns}/pods"),
+        JSON,
+        &pod,
+    )
+    .await;
+    assert_eq!(got.status, 201, "{job}'s pod: {}", got.body);
+}
+
 /// A testkit server holding what the recording made: its setup replayed as recorded, and what the
 /// cluster's controllers made meanwhile (the Job controller's pods, statuses and Events, a namespace's
 /// `default` ServiceAccount and CA ConfigMaps) created from the recorded objects.
@@ -172,30 +197,17 @@ pub async fn recorded_server(tables: &Value) -> ApiServer {
         if method == "PATCH" && path.contains("/pods/job-") {
             // The Job controller's pod, made before the recording patched its status.
             let name = path.rsplit('/').nth(1).unwrap();
-            let pod = creatable(&whole[&("pods".to_string(), name.to_string())]);
-            let got = send(
-                &server,
-                "POST",
-                &format!("/api/v1/namespaces/{ns}/pods"),
-                JSON,
-                &pod,
-            )
-            .await;
-            assert_eq!(got.status, 201, "{name}: {}", got.body);
+            create_job_pod(&server, ns, &whole[&("pods".to_string(), name.to_string())]).await;
         }
         let got = send(&server, method, path, headers, &request["body"]).await;
         assert!(got.status < 300, "{method} {path}: {}", got.body);
     }
-    let pending_job_pod = creatable(&whole[&("pods".to_string(), "job-active-5ckqw".to_string())]);
-    let got = send(
+    create_job_pod(
         &server,
-        "POST",
-        &format!("/api/v1/namespaces/{ns}/pods"),
-        JSON,
-        &pending_job_pod,
+        ns,
+        &whole[&("pods".to_string(), "job-active-5ckqw".to_string())],
     )
     .await;
-    assert_eq!(got.status, 201, "{}", got.body);
     for ((resource, name), obj) in &whole {
         if resource == "jobs" {
             let path = format!("/apis/batch/v1/namespaces/{ns}/jobs/{name}/status");
@@ -209,6 +221,14 @@ pub async fn recorded_server(tables: &Value) -> ApiServer {
                 for key in ["uid", "resourceVersion", "creationTimestamp"] {
                     meta.remove(key);
                 }
+            }
+            // An Event about a pod names that pod's uid, which testkit assigned anew.
+            let about = &event["involvedObject"];
+            if about["kind"] == "Pod" && about["uid"].is_string() {
+                let pod = format!("/api/v1/namespaces/{ns}/pods/{}", about["name"].as_str().unwrap());
+                let uid =
+                    send(&server, "GET", &pod, JSON, &Value::Null).await.body["metadata"]["uid"].clone();
+                event["involvedObject"]["uid"] = uid;
             }
             let got = send(&server, "POST", &path, JSON, &event).await;
             assert_eq!(got.status, 201, "{name}: {}", got.body);
