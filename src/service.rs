@@ -103,6 +103,8 @@ pub async fn run(
         move || wait_true(rx.clone())
     };
 
+    let metrics = cfg.controller.metrics.clone();
+    metrics.set_leader(false);
     let mut leadership = None;
     if let Some(lc) = cfg.leader.clone() {
         tokio::select! {
@@ -110,6 +112,7 @@ pub async fn run(
             _ = stopped() => return Ok(()),
         }
     }
+    metrics.set_leader(true);
 
     let source_cfg = cfg.source.clone();
     let source = tokio::task::spawn_blocking(move || Source::open(source_cfg))
@@ -171,6 +174,7 @@ pub async fn run(
             abort.abort();
         }
     }
+    metrics.set_leader(false);
     if let Some(l) = leadership {
         if let Err(e) = l.step_down().await {
             warn!(error = %e, "releasing the leader Lease failed; a standby takes over when it expires");
@@ -341,7 +345,7 @@ impl LoopState {
         reporter: &Arc<Reporter>,
         readiness: &Readiness,
     ) {
-        let metrics = crate::metrics::global();
+        let metrics = &cfg.controller.metrics;
         let full = tokio::time::Instant::now() >= self.next_resync;
         // A refused tip counts as known: polling it again costs one listing, and it is verified
         // again (with the trust material read afresh) at the next resync or push.

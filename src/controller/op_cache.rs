@@ -381,6 +381,30 @@ impl Ops {
     }
 }
 
+/// One cluster's queue as the gauges show it ([`OpCache::queue_gauges`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueGauges {
+    /// Operations by phase, in phase order; phases without any are left out.
+    pub phases: Vec<(Phase, u64)>,
+    /// The Pending or Queued operation created first.
+    pub oldest: Option<OldestWaiting>,
+    /// Some run failed or was canceled: it may hold the cluster.
+    pub any_failed: bool,
+}
+
+/// The operation of a cluster that has waited longest to start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OldestWaiting {
+    /// Operation id.
+    pub id: String,
+    /// When it was created.
+    pub created: jiff::Timestamp,
+    /// Pending (not looked at yet) or Queued.
+    pub phase: Phase,
+    /// Its status message: why it waits.
+    pub message: Option<String>,
+}
+
 /// The operations kok manages, as records, with their names by cluster and the running ones.
 #[derive(Debug)]
 pub struct OpCache {
@@ -540,6 +564,53 @@ impl OpCache {
             .filter(|(_, r)| r.spec.ssh.as_deref() == Some(secret) && !r.phase().is_terminal())
             .map(|(n, _)| n.to_string())
             .collect()
+    }
+
+    /// Per cluster, what the queue gauges show: operations by phase, the longest-waiting one, and whether
+    /// any run failed (only then are its holds worth working out). One pass over the records, no copies.
+    pub fn queue_gauges(&self) -> BTreeMap<String, QueueGauges> {
+        let Ok(ops) = self.ops.lock() else {
+            return BTreeMap::new();
+        };
+        let mut by_cluster: BTreeMap<String, QueueGauges> = BTreeMap::new();
+        for record in ops.by_name.values() {
+            let gauges = by_cluster.entry(record.spec.cluster.to_string()).or_default();
+            let phase = record.phase();
+            if let Some(n) = gauges.phases.iter_mut().find(|(p, _)| *p == phase) {
+                n.1 += 1;
+            } else {
+                gauges.phases.push((phase, 1));
+            }
+            gauges.any_failed |= matches!(phase, Phase::Failed | Phase::Canceled);
+            if !matches!(phase, Phase::Pending | Phase::Queued) {
+                continue;
+            }
+            let created = match &record.meta {
+                Meta::Slim {
+                    creation_timestamp, ..
+                } => creation_timestamp.as_ref(),
+                Meta::Whole(m) => m.creation_timestamp.as_ref(),
+            };
+            let Some(created) = created.map(|t| t.0) else {
+                continue;
+            };
+            if gauges.oldest.as_ref().is_none_or(|o| created < o.created) {
+                gauges.oldest = Some(OldestWaiting {
+                    id: record.spec.id.to_string(),
+                    created,
+                    phase,
+                    message: record
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref())
+                        .map(str::to_string),
+                });
+            }
+        }
+        for gauges in by_cluster.values_mut() {
+            gauges.phases.sort_by_key(|(p, _)| *p as u8);
+        }
+        by_cluster
     }
 
     /// The operations with a schedule, as the decisions read them.
