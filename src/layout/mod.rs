@@ -11,6 +11,7 @@ mod labels;
 mod maintenance;
 pub mod model;
 mod names;
+pub mod notifications;
 mod operations;
 pub mod reader;
 mod repo;

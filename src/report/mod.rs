@@ -10,11 +10,13 @@
 //!   holds the sinks with their pauses, routes and backoff, `queue` the undelivered statuses in memory.
 //! - [`rollouts`]: the `kok/rollout/<name>` status of each rollout, from its `FleetRollout`'s status.
 //! - [`comments`]: the plan comment kept on each pull request (`--pr-comments`).
+//! - [`notify`]: notifications to webhooks, Slack and Teams: one more sink, with a durable outbox.
 
 pub mod comments;
 pub mod deliver;
 pub mod forge;
 pub mod notes;
+pub mod notify;
 mod queue;
 pub mod rollouts;
 pub mod sink;

@@ -127,6 +127,15 @@ impl Sinks {
         }
     }
 
+    /// Adds one more sink (the notifications' is added by the service, which owns their outbox).
+    pub fn with_sink(mut self, sink: Arc<dyn Sink>) -> Self {
+        self.limits
+            .push(sink.max_in_flight().map(|n| Arc::new(Semaphore::new(n.max(1)))));
+        self.paused.push(Mutex::new(None));
+        self.sinks.push(sink);
+        self
+    }
+
     /// Sets the budget: a commit with more operations than `max` shows one `kok/summary` context
     /// (plus one per failed operation) on the budgeted sinks instead of one per operation.
     pub fn with_max_contexts(mut self, max: usize) -> Self {
