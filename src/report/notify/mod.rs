@@ -119,6 +119,7 @@ pub struct Notifier {
     namespace: String,
     metrics: Metrics,
     backoff: Backoff,
+    health_quiet: Duration,
     http: reqwest::Client,
     receivers: Mutex<Vec<Receiver>>,
     clusters: Mutex<Option<Store<Cluster>>>,
@@ -155,6 +156,7 @@ impl Notifier {
             namespace: namespace.into(),
             metrics,
             backoff: Backoff::default(),
+            health_quiet: HEALTH_QUIET,
             http,
             receivers: Mutex::default(),
             clusters: Mutex::default(),
@@ -163,11 +165,12 @@ impl Notifier {
         })
     }
 
-    /// Sets the retry delays (tests shorten them).
-    pub fn with_backoff(self: Arc<Self>, backoff: Backoff) -> Arc<Self> {
+    /// Sets the retry delays and the health quiet time (tests shorten them); only before it is shared.
+    pub fn with_timing(self: Arc<Self>, backoff: Backoff, health_quiet: Duration) -> Arc<Self> {
         match Arc::try_unwrap(self) {
             Ok(mut n) => {
                 n.backoff = backoff;
+                n.health_quiet = health_quiet;
                 Arc::new(n)
             }
             Err(shared) => shared,
@@ -401,7 +404,8 @@ impl Notifier {
                     continue;
                 }
                 let last = record.sent.get(kind.as_str()).and_then(|t| parse_time(t));
-                if last.is_some_and(|t| now.duration_since(t).as_secs_f64() < HEALTH_QUIET.as_secs_f64()) {
+                if last.is_some_and(|t| now.duration_since(t).as_secs_f64() < self.health_quiet.as_secs_f64())
+                {
                     continue;
                 }
                 let since = condition.last_transition_time.0.to_string();
