@@ -386,7 +386,10 @@ async fn scrape(http: &reqwest::Client, kok: &Kok) -> (Option<usize>, Option<f64
         let started = Instant::now();
         let response = http
             .get(kok.url("/metrics"))
-            .header("accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+            .header(
+                "accept",
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+            )
             .send()
             .await;
         let Ok(body) = (match response {
@@ -700,7 +703,10 @@ impl Bench<'_> {
         let (bytes, ms) = scrape(&self.http, &kok).await;
         run.metrics_bytes = bytes;
         run.metrics_ms = ms;
-        eprintln!("[{} {}] /metrics {:?} bytes in {:?} ms (median of {SCRAPES})", run.fleet, run.mode, bytes, ms);
+        eprintln!(
+            "[{} {}] /metrics {:?} bytes in {:?} ms (median of {SCRAPES})",
+            run.fleet, run.mode, bytes, ms
+        );
 
         if mode == Mode::Local {
             let log = kok.log();

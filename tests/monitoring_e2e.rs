@@ -13,8 +13,6 @@ mod local_e2e_support;
 mod prometheus;
 #[path = "common/receivers.rs"]
 mod receivers;
-#[path = "common/tools.rs"]
-mod tools;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,7 +20,7 @@ use std::time::Duration;
 use forge::ForgeServer;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use local_e2e_support::{ansible_or_skip, LocalKok, LocalRepo, NS};
+use local_e2e_support::{alertmanager_or_skip, ansible_or_skip, prometheus_or_skip, LocalKok, LocalRepo, NS};
 use prometheus::{free_port, has_numbers, Monitoring};
 use serde_json::{json, Value};
 
@@ -117,7 +115,7 @@ fn dashboard_queries() -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_operation_fires_in_alertmanager_and_resolves_after_the_fixing_commit() {
     let test = "a_failed_operation_fires_in_alertmanager_and_resolves_after_the_fixing_commit";
-    if !ansible_or_skip(test) || !tools::prometheus_or_skip(test) || !tools::alertmanager_or_skip(test) {
+    if !ansible_or_skip(test) || !prometheus_or_skip(test) || !alertmanager_or_skip(test) {
         return;
     }
     let started = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
@@ -138,7 +136,7 @@ async fn a_failed_operation_fires_in_alertmanager_and_resolves_after_the_fixing_
     // The repository: two clusters of one fleet, a rollout over them, a notification receiver.
     let repo = LocalRepo::new();
     std::fs::create_dir_all(repo.path().join("rollouts")).unwrap();
-    repo.write("playbooks/rollout.yml", &playbook(&workload.kubeconfig_path()));
+    repo.write("playbooks/rollout.yml", &playbook(workload.kubeconfig_path()));
     for cluster in CLUSTERS {
         repo.write_cluster(cluster);
         let vars = std::fs::read_to_string(repo.path().join(format!("clusters/{cluster}/vars.yml"))).unwrap();
@@ -183,7 +181,7 @@ async fn a_failed_operation_fires_in_alertmanager_and_resolves_after_the_fixing_
 
     let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring/kok.rules.yml");
     let monitoring = Monitoring::start(
-        &[listen.clone()],
+        std::slice::from_ref(&listen),
         &rules,
         &format!("{}/alerts", alerts_hook.url()),
     )

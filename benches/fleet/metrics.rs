@@ -35,13 +35,24 @@ impl FleetView for Full {
 }
 
 fn fleet() -> Fleet {
-    let conditions = ["Reachable", "NodesReady", "InventoryMatches", "VersionMatches", "Healthy"];
+    let conditions = [
+        "Reachable",
+        "NodesReady",
+        "InventoryMatches",
+        "VersionMatches",
+        "Healthy",
+    ];
     let clusters = (0..CLUSTERS)
         .map(|i| ClusterGauges {
             name: format!("cluster-{i:05}"),
             conditions: conditions
                 .iter()
-                .map(|c| (c.to_string(), if i % 7 == 0 { "False" } else { "True" }.to_string()))
+                .map(|c| {
+                    (
+                        c.to_string(),
+                        if i % 7 == 0 { "False" } else { "True" }.to_string(),
+                    )
+                })
                 .collect(),
             nodes: Some((5, 5)),
             phases: vec![(Phase::Queued, 2), (Phase::Succeeded, 7), (Phase::Failed, 1)],
@@ -77,7 +88,13 @@ pub fn run() -> EveryGauge {
     for result in ["unchanged", "changed", "error"] {
         m.poll(result);
     }
-    for action in ["cluster.yml", "scale.yml", "upgrade-cluster.yml", "remove-node.yml", "reset.yml"] {
+    for action in [
+        "cluster.yml",
+        "scale.yml",
+        "upgrade-cluster.yml",
+        "remove-node.yml",
+        "reset.yml",
+    ] {
         for result in ["succeeded", "failed"] {
             m.observe_job(action, result, Duration::from_secs(600));
         }
@@ -114,7 +131,11 @@ pub fn run() -> EveryGauge {
 /// One line with the targets.
 pub fn report(r: &EveryGauge) -> String {
     let size_ok = if r.bytes <= 1_000_000 { "met" } else { "NOT met" };
-    let time_ok = if r.render_ms_max <= 100.0 { "met" } else { "NOT met" };
+    let time_ok = if r.render_ms_max <= 100.0 {
+        "met"
+    } else {
+        "NOT met"
+    };
     format!(
         "{} clusters with every gauge, in process: {} series, {:.0} KB (≤ 1 MB: {size_ok}), render median {} ms, \
          max {} ms of {RENDERS} (≤ 100 ms: {time_ok})",

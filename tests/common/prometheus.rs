@@ -41,7 +41,8 @@ impl Drop for Monitoring {
 
 fn spawn(program: &str, args: &[String], log: &Path) -> Child {
     let log = std::fs::File::create(log).expect("log file");
-    super::tools::command(program)
+    // Both come from apt: they are on PATH, not in the set-up's virtual environment.
+    std::process::Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
