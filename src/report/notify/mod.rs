@@ -18,7 +18,8 @@
 //!   (`health.<cluster>` in the same ConfigMap). A change is one event (`health-degraded` or
 //!   `health-recovered`); at most one per cluster and kind per [`HEALTH_QUIET`], so a flapping check does
 //!   not page every minute: a change within that time waits for its end and goes out then only if the
-//!   cluster is still in that state. A cluster first seen healthy says nothing.
+//!   cluster is still in that state. A cluster first seen healthy says nothing; without a receiver of
+//!   health events nothing is compared or kept.
 //! - A receiver's URL (and a webhook's HMAC key) are read from its Secret at delivery and registered with
 //!   [`crate::redact`]: no log or error shows them.
 
@@ -370,6 +371,14 @@ impl Notifier {
     async fn scan_health(&self) -> Result<(), NotifyError> {
         let store = self.clusters.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(store) = store else { return Ok(()) };
+        let wanted = |kind| {
+            self.receivers()
+                .iter()
+                .any(|r| r.events.is_empty() || r.events.contains(&kind))
+        };
+        if !wanted(EventKind::HealthDegraded) && !wanted(EventKind::HealthRecovered) {
+            return Ok(());
+        }
         let mut changes = Vec::new();
         {
             let mut outbox = self.outbox.lock().await;
@@ -399,8 +408,7 @@ impl Notifier {
                     continue;
                 }
                 if record.notified.is_none() && healthy {
-                    // First seen healthy: nothing to say, but remember it.
-                    changes.push((name, record_with(&record, kind, None), None));
+                    // Healthy and never notified otherwise: nothing to say (nor to keep).
                     continue;
                 }
                 let last = record.sent.get(kind.as_str()).and_then(|t| parse_time(t));
@@ -410,19 +418,23 @@ impl Notifier {
                 }
                 let since = condition.last_transition_time.0.to_string();
                 let event = event::health(&name, healthy, &since, &condition.message, &now.to_string());
-                changes.push((name, record_with(&record, kind, Some(now)), Some(event)));
+                changes.push((name, record_with(&record, kind, now), event));
             }
         }
-        for (cluster, record, event) in changes {
-            // The event first: a crash between the two sends it again with the same id, which the outbox
-            // refuses, rather than losing it.
-            if let Some(event) = event {
-                self.enqueue(event).await?;
-            }
-            let mut data = serde_json::Map::new();
-            data.insert(format!("health.{cluster}"), encode(&record));
-            self.write(data).await?;
-            self.outbox.lock().await.health.insert(cluster, record);
+        if changes.is_empty() {
+            return Ok(());
+        }
+        // The events first: a crash before the records are written sends them again with the same ids,
+        // which the outbox refuses, rather than losing them. The records go in one write.
+        let mut data = serde_json::Map::new();
+        for (cluster, record, event) in &changes {
+            self.enqueue(event.clone()).await?;
+            data.insert(format!("health.{cluster}"), encode(record));
+        }
+        self.write(data).await?;
+        let mut outbox = self.outbox.lock().await;
+        for (cluster, record, _) in changes {
+            outbox.health.insert(cluster, record);
         }
         Ok(())
     }
@@ -611,12 +623,10 @@ fn without_url(text: &str) -> String {
     }
 }
 
-fn record_with(record: &HealthRecord, kind: EventKind, sent: Option<jiff::Timestamp>) -> HealthRecord {
+fn record_with(record: &HealthRecord, kind: EventKind, sent: jiff::Timestamp) -> HealthRecord {
     let mut next = record.clone();
     next.notified = Some(kind.as_str().to_string());
-    if let Some(at) = sent {
-        next.sent.insert(kind.as_str().to_string(), at.to_string());
-    }
+    next.sent.insert(kind.as_str().to_string(), sent.to_string());
     next
 }
 
