@@ -77,6 +77,19 @@ if [ "$mode" = tests ]; then
     want prometheus-alertmanager "the monitoring test sees kok's alerts fire and resolve in a real Alertmanager"
 fi
 [ ${#packages[@]} -eq 0 ] || apt_install "${packages[@]}"
+# Where services may start (not in containers, whose policy-rc.d forbids it), Debian starts the
+# daemons of prometheus and prometheus-alertmanager on all interfaces. The tests run their own on
+# 127.0.0.1, so the ones this run installed are stopped and disabled.
+for package in "${packages[@]}"; do
+  case $package in
+    prometheus | prometheus-alertmanager)
+      if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$package" 2>/dev/null; then
+        say "stopping the $package service its package started: the tests run their own on 127.0.0.1"
+        systemctl disable --now "$package" >/dev/null 2>&1 || say "could not stop the $package service"
+      fi
+      ;;
+  esac
+done
 command -v cargo >/dev/null 2>&1 || die "cargo is missing: install Rust (https://rustup.rs), then run this again"
 
 # --- the virtual environment ---------------------------------------------------------------------
