@@ -5,7 +5,9 @@
 //! seconds, times are Unix seconds in `_timestamp_seconds` gauges. Cardinality is bounded and said on
 //! each metric: at most one series per cluster (and condition, phase or node state), per rollout wave,
 //! per sink or receiver, per action; never one per operation or commit. At 1,000 clusters `/metrics` is
-//! about 0.5 MB (the fleet benchmark measures it).
+//! about 12,000 series and 0.9 MB when every cluster has all its gauges (health checks, a wait and a
+//! hold), 0.16 MB without health checks; it renders in a few milliseconds (the fleet benchmark measures
+//! both against ≤ 1 MB and ≤ 100 ms).
 //!
 //! | metric | labels | series |
 //! |---|---|---|
