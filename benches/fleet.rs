@@ -15,7 +15,10 @@
 //! `<target dir>/fleet.json`). Mode `health` (not in the default modes) measures the periodic health
 //! checks instead (see [`health`]); `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30) is its kok's
 //! `--health-interval`. Mode `rollout` (not in the default modes either) runs a rollout over the fleet's
-//! clusters in four waves (see [`rollout`]; the operations count of a size is not used). Every run also
+//! clusters in four waves (see [`rollout`]; the operations count of a size is not used). Mode
+//! `kubespray` (not in the default modes) measures kok's ConfigMap bytes for a fleet in kubespray's
+//! layout and after a one-file edit in every cluster (see [`kubespray`]); it runs once per distinct
+//! cluster count of `KOK_FLEET_SIZES`, at 1,000 clusters when that is not set. Every run also
 //! measures the web view's fleet page at 1,000 clusters, in process ([`web`]), and `/metrics` at 1,000
 //! clusters with every gauge set, in process ([`metrics`]); each fleet run also scrapes the real kok's
 //! `/metrics` at rest.
@@ -26,10 +29,16 @@ mod e2e;
 mod forge;
 #[path = "fleet/health.rs"]
 mod health;
+#[path = "fleet/kubespray.rs"]
+mod kubespray;
+#[path = "../tests/common/kubespray.rs"]
+mod kubespray_setup;
 #[path = "fleet/metrics.rs"]
 mod metrics;
 #[path = "fleet/rollout.rs"]
 mod rollout;
+#[path = "../tests/common/tools.rs"]
+mod tools;
 #[path = "fleet/web.rs"]
 mod web;
 
@@ -61,6 +70,8 @@ enum Mode {
     Health,
     /// A rollout in four waves ([`rollout`]), in service mode.
     Rollout,
+    /// kok's ConfigMaps for a fleet in kubespray's layout ([`kubespray`]), in service mode.
+    Kubespray,
 }
 
 impl Mode {
@@ -70,6 +81,7 @@ impl Mode {
             Mode::Local => "local",
             Mode::Health => "health",
             Mode::Rollout => "rollout",
+            Mode::Kubespray => "kubespray",
         }
     }
 }
@@ -77,6 +89,8 @@ impl Mode {
 struct Config {
     sizes: Vec<(usize, usize)>,
     modes: Vec<Mode>,
+    /// Fleet sizes of the kubespray mode: each cluster count of `KOK_FLEET_SIZES` once, else 1,000.
+    kubespray_clusters: Vec<usize>,
     idle: Duration,
     timeout: Duration,
     resync_after: Duration,
@@ -95,7 +109,8 @@ fn env_secs(name: &str, default: u64) -> anyhow::Result<Duration> {
 
 impl Config {
     fn from_env() -> anyhow::Result<Config> {
-        let sizes = std::env::var("KOK_FLEET_SIZES").unwrap_or_else(|_| "100x10,1000x10,10000x1".into());
+        let given = std::env::var("KOK_FLEET_SIZES").ok();
+        let sizes = given.as_deref().unwrap_or("100x10,1000x10,10000x1");
         let sizes = sizes
             .split(',')
             .map(|s| {
@@ -116,11 +131,24 @@ impl Config {
                 "local" => Ok(Mode::Local),
                 "health" => Ok(Mode::Health),
                 "rollout" => Ok(Mode::Rollout),
+                "kubespray" => Ok(Mode::Kubespray),
                 other => Err(anyhow::anyhow!(
-                    "KOK_FLEET_MODES: {other:?} is not service, local, health or rollout"
+                    "KOK_FLEET_MODES: {other:?} is not service, local, health, rollout or kubespray"
                 )),
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut kubespray_clusters = Vec::new();
+        if modes.contains(&Mode::Kubespray) {
+            let counts = match given {
+                Some(_) => sizes.iter().map(|&(clusters, _)| clusters).collect(),
+                None => vec![1000],
+            };
+            for clusters in counts {
+                if !kubespray_clusters.contains(&clusters) {
+                    kubespray_clusters.push(clusters);
+                }
+            }
+        }
         // The kok binary is <target>/<profile>/kok.
         let target = PathBuf::from(env!("CARGO_BIN_EXE_kok"))
             .parent()
@@ -133,6 +161,7 @@ impl Config {
         Ok(Config {
             sizes,
             modes,
+            kubespray_clusters,
             idle: env_secs("KOK_FLEET_IDLE_SECS", 30)?,
             timeout: env_secs("KOK_FLEET_TIMEOUT_SECS", 300)?,
             resync_after: env_secs("KOK_FLEET_RESYNC_SECS", 20)?,
@@ -549,8 +578,9 @@ impl Bench<'_> {
         let forge = forge::ForgeServer::start().await;
         let state_dir = remote.scratch("state");
         let mut meta = match mode {
-            // The health and rollout modes run in [`health::run`] and [`rollout::run`].
-            Mode::Service | Mode::Health | Mode::Rollout => {
+            // The health, rollout and kubespray modes run in [`health::run`], [`rollout::run`] and
+            // [`kubespray::run`].
+            Mode::Service | Mode::Health | Mode::Rollout | Mode::Kubespray => {
                 let api = testkit::ApiServer::start_with(testkit::Options {
                     event_window: 200_000,
                     ..testkit::Options::default()
@@ -1129,8 +1159,13 @@ async fn main() -> anyhow::Result<()> {
     let mut runs = Vec::new();
     let mut health_runs = Vec::new();
     let mut rollout_runs = Vec::new();
+    let mut kubespray_runs = Vec::new();
     for &(clusters, ops) in &cfg.sizes {
         for &mode in &cfg.modes {
+            if mode == Mode::Kubespray {
+                // Runs below, once per size of its own.
+                continue;
+            }
             if mode == Mode::Rollout {
                 match rollout::run(&cfg, clusters).await {
                     Ok(run) => rollout_runs.push(run),
@@ -1149,6 +1184,12 @@ async fn main() -> anyhow::Result<()> {
                 Ok(run) => runs.push(run),
                 Err(e) => eprintln!("[{clusters}x{ops} {}] failed: {e:#}", mode.as_str()),
             }
+        }
+    }
+    for &clusters in &cfg.kubespray_clusters {
+        match kubespray::run(&cfg, clusters).await {
+            Ok(run) => kubespray_runs.push(run),
+            Err(e) => eprintln!("[kubespray {clusters}] failed: {e:#}"),
         }
     }
     let verdicts = verdicts(&runs);
@@ -1180,6 +1221,9 @@ async fn main() -> anyhow::Result<()> {
     }
     let every_gauge = metrics::run();
     println!("\n/metrics: {}", metrics::report(&every_gauge));
+    if !kubespray_runs.is_empty() {
+        println!("\nkubespray's layout:\n{}", kubespray::report(&kubespray_runs));
+    }
     let web = match web::run(&bench.http).await {
         Ok(run) => {
             println!("\nWeb view: {}", web::report(&run));
@@ -1195,6 +1239,7 @@ async fn main() -> anyhow::Result<()> {
         "targets": verdicts,
         "health": health_runs,
         "rollout": rollout_runs,
+        "kubespray": kubespray_runs,
         "web": web,
         "metrics_every_gauge": every_gauge,
     });

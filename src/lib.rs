@@ -31,6 +31,7 @@ pub mod local;
 pub mod materialize;
 pub mod metrics;
 pub mod plan;
+pub mod preflight;
 pub mod pulls;
 pub mod reconcile;
 pub mod redact;

@@ -14,7 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
 use crate::api::{
-    Cluster, ClusterOperation, FactsPlaybook, FleetRollout, Phase, LABEL_CURRENT, LABEL_ROLLOUT,
+    Cluster, ClusterOperation, FactsPlaybook, FleetRollout, Phase, PinnedInventory, LABEL_CURRENT,
+    LABEL_ROLLOUT,
 };
 use crate::controller::live::LiveCache;
 use crate::controller::wave::RunState;
@@ -417,18 +418,13 @@ fn simulate_live(desired: &DesiredCluster) -> Live {
             with_uid(&mut cm.metadata, true);
             let name = cm.name_any();
             let mut owners = vec![owner(&cluster.metadata, "Cluster", &Cluster::api_version(&()))];
-            owners.extend(
-                operations
-                    .values()
-                    .filter(|o| o.spec.hosts_conf_ref.name == name || o.spec.vars_conf_ref.name == name)
-                    .map(|o| {
-                        owner(
-                            &o.metadata,
-                            "ClusterOperation",
-                            &ClusterOperation::api_version(&()),
-                        )
-                    }),
-            );
+            owners.extend(operations.values().filter(|o| o.spec.pins(&name)).map(|o| {
+                owner(
+                    &o.metadata,
+                    "ClusterOperation",
+                    &ClusterOperation::api_version(&()),
+                )
+            }));
             cm.metadata.owner_references = Some(owners);
             (name, cm)
         })

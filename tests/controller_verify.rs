@@ -146,7 +146,7 @@ async fn run_and_succeed_first(
 ) -> (Running, String) {
     let client = server.client();
     let mut dir = cluster_dir("prod", HOSTS, ops, None);
-    dir.vars_yml = VARS.into();
+    dir.vars_yml = Some(VARS.into());
     dir.settings.kubeconfig_secret = kubeconfig_setting.map(Into::into);
     let d = render(&dir, 1, &[]);
     apply_cluster(&client, NS, &d).await.unwrap();
@@ -268,6 +268,62 @@ async fn kubelets_left_at_the_old_version_fail_the_upgrade() {
         "2 kubelets still at v1.30.6 (node1, node2), want v1.31.4",
     )
     .await;
+}
+
+/// A cluster in kubespray's layout whose `kube_version` lives where kubespray's sample keeps it,
+/// `group_vars/k8s_cluster/k8s-cluster.yml` (pinned compressed: it is over 1 KiB), above an older value of
+/// `group_vars/all`; the inventory names no `k8s_cluster` group, which kubespray makes at run time.
+fn kubespray_layout_dir() -> kok::layout::ClusterDir {
+    let mut dir = cluster_dir("prod", "", vec![install(None, Some("1s"))], None);
+    dir.inventory_file = "inventory.ini".into();
+    dir.hosts_yml =
+        "[kube_control_plane]\nnode1\n\n[etcd:children]\nkube_control_plane\n\n[kube_node]\nnode2\n".into();
+    dir.vars_yml = None;
+    let padding = "# kubespray's sample explains every setting at length\n".repeat(40);
+    dir.vars_files = vec![
+        ("group_vars/all/all.yml".into(), "kube_version: v1.29.0\n".into()),
+        (
+            "group_vars/k8s_cluster/k8s-cluster.yml".into(),
+            format!("{padding}kube_version: v1.31.4\n"),
+        ),
+        ("host_vars/node1.yml".into(), "ip: 10.0.0.1\n".into()),
+        ("host_vars/node2.yml".into(), "ip: 10.0.0.2\n".into()),
+    ];
+    dir
+}
+
+#[tokio::test]
+async fn a_kubespray_inventory_is_verified_against_the_kube_version_its_k8s_cluster_group_vars_set() {
+    for (kubelets, want) in [("v1.31.4", Phase::Succeeded), ("v1.29.0", Phase::Failed)] {
+        let workload = testkit::ApiServer::start().await.unwrap();
+        node(&workload.client(), "node1", "10.0.0.1", true, kubelets).await;
+        node(&workload.client(), "node2", "10.0.0.2", true, kubelets).await;
+        let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
+        let dir = kubespray_layout_dir();
+        let d = render(&dir, 1, &[]);
+        assert!(
+            d.cluster.spec.vars_files.iter().any(|f| f.gzip),
+            "k8s-cluster.yml is pinned compressed"
+        );
+        apply_cluster(&client, NS, &d).await.unwrap();
+        let mut cfg = config(4);
+        cfg.verify_retry = Duration::from_millis(100);
+        let ctl = start(&client, cfg);
+        let name = op_name(&d, "install");
+        wait_phase(&client, &name, Phase::Running).await;
+        server.complete_job(NS, &job_name(&name)).await.unwrap();
+        let done = wait_phase(&client, &name, want).await;
+        ctl.stop().await;
+        let text = description(&done);
+        if want == Phase::Succeeded {
+            assert!(text.ends_with("; verified: 2/2 nodes Ready, v1.31.4"), "{text}");
+        } else {
+            assert_eq!(
+                text,
+                "playbook succeeded, verification failed: 2 kubelets still at v1.29.0 (node1, node2), want v1.31.4"
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -459,7 +515,7 @@ async fn checked_every_into(
     let kubeconfig = testkit::kubeconfig_yaml(&workload.url());
     kubeconfig_secret(&client, &format!("{name}-kubeconfig"), &kubeconfig).await;
     let mut dir = cluster_dir(name, HOSTS, vec![], None);
-    dir.vars_yml = VARS.into();
+    dir.vars_yml = Some(VARS.into());
     apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
     let mut cfg = config(4);
     cfg.health_interval = interval;
@@ -633,7 +689,7 @@ async fn clusters_that_never_answer_do_not_delay_the_healthy_ones_in_a_health_ro
         )
         .await;
         let mut dir = cluster_dir(name, HOSTS, vec![], None);
-        dir.vars_yml = VARS.into();
+        dir.vars_yml = Some(VARS.into());
         apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
     }
     let mut cfg = config(4);
@@ -727,7 +783,7 @@ async fn verifications_of_clusters_that_never_answer_leave_the_reconcile_slots_t
         )
         .await;
         let mut dir = cluster_dir(&cluster, HOSTS, vec![install(None, Some("10m"))], None);
-        dir.vars_yml = VARS.into();
+        dir.vars_yml = Some(VARS.into());
         let d = render(&dir, 1, &[]);
         apply_cluster(&client, NS, &d).await.unwrap();
         hung.push(op_name(&d, "install"));
@@ -820,7 +876,7 @@ async fn a_cluster_being_verified_leaves_its_job_slot_to_other_clusters() {
     let silent = silent_server().await;
     let (meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&silent.url)).await;
     let mut dir = cluster_dir("prod", HOSTS, vec![install(None, Some("10m"))], None);
-    dir.vars_yml = VARS.into();
+    dir.vars_yml = Some(VARS.into());
     let prod = render(&dir, 1, &[]);
     apply_cluster(&client, NS, &prod).await.unwrap();
     let prod = op_name(&prod, "install");

@@ -261,9 +261,9 @@ fn operation(name: &str, id: &str) -> kok::api::ClusterOperation {
         hosts_conf_ref: kok::api::ConfigMapRef {
             name: "hosts-1".into(),
         },
-        vars_conf_ref: kok::api::ConfigMapRef {
+        vars_conf_ref: Some(kok::api::ConfigMapRef {
             name: "vars-1".into(),
-        },
+        }),
         queue_position: "0001".into(),
         ..Default::default()
     };

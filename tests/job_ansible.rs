@@ -57,7 +57,7 @@ fn operation(dir: &Path, fail_pre: bool) -> ClusterOperation {
             pre_hooks: vec![hook("pre", fail_pre)],
             post_hooks: vec![hook("post", false)],
             hosts_conf_ref: ConfigMapRef { name: "h".into() },
-            vars_conf_ref: ConfigMapRef { name: "v".into() },
+            vars_conf_ref: Some(ConfigMapRef { name: "v".into() }),
             queue_position: "0".into(),
             ..Default::default()
         },
@@ -189,7 +189,7 @@ fn simple_operation(action: String, pre_hooks: Vec<Hook>) -> ClusterOperation {
             image: "unused".into(),
             pre_hooks,
             hosts_conf_ref: ConfigMapRef { name: "h".into() },
-            vars_conf_ref: ConfigMapRef { name: "v".into() },
+            vars_conf_ref: Some(ConfigMapRef { name: "v".into() }),
             queue_position: "0".into(),
             ..Default::default()
         },

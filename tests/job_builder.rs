@@ -7,7 +7,7 @@ mod conf;
 
 use kok::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, FactsPlaybook, Hook, OperationSource,
-    SecretRef,
+    PinnedFile, SecretRef,
 };
 use kok::controller::job::{build_job, container_command, entry_script, job_name, JobConfig};
 
@@ -25,9 +25,9 @@ fn operation(name: &str) -> ClusterOperation {
             hosts_conf_ref: ConfigMapRef {
                 name: "prod-bj-hosts-1a2b3c4d".into(),
             },
-            vars_conf_ref: ConfigMapRef {
+            vars_conf_ref: Some(ConfigMapRef {
                 name: "prod-bj-vars-5e6f7a8b".into(),
-            },
+            }),
             ssh_auth_ref: Some(SecretRef {
                 name: "prod-bj-ssh".into(),
             }),
@@ -377,5 +377,170 @@ fn a_shell_step_that_names_no_file_runs_the_program_of_that_name() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "<kube_control_plane[0] $(x)>"
+    );
+}
+
+/// A kubespray-layout operation: inventory.ini, two files of group_vars/ (one pinned compressed) and a
+/// vault password Secret.
+fn kubespray_layout_operation() -> (ClusterOperation, std::collections::BTreeMap<String, Vec<u8>>) {
+    let mut op = operation("prod-bj-install-0123abcd");
+    op.spec.inventory_file = Some("inventory.ini".into());
+    op.spec.vars_conf_ref = None;
+    op.spec.vault_password_ref = Some(SecretRef {
+        name: "prod-vault".into(),
+    });
+    let big = format!("kube_version: v1.31.4\n{}", "# a long comment line\n".repeat(400));
+    op.spec.vars_files = vec![
+        PinnedFile {
+            path: "group_vars/all/all.yml".into(),
+            config_map: "prod-bj-file-11111111".into(),
+            gzip: false,
+        },
+        PinnedFile {
+            path: "group_vars/k8s_cluster/k8s-cluster.yml".into(),
+            config_map: "prod-bj-file-22222222".into(),
+            gzip: true,
+        },
+        PinnedFile {
+            path: "host_vars/node 1.yml".into(),
+            config_map: "prod-bj-file-11111111".into(),
+            gzip: false,
+        },
+    ];
+    // What each ConfigMap key holds, by (ConfigMap, key).
+    let mut data = std::collections::BTreeMap::new();
+    data.insert(
+        "prod-bj-hosts-1a2b3c4d/inventory.ini".to_string(),
+        b"[kube_control_plane]\nnode1\n".to_vec(),
+    );
+    data.insert(
+        "prod-bj-file-11111111/file".to_string(),
+        b"etcd_kubeadm_enabled: false\n".to_vec(),
+    );
+    data.insert(
+        "prod-bj-file-22222222/file.gz".to_string(),
+        kok::materialize::pinned::gzip(big.as_bytes()),
+    );
+    (op, data)
+}
+
+#[test]
+fn a_kubespray_inventory_is_mounted_file_by_file_and_laid_out_at_its_paths_for_ansible() {
+    let (op, data) = kubespray_layout_operation();
+    let job = build_job(&op, &JobConfig::default());
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    let volumes = pod.volumes.unwrap();
+    let conf = volumes.iter().find(|v| v.name == "conf").unwrap();
+    let sources = conf.projected.as_ref().unwrap().sources.as_ref().unwrap();
+    // One source per ConfigMap: the inventory's and the two files' (one of them pinned at two paths).
+    let items: Vec<(String, String, String)> = sources
+        .iter()
+        .flat_map(|s| {
+            let cm = s.config_map.as_ref().unwrap();
+            cm.items
+                .iter()
+                .flatten()
+                .map(|i| (cm.name.clone(), i.key.clone(), i.path.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        items,
+        [
+            (
+                "prod-bj-hosts-1a2b3c4d".into(),
+                "inventory.ini".into(),
+                "inventory.ini".into()
+            ),
+            (
+                "prod-bj-file-11111111".into(),
+                "file".into(),
+                "group_vars/all/all.yml".into()
+            ),
+            (
+                "prod-bj-file-11111111".into(),
+                "file".into(),
+                "host_vars/node 1.yml".into()
+            ),
+            (
+                "prod-bj-file-22222222".into(),
+                "file.gz".into(),
+                "group_vars/k8s_cluster/k8s-cluster.yml.gz".into()
+            ),
+        ]
+    );
+    let vault = volumes.iter().find(|v| v.name == "vault").unwrap();
+    let secret = vault.secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("prod-vault"));
+    assert_eq!(secret.default_mode, Some(0o400));
+    let container = &pod.containers[0];
+    let env: Vec<(String, Option<String>)> = container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    assert!(env.contains(&(
+        "KOK_VAULT_PASSWORD_FILE".into(),
+        Some("/kok/vault/password".into())
+    )));
+
+    // The kubelet's part: each item at its path under the mounted directory.
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = dir.path().join("conf");
+    for (cm, key, path) in &items {
+        let file = mounted.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, &data[&format!("{cm}/{key}")]).unwrap();
+    }
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let recorder = bin.join("ansible-playbook");
+    std::fs::write(
+        &recorder,
+        "#!/bin/sh\nfor a in \"$@\"; do printf '[%s]\\n' \"$a\"; done\n\
+         cd \"$KOK_INVENTORY\" && find . -type f | LC_ALL=C sort | while read -r f; do printf '%s %s\\n' \"$f\" \"$(head -n 1 \"$f\")\"; done\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&recorder, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(entry_script(&op))
+        .arg("kok-entry")
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()),
+        )
+        .env("TMPDIR", dir.path())
+        .env("KOK_CONF_DIR", &mounted)
+        .env("KOK_AUTH_DIR", "/tmp/auth")
+        .env("KOK_VAULT_PASSWORD_FILE", "/tmp/vault/password")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let args: Vec<&str> = text.lines().filter(|l| l.starts_with('[')).collect();
+    assert!(args[1].ends_with("/inventory/inventory.ini]"), "{args:?}");
+    assert_eq!(args[0], "[-i]");
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["[--vault-password-file]", "[/tmp/vault/password]"]),
+        "{args:?}"
+    );
+    let files: Vec<&str> = text.lines().filter(|l| l.starts_with("./")).collect();
+    assert_eq!(
+        files,
+        [
+            "./group_vars/all/all.yml etcd_kubeadm_enabled: false",
+            "./group_vars/k8s_cluster/k8s-cluster.yml kube_version: v1.31.4",
+            "./host_vars/node 1.yml etcd_kubeadm_enabled: false",
+            "./inventory.ini [kube_control_plane]",
+        ],
+        "the writable inventory holds every file at its path, the compressed one inflated"
     );
 }

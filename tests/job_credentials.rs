@@ -52,7 +52,7 @@ fn operation(action: &Path, run: &str, fail: bool) -> ClusterOperation {
             extra_args: vec!["-e".into(), format!("run={run} fail={fail}")],
             image: "unused".into(),
             hosts_conf_ref: ConfigMapRef { name: "h".into() },
-            vars_conf_ref: ConfigMapRef { name: "v".into() },
+            vars_conf_ref: Some(ConfigMapRef { name: "v".into() }),
             queue_position: "0".into(),
             ..Default::default()
         },

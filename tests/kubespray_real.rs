@@ -127,11 +127,28 @@ impl KubesprayRun {
         sshd: Sshd,
         hosts: &str,
         vars: &str,
+        operation: (&str, &str, &[&str]),
+    ) -> (KubesprayRun, ClusterOperation) {
+        let files = [("hosts.yml", hosts.to_string()), ("vars.yml", vars.to_string())];
+        KubesprayRun::start_with_files(kubespray, sshd, &files, operation).await
+    }
+
+    /// [`KubesprayRun::start`] with the cluster directory's inventory files given by path inside it.
+    async fn start_with_files(
+        kubespray: &Kubespray,
+        sshd: Sshd,
+        files: &[(&str, String)],
         (id, action, extra_args): (&str, &str, &[&str]),
     ) -> (KubesprayRun, ClusterOperation) {
         let repo = LocalRepo::new();
-        repo.write(&format!("clusters/{CLUSTER}/hosts.yml"), hosts);
-        repo.write(&format!("clusters/{CLUSTER}/vars.yml"), vars);
+        // The harness's own short layout makes way for the files given.
+        for file in ["hosts.yml", "vars.yml"] {
+            std::fs::remove_file(repo.path().join(format!("clusters/{CLUSTER}/{file}")))
+                .expect("the harness's cluster");
+        }
+        for (path, content) in files {
+            repo.write(&format!("clusters/{CLUSTER}/{path}"), content);
+        }
         repo.write(
             &format!("clusters/{CLUSTER}/cluster.yml"),
             &format!("sshAuthSecret: {SSH_SECRET}\n"),
@@ -268,6 +285,90 @@ async fn kubesprays_facts_playbook_succeeds_on_three_nodes_and_no_ssh_master_or_
             cached.display()
         );
     }
+    run.stop();
+}
+
+/// kubespray v2.27.0's own `inventory/sample/group_vars/` as it ships, by path inside the inventory directory.
+fn sample_group_vars(kubespray: &Kubespray) -> Vec<(String, String)> {
+    let sample = kubespray.tree.join("inventory/sample");
+    let mut files = Vec::new();
+    let mut todo = vec![sample.join("group_vars")];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).expect("kubespray's sample inventory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let relative = path.strip_prefix(&sample).expect("inside the sample");
+                let text = std::fs::read_to_string(&path).expect("a sample file");
+                files.push((relative.to_str().expect("UTF-8").to_string(), text));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// inventory.ini as kubespray's sample describes it, filled in: every node in `kube_control_plane` (so in
+/// `etcd`, its child there) and in `kube_node`, and [`VARS`] as `[all:vars]` (the lowest precedence of all, so
+/// the sample's own group_vars are untouched). Run alone, `playbooks/facts.yml` reaches `etcd`'s hosts:
+/// `k8s_cluster` is made by the boilerplate of kubespray's other playbooks.
+fn inventory_ini(nodes: &[Node]) -> String {
+    let mut lines = String::new();
+    for node in nodes {
+        let port = node
+            .port
+            .map(|p| format!(" ansible_port={p}"))
+            .unwrap_or_default();
+        lines.push_str(&format!("{} ansible_host={}{port}\n", node.name, node.address));
+    }
+    let names: String = nodes.iter().map(|n| format!("{}\n", n.name)).collect();
+    format!(
+        "[kube_control_plane]\n{lines}\n[etcd:children]\nkube_control_plane\n\n[kube_node]\n{names}\n\
+         [all:vars]\nansible_user=root\nansible_python_interpreter=/usr/bin/python3\n\
+         override_system_hostname=false\nkubelet_fail_swap_on=false\nkube_owner=root\nkube_cert_group=root\n\
+         addusers={{'kube': {{'name': 'root', 'group': 'root'}}}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubesprays_sample_inventory_as_it_ships_runs_its_facts_playbook_over_ssh() {
+    let Some(kubespray) =
+        kubespray_or_skip("kubesprays_sample_inventory_as_it_ships_runs_its_facts_playbook")
+    else {
+        return;
+    };
+    let sshd = Sshd::start_on(&ADDRESSES);
+    let nodes = nodes("sample", 3, Some(sshd.port));
+    let mut files: Vec<(String, String)> = sample_group_vars(&kubespray);
+    assert!(
+        files.len() > 20,
+        "kubespray's sample has its group_vars: {files:?}"
+    );
+    files.push(("inventory.ini".into(), inventory_ini(&nodes)));
+    let files: Vec<(&str, String)> = files.iter().map(|(p, t)| (p.as_str(), t.clone())).collect();
+    let operation = ("facts", "playbooks/facts.yml", &[][..]);
+    let (mut run, op) = KubesprayRun::start_with_files(&kubespray, sshd, &files, operation).await;
+
+    let (phase, message) = phase(&op);
+    assert_eq!(
+        phase,
+        Phase::Succeeded,
+        "{message}; the run's log:\n{}",
+        run.log()
+    );
+    let line = run.note("success").await;
+    assert!(line.contains(": 3 hosts, "), "{line}");
+    let summary = op.status.and_then(|s| s.summary).expect("the run's summary");
+    for node in &nodes {
+        let counts = summary.hosts.get(&node.name);
+        assert!(
+            counts.is_some_and(|c| c.ok > 0 && c.unreachable == 0 && c.failed == 0),
+            "{} was reached: {summary:?}",
+            node.name
+        );
+    }
+    run.assert_no_ssh_session_outlives_it().await;
     run.stop();
 }
 

@@ -6,7 +6,7 @@ mod local_runner_support;
 use std::path::Path;
 
 use k8s_openapi::api::batch::v1::Job;
-use kok::api::{ActionType, Hook};
+use kok::api::{ActionType, ConfigMapRef, Hook};
 use kok::local::runner::Workdir;
 use kok::local::status;
 use local_runner_support::*;
@@ -311,7 +311,9 @@ async fn a_missing_config_map_fails_the_job_without_running_it() -> anyhow::Resu
     let work = tempfile::tempdir()?;
     std::fs::write(work.path().join("never.sh"), "touch ran\n")?;
     let mut op = operation("orphan", "never.sh", ActionType::Shell);
-    op.spec.vars_conf_ref.name = "a-vars-missing".into();
+    op.spec.vars_conf_ref = Some(ConfigMapRef {
+        name: "a-vars-missing".into(),
+    });
     let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
     let job = env.create_job(&op).await?;
     let done = env.wait_finished(&job).await?;

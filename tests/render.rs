@@ -92,16 +92,32 @@ fn rendered_objects_parse_back_into_their_types_with_files_byte_for_byte() {
             other => panic!("unexpected kind {other}"),
         }
     }
-    assert_eq!(clusters.len(), 3);
-    assert_eq!(config_maps.len(), 6);
-    assert_eq!(operations.len(), 6);
-    for cm in &config_maps {
-        let path = &cm.metadata.annotations.as_ref().unwrap()["kok.dev/source-path"];
-        for (key, text) in cm.data.as_ref().unwrap() {
-            let on_disk = std::fs::read_to_string(root().join(EXAMPLE).join(path).join(key)).unwrap();
-            assert_eq!(text, &on_disk, "{path}/{key}");
+    assert_eq!(clusters.len(), 4);
+    // prod-sh, in kubespray's layout, pins its inventory.ini and each of its 8 group_vars/host_vars files.
+    assert_eq!(config_maps.len(), 6 + 1 + 8);
+    assert_eq!(operations.len(), 7);
+    let by_name: std::collections::BTreeMap<String, ConfigMap> = config_maps
+        .iter()
+        .map(|cm| (cm.metadata.name.clone().unwrap(), cm.clone()))
+        .collect();
+    for cluster in &clusters {
+        let dir =
+            kok::materialize::pinned::inventory_dir(&cluster.spec, &by_name).expect("every pin rendered");
+        let on_disk = root().join(EXAMPLE).join(&cluster.spec.source.path);
+        let read = |path: &str| std::fs::read_to_string(on_disk.join(path)).unwrap();
+        assert_eq!(dir.hosts_yml, read(&dir.inventory_file), "{}", dir.inventory_file);
+        if let Some(vars) = &dir.vars_yml {
+            assert_eq!(vars, &read("vars.yml"));
+        }
+        for (path, text) in &dir.vars_files {
+            assert_eq!(text, &read(path), "{path}");
         }
     }
+    let pinned: usize = clusters.iter().map(|c| c.spec.vars_files.len()).sum();
+    assert_eq!(
+        pinned, 8,
+        "prod-sh's group_vars/ and host_vars/ are pinned file by file"
+    );
     for op in &operations {
         let cluster = clusters
             .iter()
@@ -117,6 +133,7 @@ fn rendered_objects_parse_back_into_their_types_with_files_byte_for_byte() {
             "{}",
             op.spec.id
         );
+        assert_eq!(op.spec.vars_files, cluster.spec.vars_files, "{}", op.spec.id);
         assert_eq!(op.spec.source.commit, COMMIT);
     }
 }

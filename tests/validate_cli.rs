@@ -90,6 +90,7 @@ fn json_output_lists_valid_and_invalid_clusters_and_diagnostics() {
     let repo = tempfile::tempdir().unwrap();
     good_cluster(repo.path(), "clusters/good");
     write(repo.path(), "clusters/bad/hosts.yml", HOSTS);
+    write(repo.path(), "clusters/bad/vars.yml", "- not a mapping\n");
     let out = kok(&["validate", repo.path().to_str().unwrap(), "--output", "json"]);
     assert_eq!(out.status.code(), Some(1));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

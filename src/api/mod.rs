@@ -69,6 +69,8 @@ pub const DEFAULT_FACTS_PLAYBOOK: &str = "playbooks/facts.yml";
 pub const FACTS_PLAYBOOK_NONE: &str = "none";
 /// Key of the private key inside an ssh-auth Secret.
 pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
+/// Key of the ansible-vault password inside the Secret `vaultPasswordSecret` names.
+pub const VAULT_PASSWORD_KEY: &str = "password";
 /// Secret type kok accepts for `sshAuthSecret` (Opaque with [`SSH_PRIVATE_KEY`] is accepted too).
 pub const SSH_AUTH_SECRET_TYPE: &str = "kubernetes.io/ssh-auth";
 
@@ -121,6 +123,79 @@ pub struct SecretRef {
     )]
     pub name: String,
 }
+
+/// One file of a cluster directory's group_vars/ or host_vars/, pinned in a content-addressed ConfigMap of its
+/// own (so a commit that edits one file adds one ConfigMap).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinnedFile {
+    /// Path inside the inventory directory, e.g. `group_vars/k8s_cluster/k8s-cluster.yml`.
+    pub path: String,
+    /// Name of the ConfigMap holding the file: under key `file`, or gzip-compressed under `file.gz` in
+    /// binaryData when `gzip` is set.
+    pub config_map: String,
+    /// The file is stored gzip-compressed (files over 1 KiB are).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gzip: bool,
+}
+
+/// The ConfigMap data key holding a pinned group_vars/host_vars file as it is.
+pub const FILE_KEY: &str = "file";
+/// The ConfigMap binaryData key holding a pinned file gzip-compressed.
+pub const FILE_GZIP_KEY: &str = "file.gz";
+/// The inventory file of a cluster directory when the spec names none.
+pub const DEFAULT_INVENTORY_FILE: &str = HOSTS_KEY;
+
+/// The pinned inventory directory a Cluster or a ClusterOperation names: the inventory file, vars.yml and
+/// the files of group_vars/ and host_vars/.
+pub trait PinnedInventory: Sync {
+    /// The inventory file's name (`hosts.yml` unless the spec says otherwise).
+    fn inventory_file(&self) -> &str;
+    /// The ConfigMap holding the inventory file.
+    fn hosts_ref(&self) -> &ConfigMapRef;
+    /// The ConfigMap holding vars.yml, when the directory has one.
+    fn vars_ref(&self) -> Option<&ConfigMapRef>;
+    /// The pinned group_vars/ and host_vars/ files.
+    fn vars_files(&self) -> &[PinnedFile];
+
+    /// Every ConfigMap the spec pins, each name once.
+    fn pinned_config_maps(&self) -> std::collections::BTreeSet<&str> {
+        let mut names: std::collections::BTreeSet<&str> = [self.hosts_ref().name.as_str()].into();
+        names.extend(self.vars_ref().map(|r| r.name.as_str()));
+        names.extend(self.vars_files().iter().map(|f| f.config_map.as_str()));
+        names
+    }
+
+    /// True when the spec pins the ConfigMap `name`.
+    fn pins(&self, name: &str) -> bool {
+        self.hosts_ref().name == name
+            || self.vars_ref().is_some_and(|r| r.name == name)
+            || self.vars_files().iter().any(|f| f.config_map == name)
+    }
+}
+
+macro_rules! pinned_inventory {
+    ($spec:ty) => {
+        impl PinnedInventory for $spec {
+            fn inventory_file(&self) -> &str {
+                self.inventory_file
+                    .as_deref()
+                    .unwrap_or(DEFAULT_INVENTORY_FILE)
+            }
+            fn hosts_ref(&self) -> &ConfigMapRef {
+                &self.hosts_conf_ref
+            }
+            fn vars_ref(&self) -> Option<&ConfigMapRef> {
+                self.vars_conf_ref.as_ref()
+            }
+            fn vars_files(&self) -> &[PinnedFile] {
+                &self.vars_files
+            }
+        }
+    };
+}
+pinned_inventory!(ClusterSpec);
+pinned_inventory!(ClusterOperationSpec);
 
 /// Defaults applied to every operation of a cluster, from cluster.yml over kok.yml.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -214,10 +289,23 @@ pub struct ClusterSource {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
-    /// Content-addressed ConfigMap holding the current hosts.yml.
+    /// Name of the cluster directory's inventory file, and its key in the hosts ConfigMap: `inventory.ini`
+    /// or `hosts.yaml`; absent for `hosts.yml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_file: Option<String>,
+    /// Content-addressed ConfigMap holding the current inventory file (hosts.yml, inventory.ini).
     pub hosts_conf_ref: ConfigMapRef,
-    /// Content-addressed ConfigMap holding the current vars.yml.
-    pub vars_conf_ref: ConfigMapRef,
+    /// Content-addressed ConfigMap holding the current vars.yml; absent when the directory has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vars_conf_ref: Option<ConfigMapRef>,
+    /// The current files of the directory's group_vars/ and host_vars/, each in a content-addressed
+    /// ConfigMap of its own, in the order ansible reads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vars_files: Vec<PinnedFile>,
+    /// Secret whose key `password` ansible-vault decrypts the cluster's vaulted variables with
+    /// (`vaultPasswordSecret`); kok only checks that it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vault_password_ref: Option<SecretRef>,
     /// Secret with the ssh private key ansible uses; kok only checks that it exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_auth_ref: Option<SecretRef>,
@@ -241,8 +329,11 @@ impl ClusterSpec {
     /// A spec reading ConfigMaps `hosts` and `vars`, with nothing else set (unit-test fixtures).
     pub(crate) fn for_test() -> Self {
         ClusterSpec {
+            inventory_file: None,
             hosts_conf_ref: ConfigMapRef { name: "hosts".into() },
-            vars_conf_ref: ConfigMapRef { name: "vars".into() },
+            vars_conf_ref: Some(ConfigMapRef { name: "vars".into() }),
+            vars_files: Vec::new(),
+            vault_password_ref: None,
             ssh_auth_ref: None,
             defaults: Default::default(),
             source: Default::default(),
@@ -499,10 +590,22 @@ pub struct ClusterOperationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "resources_schema")]
     pub resources: Option<Box<ResourceRequirements>>,
-    /// ConfigMap with the hosts.yml pinned by the commit that created this run.
+    /// Name of the inventory file pinned by the commit that created this run, and its key in the hosts
+    /// ConfigMap: `inventory.ini` or `hosts.yaml`; absent for `hosts.yml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_file: Option<String>,
+    /// ConfigMap with the inventory file (hosts.yml, inventory.ini) pinned by the commit that created this run.
     pub hosts_conf_ref: ConfigMapRef,
-    /// ConfigMap with the vars.yml pinned by the commit that created this run.
-    pub vars_conf_ref: ConfigMapRef,
+    /// ConfigMap with the vars.yml pinned by the commit that created this run; absent when it had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vars_conf_ref: Option<ConfigMapRef>,
+    /// The files of group_vars/ and host_vars/ pinned by the commit that created this run, each in a
+    /// content-addressed ConfigMap of its own, laid out at their paths beside the inventory file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vars_files: Vec<PinnedFile>,
+    /// Secret whose key `password` is given to ansible as `--vault-password-file` (`vaultPasswordSecret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vault_password_ref: Option<SecretRef>,
     /// Secret with the ssh private key, mounted at /auth/ssh-privatekey.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_auth_ref: Option<SecretRef>,

@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use super::cluster::keep_transition_times;
 use super::verify::{access, expected};
 use super::Context;
-use crate::api::{Cluster, ClusterStatus, Verify};
+use crate::api::{Cluster, ClusterStatus, PinnedInventory, Verify};
 use crate::health::conditions::{conditions, node_counts, HEALTH_CONDITIONS};
 use crate::health::observe::observe;
 use crate::health::{verify, Access, Expected};
@@ -45,7 +45,7 @@ pub const SLOW_CHECK: Duration = Duration::from_secs(2);
 /// ConfigMaps. The names are content-addressed, so an entry never goes stale: a round reads a
 /// cluster's two ConfigMaps only when its inputs changed. Inputs no cluster uses any more leave at the
 /// next round's start.
-type Expectations = Mutex<HashMap<(String, String), Arc<Expected>>>;
+type Expectations = Mutex<HashMap<String, Arc<Expected>>>;
 
 /// Checks every cluster every `ctx.config.health_interval` until `stopped` (never when it is zero).
 pub async fn run(ctx: Arc<Context>, stopped: impl Future<Output = ()>) {
@@ -76,7 +76,7 @@ async fn round(ctx: &Context, expectations: &Expectations) {
     let started = std::time::Instant::now();
     let mut clusters = ctx.clusters.state();
     let count = clusters.len();
-    let inputs: HashSet<(String, String)> = clusters.iter().map(|c| inputs_of(c)).collect();
+    let inputs: HashSet<String> = clusters.iter().map(|c| inputs_of(c)).collect();
     if let Ok(mut known) = expectations.lock() {
         known.retain(|k, _| inputs.contains(k));
     }
@@ -135,12 +135,20 @@ fn answered(cluster: &Cluster) -> bool {
         .any(|c| c.type_ == crate::health::checks::REACHABLE && c.status == "True")
 }
 
-/// The names of `cluster`'s pinned hosts and vars ConfigMaps.
-fn inputs_of(cluster: &Cluster) -> (String, String) {
-    (
-        cluster.spec.hosts_conf_ref.name.clone(),
-        cluster.spec.vars_conf_ref.name.clone(),
-    )
+/// The names of `cluster`'s pinned ConfigMaps, as one key: the hosts and vars ConfigMaps, then its files'
+/// (a file's path is part of what it means).
+fn inputs_of(cluster: &Cluster) -> String {
+    let spec = &cluster.spec;
+    let mut key = format!("{}\n{}", spec.hosts_conf_ref.name, spec.inventory_file());
+    key.push('\n');
+    key.push_str(spec.vars_conf_ref.as_ref().map_or("", |r| r.name.as_str()));
+    for f in &spec.vars_files {
+        key.push('\n');
+        key.push_str(&f.path);
+        key.push('\0');
+        key.push_str(&f.config_map);
+    }
+    key
 }
 
 /// Checks one cluster and records what it found.
@@ -164,7 +172,7 @@ async fn check(ctx: &Context, expectations: &Expectations, cluster: &Cluster) ->
     let expected = match known {
         Some(expected) => expected,
         None => {
-            let read = expected(ctx, (&inputs.0, &inputs.1), "", &[])
+            let read = expected(ctx, &cluster.spec, "", &[])
                 .await
                 .map_err(|(cm, e)| format!("reading ConfigMap {cm}: {e}"))?;
             let read = Arc::new(read);

@@ -50,9 +50,9 @@ use kube::{Resource, ResourceExt};
 use super::credentials::{credentials_secret, kubeconfig_secret, runner_service_account, SAVE_SCRIPT};
 use super::summary::{ENV_TERMINATION_LOG, PLUGIN_SOURCE, STEP_FAILED_MARK, TERMINATION_MESSAGE_PATH};
 use crate::api::{
-    common_labels, ActionType, ClusterOperation, FactsPlaybook, Hook, ANNOTATION_REVISION,
-    ANNOTATION_SOURCE_PATH, HOSTS_KEY, LABEL_CLUSTER_OPERATION, LABEL_OPERATION, SSH_PRIVATE_KEY,
-    VARS_INVENTORY_PATH, VARS_KEY,
+    common_labels, ActionType, ClusterOperation, FactsPlaybook, Hook, PinnedInventory, ANNOTATION_REVISION,
+    ANNOTATION_SOURCE_PATH, FILE_GZIP_KEY, FILE_KEY, LABEL_CLUSTER_OPERATION, LABEL_OPERATION,
+    SSH_PRIVATE_KEY, VARS_INVENTORY_PATH, VARS_KEY, VAULT_PASSWORD_KEY,
 };
 use crate::materialize::{shorten_name, MAX_NAME_LEN};
 
@@ -62,6 +62,10 @@ pub const JOB_PREFIX: &str = "kok-";
 pub const CONF_DIR: &str = "/conf";
 /// Directory where the ssh key is mounted.
 pub const AUTH_DIR: &str = "/auth";
+/// Directory where the ansible-vault password Secret (`vaultPasswordSecret`) is mounted.
+pub const VAULT_DIR: &str = "/kok/vault";
+/// Environment variable naming the ansible-vault password file; set when the operation has a vault Secret.
+pub const ENV_VAULT_PASSWORD_FILE: &str = "KOK_VAULT_PASSWORD_FILE";
 /// Environment variable overriding [`CONF_DIR`] in the entry script.
 pub const ENV_CONF_DIR: &str = "KOK_CONF_DIR";
 /// Environment variable overriding [`AUTH_DIR`] in the entry script.
@@ -171,7 +175,28 @@ fn main_step(op: &ClusterOperation) -> Step<'_> {
     }
 }
 
-fn script_line(step: Step<'_>, with_key: bool) -> String {
+/// What every playbook step of a run passes to ansible besides its own arguments.
+#[derive(Clone, Copy)]
+struct Common<'a> {
+    /// The inventory file inside the writable inventory directory.
+    inventory_file: &'a str,
+    /// Whether the ssh key is mounted.
+    with_key: bool,
+    /// Whether the vault password is mounted.
+    with_vault: bool,
+}
+
+impl<'a> Common<'a> {
+    fn of(op: &'a ClusterOperation) -> Self {
+        Common {
+            inventory_file: op.spec.inventory_file(),
+            with_key: op.spec.ssh_auth_ref.is_some(),
+            with_vault: op.spec.vault_password_ref.is_some(),
+        }
+    }
+}
+
+fn script_line(step: Step<'_>, common: Common<'_>) -> String {
     let action = shell_quote(step.action);
     let args: String = step
         .extra_args
@@ -180,12 +205,18 @@ fn script_line(step: Step<'_>, with_key: bool) -> String {
         .collect();
     match step.action_type {
         ActionType::Playbook => {
-            let key = if with_key {
+            let key = if common.with_key {
                 format!(" --private-key \"${ENV_AUTH_DIR}/{SSH_PRIVATE_KEY}\"")
             } else {
                 String::new()
             };
-            format!("{ANSIBLE_PLAYBOOK} -i \"${ENV_INVENTORY}/{HOSTS_KEY}\"{key} -b {action}{args}")
+            let vault = if common.with_vault {
+                format!(" --vault-password-file \"${ENV_VAULT_PASSWORD_FILE}\"")
+            } else {
+                String::new()
+            };
+            let inventory = in_dir(ENV_INVENTORY, common.inventory_file);
+            format!("{ANSIBLE_PLAYBOOK} -i {inventory}{key}{vault} -b {action}{args}")
         }
         // A script file needs no exec bit; a program of the image (`ansible`) is not a shell script.
         ActionType::Shell => {
@@ -193,6 +224,58 @@ fn script_line(step: Step<'_>, with_key: bool) -> String {
         }
     }
 }
+
+/// `"$<var>/<path>"` for the shell: the path inside the double quotes when it is plain (letters, digits,
+/// `._-/`), else single-quoted after them.
+fn in_dir(var: &str, path: &str) -> String {
+    let plain = path
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'));
+    if plain {
+        format!("\"${var}/{path}\"")
+    } else {
+        format!("\"${var}\"/{}", shell_quote(path))
+    }
+}
+
+/// The lines of the entry script that lay the pinned inventory out in the writable copy: the inventory file,
+/// vars.yml as `group_vars/all.yml`, and every file of group_vars/ and host_vars/ at its path, those pinned
+/// compressed inflated from their `.gz` beside it in the mounted directory.
+fn layout_lines(op: &ClusterOperation) -> String {
+    let spec = &op.spec;
+    let file = spec.inventory_file();
+    let mut out = format!(
+        "cp {} {}\n",
+        in_dir(ENV_CONF_DIR, file),
+        in_dir(ENV_INVENTORY, file)
+    );
+    if spec.vars_conf_ref.is_some() {
+        out.push_str(&format!(
+            "cp {} {}\n",
+            in_dir(ENV_CONF_DIR, VARS_INVENTORY_PATH),
+            in_dir(ENV_INVENTORY, VARS_INVENTORY_PATH)
+        ));
+    }
+    let mut made = std::collections::BTreeSet::new();
+    for pinned in &spec.vars_files {
+        if let Some((dir, _)) = pinned.path.rsplit_once('/') {
+            if made.insert(dir) {
+                out.push_str(&format!("mkdir -p {}\n", in_dir(ENV_INVENTORY, dir)));
+            }
+        }
+        let to = in_dir(ENV_INVENTORY, &pinned.path);
+        if pinned.gzip {
+            let from = in_dir(ENV_CONF_DIR, &format!("{}{GZIP_SUFFIX}", pinned.path));
+            out.push_str(&format!("gzip -dc {from} > {to}\n"));
+        } else {
+            out.push_str(&format!("cp {} {to}\n", in_dir(ENV_CONF_DIR, &pinned.path)));
+        }
+    }
+    out
+}
+
+/// What a compressed file's name has added in the mounted directory.
+pub const GZIP_SUFFIX: &str = ".gz";
 
 /// Heredoc delimiter of the plugin inside the entry script.
 const PLUGIN_DELIMITER: &str = "KOK_SUMMARY_PLUGIN";
@@ -202,10 +285,11 @@ const SAVE_DELIMITER: &str = "KOK_CREDENTIALS_SCRIPT";
 /// The part of the entry script before the first step: the directories, a private temporary directory holding
 /// kok's callback plugin (found by ansible through `ANSIBLE_CALLBACK_PLUGINS`), and the exit trap that names
 /// the failed step and leaves the plugin's summary as the termination message.
-fn script_prologue() -> String {
+fn script_prologue(op: &ClusterOperation) -> String {
     let vars_dir = VARS_INVENTORY_PATH
         .rsplit_once('/')
         .map_or(VARS_INVENTORY_PATH, |(dir, _)| dir);
+    let layout = layout_lines(op);
     format!(
         r#"set -eu
 {ENV_CONF_DIR}="${{{ENV_CONF_DIR}:-{CONF_DIR}}}"
@@ -238,9 +322,7 @@ kok_finish() {{
 trap 'kok_finish $?' EXIT
 mkdir "$kok_tmp/callback" "${ENV_INVENTORY}" "${ENV_INVENTORY}/credentials" "${ENV_INVENTORY}/artifacts" \
   "${ENV_INVENTORY}/{vars_dir}"
-cp "${ENV_CONF_DIR}/{HOSTS_KEY}" "${ENV_INVENTORY}/{HOSTS_KEY}"
-cp "${ENV_CONF_DIR}/{VARS_INVENTORY_PATH}" "${ENV_INVENTORY}/{VARS_INVENTORY_PATH}"
-if [ -n "${{{ENV_CREDENTIALS_DIR}:-}}" ] && [ -d "${ENV_CREDENTIALS_DIR}" ]; then
+{layout}if [ -n "${{{ENV_CREDENTIALS_DIR}:-}}" ] && [ -d "${ENV_CREDENTIALS_DIR}" ]; then
   for kok_file in "${ENV_CREDENTIALS_DIR}"/*; do
     if [ -f "$kok_file" ]; then cp "$kok_file" "${ENV_INVENTORY}/credentials/"; fi
   done
@@ -263,7 +345,7 @@ pub const FACTS_NOTE: &str = " (without --limit, for kubespray's fact cache)";
 /// The facts step: announced as `kok: facts: <playbook> (without --limit, for kubespray's fact cache)`, then
 /// the playbook run like any playbook step without extra arguments. An optional playbook missing from the
 /// working directory is skipped with `kok: facts: <playbook> is not in <dir>; going on without it`.
-fn facts_step(facts: &FactsPlaybook, with_key: bool) -> String {
+fn facts_step(facts: &FactsPlaybook, common: Common<'_>) -> String {
     let name = shell_quote(&format!("{FACTS_STEP}: {}", facts.path));
     let run = script_line(
         Step {
@@ -271,7 +353,7 @@ fn facts_step(facts: &FactsPlaybook, with_key: bool) -> String {
             action_type: ActionType::Playbook,
             extra_args: &[],
         },
-        with_key,
+        common,
     );
     let mut out = format!(
         "KOK_STEP={name}\nprintf 'kok: %s%s\\n' \"$KOK_STEP\" {} >&2\n",
@@ -295,7 +377,7 @@ fn facts_step(facts: &FactsPlaybook, with_key: bool) -> String {
 /// single-quoted; only kok's own variables expand. Each step is announced as `kok: <step>` on stderr, and a
 /// failure as `kok: <step> failed with exit code <n>`.
 pub fn entry_script(op: &ClusterOperation) -> String {
-    let with_key = op.spec.ssh_auth_ref.is_some();
+    let common = Common::of(op);
     let mut steps: Vec<(String, Step<'_>)> = Vec::new();
     let pre = op.spec.pre_hooks.len();
     for (i, hook) in op.spec.pre_hooks.iter().enumerate() {
@@ -307,15 +389,15 @@ pub fn entry_script(op: &ClusterOperation) -> String {
         steps.push((format!("post-hook {}/{post}", i + 1), hook.into()));
     }
 
-    let mut script = script_prologue();
+    let mut script = script_prologue(op);
     if let Some(facts) = &op.spec.facts_playbook {
-        script.push_str(&facts_step(facts, with_key));
+        script.push_str(&facts_step(facts, common));
     }
     for (label, step) in steps {
         let name = shell_quote(&format!("{label}: {}", step.action));
         script.push_str(&format!("KOK_STEP={name}\n"));
         script.push_str("printf 'kok: %s\\n' \"$KOK_STEP\" >&2\n");
-        script.push_str(&script_line(step, with_key));
+        script.push_str(&script_line(step, common));
         script.push('\n');
     }
     script
@@ -343,6 +425,38 @@ pub fn job_labels(op: &ClusterOperation) -> BTreeMap<String, String> {
     labels
 }
 
+/// The runner container's environment: the run's identity, where credentials go, the pod's namespace, and
+/// the vault password file when the operation has one.
+fn container_env(op: &ClusterOperation) -> Vec<EnvVar> {
+    let cluster = &op.spec.cluster;
+    let mut vars = vec![
+        env(ENV_CLUSTER, cluster),
+        env(ENV_OPERATION, &op.spec.id),
+        env(ENV_COMMIT, &op.spec.source.commit),
+        env(ENV_CREDENTIALS_DIR, CREDENTIALS_DIR),
+        env(ENV_CREDENTIALS_SECRET, &credentials_secret(cluster)),
+        env(ENV_KUBECONFIG_SECRET, &kubeconfig_secret(cluster)),
+        EnvVar {
+            name: ENV_NAMESPACE.to_string(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.namespace".to_string(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        },
+    ];
+    if op.spec.vault_password_ref.is_some() {
+        vars.push(env(
+            ENV_VAULT_PASSWORD_FILE,
+            &format!("{VAULT_DIR}/{VAULT_PASSWORD_KEY}"),
+        ));
+    }
+    vars
+}
+
 fn env(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.to_string(),
@@ -351,15 +465,53 @@ fn env(name: &str, value: &str) -> EnvVar {
     }
 }
 
-fn config_map_source(name: &str, key: &str, path: &str) -> VolumeProjection {
+/// The sources of the `/conf` volume: the inventory file, vars.yml as `group_vars/all.yml`, and each pinned
+/// file of group_vars/ and host_vars/ at its path (a compressed one at its path + `.gz`), one source per
+/// ConfigMap.
+fn conf_sources(op: &ClusterOperation) -> Vec<VolumeProjection> {
+    let spec = &op.spec;
+    let file = spec.inventory_file();
+    let mut sources = vec![config_map_source(
+        &spec.hosts_conf_ref.name,
+        vec![(file, file.to_string())],
+    )];
+    if let Some(vars) = &spec.vars_conf_ref {
+        sources.push(config_map_source(
+            &vars.name,
+            vec![(VARS_KEY, VARS_INVENTORY_PATH.to_string())],
+        ));
+    }
+    let mut by_config_map: BTreeMap<&str, Vec<(&str, String)>> = BTreeMap::new();
+    for pinned in &spec.vars_files {
+        let item = if pinned.gzip {
+            (FILE_GZIP_KEY, format!("{}{GZIP_SUFFIX}", pinned.path))
+        } else {
+            (FILE_KEY, pinned.path.clone())
+        };
+        by_config_map.entry(&pinned.config_map).or_default().push(item);
+    }
+    sources.extend(
+        by_config_map
+            .into_iter()
+            .map(|(name, items)| config_map_source(name, items)),
+    );
+    sources
+}
+
+fn config_map_source(name: &str, items: Vec<(&str, String)>) -> VolumeProjection {
     VolumeProjection {
         config_map: Some(ConfigMapProjection {
             name: name.to_string(),
-            items: Some(vec![KeyToPath {
-                key: key.to_string(),
-                path: path.to_string(),
-                mode: None,
-            }]),
+            items: Some(
+                items
+                    .into_iter()
+                    .map(|(key, path)| KeyToPath {
+                        key: key.to_string(),
+                        path,
+                        mode: None,
+                    })
+                    .collect(),
+            ),
             optional: Some(false),
         }),
         ..VolumeProjection::default()
@@ -381,10 +533,7 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
     let mut volumes = vec![Volume {
         name: "conf".to_string(),
         projected: Some(ProjectedVolumeSource {
-            sources: Some(vec![
-                config_map_source(&op.spec.hosts_conf_ref.name, HOSTS_KEY, HOSTS_KEY),
-                config_map_source(&op.spec.vars_conf_ref.name, VARS_KEY, VARS_INVENTORY_PATH),
-            ]),
+            sources: Some(conf_sources(op)),
             default_mode: Some(0o444),
         }),
         ..Volume::default()
@@ -418,6 +567,28 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
         });
     }
 
+    if let Some(vault) = &op.spec.vault_password_ref {
+        volumes.push(Volume {
+            name: "vault".to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(vault.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: VAULT_PASSWORD_KEY.to_string(),
+                    path: VAULT_PASSWORD_KEY.to_string(),
+                    mode: None,
+                }]),
+                default_mode: Some(KEY_MODE),
+                optional: Some(false),
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "vault".to_string(),
+            mount_path: VAULT_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
     let cluster = &op.spec.cluster;
     volumes.push(Volume {
         name: "credentials".to_string(),
@@ -440,25 +611,7 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
         name: CONTAINER_NAME.to_string(),
         image: Some(op.spec.image.clone()),
         command: Some(container_command(op)),
-        env: Some(vec![
-            env(ENV_CLUSTER, cluster),
-            env(ENV_OPERATION, &op.spec.id),
-            env(ENV_COMMIT, &op.spec.source.commit),
-            env(ENV_CREDENTIALS_DIR, CREDENTIALS_DIR),
-            env(ENV_CREDENTIALS_SECRET, &credentials_secret(cluster)),
-            env(ENV_KUBECONFIG_SECRET, &kubeconfig_secret(cluster)),
-            EnvVar {
-                name: ENV_NAMESPACE.to_string(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        field_path: "metadata.namespace".to_string(),
-                        ..ObjectFieldSelector::default()
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            },
-        ]),
+        env: Some(container_env(op)),
         resources: Some(
             op.spec
                 .resources

@@ -29,8 +29,8 @@ use super::cache::{ByCluster, Listed, Words};
 use super::wave::RunState;
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
-    OperationSource, Phase, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT, LABEL_ROLLOUT,
-    LABEL_WAVE,
+    OperationSource, Phase, PinnedFile, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT,
+    LABEL_ROLLOUT, LABEL_WAVE,
 };
 
 /// The metadata a record keeps.
@@ -64,7 +64,13 @@ struct Spec {
     extra_args: Box<[Arc<str>]>,
     image: Arc<str>,
     hosts: Arc<str>,
-    vars: Arc<str>,
+    vars: Option<Arc<str>>,
+    /// The pinned inventory's file name, when not hosts.yml.
+    inventory_file: Option<Arc<str>>,
+    /// The pinned group_vars/host_vars files as one shared word (see [`encode_files`]): the operations of
+    /// one commit of a cluster pin the same list.
+    files: Option<Arc<str>>,
+    vault: Option<Arc<str>>,
     ssh: Option<Arc<str>>,
     commit: Arc<str>,
     revision: Arc<str>,
@@ -139,7 +145,10 @@ impl Record {
             extra_args: s.extra_args.iter().map(|a| words.get(a)).collect(),
             image: words.get(&s.image),
             hosts: words.get(&s.hosts_conf_ref.name),
-            vars: words.get(&s.vars_conf_ref.name),
+            vars: s.vars_conf_ref.as_ref().map(|r| words.get(&r.name)),
+            inventory_file: s.inventory_file.as_deref().map(|f| words.get(f)),
+            files: (!s.vars_files.is_empty()).then(|| words.get(&encode_files(&s.vars_files))),
+            vault: s.vault_password_ref.as_ref().map(|r| words.get(&r.name)),
             ssh: s.ssh_auth_ref.as_ref().map(|r| words.get(&r.name)),
             commit: words.get(&s.source.commit),
             revision: words.get(&s.source.revision),
@@ -272,9 +281,10 @@ impl Record {
         spec.hosts_conf_ref = ConfigMapRef {
             name: s.hosts.to_string(),
         };
-        spec.vars_conf_ref = ConfigMapRef {
-            name: s.vars.to_string(),
-        };
+        spec.vars_conf_ref = s.vars.as_ref().map(|n| ConfigMapRef { name: n.to_string() });
+        spec.inventory_file = s.inventory_file.as_ref().map(|f| f.to_string());
+        spec.vars_files = s.files.as_deref().map(decode_files).unwrap_or_default();
+        spec.vault_password_ref = s.vault.as_ref().map(|n| SecretRef { name: n.to_string() });
         spec.ssh_auth_ref = s.ssh.as_ref().map(|n| SecretRef { name: n.to_string() });
         spec.source = OperationSource {
             commit: s.commit.to_string(),
@@ -560,14 +570,17 @@ impl OpCache {
         self.ops.lock().map(|o| o.running.clone()).unwrap_or_default()
     }
 
-    /// Names of the operations not finished yet whose ssh Secret is `secret`.
+    /// Names of the operations not finished yet whose ssh Secret or vault password Secret is `secret`.
     pub fn waiting_on_secret(&self, secret: &str) -> Vec<String> {
         let Ok(ops) = self.ops.lock() else {
             return Vec::new();
         };
         ops.by_name
             .iter()
-            .filter(|(_, r)| r.spec.ssh.as_deref() == Some(secret) && !r.phase().is_terminal())
+            .filter(|(_, r)| {
+                (r.spec.ssh.as_deref() == Some(secret) || r.spec.vault.as_deref() == Some(secret))
+                    && !r.phase().is_terminal()
+            })
             .map(|(n, _)| n.to_string())
             .collect()
     }
@@ -652,6 +665,35 @@ impl OpCache {
             .map(|(n, r)| r.operation(n, &self.namespace))
             .collect()
     }
+}
+
+/// Pinned files as one word: `path`, ConfigMap and `1` for gzip (else `0`), separated by NUL, one file a line.
+/// Neither a path from git nor a ConfigMap name holds a NUL or a newline.
+fn encode_files(files: &[PinnedFile]) -> String {
+    let mut out = String::new();
+    for f in files {
+        out.push_str(&f.path);
+        out.push('\0');
+        out.push_str(&f.config_map);
+        out.push('\0');
+        out.push(if f.gzip { '1' } else { '0' });
+        out.push('\n');
+    }
+    out
+}
+
+/// The files [`encode_files`] wrote.
+fn decode_files(word: &str) -> Vec<PinnedFile> {
+    word.lines()
+        .filter_map(|line| {
+            let mut parts = line.split('\0');
+            Some(PinnedFile {
+                path: parts.next()?.to_string(),
+                config_map: parts.next()?.to_string(),
+                gzip: parts.next()? == "1",
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

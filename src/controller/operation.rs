@@ -28,7 +28,7 @@ use super::job::{build_job, job_name, CONTAINER_NAME, JOB_NAME_LABEL};
 use super::queue::{
     completion_note, decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome, Wait,
 };
-use super::secret::check_cached;
+use super::secret::{check_cached, check_vault_cached};
 use super::summary::{read_termination_message, RunReport};
 use super::window::with_maintenance;
 use super::{verify, Action, Context, ControllerError};
@@ -477,6 +477,13 @@ async fn start_or_wait(
             );
             wait(ctx, op, message).await?;
             // The Secret watch wakes this operation when the Secret appears or changes.
+            return Ok(Action::await_change());
+        }
+    }
+    if let Some(secret) = &op.spec.vault_password_ref {
+        let ns = ctx.config.namespace.as_str();
+        if let Err(problem) = check_vault_cached(&ctx.secrets, ns, &secret.name) {
+            wait(ctx, op, format!("waiting for its Secret: {problem}")).await?;
             return Ok(Action::await_change());
         }
     }

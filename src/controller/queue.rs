@@ -459,7 +459,7 @@ mod tests {
                 action: "a.yml".into(),
                 image: "i".into(),
                 hosts_conf_ref: ConfigMapRef { name: "h".into() },
-                vars_conf_ref: ConfigMapRef { name: "v".into() },
+                vars_conf_ref: Some(ConfigMapRef { name: "v".into() }),
                 queue_position: pos.into(),
                 ..Default::default()
             },

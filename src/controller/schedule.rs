@@ -244,7 +244,7 @@ mod tests {
                 action: "backup.yml".into(),
                 image: "i".into(),
                 hosts_conf_ref: ConfigMapRef { name: "h".into() },
-                vars_conf_ref: ConfigMapRef { name: "v".into() },
+                vars_conf_ref: Some(ConfigMapRef { name: "v".into() }),
                 queue_position: "0.000000.0001".into(),
                 schedule: Some(schedule.into()),
                 ..Default::default()

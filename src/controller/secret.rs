@@ -1,4 +1,5 @@
-//! The check of a cluster's ssh Secret: it exists, has the right type and the key; its value is never kept.
+//! The checks of a cluster's Secrets, the ssh key's and the ansible-vault password's: each exists and has its
+//! key (the ssh key's also the right type); no value is ever kept.
 //!
 //! The controller watches the Secrets of its namespace into a cache that keeps key names only
 //! ([`strip_values`]); operations and Clusters waiting for a Secret are woken when it appears or changes,
@@ -7,7 +8,7 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::{SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY};
+use crate::api::{SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY, VAULT_PASSWORD_KEY};
 
 /// Why a Secret cannot be used as an ssh key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,15 +59,7 @@ pub fn judge(secret: &Secret) -> Result<(), SecretProblem> {
     if type_ != SSH_AUTH_SECRET_TYPE && type_ != "Opaque" {
         return Err(SecretProblem::WrongType(type_.to_string()));
     }
-    let in_data = secret
-        .data
-        .as_ref()
-        .is_some_and(|d| d.contains_key(SSH_PRIVATE_KEY));
-    let in_string_data = secret
-        .string_data
-        .as_ref()
-        .is_some_and(|d| d.contains_key(SSH_PRIVATE_KEY));
-    if in_data || in_string_data {
+    if has_key(secret, SSH_PRIVATE_KEY) {
         Ok(())
     } else {
         Err(SecretProblem::KeyMissing)
@@ -79,6 +72,31 @@ pub fn check_cached(secrets: &Store<Secret>, namespace: &str, name: &str) -> Res
         None => Err(SecretProblem::NotFound),
         Some(secret) => judge(&secret),
     }
+}
+
+/// Judges the vault password Secret `name` (`vaultPasswordSecret`) from the watch cache: it exists and has
+/// the key `password`. `Err` is what is wrong and how to fix it.
+pub fn check_vault_cached(secrets: &Store<Secret>, namespace: &str, name: &str) -> Result<(), String> {
+    let create = format!(
+        "kubectl -n {namespace} create secret generic {name} --from-file={VAULT_PASSWORD_KEY}=./vault-pass"
+    );
+    match secrets.get(&ObjectRef::new(name).within(namespace)) {
+        None => Err(format!(
+            "Secret {name} (vaultPasswordSecret) does not exist in namespace {namespace}; create it with the \
+             ansible-vault password: {create}"
+        )),
+        Some(secret) if !has_key(&secret, VAULT_PASSWORD_KEY) => Err(format!(
+            "Secret {name} (vaultPasswordSecret) in namespace {namespace} has no key {VAULT_PASSWORD_KEY}; \
+             recreate it: kubectl -n {namespace} delete secret {name} && {create}"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// True when `secret` has `key` in its data or stringData.
+fn has_key(secret: &Secret, key: &str) -> bool {
+    secret.data.as_ref().is_some_and(|d| d.contains_key(key))
+        || secret.string_data.as_ref().is_some_and(|d| d.contains_key(key))
 }
 
 /// What the watch cache keeps of a Secret: its metadata, type and key names. Values are dropped as the

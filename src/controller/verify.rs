@@ -19,7 +19,7 @@
 //! - `verifyTimeout` passed, or the kubeconfig is refused (exec plugin, a file, a missing named Secret):
 //!   Failed with `playbook succeeded, verification failed: <what>`, holding its cluster as any failure does.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,11 +35,12 @@ use tracing::info;
 use super::operation::{let_waiting_go, now, op_error, run_report, transition, Transition};
 use super::{Action, Context, ControllerError};
 use crate::api::{
-    kubeconfig_secret, ClusterOperation, Phase, Verification, VerificationState, DEFAULT_VERIFY_TIMEOUT,
-    HOSTS_KEY, KUBECONFIG_KEY, VARS_KEY,
+    kubeconfig_secret, ClusterOperation, Phase, PinnedInventory, Verification, VerificationState,
+    DEFAULT_VERIFY_TIMEOUT, KUBECONFIG_KEY,
 };
 use crate::health::observe::{observe, OBSERVE_TIMEOUT};
 use crate::health::{verify, Access, AccessError, Expected, Observed};
+use crate::materialize::pinned::inventory_dir;
 
 /// Status message of an operation whose Job succeeded and whose cluster is being verified.
 pub const VERIFYING: &str = "playbook succeeded, verifying the cluster";
@@ -265,8 +266,7 @@ async fn attempt(ctx: &Context, op: &ClusterOperation, expected: Option<Arc<Expe
         Some(expected) => expected,
         None => {
             let spec = &op.spec;
-            let pinned = (&spec.hosts_conf_ref.name, &spec.vars_conf_ref.name);
-            match self::expected(ctx, pinned, &spec.action, &spec.extra_args).await {
+            match self::expected(ctx, spec, &spec.action, &spec.extra_args).await {
                 Ok(expected) => Arc::new(expected),
                 Err((name, source)) => {
                     let action = format!("reading its pinned ConfigMap {name}");
@@ -324,22 +324,25 @@ pub(super) async fn access(ctx: &Context, cluster: &str) -> Result<Access, Acces
     crate::health::access(&ctx.client, ns, cluster, named.as_deref()).await
 }
 
-/// What the cluster should be after running `action` with `args` on the inventory and vars of the
-/// ConfigMaps `(hosts, vars)`; on failure, the ConfigMap that could not be read.
+/// What the cluster should be after running `action` with `args` on the inventory directory `pinned` names;
+/// on failure, the ConfigMap that could not be read.
 pub(super) async fn expected(
     ctx: &Context,
-    (hosts, vars): (&String, &String),
+    pinned: &dyn PinnedInventory,
     action: &str,
     args: &[String],
 ) -> Result<Expected, (String, kube::Error)> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let mut texts = Vec::new();
-    for (name, key) in [(hosts, HOSTS_KEY), (vars, VARS_KEY)] {
-        let cm = api.get(name).await.map_err(|e| (name.clone(), e))?;
-        texts.push(cm.data.and_then(|mut d| d.remove(key)).unwrap_or_default());
+    let mut config_maps = BTreeMap::new();
+    for name in pinned.pinned_config_maps() {
+        let cm = api.get(name).await.map_err(|e| (name.to_string(), e))?;
+        config_maps.insert(name.to_string(), cm);
     }
-    // A pinned hosts.yml passed validation; should it not read, the inventory check names every node.
-    Ok(Expected::from_inputs(&texts[0], &texts[1], action, args).unwrap_or_default())
+    // A pinned inventory passed validation; should it not read, the inventory check names every node.
+    Ok(inventory_dir(pinned, &config_maps)
+        .ok()
+        .and_then(|dir| Expected::from_dir(&dir, action, args).ok())
+        .unwrap_or_default())
 }
 
 /// The succeeded Job of an operation being verified: its name and its completion note.

@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api::{CheckResult, Verify};
-use crate::layout::{host_references, read_inventory};
+use crate::layout::{host_references, inventory_of, InventoryDir};
 
 /// The inventory groups whose hosts are the cluster's Nodes.
 pub const KUBERNETES_GROUPS: [&str; 2] = ["kube_control_plane", "kube_node"];
@@ -47,16 +47,11 @@ pub struct Expected {
 }
 
 impl Expected {
-    /// What an operation running `action` with `extra_args` on the pinned `hosts_yml` and `vars_yml`
-    /// should leave; `Err` when hosts.yml does not read as an inventory.
-    pub fn from_inputs(
-        hosts_yml: &str,
-        vars_yml: &str,
-        action: &str,
-        extra_args: &[String],
-    ) -> Result<Expected, String> {
-        let inventory = read_inventory(hosts_yml)
-            .ok_or_else(|| "the pinned hosts.yml is not a valid inventory".to_string())?;
+    /// What an operation running `action` with `extra_args` on the pinned inventory directory `dir` should
+    /// leave; `Err` when its inventory file does not read as an inventory.
+    pub fn from_dir(dir: &InventoryDir, action: &str, extra_args: &[String]) -> Result<Expected, String> {
+        let inventory = inventory_of(dir)
+            .ok_or_else(|| format!("the pinned {} is not a valid inventory", dir.inventory_file))?;
         let removing: BTreeSet<String> = if action.rsplit('/').next() == Some(REMOVE_NODE_PLAYBOOK) {
             host_references(extra_args)
                 .into_iter()
@@ -67,7 +62,7 @@ impl Expected {
             BTreeSet::new()
         };
         let mut expected = Expected {
-            kube_version: kube_version(vars_yml),
+            kube_version: kube_version_of(dir),
             ..Expected::default()
         };
         for group in KUBERNETES_GROUPS {
@@ -87,11 +82,10 @@ impl Expected {
     }
 }
 
-/// `kube_version` of vars.yml without a leading `v`, unless unset, not a string or a Jinja template.
-pub fn kube_version(vars_yml: &str) -> Option<String> {
-    let vars: serde_yaml::Value = serde_yaml::from_str(vars_yml).ok()?;
-    let version = vars.get("kube_version")?.as_str()?.trim();
-    (!version.is_empty() && !version.contains("{{")).then(|| bare_version(version).to_string())
+/// `kube_version` as ansible gives it to the cluster's hosts, without a leading `v`; `None` when unset or not
+/// known before the run.
+pub fn kube_version_of(dir: &InventoryDir) -> Option<String> {
+    crate::layout::kube_version_of(dir).map(|v| bare_version(&v).to_string())
 }
 
 /// A version without its leading `v`: kubespray writes `v1.31.4` up to 2.27 and `1.31.4` after.
@@ -448,7 +442,12 @@ mod tests {
                          kube_node:\n";
 
     fn expected(vars: &str) -> Expected {
-        Expected::from_inputs(HOSTS, vars, "cluster.yml", &[]).unwrap()
+        Expected::from_dir(
+            &crate::layout::InventoryDir::short(HOSTS, vars),
+            "cluster.yml",
+            &[],
+        )
+        .unwrap()
     }
 
     fn node(name: &str, ip: &str, version: &str) -> NodeView {
@@ -643,7 +642,12 @@ mod tests {
     #[test]
     fn remove_node_expects_its_node_gone_though_the_inventory_still_lists_it() {
         let args = vec!["-e".to_string(), "node=node3".to_string()];
-        let e = Expected::from_inputs(HOSTS, "{}\n", "remove-node.yml", &args).unwrap();
+        let e = Expected::from_dir(
+            &crate::layout::InventoryDir::short(HOSTS, "{}\n"),
+            "remove-node.yml",
+            &args,
+        )
+        .unwrap();
         assert_eq!(e.hosts.keys().collect::<Vec<_>>(), ["node1", "node2"]);
         let mut o = healthy();
         let verdict = verify(Verify::Full, &e, &o);
@@ -660,9 +664,19 @@ mod tests {
         );
         // `--limit` alone names no node to remove, and another playbook removes nothing.
         let limit = vec!["--limit=node3".to_string()];
-        let e = Expected::from_inputs(HOSTS, "{}\n", "remove-node.yml", &limit).unwrap();
+        let e = Expected::from_dir(
+            &crate::layout::InventoryDir::short(HOSTS, "{}\n"),
+            "remove-node.yml",
+            &limit,
+        )
+        .unwrap();
         assert!(e.removed.is_empty());
-        let e = Expected::from_inputs(HOSTS, "{}\n", "scale.yml", &args).unwrap();
+        let e = Expected::from_dir(
+            &crate::layout::InventoryDir::short(HOSTS, "{}\n"),
+            "scale.yml",
+            &args,
+        )
+        .unwrap();
         assert!(e.removed.is_empty());
     }
 

@@ -104,7 +104,12 @@ mod tests {
 
     fn expected() -> Expected {
         let hosts = "all:\n  hosts:\n    node1:\n    node2:\n  children:\n    kube_node:\n      hosts:\n        node1:\n        node2:\n";
-        Expected::from_inputs(hosts, "{}\n", "cluster.yml", &[]).unwrap()
+        Expected::from_dir(
+            &crate::layout::InventoryDir::short(hosts, "{}\n"),
+            "cluster.yml",
+            &[],
+        )
+        .unwrap()
     }
 
     fn statuses(conditions: &[Condition]) -> Vec<(String, String, String)> {

@@ -2,6 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use super::ansible::graph::Graph;
+use super::ansible::value::Var;
+use super::ansible::yaml11::{key_text, typed};
 use super::diag::{get, parse_yaml, FileDiags};
 use super::names::{hint, is_group_name, is_host_name};
 use super::yaml::Node;
@@ -25,6 +28,12 @@ pub fn read_inventory(text: &str) -> Option<Inventory> {
 }
 
 pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<Inventory> {
+    parse_inventory_graph(text, diags).map(|(inventory, _)| inventory)
+}
+
+/// [`parse_inventory`], also giving the inventory as ansible's YAML plugin builds it: groups and hosts in
+/// file order, with their variables typed as ansible types them.
+pub(crate) fn parse_inventory_graph(text: &str, diags: &mut FileDiags<'_>) -> Option<(Inventory, Graph)> {
     let root = parse_yaml(text, diags).ok()?;
     let mut walk = Walk::default();
     let Some(root) = root else {
@@ -33,7 +42,7 @@ pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<I
             1,
             "hosts.yml is empty: write an inventory starting with `all:` and at least one host",
         );
-        return Some(walk.inventory);
+        return Some(walk.finish());
     };
     let Some(top) = root.as_map() else {
         diags.error(
@@ -43,7 +52,7 @@ pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<I
                 root.type_name()
             ),
         );
-        return Some(walk.inventory);
+        return Some(walk.finish());
     };
     let mut all = None;
     for (key, value) in top {
@@ -70,7 +79,7 @@ pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<I
                 "hosts.yml has no `all:` group: put every host and group under `all:`",
             );
         }
-        return Some(walk.inventory);
+        return Some(walk.finish());
     };
     let errors_before = diags.error_count();
     walk.inventory.groups.insert("all".to_string());
@@ -83,7 +92,7 @@ pub(crate) fn parse_inventory(text: &str, diags: &mut FileDiags<'_>) -> Option<I
             "the inventory defines no host: add at least one under all.hosts or under a group's hosts",
         );
     }
-    Some(walk.inventory)
+    Some(walk.finish())
 }
 
 /// One parent → child edge of the group graph, with the position of the child's key.
@@ -93,14 +102,32 @@ struct Edge {
     col: usize,
 }
 
-#[derive(Default)]
 struct Walk {
     inventory: Inventory,
     edges: BTreeMap<String, Vec<Edge>>,
+    /// The inventory as ansible builds it, in file order.
+    graph: Graph,
+}
+
+impl Default for Walk {
+    fn default() -> Self {
+        Walk {
+            inventory: Inventory::default(),
+            edges: BTreeMap::new(),
+            graph: Graph::new(),
+        }
+    }
 }
 
 impl Walk {
+    fn finish(self) -> (Inventory, Graph) {
+        let mut graph = self.graph;
+        graph.reconcile();
+        (self.inventory, graph)
+    }
+
     fn group(&mut self, name: &str, node: &Node, diags: &mut FileDiags<'_>) {
+        let g = self.graph.add_group(name);
         if node.is_null() {
             return;
         }
@@ -127,6 +154,15 @@ impl Walk {
                                 value.type_name()
                             ),
                         );
+                    }
+                    for (var, v) in value.as_map().unwrap_or_default() {
+                        let set = Var {
+                            value: typed(v),
+                            line: Some(var.line),
+                        };
+                        if let Err(message) = self.graph.set_group_var(g, &key_text(var), set) {
+                            diags.error(v, message);
+                        }
                     }
                 }
                 _ => {
@@ -183,6 +219,15 @@ impl Walk {
                 );
             }
             self.note_addresses(&host, value);
+            let g = self.graph.add_group(group);
+            let h = self.graph.add_host(&host, Some(g), None);
+            for (var, v) in value.as_map().unwrap_or_default() {
+                let set = Var {
+                    value: typed(v),
+                    line: Some(var.line),
+                };
+                self.graph.hosts[h].vars.insert(key_text(var), set);
+            }
             self.inventory
                 .members
                 .entry(group.to_string())
@@ -245,6 +290,9 @@ impl Walk {
                 col: key.col,
             });
             self.group(&child, value, diags);
+            let (p, c) = (self.graph.add_group(parent), self.graph.add_group(&child));
+            // A cycle is reported once, by `report_cycles`.
+            let _ = self.graph.add_child(p, c);
         }
     }
 

@@ -4,9 +4,11 @@
 //! some of them. Every problem becomes a [`Diagnostic`] with a path, line and column; a cluster with any
 //! error lands in [`Parsed::invalid`] and the others are unaffected.
 
+pub mod ansible;
 mod diag;
 mod disk;
 mod inventory;
+mod inventory_dir;
 mod labels;
 mod maintenance;
 pub mod model;
@@ -20,8 +22,14 @@ mod scaledown;
 mod settings;
 mod yaml;
 
+pub use ansible::{
+    read_inventory_dir, AnsibleInventory, GroupVar, InventorySource, Known, Origin, Setting, Unknown,
+};
 pub use disk::DiskTree;
 pub use inventory::read_inventory;
+pub use inventory_dir::{
+    ansible_files, cluster_var, inventory_of, kok_inventory, kube_version_of, resolve_inventory,
+};
 pub use labels::{label_key_problem, label_value_problem};
 pub use maintenance::{parse_duration, parse_hhmm, parse_weekday};
 pub use model::*;
@@ -32,8 +40,9 @@ pub use operations::{
 };
 pub use reader::*;
 pub use repo::{
-    layout_root, parse_clusters, parse_repo, parse_repo_settings, settings_path, CLUSTER_FILES, CLUSTER_YML,
-    HOSTS_YML, KOK_YML, MAX_CLUSTER_NAME, OPERATIONS_YML, VARS_YML,
+    is_vault_file, layout_root, parse_clusters, parse_repo, parse_repo_settings, read_inventory_dir_at,
+    settings_path, CLUSTER_FILES, CLUSTER_YML, HOSTS_YAML, HOSTS_YML, INVENTORY_FILES, INVENTORY_INI,
+    KOK_YML, MAX_CLUSTER_NAME, MAX_INVENTORY_BYTES, OPERATIONS_YML, VARS_DIRS, VARS_YML,
 };
 pub use scaledown::{host_references, limits_hosts, unknown_hosts, HostRef};
 pub use settings::{is_quantity, merge_settings, SETTINGS_KEYS};

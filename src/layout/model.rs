@@ -55,6 +55,10 @@ pub struct Settings {
     pub ssh_auth_secret: Option<String>,
     /// Name of a Secret in kok's namespace holding the cluster's kubeconfig (key `value`) for verification.
     pub kubeconfig_secret: Option<String>,
+    /// Name of a Secret in kok's namespace whose key `password` is the ansible-vault password.
+    pub vault_password_secret: Option<String>,
+    /// `kubesprayVersion`: the kubespray release of an image whose tag does not say it (`v2.27.0`).
+    pub kubespray_version: Option<String>,
     /// Defaults for the cluster's operations.
     pub defaults: RunDefaults,
     /// Kubernetes labels copied onto the Cluster object (kok.yml's and cluster.yml's, merged per label key).
@@ -96,6 +100,10 @@ pub struct Operation {
     pub verify_timeout: Option<String>,
     /// `ignoreMaintenance: true`: starts outside the cluster's maintenance windows and in its freezes.
     pub ignore_maintenance: bool,
+    /// `preflight: false`: kubespray's pre-flight rules are not checked for this operation.
+    pub preflight: bool,
+    /// `allowReleaseSkip: true`: the operation may move the cluster over a kubespray minor release.
+    pub allow_release_skip: bool,
     /// The entry exactly as written, as JSON; its canonical form is hashed into the digest.
     pub entry: serde_json::Value,
     /// 1-based line of the entry in operations.yml.
@@ -123,6 +131,8 @@ impl Operation {
             verify: Default::default(),
             verify_timeout: None,
             ignore_maintenance: false,
+            preflight: true,
+            allow_release_skip: false,
             entry: serde_json::json!({"id": id, "action": action}),
             line: 1 + index * 2,
             index,
@@ -166,6 +176,31 @@ impl Inventory {
     }
 }
 
+/// The files of a cluster directory that ansible reads as its inventory directory, as a revision pinned them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InventoryDir {
+    /// The inventory file's name: `hosts.yml`, `hosts.yaml` or `inventory.ini`.
+    pub inventory_file: String,
+    /// The inventory file byte for byte.
+    pub hosts_yml: String,
+    /// vars.yml (the group variables of `all`), when there is one.
+    pub vars_yml: Option<String>,
+    /// The files of group_vars/ and host_vars/ by path inside the directory, sorted by path.
+    pub vars_files: Vec<(String, String)>,
+}
+
+impl InventoryDir {
+    /// kok's short layout: `hosts.yml` and `vars.yml`, nothing else.
+    pub fn short(hosts_yml: &str, vars_yml: &str) -> InventoryDir {
+        InventoryDir {
+            inventory_file: super::HOSTS_YML.to_string(),
+            hosts_yml: hosts_yml.to_string(),
+            vars_yml: Some(vars_yml.to_string()),
+            vars_files: Vec::new(),
+        }
+    }
+}
+
 /// A cluster directory that passed validation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterDir {
@@ -173,16 +208,33 @@ pub struct ClusterDir {
     pub name: String,
     /// Directory path relative to the repository root, e.g. `clusters/prod-bj`.
     pub path: String,
-    /// hosts.yml byte for byte.
+    /// The inventory file's name: `hosts.yml`, `hosts.yaml` or `inventory.ini`.
+    pub inventory_file: String,
+    /// The inventory file byte for byte.
     pub hosts_yml: String,
-    /// vars.yml byte for byte.
-    pub vars_yml: String,
+    /// vars.yml byte for byte (kok's shorthand for `group_vars/all.yml`), when the directory has one.
+    pub vars_yml: Option<String>,
+    /// The files of group_vars/ and host_vars/ that ansible reads, byte for byte, by path inside the
+    /// directory (`group_vars/k8s_cluster/k8s-cluster.yml`), sorted by path.
+    pub vars_files: Vec<(String, String)>,
     /// What hosts.yml defines.
     pub inventory: Inventory,
     /// operations.yml entries in file order (empty when the file is absent).
     pub operations: Vec<Operation>,
     /// cluster.yml merged over kok.yml.
     pub settings: Settings,
+}
+
+impl ClusterDir {
+    /// The files of the directory ansible reads as an inventory directory.
+    pub fn inventory_dir(&self) -> InventoryDir {
+        InventoryDir {
+            inventory_file: self.inventory_file.clone(),
+            hosts_yml: self.hosts_yml.clone(),
+            vars_yml: self.vars_yml.clone(),
+            vars_files: self.vars_files.clone(),
+        }
+    }
 }
 
 /// The result of parsing a repository: valid clusters, and every problem found.

@@ -25,6 +25,8 @@ pub const OPERATION_KEYS: &[&str] = &[
     "verify",
     "verifyTimeout",
     "ignoreMaintenance",
+    "preflight",
+    "allowReleaseSkip",
 ];
 
 /// Keys a hook may hold.
@@ -278,22 +280,36 @@ pub(crate) fn parse_operation(
             }
         }
     });
-    let ignore_maintenance = match get(map, "ignoreMaintenance") {
-        None => false,
-        Some(node) => match node.kind {
-            Kind::Bool(b) => b,
-            _ => {
-                diags.error(
-                    node,
-                    format!(
-                        "ignoreMaintenance of {what} must be true (start outside the maintenance windows and \
-                         in freezes, for an emergency) or false"
-                    ),
-                );
-                false
-            }
-        },
-    };
+    let ignore_maintenance = flag(
+        map,
+        "ignoreMaintenance",
+        false,
+        &format!(
+            "ignoreMaintenance of {what} must be true (start outside the maintenance windows and in freezes, \
+             for an emergency) or false"
+        ),
+        diags,
+    );
+    let preflight = flag(
+        map,
+        "preflight",
+        true,
+        &format!(
+            "preflight of {what} must be false (skip kubespray's pre-flight rules for this operation, when you \
+             know better) or true (the default)"
+        ),
+        diags,
+    );
+    let allow_release_skip = flag(
+        map,
+        "allowReleaseSkip",
+        false,
+        &format!(
+            "allowReleaseSkip of {what} must be true (let this operation move the cluster over a kubespray \
+             minor release) or false (the default)"
+        ),
+        diags,
+    );
     let step = step?;
     Some(Operation {
         id: id?,
@@ -310,10 +326,26 @@ pub(crate) fn parse_operation(
         verify,
         verify_timeout,
         ignore_maintenance,
+        preflight,
+        allow_release_skip,
         entry: item.to_json(),
         line: item.line,
         index,
     })
+}
+
+/// The boolean `key` of an entry, `default` when absent; anything but a boolean is reported with `message`.
+fn flag(map: &[(Node, Node)], key: &str, default: bool, message: &str, diags: &mut FileDiags<'_>) -> bool {
+    match get(map, key) {
+        None => default,
+        Some(node) => match node.kind {
+            Kind::Bool(b) => b,
+            _ => {
+                diags.error(node, message);
+                default
+            }
+        },
+    }
 }
 
 /// Reads action, type and extraArgs, shared by operations and hooks.
@@ -702,6 +734,18 @@ mod tests {
             errors("- id: a\n  action: a.yml\n  preHooks: [{action: p.yml, onFailure: continue}]\n")[0]
                 .contains("onFailure is not allowed in a hook")
         );
+    }
+
+    #[test]
+    fn preflight_and_allow_release_skip_are_booleans_with_their_defaults() {
+        let (ops, d) = check(
+            "- {id: a, action: a.yml}\n- {id: b, action: b.yml, preflight: false, allowReleaseSkip: true}\n",
+        );
+        assert!(d.is_empty(), "{d:?}");
+        assert!(ops[0].preflight && !ops[0].allow_release_skip);
+        assert!(!ops[1].preflight && ops[1].allow_release_skip);
+        assert!(errors("- {id: a, action: a.yml, preflight: no}\n")[0].contains("preflight of"));
+        assert!(errors("- {id: a, action: a.yml, allowReleaseSkip: 1}\n")[0].contains("allowReleaseSkip of"));
     }
 
     #[test]

@@ -2,26 +2,48 @@
 
 use std::collections::BTreeMap;
 
+use super::ansible::{read_inventory_dir, InventorySource};
 use super::diag::{parse_yaml, read_text, FileDiags};
-use super::inventory::parse_inventory;
 use super::names::{dns1123_label_problem, hint};
 use super::operations::parse_operations;
 use super::rollouts::{parse_rollouts, Fleet};
 use super::settings::{merge_settings, parse_settings};
-use super::{ClusterDir, Diagnostic, Entry, EntryKind, Parsed, Settings, Severity, TreeReader};
+use super::{ClusterDir, Diagnostic, Entry, EntryKind, InventoryDir, Parsed, Settings, Severity, TreeReader};
+use crate::api::VARS_INVENTORY_PATH;
 
 /// Name of the repo-wide settings file at the top of the tree.
 pub const KOK_YML: &str = "kok.yml";
-/// The inventory file of a cluster directory (required).
+/// kok's inventory file of a cluster directory (ansible's YAML inventory).
 pub const HOSTS_YML: &str = "hosts.yml";
-/// The variables file of a cluster directory (required).
+/// kubespray's older name of the YAML inventory.
+pub const HOSTS_YAML: &str = "hosts.yaml";
+/// kubespray's inventory file (ansible's INI inventory).
+pub const INVENTORY_INI: &str = "inventory.ini";
+/// The names a cluster directory's inventory file may have: exactly one of them is required.
+pub const INVENTORY_FILES: &[&str] = &[INVENTORY_INI, HOSTS_YML, HOSTS_YAML];
+/// The variables file of a cluster directory (optional): kok's shorthand for `group_vars/all.yml`.
 pub const VARS_YML: &str = "vars.yml";
 /// The operations file of a cluster directory (optional).
 pub const OPERATIONS_YML: &str = "operations.yml";
 /// The settings file of a cluster directory (optional).
 pub const CLUSTER_YML: &str = "cluster.yml";
-/// Every file kok reads in a cluster directory.
-pub const CLUSTER_FILES: &[&str] = &[HOSTS_YML, VARS_YML, OPERATIONS_YML, CLUSTER_YML];
+/// Every file kok reads at the top of a cluster directory.
+pub const CLUSTER_FILES: &[&str] = &[
+    INVENTORY_INI,
+    HOSTS_YML,
+    HOSTS_YAML,
+    VARS_YML,
+    OPERATIONS_YML,
+    CLUSTER_YML,
+];
+/// The directories of variables ansible reads beside the inventory file.
+pub const VARS_DIRS: &[&str] = &["group_vars", "host_vars"];
+/// Most bytes the files ansible reads in one cluster directory may hold together: what one ConfigMap holds.
+pub const MAX_INVENTORY_BYTES: usize = 1 << 20;
+/// Extensions ansible reads in group_vars/ and host_vars/ (besides none at all).
+const VARS_EXTENSIONS: &[&str] = &["yml", "yaml", "json"];
+/// Start of a file that ansible-vault encrypted as a whole.
+pub const VAULT_FILE_HEADER: &str = "$ANSIBLE_VAULT;";
 /// Longest cluster directory name.
 pub const MAX_CLUSTER_NAME: usize = 40;
 
@@ -250,40 +272,67 @@ fn parse_cluster(
             }
         }
     }
-    let Some((entries, mut files)) = read_cluster_files(reader, &dir, cluster, out) else {
+    let Some(mut read) = read_cluster_files(reader, &dir, cluster, out) else {
         parsed.invalid.push(name.to_string());
         return;
     };
+    let files = &mut read.files;
 
-    let mut inventory = None;
-    match files.get(HOSTS_YML) {
+    let inventory_file = inventory_file_of(&read.entries, &dir, cluster, out);
+    let vars_ok = match files.get(VARS_YML) {
         Some(text) => {
-            let mut d = FileDiags::new(join(&dir, HOSTS_YML), cluster, out);
+            let mut d = FileDiags::new(join(&dir, VARS_YML), cluster, out);
             let start = d.error_count();
-            let inv = parse_inventory(text, &mut d);
-            if d.error_count() == start {
-                inventory = inv;
-            }
+            check_vars(text, &mut d);
+            d.error_count() == start
         }
-        None if !entries.iter().any(|e| e.name == HOSTS_YML) => {
-            FileDiags::new(join(&dir, HOSTS_YML), cluster, out).error_at(
-                0,
-                0,
-                "hosts.yml is missing: add the cluster's ansible inventory (all: hosts/children) in this file",
-            );
-        }
-        None => {}
-    }
-    match files.get(VARS_YML) {
-        Some(text) => check_vars(text, &mut FileDiags::new(join(&dir, VARS_YML), cluster, out)),
-        None if !entries.iter().any(|e| e.name == VARS_YML) => {
+        None => true,
+    };
+    if files.contains_key(VARS_YML) {
+        if let Some((path, _)) = read
+            .vars_files
+            .iter()
+            .find(|(path, _)| is_group_vars_of_all(path))
+        {
+            // A directory is named as one: `group_vars/all/`.
+            let all = match path.match_indices('/').nth(1) {
+                Some((i, _)) => &path[..=i],
+                None => path.as_str(),
+            };
             FileDiags::new(join(&dir, VARS_YML), cluster, out).error_at(
                 0,
                 0,
-                "vars.yml is missing: add the cluster's variables as a mapping in this file (`{}` for none)",
+                format!(
+                    "vars.yml and {all} both hold the group variables of `all`: keep one of them (move vars.yml's \
+                     variables into {all} and delete vars.yml, or the other way round)"
+                ),
             );
         }
-        None => {}
+    }
+    let conflict =
+        files.contains_key(VARS_YML) && read.vars_files.iter().any(|(p, _)| is_group_vars_of_all(p));
+    let mut inventory = None;
+    if let Some(file) = inventory_file {
+        if let Some(text) = files.get(file) {
+            // A broken vars.yml is reported above; with group_vars/all beside it (refused above), ansible
+            // would pass over it: said once.
+            let vars_yml = files.get(VARS_YML).filter(|_| vars_ok && !conflict);
+            inventory = resolve_cluster_inventory(&dir, cluster, file, text, vars_yml, &read.vars_files, out);
+        }
+    }
+    let total: usize = files.values().map(String::len).sum::<usize>()
+        + read.vars_files.iter().map(|(_, text)| text.len()).sum::<usize>();
+    if total > MAX_INVENTORY_BYTES {
+        FileDiags::new(dir.clone(), cluster, out).error_at(
+            0,
+            0,
+            format!(
+                "the cluster directory's files hold {} KiB, more than the {} KiB (what one ConfigMap holds) kok \
+                 pins for one revision: move bulky data (downloaded files, certificates) out of the repository",
+                total.div_ceil(1024),
+                MAX_INVENTORY_BYTES / 1024
+            ),
+        );
     }
     let operations = files
         .get(OPERATIONS_YML)
@@ -305,21 +354,25 @@ fn parse_cluster(
             )
         })
         .unwrap_or_default();
+    if base.is_some_and(|b| {
+        merge_settings(b, &cluster_settings)
+            .vault_password_secret
+            .is_none()
+    }) {
+        check_vault(&dir, files.get(VARS_YML), &read.vars_files, cluster, out);
+    }
 
     let valid = error_count(out) == before;
-    match (
-        valid,
-        base,
-        inventory,
-        files.remove(HOSTS_YML),
-        files.remove(VARS_YML),
-    ) {
-        (true, Some(base), Some(inventory), Some(hosts_yml), Some(vars_yml)) => {
+    let hosts_yml = inventory_file.and_then(|file| files.remove(file));
+    match (valid, base, inventory, inventory_file, hosts_yml) {
+        (true, Some(base), Some(inventory), Some(file), Some(hosts_yml)) => {
             parsed.clusters.push(ClusterDir {
                 name: name.to_string(),
                 path: dir,
+                inventory_file: file.to_string(),
                 hosts_yml,
-                vars_yml,
+                vars_yml: files.remove(VARS_YML),
+                vars_files: read.vars_files,
                 inventory,
                 operations,
                 settings: merge_settings(base, &cluster_settings),
@@ -329,14 +382,191 @@ fn parse_cluster(
     }
 }
 
-/// Lists a cluster directory and reads the files kok knows; reports symlinks, misnamed and unknown
-/// YAML files and ansible's group_vars/host_vars. `None` when the directory cannot be listed.
+/// The files of the cluster directory `dir` ansible reads as an inventory directory, read through `reader`
+/// without validating them; `None` when it has no single inventory file.
+pub fn read_inventory_dir_at(reader: &dyn TreeReader, dir: &str) -> Option<InventoryDir> {
+    let mut ignored = Vec::new();
+    let mut read = read_cluster_files(reader, dir, None, &mut ignored)?;
+    let file = inventory_file_of(&read.entries, dir, None, &mut ignored)?;
+    Some(InventoryDir {
+        inventory_file: file.to_string(),
+        hosts_yml: read.files.remove(file)?,
+        vars_yml: read.files.remove(VARS_YML),
+        vars_files: read.vars_files,
+    })
+}
+
+/// The inventory file of a cluster directory: exactly one of [`INVENTORY_FILES`]; reports none or several.
+fn inventory_file_of(
+    entries: &[Entry],
+    dir: &str,
+    cluster: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<&'static str> {
+    let present: Vec<&'static str> = INVENTORY_FILES
+        .iter()
+        .copied()
+        .filter(|file| entries.iter().any(|e| e.name == *file))
+        .collect();
+    match present.as_slice() {
+        [one] => Some(one),
+        [] => {
+            FileDiags::new(join(dir, HOSTS_YML), cluster, out).error_at(
+                0,
+                0,
+                "the cluster directory has no inventory: add the cluster's ansible inventory as hosts.yml \
+                 (YAML, all: hosts/children) or inventory.ini (kubespray's INI inventory)",
+            );
+            None
+        }
+        [first, rest @ ..] => {
+            for other in rest {
+                FileDiags::new(join(dir, other), cluster, out).error_at(
+                    0,
+                    0,
+                    format!(
+                        "the cluster directory has two inventories, {first} and {other}: ansible reads one; \
+                         keep one and delete the other"
+                    ),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// Reads the cluster's inventory directory as ansible does (the inventory file, vars.yml as
+/// `group_vars/all.yml`, group_vars/ and host_vars/), reporting its problems; its inventory when it has none.
+fn resolve_cluster_inventory(
+    dir: &str,
+    cluster: Option<&str>,
+    file: &str,
+    text: &str,
+    vars_yml: Option<&String>,
+    vars_files: &[(String, String)],
+    out: &mut Vec<Diagnostic>,
+) -> Option<super::Inventory> {
+    let mut files = Vec::with_capacity(vars_files.len() + 1);
+    if let Some(vars) = vars_yml {
+        files.push((VARS_INVENTORY_PATH.to_string(), vars.clone()));
+    }
+    files.extend(vars_files.iter().cloned());
+    let source = InventorySource {
+        dir,
+        cluster,
+        inventory_name: file,
+        inventory_text: text,
+        files: &files,
+    };
+    let mut found = Vec::new();
+    let resolved = read_inventory_dir(&source, &mut found);
+    // vars.yml is read as group_vars/all.yml (which cannot be there beside it): its problems are vars.yml's.
+    let as_all = join(dir, VARS_INVENTORY_PATH);
+    for mut d in found {
+        if vars_yml.is_some() && d.path == as_all {
+            d.path = join(dir, VARS_YML);
+        }
+        out.push(d);
+    }
+    resolved.map(|r| super::inventory_dir::kok_inventory(&r))
+}
+
+/// True for the files of group_vars/ that hold the group variables of `all` (`group_vars/all.yml`,
+/// `group_vars/all/...`).
+fn is_group_vars_of_all(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("group_vars/") else {
+        return false;
+    };
+    vars_entry_stem(rest.split('/').next().unwrap_or_default()) == Some("all")
+}
+
+/// The group or host name a top-level entry of group_vars/ or host_vars/ is for: `all.yml` → `all`,
+/// `all` → `all`; `None` for an extension ansible does not read.
+fn vars_entry_stem(name: &str) -> Option<&str> {
+    match name.rsplit_once('.') {
+        Some((stem, ext)) if VARS_EXTENSIONS.contains(&ext) => Some(stem),
+        Some(_) => None,
+        None => Some(name),
+    }
+}
+
+/// True when ansible reads a file of this name in group_vars/ and host_vars/: not hidden, not a backup
+/// (`~`), and with no extension or one of [`VARS_EXTENSIONS`].
+fn ansible_reads(name: &str) -> bool {
+    !name.starts_with('.') && !name.ends_with('~') && vars_entry_stem(name).is_some()
+}
+
+/// True when `text` is a file that ansible-vault encrypted as a whole.
+pub fn is_vault_file(text: &str) -> bool {
+    text.trim_start().starts_with(VAULT_FILE_HEADER)
+}
+
+/// Where `text` holds an inline vaulted value (`!vault |`): its 1-based line.
+fn vault_value_line(text: &str) -> Option<usize> {
+    text.lines()
+        .position(|line| {
+            let line = line.split(" #").next().unwrap_or_default();
+            line.split_whitespace().any(|word| word == "!vault")
+        })
+        .map(|i| i + 1)
+}
+
+/// Reports vaulted variables of a cluster that names no `vaultPasswordSecret` (in cluster.yml or kok.yml):
+/// ansible cannot read them without the password.
+fn check_vault(
+    dir: &str,
+    vars_yml: Option<&String>,
+    vars_files: &[(String, String)],
+    cluster: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+) {
+    let files = vars_yml.map(|text| (VARS_YML, text.as_str())).into_iter().chain(
+        vars_files
+            .iter()
+            .map(|(path, text)| (path.as_str(), text.as_str())),
+    );
+    for (path, text) in files {
+        let line = if is_vault_file(text) {
+            Some(1)
+        } else {
+            vault_value_line(text)
+        };
+        if let Some(line) = line {
+            let what = if is_vault_file(text) {
+                "the file is encrypted with ansible-vault"
+            } else {
+                "this value is encrypted with ansible-vault"
+            };
+            FileDiags::new(join(dir, path), cluster, out).error_at(
+                line,
+                1,
+                format!(
+                    "{what}, and the cluster names no vaultPasswordSecret: set `vaultPasswordSecret: <name>` in \
+                     cluster.yml or kok.yml and create that Secret with the password under key `password` \
+                     (kubectl -n kok-system create secret generic <name> --from-file=password=./vault-pass)"
+                ),
+            );
+        }
+    }
+}
+
+/// What a cluster directory holds: its entries, kok's files at its top, and the files of group_vars/ and
+/// host_vars/ ansible reads, by path inside the directory, sorted.
+struct ClusterFiles {
+    entries: Vec<Entry>,
+    files: BTreeMap<&'static str, String>,
+    vars_files: Vec<(String, String)>,
+}
+
+/// Lists a cluster directory and reads the files kok knows and the files of group_vars/ and host_vars/;
+/// reports symlinks, misnamed and unknown YAML files, and kubespray's credentials/ and artifacts/, which
+/// hold secrets. `None` when the directory cannot be listed.
 fn read_cluster_files(
     reader: &dyn TreeReader,
     dir: &str,
     cluster: Option<&str>,
     out: &mut Vec<Diagnostic>,
-) -> Option<(Vec<Entry>, BTreeMap<&'static str, String>)> {
+) -> Option<ClusterFiles> {
     let entries = match reader.list(dir) {
         Ok(entries) => entries,
         Err(err) => {
@@ -345,8 +575,24 @@ fn read_cluster_files(
         }
     };
     let mut files: BTreeMap<&'static str, String> = BTreeMap::new();
+    let mut vars_files = Vec::new();
     for entry in &entries {
         let path = join(dir, &entry.name);
+        if VARS_DIRS.contains(&entry.name.as_str()) {
+            if entry.kind == EntryKind::Dir {
+                read_vars_dir(reader, dir, &entry.name, cluster, &mut vars_files, out);
+            } else {
+                FileDiags::new(path, cluster, out).error_at(
+                    0,
+                    0,
+                    format!(
+                        "{} must be a directory of variables files, as ansible reads it",
+                        entry.name
+                    ),
+                );
+            }
+            continue;
+        }
         let mut d = FileDiags::new(path, cluster, out);
         if let Some(known) = CLUSTER_FILES.iter().find(|f| **f == entry.name) {
             if entry.kind == EntryKind::File {
@@ -356,18 +602,10 @@ fn read_cluster_files(
             } else {
                 d.error_at(0, 0, not_a_file(entry.kind));
             }
+        } else if let Some(message) = secrets_directory(&entry.name, cluster.unwrap_or("<cluster>"), dir) {
+            d.error_at(0, 0, message);
         } else if entry.kind == EntryKind::Symlink {
             d.error_at(0, 0, not_a_file(entry.kind));
-        } else if entry.kind == EntryKind::Dir && matches!(entry.name.as_str(), "group_vars" | "host_vars") {
-            d.error_at(
-                0,
-                0,
-                format!(
-                    "kok does not read {}/: put group variables in vars.yml and host variables under the host \
-                     in hosts.yml",
-                    entry.name
-                ),
-            );
         } else if entry.kind == EntryKind::File {
             if let Some(stem) = entry.name.strip_suffix(".yaml") {
                 let wanted = format!("{stem}.yml");
@@ -385,16 +623,87 @@ fn read_cluster_files(
             }
             if entry.name.ends_with(".yml") || entry.name.ends_with(".yaml") {
                 let mut msg = format!(
-                    "unknown file in a cluster directory: kok reads only {}",
-                    CLUSTER_FILES.join(", ")
+                    "unknown file in a cluster directory: kok reads only {} and the directories {}",
+                    CLUSTER_FILES.join(", "),
+                    VARS_DIRS.join(", ")
                 );
                 msg.push_str(&hint(&entry.name, CLUSTER_FILES));
                 d.error_at(0, 0, msg);
             }
         }
     }
+    vars_files.sort();
+    Some(ClusterFiles {
+        entries,
+        files,
+        vars_files,
+    })
+}
 
-    Some((entries, files))
+/// kubespray's `credentials/` (generated passwords and keys) and `artifacts/` (admin.conf) beside the
+/// inventory: refused, with the command that moves each into the Secret kok keeps it in.
+fn secrets_directory(name: &str, cluster: &str, dir: &str) -> Option<String> {
+    match name {
+        "credentials" => Some(format!(
+            "credentials/ holds the passwords and keys kubespray generated, and secrets never go to git: \
+             move them into Secret {cluster}-credentials, where kok restores and saves them around every run \
+             (kubectl -n kok-system create secret generic {cluster}-credentials --from-file={dir}/credentials/), \
+             then `git rm -r --cached {dir}/credentials` and rotate what the history exposed"
+        )),
+        "artifacts" => Some(format!(
+            "artifacts/ holds the cluster's admin.conf, and secrets never go to git: move it into Secret \
+             {cluster}-kubeconfig, where kok keeps it (kubectl -n kok-system create secret generic \
+             {cluster}-kubeconfig --from-file=value={dir}/artifacts/admin.conf), then \
+             `git rm -r --cached {dir}/artifacts`"
+        )),
+        _ => None,
+    }
+}
+
+/// Reads the files of `group_vars/` or `host_vars/` (`top`) the way ansible does: each entry a file or a
+/// directory of files (its subdirectories too), hidden files, backups (`~`) and other extensions skipped.
+/// Links and submodules are refused.
+fn read_vars_dir(
+    reader: &dyn TreeReader,
+    cluster_dir: &str,
+    top: &str,
+    cluster: Option<&str>,
+    vars_files: &mut Vec<(String, String)>,
+    out: &mut Vec<Diagnostic>,
+) {
+    let mut todo = vec![top.to_string()];
+    while let Some(rel) = todo.pop() {
+        let listed = join(cluster_dir, &rel);
+        let entries = match reader.list(&listed) {
+            Ok(entries) => entries,
+            Err(err) => {
+                FileDiags::new(listed, cluster, out).error_at(
+                    0,
+                    0,
+                    format!("could not list the directory: {err}"),
+                );
+                continue;
+            }
+        };
+        for entry in entries {
+            if !ansible_reads(&entry.name) {
+                continue;
+            }
+            let inner = format!("{rel}/{}", entry.name);
+            let mut d = FileDiags::new(join(cluster_dir, &inner), cluster, out);
+            match entry.kind {
+                EntryKind::File => {
+                    if let Some(text) = read_text(reader, &mut d) {
+                        vars_files.push((inner, text));
+                    }
+                }
+                // ansible descends into directories without an extension only.
+                EntryKind::Dir if !entry.name.contains('.') => todo.push(inner),
+                EntryKind::Dir => {}
+                kind => d.error_at(0, 0, not_a_file(kind)),
+            }
+        }
+    }
 }
 
 /// vars.yml must be a YAML mapping, the group variables of `all` (an empty file is refused: write `{}`).
@@ -439,6 +748,13 @@ mod tests {
         }
         fn file(self, path: &str, text: &str) -> Self {
             self.with(path, EntryKind::File, text)
+        }
+        /// A cluster in kubespray's layout: inventory.ini with kubespray's groups, no vars.yml.
+        fn kubespray(self, name: &str) -> Self {
+            self.file(
+                &format!("clusters/{name}/inventory.ini"),
+                "[kube_control_plane]\nn1\n\n[etcd:children]\nkube_control_plane\n\n[kube_node]\nn2\n",
+            )
         }
         fn good(self, name: &str) -> Self {
             self.file(&format!("clusters/{name}/hosts.yml"), "all:\n  hosts:\n    n1:\n")
@@ -525,7 +841,7 @@ mod tests {
     }
 
     #[test]
-    fn hosts_and_vars_are_required() {
+    fn an_inventory_is_required_and_vars_yml_is_not() {
         let parsed = parse_repo(
             &Mem::default().file("clusters/a/operations.yml", "[]\n"),
             "clusters",
@@ -533,9 +849,221 @@ mod tests {
         assert_eq!(
             messages(&parsed),
             [
-                "clusters/a/hosts.yml:0:0: hosts.yml is missing: add the cluster's ansible inventory (all: hosts/children) in this file",
-                "clusters/a/vars.yml:0:0: vars.yml is missing: add the cluster's variables as a mapping in this file (`{}` for none)",
+                "clusters/a/hosts.yml:0:0: the cluster directory has no inventory: add the cluster's ansible inventory as hosts.yml (YAML, all: hosts/children) or inventory.ini (kubespray's INI inventory)",
             ]
+        );
+        let parsed = parse_repo(
+            &Mem::default().file("clusters/a/hosts.yml", "all:\n  hosts:\n    n1: {}\n"),
+            "clusters",
+        );
+        assert_eq!(messages(&parsed), Vec::<String>::new());
+        assert_eq!(parsed.clusters[0].vars_yml, None);
+        assert_eq!(parsed.clusters[0].inventory_file, "hosts.yml");
+    }
+
+    #[test]
+    fn two_inventories_are_refused_naming_both() {
+        let parsed = parse_repo(
+            &Mem::default()
+                .good("a")
+                .file("clusters/a/hosts.yaml", "all:\n  hosts:\n    n1: {}\n"),
+            "clusters",
+        );
+        assert_eq!(parsed.invalid, ["a"]);
+        assert_eq!(
+            messages(&parsed),
+            ["clusters/a/hosts.yaml:0:0: the cluster directory has two inventories, hosts.yml and hosts.yaml: ansible reads one; keep one and delete the other"]
+        );
+    }
+
+    #[test]
+    fn hosts_yaml_is_an_inventory_of_its_own_name() {
+        let parsed = parse_repo(
+            &Mem::default()
+                .file("clusters/a/hosts.yaml", "all:\n  hosts:\n    n1: {}\n")
+                .file("clusters/a/vars.yml", "{}\n"),
+            "clusters",
+        );
+        assert_eq!(messages(&parsed), Vec::<String>::new());
+        assert_eq!(parsed.clusters[0].inventory_file, "hosts.yaml");
+        assert!(parsed.clusters[0].inventory.hosts.contains("n1"));
+    }
+
+    #[test]
+    fn group_vars_and_host_vars_are_read_as_ansible_reads_them() {
+        let tree = Mem::default()
+            .kubespray("a")
+            .file(
+                "clusters/a/group_vars/k8s_cluster/k8s-cluster.yml",
+                "kube_version: v1.31.4\n",
+            )
+            .file(
+                "clusters/a/group_vars/k8s_cluster/addons.yml",
+                "helm_enabled: false\n",
+            )
+            .file(
+                "clusters/a/group_vars/k8s_cluster/nested/more.json",
+                "{\"a\": 1}\n",
+            )
+            .file("clusters/a/group_vars/k8s_cluster/.hidden.yml", "a: 1\n")
+            .file("clusters/a/group_vars/k8s_cluster/old.yml~", "a: 1\n")
+            .file("clusters/a/group_vars/k8s_cluster/README.md", "# notes\n")
+            .file("clusters/a/group_vars/etcd.yml", "etcd_deployment_type: host\n")
+            .file("clusters/a/group_vars/kube_node", "x: 1\n")
+            .file("clusters/a/host_vars/n1.yaml", "ip: 10.0.0.1\n");
+        let parsed = parse_repo(&tree, "clusters");
+        assert_eq!(messages(&parsed), Vec::<String>::new());
+        assert_eq!(parsed.clusters[0].inventory_file, "inventory.ini");
+        assert_eq!(
+            parsed.clusters[0].inventory.addresses["n1"],
+            ["10.0.0.1"],
+            "host_vars give the inventory its addresses"
+        );
+        let paths: Vec<&str> = parsed.clusters[0]
+            .vars_files
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "group_vars/etcd.yml",
+                "group_vars/k8s_cluster/addons.yml",
+                "group_vars/k8s_cluster/k8s-cluster.yml",
+                "group_vars/k8s_cluster/nested/more.json",
+                "group_vars/kube_node",
+                "host_vars/n1.yaml",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_limit_may_name_the_group_kubespray_makes_at_run_time_but_not_an_unknown_one() {
+        let tree = Mem::default().kubespray("a").file(
+            "clusters/a/operations.yml",
+            "- {id: a, action: cluster.yml, extraArgs: [--limit=k8s_cluster]}\n\
+             - {id: b, action: cluster.yml, extraArgs: [--limit=k8s_clustr]}\n",
+        );
+        let m = messages(&parse_repo(&tree, "clusters"));
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].starts_with("clusters/a/operations.yml:2:"), "{m:?}");
+        assert!(m[0].contains("k8s_clustr"), "{m:?}");
+    }
+
+    #[test]
+    fn a_variables_file_that_is_not_a_mapping_or_a_link_is_refused() {
+        let tree = Mem::default()
+            .kubespray("a")
+            .file("clusters/a/group_vars/etcd/list.yml", "- a\n")
+            .with("clusters/a/host_vars/n1.yml", EntryKind::Symlink, "");
+        let m = messages(&parse_repo(&tree, "clusters"));
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert!(
+            m[0].starts_with("clusters/a/group_vars/etcd/list.yml:1:1: a vars file must be a mapping"),
+            "{m:?}"
+        );
+        assert!(
+            m[1].starts_with("clusters/a/host_vars/n1.yml:0:0: file is a symbolic link"),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn vars_yml_beside_group_vars_of_all_is_refused_saying_which_to_keep() {
+        for (file, other) in [
+            ("group_vars/all.yml", "group_vars/all.yml"),
+            ("group_vars/all/main.yml", "group_vars/all/"),
+            ("group_vars/all", "group_vars/all"),
+        ] {
+            let tree = Mem::default()
+                .good("a")
+                .file(&format!("clusters/a/{file}"), "a: 1\n");
+            let m = messages(&parse_repo(&tree, "clusters"));
+            assert_eq!(m.len(), 1, "{other}: {m:?}");
+            assert!(
+                m[0].starts_with(&format!(
+                    "clusters/a/vars.yml:0:0: vars.yml and {other} both hold the group variables of `all`: keep one"
+                )),
+                "{m:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn credentials_and_artifacts_are_refused_with_the_command_that_moves_them_into_secrets() {
+        let tree = Mem::default()
+            .good("a")
+            .file("clusters/a/credentials/kubeadm_certificate_key.creds", "secret\n")
+            .file("clusters/a/artifacts/admin.conf", "apiVersion: v1\n");
+        let m = messages(&parse_repo(&tree, "clusters"));
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert!(m[0].starts_with("clusters/a/artifacts:0:0: artifacts/ holds the cluster's admin.conf"));
+        assert!(m[0].contains(
+            "kubectl -n kok-system create secret generic a-kubeconfig --from-file=value=clusters/a/artifacts/admin.conf"
+        ));
+        assert!(m[1].starts_with("clusters/a/credentials:0:0: credentials/ holds the passwords and keys"));
+        assert!(m[1].contains(
+            "kubectl -n kok-system create secret generic a-credentials --from-file=clusters/a/credentials/"
+        ));
+        assert!(
+            !m.iter().any(|l| l.contains("secret\n")),
+            "no file content in messages"
+        );
+    }
+
+    const VAULT: &str = "$ANSIBLE_VAULT;1.1;AES256\n6134376431303739\n";
+
+    #[test]
+    fn vaulted_variables_need_a_vault_password_secret() {
+        let tree = Mem::default()
+            .kubespray("a")
+            .file("clusters/a/group_vars/k8s_cluster/vault.yml", VAULT)
+            .file(
+                "clusters/a/group_vars/k8s_cluster/registry.yml",
+                "registry_user: kok\nregistry_password: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  6134\n",
+            );
+        let parsed = parse_repo(&tree, "clusters");
+        let m = messages(&parsed);
+        assert_eq!(parsed.invalid, ["a"]);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert!(m[0].starts_with("clusters/a/group_vars/k8s_cluster/registry.yml:2:1: this value is encrypted with ansible-vault, and the cluster names no vaultPasswordSecret"), "{m:?}");
+        assert!(
+            m[1].starts_with(
+                "clusters/a/group_vars/k8s_cluster/vault.yml:1:1: the file is encrypted with ansible-vault"
+            ),
+            "{m:?}"
+        );
+        assert!(m[1].contains(
+            "kubectl -n kok-system create secret generic <name> --from-file=password=./vault-pass"
+        ));
+
+        let tree = tree.file("clusters/a/cluster.yml", "vaultPasswordSecret: a-vault\n");
+        let parsed = parse_repo(&tree, "clusters");
+        assert_eq!(messages(&parsed), Vec::<String>::new());
+        assert_eq!(
+            parsed.clusters[0].settings.vault_password_secret.as_deref(),
+            Some("a-vault")
+        );
+        assert_eq!(
+            parsed.clusters[0].vars_files[1].1, VAULT,
+            "a vault file is pinned as it is"
+        );
+    }
+
+    #[test]
+    fn a_directory_over_what_one_config_map_holds_is_refused_naming_its_size() {
+        let big = format!("a: \"{}\"\n", "x".repeat(600 << 10));
+        let tree = Mem::default()
+            .kubespray("a")
+            .file("clusters/a/group_vars/etcd/one.yml", &big)
+            .file("clusters/a/group_vars/etcd/two.yml", &big);
+        let m = messages(&parse_repo(&tree, "clusters"));
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].starts_with(
+                "clusters/a:0:0: the cluster directory's files hold 1201 KiB, more than the 1024 KiB"
+            ),
+            "{m:?}"
         );
     }
 
@@ -604,23 +1132,8 @@ mod tests {
             m,
             [
                 "clusters/a/cluster.yaml:0:0: kok reads cluster.yml, not cluster.yaml: rename the file to cluster.yml",
-                "clusters/a/opertions.yml:0:0: unknown file in a cluster directory: kok reads only hosts.yml, vars.yml, operations.yml, cluster.yml; did you mean \"operations.yml\"?",
+                "clusters/a/opertions.yml:0:0: unknown file in a cluster directory: kok reads only inventory.ini, hosts.yml, hosts.yaml, vars.yml, operations.yml, cluster.yml and the directories group_vars, host_vars; did you mean \"operations.yml\"?",
             ]
-        );
-    }
-
-    #[test]
-    fn group_vars_directories_are_refused_with_a_hint() {
-        let m = messages(&parse_repo(
-            &Mem::default()
-                .good("a")
-                .file("clusters/a/host_vars/n1.yml", "{}\n"),
-            "clusters",
-        ));
-        assert_eq!(m.len(), 1);
-        assert!(
-            m[0].starts_with("clusters/a/host_vars:0:0: kok does not read host_vars/"),
-            "{m:?}"
         );
     }
 

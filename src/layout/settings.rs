@@ -24,6 +24,8 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "historyLimit",
     "factsPlaybook",
     "kubeconfigSecret",
+    "vaultPasswordSecret",
+    "kubesprayVersion",
     "labels",
     "maintenance",
     "notifications",
@@ -62,6 +64,25 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             "the name of a Secret in kok's namespace holding the kubeconfig",
             diags,
         )
+    });
+    settings.vault_password_secret = get(map, "vaultPasswordSecret").and_then(|node| {
+        subdomain(
+            node,
+            "vaultPasswordSecret",
+            "the name of a Secret in kok's namespace whose key `password` is the ansible-vault password",
+            diags,
+        )
+    });
+    settings.kubespray_version = get(map, "kubesprayVersion").and_then(|node| match node.as_str() {
+        Some(v) if is_release_tag(v) => Some(v.to_string()),
+        _ => {
+            diags.error(
+                node,
+                "kubesprayVersion must be a kubespray release tag such as v2.27.0: the release of an image \
+                 whose tag does not say it (a mirror, a custom build)",
+            );
+            None
+        }
     });
     settings.defaults.image = get(map, "image").and_then(|node| match node.as_str() {
         Some(s) if !s.trim().is_empty() => Some(s.to_string()),
@@ -143,6 +164,18 @@ fn facts_playbook(node: &Node, diags: &mut FileDiags<'_>) -> Option<String> {
     }
 }
 
+/// True for a release tag `vMAJOR.MINOR.PATCH`.
+fn is_release_tag(v: &str) -> bool {
+    let Some(rest) = v.strip_prefix('v') else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// `over` merged over `base`, key by key (a key set in `over` wins).
 pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
     let (b, o) = (&base.defaults, &over.defaults);
@@ -155,6 +188,14 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             .kubeconfig_secret
             .clone()
             .or_else(|| base.kubeconfig_secret.clone()),
+        vault_password_secret: over
+            .vault_password_secret
+            .clone()
+            .or_else(|| base.vault_password_secret.clone()),
+        kubespray_version: over
+            .kubespray_version
+            .clone()
+            .or_else(|| base.kubespray_version.clone()),
         defaults: crate::api::RunDefaults {
             image: o.image.clone().or_else(|| b.image.clone()),
             service_account: o.service_account.clone().or_else(|| b.service_account.clone()),
@@ -358,6 +399,21 @@ mod tests {
         assert_eq!((facts.path.as_str(), facts.optional), ("site/facts.yml", false));
         assert_eq!(merge_settings(&over, &base).defaults.facts(), None);
         assert_eq!(merge_settings(&base, &Settings::default()).defaults.facts(), None);
+    }
+
+    #[test]
+    fn kubespray_version_and_vault_password_secret_are_read_and_cluster_yml_wins() {
+        let (base, d) = check("kubesprayVersion: v2.27.0\nvaultPasswordSecret: fleet-vault\n");
+        assert_eq!(d, vec![]);
+        assert_eq!(base.kubespray_version.as_deref(), Some("v2.27.0"));
+        let (over, _) = check("kubesprayVersion: v2.28.1\n");
+        let merged = merge_settings(&base, &over);
+        assert_eq!(merged.kubespray_version.as_deref(), Some("v2.28.1"));
+        assert_eq!(merged.vault_password_secret.as_deref(), Some("fleet-vault"));
+        assert!(first_error("kubesprayVersion: 2.27\n")
+            .starts_with("1:19: kubesprayVersion must be a kubespray release tag"));
+        assert!(first_error("vaultPasswordSecret: Bad_Name\n")
+            .starts_with("1:22: vaultPasswordSecret \"Bad_Name\" is not a valid"));
     }
 
     #[test]

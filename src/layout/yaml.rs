@@ -29,6 +29,29 @@ pub(crate) struct Node {
     pub col: usize,
     /// The value.
     pub kind: Kind,
+    /// How the node was written, for readers with their own typing rules (ansible's YAML 1.1); `None` for an
+    /// untagged quoted or block scalar and an untagged collection.
+    pub written: Option<Box<Written>>,
+}
+
+/// A node's tag and, for a plain scalar, its text before typing.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Written {
+    /// The tag as written, handle and suffix (`!vault`, `!!str`).
+    pub tag: Option<String>,
+    /// The text of a plain (unquoted, not block) scalar.
+    pub plain: Option<String>,
+}
+
+/// What [`Node::written`] records for a node with `tag`, and `plain` text when a plain scalar.
+fn written(tag: Option<&yaml_rust2::parser::Tag>, plain: Option<&str>) -> Option<Box<Written>> {
+    let tag = tag.map(|t| format!("{}{}", t.handle, t.suffix));
+    (tag.is_some() || plain.is_some()).then(|| {
+        Box::new(Written {
+            tag,
+            plain: plain.map(str::to_string),
+        })
+    })
 }
 
 /// The value of a [`Node`], with scalars resolved by the YAML 1.2 core schema.
@@ -216,6 +239,7 @@ enum Open {
         col: usize,
         items: Vec<Node>,
         anchor: usize,
+        written: Option<Box<Written>>,
     },
     Map {
         line: usize,
@@ -225,6 +249,7 @@ enum Open {
         anchor: usize,
         /// Scalar keys seen so far (type tag and text) → line of their first occurrence.
         seen: std::collections::HashMap<(u8, String), usize>,
+        written: Option<Box<Written>>,
     },
 }
 
@@ -324,8 +349,18 @@ impl MarkedEventReceiver for Builder {
         let (line, col) = (mark.line(), mark.col() + 1);
         match ev {
             Event::Scalar(value, style, anchor, tag) => {
+                let plain = (style == TScalarStyle::Plain).then_some(value.as_str());
+                let written = written(tag.as_ref(), plain);
                 let kind = scalar(value, style, tag.as_ref());
-                self.finish(Node { line, col, kind }, anchor);
+                self.finish(
+                    Node {
+                        line,
+                        col,
+                        kind,
+                        written,
+                    },
+                    anchor,
+                );
             }
             Event::SequenceStart(..) | Event::MappingStart(..) if self.stack.len() >= MAX_DEPTH => {
                 self.failure = Some(Problem {
@@ -334,15 +369,16 @@ impl MarkedEventReceiver for Builder {
                     message: format!("nesting deeper than {MAX_DEPTH} levels: flatten the structure"),
                 });
             }
-            Event::SequenceStart(anchor, _) => {
+            Event::SequenceStart(anchor, tag) => {
                 self.stack.push(Open::Seq {
                     line,
                     col,
                     items: Vec::new(),
                     anchor,
+                    written: written(tag.as_ref(), None),
                 });
             }
-            Event::MappingStart(anchor, _) => {
+            Event::MappingStart(anchor, tag) => {
                 self.stack.push(Open::Map {
                     line,
                     col,
@@ -350,6 +386,7 @@ impl MarkedEventReceiver for Builder {
                     pending: None,
                     anchor,
                     seen: Default::default(),
+                    written: written(tag.as_ref(), None),
                 });
             }
             Event::SequenceEnd | Event::MappingEnd => {
@@ -359,11 +396,13 @@ impl MarkedEventReceiver for Builder {
                         col,
                         items,
                         anchor,
+                        written,
                     }) => (
                         Node {
                             line,
                             col,
                             kind: Kind::Seq(items),
+                            written,
                         },
                         anchor,
                     ),
@@ -372,12 +411,14 @@ impl MarkedEventReceiver for Builder {
                         col,
                         entries,
                         anchor,
+                        written,
                         ..
                     }) => (
                         Node {
                             line,
                             col,
                             kind: Kind::Map(entries),
+                            written,
                         },
                         anchor,
                     ),
@@ -410,6 +451,7 @@ impl MarkedEventReceiver for Builder {
                     line,
                     col,
                     kind: target.kind,
+                    written: target.written,
                 });
             }
             Event::Nothing

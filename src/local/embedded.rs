@@ -1,5 +1,6 @@
-//! Local mode's meta-cluster: the embedded API server on loopback, with kok's CRDs installed and its
-//! kubeconfig written into the state directory so that `kubectl` can inspect what kok does.
+//! Local mode's meta-cluster: the embedded API server on loopback, with kok's CRDs installed, the runs' log
+//! files served as their pods' logs ([`super::kubelet`]) and its kubeconfig written into the state directory,
+//! so that `kubectl` can inspect what kok does.
 
 use std::path::{Path, PathBuf};
 
@@ -134,6 +135,10 @@ pub async fn start(state_dir: &Path, port: u16, namespace: &str) -> anyhow::Resu
             .await
             .context("starting the embedded API server")?,
     };
+    server.set_kubelet(
+        super::pod::NODE_NAME,
+        std::sync::Arc::new(super::kubelet::LocalKubelet::new(state_dir)),
+    );
     let kubeconfig = state_dir.join(KUBECONFIG_FILE);
     std::fs::copy(server.kubeconfig_path(), &kubeconfig)
         .with_context(|| format!("writing the kubeconfig {}", kubeconfig.display()))?;

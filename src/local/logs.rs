@@ -13,6 +13,10 @@
 //!
 //! Lines of output that contain a line of a Secret the Job mounts are written with that text replaced by
 //! `[redacted]`; the header holds paths and arguments, never Secret content.
+//!
+//! Beside each log, `<operation>.times` holds when each of its lines was written (one RFC 3339 time per
+//! line, in the same order), so that the log served as the Job's pod log (`kubectl logs --timestamps`,
+//! `--since`) tells when each line came, as a kubelet's does.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -27,6 +31,8 @@ pub const MARKER: &str = "# kok-local-runner ";
 pub const REDACTED: &str = "[redacted]";
 /// Extension of log files.
 pub const EXTENSION: &str = "log";
+/// Extension of the file beside a log that holds when each of its lines was written.
+pub const TIMES_EXTENSION: &str = "times";
 /// End-line result of a process that exited 0.
 pub const RESULT_SUCCEEDED: &str = "Succeeded";
 /// End-line result of a run that failed (exit status, deadline, setup, lost process).
@@ -159,6 +165,8 @@ pub struct End {
     pub result: String,
     /// The Job condition reason written with it.
     pub reason: String,
+    /// The process's exit status, when it exited by itself.
+    pub exit: Option<i32>,
 }
 
 /// Parses an end line; `None` for any other line.
@@ -175,6 +183,7 @@ pub fn parse_end_line(line: &str) -> Option<End> {
     Some(End {
         result: value("result")?,
         reason: value("reason")?,
+        exit: value("exit").and_then(|e| e.parse().ok()),
     })
 }
 
@@ -227,11 +236,28 @@ pub fn log_path(state_dir: &Path, name: &str) -> PathBuf {
     super::logs_dir(state_dir).join(file_name(name))
 }
 
-/// An open log file, appended to line by line with no buffering, Secret content redacted. It keeps the last
-/// lines it wrote, for a termination message that falls back to the log.
+/// The file beside the log at `log` that holds when each of its lines was written.
+pub fn times_path(log: &Path) -> PathBuf {
+    log.with_extension(TIMES_EXTENSION)
+}
+
+fn append_to(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// An open log file, appended to line by line with no buffering, Secret content redacted, each line's time
+/// appended to the times beside it. It keeps the last lines it wrote, for a termination message that falls
+/// back to the log.
 #[derive(Debug)]
 pub struct LogWriter {
     file: std::fs::File,
+    /// The times file; a log whose times cannot be written is still written (its lines then have the
+    /// time of a line before them).
+    times: Option<std::fs::File>,
     redactions: Vec<String>,
     tail: std::collections::VecDeque<String>,
 }
@@ -245,13 +271,15 @@ impl LogWriter {
                 .mode(0o700)
                 .create(dir)?;
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)?;
+        let file = append_to(path)?;
+        let times = append_to(&times_path(path))
+            .inspect_err(|err| {
+                tracing::warn!(path = %times_path(path).display(), %err, "could not open the times of a log");
+            })
+            .ok();
         Ok(LogWriter {
             file,
+            times,
             redactions,
             tail: std::collections::VecDeque::new(),
         })
@@ -297,7 +325,15 @@ impl LogWriter {
                 .trim_end_matches(['\n', '\r'])
                 .to_string(),
         );
-        self.file.write_all(out)
+        self.file.write_all(out)?;
+        if let Some(times) = self.times.as_mut() {
+            let now = format!("{}\n", jiff::Timestamp::now());
+            if let Err(err) = times.write_all(now.as_bytes()) {
+                tracing::warn!(%err, "could not write the time of a log line");
+                self.times = None;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -459,9 +495,28 @@ mod tests {
         let end = End {
             result: "Failed".into(),
             reason: "BackoffLimitExceeded".into(),
+            exit: Some(2),
         };
         assert_eq!(last_end(&path, "kok-op"), Some(end));
         assert_eq!(last_end(&path, "kok-other"), None);
+    }
+
+    #[test]
+    fn each_line_written_has_its_time_beside_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = log_path(dir.path(), "op");
+        let before = jiff::Timestamp::now();
+        let mut w = LogWriter::open(&path, Vec::new()).unwrap();
+        w.write_line(b"one\n").unwrap();
+        w.write_line(b"two").unwrap();
+        let times = std::fs::read_to_string(times_path(&path)).unwrap();
+        let times: Vec<jiff::Timestamp> = times.lines().map(|t| t.parse().unwrap()).collect();
+        assert_eq!(times.len(), 2);
+        assert!(before <= times[0] && times[0] <= times[1]);
+        assert!(
+            list(&super::super::logs_dir(dir.path())).unwrap().len() == 1,
+            "the times are not a log of their own"
+        );
     }
 
     #[test]

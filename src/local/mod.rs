@@ -11,12 +11,16 @@
 //! - [`checkout`] exports a commit's tree, so actions kept in the repository run as pinned.
 //! - [`logs`] names, writes and finds the per-operation log files that `kok logs` prints.
 //! - [`status`] builds the Job status patches (pure).
+//! - [`pod`] is a run's pod, as the Job controller makes it and a kubelet reports it, bound to this machine.
+//! - [`kubelet`] serves a run's log file as its pod's log (`kubectl logs`), for the embedded API server.
 
 use std::path::{Path, PathBuf};
 
 pub mod checkout;
 pub mod embedded;
+pub mod kubelet;
 pub mod logs;
+pub mod pod;
 pub mod rundir;
 pub mod runner;
 pub mod status;

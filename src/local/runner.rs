@@ -3,7 +3,9 @@
 //! It watches the Jobs labelled `app.kubernetes.io/managed-by=kok` in one namespace. A Job that is neither
 //! finished nor started is run once:
 //!
-//! 1. its status gets `startTime` and `active: 1` (status subresource), as the Job controller would set;
+//! 1. its status gets `startTime` and `active: 1` (status subresource), as the Job controller would set, and
+//!    it gets its pod, bound to this machine ([`super::pod`]): `Running` once the process runs, terminated as
+//!    it ended (exit code, `Completed` or `Error`, the termination message), its log the run's log file;
 //! 2. it gets a directory of its own, `<state dir>/run/<key>/` ([`super::rundir`]), holding its volumes
 //!    ([`super::volumes`]), temporary files, fact cache and ssh control sockets, removed once it has ended;
 //! 3. the working directory is the directory `--image-workdir` maps the container's image to; else
@@ -47,26 +49,22 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, Pod, PodSpec, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, PodSpec, Secret};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::Resource;
 use kube::{Client, ResourceExt};
-use serde_json::json;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::logs::{self, LogWriter};
+use super::pod::{self, container, Exit};
 use super::rundir::{self, Record, RunDir};
 use super::status::{self, Outcome};
 use super::supervise::{self, supervise, Finished, Process, Running, Stop};
 use super::volumes::{self, Materialized, Sources};
 use crate::api::{managed_selector, LABEL_CLUSTER, LABEL_CLUSTER_OPERATION, LABEL_OPERATION};
-use crate::controller::job::{
-    AUTH_DIR, CONF_DIR, CONTAINER_NAME, ENV_AUTH_DIR, ENV_COMMIT, ENV_CONF_DIR, JOB_NAME_LABEL,
-};
+use crate::controller::job::{AUTH_DIR, CONF_DIR, ENV_AUTH_DIR, ENV_COMMIT, ENV_CONF_DIR};
 use crate::controller::summary::ENV_TERMINATION_LOG;
 
 /// Field manager of the runner's status writes.
@@ -349,15 +347,6 @@ fn pod_spec(job: &Job) -> Option<&PodSpec> {
     job.spec.as_ref().and_then(|s| s.template.spec.as_ref())
 }
 
-/// The container the runner runs: the one named like kok's, else the first.
-fn container(job: &Job) -> Option<&Container> {
-    let containers = &pod_spec(job)?.containers;
-    containers
-        .iter()
-        .find(|c| c.name == CONTAINER_NAME)
-        .or_else(|| containers.first())
-}
-
 /// Takes up a Job a previous runner started. Its run is picked up again when its process still runs (the same
 /// pid and start time) or recorded its exit status. A run whose command never started (kok stopped before it
 /// let the wrapper go, or before the run had a directory and a log) is started now. Otherwise, when the log
@@ -446,15 +435,23 @@ async fn report_lost(
 ) -> bool {
     let name = job.name_any();
     let path = logs::log_path(&ctx.cfg.state_dir, &identity(job).operation);
-    let recorded = logs::last_end(&path, &name).and_then(|end| match end.result.as_str() {
-        logs::RESULT_SUCCEEDED => Some(Outcome::Succeeded),
-        logs::RESULT_FAILED => Some(Outcome::failed(&end.reason, status::message_for(&end.reason))),
-        _ => None,
+    let recorded = logs::last_end(&path, &name).and_then(|end| {
+        let outcome = match end.result.as_str() {
+            logs::RESULT_SUCCEEDED => Outcome::Succeeded,
+            logs::RESULT_FAILED => Outcome::failed(&end.reason, status::message_for(&end.reason)),
+            _ => return None,
+        };
+        let exit = match end.exit {
+            Some(code) => Exit::exited(code, None),
+            None if end.reason == status::REASON_DEADLINE_EXCEEDED => Exit::killed(None),
+            None => Exit::lost(),
+        };
+        Some((outcome, exit))
     });
-    let outcome = match recorded {
-        Some(outcome) => {
+    let (outcome, exit) = match recorded {
+        Some((outcome, exit)) => {
             info!(job = %name, ?outcome, "Job's process ended before kok stopped; reporting its recorded outcome");
-            outcome
+            (outcome, exit)
         }
         None => {
             warn!(job = %name, "Job was started by an earlier run of kok and did not finish; marking it failed");
@@ -468,9 +465,12 @@ async fn report_lost(
             if let Err(err) = written {
                 warn!(job = %name, path = %path.display(), %err, "could not append to the log file");
             }
-            Outcome::failed(status::REASON_RUNNER_RESTARTED, status::MESSAGE_RUNNER_RESTARTED)
+            let outcome = Outcome::failed(status::REASON_RUNNER_RESTARTED, status::MESSAGE_RUNNER_RESTARTED);
+            (outcome, Exit::lost())
         }
     };
+    let patch = pod::terminated(container(job), start, jiff::Timestamp::now(), &exit);
+    pod::set_status(&ctx.client, job, &patch).await;
     write_finished(ctx, &name, &outcome, None, start, stop).await
 }
 
@@ -548,8 +548,16 @@ async fn complete(
 ) -> bool {
     let written = match finished {
         Some(finished) => {
-            if let Some(code) = finished.exit_code {
-                record_pod(ctx, job, code, finished.message.as_deref(), start).await;
+            let killed = matches!(&finished.outcome,
+                Outcome::Failed { reason, .. } if reason == status::REASON_DEADLINE_EXCEEDED);
+            let exit = match finished.exit_code {
+                Some(code) => Some(Exit::exited(code, finished.message.clone())),
+                None if killed => Some(Exit::killed(finished.message.clone())),
+                None => None,
+            };
+            if let Some(exit) = exit {
+                let patch = pod::terminated(container(job), start, jiff::Timestamp::now(), &exit);
+                pod::set_status(&ctx.client, job, &patch).await;
             }
             write_finished(ctx, &job.name_any(), &finished.outcome, note, start, stop).await
         }
@@ -626,6 +634,7 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
         return false;
     }
     info!(job = %name, "running Job on this machine");
+    pod::create(&ctx.client, job).await;
 
     let mut id = identity(job);
     id.start = start.to_string();
@@ -649,6 +658,7 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
             match start_process(job, prepared, &log_path, &id, start).await {
                 Err(message) => setup_failed(Some(run), message),
                 Ok(running) => {
+                    pod::set_status(&ctx.client, job, &pod::running(container(job), start)).await;
                     let finished = supervise(running, &mut stop).await;
                     complete(ctx, job, &run, finished, note.as_deref(), start, stop).await;
                     return true;
@@ -656,6 +666,11 @@ async fn run_job(ctx: &Ctx, job: &Job, mut stop: watch::Receiver<Option<Stop>>) 
             }
         }
     };
+    if let Outcome::Failed { message, .. } = &finished.outcome {
+        let exit = Exit::start_error(message);
+        let patch = pod::terminated(container(job), start, jiff::Timestamp::now(), &exit);
+        pod::set_status(&ctx.client, job, &patch).await;
+    }
     write_finished(ctx, &name, &finished.outcome, None, start, stop).await;
     true
 }
@@ -739,66 +754,6 @@ async fn start_process(
         deadline: deadline(job, start),
         ended: false,
     })
-}
-
-/// Records the Job's terminated pod, as the kubelet would leave it, so that the controller reads the
-/// termination message the same way as in a cluster. A pod that cannot be written is logged and skipped: the
-/// Job's own status still says how it ended.
-async fn record_pod(ctx: &Ctx, job: &Job, exit_code: i32, message: Option<&str>, start: jiff::Timestamp) {
-    let name = format!("{}-local", job.name_any());
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
-    let template = job.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
-    let mut labels = template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    labels.insert(JOB_NAME_LABEL.to_string(), job.name_any());
-    labels.insert(format!("batch.kubernetes.io/{JOB_NAME_LABEL}"), job.name_any());
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: job.namespace(),
-            labels: Some(labels),
-            owner_references: job.controller_owner_ref(&()).map(|r| vec![r]),
-            ..ObjectMeta::default()
-        },
-        spec: template.spec,
-        status: None,
-    };
-    if let Err(err) = pods.create(&PostParams::default(), &pod).await {
-        if !matches!(&err, kube::Error::Api(s) if s.code == 409) {
-            warn!(job = %job.name_any(), %err, "could not record the Job's pod");
-            return;
-        }
-    }
-    let runner = container(job);
-    let now = jiff::Timestamp::now();
-    let patch = json!({"status": {
-        "phase": if exit_code == 0 { "Succeeded" } else { "Failed" },
-        "startTime": Time(start),
-        "containerStatuses": [{
-            "name": runner.map(|c| c.name.clone()).unwrap_or_default(),
-            "image": runner.and_then(|c| c.image.clone()).unwrap_or_default(),
-            "imageID": "",
-            "ready": false,
-            "restartCount": 0,
-            "state": {"terminated": {
-                "exitCode": exit_code,
-                "reason": if exit_code == 0 { "Completed" } else { "Error" },
-                "message": message,
-                "startedAt": Time(start),
-                "finishedAt": Time(now),
-            }},
-        }],
-    }});
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PatchParams::default()
-    };
-    if let Err(err) = pods.patch_status(&name, &params, &Patch::Merge(&patch)).await {
-        warn!(job = %job.name_any(), %err, "could not record the Job's pod status");
-    }
 }
 
 fn append_failure(path: &Path, id: &logs::Header, message: &str) {
@@ -1024,8 +979,8 @@ fn env_value(
             "metadata.namespace" => Some(job.namespace().unwrap_or_default()),
             "metadata.uid" => Some(job.uid().unwrap_or_default()),
             "spec.serviceAccountName" => Some(pod.service_account_name.clone().unwrap_or_default()),
-            "spec.nodeName" => Some("localhost".to_string()),
-            "status.hostIP" | "status.podIP" => Some("127.0.0.1".to_string()),
+            "spec.nodeName" => Some(pod::NODE_NAME.to_string()),
+            "status.hostIP" | "status.podIP" => Some(pod::HOST_IP.to_string()),
             _ => map_key("metadata.labels['", template_meta.and_then(|m| m.labels.as_ref())).or_else(|| {
                 map_key(
                     "metadata.annotations['",

@@ -422,11 +422,18 @@ pub fn plan(pod: &PodSpec, container: &Container, sources: &Sources) -> Result<P
 /// Secret values worth hiding from logs: each line of each Secret file that is at least this long.
 const MIN_REDACTED_LEN: usize = 8;
 
-/// Lines of Secret content to redact from output (see [`MIN_REDACTED_LEN`]).
+/// Lines of Secret content to redact from output (see [`MIN_REDACTED_LEN`]); a Secret file of one line (a
+/// password, such as ansible-vault's) is redacted whole from [`crate::redact::MIN_SECRET_LEN`] characters on.
 pub fn redactions(plan: &Plan) -> Vec<String> {
     let mut out: BTreeSet<String> = BTreeSet::new();
     for file in plan.files.iter().filter(|f| f.secret) {
-        for line in String::from_utf8_lossy(&file.content).lines() {
+        let text = String::from_utf8_lossy(&file.content);
+        let whole = text.trim();
+        if !whole.contains('\n') && whole.len() >= crate::redact::MIN_SECRET_LEN {
+            out.insert(whole.to_string());
+            continue;
+        }
+        for line in text.lines() {
             let line = line.trim();
             if line.len() >= MIN_REDACTED_LEN {
                 out.insert(line.to_string());
@@ -738,6 +745,25 @@ mod tests {
         let (pod, container) = pod();
         let plan = plan(&pod, &container, &sources()).unwrap();
         assert_eq!(redactions(&plan), vec!["-----KEY-----", "secretsecretsecret"]);
+    }
+
+    #[test]
+    fn a_one_line_secret_file_such_as_a_vault_password_is_redacted_whole_even_when_short() {
+        let file = |content: &[u8]| PlannedFile {
+            path: PathBuf::from("volumes/vault/password"),
+            content: content.to_vec(),
+            mode: 0o400,
+            secret: true,
+        };
+        let plan = Plan {
+            files: vec![file(b"hunter\n"), file(b"abc\n")],
+            ..Plan::default()
+        };
+        assert_eq!(
+            redactions(&plan),
+            vec!["hunter"],
+            "three letters hide nothing a guess would not find"
+        );
     }
 
     #[test]

@@ -33,8 +33,9 @@ use tracing::{debug, info, warn};
 use super::rollout::{resolve_runs, rollout_of, wave_of};
 use super::DesiredCluster;
 use crate::api::{
-    run_context, Cluster, ClusterOperation, CommitStatus, Phase, StatusState, ANNOTATION_CONTENT_HASH,
-    FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY, LABEL_WAVE, MANAGED_BY,
+    run_context, Cluster, ClusterOperation, CommitStatus, Phase, PinnedInventory, StatusState,
+    ANNOTATION_CONTENT_HASH, FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY, LABEL_WAVE,
+    MANAGED_BY,
 };
 
 /// Message of an operation canceled because its entry left operations.yml.
@@ -545,7 +546,7 @@ fn decide_config_maps(
         let name = cm.name_any();
         let mut wanted = vec![cluster_owner.clone()];
         for (owner, op) in op_owners {
-            if op.spec.hosts_conf_ref.name == name || op.spec.vars_conf_ref.name == name {
+            if op.spec.pins(&name) {
                 wanted.push(owner.clone());
             }
         }
@@ -620,12 +621,7 @@ fn release_config_maps(
 fn pinned_config_maps(live: &Live) -> BTreeSet<&str> {
     live.operations
         .values()
-        .flat_map(|o| {
-            [
-                o.spec.hosts_conf_ref.name.as_str(),
-                o.spec.vars_conf_ref.name.as_str(),
-            ]
-        })
+        .flat_map(|o| o.spec.pinned_config_maps())
         .collect()
 }
 

@@ -5,12 +5,14 @@
 //! - [`render`]: [`render_cluster`] / [`render_all`] turn a validated
 //!   [`ClusterDir`](crate::layout::ClusterDir) and a [`RenderContext`] into a [`DesiredCluster`].
 //! - [`rollout`]: a validated rollout file into its `FleetRollout`, and each cluster's run of it.
+//! - [`pinned`]: a pinned inventory directory read back from its ConfigMaps.
 //! - [`fleet`]: which `FleetRollout` objects to write or delete, and the writes.
 
 pub mod apply;
 pub mod fleet;
 pub mod hash;
 pub mod names;
+pub mod pinned;
 pub mod render;
 pub mod rollout;
 pub mod state;

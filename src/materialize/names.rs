@@ -16,7 +16,7 @@
 use serde_json::Value;
 
 use super::hash::{canonical_json, sha256_hex, sha8};
-use crate::api::{HOSTS_KEY, VARS_KEY};
+use crate::api::{FILE_KEY, HOSTS_KEY, VARS_KEY};
 
 /// Longest name kok gives an object (a DNS-1123 label).
 pub const MAX_NAME_LEN: usize = 63;
@@ -31,6 +31,8 @@ pub enum ContentKind {
     Hosts,
     /// The cluster's `vars.yml`.
     Vars,
+    /// One file of the cluster's group_vars/ or host_vars/.
+    File,
 }
 
 impl ContentKind {
@@ -39,14 +41,17 @@ impl ContentKind {
         match self {
             ContentKind::Hosts => "hosts",
             ContentKind::Vars => "vars",
+            ContentKind::File => "file",
         }
     }
 
-    /// The ConfigMap data key holding the file: `hosts.yml` or `vars.yml`.
+    /// The ConfigMap data key holding the file: `hosts.yml`, `vars.yml` or `file` (the key of a hosts
+    /// ConfigMap of another inventory file is that file's name).
     pub fn data_key(self) -> &'static str {
         match self {
             ContentKind::Hosts => HOSTS_KEY,
             ContentKind::Vars => VARS_KEY,
+            ContentKind::File => FILE_KEY,
         }
     }
 }
@@ -63,9 +68,23 @@ pub fn revision_string(ref_name: &str, sha: &str) -> String {
 }
 
 /// Name of the immutable ConfigMap holding `content` (the file's exact text):
-/// `<cluster>-hosts-<sha8>` or `<cluster>-vars-<sha8>`, sha8 = first 8 hex of sha256(content).
+/// `<cluster>-hosts-<sha8>`, `<cluster>-vars-<sha8>` or `<cluster>-file-<sha8>`, sha8 = first 8 hex of
+/// sha256(content).
 pub fn config_map_name(cluster: &str, kind: ContentKind, content: &str) -> String {
     name_with_suffix(&format!("{cluster}-{kind}"), &sha8(content.as_bytes()))
+}
+
+/// Name of the immutable ConfigMap holding the inventory file `file`: [`config_map_name`] for hosts.yml;
+/// for another name (`inventory.ini`) the hash covers the name too, since it is the data key.
+pub fn hosts_config_map_name(cluster: &str, file: &str, content: &str) -> String {
+    if file == HOSTS_KEY {
+        return config_map_name(cluster, ContentKind::Hosts, content);
+    }
+    let keyed = format!("{file}\n{content}");
+    name_with_suffix(
+        &format!("{cluster}-{}", ContentKind::Hosts),
+        &sha8(keyed.as_bytes()),
+    )
 }
 
 /// The digest of an operations.yml entry: sha256 (hex) of its canonical JSON, so key order,

@@ -7,12 +7,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use super::hash::content_hash;
-use super::names::{config_map_name, operation_digest, operation_name, revision_string, ContentKind};
+use super::names::{
+    config_map_name, hosts_config_map_name, operation_digest, operation_name, revision_string, ContentKind,
+};
 use super::rollout::RolloutOperation;
 use crate::api::{
     common_labels, ActionType, Cluster, ClusterOperation, ClusterOperationSpec, ClusterSource, ClusterSpec,
-    ConfigMapRef, OperationSource, SecretRef, ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION,
-    ANNOTATION_SOURCE_PATH, DEFAULT_IMAGE, DEFAULT_NAMESPACE, LABEL_CONTENT, LABEL_OPERATION,
+    ConfigMapRef, OperationSource, PinnedFile, SecretRef, ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION,
+    ANNOTATION_SOURCE_PATH, DEFAULT_IMAGE, DEFAULT_NAMESPACE, FILE_GZIP_KEY, HOSTS_KEY, LABEL_CONTENT,
+    LABEL_OPERATION,
 };
 use crate::layout::{ClusterDir, Operation};
 
@@ -177,62 +180,82 @@ pub fn render_all(clusters: &[ClusterDir], ctx: &RenderContext) -> Vec<DesiredCl
 /// unchanged operation renders the same bytes at every later commit.
 pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredCluster {
     let revision = ctx.revision();
-    let hosts = config_map(cluster, ctx, ContentKind::Hosts, &cluster.hosts_yml, &revision);
-    let vars = config_map(cluster, ctx, ContentKind::Vars, &cluster.vars_yml, &revision);
-    let hosts_ref = ConfigMapRef {
-        name: hosts.metadata.name.clone().unwrap_or_default(),
-    };
-    let vars_ref = ConfigMapRef {
-        name: vars.metadata.name.clone().unwrap_or_default(),
-    };
-    let ssh_auth_ref = cluster
-        .settings
-        .ssh_auth_secret
-        .as_ref()
-        .map(|name| SecretRef { name: name.clone() });
-
-    let mut cluster_obj = Cluster::new(
-        &cluster.name,
-        ClusterSpec {
-            hosts_conf_ref: hosts_ref.clone(),
-            vars_conf_ref: vars_ref.clone(),
-            ssh_auth_ref: ssh_auth_ref.clone(),
-            kubeconfig_secret_ref: cluster
-                .settings
-                .kubeconfig_secret
-                .as_ref()
-                .map(|name| SecretRef { name: name.clone() }),
-            defaults: cluster.settings.defaults.clone(),
-            source: ClusterSource {
-                path: cluster.path.clone(),
-                revision: revision.clone(),
-            },
-            maintenance: cluster.settings.maintenance.clone(),
+    let hosts_name = hosts_config_map_name(&cluster.name, &cluster.inventory_file, &cluster.hosts_yml);
+    let mut config_maps = vec![config_map(
+        cluster,
+        ctx,
+        (ContentKind::Hosts, &hosts_name),
+        FileData::Text(&cluster.inventory_file, &cluster.hosts_yml),
+        &revision,
+    )];
+    let vars_conf_ref = cluster.vars_yml.as_ref().map(|vars| {
+        let name = config_map_name(&cluster.name, ContentKind::Vars, vars);
+        config_maps.push(config_map(
+            cluster,
+            ctx,
+            (ContentKind::Vars, &name),
+            FileData::Text(ContentKind::Vars.data_key(), vars),
+            &revision,
+        ));
+        ConfigMapRef { name }
+    });
+    let mut vars_files = Vec::with_capacity(cluster.vars_files.len());
+    let mut pinned_files = BTreeSet::new();
+    for (path, text) in &cluster.vars_files {
+        let name = config_map_name(&cluster.name, ContentKind::File, text);
+        let gzip = text.len() > GZIP_ABOVE;
+        if pinned_files.insert(name.clone()) {
+            let data = if gzip {
+                FileData::Gzip(super::pinned::gzip(text.as_bytes()))
+            } else {
+                FileData::Text(ContentKind::File.data_key(), text)
+            };
+            config_maps.push(config_map(
+                cluster,
+                ctx,
+                (ContentKind::File, &name),
+                data,
+                &revision,
+            ));
+        }
+        vars_files.push(PinnedFile {
+            path: path.clone(),
+            config_map: name,
+            gzip,
+        });
+    }
+    let spec = ClusterSpec {
+        inventory_file: (cluster.inventory_file != HOSTS_KEY).then(|| cluster.inventory_file.clone()),
+        hosts_conf_ref: ConfigMapRef { name: hosts_name },
+        vars_conf_ref,
+        vars_files,
+        vault_password_ref: secret_ref(&cluster.settings.vault_password_secret),
+        ssh_auth_ref: secret_ref(&cluster.settings.ssh_auth_secret),
+        kubeconfig_secret_ref: secret_ref(&cluster.settings.kubeconfig_secret),
+        defaults: cluster.settings.defaults.clone(),
+        source: ClusterSource {
+            path: cluster.path.clone(),
+            revision: revision.clone(),
         },
-    );
+        maintenance: cluster.settings.maintenance.clone(),
+    };
+    let operations = cluster
+        .operations
+        .iter()
+        .map(|op| cluster_operation(cluster, op, ctx, &spec))
+        .collect();
+
+    let mut cluster_obj = Cluster::new(&cluster.name, spec);
     // The user's labels first, so kok's own (which validation keeps them from naming) always win.
     let mut labels = cluster.settings.labels.clone();
     labels.extend(common_labels(&cluster.name));
     cluster_obj.metadata = metadata(&cluster.name, cluster, ctx, labels, &revision);
     stamp(&mut cluster_obj);
 
-    let operations = cluster
-        .operations
-        .iter()
-        .map(|op| {
-            let pins = Pins {
-                hosts: &hosts_ref,
-                vars: &vars_ref,
-                ssh: ssh_auth_ref.as_ref(),
-            };
-            cluster_operation(cluster, op, ctx, &pins)
-        })
-        .collect();
-
     DesiredCluster {
         name: cluster.name.clone(),
         path: cluster.path.clone(),
-        config_maps: vec![hosts, vars],
+        config_maps,
         cluster: cluster_obj,
         operations,
         rollouts: Vec::new(),
@@ -240,32 +263,44 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
     }
 }
 
-/// The references an operation pins.
-pub(super) struct Pins<'a> {
-    pub(super) hosts: &'a ConfigMapRef,
-    pub(super) vars: &'a ConfigMapRef,
-    pub(super) ssh: Option<&'a SecretRef>,
+/// Files of group_vars/ and host_vars/ larger than this (1 KiB) are pinned gzip-compressed, so that a
+/// fleet of kubespray inventories (86 KB of sample variables each) stays small in the meta-cluster.
+pub const GZIP_ABOVE: usize = 1 << 10;
+
+fn secret_ref(name: &Option<String>) -> Option<SecretRef> {
+    name.as_ref().map(|name| SecretRef { name: name.clone() })
+}
+
+/// What a content-addressed ConfigMap holds: a file as text under a key, or gzip-compressed bytes under
+/// [`FILE_GZIP_KEY`] in binaryData.
+enum FileData<'a> {
+    Text(&'a str, &'a str),
+    Gzip(Vec<u8>),
 }
 
 fn config_map(
     cluster: &ClusterDir,
     ctx: &RenderContext,
-    kind: ContentKind,
-    content: &str,
+    (kind, name): (ContentKind, &str),
+    data: FileData<'_>,
     revision: &str,
 ) -> ConfigMap {
-    let name = config_map_name(&cluster.name, kind, content);
     let mut labels = common_labels(&cluster.name);
     labels.insert(LABEL_CONTENT.to_string(), kind.as_str().to_string());
     let mut cm = ConfigMap {
-        metadata: metadata(&name, cluster, ctx, labels, revision),
-        data: Some(BTreeMap::from([(
-            kind.data_key().to_string(),
-            content.to_string(),
-        )])),
+        metadata: metadata(name, cluster, ctx, labels, revision),
         immutable: Some(true),
         ..ConfigMap::default()
     };
+    match data {
+        FileData::Text(key, text) => cm.data = Some(BTreeMap::from([(key.to_string(), text.to_string())])),
+        FileData::Gzip(bytes) => {
+            cm.binary_data = Some(BTreeMap::from([(
+                FILE_GZIP_KEY.to_string(),
+                k8s_openapi::ByteString(bytes),
+            )]))
+        }
+    }
     stamp(&mut cm);
     cm
 }
@@ -274,7 +309,7 @@ pub(super) fn cluster_operation(
     cluster: &ClusterDir,
     op: &Operation,
     ctx: &RenderContext,
-    pins: &Pins<'_>,
+    pins: &ClusterSpec,
 ) -> ClusterOperation {
     let digest = operation_digest(&op.entry);
     let name = operation_name(&cluster.name, &op.id, &digest);
@@ -303,9 +338,12 @@ pub(super) fn cluster_operation(
             active_deadline_seconds: op.active_deadline_seconds.or(defaults.active_deadline_seconds),
             service_account: defaults.service_account.clone(),
             resources: defaults.resources.clone().map(Box::new),
-            hosts_conf_ref: pins.hosts.clone(),
-            vars_conf_ref: pins.vars.clone(),
-            ssh_auth_ref: pins.ssh.cloned(),
+            inventory_file: pins.inventory_file.clone(),
+            hosts_conf_ref: pins.hosts_conf_ref.clone(),
+            vars_conf_ref: pins.vars_conf_ref.clone(),
+            vars_files: pins.vars_files.clone(),
+            vault_password_ref: pins.vault_password_ref.clone(),
+            ssh_auth_ref: pins.ssh_auth_ref.clone(),
             source: OperationSource {
                 commit: attribution.commit.clone(),
                 revision: revision.clone(),
@@ -474,6 +512,8 @@ mod tests {
             verify: Default::default(),
             verify_timeout: None,
             ignore_maintenance: false,
+            preflight: true,
+            allow_release_skip: false,
             entry,
             line: index + 1,
             index,
@@ -484,8 +524,10 @@ mod tests {
         ClusterDir {
             name: "prod-bj".to_string(),
             path: "clusters/prod-bj".to_string(),
+            inventory_file: "hosts.yml".into(),
             hosts_yml: "all:\n  hosts:\n    node1: {}\n".to_string(),
-            vars_yml: "# comment kept\nkube_version: v1.33.1\n".to_string(),
+            vars_yml: Some("# comment kept\nkube_version: v1.33.1\n".to_string()),
+            vars_files: vec![],
             inventory: Inventory::default(),
             operations: vec![
                 op("install", 0, json!({"id": "install", "action": "cluster.yml"})),
@@ -521,7 +563,10 @@ mod tests {
             panic!("two ConfigMaps expected")
         };
         assert_eq!(hosts.data.as_ref().unwrap()[HOSTS_KEY], cluster().hosts_yml);
-        assert_eq!(vars.data.as_ref().unwrap()[VARS_KEY], cluster().vars_yml);
+        assert_eq!(
+            Some(&vars.data.as_ref().unwrap()[VARS_KEY]),
+            cluster().vars_yml.as_ref()
+        );
         assert_eq!(hosts.immutable, Some(true));
         assert_eq!(vars.immutable, Some(true));
         assert_eq!(
@@ -530,6 +575,70 @@ mod tests {
         );
         assert_eq!(hosts.metadata.labels.as_ref().unwrap()[LABEL_CONTENT], "hosts");
         assert_eq!(vars.metadata.labels.as_ref().unwrap()[LABEL_CONTENT], "vars");
+    }
+
+    #[test]
+    fn a_kubespray_directory_is_pinned_file_by_file_the_large_files_compressed() {
+        use kube::ResourceExt;
+        let big = format!("kube_version: v1.31.4\n{}", "# comment\n".repeat(1000));
+        let mut dir = cluster();
+        dir.inventory_file = "inventory.ini".into();
+        dir.hosts_yml = "[kube_control_plane]\nnode1\n".into();
+        dir.vars_yml = None;
+        dir.vars_files = vec![
+            ("group_vars/all/all.yml".into(), "a: 1\n".into()),
+            ("group_vars/k8s_cluster/k8s-cluster.yml".into(), big.clone()),
+            ("host_vars/node1.yml".into(), "a: 1\n".into()),
+        ];
+        let desired = render_cluster(&dir, &ctx());
+        let names: Vec<String> = desired.config_maps.iter().map(|c| c.name_any()).collect();
+        assert_eq!(names.len(), 3, "identical files share one ConfigMap: {names:?}");
+        let hosts = &desired.config_maps[0];
+        assert_eq!(hosts.data.as_ref().unwrap()["inventory.ini"], dir.hosts_yml);
+        assert_ne!(
+            hosts.name_any(),
+            config_map_name("prod-bj", ContentKind::Hosts, &dir.hosts_yml),
+            "the inventory's file name is part of its ConfigMap's name"
+        );
+        let spec = &desired.cluster.spec;
+        assert_eq!(spec.inventory_file.as_deref(), Some("inventory.ini"));
+        assert_eq!(spec.vars_conf_ref, None);
+        let files: Vec<(&str, &str, bool)> = spec
+            .vars_files
+            .iter()
+            .map(|f| (f.path.as_str(), f.config_map.as_str(), f.gzip))
+            .collect();
+        let small = config_map_name("prod-bj", ContentKind::File, "a: 1\n");
+        let large = config_map_name("prod-bj", ContentKind::File, &big);
+        assert_eq!(
+            files,
+            [
+                ("group_vars/all/all.yml", small.as_str(), false),
+                ("group_vars/k8s_cluster/k8s-cluster.yml", large.as_str(), true),
+                ("host_vars/node1.yml", small.as_str(), false),
+            ]
+        );
+        let by_name = |n: &str| desired.config_maps.iter().find(|c| c.name_any() == n).unwrap();
+        assert_eq!(by_name(&small).data.as_ref().unwrap()["file"], "a: 1\n");
+        let packed = &by_name(&large).binary_data.as_ref().unwrap()["file.gz"].0;
+        assert!(packed.len() < big.len() / 10, "{} bytes", packed.len());
+        assert_eq!(
+            super::super::pinned::gunzip_text(packed).as_deref(),
+            Some(big.as_str())
+        );
+        assert_eq!(by_name(&large).immutable, Some(true));
+        for op in &desired.operations {
+            assert_eq!(op.spec.vars_files, spec.vars_files);
+            assert_eq!(op.spec.inventory_file, spec.inventory_file);
+        }
+        // Read back from the ConfigMaps, the directory is what was rendered.
+        let cms = desired
+            .config_maps
+            .iter()
+            .map(|c| (c.name_any(), c.clone()))
+            .collect();
+        let back = super::super::pinned::inventory_dir(spec, &cms).unwrap();
+        assert_eq!(back, dir.inventory_dir());
     }
 
     #[test]
@@ -585,7 +694,7 @@ mod tests {
             desired.config_maps[0].metadata.name.as_ref()
         );
         assert_eq!(
-            Some(&spec.vars_conf_ref.name),
+            spec.vars_conf_ref.as_ref().map(|r| &r.name),
             desired.config_maps[1].metadata.name.as_ref()
         );
         assert_eq!(spec.ssh_auth_ref.as_ref().unwrap().name, "prod-bj-ssh");

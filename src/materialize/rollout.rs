@@ -23,7 +23,7 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::names::{operation_digest, operation_name};
-use super::render::{cluster_operation, push_document, queue_position, stamp, DesiredCluster, Pins};
+use super::render::{cluster_operation, push_document, queue_position, stamp, DesiredCluster};
 use super::render::{RenderContext, RenderError};
 use crate::api::{
     ClusterOperation, FleetRollout, FleetRolloutSpec, OperationRollout, Phase, RolloutSource, RolloutWave,
@@ -113,14 +113,7 @@ pub fn add_rollouts(
     broken: &BTreeSet<String>,
     ctx: &RenderContext,
 ) {
-    let hosts = desired.cluster.spec.hosts_conf_ref.clone();
-    let vars = desired.cluster.spec.vars_conf_ref.clone();
-    let ssh = desired.cluster.spec.ssh_auth_ref.clone();
-    let pins = Pins {
-        hosts: &hosts,
-        vars: &vars,
-        ssh: ssh.as_ref(),
-    };
+    let pins = desired.cluster.spec.clone();
     for (i, (rollout, wave)) in rollouts.iter().enumerate() {
         let op = rollout_operation(cluster, rollout, wave, ctx, &pins, ROLLOUT_FILE_INDEX + i);
         desired.rollouts.push(op);
@@ -133,7 +126,7 @@ fn rollout_operation(
     rollout: &Rollout,
     wave: &str,
     ctx: &RenderContext,
-    pins: &Pins<'_>,
+    pins: &crate::api::ClusterSpec,
     file_index: usize,
 ) -> RolloutOperation {
     let entry_digest = operation_digest(&rollout.operation.entry);
@@ -300,8 +293,10 @@ mod tests {
         let dir = ClusterDir {
             name: "prod-bj-1".into(),
             path: "clusters/prod-bj-1".into(),
+            inventory_file: "hosts.yml".into(),
             hosts_yml: "all: {}\n".into(),
-            vars_yml: "{}\n".into(),
+            vars_yml: Some("{}\n".into()),
+            vars_files: vec![],
             inventory: Default::default(),
             operations: vec![],
             settings: Default::default(),

@@ -388,7 +388,7 @@ mod tests {
                 extra_args: vec!["--limit=node7".into()],
                 image: "img".into(),
                 hosts_conf_ref: ConfigMapRef { name: "h".into() },
-                vars_conf_ref: ConfigMapRef { name: "v".into() },
+                vars_conf_ref: Some(ConfigMapRef { name: "v".into() }),
                 source: OperationSource {
                     commit: "c0ffee".into(),
                     revision: "main@sha1:c0ffee".into(),

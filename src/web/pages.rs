@@ -674,7 +674,17 @@ fn settings_of(cluster: &Cluster) -> Vec<Setting> {
         Some(format!("{} at {}", s.source.path, s.source.revision)),
     );
     add("Inventory ConfigMap", Some(s.hosts_conf_ref.name.clone()));
-    add("Vars ConfigMap", Some(s.vars_conf_ref.name.clone()));
+    add("Vars ConfigMap", s.vars_conf_ref.as_ref().map(|r| r.name.clone()));
+    if !s.vars_files.is_empty() {
+        add(
+            "Variables files",
+            Some(format!("{} in group_vars/ and host_vars/", s.vars_files.len())),
+        );
+    }
+    add(
+        "Vault password Secret",
+        s.vault_password_ref.as_ref().map(|r| r.name.clone()),
+    );
     add("ssh Secret", s.ssh_auth_ref.as_ref().map(|r| r.name.clone()));
     add(
         "Kubeconfig Secret",

@@ -135,21 +135,9 @@ impl GitRecords {
     fn inventory(&self, sha: &str, dir: &str) -> Option<Arc<Inventory>> {
         kept(&self.inventories, (sha.to_string(), dir.to_string()), || {
             let repo = self.open()?;
-            let tree = repo
-                .find_commit(git2::Oid::from_str(sha).ok()?)
-                .ok()?
-                .tree()
-                .ok()?;
-            let path = std::path::Path::new(dir).join(crate::api::HOSTS_KEY);
-            let blob = tree
-                .get_path(&path)
-                .ok()?
-                .to_object(&repo)
-                .ok()?
-                .peel_to_blob()
-                .ok()?;
-            let text = std::str::from_utf8(blob.content()).ok()?;
-            crate::layout::read_inventory(text).map(Arc::new)
+            let tree = crate::source::GitTree::at_commit(&repo, git2::Oid::from_str(sha).ok()?).ok()?;
+            let files = crate::layout::read_inventory_dir_at(&tree, dir)?;
+            crate::layout::inventory_of(&files).map(Arc::new)
         })
     }
 }
@@ -364,9 +352,12 @@ impl Snapshot {
             hosts_conf_ref: ConfigMapRef {
                 name: format!("{name}-hosts"),
             },
-            vars_conf_ref: ConfigMapRef {
+            vars_conf_ref: Some(ConfigMapRef {
                 name: format!("{name}-vars"),
-            },
+            }),
+            inventory_file: None,
+            vars_files: Vec::new(),
+            vault_password_ref: None,
             ssh_auth_ref: None,
             defaults: Default::default(),
             source: ClusterSource::default(),

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use crate::apply::{self, Scope};
 use crate::errors::{cause, ApiError};
+use crate::events;
 use crate::patch::{self, PatchKind};
 use crate::resources::{Registry, ResourceInfo, ResourceKey};
 use crate::schema::{self, FieldValidation};
@@ -114,6 +115,9 @@ pub struct Page {
     pub resource_version: u64,
     /// Continue token when more items remain.
     pub continue_token: Option<String>,
+    /// How many items remain after this page, when the list has no selector (the server counts them
+    /// only then).
+    pub remaining: Option<usize>,
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
@@ -139,14 +143,37 @@ fn set_finalizers(obj: &mut Value, list: Vec<String>) {
     }
 }
 
-/// The object as served at a resource's version (storage shares one object across versions).
+/// The object as served at a resource's version (storage shares one object across versions; an Event is
+/// converted between its two APIs, see [`crate::events`]).
 pub fn served(info: &ResourceInfo, obj: &Arc<Value>) -> Arc<Value> {
-    if obj["apiVersion"].as_str() == Some(info.api_version().as_str()) {
+    let version = info.api_version();
+    if obj["apiVersion"].as_str() == Some(version.as_str()) {
         return obj.clone();
     }
+    if obj["kind"] == "Event" {
+        if let Some(converted) = events::convert(obj, &version) {
+            return Arc::new(converted);
+        }
+    }
     let mut o = (**obj).clone();
-    o["apiVersion"] = json!(info.api_version());
+    o["apiVersion"] = json!(version);
     Arc::new(o)
+}
+
+/// [`served`] of an owned object.
+pub fn served_value(info: &ResourceInfo, obj: Value) -> Value {
+    if obj.is_null() {
+        return obj;
+    }
+    Arc::unwrap_or_clone(served(info, &Arc::new(obj)))
+}
+
+/// The object as its storage keeps it: an `events.k8s.io` Event in its `v1` form.
+fn storage_form(info: &ResourceInfo, obj: Value) -> Value {
+    if info.key().group == info.group {
+        return obj;
+    }
+    events::convert(&obj, "v1").unwrap_or(obj)
 }
 
 /// A stored object's JSON as served at a resource's version: as stored when the versions agree.
@@ -247,8 +274,8 @@ impl State {
     ) -> Result<Page, ApiError> {
         let key = info.key();
         let ns = if info.namespaced { ns } else { None };
-        let selected = |(namespace, name): &ObjectKey, o: &Stored| {
-            labels.matches_with(|k| label(&o.labels, k)) && fields.matches_meta(namespace, name)
+        let selected = |key: &ObjectKey, o: &Stored| {
+            labels.matches_with(|k| label(&o.labels, k)) && fields.matches_stored(key, o)
         };
         if let (Some(name), None) = (fields.pinned_name(), cont) {
             if ns.is_some() || !info.namespaced {
@@ -263,6 +290,7 @@ impl State {
                     items,
                     resource_version: self.store.resource_version(),
                     continue_token: None,
+                    remaining: None,
                 });
             }
         }
@@ -291,15 +319,20 @@ impl State {
                 break;
             }
         }
+        let mut remaining = None;
         if items.len() == max && filtered.next().is_some() {
             if let Some(last) = last {
                 continue_token = Some(make_continue(rv, last));
+            }
+            if labels.is_empty() && fields.is_empty() {
+                remaining = Some(1 + filtered.count());
             }
         }
         Ok(Page {
             items,
             resource_version: rv,
             continue_token,
+            remaining,
         })
     }
 
@@ -328,6 +361,11 @@ impl State {
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
         apply_defaults(info, &mut obj);
         self.check_schema(info, ctx, None, &mut obj)?;
+        if let Some(api) = events::Api::of(&info.group, &info.resource) {
+            let event = events::Event::read(api, &obj)?;
+            events::validate_create(api, &event)?;
+            obj = event.write(api);
+        }
         validation::validate_meta(info, &obj)?;
         validate_kind(info, None, &obj)?;
         let key = object_key(&obj);
@@ -466,6 +504,7 @@ impl State {
         let old = self
             .store
             .get(&info.key(), &key)
+            .map(|o| served(info, &o))
             .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
         self.check_kind(info, &body)?;
         if let Some(n) = meta_str(&body, "name") {
@@ -514,7 +553,7 @@ impl State {
         force: bool,
     ) -> Result<Value, ApiError> {
         let key = Self::ns_key(info, ctx.namespace.as_deref(), name);
-        let old = self.store.get(&info.key(), &key);
+        let old = self.store.get(&info.key(), &key).map(|o| served(info, &o));
         if kind != PatchKind::Apply {
             let old = old.ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
             let candidate = patch::apply_patch(kind, &old, body)?;
@@ -731,6 +770,11 @@ impl State {
             secret_string_data(&mut new);
         }
         self.check_schema(info, ctx, Some(old), &mut new)?;
+        if let Some(api) = events::Api::of(&info.group, &info.resource) {
+            let event = events::Event::read(api, &new)?;
+            events::validate_update(api, &event, &events::Event::read(api, old)?)?;
+            new = event.write(api);
+        }
         validation::validate_meta(info, &new)?;
         validation::validate_immutable(info, old, &new)?;
         validate_kind(info, Some(old), &new)?;
@@ -775,19 +819,21 @@ impl State {
         Ok(self.commit(info, new))
     }
 
-    /// Stores a written object and runs what follows: removal once finalizers are gone, CRD serving.
+    /// Stores a written object (in its storage form) and runs what follows: removal once finalizers are
+    /// gone, CRD serving. Returns it as served at `info`'s version.
     fn commit(&mut self, info: &ResourceInfo, obj: Value) -> Value {
         let key = info.key();
+        let obj = storage_form(info, obj);
         if obj.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&obj).is_empty() {
             let okey = object_key(&obj);
             self.store.put(&key, obj);
-            return self.remove_now(info, &okey).unwrap_or(Value::Null);
+            return served_value(info, self.remove_now(info, &okey).unwrap_or(Value::Null));
         }
         let stored = self.store.put(&key, obj);
         if info.resource == "customresourcedefinitions" && info.group == "apiextensions.k8s.io" {
             self.registry.install_crd(&stored);
         }
-        stored
+        served_value(info, stored)
     }
 
     /// Removes an object now and runs garbage collection for it.
@@ -952,6 +998,9 @@ impl State {
             let mut o = (*obj).clone();
             o["metadata"]["deletionTimestamp"] = json!(util::now());
             o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            if info.group.is_empty() && info.resource == "namespaces" {
+                o["status"]["phase"] = json!("Terminating");
+            }
             return Some(self.commit(info, o));
         }
         self.remove_now(info, key)
@@ -994,7 +1043,7 @@ impl State {
             }
         }
         if ctx.dry_run {
-            return Ok((*obj).clone());
+            return Ok((*served(info, &obj)).clone());
         }
         let default = if info.group == "batch" && info.resource == "jobs" {
             Propagation::Orphan
@@ -1004,11 +1053,7 @@ impl State {
         let out = self
             .delete_object(info, &key, opts.propagation.unwrap_or(default))
             .unwrap_or(Value::Null);
-        let mut out = out;
-        if out.is_object() {
-            out["apiVersion"] = json!(info.api_version());
-        }
-        Ok(out)
+        Ok(served_value(info, out))
     }
 
     /// DELETE of a collection: every matching object.
@@ -1173,6 +1218,15 @@ fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
         ("", "pods") => {
             if !obj["status"].is_object() {
                 obj["status"] = json!({"phase": "Pending"});
+            }
+            let gated = obj
+                .pointer("/spec/schedulingGates")
+                .and_then(Value::as_array)
+                .is_some_and(|g| !g.is_empty());
+            if gated {
+                obj["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+                    "lastProbeTime": null, "lastTransitionTime": util::now(), "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates"}]);
             }
         }
         ("", "services") => service_defaults(obj),

@@ -121,12 +121,16 @@ impl ApiError {
         )
     }
 
-    /// `422 Invalid`: `Kind "name" is invalid: field: Reason: detail` with one cause per field.
+    /// `422 Invalid`: `Kind "name" is invalid: field: Reason: detail` with one cause per field; the
+    /// message names a repeated cause once, as the server's aggregate of errors does.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let parts: Vec<String> = causes
-            .iter()
-            .map(|c| format!("{}: {}", c.field, c.message))
-            .collect();
+        let mut parts: Vec<String> = Vec::new();
+        for c in &causes {
+            let part = format!("{}: {}", c.field, c.message);
+            if !parts.contains(&part) {
+                parts.push(part);
+            }
+        }
         let joined = if parts.len() == 1 {
             parts[0].clone()
         } else {
@@ -182,9 +186,12 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // Some answers carry no reason at all (a failure reaching a node's kubelet).
+        if !self.reason.is_empty() {
+            status["reason"] = json!(self.reason);
+        }
         if !details.is_empty() {
             status["details"] = Value::Object(details);
         }

@@ -4,12 +4,15 @@
 //! semantics on [`store`] (objects as JSON, a global resourceVersion and each resource's event
 //! history) and [`resources`] (built-in kinds plus CRD-served ones). [`watch`] streams events,
 //! [`patch`] and [`apply`] handle PATCH flavours and managedFields, [`selectors`] filter lists,
-//! [`table`] renders `kubectl get` tables, [`discovery`] and [`openapi`] answer discovery, [`errors`]
-//! renders `Status` objects, [`protobuf`] reads and writes Kubernetes protobuf, [`schema`] (with
-//! [`formats`]) checks custom resources against their CRD, [`typed`] prunes built-ins and
-//! [`validation`] checks names and immutability. Garbage collection of dependents lives in [`api`].
+//! [`table`] renders `kubectl get` tables (the built-in kinds' columns from [`printers`]),
+//! [`discovery`] and [`openapi`] answer discovery, [`errors`] renders `Status` objects, [`protobuf`]
+//! reads and writes Kubernetes protobuf, [`schema`] (with [`formats`]) checks custom resources
+//! against their CRD, [`typed`] prunes built-ins and [`validation`] checks names and immutability;
+//! [`events`] serves `v1` and `events.k8s.io/v1` Events from one storage, converted and validated as
+//! the real server does. Garbage collection of dependents lives in [`api`].
 //! [`auth`] answers TokenReviews and SubjectAccessReviews (RBAC on the stored roles and bindings);
-//! [`pod_logs`] serves what tests say a pod printed.
+//! [`pod_logs`] answers `pods/<name>/log` with what a node's kubelet (a test's, or one a program
+//! registers) says the pod printed.
 //! With [`Options::data_dir`], [`persist`] keeps the store on disk (SQLite, one row per object;
 //! [`legacy`] imports the earlier format).
 //!
@@ -22,6 +25,7 @@ pub mod apply;
 pub mod auth;
 pub mod discovery;
 pub mod errors;
+pub mod events;
 pub mod formats;
 pub mod gnostic;
 pub mod legacy;
@@ -29,6 +33,7 @@ pub mod openapi;
 pub mod patch;
 pub mod persist;
 pub mod pod_logs;
+pub mod printers;
 pub mod protobuf;
 pub mod resources;
 pub mod schema;
@@ -333,6 +338,7 @@ impl ApiServer {
             addr: addr.to_string(),
             tokens: Mutex::default(),
             pod_logs: pod_logs::PodLogs::default(),
+            kubelets: pod_logs::Kubelets::default(),
         });
         let app = axum::Router::new()
             .fallback(server::handle)
@@ -688,7 +694,9 @@ impl ApiServer {
         self.shared.tokens.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds `text` to what pod `namespace/name` printed (`GET .../pods/<name>/log`; followers get it at once).
+    /// Adds `text` to what pod `namespace/name` printed (`GET .../pods/<name>/log`; followers get it at
+    /// once). A pod a test gives a log is served that log wherever it runs, as if its node's kubelet
+    /// kept it.
     pub fn append_pod_log(&self, namespace: &str, name: &str, text: &str) {
         self.shared.pod_logs.append(namespace, name, text);
     }
@@ -696,6 +704,12 @@ impl ApiServer {
     /// Ends pod `namespace/name`'s log, as its container's end does: followed logs end.
     pub fn end_pod_log(&self, namespace: &str, name: &str) {
         self.shared.pod_logs.end(namespace, name);
+    }
+
+    /// Makes `kubelet` the kubelet of node `node`: the logs of the pods bound to it (`spec.nodeName`)
+    /// are its (see [`pod_logs`]).
+    pub fn set_kubelet(&self, node: &str, kubelet: std::sync::Arc<dyn pod_logs::Kubelet>) {
+        self.shared.kubelets.set(node, kubelet);
     }
 }
 

@@ -432,16 +432,18 @@ fn connect(path: &Path) -> Result<Connection, PersistError> {
 }
 
 /// Loads every row into the store; every row must parse and be no newer than the store's resourceVersion.
-fn load(path: &Path, conn: &Connection, state: &mut State) -> Result<(), PersistError> {
+/// `events.k8s.io` Events that an earlier testkit stored apart are moved into the `v1` Events' storage.
+fn load(path: &Path, conn: &mut Connection, state: &mut State) -> Result<(), PersistError> {
+    let mut moved = Vec::new();
     let rv: i64 = conn
         .query_row("SELECT value FROM meta WHERE key = 'resourceVersion'", [], |r| {
             r.get(0)
         })
         .map_err(|e| damaged(path, e))?;
-    let mut rows = conn
+    let mut statement = conn
         .prepare("SELECT grp, resource, namespace, name, rv, object FROM objects")
         .map_err(|e| damaged(path, e))?;
-    let rows = rows
+    let rows = statement
         .query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
@@ -467,10 +469,48 @@ fn load(path: &Path, conn: &Connection, state: &mut State) -> Result<(), Persist
                 format!("{what} has resourceVersion {row_rv}, which does not fit the store's {rv}"),
             ));
         }
+        let object = match crate::events::Api::of(&group, &resource) {
+            Some(crate::events::Api::EventsV1) => {
+                let converted = crate::events::convert(&object, "v1")
+                    .ok_or_else(|| damaged(path, format!("{what} is not an Event")))?;
+                moved.push((namespace, name, row_rv, converted.to_string()));
+                state.store.load(&events_key(), converted);
+                continue;
+            }
+            _ => object,
+        };
         state.store.load(&ResourceKey { group, resource }, object);
     }
     state.store.restore_resource_version(rv.max(0) as u64);
-    Ok(())
+    drop(statement);
+    move_events(conn, &moved).map_err(|e| damaged(path, e))
+}
+
+fn events_key() -> ResourceKey {
+    ResourceKey {
+        group: String::new(),
+        resource: "events".into(),
+    }
+}
+
+/// Rewrites the rows of `events.k8s.io` Events as rows of `v1` Events (`(namespace, name, rv, json)`).
+fn move_events(conn: &mut Connection, moved: &[(String, String, i64, String)]) -> rusqlite::Result<()> {
+    if moved.is_empty() {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    for (namespace, name, rv, json) in moved {
+        tx.execute(
+            "DELETE FROM objects WHERE grp = ?1 AND resource = 'events' AND namespace = ?2 AND name = ?3",
+            params![crate::events::GROUP, namespace, name],
+        )?;
+        tx.execute(
+            "INSERT OR REPLACE INTO objects (grp, resource, namespace, name, rv, object) \
+             VALUES ('', 'events', ?1, ?2, ?3, ?4)",
+            params![namespace, name, rv, json],
+        )?;
+    }
+    tx.commit()
 }
 
 /// Serves every stored CRD again, as creating them did.
@@ -496,7 +536,7 @@ pub fn open(dir: &Path, page_limit: Option<u64>, state: &mut State) -> Result<()
     let lock = lock(dir)?;
     let path = dir.join(DB_FILE);
     let mut conn = connect(&path)?;
-    load(&path, &conn, state)?;
+    load(&path, &mut conn, state)?;
     if let Some(count) = crate::legacy::import(dir, &path, &mut conn, state)? {
         tracing::info!(
             dir = %dir.display(),
@@ -642,5 +682,42 @@ mod tests {
             events.try_recv().is_err(),
             "an unpersisted write is not announced"
         );
+    }
+
+    #[test]
+    fn events_an_earlier_testkit_stored_apart_join_the_v1_events_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = State::new(10);
+        open(dir.path(), None, &mut state).unwrap();
+        let apart = ResourceKey {
+            group: crate::events::GROUP.into(),
+            resource: "events".into(),
+        };
+        state.store.put(
+            &apart,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": "e", "namespace": "n"}, "note": "ran",
+                "regarding": {"kind": "Pod", "namespace": "n", "name": "p"}}),
+        );
+        drop(state);
+
+        for _ in 0..2 {
+            let mut state = State::new(10);
+            open(dir.path(), None, &mut state).unwrap();
+            assert_eq!(state.store.count(&apart), 0);
+            let core = state.store.get(&events_key(), &("n".into(), "e".into())).unwrap();
+            assert_eq!(core["apiVersion"], "v1");
+            assert_eq!(core["message"], "ran");
+            assert_eq!(core["involvedObject"]["name"], "p");
+        }
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let groups: Vec<String> = conn
+            .prepare("SELECT grp FROM objects WHERE resource = 'events'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(groups, vec![String::new()], "the row moved");
     }
 }

@@ -51,6 +51,9 @@ pub struct ResourceInfo {
     pub custom: bool,
     /// The CRD's `openAPIV3Schema` for this version (custom resources that have one).
     pub schema: Option<Arc<Value>>,
+    /// The group whose storage this resource shares, when it is another group's (`events.k8s.io`
+    /// Events are stored as `v1` Events and converted, see [`crate::events`]).
+    pub storage_group: Option<String>,
 }
 
 impl ResourceInfo {
@@ -63,16 +66,17 @@ impl ResourceInfo {
         }
     }
 
-    /// The storage key shared by every version of this resource.
+    /// The storage key shared by every version of this resource (and by a resource of another group
+    /// that shares its storage).
     pub fn key(&self) -> ResourceKey {
         ResourceKey {
-            group: self.group.clone(),
+            group: self.storage_group.clone().unwrap_or_else(|| self.group.clone()),
             resource: self.resource.clone(),
         }
     }
 }
 
-/// Group and plural resource: the unit of storage (versions share storage, without conversion).
+/// Group and plural resource: the unit of storage (versions share storage; only Events are converted).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceKey {
     /// API group.
@@ -228,6 +232,7 @@ impl Registry {
                 columns: Vec::new(),
                 custom: false,
                 schema: None,
+                storage_group: (b.0 == crate::events::GROUP).then(String::new),
             });
         }
         r
@@ -263,13 +268,16 @@ impl Registry {
             .cloned()
     }
 
-    /// Every version served for a storage key (used to find a CRD's resources).
+    /// Every version served for a storage key (used to find a CRD's resources), those of the key's own
+    /// group first.
     pub fn versions_of(&self, key: &ResourceKey) -> Vec<Arc<ResourceInfo>> {
-        self.by_gvr
+        let (own, shared): (Vec<_>, Vec<_>) = self
+            .by_gvr
             .values()
-            .filter(|i| i.group == key.group && i.resource == key.resource)
+            .filter(|i| i.key() == *key)
             .cloned()
-            .collect()
+            .partition(|i| i.group == key.group);
+        own.into_iter().chain(shared).collect()
     }
 
     /// Resources of one group/version.
@@ -385,6 +393,7 @@ pub fn infos_from_crd(crd: &Value) -> Vec<ResourceInfo> {
             columns,
             custom: true,
             schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
+            storage_group: None,
         });
     }
     out

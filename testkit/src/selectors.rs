@@ -123,16 +123,21 @@ impl LabelSelector {
     }
 }
 
-/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+/// A parsed field selector: `metadata.name` and `metadata.namespace` of any object, and the fields a
+/// resource adds (Events: [`crate::events::field_label`]), each term translated to the stored field.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector {
     reqs: Vec<(String, bool, String)>,
+    /// Whether a term reads a field beyond the name and namespace (the object must be read).
+    reads_object: bool,
 }
 
 impl FieldSelector {
-    /// Parses the `fieldSelector` query parameter; other fields are refused like the real server does.
-    pub fn parse(s: &str) -> Result<FieldSelector, ApiError> {
-        let mut reqs = Vec::new();
+    /// Parses the `fieldSelector` query parameter of a request on `resource` of `group`; a label the
+    /// resource does not support is refused as the real server does.
+    pub fn parse(s: &str, group: &str, resource: &str) -> Result<FieldSelector, ApiError> {
+        let events = crate::events::Api::of(group, resource);
+        let mut selector = FieldSelector::default();
         for term in split_terms(s) {
             let (field, eq, value) = if let Some(pos) = term.find("!=") {
                 (&term[..pos], false, &term[pos + 2..])
@@ -146,14 +151,22 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field} (testkit supports metadata.name and metadata.namespace)"
-                )));
-            }
-            reqs.push((field.to_string(), eq, value.trim().to_string()));
+            let stored = match events {
+                Some(api) => crate::events::field_label(api, field)
+                    .ok_or_else(|| ApiError::bad_request(format!("field label not supported: {field}")))?,
+                None if field == "metadata.name" || field == "metadata.namespace" => field,
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "field label not supported: {field} (testkit supports metadata.name and metadata.namespace)"
+                    )))
+                }
+            };
+            selector.reads_object |= !stored.starts_with("metadata.");
+            selector
+                .reqs
+                .push((stored.to_string(), eq, value.trim().to_string()));
         }
-        Ok(FieldSelector { reqs })
+        Ok(selector)
     }
 
     /// The name this selector pins with `metadata.name=`, if any.
@@ -164,18 +177,47 @@ impl FieldSelector {
             .map(|(_, _, v)| v.as_str())
     }
 
-    /// Whether an object satisfies every requirement.
-    pub fn matches(&self, obj: &Value) -> bool {
-        let meta = |field: &str| obj["metadata"][field].as_str().unwrap_or("");
-        self.matches_meta(meta("namespace"), meta("name"))
+    /// Whether the selector is empty (matches everything).
+    pub fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
     }
 
-    /// Whether an object with this namespace ("" for none) and name satisfies every requirement.
-    pub fn matches_meta(&self, namespace: &str, name: &str) -> bool {
+    /// Whether matching needs the object itself, not only its namespace and name.
+    pub fn reads_object(&self) -> bool {
+        self.reads_object
+    }
+
+    /// Whether an object (as stored) satisfies every requirement.
+    pub fn matches(&self, obj: &Value) -> bool {
         self.reqs.iter().all(|(field, eq, value)| {
-            let actual = if field == "metadata.name" { name } else { namespace };
-            (actual == value) == *eq
+            let actual = match field.as_str() {
+                "metadata.name" | "metadata.namespace" => obj["metadata"][&field["metadata.".len()..]]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                other => crate::events::selectable(obj, other),
+            };
+            (actual == *value) == *eq
         })
+    }
+
+    /// Whether an object with this namespace ("" for none) and name satisfies every requirement on
+    /// them (the other terms are checked by [`FieldSelector::matches`]).
+    pub fn matches_meta(&self, namespace: &str, name: &str) -> bool {
+        self.reqs.iter().all(|(field, eq, value)| match field.as_str() {
+            "metadata.name" => (name == value) == *eq,
+            "metadata.namespace" => (namespace == value) == *eq,
+            _ => true,
+        })
+    }
+
+    /// Whether a stored object satisfies every requirement, reading it only when a term needs it.
+    pub fn matches_stored(
+        &self,
+        (namespace, name): &crate::store::ObjectKey,
+        obj: &crate::store::Stored,
+    ) -> bool {
+        self.matches_meta(namespace, name) && (!self.reads_object || self.matches(&obj.value()))
     }
 }
 
@@ -210,9 +252,25 @@ mod tests {
 
     #[test]
     fn field_selector_on_other_fields_is_refused() {
-        assert!(FieldSelector::parse("status.phase=Running").is_err());
-        let f = FieldSelector::parse("metadata.name=a,metadata.namespace!=x").unwrap();
+        assert!(FieldSelector::parse("status.phase=Running", "", "pods").is_err());
+        let f = FieldSelector::parse("metadata.name=a,metadata.namespace!=x", "", "pods").unwrap();
         assert!(f.matches(&obj(json!({}))));
+        assert!(!f.reads_object());
         assert_eq!(f.pinned_name(), Some("a"));
+    }
+
+    #[test]
+    fn event_selectors_use_each_apis_labels_on_the_stored_fields() {
+        let ev = json!({"metadata": {"name": "e", "namespace": "ns"},
+            "involvedObject": {"kind": "Pod", "name": "p", "uid": "u"}, "type": "Warning"});
+        let core = FieldSelector::parse("involvedObject.name=p,involvedObject.uid=u", "", "events").unwrap();
+        assert!(core.reads_object() && core.matches(&ev));
+        let new = FieldSelector::parse("regarding.name=p,type=Warning", "events.k8s.io", "events").unwrap();
+        assert!(new.matches(&ev));
+        let e = FieldSelector::parse("involvedObject.name=p", "events.k8s.io", "events").unwrap_err();
+        assert_eq!(e.message, "field label not supported: involvedObject.name");
+        assert!(!FieldSelector::parse("involvedObject.kind!=Pod", "", "events")
+            .unwrap()
+            .matches(&ev));
     }
 }

@@ -17,10 +17,11 @@ use crate::discovery;
 use crate::errors::{reason_for_code, ApiError};
 use crate::patch::PatchKind;
 use crate::persist::Durability;
+use crate::pod_logs::LogOptions;
 use crate::resources::ResourceInfo;
 use crate::schema::FieldValidation;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::table;
+use crate::table::{self, Include, TableRequest};
 use crate::watch::{self as watches, Signals, WatchRequest};
 use crate::{Fault, RequestLog};
 
@@ -49,8 +50,10 @@ pub struct Shared {
     pub addr: String,
     /// The bearer tokens TokenReviews know.
     pub tokens: Mutex<crate::auth::Tokens>,
-    /// What each pod printed, for `pods/<name>/log`.
+    /// What tests say pods printed, for `pods/<name>/log`.
     pub pod_logs: crate::pod_logs::PodLogs,
+    /// The kubelets programs registered, by node, for `pods/<name>/log`.
+    pub kubelets: crate::pod_logs::Kubelets,
 }
 
 impl Shared {
@@ -241,12 +244,37 @@ fn wire(headers: &HeaderMap) -> Wire {
     }
 }
 
-fn wants_table(headers: &HeaderMap) -> bool {
-    headers
+/// The Table the client asks for with its first media type (`application/json;as=Table;v=v1;g=meta.k8s.io`),
+/// if it asks for one; a bad `includeObject` is refused then.
+fn table_request(headers: &HeaderMap, q: &HashMap<String, String>) -> Result<Option<TableRequest>, ApiError> {
+    let first = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .and_then(|a| a.split(',').next())
-        .is_some_and(|first| first.contains("as=Table"))
+        .unwrap_or("");
+    let params: Vec<&str> = first.split(';').map(str::trim).collect();
+    if !params.contains(&"as=Table") {
+        return Ok(None);
+    }
+    let version = if params.contains(&"v=v1beta1") {
+        "v1beta1"
+    } else {
+        "v1"
+    };
+    let include = Include::parse(q.get("includeObject").map(String::as_str))?;
+    Ok(Some(TableRequest { version, include }))
+}
+
+/// A list's metadata: its resourceVersion, and under a limit the continue token and how many remain.
+fn list_meta(rv: u64, cont: Option<&str>, remaining: Option<usize>) -> Value {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    if let Some(n) = remaining {
+        meta["remainingItemCount"] = json!(n);
+    }
+    meta
 }
 
 fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
@@ -263,16 +291,7 @@ fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
 }
 
 /// A list of items given as JSON.
-fn list_body(
-    info: &ResourceInfo,
-    items: impl IntoIterator<Item = Bytes>,
-    rv: u64,
-    cont: Option<&str>,
-) -> Vec<u8> {
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if let Some(c) = cont {
-        meta["continue"] = json!(c);
-    }
+fn list_body(info: &ResourceInfo, items: impl IntoIterator<Item = Bytes>, meta: Value) -> Vec<u8> {
     let head =
         json!({"kind": format!("{}List", info.kind), "apiVersion": info.api_version(), "metadata": meta});
     let mut out = serde_json::to_vec(&head).unwrap_or_default();
@@ -374,6 +393,14 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         }
     }
     let q = query_map(&parts.uri);
+    if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && parts.method != Method::GET {
+        return json_response(
+            405,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "the server does not allow this method on the requested resource",
+                "reason": "MethodNotAllowed", "details": {}, "code": 405}),
+        );
+    }
     let verb = match (&parts.method, rp.name.is_some()) {
         (&Method::GET, true) => "get",
         (&Method::GET, false) if truthy(&q, "watch") => "watch",
@@ -413,7 +440,7 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         return negotiated(wire, false, error_response(&e)).await;
     }
     let response = if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && verb == "get" {
-        pod_log(&shared, &rp, truthy(&q, "follow"))
+        pod_log(&shared, &rp, &q)
     } else {
         resource_request(&shared, &parts.headers, &q, rp, verb, body)
     };
@@ -459,21 +486,69 @@ fn review(shared: &Shared, headers: &HeaderMap, path: &str, body: &[u8]) -> Opti
     })
 }
 
-/// `GET .../pods/<name>/log` of a stored pod (`crate::pod_logs`).
-fn pod_log(shared: &Shared, rp: &ResourcePath, follow: bool) -> Response {
+/// `GET .../pods/<name>/log`, in the real server's order (see [`crate::pod_logs`]): options, pod,
+/// container, then the node's kubelet.
+fn pod_log(shared: &Shared, rp: &ResourcePath, q: &HashMap<String, String>) -> Response {
     let namespace = rp.namespace.as_deref().unwrap_or_default();
     let name = rp.name.as_deref().unwrap_or_default();
-    let exists = {
-        let state = shared.lock();
-        let info = state.registry.get("", "v1", "pods");
-        info.is_some_and(|info| state.get(&info, Some(namespace), name).is_ok())
+    let opts = match LogOptions::parse(q, name) {
+        Ok(opts) => opts,
+        Err(e) => return error_response(&e),
     };
-    if !exists {
+    let found = {
+        let state = shared.lock();
+        let pod = state
+            .registry
+            .get("", "v1", "pods")
+            .and_then(|info| state.get(&info, Some(namespace), name).ok());
+        pod.map(|pod| {
+            let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("").to_string();
+            let node = state
+                .registry
+                .get("", "v1", "nodes")
+                .and_then(|info| state.get(&info, None, &node_name).ok());
+            (pod, node_name, node)
+        })
+    };
+    let Some((pod, node_name, node)) = found else {
         return error_response(&ApiError::not_found("", "pods", name));
+    };
+    let container = match crate::pod_logs::container(&pod, opts.container.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let shutdown = shared.shutdown.subscribe();
+    if shared.pod_logs.has(namespace, name) {
+        return crate::pod_logs::serve(&shared.pod_logs, &pod, &container, &opts, shutdown);
     }
-    shared
-        .pod_logs
-        .response(namespace, name, follow, shared.shutdown.subscribe())
+    if node_name.is_empty() {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    if let Some(kubelet) = shared.kubelets.get(&node_name) {
+        return crate::pod_logs::serve(&*kubelet, &pod, &container, &opts, shutdown);
+    }
+    let Some(node) = node else {
+        return error_response(&ApiError::not_found("", "pods", &node_name));
+    };
+    let addresses: Vec<String> = node["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["address"].as_str().map(str::to_string))
+        .collect();
+    let mut e = if addresses.is_empty() {
+        ApiError::new(500, "no preferred addresses found; known addresses: []")
+    } else {
+        ApiError::new(
+            500,
+            format!(
+                "testkit reaches no kubelet on node {node_name} ({}); register one with ApiServer::set_kubelet",
+                addresses.join(", ")
+            ),
+        )
+    };
+    e.reason = String::new();
+    error_response(&e)
 }
 
 /// Why a client that asks for protobuf cannot be answered so: custom resources are JSON and YAML
@@ -590,13 +665,16 @@ fn resource_request(
     };
     let fields = match q
         .get("fieldSelector")
-        .map(|s| FieldSelector::parse(s))
+        .map(|s| FieldSelector::parse(s, &rp.group, &rp.resource))
         .transpose()
     {
         Ok(f) => f.unwrap_or_default(),
         Err(e) => return error_response(&e),
     };
-    let table_include = wants_table(headers).then(|| q.get("includeObject").cloned().unwrap_or_default());
+    let table_request = match table_request(headers, q) {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
+    };
     let field_validation = match FieldValidation::parse(q.get("fieldValidation").map(String::as_str)) {
         Ok(f) => f,
         Err(e) => return error_response(&e),
@@ -615,14 +693,15 @@ fn resource_request(
     };
     match verb {
         "get" => match state.get(&info, rp.namespace.as_deref(), &name) {
-            Ok(o) => match &table_include {
-                Some(inc) => {
+            Ok(o) => match &table_request {
+                Some(request) => {
                     let rv = o
                         .pointer("/metadata/resourceVersion")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
-                    json_response(200, &table::table(&info, &[&o], inc, &rv, None))
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    let meta = json!({"resourceVersion": rv});
+                    let now = jiff::Timestamp::now();
+                    json_response(200, &table::table(&info, &[&o], request, meta, now))
                 }
                 None => json_response(200, &o),
             },
@@ -640,30 +719,22 @@ fn resource_request(
             ) {
                 Ok(page) => {
                     drop(state);
-                    match &table_include {
-                        Some(inc) => {
+                    let meta = list_meta(
+                        page.resource_version,
+                        page.continue_token.as_deref(),
+                        page.remaining,
+                    );
+                    match &table_request {
+                        Some(request) => {
                             let values = page.values(&info);
                             let objs: Vec<&Value> = values.iter().map(|a| &**a).collect();
-                            json_response(
-                                200,
-                                &table::table(
-                                    &info,
-                                    &objs,
-                                    inc,
-                                    &page.resource_version.to_string(),
-                                    page.continue_token.as_deref(),
-                                ),
-                            )
+                            let now = jiff::Timestamp::now();
+                            json_response(200, &table::table(&info, &objs, request, meta, now))
                         }
                         None => (
                             StatusCode::OK,
                             [(header::CONTENT_TYPE, "application/json")],
-                            list_body(
-                                &info,
-                                page.items.iter().map(|o| served_json(&info, o)),
-                                page.resource_version,
-                                page.continue_token.as_deref(),
-                            ),
+                            list_body(&info, page.items.iter().map(|o| served_json(&info, o)), meta),
                         )
                             .into_response(),
                     }
@@ -684,7 +755,7 @@ fn resource_request(
                     .get("timeoutSeconds")
                     .and_then(|t| t.parse().ok())
                     .map(Duration::from_secs),
-                table: table_include,
+                table: table_request,
             };
             let signals = Signals {
                 durability: shared.durability.clone(),
@@ -789,7 +860,7 @@ fn resource_request(
                     (
                         StatusCode::OK,
                         [(header::CONTENT_TYPE, "application/json")],
-                        list_body(&info, items, rv, None),
+                        list_body(&info, items, list_meta(rv, None, None)),
                     )
                         .into_response()
                 }

@@ -1,7 +1,11 @@
-//! `kubectl get` tables (meta.k8s.io/v1 Table): printer columns evaluated with simple JSONPaths.
+//! `kubectl get` Tables (`meta.k8s.io` `Table`): the built-in kinds' own columns ([`crate::printers`]),
+//! a custom resource's printer columns evaluated with simple JSONPaths, or Name and Age; what each row
+//! carries (`includeObject`) and the Table's version, as the client asked.
 
 use serde_json::{json, Value};
 
+use crate::errors::ApiError;
+use crate::printers;
 use crate::resources::ResourceInfo;
 
 /// One step of a parsed JSONPath.
@@ -142,58 +146,58 @@ pub fn jsonpath<'a>(obj: &'a Value, expr: &str) -> Vec<&'a Value> {
     eval_steps(vec![obj], &parse_path(expr))
 }
 
-/// Kubernetes' human-readable duration (`45s`, `5m3s`, `3h`, `2d4h`).
-pub fn human_duration(secs: i64) -> String {
-    if secs < -1 {
-        return "<invalid>".into();
-    }
-    let secs = secs.max(0);
-    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
-    if secs < 120 {
-        format!("{secs}s")
-    } else if m < 10 {
-        if secs % 60 == 0 {
-            format!("{m}m")
-        } else {
-            format!("{m}m{}s", secs % 60)
+/// What each row of a Table carries (`includeObject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Include {
+    /// `None`: `"object": null`.
+    None,
+    /// `Metadata` (the default): the object's `PartialObjectMetadata`.
+    Metadata,
+    /// `Object`: the whole object.
+    Object,
+}
+
+impl Include {
+    /// Reads `includeObject`; another value is refused in the server's words.
+    pub fn parse(value: Option<&str>) -> Result<Include, ApiError> {
+        match value.unwrap_or("") {
+            "" | "Metadata" => Ok(Include::Metadata),
+            "None" => Ok(Include::None),
+            "Object" => Ok(Include::Object),
+            other => Err(ApiError::bad_request(format!(
+                "Unable to convert to Table as requested: includeObject: Invalid value: {}: must be 'Metadata', 'Object', 'None', or empty",
+                json!(other)
+            ))),
         }
-    } else if m < 180 {
-        format!("{m}m")
-    } else if h < 8 {
-        if m % 60 == 0 {
-            format!("{h}h")
-        } else {
-            format!("{h}h{}m", m % 60)
-        }
-    } else if h < 48 {
-        format!("{h}h")
-    } else if h < 192 {
-        if h % 24 == 0 {
-            format!("{d}d")
-        } else {
-            format!("{d}d{}h", h % 24)
-        }
-    } else if d < 730 {
-        format!("{d}d")
-    } else {
-        format!("{}y{}d", d / 365, d % 365)
     }
 }
 
-fn age(ts: &str) -> Value {
-    match ts.parse::<jiff::Timestamp>() {
-        Ok(t) => Value::String(human_duration(jiff::Timestamp::now().as_second() - t.as_second())),
-        Err(_) => Value::String("<unknown>".into()),
+/// A client's request for Tables: the `meta.k8s.io` version and what rows carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableRequest {
+    /// `v1` or `v1beta1`.
+    pub version: &'static str,
+    /// `includeObject`.
+    pub include: Include,
+}
+
+impl TableRequest {
+    fn api_version(&self) -> String {
+        format!("meta.k8s.io/{}", self.version)
     }
 }
 
-fn cell(obj: &Value, type_: &str, path: &str) -> Value {
+fn age(ts: &str, now: jiff::Timestamp) -> Value {
+    Value::String(printers::since(ts.parse().ok(), now))
+}
+
+fn cell(obj: &Value, type_: &str, path: &str, now: jiff::Timestamp) -> Value {
     let found = jsonpath(obj, path);
     if found.is_empty() {
         return Value::Null;
     }
     if type_ == "date" {
-        return found[0].as_str().map(age).unwrap_or(Value::Null);
+        return found[0].as_str().map(|t| age(t, now)).unwrap_or(Value::Null);
     }
     if found.len() == 1 {
         return match found[0] {
@@ -208,8 +212,17 @@ fn cell(obj: &Value, type_: &str, path: &str) -> Value {
     Value::String(parts.join(","))
 }
 
-/// Column definitions for a resource: Name first, then its printer columns (or Age).
+/// Column definitions for a resource: a built-in kind's own, else Name then its printer columns (or Age).
 pub fn column_definitions(info: &ResourceInfo) -> Value {
+    if let Some(columns) = printers::columns(&info.group, &info.resource) {
+        return columns
+            .iter()
+            .map(|c| {
+                json!({"name": c.name, "type": c.type_, "format": c.format,
+                "description": c.description, "priority": c.priority})
+            })
+            .collect();
+    }
     let mut cols = vec![json!({"name": "Name", "type": "string", "format": "name",
         "description": "Name must be unique within a namespace.", "priority": 0})];
     if info.columns.is_empty() {
@@ -227,41 +240,53 @@ pub fn column_definitions(info: &ResourceInfo) -> Value {
     Value::Array(cols)
 }
 
-/// One table row for an object; `include` is the `includeObject` parameter.
-pub fn row(info: &ResourceInfo, obj: &Value, include: &str) -> Value {
-    let mut cells = vec![obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
-    if info.columns.is_empty() {
-        cells.push(
-            obj.pointer("/metadata/creationTimestamp")
-                .and_then(Value::as_str)
-                .map(age)
-                .unwrap_or(Value::Null),
-        );
-    } else {
-        for c in &info.columns {
-            cells.push(cell(obj, &c.type_, &c.json_path));
+/// One table row for an object (as served), at `now`.
+pub fn row(info: &ResourceInfo, obj: &Value, request: &TableRequest, now: jiff::Timestamp) -> Value {
+    let mut r = match printers::row(&info.group, &info.resource, obj, now) {
+        Some(printed) => {
+            let mut r = json!({"cells": printed.cells});
+            if let Some(conditions) = printed.conditions {
+                r["conditions"] = conditions;
+            }
+            r
         }
-    }
-    let mut r = json!({"cells": cells});
-    match include {
-        "None" => {}
-        "Object" => r["object"] = obj.clone(),
-        _ => {
-            r["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
+        None => {
+            let mut cells = vec![obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
+            if info.columns.is_empty() {
+                cells.push(
+                    obj.pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                        .map(|t| age(t, now))
+                        .unwrap_or(Value::Null),
+                );
+            } else {
+                for c in &info.columns {
+                    cells.push(cell(obj, &c.type_, &c.json_path, now));
+                }
+            }
+            json!({"cells": cells})
         }
-    }
+    };
+    r["object"] = match request.include {
+        Include::None => Value::Null,
+        Include::Object => obj.clone(),
+        Include::Metadata => json!({"kind": "PartialObjectMetadata", "apiVersion": request.api_version(),
+            "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))}),
+    };
     r
 }
 
-/// A Table of objects.
-pub fn table(info: &ResourceInfo, objects: &[&Value], include: &str, rv: &str, cont: Option<&str>) -> Value {
-    let rows: Vec<Value> = objects.iter().map(|o| row(info, o, include)).collect();
-    let mut meta = json!({"resourceVersion": rv});
-    if let Some(c) = cont {
-        meta["continue"] = json!(c);
-    }
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
+/// A Table of objects (as served) at `now`; `metadata` is the Table's list metadata (its
+/// `resourceVersion`, and `continue` and `remainingItemCount` under a limit).
+pub fn table(
+    info: &ResourceInfo,
+    objects: &[&Value],
+    request: &TableRequest,
+    metadata: Value,
+    now: jiff::Timestamp,
+) -> Value {
+    let rows: Vec<Value> = objects.iter().map(|o| row(info, o, request, now)).collect();
+    json!({"kind": "Table", "apiVersion": request.api_version(), "metadata": metadata,
         "columnDefinitions": column_definitions(info), "rows": rows})
 }
 
@@ -282,10 +307,14 @@ mod tests {
     }
 
     #[test]
-    fn durations_read_like_kubectl() {
-        assert_eq!(human_duration(45), "45s");
-        assert_eq!(human_duration(303), "5m3s");
-        assert_eq!(human_duration(3 * 3600), "3h");
-        assert_eq!(human_duration(52 * 3600), "2d4h");
+    fn include_object_takes_the_documented_values_only() {
+        assert_eq!(Include::parse(None).unwrap(), Include::Metadata);
+        assert_eq!(Include::parse(Some("None")).unwrap(), Include::None);
+        let e = Include::parse(Some("Bogus")).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "Unable to convert to Table as requested: includeObject: Invalid value: \"Bogus\": must be 'Metadata', 'Object', 'None', or empty"
+        );
     }
 }

@@ -17,7 +17,7 @@ use crate::persist::Durability;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{label, EventKind, Labels, ObjectKey, Stored, WatchEvent};
-use crate::table;
+use crate::table::{self, TableRequest};
 
 /// Rendered lines a watch keeps ready for its reader.
 const LINES_IN_FLIGHT: usize = 32;
@@ -41,8 +41,8 @@ pub struct WatchRequest {
     pub send_initial_events: bool,
     /// `timeoutSeconds`.
     pub timeout: Option<Duration>,
-    /// Table rendering with this `includeObject`, when the client asked for Tables.
-    pub table: Option<String>,
+    /// The Tables to render, when the client asked for Tables.
+    pub table: Option<TableRequest>,
 }
 
 /// Signals shared by all watches of a server.
@@ -59,13 +59,11 @@ pub struct Signals {
 }
 
 impl WatchRequest {
-    /// Whether the object with this key and these labels is watched.
-    fn matches(&self, (namespace, name): &ObjectKey, labels: &Labels) -> bool {
-        let in_namespace =
-            !self.info.namespaced || self.namespace.as_deref().is_none_or(|ns| ns == namespace);
-        in_namespace
-            && self.labels.matches_with(|k| label(labels, k))
-            && self.fields.matches_meta(namespace, name)
+    /// Whether the object with this key and these labels is watched (`obj`: the object, for the fields a
+    /// field selector reads; an object keeps them through its changes, so its current version is read).
+    fn matches(&self, key: &ObjectKey, labels: &Labels, obj: &Stored) -> bool {
+        let in_namespace = !self.info.namespaced || self.namespace.as_deref().is_none_or(|ns| *ns == key.0);
+        in_namespace && self.labels.matches_with(|k| label(labels, k)) && self.fields.matches_stored(key, obj)
     }
 
     /// A stored object's line: its JSON as is when the watch neither renames the version nor renders
@@ -87,12 +85,9 @@ impl WatchRequest {
     fn rendered_line(&self, kind: &str, obj: &Arc<Value>) -> Bytes {
         let object = served(&self.info, obj);
         let rendered = match &self.table {
-            Some(include) => {
-                let rv = object
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                table::table(&self.info, &[&object], include, rv, None)
+            Some(request) => {
+                let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+                table::table(&self.info, &[&object], request, meta, jiff::Timestamp::now())
             }
             None => (*object).clone(),
         };
@@ -117,11 +112,11 @@ impl WatchRequest {
         if ev.resource != self.info.key() {
             return None;
         }
-        let now = self.matches(&ev.key, &ev.object.labels);
+        let now = self.matches(&ev.key, &ev.object.labels, &ev.object);
         let before = ev
             .previous_labels
             .as_ref()
-            .is_some_and(|p| self.matches(&ev.key, p));
+            .is_some_and(|p| self.matches(&ev.key, p, &ev.object));
         match ev.kind {
             EventKind::Added => now.then_some("ADDED"),
             EventKind::Deleted => before.then_some("DELETED"),
@@ -179,7 +174,7 @@ pub fn start(
             None
         };
         for (key, o) in state.store.list(&req.info.key(), ns) {
-            if req.matches(key, &o.labels) {
+            if req.matches(key, &o.labels, o) {
                 backlog.push(("ADDED", o.clone()));
             }
         }

@@ -1,5 +1,5 @@
 //! Smoke test with the real kubectl: CRDs, server-side apply, get (yaml and tables), get -w, patch,
-//! and cascading deletes. kubectl 1.24 or newer must be installed (`scripts/setup.sh` puts one into
+//! and cascading deletes. kubectl 1.26 or newer must be installed (`scripts/setup.sh` puts one into
 //! `.venv` when PATH has none); `KOK_SKIP_KUBECTL=1` skips explicitly.
 
 use std::path::{Path, PathBuf};
@@ -73,6 +73,20 @@ impl Kubectl {
                 String::from_utf8_lossy(&out.stderr)
             ))
         }
+    }
+
+    /// Runs kubectl to its end: whether it succeeded, its stdout and its stderr.
+    async fn output(&self, args: &[&str]) -> (bool, String, String) {
+        let child = self.command(args).spawn().expect("spawning kubectl");
+        let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish within {LIMIT:?}"))
+            .expect("kubectl ran");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     async fn apply_stdin(&self, args: &[&str], yaml: &str) -> String {
@@ -622,6 +636,249 @@ async fn kubectl_logs_prints_what_the_pod_printed_and_follows_it_until_it_ends()
     let status = tokio::time::timeout(LIMIT, follow.wait())
         .await
         .expect("kubectl logs -f ends with the log")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// The words of each line of a `kubectl get` table, its header first.
+fn table_lines(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .map(|l| {
+            l.split("   ")
+                .map(str::trim)
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+/// Publishes an Event about a pod through `events.k8s.io/v1`, as kok's controller publishes its own.
+async fn publish(server: &ApiServer, name: &str, pod: &str, uid: &str, reason: &str, note: &str) {
+    let api: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(server.client(), "default");
+    let event: k8s_openapi::api::events::v1::Event = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "eventTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+        "reportingController": "kok", "reportingInstance": "kok-0", "action": "Run",
+        "reason": reason, "type": "Normal", "note": note,
+        "regarding": {"kind": "Pod", "apiVersion": "v1", "namespace": "default", "name": pod, "uid": uid},
+    }))
+    .unwrap();
+    api.create(&Default::default(), &event).await.unwrap();
+}
+
+#[tokio::test]
+async fn kubectl_reads_the_events_written_through_events_k8s_io_through_v1() {
+    if !tools::kubectl_or_skip("kubectl_reads_the_events_written_through_events_k8s_io_through_v1") {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl::for_server(&server);
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: nginx\n";
+    k.apply_stdin(&["apply", "-f", "-"], pod).await;
+    let uid = k
+        .ok(&["get", "pod", "web", "-o", "jsonpath={.metadata.uid}"])
+        .await;
+    publish(&server, "web.1", "web", &uid, "Started", "the run started").await;
+
+    let table = table_lines(&k.ok(&["get", "events"]).await);
+    assert_eq!(
+        table[0],
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{table:?}"
+    );
+    assert_eq!(
+        &table[1][1..],
+        ["Normal", "Started", "pod/web", "the run started"],
+        "{table:?}"
+    );
+    let wide = k.ok(&["get", "events", "-o", "wide"]).await;
+    assert!(wide.contains("kok, kok-0") && wide.contains("web.1"), "{wide}");
+    let selected = k
+        .ok(&["get", "events", "--field-selector", "involvedObject.name=web"])
+        .await;
+    assert!(selected.contains("the run started"), "{selected}");
+    let (ok, out, err) = k
+        .output(&["get", "events", "--field-selector", "involvedObject.name=other"])
+        .await;
+    assert!(ok && out.is_empty(), "{out}");
+    assert_eq!(err.trim(), "No resources found in default namespace.");
+
+    let events = table_lines(&k.ok(&["events", "--for", "pod/web"]).await);
+    assert_eq!(
+        events[0],
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{events:?}"
+    );
+    assert_eq!(
+        &events[1][1..],
+        ["Normal", "Started", "Pod/web", "the run started"],
+        "{events:?}"
+    );
+    let described = k.ok(&["describe", "pod", "web"]).await;
+    let section = described
+        .split_once("Events:")
+        .map(|(_, s)| s)
+        .unwrap_or_default();
+    assert!(
+        section.contains("Started") && section.contains("the run started") && section.contains("kok"),
+        "describe lists the Event (found by involvedObject.uid): {described}"
+    );
+
+    let mut watch = k.watch(&["get", "events", "--watch-only"]);
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // The watch is open once kubectl has listed; an Event published after shows up.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    publish(&server, "web.2", "web", &uid, "Finished", "the run finished").await;
+    let line = wait_line(&mut lines, |l| l.contains("Finished")).await;
+    assert!(
+        line.contains("pod/web") && line.contains("the run finished"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_get_pods_and_jobs_prints_the_columns_of_a_real_server() {
+    if !tools::kubectl_or_skip("kubectl_get_pods_and_jobs_prints_the_columns_of_a_real_server") {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl::for_server(&server);
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: run\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: ansible\n        image: kubespray\n";
+    k.apply_stdin(&["apply", "-f", "-"], job).await;
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: run-local\nspec:\n  nodeName: localhost\n  restartPolicy: Never\n  containers:\n  - name: ansible\n    image: kubespray\n";
+    k.apply_stdin(&["apply", "-f", "-"], pod).await;
+    let running = r#"{"status":{"phase":"Running","podIP":"127.0.0.1","podIPs":[{"ip":"127.0.0.1"}],
+        "conditions":[{"type":"Ready","status":"True"}],
+        "containerStatuses":[{"name":"ansible","image":"kubespray","imageID":"","ready":true,"restartCount":0,
+            "started":true,"state":{"running":{"startedAt":"2026-01-01T00:00:00Z"}}}]}}"#;
+    k.ok(&[
+        "patch",
+        "pod",
+        "run-local",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        running,
+    ])
+    .await;
+    server.start_job("default", "run").await.unwrap();
+
+    let pods = table_lines(&k.ok(&["get", "pods"]).await);
+    assert_eq!(
+        pods[0],
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        "{pods:?}"
+    );
+    assert_eq!(&pods[1][..4], ["run-local", "1/1", "Running", "0"], "{pods:?}");
+    let wide = table_lines(&k.ok(&["get", "pods", "-o", "wide"]).await);
+    assert_eq!(
+        &wide[0][5..],
+        ["IP", "NODE", "NOMINATED NODE", "READINESS GATES"],
+        "{wide:?}"
+    );
+    assert_eq!(
+        &wide[1][5..],
+        ["127.0.0.1", "localhost", "<none>", "<none>"],
+        "{wide:?}"
+    );
+    let jobs = table_lines(&k.ok(&["get", "jobs"]).await);
+    assert_eq!(
+        jobs[0],
+        ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"],
+        "{jobs:?}"
+    );
+    assert_eq!(&jobs[1][..3], ["run", "Running", "0/1"], "{jobs:?}");
+
+    let exited = r#"{"status":{"phase":"Failed","conditions":[{"type":"Ready","status":"False","reason":"PodFailed"}],
+        "containerStatuses":[{"name":"ansible","image":"kubespray","imageID":"","ready":false,"restartCount":0,
+            "started":false,"state":{"terminated":{"exitCode":2,"reason":"Error"}}}]}}"#;
+    k.ok(&[
+        "patch",
+        "pod",
+        "run-local",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        exited,
+    ])
+    .await;
+    server
+        .fail_job(
+            "default",
+            "run",
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+        )
+        .await
+        .unwrap();
+    let pods = table_lines(&k.ok(&["get", "pods"]).await);
+    assert_eq!(&pods[1][..4], ["run-local", "0/1", "Error", "0"], "{pods:?}");
+    let jobs = table_lines(&k.ok(&["get", "jobs", "-o", "wide"]).await);
+    assert_eq!(
+        jobs[0],
+        [
+            "NAME",
+            "STATUS",
+            "COMPLETIONS",
+            "DURATION",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ],
+        "{jobs:?}"
+    );
+    assert_eq!(&jobs[1][..3], ["run", "Failed", "0/1"], "{jobs:?}");
+    assert!(
+        jobs[1][7].starts_with("batch.kubernetes.io/controller-uid="),
+        "{jobs:?}"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_logs_of_a_job_finds_its_pod_and_follows_it() {
+    if !tools::kubectl_or_skip("kubectl_logs_of_a_job_finds_its_pod_and_follows_it") {
+        return;
+    }
+    let server = ApiServer::start().await.unwrap();
+    let k = Kubectl::for_server(&server);
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: run\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: ansible\n        image: kubespray\n";
+    k.apply_stdin(&["apply", "-f", "-"], job).await;
+    let uid = k
+        .ok(&["get", "job", "run", "-o", "jsonpath={.metadata.uid}"])
+        .await;
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: run-local\n  labels:\n    batch.kubernetes.io/controller-uid: {uid}\n    batch.kubernetes.io/job-name: run\nspec:\n  nodeName: localhost\n  restartPolicy: Never\n  containers:\n  - name: ansible\n    image: kubespray\n"
+    );
+    k.apply_stdin(&["apply", "-f", "-"], &pod).await;
+    server.append_pod_log("default", "run-local", "PLAY [all]\nTASK [ping]\n");
+
+    assert_eq!(k.ok(&["logs", "job/run"]).await, "PLAY [all]\nTASK [ping]\n");
+    assert_eq!(k.ok(&["logs", "job/run", "--tail=1"]).await, "TASK [ping]\n");
+    assert_eq!(k.ok(&["logs", "pod/run-local", "--limit-bytes=4"]).await, "PLAY");
+    let stamped = k.ok(&["logs", "run-local", "--timestamps", "--tail=1"]).await;
+    let (stamp, line) = stamped.split_once(' ').unwrap();
+    assert!(
+        stamp.parse::<jiff::Timestamp>().is_ok() && line == "TASK [ping]\n",
+        "{stamped}"
+    );
+    let (ok, _, err) = k.output(&["logs", "job/run", "--previous"]).await;
+    assert!(
+        !ok && err.contains("previous terminated container \"ansible\" in pod \"run-local\" not found"),
+        "{err}"
+    );
+
+    let mut follow = k.watch(&["logs", "-f", "job/run"]);
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    wait_line(&mut lines, |l| l == "TASK [ping]").await;
+    server.append_pod_log("default", "run-local", "PLAY RECAP\n");
+    wait_line(&mut lines, |l| l == "PLAY RECAP").await;
+    server.end_pod_log("default", "run-local");
+    let status = tokio::time::timeout(LIMIT, follow.wait())
+        .await
+        .expect("kubectl logs -f ends with the run")
         .unwrap();
     assert!(status.success(), "{status}");
 }

@@ -12,8 +12,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The oldest kubectl the tests work with: `kubectl patch --subresource=status` came in 1.24.
-pub const KUBECTL_MIN: (u32, u32) = (1, 24);
+/// The oldest kubectl the tests work with: `kubectl events` came out of alpha in 1.26.
+pub const KUBECTL_MIN: (u32, u32) = (1, 26);
 /// The oldest ansible-core the tests work with (the one Debian bookworm packages).
 pub const ANSIBLE_CORE_MIN: (u32, u32) = (2, 14);
 
@@ -127,7 +127,7 @@ fn usable(test: &str, checked: Result<String, String>, skip_var: &str, install: 
     }
 }
 
-/// Whether `test` can run kubectl 1.24 or newer; see [`usable`] (`KOK_SKIP_KUBECTL`).
+/// Whether `test` can run kubectl 1.26 or newer; see [`usable`] (`KOK_SKIP_KUBECTL`).
 pub fn kubectl_or_skip(test: &str) -> bool {
     let checked = check_tool(
         "kubectl",

@@ -223,9 +223,13 @@ impl LocalRepo {
             .unwrap_or(0)
     }
 
-    /// Writes `content` at `relative` in the work tree (its directory must exist).
+    /// Writes `content` at `relative` in the work tree, making its directory when missing.
     pub fn write(&self, relative: &str, content: &str) {
-        std::fs::write(self.path().join(relative), content).expect("write repository file");
+        let path = self.path().join(relative);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).expect("make the file's directory");
+        }
+        std::fs::write(path, content).expect("write repository file");
     }
 
     /// Commits everything in the work tree; returns the commit sha.

@@ -248,9 +248,9 @@ pub fn operation(id: &str, action: &str, action_type: ActionType) -> ClusterOper
             hosts_conf_ref: ConfigMapRef {
                 name: "a-hosts-1111".into(),
             },
-            vars_conf_ref: ConfigMapRef {
+            vars_conf_ref: Some(ConfigMapRef {
                 name: "a-vars-2222".into(),
-            },
+            }),
             ssh_auth_ref: Some(SecretRef { name: "ssh".into() }),
             source: OperationSource {
                 commit: COMMIT.into(),

@@ -1,6 +1,8 @@
 //! Shared test fixtures: a small custom resource with a status subresource and printer columns.
 #![allow(dead_code)]
 
+pub mod recording;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 use kube::CustomResource;
@@ -57,6 +59,8 @@ pub fn status_of<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> Box<kube::cor
 pub struct Answer {
     pub status: u16,
     pub warnings: Vec<String>,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<String>,
     /// The JSON body, or a text body as a JSON string.
     pub body: Value,
 }
@@ -88,13 +92,55 @@ pub async fn request(
     content_type: &str,
     body: &str,
 ) -> std::io::Result<Answer> {
+    let headers = [("Accept", "application/json"), ("Content-Type", content_type)];
+    request_with(port, method, path, &headers, body).await
+}
+
+/// A query string's value, percent-encoded.
+pub fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `path?name=value&...` with the values encoded, in the object's key order.
+pub fn with_query(path: &str, query: &Value) -> String {
+    let pairs: Vec<String> = query
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", encode(v.as_str().unwrap_or_default())))
+        .collect();
+    if pairs.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", pairs.join("&"))
+    }
+}
+
+/// One HTTP/1.1 request with these headers to 127.0.0.1:`port`, read to the end (a chunked body is
+/// joined).
+pub async fn request_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<Answer> {
     let cut = || std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the answer was cut");
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\nContent-Type: {content_type}\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    );
+    ));
     stream.write_all(head.as_bytes()).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
@@ -106,15 +152,40 @@ pub async fn request(
         .and_then(|l| l.split(' ').nth(1))
         .and_then(|s| s.parse().ok())
         .ok_or_else(cut)?;
-    let warnings = lines
+    let fields: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(": "))
-        .filter(|(k, _)| k.eq_ignore_ascii_case("warning"))
-        .map(|(_, v)| v.to_string())
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
         .collect();
+    let header = |name: &'static str| {
+        fields
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let body = if header("transfer-encoding").any(|v| v == "chunked") {
+        dechunk(body).ok_or_else(cut)?
+    } else {
+        body.to_string()
+    };
     Ok(Answer {
         status,
-        warnings,
+        warnings: header("warning").collect(),
+        content_type: header("content-type").next(),
         // A text answer (`ok` of /readyz) is kept as a JSON string.
-        body: serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_string())),
+        body: serde_json::from_str(&body).unwrap_or(Value::String(body)),
     })
+}
+
+/// A chunked body, joined.
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(after.get(..size)?);
+        rest = after.get(size + 2..)?;
+    }
 }

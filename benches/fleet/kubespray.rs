@@ -1,0 +1,423 @@
+//! kok's ConfigMaps in the meta-cluster for a fleet in kubespray's layout (mode `kubespray`): every
+//! cluster holds kubespray's `inventory/sample/group_vars/` verbatim (the release `scripts/setup.sh`
+//! extracts into `.kubespray/`), an inventory of its own (five hosts, see [`inventory_file`]), one
+//! operation and a `cluster.yml` naming the ssh Secret that does not exist, so no ansible runs. The real
+//! `kok` reconciles the fleet in service mode; then one commit changes `kube_version` in every cluster's
+//! `group_vars/k8s_cluster/k8s-cluster.yml` (the same edit everywhere), and kok reconciles that.
+//!
+//! Once kok has settled after each commit, the bench LISTs the ConfigMaps labelled
+//! `app.kubernetes.io/managed-by=kok` in pages of [`PAGE`] and counts every item as the API server
+//! returned it, written again as compact JSON: `kind` and `apiVersion` (testkit keeps them in a list's
+//! items, a real API server leaves them out: 35 bytes each), its metadata (managedFields included),
+//! `immutable`, `data` and `binaryData` (base64 of the gzip-compressed files). The LIST's envelope is
+//! not counted, nor what a real API server keeps besides (etcd stores ConfigMaps as protobuf, a little
+//! smaller than JSON). MB and KB are 10⁶ and 10³ bytes. Targets (DESIGN §7): ≤ 100 MB at 1,000 clusters (100 KB per
+//! cluster at other sizes) after the first pass; the edit adds ≤ 10 KB per cluster (the growth of the
+//! total).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use kube::api::ListParams;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::e2e::{Kok, KokOptions, Remote, NS};
+use super::{cluster_name, fmt_opt, mark, secs, settle, Config, Meta, POLL, SSH_SECRET};
+use kok::api::{managed_selector, LABEL_CONTENT};
+
+/// ConfigMaps per page of the measuring LIST.
+const PAGE: u32 = 500;
+/// The file every cluster's edit changes, under `group_vars/`.
+const EDITED: &str = "k8s_cluster/k8s-cluster.yml";
+/// The edit: this line of [`EDITED`] replaced by the next.
+const KUBE_VERSION: (&str, &str) = ("kube_version: v1.31.4\n", "kube_version: v1.31.3\n");
+/// Target of the first pass, per cluster: 100 MB at 1,000 clusters.
+const FIRST_PASS_PER_CLUSTER: f64 = 100e3;
+/// Target of the edit, per cluster.
+const EDIT_PER_CLUSTER: f64 = 10e3;
+
+/// What the kubespray round measured.
+#[derive(Debug, Default, Serialize)]
+pub struct KubesprayRun {
+    pub clusters: usize,
+    /// Files of the sample's `group_vars/` in every cluster, and their bytes.
+    pub sample_files: usize,
+    pub sample_bytes: usize,
+    /// From kok's start until the fleet's commit was reconciled.
+    pub reconciled_secs: Option<f64>,
+    /// From the edit's push until its commit was reconciled.
+    pub edit_reconciled_secs: Option<f64>,
+    /// kok's ConfigMaps once the first pass settled.
+    pub first: Option<Footprint>,
+    /// kok's ConfigMaps once the edit settled.
+    pub edited: Option<Footprint>,
+    /// ConfigMaps after the edit that were not there before, and their bytes.
+    pub edit_new_config_maps: usize,
+    pub edit_new_bytes: usize,
+    /// ConfigMaps gone after the edit, and their bytes.
+    pub edit_removed_config_maps: usize,
+    pub edit_removed_bytes: usize,
+    pub problems: Vec<String>,
+}
+
+impl KubesprayRun {
+    /// The total's growth from the first pass to the edit, in bytes.
+    fn edit_added(&self) -> Option<i64> {
+        let (first, edited) = (self.first.as_ref()?, self.edited.as_ref()?);
+        Some(edited.bytes as i64 - first.bytes as i64)
+    }
+}
+
+/// kok's ConfigMaps at one moment, as the API server returned them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Footprint {
+    pub config_maps: usize,
+    /// The sum of every item's compact JSON.
+    pub bytes: usize,
+    /// Of which the values of `data` and `binaryData`, JSON-encoded (quotes and escapes included).
+    pub content_bytes: usize,
+    /// Of which `"managedFields":[…]` in the metadata.
+    pub managed_fields_bytes: usize,
+    /// The LIST responses' bodies, their envelopes included.
+    pub list_body_bytes: usize,
+    /// By the `kok.dev/content` label (`hosts`, `file`; `-` without one): ConfigMaps and bytes.
+    pub by_content: BTreeMap<String, (usize, usize)>,
+    /// Each ConfigMap's bytes by name.
+    #[serde(skip)]
+    names: BTreeMap<String, usize>,
+}
+
+impl Footprint {
+    fn add(&mut self, item: &Value) {
+        let bytes = item.to_string().len();
+        let content: usize = ["data", "binaryData"]
+            .iter()
+            .filter_map(|key| item[key].as_object())
+            .flat_map(|map| map.values())
+            .map(|value| value.to_string().len())
+            .sum();
+        let managed = item["metadata"]
+            .get("managedFields")
+            .map_or(0, |m| r#""managedFields":,"#.len() + m.to_string().len());
+        let kind = item["metadata"]["labels"][LABEL_CONTENT].as_str().unwrap_or("-");
+        let entry = self.by_content.entry(kind.to_string()).or_default();
+        entry.0 += 1;
+        entry.1 += bytes;
+        self.config_maps += 1;
+        self.bytes += bytes;
+        self.content_bytes += content;
+        self.managed_fields_bytes += managed;
+        let name = item["metadata"]["name"].as_str().unwrap_or_default();
+        self.names.insert(name.to_string(), bytes);
+    }
+}
+
+/// Lists kok's ConfigMaps page by page and counts them.
+async fn footprint(client: &kube::Client) -> anyhow::Result<Footprint> {
+    let mut out = Footprint::default();
+    let request = kube::core::Request::new(format!("/api/v1/namespaces/{NS}/configmaps"));
+    let mut params = ListParams::default().labels(&managed_selector()).limit(PAGE);
+    loop {
+        let body = client.request_text(request.list(&params)?).await?;
+        out.list_body_bytes += body.len();
+        let page: Value = serde_json::from_str(&body)?;
+        for item in page["items"].as_array().into_iter().flatten() {
+            out.add(item);
+        }
+        match page["metadata"]["continue"].as_str().filter(|t| !t.is_empty()) {
+            Some(token) => params = params.continue_token(token),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// The sample's `group_vars/` files (path under it, text), sorted by path.
+fn sample() -> anyhow::Result<Vec<(String, String)>> {
+    let version = super::kubespray_setup::VERSION;
+    let dir = super::tools::workspace_root()
+        .join(".kubespray")
+        .join(format!("kubespray-{version}"))
+        .join("inventory/sample/group_vars");
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "{} is missing: run `bash scripts/setup.sh`, which extracts kubespray-{version}.tar.gz from \
+             ../shared/kubespray (or $KOK_KUBESPRAY_SOURCE) into .kubespray/",
+            dir.display()
+        );
+    }
+    let mut files = Vec::new();
+    read_tree(&dir, &dir, &mut files)?;
+    files.sort();
+    Ok(files)
+}
+
+/// Every file under `dir`, its path relative to `top`.
+fn read_tree(top: &Path, dir: &Path, files: &mut Vec<(String, String)>) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            read_tree(top, &path, files)?;
+        } else {
+            let rel = path.strip_prefix(top)?.to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+            files.push((rel, text));
+        }
+    }
+    Ok(())
+}
+
+/// Cluster `i`'s inventory file, its name and text: kubespray's sample shape (etcd on the control
+/// plane) with five hosts of its own, three control-plane nodes and two workers.
+fn inventory_file(i: usize) -> (&'static str, String) {
+    let hosts: Vec<(String, String)> = (1..=5)
+        .map(|h| (format!("node{h}"), format!("10.{}.{}.{h}", i / 256, i % 256)))
+        .collect();
+    ("inventory.ini", inventory_ini(&hosts))
+}
+
+/// The first three of `hosts` (name, address) control the cluster (and run etcd), the others work, in INI.
+fn inventory_ini(hosts: &[(String, String)]) -> String {
+    let mut text = String::from("[kube_control_plane]\n");
+    let line = |(name, ip): &(String, String)| format!("{name} ansible_host={ip} ip={ip}\n");
+    text.extend(hosts[..3].iter().map(line));
+    text.push_str("\n[etcd:children]\nkube_control_plane\n\n[kube_node]\n");
+    text.extend(hosts[3..].iter().map(line));
+    text.push_str("\n[k8s_cluster:children]\nkube_control_plane\nkube_node\n");
+    text
+}
+
+/// Writes the fleet into the work clone and pushes it; returns the commit.
+fn generate(remote: &Remote, clusters: usize, sample: &[(String, String)]) -> String {
+    for i in 0..clusters {
+        let dir = format!("clusters/{}", cluster_name(i));
+        let (inventory, text) = inventory_file(i);
+        remote
+            .write(&format!("{dir}/{inventory}"), &text)
+            .write(
+                &format!("{dir}/cluster.yml"),
+                &format!("sshAuthSecret: {SSH_SECRET}\n"),
+            )
+            .write(
+                &format!("{dir}/operations.yml"),
+                "- id: deploy\n  action: cluster.yml\n",
+            );
+        for (path, text) in sample {
+            remote.write(&format!("{dir}/group_vars/{path}"), text);
+        }
+    }
+    remote.push(&format!("{clusters} clusters in kubespray's layout"))
+}
+
+/// [`EDITED`] of the sample with the edit made.
+fn edited(sample: &[(String, String)]) -> anyhow::Result<String> {
+    let (_, text) = sample
+        .iter()
+        .find(|(path, _)| path == EDITED)
+        .ok_or_else(|| anyhow::anyhow!("the sample has no group_vars/{EDITED}"))?;
+    let (from, to) = KUBE_VERSION;
+    anyhow::ensure!(
+        text.contains(from),
+        "the sample's group_vars/{EDITED} has no line {from:?} to edit: update KUBE_VERSION"
+    );
+    Ok(text.replacen(from, to, 1))
+}
+
+/// Waits until kok has reconciled `sha`; the seconds since `since`, or `None` after `cfg.timeout` or
+/// when kok exited.
+async fn reconciled(meta: &mut Meta, kok: &mut Kok, sha: &str, since: Instant, cfg: &Config) -> Option<f64> {
+    loop {
+        if meta.reconciled_commit().await.as_deref() == Some(sha) {
+            return Some(secs(since.elapsed()));
+        }
+        if since.elapsed() > cfg.timeout || kok.try_wait().is_some() {
+            return None;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+pub async fn run(cfg: &Config, clusters: usize) -> anyhow::Result<KubesprayRun> {
+    let sample = sample()?;
+    let edit = edited(&sample)?;
+    let mut run = KubesprayRun {
+        clusters,
+        sample_files: sample.len(),
+        sample_bytes: sample.iter().map(|(_, text)| text.len()).sum(),
+        ..KubesprayRun::default()
+    };
+    let remote = Remote::new();
+    let generated = Instant::now();
+    let fleet = generate(&remote, clusters, &sample);
+    eprintln!(
+        "[kubespray {clusters}] fleet generated and pushed in {:.1} s ({} files, {} bytes of group_vars/ each)",
+        generated.elapsed().as_secs_f64(),
+        run.sample_files,
+        run.sample_bytes
+    );
+    let api = testkit::ApiServer::start_with(testkit::Options {
+        event_window: 200_000,
+        ..testkit::Options::default()
+    })
+    .await?;
+    api.install_crds(&kok::api::crds()).await?;
+    let client = api.client();
+    let mut kok = Kok::start(&KokOptions {
+        kubeconfig: api.kubeconfig_path().to_path_buf(),
+        repo: remote.bare(),
+        cache: remote.scratch("cache"),
+        log: remote.scratch("logs").join("kok.log"),
+        args: Vec::new(),
+        env: vec![("KOK_LOG".into(), "info".into())],
+    });
+    let mut meta = Meta::Service(api);
+
+    let started = Instant::now();
+    run.reconciled_secs = reconciled(&mut meta, &mut kok, &fleet, started, cfg).await;
+    if run.reconciled_secs.is_none() {
+        run.problems.push(format!(
+            "the fleet's commit was not reconciled within {} s",
+            cfg.timeout.as_secs()
+        ));
+        kok.kill();
+        return Ok(run);
+    }
+    settle(&meta, kok.pid(), cfg.timeout).await;
+    let first = footprint(&client).await?;
+    eprintln!(
+        "[kubespray {clusters}] reconciled in {:?} s: {} ConfigMaps, {} bytes",
+        run.reconciled_secs, first.config_maps, first.bytes
+    );
+    run.first = Some(first);
+
+    for i in 0..clusters {
+        remote.write(
+            &format!("clusters/{}/group_vars/{EDITED}", cluster_name(i)),
+            &edit,
+        );
+    }
+    let pushed = Instant::now();
+    let sha = remote.push(&format!("{clusters} clusters: {}", KUBE_VERSION.1.trim()));
+    run.edit_reconciled_secs = reconciled(&mut meta, &mut kok, &sha, pushed, cfg).await;
+    if run.edit_reconciled_secs.is_none() {
+        run.problems.push(format!(
+            "the edit's commit was not reconciled within {} s",
+            cfg.timeout.as_secs()
+        ));
+        kok.kill();
+        return Ok(run);
+    }
+    settle(&meta, kok.pid(), cfg.timeout).await;
+    let after = footprint(&client).await?;
+    kok.kill();
+    if let Some(before) = &run.first {
+        for (name, bytes) in &after.names {
+            if !before.names.contains_key(name) {
+                run.edit_new_config_maps += 1;
+                run.edit_new_bytes += bytes;
+            }
+        }
+        for (name, bytes) in &before.names {
+            if !after.names.contains_key(name) {
+                run.edit_removed_config_maps += 1;
+                run.edit_removed_bytes += bytes;
+            }
+        }
+    }
+    run.edited = Some(after);
+    eprintln!(
+        "[kubespray {clusters}] edit reconciled in {:?} s: {:?} bytes added ({} ConfigMaps new, {} gone)",
+        run.edit_reconciled_secs,
+        run.edit_added(),
+        run.edit_new_config_maps,
+        run.edit_removed_config_maps
+    );
+    Ok(run)
+}
+
+/// `bytes` in MB (10⁶).
+fn mb(bytes: f64) -> String {
+    format!("{:.2} MB", bytes / 1e6)
+}
+
+/// `bytes` in KB (10³).
+fn kb(bytes: f64) -> String {
+    format!("{:.1} KB", bytes / 1e3)
+}
+
+/// The table and the targets beside the figures.
+pub fn report(runs: &[KubesprayRun]) -> String {
+    let mut out = String::from(
+        "| clusters | reconciled (first, edit) | ConfigMaps | first pass | per cluster | files / managedFields / rest | beside the file, per ConfigMap | by content (ConfigMaps, bytes) | edit adds per cluster | edit: new / gone ConfigMaps |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in runs {
+        let Some(first) = &r.first else {
+            out.push_str(&format!(
+                "| {} | — | — | — | — | — | — | — | — | — |\n",
+                r.clusters
+            ));
+            continue;
+        };
+        let n = r.clusters.max(1) as f64;
+        let beside = first.bytes.saturating_sub(first.content_bytes);
+        let rest = beside.saturating_sub(first.managed_fields_bytes);
+        let by_content: Vec<String> = first
+            .by_content
+            .iter()
+            .map(|(kind, (count, bytes))| format!("{kind}: {count}, {}", mb(*bytes as f64)))
+            .collect();
+        out.push_str(&format!(
+            "| {} | {}, {} | {} | {} | {} | {} / {} / {} | {} bytes | {} | {} | {} ({}) / {} |\n",
+            r.clusters,
+            fmt_opt(r.reconciled_secs, " s"),
+            fmt_opt(r.edit_reconciled_secs, " s"),
+            first.config_maps,
+            mb(first.bytes as f64),
+            kb(first.bytes as f64 / n),
+            mb(first.content_bytes as f64),
+            mb(first.managed_fields_bytes as f64),
+            mb(rest as f64),
+            beside / first.config_maps.max(1),
+            by_content.join("; "),
+            r.edit_added()
+                .map(|b| kb(b as f64 / n))
+                .unwrap_or_else(|| "—".into()),
+            r.edit_new_config_maps,
+            kb(r.edit_new_bytes as f64 / n),
+            r.edit_removed_config_maps,
+        ));
+    }
+    out.push_str(
+        "\nCounted: every ConfigMap labelled app.kubernetes.io/managed-by=kok, each as compact JSON of the item the \
+         LIST returned (kind, apiVersion, metadata with managedFields, immutable, data, binaryData in base64), \
+         the LIST's envelope not; \"files\" are the values of data and binaryData, \"beside the file\" all the \
+         rest; the edit's figure is the total's growth. MB and KB are 10⁶ and 10³ bytes.\n",
+    );
+    out.push_str("\nkubespray-layout targets:\n");
+    for r in runs {
+        let n = r.clusters as f64;
+        let limit = FIRST_PASS_PER_CLUSTER * n;
+        let first = r.first.as_ref().map(|f| f.bytes as f64);
+        out.push_str(&format!(
+            "{:>6} kok's ConfigMaps after the first pass ≤ {} (100 MB at 1,000 clusters): {} {}\n",
+            r.clusters,
+            mb(limit),
+            first.map(mb).unwrap_or_else(|| "—".into()),
+            mark(first.map(|b| b <= limit))
+        ));
+        let added = r.edit_added().map(|b| b as f64 / n.max(1.0));
+        out.push_str(&format!(
+            "{:>6} a one-file edit in every cluster adds ≤ {} per cluster: {} {}\n",
+            r.clusters,
+            kb(EDIT_PER_CLUSTER),
+            added.map(kb).unwrap_or_else(|| "—".into()),
+            mark(added.map(|b| b <= EDIT_PER_CLUSTER))
+        ));
+        for p in &r.problems {
+            out.push_str(&format!("{:>6} {p}\n", r.clusters));
+        }
+    }
+    out
+}

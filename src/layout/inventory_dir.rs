@@ -1,0 +1,165 @@
+//! A pinned inventory directory read as ansible reads it: its hosts and groups, and the effective value of a
+//! variable kok itself uses (`kube_version`).
+
+use super::ansible::{read_inventory_dir, AnsibleInventory, GroupVar, InventorySource, Known};
+use super::{Inventory, InventoryDir};
+use crate::api::VARS_INVENTORY_PATH;
+
+/// The directory's files ansible reads besides the inventory file, by path inside it: `vars.yml` as
+/// `group_vars/all.yml`, then group_vars/ and host_vars/.
+pub fn ansible_files(dir: &InventoryDir) -> Vec<(String, String)> {
+    let mut files = Vec::with_capacity(dir.vars_files.len() + 1);
+    if let Some(vars) = &dir.vars_yml {
+        files.push((VARS_INVENTORY_PATH.to_string(), vars.clone()));
+    }
+    files.extend(dir.vars_files.iter().cloned());
+    files
+}
+
+/// `dir` read as ansible reads it; `None` when ansible would refuse it (a pinned directory passed validation,
+/// so it reads).
+pub fn resolve_inventory(dir: &InventoryDir) -> Option<AnsibleInventory> {
+    let files = ansible_files(dir);
+    let source = InventorySource {
+        dir: "",
+        cluster: None,
+        inventory_name: &dir.inventory_file,
+        inventory_text: &dir.hosts_yml,
+        files: &files,
+    };
+    read_inventory_dir(&source, &mut Vec::new())
+}
+
+/// The inventory of `dir`: its hosts, groups and their addresses as ansible resolves them.
+pub fn inventory_of(dir: &InventoryDir) -> Option<Inventory> {
+    resolve_inventory(dir).map(|resolved| kok_inventory(&resolved))
+}
+
+/// The inventory kok's own readers use (`--limit` and scale-down checks, health, the web view): `resolved`
+/// with the groups kubespray's boilerplate makes at run time (`k8s_cluster`), so that naming them is no
+/// mistake, but without the catch-all group it puts every other host in.
+pub fn kok_inventory(resolved: &AnsibleInventory) -> Inventory {
+    let mut inventory = resolved.with_kubespray_groups().inventory().clone();
+    let unmatched = super::ansible::kubespray::UNMATCHED_GROUP;
+    inventory.groups.remove(unmatched);
+    inventory.members.remove(unmatched);
+    inventory.children.remove(unmatched);
+    for children in inventory.children.values_mut() {
+        children.remove(unmatched);
+    }
+    inventory
+}
+
+/// The value of `name` ansible gives the Kubernetes hosts of `resolved`: those of `k8s_cluster` as
+/// kubespray's boilerplate makes it, else (an inventory without them) every host. `None` when no host sets
+/// it; `Some(Err(why))` when it is not known before the run or the hosts disagree.
+pub fn cluster_var(resolved: &AnsibleInventory, name: &str) -> Option<Result<Known, String>> {
+    let kubespray = resolved.with_kubespray_groups();
+    let group_var = match kubespray.group_var("k8s_cluster", name) {
+        GroupVar::NoHosts => kubespray.group_var("all", name),
+        found => found,
+    };
+    match group_var {
+        GroupVar::NoHosts | GroupVar::Same(None) => None,
+        GroupVar::Same(Some(setting)) => Some(Ok(setting.value)),
+        GroupVar::Differ(values) => {
+            let hosts: Vec<String> = values
+                .iter()
+                .map(|(value, hosts)| {
+                    let value = match value {
+                        Some(Known::Value(v)) => v.to_string(),
+                        Some(Known::Unknown(why)) => format!("(not known: {why})"),
+                        None => "(unset)".to_string(),
+                    };
+                    format!("{value} on {}", hosts.join(", "))
+                })
+                .collect();
+            Some(Err(format!("the hosts disagree: {}", hosts.join("; "))))
+        }
+    }
+}
+
+/// The value of `kube_version` ansible gives the cluster's Kubernetes hosts in `dir`, as written; `None`
+/// when unset, not a string, not known before the run (a template, a vaulted value) or not the same on
+/// every host.
+pub fn kube_version_of(dir: &InventoryDir) -> Option<String> {
+    let resolved = resolve_inventory(dir)?;
+    match cluster_var(&resolved, "kube_version")? {
+        Ok(Known::Value(serde_json::Value::String(v))) if !v.trim().is_empty() => Some(v.trim().to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(inventory_file: &str, hosts: &str, vars: Option<&str>, files: &[(&str, &str)]) -> InventoryDir {
+        InventoryDir {
+            inventory_file: inventory_file.into(),
+            hosts_yml: hosts.into(),
+            vars_yml: vars.map(str::to_string),
+            vars_files: files
+                .iter()
+                .map(|(p, t)| (p.to_string(), t.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn kube_version_comes_from_group_vars_of_k8s_cluster_which_kubespray_makes_at_run_time() {
+        let d = dir(
+            "inventory.ini",
+            "[kube_control_plane]\nn1\n\n[etcd:children]\nkube_control_plane\n\n[kube_node]\nn2\n",
+            None,
+            &[
+                ("group_vars/all/all.yml", "kube_version: v1.29.0\n"),
+                (
+                    "group_vars/k8s_cluster/k8s-cluster.yml",
+                    "kube_version: v1.31.4\n",
+                ),
+            ],
+        );
+        assert_eq!(kube_version_of(&d).as_deref(), Some("v1.31.4"));
+        let inventory = inventory_of(&d).unwrap();
+        assert!(inventory.hosts.contains("n1") && inventory.hosts.contains("n2"));
+        assert_eq!(
+            inventory.hosts_of("k8s_cluster"),
+            ["n1".to_string(), "n2".to_string()].into(),
+            "the group kubespray makes is there for kok's readers"
+        );
+        assert!(!inventory.groups.contains("_all"));
+    }
+
+    #[test]
+    fn in_kok_s_short_layout_vars_yml_gives_every_hosts_kube_version() {
+        let d = dir(
+            "hosts.yml",
+            "all:\n  hosts:\n    n1: {}\n",
+            Some("kube_version: v1.30.2\n"),
+            &[],
+        );
+        assert_eq!(kube_version_of(&d).as_deref(), Some("v1.30.2"));
+    }
+
+    #[test]
+    fn a_templated_or_disagreeing_kube_version_is_not_known() {
+        let templated = dir(
+            "hosts.yml",
+            "all:\n  hosts:\n    n1: {}\n",
+            Some("kube_version: \"{{ v }}\"\n"),
+            &[],
+        );
+        assert_eq!(kube_version_of(&templated), None);
+        let differ = dir(
+            "inventory.ini",
+            "[kube_node]\nn1 kube_version=v1.31.1\nn2\n",
+            Some("kube_version: v1.31.4\n"),
+            &[],
+        );
+        assert_eq!(kube_version_of(&differ), None);
+        let resolved = resolve_inventory(&differ).unwrap();
+        let why = cluster_var(&resolved, "kube_version").unwrap().unwrap_err();
+        assert!(why.contains("the hosts disagree"), "{why}");
+    }
+}

@@ -1,0 +1,1014 @@
+//! The pre-flight rules, one function each: from a cluster's facts and the release data to findings.
+
+use std::collections::BTreeSet;
+
+use super::{
+    Cites, ClusterFacts, Finding, Groups, Minor, OperationFacts, Release, ReleaseSource, Releases, Rule,
+    Setting, Tree, Version, Written, CHECKED_SETTINGS,
+};
+use crate::api::ActionType;
+use crate::layout::{did_you_mean, host_references, limits_hosts, Severity};
+
+/// The kubeadm page that says minors are not skipped when upgrading (rule 2 cites it).
+pub const KUBEADM_UPGRADE_DOC: &str =
+    "https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/";
+
+/// kubespray's upgrade documentation, cited by rule 3 when the release data has no line for it.
+pub const KUBESPRAY_UPGRADE_DOC: &str =
+    "https://github.com/kubernetes-sigs/kubespray/blob/master/docs/operations/upgrades.md";
+
+/// Where kubespray's image keeps its playbooks: an absolute action under it is checked like a relative one.
+const IMAGE_WORKDIR: &str = "/kubespray/";
+
+/// Playbooks (by normalised name, see [`playbook_name`]) that need a cluster already running (rule 9).
+const NEEDS_RUNNING_CLUSTER: [&str; 4] = ["scale", "upgrade_cluster", "remove_node", "recover_control_plane"];
+
+/// The kubespray release an image's tag names: `quay.io/kubespray/kubespray:v2.27.0` → v2.27.0, also from
+/// a mirror that keeps the repository's name (`registry.local:5000/mirror/kubespray:v2.27.0`). A digest, a
+/// tag that is not a release, or another image name say nothing: `None`.
+pub fn image_release(image: &str) -> Option<Version> {
+    if image.contains('@') {
+        return None;
+    }
+    let last = image.rsplit_once('/').map_or(image, |(_, last)| last);
+    let (name, tag) = last.split_once(':')?;
+    if name != "kubespray" {
+        return None;
+    }
+    Version::parse(tag)
+}
+
+/// The release an operation (or the cluster) runs, or why kok cannot tell, and where that is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// The release.
+    Known(Written<Version>),
+    /// kok cannot tell: what to do about it.
+    Unknown(Written<String>),
+}
+
+/// The cluster's release: `kubesprayVersion` when written, else the image's tag.
+pub fn cluster_release(source: &ReleaseSource) -> Resolved {
+    if let Some(declared) = &source.declared {
+        return match Version::parse(&declared.value) {
+            Some(version) => Resolved::Known(written(version, declared)),
+            None => Resolved::Unknown(written(
+                format!(
+                    "kubesprayVersion {:?} is not a release like v2.27.0: version rules not checked",
+                    declared.value
+                ),
+                declared,
+            )),
+        };
+    }
+    match image_release(&source.image.value) {
+        Some(version) => Resolved::Known(written(version, &source.image)),
+        None => Resolved::Unknown(written(
+            format!(
+                "the kubespray release of image {} is not known (its tag names none): set kubesprayVersion \
+                 (e.g. v2.27.0) in cluster.yml or kok.yml; version rules not checked",
+                source.image.value
+            ),
+            &source.image,
+        )),
+    }
+}
+
+fn written<T, U>(value: T, at: &Written<U>) -> Written<T> {
+    Written {
+        value,
+        path: at.path.clone(),
+        line: at.line,
+    }
+}
+
+/// The release an operation runs: its own image's tag when it names one and says a release, else the
+/// cluster's.
+fn operation_release(facts: &ClusterFacts<'_>, op: &OperationFacts<'_>) -> Resolved {
+    match op
+        .operation
+        .image
+        .as_deref()
+        .map(|image| (image, image_release(image)))
+    {
+        Some((_, Some(version))) => Resolved::Known(Written {
+            value: version,
+            path: facts.operations_path.clone(),
+            line: op.operation.line,
+        }),
+        Some((image, None)) if facts.release.declared.is_none() => Resolved::Unknown(Written {
+            value: format!(
+                "the kubespray release of image {image} is not known (its tag names none): version rules \
+                 not checked for this operation"
+            ),
+            path: facts.operations_path.clone(),
+            line: op.operation.line,
+        }),
+        _ => cluster_release(&facts.release),
+    }
+}
+
+/// What the rules know of one release: the data, and a checked-out tree's own files that win over it.
+struct View<'a> {
+    version: Version,
+    data: Option<&'a Release>,
+    tree: Option<&'a Tree>,
+}
+
+impl<'a> View<'a> {
+    fn new(version: Version, data: &'a Releases, tree: Option<&'a Tree>) -> View<'a> {
+        View {
+            version,
+            data: data.get(version),
+            tree,
+        }
+    }
+
+    fn playbooks(&self) -> Option<&'a BTreeSet<String>> {
+        self.tree
+            .and_then(|t| t.playbooks.as_ref())
+            .or(self.data.map(|d| &d.playbooks))
+    }
+
+    fn kube_versions(&self) -> Option<&'a [Version]> {
+        self.tree
+            .and_then(|t| t.kube_versions.as_deref())
+            .or(self.data.map(|d| d.kube_versions.as_slice()))
+    }
+
+    fn cite(&self, path: &str, line: usize) -> Option<Cites> {
+        Some(Cites::Kubespray {
+            release: self.version,
+            path: path.to_string(),
+            line,
+        })
+    }
+
+    fn cite_check(&self, check: Option<&super::Check>) -> Option<Cites> {
+        check.and_then(|c| self.cite(&c.path, c.line))
+    }
+}
+
+fn finding(rule: Rule, at: (&str, usize), message: String, cites: Option<Cites>) -> Finding {
+    Finding {
+        rule,
+        severity: Severity::Error,
+        path: at.0.to_string(),
+        line: at.1,
+        operation: None,
+        message,
+        cites,
+    }
+}
+
+/// `v1.30.0, v1.30.1` for a few versions, `v1.30.0 … v1.30.6` for more.
+fn span(versions: &[Version]) -> String {
+    match versions {
+        [] => "none".to_string(),
+        [first, .., last] if versions.len() > 3 => format!("{first} … {last}"),
+        _ => versions
+            .iter()
+            .map(Version::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// The findings about the cluster as a whole: its release (and rule 3 for it), rules 1, 2, 4 and 8.
+pub(super) fn cluster(facts: &ClusterFacts<'_>, data: &Releases) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let release = match cluster_release(&facts.release) {
+        Resolved::Known(release) => release,
+        Resolved::Unknown(why) => {
+            out.push(release_unknown(why, None));
+            if let Some(step) = kube_version_step(facts, None, data) {
+                out.push(step);
+            }
+            return out;
+        }
+    };
+    if let Some(message) = data.unknown_message(release.value) {
+        out.push(release_unknown(written(message, &release), None));
+    }
+    let view = View::new(release.value, data, facts.tree.as_ref());
+    let allowed = facts.operations.iter().any(|o| o.pending && o.allow_release_skip);
+    if !allowed {
+        out.extend(release_step(facts, &release, data));
+    }
+    out.extend(kube_version_supported(facts, &view, data));
+    out.extend(kube_version_step(facts, Some(&view), data));
+    out.extend(groups(facts, &view, &facts.inventory, None));
+    out.extend(settings(facts, &view));
+    out
+}
+
+fn release_unknown(why: Written<String>, operation: Option<&str>) -> Finding {
+    Finding {
+        rule: Rule::ReleaseKnown,
+        severity: Severity::Warning,
+        path: why.path,
+        line: why.line,
+        operation: operation.map(str::to_string),
+        message: why.value,
+        cites: None,
+    }
+}
+
+/// The findings about one pending operation: its own release (and rule 3 for it), rules 5, 6 and 7.
+pub(super) fn operation(facts: &ClusterFacts<'_>, data: &Releases, op: &OperationFacts<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let own_image = op.operation.image.is_some();
+    let view = match operation_release(facts, op) {
+        Resolved::Known(release) => {
+            if own_image {
+                if let Some(message) = data.unknown_message(release.value) {
+                    out.push(release_unknown(
+                        written(message, &release),
+                        Some(&op.operation.id),
+                    ));
+                }
+                if !op.allow_release_skip {
+                    out.extend(release_step(facts, &release, data));
+                }
+            }
+            Some(View::new(release.value, data, facts.tree.as_ref()))
+        }
+        Resolved::Unknown(why) => {
+            if own_image {
+                out.push(release_unknown(why, Some(&op.operation.id)));
+            }
+            None
+        }
+    };
+    if op.operation.action_type == ActionType::Playbook {
+        out.extend(remove_node(facts, view.as_ref(), op));
+        if let Some(view) = &view {
+            out.extend(playbooks_exist(facts, view, op));
+        }
+    }
+    out.extend(limits(facts, view.as_ref(), op));
+    for f in &mut out {
+        f.operation.get_or_insert_with(|| op.operation.id.clone());
+    }
+    out
+}
+
+// ---- rule 1 ----
+
+/// Rule 1: the effective `kube_version`, when written and known, is one the release can install, written
+/// with or without its `v` as the release writes versions.
+fn kube_version_supported(facts: &ClusterFacts<'_>, view: &View<'_>, data: &Releases) -> Vec<Finding> {
+    let Some(Setting::Known(kube)) = &facts.kube_version else {
+        return Vec::new();
+    };
+    let at = (kube.path.as_str(), kube.line);
+    let rule = Rule::KubeVersionSupported;
+    let text = match &kube.value {
+        serde_json::Value::String(s) => s.trim().to_string(),
+        other => {
+            return vec![finding(
+                rule,
+                at,
+                format!("kube_version {other} is not a version: write it as a string, e.g. \"v1.31.4\""),
+                None,
+            )]
+        }
+    };
+    if text.contains("{{") {
+        return Vec::new();
+    }
+    let Some(version) = Version::parse(&text) else {
+        return vec![finding(
+            rule,
+            at,
+            format!("kube_version {text:?} is not a Kubernetes version (major.minor.patch, e.g. v1.31.4)"),
+            None,
+        )];
+    };
+    let mut out = Vec::new();
+    if let (Some(release), None) = (view.data, view.tree) {
+        let has_v = text.starts_with('v');
+        if release.writes_v() && !has_v {
+            out.push(finding(
+                rule,
+                at,
+                format!(
+                    "kubespray {} writes Kubernetes versions with their v: write kube_version: {version}",
+                    view.version
+                ),
+                view.cite(&release.checksums.path, release.checksums.line),
+            ));
+        } else if !release.writes_v() && has_v {
+            let cites = view
+                .cite_check(release.checks.kube_version_without_v.as_ref())
+                .or(view.cite(&release.checksums.path, release.checksums.line));
+            out.push(finding(
+                rule,
+                at,
+                format!(
+                    "kubespray {} writes Kubernetes versions without the v (from v2.28): write kube_version: {}",
+                    view.version,
+                    text.trim_start_matches('v')
+                ),
+                cites,
+            ));
+        }
+    }
+    let Some(versions) = view.kube_versions() else {
+        return out;
+    };
+    if versions.binary_search(&version).is_ok() {
+        return out;
+    }
+    let minor = version.minor_line();
+    let same: Vec<Version> = versions
+        .iter()
+        .copied()
+        .filter(|v| v.minor_line() == minor)
+        .collect();
+    let nearest = match data.nearest_installing(version, view.version) {
+        Some(other) if other != view.version => {
+            format!("kubespray {other} is the nearest release that installs it")
+        }
+        _ => format!(
+            "no release in kok's data ({} … {}) installs it",
+            data.oldest(),
+            data.newest()
+        ),
+    };
+    let message = if same.is_empty() {
+        format!(
+            "kube_version {version} is not one kubespray {} can install: it installs {} and no {minor}; \
+             {nearest}: pick a version it installs or change the release",
+            view.version,
+            span(versions)
+        )
+    } else {
+        format!(
+            "kube_version {version} is not one kubespray {} can install: of {minor} it installs {}; {nearest}: \
+             pick one of those or change the release",
+            view.version,
+            span(&same)
+        )
+    };
+    let cites = view.data.and_then(|release| {
+        let below_min = version < release.kube_version_min_required.value;
+        let check = if below_min {
+            release.checks.kube_version_min.as_ref()
+        } else {
+            release.checks.kube_version_checksums.as_ref()
+        };
+        view.cite_check(check)
+            .or(view.cite(&release.checksums.path, release.checksums.line))
+    });
+    out.push(finding(rule, at, message, cites));
+    out
+}
+
+// ---- rule 2 ----
+
+/// The version a `kube_version` setting gives: written, or the release's default when set nowhere; `None`
+/// when not known (a template, an unknown release default).
+fn effective_kube_version(setting: Option<&Setting>, release: Option<&Release>) -> Option<Version> {
+    match setting {
+        Some(Setting::Known(w)) => w.value.as_str().and_then(Version::parse),
+        Some(Setting::NotKnown { .. }) => None,
+        None => release.map(|r| r.kube_version.value),
+    }
+}
+
+/// Rule 2: the commit moves `kube_version` (written, or the release's default) one minor up at most, and
+/// never down. The old value is the one kok saw running, else the one at the base.
+fn kube_version_step(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, data: &Releases) -> Option<Finding> {
+    let previous = facts.previous.as_ref()?;
+    let (old, said) = match previous.observed_kube_version {
+        Some(seen) => (seen, "seen running".to_string()),
+        None => {
+            let base_release = previous.release.and_then(|r| data.get(r));
+            let old = effective_kube_version(previous.kube_version.as_ref(), base_release)?;
+            (old, previous.base.to_string())
+        }
+    };
+    let new = effective_kube_version(facts.kube_version.as_ref(), view.and_then(|v| v.data))?;
+    let at = match &facts.kube_version {
+        Some(Setting::Known(w)) => (w.path.as_str(), w.line),
+        _ => (facts.release.image.path.as_str(), facts.release.image.line),
+    };
+    let cites = Some(Cites::Url(KUBEADM_UPGRADE_DOC));
+    if new < old {
+        return Some(finding(
+            Rule::KubeVersionDowngrade,
+            at,
+            format!(
+                "kube_version {old} ({said}) → {new} is a downgrade: kubeadm and kubespray do not downgrade a \
+                 cluster; keep kube_version at {old} or later"
+            ),
+            cites,
+        ));
+    }
+    let (from, to) = (old.minor_line(), new.minor_line());
+    if from.major == to.major && to.minor <= from.minor + 1 {
+        return None;
+    }
+    let next = from.next();
+    let skipped: Vec<String> = (next.minor..to.minor)
+        .map(|minor| {
+            Minor {
+                major: from.major,
+                minor,
+            }
+            .to_string()
+        })
+        .collect();
+    let skipped = if from.major == to.major {
+        skipped.join(", ")
+    } else {
+        format!("{next} and later")
+    };
+    Some(finding(
+        Rule::KubeVersionStep,
+        at,
+        format!(
+            "kube_version {old} ({said}) → {new} skips {skipped}: kubeadm and kubespray upgrade one minor at a \
+             time; set kube_version to {next}.x first{}",
+            where_to_find(next, view, data)
+        ),
+        cites,
+    ))
+}
+
+/// ` (kubespray v2.27.0 installs v1.30.0 … v1.30.6)`, or the nearest release that installs `minor`.
+fn where_to_find(minor: Minor, view: Option<&View<'_>>, data: &Releases) -> String {
+    if let Some(view) = view {
+        let here: Vec<Version> = view
+            .kube_versions()
+            .unwrap_or_default()
+            .iter()
+            .copied()
+            .filter(|v| v.minor_line() == minor)
+            .collect();
+        if !here.is_empty() {
+            return format!(" (kubespray {} installs {})", view.version, span(&here));
+        }
+    }
+    let from = view.map_or(data.newest(), |v| v.version);
+    let nearest = data
+        .iter()
+        .filter(|(_, r)| !r.versions_of(minor).is_empty())
+        .min_by_key(|(v, _)| (v.minor.abs_diff(from.minor), std::cmp::Reverse(*v)));
+    match nearest {
+        Some((release, data)) => format!(
+            " (kubespray {release} installs {})",
+            span(&data.versions_of(minor))
+        ),
+        None => String::new(),
+    }
+}
+
+// ---- rule 3 ----
+
+/// Rule 3: the release moves from the one at the base by one minor release at most (patch releases are
+/// free). The caller skips it for `allowReleaseSkip: true`.
+fn release_step(facts: &ClusterFacts<'_>, release: &Written<Version>, data: &Releases) -> Option<Finding> {
+    let old = facts.previous.as_ref()?.release?;
+    let new = release.value;
+    if new.major == old.major && new.minor <= old.minor + 1 {
+        return None;
+    }
+    let next = old.minor_line().next();
+    let first_step = data
+        .iter()
+        .filter(|(v, _)| v.minor_line() == next)
+        .map(|(v, _)| v)
+        .next_back()
+        .map_or(format!("{next}.x"), |v| v.to_string());
+    let doc = data
+        .get(new)
+        .or(data.get(old))
+        .and_then(|r| r.docs.upgrade_one_tag.as_ref().map(|d| (r, d)));
+    let cites = match doc {
+        Some((_, line)) => Some(Cites::Kubespray {
+            release: if data.get(new).is_some() { new } else { old },
+            path: line.path.clone(),
+            line: line.line,
+        }),
+        None => Some(Cites::Url(KUBESPRAY_UPGRADE_DOC)),
+    };
+    Some(finding(
+        Rule::ReleaseStep,
+        (&release.path, release.line),
+        format!(
+            "kubespray {old} → {new} skips a minor release: do not skip minor releases when upgrading: upgrade \
+             by one tag at a time; move to {first_step} first, or set allowReleaseSkip: true on the operation \
+             that upgrades"
+        ),
+        cites,
+    ))
+}
+
+// ---- rule 4 ----
+
+/// The effective value of one of [`CHECKED_SETTINGS`]: written, else the release default; `None` when not
+/// known.
+fn effective_setting<'a>(facts: &'a ClusterFacts<'_>, view: &'a View<'_>, name: &str) -> Option<&'a str> {
+    match facts.settings.get(name) {
+        Some(Setting::Known(w)) => w.value.as_str(),
+        Some(Setting::NotKnown { .. }) => None,
+        None => view.data?.settings.get(name).map(|a| a.default.value.as_str()),
+    }
+}
+
+/// Rule 4 on `inventory` (the cluster's, or what a queued `remove-node.yml` leaves, named by `after`):
+/// `kube_control_plane` (and up to v2.25 `kube_node`) not empty; `etcd` not empty unless etcd is
+/// kubeadm-managed; the etcd count (or, from v2.28, the control plane's when etcd is not defined) odd.
+fn groups(
+    facts: &ClusterFacts<'_>,
+    view: &View<'_>,
+    inventory: &Groups,
+    after: Option<&str>,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let path = facts.inventory.path.as_str();
+    let r = view.version;
+    let when = after.map_or(String::new(), |what| format!("once {what}, "));
+    let checks = view.data.map(|d| &d.checks);
+    let not_empty = checks.and_then(|c| c.control_plane_not_empty.as_ref());
+    let must_have: Vec<&str> = match not_empty {
+        Some(check) => check.groups.iter().map(String::as_str).collect(),
+        None => vec!["kube_control_plane"],
+    };
+    for group in must_have {
+        if inventory.hosts_of(group).unwrap_or_default().is_empty() {
+            out.push(finding(
+                Rule::GroupNotEmpty,
+                (path, inventory.line_of(group)),
+                format!("{when}{group} has no host: kubespray {r} stops on an empty {group}; add its hosts"),
+                view.cite_check(not_empty),
+            ));
+        }
+    }
+    let etcd = inventory.hosts_of("etcd");
+    let kubeadm_etcd = match effective_setting(facts, view, "etcd_deployment_type") {
+        Some(kind) => kind == "kubeadm",
+        None => true,
+    };
+    if !kubeadm_etcd && etcd.unwrap_or_default().is_empty() {
+        let check = checks.and_then(|c| c.etcd_not_empty.as_ref());
+        out.push(finding(
+            Rule::GroupNotEmpty,
+            (path, inventory.line_of("etcd")),
+            format!(
+                "{when}etcd has no host: kubespray {r} needs etcd hosts unless etcd_deployment_type is kubeadm; \
+                 add an odd number of etcd hosts"
+            ),
+            view.cite_check(check),
+        ));
+    }
+    let odd = checks.and_then(|c| c.etcd_odd.as_ref());
+    let fallback = odd.and_then(|c| c.fallback_group.as_deref());
+    let counted = match (etcd, fallback) {
+        (Some(hosts), _) if !hosts.is_empty() || fallback.is_some() => Some(("etcd", hosts)),
+        (None, Some(group)) => inventory.hosts_of(group).map(|hosts| (group, hosts)),
+        _ => None,
+    };
+    if let Some((group, hosts)) = counted.filter(|(_, hosts)| hosts.len() % 2 == 0) {
+        let counted_as = if group == "etcd" {
+            String::new()
+        } else {
+            format!(" (etcd is not defined, so kubespray {r} counts {group})")
+        };
+        out.push(finding(
+            Rule::EtcdOdd,
+            (path, inventory.line_of(group)),
+            format!(
+                "{when}{group} has {} hosts{counted_as}: kubespray {r} stops on an even number (\"Stop if even \
+                 number of etcd hosts\"); etcd needs a majority, so use an odd number of hosts (1, 3, 5)",
+                hosts.len()
+            ),
+            view.cite_check(odd),
+        ));
+    }
+    out
+}
+
+// ---- rule 5 ----
+
+/// True when argument `i` of `args` is (or holds) the value of `--limit` / `-l`.
+fn is_limit(args: &[String], i: usize) -> bool {
+    let arg = args[i].as_str();
+    let before = i.checked_sub(1).map(|j| args[j].as_str());
+    arg.starts_with("--limit=")
+        || (arg.starts_with("-l") && !arg.starts_with("--"))
+        || matches!(before, Some("--limit" | "-l"))
+}
+
+/// The names `-e node=...` gives in `args`.
+fn nodes(args: &[String]) -> Vec<String> {
+    host_references(args)
+        .into_iter()
+        .filter(|r| !is_limit(args, r.arg))
+        .map(|r| r.name)
+        .collect()
+}
+
+/// The names `--limit` gives in `args`.
+fn limit_names(args: &[String]) -> Vec<String> {
+    host_references(args)
+        .into_iter()
+        .filter(|r| is_limit(args, r.arg))
+        .map(|r| r.name)
+        .collect()
+}
+
+/// The normalised name of a playbook action (`upgrade-cluster.yml`, `playbooks/upgrade_cluster.yml` →
+/// `upgrade_cluster`).
+fn playbook_name(action: &str) -> String {
+    let file = action.rsplit('/').next().unwrap_or(action);
+    let stem = file
+        .strip_suffix(".yml")
+        .or(file.strip_suffix(".yaml"))
+        .unwrap_or(file);
+    stem.replace('-', "_")
+}
+
+/// Rule 5: `remove-node.yml` names (with `-e node=`) hosts of the inventory, never the first host of
+/// `kube_control_plane` or `etcd`; and rule 4 holds for what it leaves.
+fn remove_node(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, op: &OperationFacts<'_>) -> Vec<Finding> {
+    let operation = op.operation;
+    if playbook_name(&operation.action) != "remove_node" {
+        return Vec::new();
+    }
+    let at = (facts.operations_path.as_str(), operation.line);
+    let args = &operation.extra_args;
+    let names = nodes(args);
+    let release = view.map_or("this release".to_string(), |v| format!("kubespray {}", v.version));
+    if names.is_empty() {
+        if args
+            .iter()
+            .any(|a| a.contains("node=") || a.starts_with('@') || a.contains('{'))
+        {
+            return Vec::new();
+        }
+        let needs = view.and_then(|v| v.data.map(|d| (v, d))).and_then(|(v, d)| {
+            d.checks
+                .remove_node_needs_node
+                .as_ref()
+                .map(|c| v.cite(&c.path, c.line))
+        });
+        let message = match needs {
+            Some(_) => format!("remove-node.yml needs -e node=<host>: {release} stops without it; name the hosts"),
+            None => format!(
+                "remove-node.yml without -e node=<host> runs on every host of etcd:k8s_cluster:calico_rr with \
+                 {release}: name the hosts to remove"
+            ),
+        };
+        return vec![finding(Rule::RemoveNode, at, message, needs.flatten())];
+    }
+    let inventory = &facts.inventory;
+    let mut out = Vec::new();
+    let mut removed = BTreeSet::new();
+    for name in &names {
+        if inventory.hosts.contains(name) {
+            removed.insert(name.clone());
+        } else if let Some(hosts) = inventory.hosts_of(name) {
+            removed.extend(hosts.iter().cloned());
+        } else {
+            out.push(finding(
+                Rule::RemoveNode,
+                at,
+                format!(
+                    "node={name} is not a host of the inventory: remove-node.yml must run while the host is \
+                     still in {}; fix the name, or put the host back until it is removed",
+                    inventory.path
+                ),
+                None,
+            ));
+        }
+    }
+    let doc = view.and_then(|v| v.data.map(|d| (v, d))).and_then(|(v, d)| {
+        d.docs
+            .remove_first_node
+            .as_ref()
+            .and_then(|line| v.cite(&line.path, line.line))
+    });
+    for group in ["kube_control_plane", "etcd"] {
+        let Some(first) = inventory.hosts_of(group).and_then(|hosts| hosts.first()) else {
+            continue;
+        };
+        if removed.contains(first) {
+            out.push(finding(
+                Rule::RemoveNode,
+                at,
+                format!(
+                    "{first} is the first host of {group}, and kubespray cannot remove the first node: move \
+                     another host to the top of {group} in a commit before, then remove {first}"
+                ),
+                doc.clone(),
+            ));
+        }
+    }
+    if let Some(view) = view {
+        let left = Groups {
+            path: inventory.path.clone(),
+            hosts: inventory.hosts.difference(&removed).cloned().collect(),
+            groups: inventory
+                .groups
+                .iter()
+                .map(|(name, group)| {
+                    let mut group = group.clone();
+                    group.hosts.retain(|h| !removed.contains(h));
+                    (name.clone(), group)
+                })
+                .collect(),
+        };
+        let what = format!(
+            "remove-node.yml has removed {}",
+            removed.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
+        let before = groups(facts, view, inventory, None);
+        out.extend(
+            groups(facts, view, &left, Some(&what))
+                .into_iter()
+                .filter(|f| !before.iter().any(|b| b.rule == f.rule && b.line == f.line))
+                .map(|f| Finding {
+                    path: at.0.to_string(),
+                    line: at.1,
+                    ..f
+                }),
+        );
+    }
+    out
+}
+
+// ---- rule 6 ----
+
+/// The path of a playbook action inside the runner's working directory, or `None` for an absolute path
+/// elsewhere (not checked).
+fn playbook_path(action: &str) -> Option<&str> {
+    let action = action.trim_start_matches("./");
+    match action.strip_prefix(IMAGE_WORKDIR) {
+        Some(inside) => Some(inside),
+        None if action.starts_with('/') => None,
+        None => Some(action),
+    }
+}
+
+/// Rule 6: the action and every playbook hook exist in the release.
+fn playbooks_exist(facts: &ClusterFacts<'_>, view: &View<'_>, op: &OperationFacts<'_>) -> Vec<Finding> {
+    let Some(playbooks) = view.playbooks() else {
+        return Vec::new();
+    };
+    let operation = op.operation;
+    let hooks = operation
+        .pre_hooks
+        .iter()
+        .chain(&operation.post_hooks)
+        .filter(|h| h.action_type == ActionType::Playbook)
+        .map(|h| ("hook", h.action.as_str()));
+    let all: Vec<&str> = playbooks.iter().map(String::as_str).collect();
+    std::iter::once(("action", operation.action.as_str()))
+        .chain(hooks)
+        .filter_map(|(what, action)| {
+            let path = playbook_path(action)?;
+            if playbooks.contains(path) {
+                return None;
+            }
+            let hint = match same_playbook(path, &all).or_else(|| did_you_mean(path, &all)) {
+                Some(close) => format!(": it has {close}"),
+                None => format!("; its playbooks are {}", all.join(", ")),
+            };
+            let source = if view.tree.and_then(|t| t.playbooks.as_ref()).is_some() {
+                "the checked-out kubespray tree"
+            } else {
+                "kubespray"
+            };
+            Some(finding(
+                Rule::PlaybookExists,
+                (&facts.operations_path, operation.line),
+                format!(
+                    "{what} {action} is not a playbook of {source} {}{hint}",
+                    view.version
+                ),
+                None,
+            ))
+        })
+        .collect()
+}
+
+/// The playbook of `playbooks` with the same normalised name as `path` (`upgrade_cluster.yml` →
+/// `upgrade-cluster.yml`), one in the same folder first.
+fn same_playbook<'p>(path: &str, playbooks: &[&'p str]) -> Option<&'p str> {
+    let folder = |p: &str| p.rsplit_once('/').map_or("", |(dir, _)| dir).to_string();
+    let name = playbook_name(path);
+    playbooks
+        .iter()
+        .filter(|p| playbook_name(p) == name)
+        .min_by_key(|p| (folder(p) != folder(path), **p))
+        .copied()
+}
+
+// ---- rule 7 ----
+
+/// Rule 7: `--limit` (of the action or a hook) names hosts or groups of the inventory; and on a release that
+/// stops a `--limit` run without a fact cache, kok's facts step is kept and exists.
+fn limits(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, op: &OperationFacts<'_>) -> Vec<Finding> {
+    let operation = op.operation;
+    let at = (facts.operations_path.as_str(), operation.line);
+    let steps: Vec<&[String]> = std::iter::once(operation.extra_args.as_slice())
+        .chain(
+            operation
+                .pre_hooks
+                .iter()
+                .chain(&operation.post_hooks)
+                .map(|h| h.extra_args.as_slice()),
+        )
+        .collect();
+    let inventory = &facts.inventory;
+    let mut out: Vec<Finding> = steps
+        .iter()
+        .flat_map(|args| limit_names(args))
+        .filter(|name| {
+            !inventory.hosts.contains(name)
+                && !inventory.groups.contains_key(name)
+                && !matches!(name.as_str(), "all" | "ungrouped")
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|name| {
+            finding(
+                Rule::LimitNames,
+                at,
+                format!(
+                    "--limit names {name}, neither a host nor a group of {}: ansible would run on fewer hosts \
+                     than meant; fix the name, or add the host in a commit before",
+                    inventory.path
+                ),
+                None,
+            )
+        })
+        .collect();
+    let Some(view) = view else {
+        return out;
+    };
+    let Some(check) = view.data.and_then(|d| d.checks.limit_fact_cache.as_ref()) else {
+        return out;
+    };
+    if !steps.iter().any(|args| limits_hosts(args)) {
+        return out;
+    }
+    let cites = view.cite(&check.path, check.line);
+    let r = view.version;
+    match &facts.facts_playbook {
+        None => out.push(finding(
+            Rule::LimitFacts,
+            at,
+            format!(
+                "kubespray {r} stops a --limit run when a host outside the limit has no cached facts, and \
+                 factsPlaybook: none turns kok's facts step off: remove factsPlaybook: none, or drop the --limit"
+            ),
+            cites,
+        )),
+        Some(step) => {
+            let missing = playbook_path(&step.path)
+                .zip(view.playbooks())
+                .is_some_and(|(path, playbooks)| !playbooks.contains(path));
+            if missing {
+                out.push(finding(
+                    Rule::LimitFacts,
+                    at,
+                    format!(
+                        "kubespray {r} stops a --limit run when a host outside the limit has no cached facts, and \
+                         the facts step {} is not one of its playbooks: set factsPlaybook to one it has \
+                         (playbooks/facts.yml)",
+                        step.path
+                    ),
+                    cites,
+                ));
+            }
+        }
+    }
+    out
+}
+
+// ---- rule 8 ----
+
+/// Rule 8: each of [`CHECKED_SETTINGS`] written with a known value holds one the release accepts, also
+/// under the assertions that depend on another setting.
+fn settings(facts: &ClusterFacts<'_>, view: &View<'_>) -> Vec<Finding> {
+    let Some(release) = view.data else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for name in CHECKED_SETTINGS {
+        let (Some(Setting::Known(w)), Some(accepted)) =
+            (facts.settings.get(name), release.settings.get(name))
+        else {
+            continue;
+        };
+        if w.value
+            .as_str()
+            .is_some_and(|v| accepted.values.iter().any(|a| a == v))
+        {
+            continue;
+        }
+        let values: Vec<&str> = accepted.values.iter().map(String::as_str).collect();
+        let close = w
+            .value
+            .as_str()
+            .and_then(|given| did_you_mean(given, &values))
+            .map_or(String::new(), |close| format!(" (did you mean {close}?)"));
+        out.push(finding(
+            Rule::SettingAccepted,
+            (&w.path, w.line),
+            format!(
+                "{name}: {} is not a value kubespray {} accepts: use one of {}{close}",
+                w.value,
+                view.version,
+                values.join(", ")
+            ),
+            view.cite(&accepted.path, accepted.line),
+        ));
+    }
+    for cond in &release.conditional_settings {
+        let (Some(value), Some(other)) = (
+            effective_setting(facts, view, &cond.setting),
+            effective_setting(facts, view, &cond.unless.setting),
+        ) else {
+            continue;
+        };
+        if other == cond.unless.value || cond.values.iter().any(|v| v == value) {
+            continue;
+        }
+        let at = [&cond.setting, &cond.unless.setting]
+            .into_iter()
+            .find_map(|name| match facts.settings.get(name.as_str()) {
+                Some(Setting::Known(w)) => Some((w.path.as_str(), w.line)),
+                _ => None,
+            });
+        let Some(at) = at else { continue };
+        out.push(finding(
+            Rule::SettingAccepted,
+            at,
+            format!(
+                "{}: {value} needs {}: {} on kubespray {} ({}: {other}): use one of {}, or set {} to {}",
+                cond.setting,
+                cond.unless.setting,
+                cond.unless.value,
+                view.version,
+                cond.unless.setting,
+                cond.values.join(", "),
+                cond.unless.setting,
+                cond.unless.value
+            ),
+            view.cite(&cond.path, cond.line),
+        ));
+    }
+    out
+}
+
+// ---- rule 9 ----
+
+/// Rule 9: on a cluster kok has never seen installed, no pending operation that needs a running cluster
+/// (`scale.yml`, `upgrade-cluster.yml`, `remove-node.yml`, `recover-control-plane.yml`) is queued before
+/// its `cluster.yml`.
+pub fn order(facts: &ClusterFacts<'_>) -> Vec<Finding> {
+    if facts.installed {
+        return Vec::new();
+    }
+    let playbook = |o: &&OperationFacts<'_>| o.pending && o.operation.action_type == ActionType::Playbook;
+    let install = facts
+        .operations
+        .iter()
+        .position(|o| playbook(&o) && playbook_name(&o.operation.action) == "cluster");
+    let mut out = Vec::new();
+    for (i, op) in facts.operations.iter().enumerate() {
+        let name = playbook_name(&op.operation.action);
+        if !playbook(&op) || !op.preflight || !NEEDS_RUNNING_CLUSTER.contains(&name.as_str()) {
+            continue;
+        }
+        let action = &op.operation.action;
+        let message = match install.map(|j| (j, &facts.operations[j])) {
+            Some((j, _)) if j < i => continue,
+            Some((_, install)) => format!(
+                "{action} needs a running cluster and is queued before cluster.yml (operation {}, line {}), on \
+                 a cluster kok has never seen installed: move it after cluster.yml",
+                install.operation.id, install.operation.line
+            ),
+            None => format!(
+                "{action} needs a running cluster, and kok has never seen {} installed (no successful \
+                 cluster.yml, no health): queue cluster.yml before it; for a cluster installed outside kok, set \
+                 kubeconfigSecret so kok can see it running, or set preflight: false on this operation",
+                facts.cluster
+            ),
+        };
+        let mut f = finding(
+            Rule::Order,
+            (&facts.operations_path, op.operation.line),
+            message,
+            None,
+        );
+        f.operation = Some(op.operation.id.clone());
+        out.push(f);
+    }
+    out
+}
