@@ -12,6 +12,9 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends cmake pkg-config libssl-dev libssh2-1-dev \
     && rm -rf /var/lib/apt/lists/*
 COPY . .
+# The commit `kok_build_info` reports: docker build --build-arg KOK_BUILD_COMMIT=$(git rev-parse --short=12 HEAD)
+ARG KOK_BUILD_COMMIT=unknown
+ENV KOK_BUILD_COMMIT=$KOK_BUILD_COMMIT
 RUN cargo build --release --locked --bin kok \
     && install -m 0755 target/release/kok /usr/local/bin/kok
 

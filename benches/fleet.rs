@@ -19,7 +19,9 @@
 //! `kubespray` (not in the default modes) measures kok's ConfigMap bytes for a fleet in kubespray's
 //! layout and after a one-file edit in every cluster (see [`kubespray`]); it runs once per distinct
 //! cluster count of `KOK_FLEET_SIZES`, at 1,000 clusters when that is not set. Every run also
-//! measures the web view's fleet page at 1,000 clusters, in process ([`web`]).
+//! measures the web view's fleet page at 1,000 clusters, in process ([`web`]), and `/metrics` at 1,000
+//! clusters with every gauge set, in process ([`metrics`]); each fleet run also scrapes the real kok's
+//! `/metrics` at rest.
 
 #[path = "../tests/e2e/mod.rs"]
 mod e2e;
@@ -31,6 +33,8 @@ mod health;
 mod kubespray;
 #[path = "../tests/common/kubespray.rs"]
 mod kubespray_setup;
+#[path = "fleet/metrics.rs"]
+mod metrics;
 #[path = "fleet/rollout.rs"]
 mod rollout;
 #[path = "../tests/common/tools.rs"]
@@ -399,6 +403,37 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// How many times the fleet's `/metrics` is scraped for its time.
+const SCRAPES: usize = 10;
+
+/// The size of kok's `/metrics` and the median time of [`SCRAPES`] scrapes, asking for OpenMetrics as
+/// Prometheus does.
+async fn scrape(http: &reqwest::Client, kok: &Kok) -> (Option<usize>, Option<f64>) {
+    let mut times = Vec::new();
+    let mut bytes = None;
+    for _ in 0..SCRAPES {
+        let started = Instant::now();
+        let response = http
+            .get(kok.url("/metrics"))
+            .header(
+                "accept",
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+            )
+            .send()
+            .await;
+        let Ok(body) = (match response {
+            Ok(r) => r.bytes().await,
+            Err(e) => Err(e),
+        }) else {
+            continue;
+        };
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        bytes = Some(body.len());
+    }
+    let ms = median(&mut times).map(|m| (m * 10.0).round() / 10.0);
+    (bytes, ms)
+}
+
 /// One value of kok's /metrics (the first series of that name).
 fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|line| {
@@ -507,6 +542,10 @@ struct Run {
     resync_requests: Option<BTreeMap<String, usize>>,
     /// The real kok's web view (local mode), after the idle window.
     web: Option<web::KokWebRun>,
+    /// `/metrics` of the fleet at rest (OpenMetrics, as Prometheus asks for it): its size in bytes.
+    metrics_bytes: Option<usize>,
+    /// The median time of [`SCRAPES`] scrapes of it, request to last byte, in milliseconds.
+    metrics_ms: Option<f64>,
     /// Timeouts and other things that went wrong.
     problems: Vec<String>,
 }
@@ -688,6 +727,15 @@ impl Bench<'_> {
             self.cfg.idle.as_secs(),
             run.idle_cpu_percent,
             run.idle_requests
+        );
+
+        // Scraped as Prometheus scrapes it, after the idle window (the scrapes are not counted in it).
+        let (bytes, ms) = scrape(&self.http, &kok).await;
+        run.metrics_bytes = bytes;
+        run.metrics_ms = ms;
+        eprintln!(
+            "[{} {}] /metrics {:?} bytes in {:?} ms (median of {SCRAPES})",
+            run.fleet, run.mode, bytes, ms
         );
 
         if mode == Mode::Local {
@@ -951,6 +999,20 @@ fn verdicts(runs: &[Run]) -> Vec<Verdict> {
         };
         let service = r.mode == "service";
         let fleet = (r.clusters, r.operations_per_cluster);
+        if fleet == (1000, 10) {
+            add(
+                "/metrics ≤ 1 MB".into(),
+                r.metrics_bytes
+                    .map(|b| format!("{:.0} KB", b as f64 / 1000.0))
+                    .unwrap_or_else(|| "—".into()),
+                r.metrics_bytes.map(|b| b <= 1_000_000),
+            );
+            add(
+                "/metrics ≤ 100 ms".into(),
+                fmt_opt(r.metrics_ms, " ms"),
+                r.metrics_ms.map(|ms| ms <= 100.0),
+            );
+        }
         if service && fleet == (1000, 10) {
             add(
                 "commit reconciled ≤ 20 s".into(),
@@ -1157,6 +1219,8 @@ async fn main() -> anyhow::Result<()> {
         };
         println!("\nRollout:\n{}", rollout::report(&rollout_runs, service_rss));
     }
+    let every_gauge = metrics::run();
+    println!("\n/metrics: {}", metrics::report(&every_gauge));
     if !kubespray_runs.is_empty() {
         println!("\nkubespray's layout:\n{}", kubespray::report(&kubespray_runs));
     }
@@ -1177,6 +1241,7 @@ async fn main() -> anyhow::Result<()> {
         "rollout": rollout_runs,
         "kubespray": kubespray_runs,
         "web": web,
+        "metrics_every_gauge": every_gauge,
     });
     std::fs::write(&cfg.json, serde_json::to_string_pretty(&json)?)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", cfg.json.display()))?;

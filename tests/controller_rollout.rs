@@ -496,10 +496,10 @@ async fn the_rollouts_commit_gets_one_rollout_context_kept_current_one_status_pe
     let client = server.client();
     let github = forge::ForgeServer::start().await;
     let sink = ForgeSink::new(Forge::GitHub, Some(&github.url()), "acme/infra", &Token::new("t")).unwrap();
-    let metrics: &'static kok::metrics::Metrics = Box::leak(Box::new(kok::metrics::Metrics::new()));
+    let metrics = kok::metrics::Metrics::new();
     let sinks = Sinks::new(
         vec![std::sync::Arc::new(sink) as std::sync::Arc<dyn Sink>],
-        metrics,
+        metrics.clone(),
     );
     let reporter = Reporter::new(client.clone(), NS, sinks, Backoff::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

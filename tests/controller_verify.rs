@@ -500,6 +500,16 @@ async fn checked_every(
     name: &str,
     workload: &testkit::ApiServer,
 ) -> (testkit::ApiServer, Client, Running) {
+    checked_every_into(interval, name, workload, kok::metrics::Metrics::new()).await
+}
+
+/// [`checked_every`], the controller's gauges in `metrics`.
+async fn checked_every_into(
+    interval: Duration,
+    name: &str,
+    workload: &testkit::ApiServer,
+    metrics: kok::metrics::Metrics,
+) -> (testkit::ApiServer, Client, Running) {
     let meta = server().await;
     let client = meta.client();
     let kubeconfig = testkit::kubeconfig_yaml(&workload.url());
@@ -509,6 +519,7 @@ async fn checked_every(
     apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
     let mut cfg = config(4);
     cfg.health_interval = interval;
+    cfg.metrics = metrics;
     let ctl = start(&client, cfg);
     (meta, client, ctl)
 }
@@ -801,9 +812,11 @@ async fn verifications_of_clusters_that_never_answer_leave_the_reconcile_slots_t
 async fn the_health_metrics_of_a_deleted_cluster_go_away() {
     let workload = testkit::ApiServer::start().await.unwrap();
     healthy(&workload.client()).await;
-    let (_meta, client, ctl) = checked_every(Duration::from_millis(200), "gone", &workload).await;
+    let metrics = kok::metrics::Metrics::new();
+    let (_meta, client, ctl) =
+        checked_every_into(Duration::from_millis(200), "gone", &workload, metrics.clone()).await;
     let series = || {
-        let text = kok::metrics::global().render();
+        let text = metrics.render();
         text.lines()
             .filter(|l| l.contains("cluster=\"gone\""))
             .map(str::to_string)

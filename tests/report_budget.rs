@@ -38,7 +38,7 @@ struct Harness {
     _dir: tempfile::TempDir,
     cache: std::path::PathBuf,
     sha: String,
-    metrics: &'static Metrics,
+    metrics: Metrics,
 }
 
 impl Harness {
@@ -59,7 +59,7 @@ impl Harness {
             cache: dir.path().join("cache.git"),
             _dir: dir,
             sha,
-            metrics: Box::leak(Box::new(Metrics::new())),
+            metrics: Metrics::new(),
         }
     }
 
@@ -171,7 +171,7 @@ async fn a_commit_above_the_budget_shows_one_summary_and_its_failures_while_the_
     for name in names {
         h.create(name, Some(StatusState::Pending)).await;
     }
-    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics).with_max_contexts(3);
+    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics.clone()).with_max_contexts(3);
     let _stop = h.reporter(sinks);
     h.wait_all_reported(&names).await;
     for name in ["op1", "op2", "op3"] {
@@ -242,7 +242,7 @@ async fn a_commit_within_the_budget_shows_every_operation_on_the_forge() {
     for name in names {
         h.create(name, Some(StatusState::Pending)).await;
     }
-    let sinks = Sinks::new(vec![h.notes(), gitlab(&server)], h.metrics).with_max_contexts(3);
+    let sinks = Sinks::new(vec![h.notes(), gitlab(&server)], h.metrics.clone()).with_max_contexts(3);
     let _stop = h.reporter(sinks);
     h.wait_all_reported(&names).await;
     for name in names {
@@ -277,7 +277,10 @@ async fn a_rate_limited_forge_pauses_alone_and_sends_the_newest_statuses_after()
         Reply::new(429, r#"{"message": "You have exceeded a secondary rate limit"}"#)
             .header("retry-after", "1"),
     ]);
-    let sinks = Sinks::new(vec![github(&limited), h.notes(), gitlab(&other)], h.metrics);
+    let sinks = Sinks::new(
+        vec![github(&limited), h.notes(), gitlab(&other)],
+        h.metrics.clone(),
+    );
     let _stop = h.reporter(sinks);
 
     h.create("a", Some(StatusState::Pending)).await;
@@ -354,7 +357,7 @@ async fn a_rate_limited_forge_pauses_alone_and_sends_the_newest_statuses_after()
 async fn a_commit_growing_past_the_budget_shows_no_operation_context_once_its_pass_finished() {
     let h = Harness::start().await;
     let server = ForgeServer::start().await;
-    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics)
+    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics.clone())
         .with_max_contexts(2)
         .with_settle_quiet(Duration::from_secs(3600));
     let (reporter, _stop) = h.start_reporter(sinks);
@@ -400,8 +403,8 @@ async fn a_commit_growing_past_the_budget_shows_no_operation_context_once_its_pa
 async fn statuses_held_until_the_commit_settles_reach_the_forge_in_order() {
     let h = Harness::start().await;
     let server = ForgeServer::start().await;
-    let sinks =
-        Sinks::new(vec![h.notes(), github(&server)], h.metrics).with_settle_quiet(Duration::from_secs(3600));
+    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics.clone())
+        .with_settle_quiet(Duration::from_secs(3600));
     let (reporter, _stop) = h.start_reporter(sinks);
     h.create("a", Some(StatusState::Pending)).await;
     eventually("the queued status in the notes", || {
@@ -433,7 +436,7 @@ async fn statuses_held_until_the_commit_settles_reach_the_forge_in_order() {
 async fn operations_the_watch_shows_after_the_first_summary_are_counted_without_waiting_a_minute() {
     let h = Harness::start().await;
     let server = ForgeServer::start().await;
-    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics)
+    let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics.clone())
         .with_max_contexts(2)
         .with_settle_quiet(Duration::from_millis(200));
     let (reporter, _stop) = h.start_reporter(sinks);

@@ -34,7 +34,7 @@ fn status(context: &str, state: StatusState, description: &str) -> CommitStatus 
 struct Harness {
     api: testkit::ApiServer,
     forge: ForgeServer,
-    metrics: &'static Metrics,
+    metrics: Metrics,
 }
 
 impl Harness {
@@ -44,7 +44,7 @@ impl Harness {
         Harness {
             api,
             forge: ForgeServer::start().await,
-            metrics: Box::leak(Box::new(Metrics::new())),
+            metrics: Metrics::new(),
         }
     }
 
@@ -64,7 +64,7 @@ impl Harness {
             &Token::new("t"),
         )
         .unwrap();
-        let sinks = Sinks::new(vec![Arc::new(sink) as Arc<dyn Sink>], self.metrics);
+        let sinks = Sinks::new(vec![Arc::new(sink) as Arc<dyn Sink>], self.metrics.clone());
         let reporter = Reporter::new(self.api.client(), NS, sinks, backoff);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(reporter.clone().run(async move {
@@ -138,13 +138,19 @@ async fn desired_status_is_delivered_once_and_not_again_after_a_restart() {
     assert_eq!(h.forge.requests().len(), 1);
     assert_eq!(h.forge.requests()[0].json()["state"], "pending");
     assert_eq!(h.forge.requests()[0].json()["description"], "running: scale.yml");
-    assert!(
-        h.metrics
-            .render()
-            .contains("kok_operations{phase=\"Running\"} 1\n"),
-        "{}",
-        h.metrics.render()
-    );
+    let waits_none = "kok_status_deliveries_waiting{sink=\"github\"} 0\n";
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !h.metrics.render().contains(waits_none) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the sink waits for nothing once delivered:\n{}",
+            h.metrics.render()
+        )
+    });
 
     // A new desired status is delivered too.
     let success = status(
@@ -319,7 +325,7 @@ async fn a_burst_of_deliveries_records_them_over_a_bounded_number_of_connections
     // Every record write takes a while, so the deliveries' writes all wait at once.
     h.api.set_latency(Duration::from_millis(100));
     let before = h.api.connections();
-    let sinks = Sinks::new(vec![Arc::new(Unlimited) as Arc<dyn Sink>], h.metrics);
+    let sinks = Sinks::new(vec![Arc::new(Unlimited) as Arc<dyn Sink>], h.metrics.clone());
     let reporter = Reporter::new(h.api.client(), NS, sinks, fast());
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(reporter.run(async move {

@@ -254,7 +254,7 @@ async fn the_token_never_appears_in_delivery_logs() {
         Reply::new(201, "{}"),
     ]);
     let sink = ForgeSink::new(Forge::GitHub, Some(&server.url()), "o/r", &Token::new(SECRET)).unwrap();
-    let metrics: &'static kok::metrics::Metrics = Box::leak(Box::new(kok::metrics::Metrics::new()));
+    let metrics = kok::metrics::Metrics::new();
     let sinks = kok::report::Sinks::new(vec![std::sync::Arc::new(sink)], metrics);
     let s = status(StatusState::Pending, "queued");
     assert!(sinks.deliver(SHA, &s).await.is_err());
@@ -272,7 +272,7 @@ async fn with_several_sinks_a_retry_only_goes_to_the_sinks_that_failed() {
     let github = ForgeServer::start().await;
     let gitea = ForgeServer::start().await;
     gitea.script([Reply::new(503, "maintenance")]);
-    let metrics: &'static kok::metrics::Metrics = Box::leak(Box::new(kok::metrics::Metrics::new()));
+    let metrics = kok::metrics::Metrics::new();
     let sinks = kok::report::Sinks::new(
         vec![
             std::sync::Arc::new(
@@ -282,7 +282,7 @@ async fn with_several_sinks_a_retry_only_goes_to_the_sinks_that_failed() {
                 ForgeSink::new(Forge::Gitea, Some(&gitea.url()), "o/r", &Token::new("b")).unwrap(),
             ),
         ],
-        metrics,
+        metrics.clone(),
     );
     let s = status(StatusState::Success, "succeeded in 5s");
     let err = sinks.deliver(SHA, &s).await.unwrap_err();

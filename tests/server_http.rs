@@ -13,7 +13,7 @@ struct Running {
     base: String,
     readiness: std::sync::Arc<Readiness>,
     triggers: TriggerReceiver,
-    metrics: &'static Metrics,
+    metrics: Metrics,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), server::ServerError>>,
     http: reqwest::Client,
@@ -23,11 +23,11 @@ async fn start(secret: Option<&str>) -> Running {
     let listener = server::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let readiness = Readiness::new(Duration::from_secs(300));
-    let metrics: &'static Metrics = Box::leak(Box::new(Metrics::new()));
+    let metrics = Metrics::new();
     let (tx, triggers) = trigger::channel();
     let state = ServerState {
         readiness: readiness.clone(),
-        metrics,
+        metrics: metrics.clone(),
         webhook_secret: secret.map(WebhookSecret::new),
         trigger: Some(tx),
         web: None,
@@ -86,12 +86,30 @@ async fn health_is_ok_and_readiness_follows_the_first_reconcile() {
 }
 
 #[tokio::test]
-async fn metrics_are_served_in_prometheus_text_format() {
+async fn metrics_are_served_in_openmetrics_to_prometheus_and_in_text_format_to_others() {
     let s = start(None).await;
     s.metrics.poll("unchanged");
     s.metrics.status_delivery("git-notes", "delivered");
-    let r = s.http.get(format!("{}/metrics", s.base)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
+    let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(
+        ct.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{ct}"
+    );
+    let body = r.text().await.unwrap();
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    assert!(body.contains("kok_polls_total{result=\"unchanged\"} 1"), "{body}");
+    let r = s.http.get(format!("{}/metrics", s.base)).send().await.unwrap();
     let ct = r.headers()["content-type"].to_str().unwrap().to_string();
     assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
     let body = r.text().await.unwrap();

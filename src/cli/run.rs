@@ -429,11 +429,13 @@ pub async fn run_with_client(
 ) -> anyhow::Result<ExitCode> {
     let mut cfg = args.service_config()?;
     let cache_repo = cache_repo_path(&cfg.source)?;
-    let sinks = report::Sinks::new(args.sinks(cache_repo)?, crate::metrics::global())
+    // The service's one registry: the controller, the reporter, the poll loop and /metrics share it.
+    let metrics = cfg.controller.metrics.clone();
+    let sinks = report::Sinks::new(args.sinks(cache_repo)?, metrics.clone())
         .with_max_contexts(args.status_max_contexts);
     let (trigger_tx, trigger_rx) = crate::source::trigger::channel();
     let listener = server::bind(&args.listen).await?;
-    let mut state = ServerState::new(Readiness::new(cfg.unreachable_threshold));
+    let mut state = ServerState::new(Readiness::new(cfg.unreachable_threshold), metrics);
     if let Some(path) = &args.webhook_secret_file {
         let secret = std::fs::read(path)
             .with_context(|| format!("reading the webhook secret file {}", path.display()))?;

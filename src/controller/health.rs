@@ -5,8 +5,8 @@
 //! the last round go first. The result goes into the
 //! Cluster's status: the conditions of [`crate::health::conditions`], `kubernetesVersion`,
 //! `kubeletVersions` and `nodes`, written only when they changed, with one Event per condition that
-//! changed and the `kok_cluster_condition` / `kok_cluster_nodes` metrics (a deleted cluster's series go
-//! at the next round's start). The Cluster reconciler keeps them ([`carry`]) when it writes its own
+//! changed (the `kok_cluster_condition` / `kok_cluster_nodes` metrics read the status at each scrape, see
+//! [`super::gauges`]). The Cluster reconciler keeps them ([`carry`]) when it writes its own
 //! conditions. A cluster's pinned hosts and vars ConfigMaps are read once for as long as it uses them
 //! ([`Expectations`]); its kubeconfig Secret is read every round, so a changed one counts at once.
 
@@ -76,9 +76,6 @@ async fn round(ctx: &Context, expectations: &Expectations) {
     let started = std::time::Instant::now();
     let mut clusters = ctx.clusters.state();
     let count = clusters.len();
-    let names: HashSet<String> = clusters.iter().map(|c| c.name_any()).collect();
-    crate::metrics::global().keep_clusters(|c| names.contains(c));
-    drop(names);
     let inputs: HashSet<String> = clusters.iter().map(|c| inputs_of(c)).collect();
     if let Ok(mut known) = expectations.lock() {
         known.retain(|k, _| inputs.contains(k));
@@ -113,7 +110,7 @@ async fn round(ctx: &Context, expectations: &Expectations) {
         })
         .await;
     let took = started.elapsed();
-    crate::metrics::global().observe_health_round(took);
+    ctx.config.metrics.observe_health_round(took);
     info!(
         clusters = count,
         took_ms = took.as_millis() as u64,
@@ -192,7 +189,6 @@ async fn check(ctx: &Context, expectations: &Expectations, cluster: &Cluster) ->
     // health is written once more on top of what it is now.
     for last in [false, true] {
         let (old, new) = with_health(&cluster, &verdict, &observed);
-        record_metrics(&name, &new);
         if new == old {
             return Ok(());
         }
@@ -273,20 +269,6 @@ async fn publish_changes(ctx: &Context, cluster: &Cluster, old: &ClusterStatus, 
         if let Err(e) = ctx.recorder.publish(&ev, &cluster.object_ref(&())).await {
             warn!(cluster = %cluster.name_any(), error = %e, "event not published");
         }
-    }
-}
-
-fn record_metrics(cluster: &str, status: &ClusterStatus) {
-    let metrics = crate::metrics::global();
-    for c in status
-        .conditions
-        .iter()
-        .filter(|c| HEALTH_CONDITIONS.contains(&c.type_.as_str()))
-    {
-        metrics.set_cluster_condition(cluster, &c.type_, &c.status);
-    }
-    if let Some(n) = &status.nodes {
-        metrics.set_cluster_nodes(cluster, n.ready, n.total);
     }
 }
 

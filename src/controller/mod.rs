@@ -5,6 +5,7 @@
 //! - [`operation`]: the ClusterOperation reconciler (Pending → Queued → Running → Succeeded/Failed).
 //! - [`verify`]: after a successful Job, the verification of the workload cluster ([`crate::health`]).
 //! - [`health`]: between operations, the periodic health checks of every cluster with a kubeconfig.
+//! - `gauges`: the fleet's gauges (queue, holds, health, rollouts), read from the caches at each scrape.
 //! - [`cluster`]: the Cluster reconciler (conditions, last operation, counts, history limit).
 //! - [`runner`]: the work queue each reconciler runs from (names, delays, a bound on concurrency).
 //! - [`op_cache`]: kok's own records of the ClusterOperations, by cluster and by rollout.
@@ -24,6 +25,7 @@ pub mod cache;
 pub mod cluster;
 mod config_maps;
 pub mod credentials;
+mod gauges;
 pub mod health;
 pub mod job;
 pub mod live;
@@ -82,6 +84,8 @@ pub struct ControllerConfig {
     pub health_timeout: Duration,
     /// Where the start decisions read the time (maintenance windows and freezes).
     pub clock: window::Clock,
+    /// The service's metrics: Job durations, health rounds, and the fleet's gauges read from the caches.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl ControllerConfig {
@@ -98,6 +102,7 @@ impl ControllerConfig {
             health_interval: Duration::from_secs(300),
             health_timeout: health::OBSERVE_TIMEOUT,
             clock: window::Clock::system(),
+            metrics: crate::metrics::Metrics::new(),
         }
     }
 }
@@ -184,6 +189,7 @@ pub async fn run(
         rollouts: rollout_writer,
         live,
     } = feeds;
+    config.metrics.watch_fleet(live.clone());
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

@@ -176,6 +176,11 @@ impl Record {
         self.status.as_ref().map(|s| s.phase).unwrap_or_default()
     }
 
+    /// `status.jobRef`, when set.
+    fn job_ref(&self) -> Option<&str> {
+        self.status.as_ref()?.rest.as_ref()?.job_ref.as_deref()
+    }
+
     /// Whether its failure's hold on the operations behind it was released (its entry was removed).
     fn hold_released(&self) -> bool {
         let rest = self.status.as_ref().and_then(|s| s.rest.as_ref());
@@ -391,6 +396,31 @@ impl Ops {
     }
 }
 
+/// One cluster's queue as the gauges show it ([`OpCache::queue_gauges`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueGauges {
+    /// Operations by phase, in phase order; phases without any are left out.
+    pub phases: Vec<(Phase, u64)>,
+    /// The Pending or Queued operation created first.
+    pub oldest: Option<OldestWaiting>,
+    /// A run stopped on a failure, did not opt out, and no later run of its id succeeded: it may hold the
+    /// cluster (`queue::holds` decides).
+    pub any_failed: bool,
+}
+
+/// The operation of a cluster that has waited longest to start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OldestWaiting {
+    /// Operation id.
+    pub id: String,
+    /// When it was created.
+    pub created: jiff::Timestamp,
+    /// Pending (not looked at yet) or Queued.
+    pub phase: Phase,
+    /// Its status message: why it waits.
+    pub message: Option<String>,
+}
+
 /// The operations kok manages, as records, with their names by cluster and the running ones.
 #[derive(Debug)]
 pub struct OpCache {
@@ -555,6 +585,75 @@ impl OpCache {
             .collect()
     }
 
+    /// Per cluster, what the queue gauges show: operations by phase, the longest-waiting one, and whether
+    /// a failed run may hold it (only then are its holds worth working out: a run that stopped on a failure
+    /// without opting out, and no later run of its id succeeded). Passes over the records, no copies.
+    pub fn queue_gauges(&self) -> BTreeMap<String, QueueGauges> {
+        let Ok(ops) = self.ops.lock() else {
+            return BTreeMap::new();
+        };
+        // Per (cluster, id): the latest queue position at which a run of it succeeded.
+        let mut succeeded: HashMap<(&str, &str), (&str, &str)> = HashMap::new();
+        for (name, record) in &ops.by_name {
+            if record.phase() == Phase::Succeeded {
+                let key = (&*record.spec.cluster, &*record.spec.id);
+                let at = (&*record.spec.queue_position, &**name);
+                let latest = succeeded.entry(key).or_insert(at);
+                if at > *latest {
+                    *latest = at;
+                }
+            }
+        }
+        let mut by_cluster: BTreeMap<String, QueueGauges> = BTreeMap::new();
+        for (name, record) in &ops.by_name {
+            let gauges = by_cluster.entry(record.spec.cluster.to_string()).or_default();
+            let phase = record.phase();
+            if let Some(n) = gauges.phases.iter_mut().find(|(p, _)| *p == phase) {
+                n.1 += 1;
+            } else {
+                gauges.phases.push((phase, 1));
+            }
+            let stopped = match phase {
+                Phase::Failed => true,
+                Phase::Canceled => record.job_ref().is_some(),
+                _ => false,
+            };
+            if stopped && record.spec.on_failure == OnFailure::Hold {
+                let key = (&*record.spec.cluster, &*record.spec.id);
+                let at = (&*record.spec.queue_position, &**name);
+                gauges.any_failed |= succeeded.get(&key).is_none_or(|later| *later < at);
+            }
+            if !matches!(phase, Phase::Pending | Phase::Queued) {
+                continue;
+            }
+            let created = match &record.meta {
+                Meta::Slim {
+                    creation_timestamp, ..
+                } => creation_timestamp.as_ref(),
+                Meta::Whole(m) => m.creation_timestamp.as_ref(),
+            };
+            let Some(created) = created.map(|t| t.0) else {
+                continue;
+            };
+            if gauges.oldest.as_ref().is_none_or(|o| created < o.created) {
+                gauges.oldest = Some(OldestWaiting {
+                    id: record.spec.id.to_string(),
+                    created,
+                    phase,
+                    message: record
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref())
+                        .map(str::to_string),
+                });
+            }
+        }
+        for gauges in by_cluster.values_mut() {
+            gauges.phases.sort_by_key(|(p, _)| *p as u8);
+        }
+        by_cluster
+    }
+
     /// The operations with a schedule, as the decisions read them.
     pub fn scheduled(&self) -> Vec<ClusterOperation> {
         let Ok(ops) = self.ops.lock() else {
@@ -663,6 +762,49 @@ mod tests {
         labels.insert(LABEL_CLUSTER.into(), cluster.into());
         labels.insert(LABEL_WAVE.into(), "rest".into());
         o
+    }
+
+    #[test]
+    fn the_queue_gauges_count_phases_find_the_longest_wait_and_the_failures_that_may_hold() {
+        let cache = OpCache::new("kok");
+        let at = |o: &mut ClusterOperation, position: &str, created: &str| {
+            o.spec.queue_position = position.into();
+            o.metadata.creation_timestamp = Some(Time(created.parse().unwrap()));
+        };
+        let mut failed = labelled(op("a-install-1", "a", Phase::Failed));
+        at(&mut failed, "0001", "2026-11-28T01:00:00Z");
+        let mut waiting = labelled(op("a-scale-1", "a", Phase::Queued));
+        waiting.spec.id = "scale".into();
+        waiting.status.as_mut().unwrap().message = Some("held: a/install failed at 0123456".into());
+        at(&mut waiting, "0002", "2026-11-28T01:05:00Z");
+        let mut newer = waiting.clone();
+        newer.metadata.name = Some("a-scale-2".into());
+        at(&mut newer, "0003", "2026-11-28T01:10:00Z");
+        let mut fixed_failure = labelled(op("b-install-1", "b", Phase::Failed));
+        fixed_failure.spec.cluster = "b".into();
+        at(&mut fixed_failure, "0001", "2026-11-28T01:00:00Z");
+        let mut fixed = labelled(op("b-install-2", "b", Phase::Succeeded));
+        fixed.spec.cluster = "b".into();
+        at(&mut fixed, "0002", "2026-11-28T01:01:00Z");
+        for o in [failed, waiting, newer, fixed_failure, fixed] {
+            cache.observe(&watcher::Event::Apply(o));
+        }
+        let gauges = cache.queue_gauges();
+        let a = &gauges["a"];
+        assert_eq!(a.phases, [(Phase::Queued, 2), (Phase::Failed, 1)]);
+        let oldest = a.oldest.as_ref().unwrap();
+        assert_eq!((oldest.id.as_str(), oldest.phase), ("scale", Phase::Queued));
+        assert_eq!(
+            oldest.created,
+            "2026-11-28T01:05:00Z".parse::<jiff::Timestamp>().unwrap()
+        );
+        assert!(a.any_failed);
+        let b = &gauges["b"];
+        assert!(
+            !b.any_failed,
+            "a later run of the failed id succeeded: nothing holds b"
+        );
+        assert_eq!(b.oldest, None);
     }
 
     #[test]

@@ -147,6 +147,7 @@ pub(super) async fn transition(
         .await
         .map_err(op_error(op, format!("recording phase {}", t.phase)))?;
     info!(operation = %op.name_any(), cluster = %op.spec.cluster, phase = %t.phase, message = t.message.as_deref().unwrap_or(""), "transition");
+    observe_run(ctx, op, &t);
     if let Some((reason, warning)) = t.event {
         let ev = Event {
             type_: if warning {
@@ -172,6 +173,27 @@ pub(super) async fn transition(
         release(ctx, op);
     }
     Ok(())
+}
+
+/// A run that ends (Running to Succeeded or Failed) counts in `kok_job_duration_seconds`, from its Job's
+/// start to its end, once: only the transition out of Running observes it.
+fn observe_run(ctx: &Context, op: &ClusterOperation, t: &Transition) {
+    let result = match t.phase {
+        Phase::Succeeded => "succeeded",
+        Phase::Failed => "failed",
+        _ => return,
+    };
+    if phase(op) != Phase::Running {
+        return;
+    }
+    let start = op.status.as_ref().and_then(|s| s.start_time.as_ref());
+    let (Some(start), Some(end)) = (start, t.end_time.as_ref()) else {
+        return;
+    };
+    let took = end.duration_since(start.0).as_secs_f64().max(0.0);
+    ctx.config
+        .metrics
+        .observe_job(&op.spec.action, result, Duration::from_secs_f64(took));
 }
 
 fn release(ctx: &Context, op: &ClusterOperation) {
@@ -448,7 +470,11 @@ async fn start_or_wait(
     if let Some(secret) = &op.spec.ssh_auth_ref {
         let ns = ctx.config.namespace.as_str();
         if let Err(problem) = check_cached(&ctx.secrets, ns, &secret.name) {
-            let message = format!("waiting for its Secret: {}", problem.message(&secret.name, ns));
+            let message = format!(
+                "{}{}",
+                super::queue::SECRET_WAIT_PREFIX,
+                problem.message(&secret.name, ns)
+            );
             wait(ctx, op, message).await?;
             // The Secret watch wakes this operation when the Secret appears or changes.
             return Ok(Action::await_change());

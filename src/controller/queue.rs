@@ -84,6 +84,20 @@ pub enum Wait {
 }
 
 impl Wait {
+    /// Why it waits, as the `reason` label of `kok_queue_oldest_waiting_seconds`: one of [`WAIT_REASONS`].
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Wait::ClusterBusy(_) => "busy",
+            Wait::Behind(_) => "behind",
+            Wait::Held { .. } => "held",
+            Wait::NoJobSlot { .. } => "job_slot",
+            Wait::Window { .. } => "window",
+            Wait::Frozen { .. } => "frozen",
+            Wait::MaintenanceUnreadable(_) => "maintenance",
+            Wait::Wave { .. } => "wave",
+        }
+    }
+
     /// The instant the reason ends by itself (a window opens, a freeze ends), when it does.
     pub fn wake_at(&self) -> Option<jiff::Timestamp> {
         match self {
@@ -140,6 +154,46 @@ impl std::fmt::Display for Wait {
             ),
         }
     }
+}
+
+/// Every reason an operation may wait for: [`Wait::reason`]'s, `secret` (its ssh Secret is missing or
+/// wrong), `pending` (not looked at yet) and `other`.
+pub const WAIT_REASONS: [&str; 11] = [
+    "busy",
+    "behind",
+    "held",
+    "job_slot",
+    "window",
+    "frozen",
+    "maintenance",
+    "wave",
+    "secret",
+    "pending",
+    "other",
+];
+
+/// Prefix of the message of an operation waiting for its ssh Secret.
+pub const SECRET_WAIT_PREFIX: &str = "waiting for its Secret: ";
+
+/// Why a Queued operation waits, read back from the status message its wait wrote ([`Wait`]'s `Display`,
+/// or [`SECRET_WAIT_PREFIX`]): the reason [`Wait::reason`] gives, `secret`, or `other`.
+pub fn wait_reason(message: &str) -> &'static str {
+    let prefixes: [(&str, &str); 10] = [
+        ("waiting for running operation ", "busy"),
+        ("waiting for earlier operation ", "behind"),
+        (HELD_PREFIX, "held"),
+        ("waiting for a Job slot", "job_slot"),
+        ("waiting for the maintenance window", "window"),
+        ("frozen until ", "frozen"),
+        ("waiting: the maintenance settings", "maintenance"),
+        ("waiting for wave ", "wave"),
+        ("rollout ", "wave"),
+        (SECRET_WAIT_PREFIX, "secret"),
+    ];
+    prefixes
+        .iter()
+        .find(|(prefix, _)| message.starts_with(prefix))
+        .map_or("other", |(_, reason)| reason)
 }
 
 /// Whether `op` may start now.
@@ -346,6 +400,51 @@ pub fn history_to_delete(ops: &[&ClusterOperation], limit: u32) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reason_read_back_from_a_wait_message_is_the_waits_own() {
+        let opens: jiff::Timestamp = "2026-11-28T02:00:00Z".parse().unwrap();
+        let waits = [
+            Wait::ClusterBusy("prod-a".into()),
+            Wait::Behind("prod-b".into()),
+            Wait::Held {
+                cluster: "prod".into(),
+                id: "install".into(),
+                commit: "0123456789".into(),
+            },
+            Wait::NoJobSlot { running: 4, max: 4 },
+            Wait::Window {
+                opens,
+                at: "Sat 2026-11-28 02:00 UTC".into(),
+                within: "1h".into(),
+            },
+            Wait::Frozen {
+                until: "2026-12-01".into(),
+                reason: Some("release".into()),
+                ends: opens,
+            },
+            Wait::MaintenanceUnreadable("bad".into()),
+            Wait::Wave {
+                rollout: "r".into(),
+                wave: "canary".into(),
+                why: super::super::wave::WaveWait::Full { running: 1, max: 1 },
+            },
+            Wait::Wave {
+                rollout: "r".into(),
+                wave: "canary".into(),
+                why: super::super::wave::WaveWait::Halted("halted at wave canary".into()),
+            },
+        ];
+        for wait in waits {
+            assert_eq!(wait_reason(&wait.to_string()), wait.reason(), "{wait}");
+            assert!(WAIT_REASONS.contains(&wait.reason()));
+        }
+        assert_eq!(
+            wait_reason(&format!("{SECRET_WAIT_PREFIX}Secret ssh is missing")),
+            "secret"
+        );
+        assert_eq!(wait_reason("something else"), "other");
+    }
     use crate::api::{ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef};
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -13,6 +13,7 @@ mod labels;
 mod maintenance;
 pub mod model;
 mod names;
+pub mod notifications;
 mod operations;
 pub mod reader;
 mod repo;

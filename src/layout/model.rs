@@ -65,6 +65,8 @@ pub struct Settings {
     pub labels: std::collections::BTreeMap<String, String>,
     /// When the cluster's operations may start: windows and freezes (cluster.yml's replaces kok.yml's).
     pub maintenance: Option<crate::api::Maintenance>,
+    /// kok.yml's `notifications:` receivers (never a cluster's: see [`super::notifications`]).
+    pub notifications: Vec<super::notifications::Receiver>,
 }
 
 /// One entry of operations.yml, validated.

@@ -9,6 +9,7 @@ use super::diag::{get, keyed_map, parse_yaml, FileDiags};
 use super::labels::parse_labels;
 use super::maintenance::parse_maintenance;
 use super::names::is_dns1123_subdomain;
+use super::notifications::parse_notifications;
 use super::yaml::{Kind, Node};
 use super::Settings;
 use crate::api::{DEFAULT_FACTS_PLAYBOOK, FACTS_PLAYBOOK_NONE};
@@ -27,6 +28,7 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "kubesprayVersion",
     "labels",
     "maintenance",
+    "notifications",
 ];
 
 /// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
@@ -130,6 +132,17 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
         .and_then(|node| parse_labels(node, diags))
         .unwrap_or_default();
     settings.maintenance = get(map, "maintenance").and_then(|node| parse_maintenance(node, diags));
+    if let Some(node) = get(map, "notifications") {
+        if file.ends_with(super::CLUSTER_YML) {
+            diags.error(
+                node,
+                "notifications belong in kok.yml, not cluster.yml: they are the repository's; a receiver picks \
+                 clusters with clusters: {selector: ...}",
+            );
+        } else {
+            settings.notifications = parse_notifications(node, diags);
+        }
+    }
     settings
 }
 
@@ -198,6 +211,8 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         maintenance: over.maintenance.clone().or_else(|| base.maintenance.clone()),
+        // The repository's receivers are kok.yml's alone; a cluster's settings carry none.
+        notifications: Vec::new(),
     }
 }
 

@@ -6,16 +6,21 @@
 //! - [`notes`]: the default sink, git notes under `refs/notes/kok`, and their readers for `kok history`.
 //! - [`forge`]: GitHub, GitLab and Gitea/Forgejo statuses APIs.
 //! - [`deliver`]: [`Reporter`], which delivers `desiredStatus` until it is `reported`, across restarts,
-//!   pausing a rate-limited sink alone and keeping forges within a per-commit context budget.
+//!   pausing a rate-limited sink alone and keeping forges within a per-commit context budget; `sinks`
+//!   holds the sinks with their pauses, routes and backoff, `queue` the undelivered statuses in memory.
 //! - [`rollouts`]: the `kok/rollout/<name>` status of each rollout, from its `FleetRollout`'s status.
 //! - [`comments`]: the plan comment kept on each pull request (`--pr-comments`).
+//! - [`notify`]: notifications to webhooks, Slack and Teams: one more sink, with a durable outbox.
 
 pub mod comments;
 pub mod deliver;
 pub mod forge;
 pub mod notes;
+pub mod notify;
+mod queue;
 pub mod rollouts;
 pub mod sink;
+mod sinks;
 pub mod status;
 
 pub use deliver::{Backoff, Reporter, Route, Sinks};

@@ -143,3 +143,49 @@ pub fn ansible_or_skip(test: &str) -> bool {
     let checked = check_tool("ansible-playbook", &["--version"], "[core ", ANSIBLE_CORE_MIN);
     usable(test, checked, "KOK_SKIP_ANSIBLE", "ansible-core")
 }
+
+/// The oldest Prometheus the monitoring tests work with: Debian bookworm's.
+pub const PROMETHEUS_MIN: (u32, u32) = (2, 42);
+/// The oldest Alertmanager the monitoring tests work with: Debian bookworm's.
+pub const ALERTMANAGER_MIN: (u32, u32) = (0, 25);
+
+/// Whether `test` can run a tool that the set-up installs with apt rather than into `.venv`: in CI
+/// (`CI=true`) a missing or too old one fails the test; elsewhere the test prints why it skips.
+fn apt_tool_usable(test: &str, checked: Result<String, String>, package: &str) -> bool {
+    match checked {
+        Ok(found) => {
+            eprintln!("{test}: using {found}");
+            true
+        }
+        Err(problem) if std::env::var("CI").as_deref() == Ok("true") => panic!(
+            "{test}: {problem}. CI=true: `bash scripts/setup.sh` installs {package} with apt; run it first"
+        ),
+        Err(problem) => {
+            eprintln!("skipping {test}: {problem} (`bash scripts/setup.sh` installs {package} with apt)");
+            false
+        }
+    }
+}
+
+/// Whether `test` can run Prometheus and promtool 2.42 or newer (Debian's `prometheus`).
+pub fn prometheus_or_skip(test: &str) -> bool {
+    let promtool = check_tool("promtool", &["--version"], "promtool, version ", PROMETHEUS_MIN);
+    let server = check_tool(
+        "prometheus",
+        &["--version"],
+        "prometheus, version ",
+        PROMETHEUS_MIN,
+    );
+    apt_tool_usable(test, promtool.and(server), "prometheus")
+}
+
+/// Whether `test` can run Alertmanager 0.25 or newer (Debian's `prometheus-alertmanager`).
+pub fn alertmanager_or_skip(test: &str) -> bool {
+    let checked = check_tool(
+        "prometheus-alertmanager",
+        &["--version"],
+        "alertmanager, version ",
+        ALERTMANAGER_MIN,
+    );
+    apt_tool_usable(test, checked, "prometheus-alertmanager")
+}

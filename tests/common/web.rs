@@ -34,7 +34,10 @@ pub async fn serve(
     let listener = server::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopping) = watch::channel(false);
-    let mut state = ServerState::new(Readiness::new(std::time::Duration::from_secs(60)));
+    let mut state = ServerState::new(
+        Readiness::new(std::time::Duration::from_secs(60)),
+        kok::metrics::Metrics::new(),
+    );
     state.web = Some(make(stopping.clone()));
     let mut stopped = stopping;
     tokio::spawn(server::serve(listener, state, async move {
