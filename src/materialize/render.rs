@@ -549,6 +549,7 @@ mod tests {
                 },
                 ..Settings::default()
             },
+            kubespray: None,
         }
     }
 

@@ -300,6 +300,7 @@ mod tests {
             inventory: Default::default(),
             operations: vec![],
             settings: Default::default(),
+            kubespray: None,
         };
         let ctx = RenderContext::new("kok-system", "main", "2".repeat(40));
         let mut d = super::super::render_cluster(&dir, &ctx);
