@@ -622,7 +622,7 @@ fn limit_names(args: &[String]) -> Vec<String> {
 
 /// The normalised name of a playbook action (`upgrade-cluster.yml`, `playbooks/upgrade_cluster.yml` →
 /// `upgrade_cluster`).
-fn playbook_name(action: &str) -> String {
+pub(super) fn playbook_name(action: &str) -> String {
     let file = action.rsplit('/').next().unwrap_or(action);
     let stem = file
         .strip_suffix(".yml")
