@@ -11,11 +11,14 @@
 //! - [`checkout`] exports a commit's tree, so actions kept in the repository run as pinned.
 //! - [`logs`] names, writes and finds the per-operation log files that `kok logs` prints.
 //! - [`status`] builds the Job status patches (pure).
+//! - [`kubespray`] reads what a checked-out kubespray tree (`--workdir`, `--image-workdir`) says of itself,
+//!   for pre-flight.
 
 use std::path::{Path, PathBuf};
 
 pub mod checkout;
 pub mod embedded;
+pub mod kubespray;
 pub mod logs;
 pub mod rundir;
 pub mod runner;
