@@ -638,18 +638,19 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         // shows them.
         let checked = match (kept.is_none(), prepared.cluster(&desired.name)) {
             (true, Some(cluster)) => {
-                let found = pinning::findings(cluster, desired, live, &seen);
+                let checked = pinning::check(cluster, desired, live, &seen);
                 let new: BTreeSet<&str> = pinning::new_operations(desired, live)
                     .map(|o| o.spec.id.as_str())
+                    .chain(desired.rollouts.iter().map(|r| r.entry.id.as_str()))
                     .collect();
-                let shown = found
-                    .iter()
+                let shown = checked
+                    .all()
                     .filter(|f| f.operation.as_deref().is_none_or(|id| new.contains(id)))
                     .map(PlannedFinding::of)
                     .collect();
                 findings.insert(desired.name.clone(), shown);
                 let mut pinned = desired.clone();
-                pinning::pin(&mut pinned, cluster, live, &found);
+                pinning::pin(&mut pinned, cluster, live, &checked);
                 Some(pinned)
             }
             _ => None,

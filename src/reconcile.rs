@@ -307,28 +307,28 @@ pub async fn pass(
 }
 
 /// Checks the operations `desired` creates against kubespray's pre-flight rules, seen from the cluster's
-/// live objects (the values its Cluster recorded at the last reconciled commit, what health saw), and pins
-/// the errors into their specs: the controller refuses them. Nothing is checked when the commit creates
-/// no operation of the cluster.
+/// live objects (the values its Cluster recorded, what health saw), and pins the errors into their specs:
+/// the controller refuses them. Nothing is checked when the commit creates no operation of the cluster.
 fn preflight(
     desired: &mut materialize::DesiredCluster,
     cluster: &layout::ClusterDir,
     live: &apply::Live,
     trees: &crate::preflight::Trees,
 ) {
-    let found = match pinning::new_operations(desired, live).next() {
-        Some(_) => {
+    let checked = match pinning::creates_operations(desired, live) {
+        true => {
             let seen = Seen {
                 base: crate::preflight::Base::LastReconciled,
                 simulated: false,
                 tree: trees.for_image(&crate::preflight::release_source(cluster).image.value),
             };
-            pinning::findings(cluster, desired, live, &seen)
+            pinning::check(cluster, desired, live, &seen)
         }
-        None => Vec::new(),
+        false => pinning::Checked::default(),
     };
-    pinning::pin(desired, cluster, live, &found);
-    for op in pinning::new_operations(desired, live) {
+    pinning::pin(desired, cluster, live, &checked);
+    let runs = desired.rollouts.iter().map(|r| &r.operation);
+    for op in pinning::new_operations(desired, live).chain(runs) {
         let Some(first) = op.spec.preflight.as_ref().and_then(|p| p.findings.first()) else {
             continue;
         };

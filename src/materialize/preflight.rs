@@ -7,9 +7,9 @@ use kube::ResourceExt;
 
 use super::apply::Live;
 use super::render::{stamp, DesiredCluster};
-use crate::api::{ClusterOperation, ANNOTATION_CONTENT_HASH};
-use crate::layout::ClusterDir;
-use crate::preflight::{self, Base, Finding, History, Tree};
+use crate::api::{ActionType, ClusterOperation, ANNOTATION_CONTENT_HASH};
+use crate::layout::{ClusterDir, Operation};
+use crate::preflight::{self, Base, ClusterFacts, Finding, History, Tree};
 
 /// How the live objects a cluster's pre-flight starts from were seen.
 #[derive(Clone, Debug)]
@@ -20,6 +20,24 @@ pub struct Seen {
     pub simulated: bool,
     /// Local mode: the checked-out kubespray tree the cluster's runs use.
     pub tree: Option<Tree>,
+}
+
+/// What pre-flight found for one rendered cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// The findings of the cluster and its operations.yml entries (see [`preflight::check`]).
+    pub entries: Vec<Finding>,
+    /// For each of the cluster's runs of a rollout (`DesiredCluster::rollouts`, in order), the findings of
+    /// the cluster and of the rollout's operation, which point at the rollout file.
+    pub runs: Vec<Vec<Finding>>,
+}
+
+impl Checked {
+    /// Every finding once: the entries', then what the runs of rollouts add about their operations.
+    pub fn all(&self) -> impl Iterator<Item = &Finding> {
+        let runs = self.runs.iter().flatten().filter(|f| f.operation.is_some());
+        self.entries.iter().chain(runs)
+    }
 }
 
 /// The operations of `desired` (entries of operations.yml) that `live` does not have: the ones the commit
@@ -34,22 +52,69 @@ pub fn new_operations<'d>(
         .filter(|op| !live.operations.contains_key(&op.name_any()))
 }
 
+/// True when the commit creates an operation of the cluster: an entry's, or a run of a rollout (at the
+/// rollout's current `rerun`).
+pub fn creates_operations(desired: &DesiredCluster, live: &Live) -> bool {
+    new_operations(desired, live).next().is_some()
+        || desired
+            .rollouts
+            .iter()
+            .any(|r| !live.operations.contains_key(&r.operation.name_any()))
+}
+
 /// Every finding of `cluster` (rendered as `desired`) against the history `live` shows: the values its
-/// Cluster recorded (and health saw), whether it was seen installed, and which entries are still to run.
-pub fn findings(cluster: &ClusterDir, desired: &DesiredCluster, live: &Live, seen: &Seen) -> Vec<Finding> {
-    let operations = preflight::queued(cluster, &desired.operations, &live.operations);
+/// Cluster recorded (and health saw), whether it was seen installed, and which entries are still to run;
+/// and those of each of its runs of a rollout.
+pub fn check(cluster: &ClusterDir, desired: &DesiredCluster, live: &Live, seen: &Seen) -> Checked {
+    let queued = preflight::queued(cluster, &desired.operations, &live.operations);
     let history = History {
         previous: preflight::previous_of(live.cluster.as_ref(), seen.base),
         installed: preflight::installed(live.cluster.as_ref(), live.operations.values(), seen.simulated),
     };
-    let facts = preflight::cluster_facts(cluster, operations, history, seen.tree.clone());
-    preflight::check_embedded(&facts)
+    let facts = preflight::cluster_facts(cluster, queued.clone(), history.clone(), seen.tree.clone());
+    let runs = desired
+        .rollouts
+        .iter()
+        .map(|run| {
+            // A run queues after the entries of its commit: a pending cluster.yml entry comes first.
+            let mut operations: Vec<(&Operation, bool)> = queued
+                .iter()
+                .copied()
+                .filter(|(op, pending)| *pending && installs(op))
+                .collect();
+            operations.push((&run.entry, true));
+            let facts = ClusterFacts {
+                operations_path: run.path.clone(),
+                operations: preflight::operation_facts(operations),
+                ..facts.clone()
+            };
+            preflight::check_embedded(&facts)
+                .into_iter()
+                .filter(|f| f.operation.as_deref().is_none_or(|id| id == run.entry.id))
+                .collect()
+        })
+        .collect();
+    Checked {
+        entries: preflight::check_embedded(&facts),
+        runs,
+    }
 }
 
-/// Pins `findings` into the operations `desired` creates (each gets the errors that refuse it), and keeps
-/// on the Cluster the versions it recorded before unless one of them may run: the recorded values are those
-/// kok last gave a run, which the next commit's rules 2 and 3 compare with.
-pub fn pin(desired: &mut DesiredCluster, cluster: &ClusterDir, live: &Live, findings: &[Finding]) {
+/// True for an entry that runs `cluster.yml`.
+fn installs(op: &Operation) -> bool {
+    op.action_type == ActionType::Playbook
+        && op
+            .action
+            .rsplit('/')
+            .next()
+            .is_some_and(|f| f == "cluster.yml" || f == "cluster.yaml")
+}
+
+/// Pins what `checked` found into the operations `desired` creates (each gets the errors that refuse it;
+/// a run of a rollout gets them at whatever `rerun` it is created), and keeps on the Cluster the versions
+/// it recorded before unless one of them may run: the recorded values are those kok last gave a run,
+/// which the next commit's rules 2 and 3 compare with.
+pub fn pin(desired: &mut DesiredCluster, cluster: &ClusterDir, live: &Live, checked: &Checked) {
     let mut runnable = false;
     for op in desired
         .operations
@@ -59,18 +124,28 @@ pub fn pin(desired: &mut DesiredCluster, cluster: &ClusterDir, live: &Live, find
         let Some(entry) = cluster.operations.iter().find(|e| e.id == op.spec.id) else {
             continue;
         };
-        let pinned = preflight::pinned(entry, findings);
-        runnable |= pinned.as_ref().is_none_or(|p| p.findings.is_empty());
-        if op.spec.preflight != pinned {
-            op.spec.preflight = pinned;
-            restamp(op);
-        }
+        runnable |= set(op, preflight::pinned(entry, &checked.entries));
+    }
+    for (run, found) in desired.rollouts.iter_mut().zip(&checked.runs) {
+        let pinned = preflight::pinned(&run.entry, found);
+        let new = !live.operations.contains_key(&run.operation.name_any());
+        runnable |= set(&mut run.operation, pinned) && new;
     }
     let recorded = live.cluster.as_ref().map(|c| &c.spec.kubernetes);
     if let Some(recorded) = recorded.filter(|r| !runnable && **r != desired.cluster.spec.kubernetes) {
         desired.cluster.spec.kubernetes = recorded.clone();
         restamp(&mut desired.cluster);
     }
+}
+
+/// Sets the pre-flight of `op`; true when nothing refuses it.
+fn set(op: &mut ClusterOperation, pinned: Option<crate::api::OperationPreflight>) -> bool {
+    let runnable = pinned.as_ref().is_none_or(|p| p.findings.is_empty());
+    if op.spec.preflight != pinned {
+        op.spec.preflight = pinned;
+        restamp(op);
+    }
+    runnable
 }
 
 fn restamp<K: kube::Resource + serde::Serialize>(obj: &mut K) {

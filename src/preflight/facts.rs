@@ -159,6 +159,20 @@ pub fn groups_of(cluster: &ClusterDir, view: &KubesprayView) -> Groups {
     }
 }
 
+/// The facts of `operations` (in queue order, each with whether this commit would run it): its switches
+/// as the entry writes them.
+pub fn operation_facts<'a>(operations: Vec<(&'a Operation, bool)>) -> Vec<OperationFacts<'a>> {
+    operations
+        .into_iter()
+        .map(|(operation, pending)| OperationFacts {
+            operation,
+            pending,
+            preflight: operation.preflight,
+            allow_release_skip: operation.allow_release_skip,
+        })
+        .collect()
+}
+
 /// The facts of `cluster` for the rules: `operations` are its entries in queue order, each with whether
 /// this commit would run it.
 pub fn cluster_facts<'a>(
@@ -178,15 +192,7 @@ pub fn cluster_facts<'a>(
             .collect(),
         inventory: groups_of(cluster, &view),
         operations_path: join(&cluster.path, OPERATIONS_YML),
-        operations: operations
-            .into_iter()
-            .map(|(operation, pending)| OperationFacts {
-                operation,
-                pending,
-                preflight: operation.preflight,
-                allow_release_skip: operation.allow_release_skip,
-            })
-            .collect(),
+        operations: operation_facts(operations),
         facts_playbook: cluster.settings.defaults.facts(),
         previous: history.previous,
         installed: history.installed,

@@ -33,8 +33,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 pub use facts::{
-    check_embedded, cluster_facts, group_line, groups_of, installed, is_kubespray_inventory, pinned,
-    previous_of, queued, recorded, release_source, validate_cluster, History,
+    check_embedded, cluster_facts, group_line, groups_of, installed, is_kubespray_inventory, operation_facts,
+    pinned, previous_of, queued, recorded, release_source, validate_cluster, History,
 };
 pub use releases::{
     kube_versions_from_checksums, Accepted, Check, Checks, Conditional, DocLine, Docs, Lookup, Minor, Place,
