@@ -852,8 +852,9 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
 pub const PLAN_CONTEXT: &str = "kok/plan";
 
 /// The `kok/plan` status of a pull-request head: `error` naming the file and line of the first
-/// problem when a cluster or kok.yml is invalid; `failure` with the first pre-flight error's rule, place and
-/// text when a kubespray rule fails; else `success` saying what would run (and the scale-down warnings),
+/// problem when a cluster or kok.yml is invalid; `failure` with the first pre-flight error's cluster, rule,
+/// text and place (`prod-bj: etcd-odd: etcd has 4 hosts: ... at clusters/prod-bj/hosts.yml:44`) when a
+/// kubespray rule fails; else `success` saying what would run (and the scale-down warnings),
 /// e.g. `prod-bj: add-node8 (scale.yml) would run`. Forges cut the description to their limits.
 pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
     let first_error = plan
@@ -878,12 +879,7 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
         };
         return (
             crate::api::StatusState::Failure,
-            format!(
-                "{cluster}: pre-flight {}: {}{more} at {}",
-                f.rule,
-                f.message,
-                f.location()
-            ),
+            format!("{cluster}: {}: {}{more} at {}", f.rule, f.message, f.location()),
         );
     }
     let mut parts: Vec<String> = plan

@@ -429,8 +429,8 @@ fn kube_version_step(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, data: &R
         Rule::KubeVersionStep,
         at,
         format!(
-            "kube_version {old} ({said}) → {new} skips {skipped}: kubeadm and kubespray upgrade one minor at a \
-             time; set kube_version to {next}.x first{}",
+            "kube_version {old} ({said}) → {new} skips {skipped}: set kube_version to {next}.x first{}; kubeadm \
+             and kubespray upgrade one minor at a time",
             where_to_find(next, view, data)
         ),
         cites,
