@@ -66,7 +66,7 @@ pub fn creates_operations(desired: &DesiredCluster, live: &Live) -> bool {
 /// Cluster recorded (and health saw), whether it was seen installed, and which entries are still to run;
 /// and those of each of its runs of a rollout.
 pub fn check(cluster: &ClusterDir, desired: &DesiredCluster, live: &Live, seen: &Seen) -> Checked {
-    let queued = preflight::queued(cluster, &desired.operations, &live.operations);
+    let queued = preflight::queued(cluster, &desired.operations, &live.operations, seen.simulated);
     let history = History {
         previous: preflight::previous_of(live.cluster.as_ref(), seen.base),
         installed: preflight::installed(live.cluster.as_ref(), live.operations.values(), seen.simulated),

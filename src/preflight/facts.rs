@@ -311,11 +311,13 @@ pub fn installed<'o>(
 /// The entries of `cluster` in queue order with whether each is still to run, from its desired operations
 /// (`desired`, rendered from the entries) and the live ones by name: an entry whose operation does not exist
 /// yet is new, one that exists is still to run until it finishes; live operations keep their queue
-/// position. Entries without a desired operation are left out.
+/// position. `simulated`: the live operations are a plan's picture of the base commit, taken as run.
+/// Entries without a desired operation are left out.
 pub fn queued<'a>(
     cluster: &'a ClusterDir,
     desired: &[ClusterOperation],
     live: &BTreeMap<String, ClusterOperation>,
+    simulated: bool,
 ) -> Vec<(&'a Operation, bool)> {
     let mut out: Vec<(String, &'a Operation, bool)> = desired
         .iter()
@@ -325,7 +327,11 @@ pub fn queued<'a>(
             Some(match live.get(&name) {
                 Some(op) => {
                     let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
-                    (op.spec.queue_position.clone(), entry, !phase.is_terminal())
+                    (
+                        op.spec.queue_position.clone(),
+                        entry,
+                        !simulated && !phase.is_terminal(),
+                    )
                 }
                 None => (d.spec.queue_position.clone(), entry, true),
             })
@@ -556,7 +562,7 @@ mod tests {
             ),
         ]
         .into();
-        let order: Vec<(&str, bool)> = queued(&dir, &desired, &live)
+        let order: Vec<(&str, bool)> = queued(&dir, &desired, &live, false)
             .into_iter()
             .map(|(o, pending)| (o.id.as_str(), pending))
             .collect();
