@@ -1254,6 +1254,74 @@ mod tests {
         assert_eq!(plan_status(&plan_with(Vec::new())).1, "no changes");
     }
 
+    fn finding(rule: &str, severity: layout::Severity, line: usize) -> PlannedFinding {
+        PlannedFinding {
+            rule: rule.into(),
+            severity,
+            path: "clusters/prod-bj/hosts.yml".into(),
+            line,
+            operation: None,
+            message: format!("{rule} is broken"),
+            cites: Some("kubespray v2.27.0 roles/x.yml:80".into()),
+        }
+    }
+
+    #[test]
+    fn a_preflight_error_fails_the_plan_with_its_rule_and_every_finding_is_listed() {
+        let mut add = op("add-etcd", "cluster.yml");
+        add.preflight_skipped = true;
+        add.allow_release_skip = true;
+        let bj = ClusterPlan {
+            name: "prod-bj".into(),
+            operations: vec![add],
+            preflight: vec![
+                finding("release-known", layout::Severity::Warning, 0),
+                finding("etcd-odd", layout::Severity::Error, 13),
+                finding("setting-accepted", layout::Severity::Error, 2),
+            ],
+            ..ClusterPlan::default()
+        };
+        let plan = plan_with(vec![bj]);
+        assert!(plan.has_errors());
+        let (state, description) = plan_status(&plan);
+        assert_eq!(state, StatusState::Failure);
+        assert_eq!(
+            description,
+            "prod-bj: etcd-odd: etcd-odd is broken (1 of 2 pre-flight errors) at clusters/prod-bj/hosts.yml:13"
+        );
+        let text = text(&plan);
+        assert!(
+            text.contains(
+                "  pre-flight:\n    warning: release-known: clusters/prod-bj/hosts.yml: release-known is broken\n      \
+                 from kubespray v2.27.0 roles/x.yml:80\n    error: etcd-odd: clusters/prod-bj/hosts.yml:13: "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("    add-etcd (cluster.yml) from bbbbbbbb \"scale\" [preflight: false, allowReleaseSkip: true]\n"),
+            "{text}"
+        );
+        let md = markdown(&plan);
+        assert!(
+            md.contains(
+                "- :x: `etcd-odd` at `clusters/prod-bj/hosts.yml:13`: etcd-odd is broken — from kubespray v2.27.0 \
+                 roles/x.yml:80\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("- :warning: `release-known` at `clusters/prod-bj/hosts.yml`"),
+            "{md}"
+        );
+        assert!(
+            md.contains("[preflight: false, allowReleaseSkip: true] |"),
+            "{md}"
+        );
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["clusters"][0]["preflight"][1]["rule"], "etcd-odd");
+        assert_eq!(json["clusters"][0]["operations"][0]["preflightSkipped"], true);
+    }
+
     #[test]
     fn plan_status_of_an_invalid_cluster_is_an_error_naming_file_and_line() {
         let mut plan = plan_with(Vec::new());

@@ -154,3 +154,175 @@ fn restamp<K: kube::Resource + serde::Serialize>(obj: &mut K) {
     }
     stamp(obj);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::api::{ClusterKubernetes, ClusterOperationStatus, Phase};
+    use crate::layout::rollouts::Rollout;
+    use crate::layout::{parse_repo, DiskTree};
+    use crate::materialize::render::{render_cluster, RenderContext};
+    use crate::materialize::rollout::add_rollouts;
+
+    /// prod-bj on kubespray v2.27.0 with `etcd` members and `kube_version`, its operations.yml `ops`.
+    fn cluster(etcd: &[&str], kube_version: &str, ops: &str) -> ClusterDir {
+        let dir = tempfile::tempdir().unwrap();
+        let members: String = etcd.iter().map(|h| format!("{h}\n")).collect();
+        let files = [
+            (
+                "kok.yml",
+                "image: quay.io/kubespray/kubespray:v2.27.0\n".to_string(),
+            ),
+            (
+                "clusters/prod-bj/inventory.ini",
+                format!("[kube_control_plane]\nn1\n\n[etcd]\n{members}\n[kube_node]\nn4\n"),
+            ),
+            (
+                "clusters/prod-bj/vars.yml",
+                format!("kube_version: {kube_version}\n"),
+            ),
+            ("clusters/prod-bj/operations.yml", ops.to_string()),
+        ];
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let parsed = parse_repo(&DiskTree::new(dir.path()), "clusters");
+        assert!(!parsed.has_errors(), "{:#?}", parsed.diagnostics);
+        parsed.clusters.into_iter().next().unwrap()
+    }
+
+    fn seen() -> Seen {
+        Seen {
+            base: Base::LastReconciled,
+            simulated: false,
+            tree: None,
+        }
+    }
+
+    /// The live objects a pass leaves for `desired`: its Cluster, and its operations with `phase`.
+    fn live(desired: &DesiredCluster, phase: Phase) -> Live {
+        Live {
+            cluster: Some(desired.cluster.clone()),
+            config_maps: Default::default(),
+            operations: desired
+                .operations
+                .iter()
+                .map(|op| {
+                    let mut op = op.clone();
+                    op.status = Some(ClusterOperationStatus {
+                        phase,
+                        ..Default::default()
+                    });
+                    (op.name_any(), op)
+                })
+                .collect(),
+        }
+    }
+
+    const INSTALL: &str = "- id: install\n  action: cluster.yml\n";
+
+    #[test]
+    fn a_new_operation_pins_what_refuses_it_and_the_cluster_keeps_the_versions_last_given_a_run() {
+        let ctx = RenderContext::new("kok-system", "main", "1".repeat(40));
+        let before = cluster(&["n1"], "v1.29.10", INSTALL);
+        let first = render_cluster(&before, &ctx);
+        let recorded = Some(ClusterKubernetes {
+            kube_version: Some("v1.29.10".into()),
+            kubespray_release: Some("v2.27.0".into()),
+        });
+        assert_eq!(first.cluster.spec.kubernetes, recorded);
+        let live = live(&first, Phase::Succeeded);
+
+        // A jump over v1.30 with an upgrade: refused; the Cluster keeps v1.29.10.
+        let after = cluster(
+            &["n1"],
+            "v1.31.4",
+            &format!("{INSTALL}- id: upgrade\n  action: upgrade-cluster.yml\n"),
+        );
+        let mut desired = render_cluster(&after, &ctx);
+        assert!(creates_operations(&desired, &live));
+        let checked = check(&after, &desired, &live, &seen());
+        pin(&mut desired, &after, &live, &checked);
+        let upgrade = desired
+            .operations
+            .iter()
+            .find(|o| o.spec.id == "upgrade")
+            .unwrap();
+        let pinned = upgrade.spec.preflight.as_ref().unwrap();
+        assert_eq!(pinned.findings[0].rule, "kube-version-step");
+        assert_eq!(
+            (pinned.findings[0].path.as_str(), pinned.findings[0].line),
+            ("clusters/prod-bj/vars.yml", 1)
+        );
+        assert_eq!(
+            desired.cluster.spec.kubernetes, recorded,
+            "nothing ran with v1.31.4"
+        );
+        let hash =
+            |o: &ClusterOperation| o.metadata.annotations.clone().unwrap()[ANNOTATION_CONTENT_HASH].clone();
+        let mut stamped = upgrade.clone();
+        restamp(&mut stamped);
+        assert_eq!(
+            hash(&stamped),
+            hash(upgrade),
+            "the content hash covers the findings"
+        );
+
+        // One minor at a time: the upgrade may run, and the Cluster records v1.30.4.
+        let step = cluster(
+            &["n1"],
+            "v1.30.4",
+            &format!("{INSTALL}- id: upgrade\n  action: upgrade-cluster.yml\n"),
+        );
+        let mut desired = render_cluster(&step, &ctx);
+        let checked = check(&step, &desired, &live, &seen());
+        assert_eq!(checked.entries, []);
+        pin(&mut desired, &step, &live, &checked);
+        assert!(desired.operations.iter().all(|o| o.spec.preflight.is_none()));
+        assert_eq!(
+            desired.cluster.spec.kubernetes.unwrap().kube_version.as_deref(),
+            Some("v1.30.4")
+        );
+    }
+
+    #[test]
+    fn a_run_of_a_rollout_is_checked_against_its_clusters_inventory_and_points_at_its_file() {
+        let ctx = RenderContext::new("kok-system", "main", "1".repeat(40));
+        let even = cluster(&["n1", "n2"], "v1.29.10", INSTALL);
+        let mut desired = render_cluster(&even, &ctx);
+        let installed = live(&desired, Phase::Succeeded);
+        let mut rollout = Rollout::of_waves(
+            "upgrade-1-30",
+            "upgrade_cluster.yml",
+            &[("all", &["prod-bj"], None)],
+        );
+        rollout.operation.line = 3;
+        add_rollouts(&mut desired, &even, &[(&rollout, "all")], &BTreeSet::new(), &ctx);
+        assert!(creates_operations(&desired, &installed));
+        let checked = check(&even, &desired, &installed, &seen());
+        pin(&mut desired, &even, &installed, &checked);
+        let run = &desired.rollouts[0].operation;
+        let rules: Vec<(&str, &str)> = run
+            .spec
+            .preflight
+            .as_ref()
+            .unwrap()
+            .findings
+            .iter()
+            .map(|f| (f.rule.as_str(), f.path.as_str()))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                ("etcd-odd", "clusters/prod-bj/inventory.ini"),
+                ("playbook-exists", "rollouts/upgrade-1-30.yml")
+            ]
+        );
+        let all: Vec<&str> = checked.all().map(|f| f.rule.id()).collect();
+        assert_eq!(all, ["etcd-odd", "playbook-exists"], "the cluster's finding once");
+    }
+}
