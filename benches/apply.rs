@@ -46,6 +46,7 @@ fn cluster(i: usize, extra_host: bool) -> ClusterDir {
         inventory: Inventory::default(),
         operations,
         settings: Settings::default(),
+        kubespray: None,
     }
 }
 

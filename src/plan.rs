@@ -1,7 +1,7 @@
 //! What a commit range would make kok do: the plan (objects created, updated and deleted per
-//! cluster, operations that would run), decided by the functions that decide apply's writes, its
-//! `kok/plan` status and its text and markdown renderings. Shared by `kok plan` and the service's
-//! pull-request plans.
+//! cluster, operations that would run, what kubespray's pre-flight rules find), decided by the functions
+//! that decide apply's writes, its `kok/plan` status and its text and markdown renderings. Shared by
+//! `kok plan` and the service's pull-request plans.
 
 mod rollouts;
 
@@ -21,6 +21,7 @@ use crate::controller::live::LiveCache;
 use crate::controller::wave::RunState;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::apply::{self, decide_cluster, decide_removal, Change, Live, Write};
+use crate::materialize::preflight::{self as pinning, Seen};
 use crate::materialize::render::with_revision;
 use crate::materialize::rollout::wave_of;
 use crate::materialize::{fleet, DesiredCluster, RenderContext};
@@ -90,6 +91,12 @@ pub struct PlannedOperation {
     /// For a cluster's run of a rollout: the wave that took the cluster.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wave: Option<String>,
+    /// `preflight: false` in operations.yml: kubespray's pre-flight rules are not checked for it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub preflight_skipped: bool,
+    /// `allowReleaseSkip: true` in operations.yml: it may move the cluster over a kubespray minor release.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_release_skip: bool,
 }
 
 impl PlannedOperation {
@@ -107,6 +114,72 @@ impl PlannedOperation {
             (Some(rollout), Some(wave)) => format!(" in wave {wave} of rollout {rollout}"),
             (Some(rollout), None) => format!(" of rollout {rollout}"),
             _ => String::new(),
+        }
+    }
+
+    /// ` [preflight: false, allowReleaseSkip: true]` for the switches it sets, or nothing.
+    pub fn switches_text(&self) -> String {
+        let mut set = Vec::new();
+        if self.preflight_skipped {
+            set.push("preflight: false");
+        }
+        if self.allow_release_skip {
+            set.push("allowReleaseSkip: true");
+        }
+        match set.is_empty() {
+            true => String::new(),
+            false => format!(" [{}]", set.join(", ")),
+        }
+    }
+}
+
+/// One finding of kubespray's pre-flight rules (see [`crate::preflight`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlannedFinding {
+    /// The rule's stable id, e.g. `etcd-odd`.
+    pub rule: String,
+    /// An error fails the plan and refuses the operations it is about; a warning is shown.
+    pub severity: layout::Severity,
+    /// The file of the repository it is about, relative to the root.
+    pub path: String,
+    /// 1-based line; 0 for the file as a whole.
+    pub line: usize,
+    /// The operation it is about, if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    /// What is wrong and what to do.
+    pub message: String,
+    /// What the rule comes from: a kubespray file and line at a release, or a document.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cites: Option<String>,
+}
+
+impl PlannedFinding {
+    fn of(finding: &crate::preflight::Finding) -> PlannedFinding {
+        PlannedFinding {
+            rule: finding.rule.id().to_string(),
+            severity: finding.severity,
+            path: finding.path.clone(),
+            line: finding.line,
+            operation: finding.operation.clone(),
+            message: finding.message.clone(),
+            cites: finding.cites.as_ref().map(ToString::to_string),
+        }
+    }
+
+    /// `clusters/prod-bj/hosts.yml:12`, or the path alone for the file as a whole.
+    pub fn location(&self) -> String {
+        match self.line {
+            0 => self.path.clone(),
+            line => format!("{}:{line}", self.path),
+        }
+    }
+
+    /// `error` or `warning`.
+    pub fn severity_word(&self) -> &'static str {
+        match self.severity {
+            layout::Severity::Error => "error",
+            layout::Severity::Warning => "warning",
         }
     }
 }
@@ -131,6 +204,10 @@ pub struct ClusterPlan {
     /// The cluster's labels (`labels` in cluster.yml and kok.yml), as its Cluster object carries them.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// What kubespray's pre-flight rules find: about the cluster at the end of the range, and about the
+    /// operations that would run. An error refuses those operations before their Job.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub preflight: Vec<PlannedFinding>,
 }
 
 impl ClusterPlan {
@@ -181,11 +258,22 @@ impl Plan {
         !self.clusters.is_empty() || self.rollouts.iter().any(|r| r.change != RolloutChange::Invalid)
     }
 
-    /// True when a cluster, kok.yml or a rollout file is invalid at `to`.
+    /// True when a cluster, kok.yml or a rollout file is invalid at `to`, or a pre-flight rule fails.
     pub fn has_errors(&self) -> bool {
         !self.invalid.is_empty()
             || !self.repo_diagnostics.is_empty()
             || self.rollouts.iter().any(RolloutPlan::has_errors)
+            || self.first_preflight_error().is_some()
+    }
+
+    /// The first pre-flight error of the plan, with its cluster.
+    pub fn first_preflight_error(&self) -> Option<(&str, &PlannedFinding)> {
+        self.clusters.iter().find_map(|c| {
+            c.preflight
+                .iter()
+                .find(|f| f.severity == layout::Severity::Error)
+                .map(|f| (c.name.as_str(), f))
+        })
     }
 }
 
@@ -254,6 +342,7 @@ impl Prepared {
             names: self.at_from.keys().cloned().collect(),
             rollouts: self.rollouts.at_from.clone(),
             rollout_runs: BTreeMap::new(),
+            simulated: true,
         }
     }
 }
@@ -270,6 +359,9 @@ pub struct Baseline {
     /// Per rollout whose `rerun` the range bumps, the latest run of each of its clusters (read only
     /// from a meta-cluster: without one, which runs failed is not known).
     pub rollout_runs: BTreeMap<String, BTreeMap<String, RunState>>,
+    /// True when the live objects are the render of the range's start (no meta-cluster): none of its
+    /// operations ran, and a `cluster.yml` entry there counts as the cluster installed for pre-flight.
+    pub simulated: bool,
 }
 
 /// Reads the baseline from the meta-cluster: three lists per cluster compared, one more on a full resync.
@@ -528,7 +620,13 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
     let empty = Live::default();
     let live = |name: &str| baseline.clusters.get(name).unwrap_or(&empty);
     let mut writes: BTreeMap<String, Vec<Write>> = BTreeMap::new();
+    let mut findings: BTreeMap<String, Vec<PlannedFinding>> = BTreeMap::new();
     let widened: BTreeSet<&String> = prepared.widened.iter().map(|c| &c.name).collect();
+    let seen = Seen {
+        base: crate::preflight::Base::PullRequest,
+        simulated: baseline.simulated,
+        tree: None,
+    };
     for desired in &prepared.desired {
         let live = live(&desired.name);
         // A cluster applied only for its runs of a rollout keeps its revision, as in the pass.
@@ -536,7 +634,28 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
             (Some(c), true) => Some(with_revision(desired, &c.spec.source.revision)),
             _ => None,
         };
-        let desired = kept.as_ref().unwrap_or(desired);
+        // The pass pins pre-flight's findings into the operations it creates: the plan does the same, and
+        // shows them.
+        let checked = match (kept.is_none(), prepared.cluster(&desired.name)) {
+            (true, Some(cluster)) => {
+                let checked = pinning::check(cluster, desired, live, &seen);
+                let new: BTreeSet<&str> = pinning::new_operations(desired, live)
+                    .map(|o| o.spec.id.as_str())
+                    .chain(desired.rollouts.iter().map(|r| r.entry.id.as_str()))
+                    .collect();
+                let shown = checked
+                    .all()
+                    .filter(|f| f.operation.as_deref().is_none_or(|id| new.contains(id)))
+                    .map(PlannedFinding::of)
+                    .collect();
+                findings.insert(desired.name.clone(), shown);
+                let mut pinned = desired.clone();
+                pinning::pin(&mut pinned, cluster, live, &checked);
+                Some(pinned)
+            }
+            _ => None,
+        };
+        let desired = kept.as_ref().or(checked.as_ref()).unwrap_or(desired);
         writes.insert(desired.name.clone(), decide_cluster(live, desired, now));
     }
     for name in &prepared.read.changes.removed {
@@ -575,8 +694,15 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         }
         plan.operations = planned_operations(prepared, &name, &writes);
         plan.warnings = scale_down_warnings(prepared, &name, &plan.operations);
+        plan.preflight = findings.remove(&name).unwrap_or_default();
         if let Some(c) = prepared.cluster(&name) {
             plan.labels = c.settings.labels.clone();
+            for op in plan.operations.iter_mut().filter(|o| o.rollout.is_none()) {
+                if let Some(entry) = c.operations.iter().find(|e| e.id == op.id) {
+                    op.preflight_skipped = !entry.preflight;
+                    op.allow_release_skip = entry.allow_release_skip;
+                }
+            }
         }
         if !writes.is_empty() {
             clusters.push(plan);
@@ -675,6 +801,8 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
                     commit_index: prepared.commits.saturating_sub(1),
                     rollout: run.spec.rollout.as_ref().map(|r| r.name.clone()),
                     wave: wave_of(run).map(str::to_string),
+                    preflight_skipped: false,
+                    allow_release_skip: false,
                 },
             ));
             continue;
@@ -711,6 +839,8 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
                 commit_index,
                 rollout: None,
                 wave: None,
+                preflight_skipped: false,
+                allow_release_skip: false,
             },
         ));
     }
@@ -722,9 +852,10 @@ fn planned_operations(prepared: &Prepared, name: &str, writes: &[Write]) -> Vec<
 pub const PLAN_CONTEXT: &str = "kok/plan";
 
 /// The `kok/plan` status of a pull-request head: `error` naming the file and line of the first
-/// problem when a cluster or kok.yml is invalid, else `success` saying what would run (and the
-/// scale-down warnings), e.g. `prod-bj: add-node8 (scale.yml) would run`. Forges cut the
-/// description to their limits.
+/// problem when a cluster or kok.yml is invalid; `failure` with the first pre-flight error's cluster, rule,
+/// text and place (`prod-bj: etcd-odd: etcd has 4 hosts: ... at clusters/prod-bj/hosts.yml:44`) when a
+/// kubespray rule fails; else `success` saying what would run (and the scale-down warnings),
+/// e.g. `prod-bj: add-node8 (scale.yml) would run`. Forges cut the description to their limits.
 pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
     let first_error = plan
         .repo_diagnostics
@@ -734,6 +865,22 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
         .find(|d| d.severity == layout::Severity::Error);
     if let Some(d) = first_error {
         return (crate::api::StatusState::Error, d.to_string());
+    }
+    if let Some((cluster, f)) = plan.first_preflight_error() {
+        let errors = plan
+            .clusters
+            .iter()
+            .flat_map(|c| &c.preflight)
+            .filter(|f| f.severity == layout::Severity::Error)
+            .count();
+        let more = match errors {
+            1 => String::new(),
+            n => format!(" (1 of {n} pre-flight errors)"),
+        };
+        return (
+            crate::api::StatusState::Failure,
+            format!("{cluster}: {}: {}{more} at {}", f.rule, f.message, f.location()),
+        );
     }
     let mut parts: Vec<String> = plan
         .clusters
@@ -824,16 +971,37 @@ pub fn text(plan: &Plan) -> String {
         for w in &cluster.warnings {
             out.push_str(&format!("  warning: {w}\n"));
         }
+        if !cluster.preflight.is_empty() {
+            out.push_str("  pre-flight:\n");
+            for f in &cluster.preflight {
+                let about = f
+                    .operation
+                    .as_ref()
+                    .map(|id| format!(" (operation {id})"))
+                    .unwrap_or_default();
+                out.push_str(&format!(
+                    "    {}: {}: {}{about}: {}\n",
+                    f.severity_word(),
+                    f.rule,
+                    f.location(),
+                    f.message
+                ));
+                if let Some(cites) = &f.cites {
+                    out.push_str(&format!("      from {cites}\n"));
+                }
+            }
+        }
         if !cluster.operations.is_empty() {
             out.push_str("  operations that would run:\n");
             for op in &cluster.operations {
                 out.push_str(&format!(
-                    "    {} ({}) from {} {:?}{}\n",
+                    "    {} ({}) from {} {:?}{}{}\n",
                     op.id,
                     op.steps(),
                     short(&op.commit),
                     op.subject,
-                    op.rollout_text()
+                    op.rollout_text(),
+                    op.switches_text()
                 ));
             }
         }
@@ -900,7 +1068,7 @@ pub fn markdown(plan: &Plan) -> String {
         }
         for op in &cluster.operations {
             out.push_str(&format!(
-                "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {}{} |\n",
+                "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {}{}{} |\n",
                 op.name,
                 cell(&op.id),
                 cell(&op.action),
@@ -910,7 +1078,8 @@ pub fn markdown(plan: &Plan) -> String {
                     .unwrap_or_default(),
                 short(&op.commit),
                 cell(&op.subject),
-                cell(&op.rollout_text())
+                cell(&op.rollout_text()),
+                cell(&op.switches_text())
             ));
         }
         out.push('\n');
@@ -918,6 +1087,32 @@ pub fn markdown(plan: &Plan) -> String {
             out.push_str(&format!("> :warning: {w}\n"));
         }
         if !cluster.warnings.is_empty() {
+            out.push('\n');
+        }
+        if !cluster.preflight.is_empty() {
+            out.push_str("Pre-flight (kubespray's rules):\n\n");
+            for f in &cluster.preflight {
+                let sign = match f.severity {
+                    layout::Severity::Error => ":x:",
+                    layout::Severity::Warning => ":warning:",
+                };
+                let about = f
+                    .operation
+                    .as_ref()
+                    .map(|id| format!(" (operation `{}`)", cell(id)))
+                    .unwrap_or_default();
+                let cites = f
+                    .cites
+                    .as_ref()
+                    .map(|c| format!(" — from {}", cell(c)))
+                    .unwrap_or_default();
+                out.push_str(&format!(
+                    "- {sign} `{}` at `{}`{about}: {}{cites}\n",
+                    f.rule,
+                    cell(&f.location()),
+                    cell(&f.message)
+                ));
+            }
             out.push('\n');
         }
     }
@@ -970,6 +1165,8 @@ mod tests {
             facts_playbook: None,
             rollout: None,
             wave: None,
+            preflight_skipped: false,
+            allow_release_skip: false,
         }
     }
 
@@ -1055,6 +1252,74 @@ mod tests {
              operation names it"
         );
         assert_eq!(plan_status(&plan_with(Vec::new())).1, "no changes");
+    }
+
+    fn finding(rule: &str, severity: layout::Severity, line: usize) -> PlannedFinding {
+        PlannedFinding {
+            rule: rule.into(),
+            severity,
+            path: "clusters/prod-bj/hosts.yml".into(),
+            line,
+            operation: None,
+            message: format!("{rule} is broken"),
+            cites: Some("kubespray v2.27.0 roles/x.yml:80".into()),
+        }
+    }
+
+    #[test]
+    fn a_preflight_error_fails_the_plan_with_its_rule_and_every_finding_is_listed() {
+        let mut add = op("add-etcd", "cluster.yml");
+        add.preflight_skipped = true;
+        add.allow_release_skip = true;
+        let bj = ClusterPlan {
+            name: "prod-bj".into(),
+            operations: vec![add],
+            preflight: vec![
+                finding("release-known", layout::Severity::Warning, 0),
+                finding("etcd-odd", layout::Severity::Error, 13),
+                finding("setting-accepted", layout::Severity::Error, 2),
+            ],
+            ..ClusterPlan::default()
+        };
+        let plan = plan_with(vec![bj]);
+        assert!(plan.has_errors());
+        let (state, description) = plan_status(&plan);
+        assert_eq!(state, StatusState::Failure);
+        assert_eq!(
+            description,
+            "prod-bj: etcd-odd: etcd-odd is broken (1 of 2 pre-flight errors) at clusters/prod-bj/hosts.yml:13"
+        );
+        let text = text(&plan);
+        assert!(
+            text.contains(
+                "  pre-flight:\n    warning: release-known: clusters/prod-bj/hosts.yml: release-known is broken\n      \
+                 from kubespray v2.27.0 roles/x.yml:80\n    error: etcd-odd: clusters/prod-bj/hosts.yml:13: "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("    add-etcd (cluster.yml) from bbbbbbbb \"scale\" [preflight: false, allowReleaseSkip: true]\n"),
+            "{text}"
+        );
+        let md = markdown(&plan);
+        assert!(
+            md.contains(
+                "- :x: `etcd-odd` at `clusters/prod-bj/hosts.yml:13`: etcd-odd is broken — from kubespray v2.27.0 \
+                 roles/x.yml:80\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("- :warning: `release-known` at `clusters/prod-bj/hosts.yml`"),
+            "{md}"
+        );
+        assert!(
+            md.contains("[preflight: false, allowReleaseSkip: true] |"),
+            "{md}"
+        );
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["clusters"][0]["preflight"][1]["rule"], "etcd-odd");
+        assert_eq!(json["clusters"][0]["operations"][0]["preflightSkipped"], true);
     }
 
     #[test]

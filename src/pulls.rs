@@ -404,6 +404,8 @@ mod tests {
             facts_playbook: None,
             rollout: None,
             wave: None,
+            preflight_skipped: false,
+            allow_release_skip: false,
         };
         let mut plan = Plan {
             from: Some("c".repeat(40)),

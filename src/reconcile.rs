@@ -1,9 +1,11 @@
 //! One reconciliation pass: a commit of the source becomes objects in the meta-cluster.
 //!
 //! The pass diffs the new commit against the last reconciled one, parses only the clusters whose
-//! subtrees changed, renders them, applies them, removes the clusters whose directories are gone,
-//! records the commit as reconciled and queues the commit's `kok/sync` status. A cluster that
-//! fails validation is left exactly as it was (its last good state) and does not stop the others.
+//! subtrees changed, renders them, checks the operations it creates against kubespray's pre-flight rules
+//! (pinning the errors into their specs, which the controller refuses), applies them, removes the
+//! clusters whose directories are gone, records the commit as reconciled and queues the commit's
+//! `kok/sync` status. A cluster that fails validation is left exactly as it was (its last good state) and
+//! does not stop the others.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,7 @@ use tracing::{info, instrument, warn};
 
 use crate::controller::live::LiveCache;
 use crate::layout::{self, Diagnostic};
+use crate::materialize::preflight::{self as pinning, Seen};
 use crate::materialize::{self, apply, fleet, rollout, state, RenderContext};
 use crate::metrics::Metrics;
 use crate::source::read::{CommitChanges, RolloutsRead};
@@ -33,6 +36,8 @@ pub struct PassConfig {
     pub status_url: Option<String>,
     /// The watch caches the writes are decided from; without them each cluster's objects are listed.
     pub live: Option<Arc<LiveCache>>,
+    /// Local mode: the checked-out kubespray trees the runs use, whose own files pre-flight reads.
+    pub trees: Arc<crate::preflight::Trees>,
 }
 
 /// How long a pass waits for the watch caches' first list before it lists each cluster itself.
@@ -219,6 +224,7 @@ pub async fn pass(
             }
         })
         .try_flatten();
+    let trees = &cfg.trees;
     outcome.writes += clusters
         .map_ok(|(ctx, cluster)| async move {
             let mut desired = materialize::render_cluster(&cluster, &ctx);
@@ -226,10 +232,14 @@ pub async fn pass(
                 let of = memberships.get(&cluster.name).map_or(&[][..], Vec::as_slice);
                 rollout::add_rollouts(&mut desired, &cluster, of, broken, &ctx);
             }
+            let view = match cached(live, &cluster.name).await {
+                Some(view) => view,
+                None => apply::read_live(client, ns, &cluster.name).await?,
+            };
+            preflight(&mut desired, &cluster, &view, trees);
             let name = cluster.name;
-            let view = cached(live, &name).await;
             let keep = untouched.contains(&name);
-            let applied = apply::apply_cluster_from(client, ns, &desired, view, keep).await?;
+            let applied = apply::apply_cluster_from(client, ns, &desired, Some(view), keep).await?;
             Ok::<_, PassError>(noted(live, &name, applied))
         })
         .try_buffered(CONCURRENT_CLUSTERS)
@@ -294,6 +304,36 @@ pub async fn pass(
         "commit reconciled"
     );
     Ok(outcome)
+}
+
+/// Checks the operations `desired` creates against kubespray's pre-flight rules, seen from the cluster's
+/// live objects (the values its Cluster recorded, what health saw), and pins the errors into their specs:
+/// the controller refuses them. Nothing is checked when the commit creates no operation of the cluster.
+fn preflight(
+    desired: &mut materialize::DesiredCluster,
+    cluster: &layout::ClusterDir,
+    live: &apply::Live,
+    trees: &crate::preflight::Trees,
+) {
+    let checked = match pinning::creates_operations(desired, live) {
+        true => {
+            let seen = Seen {
+                base: crate::preflight::Base::LastReconciled,
+                simulated: false,
+                tree: trees.for_image(&crate::preflight::release_source(cluster).image.value),
+            };
+            pinning::check(cluster, desired, live, &seen)
+        }
+        false => pinning::Checked::default(),
+    };
+    pinning::pin(desired, cluster, live, &checked);
+    let runs = desired.rollouts.iter().map(|r| &r.operation);
+    for op in pinning::new_operations(desired, live).chain(runs) {
+        let Some(first) = op.spec.preflight.as_ref().and_then(|p| p.findings.first()) else {
+            continue;
+        };
+        info!(cluster = %cluster.name, operation = %op.spec.id, rule = %first.rule, message = %first.message, "pre-flight refuses the operation");
+    }
 }
 
 /// Reads the rollout files when a rollouts directory exists and something changed, and writes their

@@ -63,6 +63,8 @@ pub struct ServiceConfig {
     pub pr_comments: Option<Arc<PlanComments>>,
     /// Where the web view reads the watch caches from, when it is on.
     pub web_caches: Option<crate::web::view::CacheSlot>,
+    /// Local mode: the checked-out kubespray trees whose own files pre-flight reads.
+    pub trees: Arc<crate::preflight::Trees>,
 }
 
 /// Failures that stop the service.
@@ -296,6 +298,7 @@ async fn poll_loop(
         root: cfg.root.clone(),
         status_url: cfg.status_url.clone(),
         live: Some(live),
+        trees: cfg.trees.clone(),
     };
     let saved = state::load_state(client, &cfg.namespace)
         .await

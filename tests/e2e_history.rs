@@ -306,7 +306,7 @@ async fn note_with(remote: &Remote, kok: &Kok, sha: &str, prefix: &str) -> Strin
 async fn an_operation_committed_before_kok_first_ran_shows_its_outcome_under_its_commit_and_so_does_a_rerun()
 {
     let api = meta_cluster().await;
-    let (remote, hello, docs) = operations_then_docs("- id: hello\n  action: hello.yml\n");
+    let (remote, hello, docs) = operations_then_docs("- id: hello\n  action: playbooks/facts.yml\n");
     let kok = Kok::run(&api, &remote, &[]);
     complete_jobs(&api, &kok, &mut Vec::new(), 1).await;
     note_with(&remote, &kok, &hello, "kok/a/hello: success ").await;
@@ -351,7 +351,7 @@ async fn an_operation_committed_before_kok_first_ran_shows_its_outcome_under_its
     // commit kok reconciles it at.
     remote.write(
         "clusters/a/operations.yml",
-        "- id: hello\n  action: hello.yml\n  rerun: 1\n",
+        "- id: hello\n  action: playbooks/facts.yml\n  rerun: 1\n",
     );
     let bump = remote.push("a: run hello again");
     remote.write("docs/README.md", "more docs\n");
@@ -386,8 +386,9 @@ async fn an_operation_committed_before_kok_first_ran_shows_its_outcome_under_its
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scheduled_run_shows_under_the_commit_that_brought_the_operation_in() {
     let api = meta_cluster().await;
-    let (remote, backup, _) =
-        operations_then_docs("- id: backup\n  action: backup.yml\n  schedule: \"* * * * * *\"\n");
+    let (remote, backup, _) = operations_then_docs(
+        "- id: backup\n  type: shell\n  action: backup.sh\n  schedule: \"* * * * * *\"\n",
+    );
     let mut kok = Kok::run(&api, &remote, &[]);
     let mut done = Vec::new();
     complete_jobs(&api, &kok, &mut done, 1).await;
@@ -433,7 +434,7 @@ async fn every_scheduled_run_shows_under_the_commit_that_brought_the_operation_i
 
 #[test]
 fn a_run_reported_on_a_later_commit_shows_under_the_change_it_ran_and_says_where_it_was_reported() {
-    let (remote, hello, docs) = operations_then_docs("- id: hello\n  action: hello.yml\n");
+    let (remote, hello, docs) = operations_then_docs("- id: hello\n  action: playbooks/facts.yml\n");
     // Where an earlier kok reported the run of its first start: the tip it reconciled.
     note(
         &remote.bare(),

@@ -544,3 +544,23 @@ fn a_kubespray_inventory_is_mounted_file_by_file_and_laid_out_at_its_paths_for_a
         "the writable inventory holds every file at its path, the compressed one inflated"
     );
 }
+
+#[test]
+fn a_run_with_preflight_false_says_first_that_the_rules_were_skipped() {
+    let mut op = operation("prod-bj-add-node7-0123abcd");
+    let (_, log, code) = run_with_recorder_and_log(&op, None);
+    assert_eq!(code, 0);
+    assert!(!log.contains("pre-flight"), "{log}");
+    op.spec.preflight = Some(kok::api::OperationPreflight {
+        skipped: true,
+        findings: Vec::new(),
+    });
+    let (out, log, code) = run_with_recorder_and_log(&op, None);
+    assert_eq!(code, 0, "{log}");
+    assert!(out.contains("[scale.yml]"), "the run goes on: {out}");
+    assert_eq!(
+        log.lines().next(),
+        Some("kok: pre-flight skipped (preflight: false in operations.yml)"),
+        "{log}"
+    );
+}

@@ -196,7 +196,9 @@ async fn run_and_compare(kubespray: &Kubespray, files: &[(String, String)]) -> C
     repo.write(
         &format!("clusters/{CLUSTER}/operations.yml"),
         &format!(
-            "- id: dump\n  action: playbooks/dump.yml\n  extraArgs: [-e, 'out_dir={}']\n",
+            // The repository's own playbook on a directory of two etcd members: kubespray's rules (an odd
+            // etcd, its playbooks) are not this run's.
+            "- id: dump\n  action: playbooks/dump.yml\n  extraArgs: [-e, 'out_dir={}']\n  preflight: false\n",
             out_dir.display()
         ),
     );

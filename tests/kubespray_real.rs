@@ -20,6 +20,8 @@ use gitkit::{free_port, Sshd};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kok::api::{ClusterOperation, Phase};
+use kok::layout::Severity;
+use kok::preflight::{self, Finding, History};
 use kube::api::{Api, PostParams};
 use local_e2e_support::kubespray::{kubespray_or_skip, systemd_refusal, Kubespray};
 use local_e2e_support::{finished_within, note_line, run_log, LocalKok, LocalRepo, CLUSTER, NS};
@@ -109,6 +111,32 @@ fn hosts_yml(nodes: &[Node], etcd: &[&Node]) -> String {
     text
 }
 
+/// The one operation of a run, and what its cluster.yml says besides the ssh Secret.
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    id: &'a str,
+    action: &'a str,
+    args: &'a [&'a str],
+    /// False writes `preflight: false`: kok starts the run whatever its rules say, so that kubespray's own
+    /// assertions are what stops an inventory kok would refuse.
+    preflight: bool,
+    /// More lines of cluster.yml (`factsPlaybook: none`).
+    settings: &'a str,
+}
+
+impl<'a> Entry<'a> {
+    /// `id` running `action args...`, pre-flight on, nothing more in cluster.yml.
+    fn of((id, action, args): (&'a str, &'a str, &'a [&'a str])) -> Entry<'a> {
+        Entry {
+            id,
+            action,
+            args,
+            preflight: true,
+            settings: "",
+        }
+    }
+}
+
 /// The `local` cluster with one operation, committed, run by kok on kubespray's tree over the test's sshd.
 struct KubesprayRun {
     sshd: Sshd,
@@ -127,10 +155,10 @@ impl KubesprayRun {
         sshd: Sshd,
         hosts: &str,
         vars: &str,
-        operation: (&str, &str, &[&str]),
+        entry: Entry<'_>,
     ) -> (KubesprayRun, ClusterOperation) {
         let files = [("hosts.yml", hosts.to_string()), ("vars.yml", vars.to_string())];
-        KubesprayRun::start_with_files(kubespray, sshd, &files, operation).await
+        KubesprayRun::start_with_files(kubespray, sshd, &files, entry).await
     }
 
     /// [`KubesprayRun::start`] with the cluster directory's inventory files given by path inside it.
@@ -138,8 +166,15 @@ impl KubesprayRun {
         kubespray: &Kubespray,
         sshd: Sshd,
         files: &[(&str, String)],
-        (id, action, extra_args): (&str, &str, &[&str]),
+        entry: Entry<'_>,
     ) -> (KubesprayRun, ClusterOperation) {
+        let Entry {
+            id,
+            action,
+            args: extra_args,
+            preflight,
+            settings,
+        } = entry;
         let repo = LocalRepo::new();
         // The harness's own short layout makes way for the files given.
         for file in ["hosts.yml", "vars.yml"] {
@@ -151,13 +186,14 @@ impl KubesprayRun {
         }
         repo.write(
             &format!("clusters/{CLUSTER}/cluster.yml"),
-            &format!("sshAuthSecret: {SSH_SECRET}\n"),
+            &format!("sshAuthSecret: {SSH_SECRET}\n{settings}"),
         );
         let args: Vec<String> = extra_args.iter().map(|a| format!("{a:?}")).collect();
+        let switch = if preflight { "" } else { "  preflight: false\n" };
         repo.write(
             &format!("clusters/{CLUSTER}/operations.yml"),
             &format!(
-                "- id: {id}\n  action: {action}\n  extraArgs: [{}]\n",
+                "- id: {id}\n  action: {action}\n  extraArgs: [{}]\n{switch}",
                 args.join(", ")
             ),
         );
@@ -250,7 +286,7 @@ async fn kubesprays_facts_playbook_succeeds_on_three_nodes_and_no_ssh_master_or_
     let nodes = nodes("facts", 3, Some(sshd.port));
     let hosts = hosts_yml(&nodes, &[&nodes[0]]);
     let operation = ("facts", "playbooks/facts.yml", &[][..]);
-    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, operation).await;
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, Entry::of(operation)).await;
 
     let (phase, message) = phase(&op);
     assert_eq!(
@@ -348,7 +384,7 @@ async fn kubesprays_sample_inventory_as_it_ships_runs_its_facts_playbook_over_ss
     files.push(("inventory.ini".into(), inventory_ini(&nodes)));
     let files: Vec<(&str, String)> = files.iter().map(|(p, t)| (p.as_str(), t.clone())).collect();
     let operation = ("facts", "playbooks/facts.yml", &[][..]);
-    let (mut run, op) = KubesprayRun::start_with_files(&kubespray, sshd, &files, operation).await;
+    let (mut run, op) = KubesprayRun::start_with_files(&kubespray, sshd, &files, Entry::of(operation)).await;
 
     let (phase, message) = phase(&op);
     assert_eq!(
@@ -383,7 +419,7 @@ async fn a_host_variable_in_hosts_yml_overrides_vars_yml_so_a_node_on_its_own_ss
     let hosts = hosts_yml(&nodes, &[&nodes[0]]);
     let vars = format!("{VARS}# no sshd listens on this port\nansible_port: {nobody_listens}\n");
     let operation = ("own-port", "playbooks/facts.yml", &[][..]);
-    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, &vars, operation).await;
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, &vars, Entry::of(operation)).await;
 
     let (phase, message) = phase(&op);
     assert_eq!(
@@ -414,7 +450,19 @@ async fn scale_yml_limited_to_one_node_gets_past_the_fact_cache_assertion_and_st
     let hosts = hosts_yml(&nodes, &[&nodes[0]]);
     let limit = format!("--limit={}", nodes[1].name);
     let operation = ("add-node", "scale.yml", &[limit.as_str()][..]);
-    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, operation).await;
+    // kok would refuse scale.yml on a cluster it never saw installed (operation-order): the run is let
+    // through so that kubespray's fact-cache assertion is what it meets.
+    let entry = Entry {
+        preflight: false,
+        ..Entry::of(operation)
+    };
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, entry).await;
+    let found = error_rules(&predicted(&run, &kubespray));
+    assert_eq!(
+        found,
+        ["operation-order"],
+        "kok's facts step keeps the limited run past the fact-cache assertion (no limit-facts)"
+    );
 
     let (phase, message) = phase(&op);
     assert_eq!(phase, Phase::Failed, "{message}; the run's log:\n{}", run.log());
@@ -446,7 +494,13 @@ async fn kubesprays_assertion_on_an_empty_etcd_group_comes_back_on_the_commit_wo
     let nodes = nodes("etcd", 3, Some(sshd.port));
     let hosts = hosts_yml(&nodes, &[]);
     let operation = ("asserts", "cluster.yml", &["--tags", "asserts"][..]);
-    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, operation).await;
+    // kok refuses it too (group-not-empty); let through, kubespray says it in its own words.
+    let entry = Entry {
+        preflight: false,
+        ..Entry::of(operation)
+    };
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, entry).await;
+    assert_eq!(error_rules(&predicted(&run, &kubespray)), ["group-not-empty"]);
 
     let (phase, message) = phase(&op);
     assert_eq!(phase, Phase::Failed, "{message}; the run's log:\n{}", run.log());
@@ -462,6 +516,190 @@ async fn kubesprays_assertion_on_an_empty_etcd_group_comes_back_on_the_commit_wo
         result.contains(&expected[" - ".len()..]),
         "the operation's result: {result}"
     );
+    run.assert_no_ssh_session_outlives_it().await;
+    run.stop();
+}
+
+/// What kok's pre-flight finds on the cluster a run committed, as the pass sees a cluster kok never ran
+/// anything on, with the rules of every entry checked (`preflight: false` only let the run start) and the
+/// checked-out kubespray tree's own playbooks and checksums.
+fn predicted(run: &KubesprayRun, kubespray: &Kubespray) -> Vec<Finding> {
+    let parsed = kok::layout::parse_repo(&kok::layout::DiskTree::new(run.repo.path()), "clusters");
+    let mut cluster = parsed
+        .clusters
+        .into_iter()
+        .find(|c| c.name == CLUSTER)
+        .unwrap_or_else(|| panic!("the cluster validates: {:?}", parsed.diagnostics));
+    for op in &mut cluster.operations {
+        op.preflight = true;
+    }
+    let operations = cluster.operations.iter().map(|o| (o, true)).collect();
+    let tree = kok::local::kubespray::read_tree(&kubespray.tree);
+    assert!(tree.is_some(), "kok reads kubespray's checkout");
+    let facts = preflight::cluster_facts(&cluster, operations, History::default(), tree);
+    preflight::check_embedded(&facts)
+}
+
+/// The ids of the rules `found` says are broken (errors), in order.
+fn error_rules(found: &[Finding]) -> Vec<&'static str> {
+    found
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.rule.id())
+        .collect()
+}
+
+/// `-e ansible_service_mgr=systemd`: pid 1 is not systemd here, and kubespray's "Stop if non systemd OS
+/// type" comes before the assertions on the network plugin, the Kubernetes version and the etcd count.
+/// The extra var outranks the gathered fact, so `--tags asserts` goes on to them (nothing but assertions
+/// runs: a `--tags asserts` run changes nothing on the hosts).
+const PAST_SYSTEMD: [&str; 2] = ["-e", "ansible_service_mgr=systemd"];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_through_what_it_passed() {
+    let Some(kubespray) = kubespray_or_skip("kubesprays_own_assertions_stop_where_kok_s_preflight_said")
+    else {
+        return;
+    };
+    let asserts = ["--tags", "asserts", PAST_SYSTEMD[0], PAST_SYSTEMD[1]];
+    /// An inventory kok refuses: its nodes' prefix, how many of the 3 nodes are etcd members, vars.yml, the
+    /// operation (`{second}` is the second node), more of cluster.yml, the rule kok names, and the task of
+    /// kubespray's that stops it with what it says.
+    struct Case<'a> {
+        name: &'a str,
+        etcd: usize,
+        vars: String,
+        action: &'a str,
+        args: Vec<String>,
+        settings: &'a str,
+        rule: &'a str,
+        task: &'a str,
+        says: &'a str,
+    }
+    let cases = [
+        Case {
+            name: "even",
+            etcd: 2,
+            vars: VARS.to_string(),
+            action: "cluster.yml",
+            args: asserts.iter().map(|a| a.to_string()).collect(),
+            settings: "",
+            rule: "etcd-odd",
+            task: "Stop if even number of etcd hosts",
+            says: "Assertion failed",
+        },
+        Case {
+            name: "old",
+            etcd: 1,
+            vars: format!("{VARS}kube_version: v1.28.6\n"),
+            action: "cluster.yml",
+            args: asserts.iter().map(|a| a.to_string()).collect(),
+            settings: "",
+            rule: "kube-version-supported",
+            task: "Stop if unsupported version of Kubernetes",
+            says: "The current release of Kubespray only support newer version of Kubernetes than v1.29.0 - You \
+                   are trying to apply v1.28.6",
+        },
+        Case {
+            name: "plugin",
+            etcd: 1,
+            vars: format!("{VARS}kube_network_plugin: flannel2\n"),
+            action: "cluster.yml",
+            args: asserts.iter().map(|a| a.to_string()).collect(),
+            settings: "",
+            rule: "setting-accepted",
+            task: "Stop if unknown network plugin",
+            says: "flannel2 is not supported",
+        },
+        Case {
+            name: "nocache",
+            etcd: 1,
+            vars: VARS.to_string(),
+            action: "scale.yml",
+            args: vec!["--limit={second}".into(), "--tags".into(), "asserts".into()],
+            settings: "factsPlaybook: none\n",
+            rule: "limit-facts",
+            task: "Stop if any host not in '--limit' does not have a fact cache",
+            says: "Kubespray does not support '--limit' without a populated facts cache for the excluded hosts",
+        },
+    ];
+    for case in &cases {
+        let sshd = Sshd::start_on(&ADDRESSES);
+        let nodes = nodes(case.name, 3, Some(sshd.port));
+        let etcd: Vec<&Node> = nodes.iter().take(case.etcd).collect();
+        let hosts = hosts_yml(&nodes, &etcd);
+        let names = |text: &str| {
+            text.replace("{first}", &nodes[0].name)
+                .replace("{second}", &nodes[1].name)
+        };
+        let args: Vec<String> = case.args.iter().map(|a| names(a)).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let entry = Entry {
+            preflight: false,
+            settings: case.settings,
+            ..Entry::of(("asserts", case.action, &args))
+        };
+        let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, &case.vars, entry).await;
+        let found = predicted(&run, &kubespray);
+        assert!(
+            error_rules(&found).contains(&case.rule),
+            "{}: kok's pre-flight names {}: {found:#?}",
+            case.name,
+            case.rule
+        );
+        let (phase, message) = phase(&op);
+        assert_eq!(
+            phase,
+            Phase::Failed,
+            "{}: {message}; the run's log:\n{}",
+            case.name,
+            run.log()
+        );
+        let line = run.note("failure").await;
+        let expected = format!(" - failed at TASK [kubernetes/preinstall : {}] on ", case.task);
+        assert!(
+            line.contains(&expected) && line.contains(case.says),
+            "{}: kubespray stops where kok said ({}), expected {expected:?} and {:?} in: {line}\nthe run's \
+             log:\n{}",
+            case.name,
+            case.rule,
+            case.says,
+            run.log()
+        );
+        run.assert_no_ssh_session_outlives_it().await;
+        run.stop();
+    }
+
+    // What kok passes gets past every one of those assertions, with pre-flight on.
+    let sshd = Sshd::start_on(&ADDRESSES);
+    let nodes = nodes("passes", 3, Some(sshd.port));
+    let hosts = hosts_yml(&nodes, &[&nodes[0]]);
+    let entry = Entry::of(("asserts", "cluster.yml", &asserts));
+    let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, entry).await;
+    let found = predicted(&run, &kubespray);
+    assert_eq!(error_rules(&found), Vec::<&str>::new(), "{found:#?}");
+    let log = run.log();
+    let last = "TASK [kubernetes/preinstall : Stop if even number of etcd hosts]";
+    assert!(
+        log.contains(last),
+        "the run reached the etcd count, the last assertion checked; its log:\n{log}"
+    );
+    let (phase, message) = phase(&op);
+    if phase == Phase::Failed {
+        // A later assertion may hold on this machine (its memory, its resolver): not one kok checks.
+        let line = run.note("failure").await;
+        for case in &cases {
+            assert!(
+                !line.contains(case.task),
+                "kubespray stopped at {:?}, which kok passed: {line}\n{log}",
+                case.task
+            );
+        }
+        assert!(!line.contains("Stop if etcd group is empty"), "{line}");
+        assert!(!line.contains("Stop if non systemd OS type"), "{line}");
+    } else {
+        assert_eq!(phase, Phase::Succeeded, "{message}\n{log}");
+    }
     run.assert_no_ssh_session_outlives_it().await;
     run.stop();
 }

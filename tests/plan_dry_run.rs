@@ -151,6 +151,7 @@ impl Service {
             root: "clusters".into(),
             status_url: None,
             live: Some(self.live.clone()),
+            trees: Default::default(),
         };
         self.caches_caught_up().await;
         let log = self.server.requests();

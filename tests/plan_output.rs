@@ -65,7 +65,7 @@ fn markdown_has_one_table_per_cluster_with_writes_and_runs() {
 #[test]
 fn detailed_exitcode_is_0_for_nothing_2_for_changes_and_1_for_errors() {
     let mut repo = RepoBuilder::new();
-    repo.cluster("prod-bj");
+    repo.cluster("prod-bj").op("prod-bj", "install", "cluster.yml");
     let start = repo.commit("start");
     repo.file("README.md", "docs only\n");
     let docs = repo.commit("docs");

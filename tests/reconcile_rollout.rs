@@ -82,6 +82,7 @@ impl Service {
             root: "clusters".into(),
             status_url: None,
             live: None,
+            trees: Default::default(),
         };
         let client = self.server.client();
         let outcome = pass(

@@ -278,7 +278,7 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
     // A second push to the pull request edits the same comment.
     remote.write(
         "clusters/prod-bj/operations.yml",
-        &format!("{OPS_SCALE}- id: ping\n  action: ping.yml\n"),
+        &format!("{OPS_SCALE}- id: ping\n  action: playbooks/facts.yml\n"),
     );
     let head2 = push_ref(remote, "refs/pull/1/head", "prod-bj: ping too");
     let plan = wait_for("kok/plan on the second head", None, || async {
@@ -287,7 +287,7 @@ async fn a_pull_request_gets_its_plan_status_and_one_comment_edited_on_each_push
     .await;
     assert_eq!(
         plan.description,
-        "prod-bj: add-node7 (scale.yml), ping (ping.yml) would run"
+        "prod-bj: add-node7 (scale.yml), ping (playbooks/facts.yml) would run"
     );
     let edited = wait_for("the comment edited", None, || async {
         let on = comments.on(1);
@@ -530,7 +530,7 @@ async fn a_pull_request_webhook_plans_at_once_without_waiting_for_the_poll() {
     git(&remote.work(), &["checkout", "-q", "main"]);
     remote.write(
         "clusters/prod-bj/operations.yml",
-        "- id: install\n  action: cluster.yml\n- id: ping\n  action: ping.yml\n",
+        "- id: install\n  action: cluster.yml\n- id: ping\n  action: playbooks/facts.yml\n",
     );
     let main2 = remote.push("prod-bj: ping");
     hook(
@@ -582,6 +582,90 @@ async fn many_open_pull_requests_are_planned_in_rounds_without_waiting_for_the_i
     assert!(plans(kind, forge, &head)
         .iter()
         .all(|p| p.description == "prod-bj: add-node7 (scale.yml) would run"));
+    service.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_requests_breaking_kubesprays_rules_get_a_failing_plan_naming_the_rule_and_the_next_step() {
+    let w = World::new(Kind::GitHub).await;
+    let (forge, kind, remote) = (&w.forge, w.kind, &w.remote);
+    // main: prod-bj asks for v1.29.10 of kok's default image, kubespray v2.27.0.
+    remote.write(
+        "clusters/prod-bj/vars.yml",
+        "cluster_name: prod-bj\nkube_version: v1.29.10\n",
+    );
+    let main = remote.push("prod-bj: kube_version v1.29.10");
+    let service = w.start(None, &["--interval", "1h", "--pr-comments"]);
+    w.synced(&main).await;
+
+    // #1 jumps to v1.31.4.
+    git(&remote.work(), &["checkout", "-q", "-b", "jump"]);
+    remote.write(
+        "clusters/prod-bj/vars.yml",
+        "cluster_name: prod-bj\nkube_version: v1.31.4\n",
+    );
+    remote.write(
+        "clusters/prod-bj/operations.yml",
+        &format!("{OPS_INSTALL}- id: upgrade\n  action: upgrade-cluster.yml\n"),
+    );
+    let jump = push_ref(remote, "refs/pull/1/head", "prod-bj: upgrade to v1.31.4");
+    let plan = wait_for("kok/plan on #1", None, || async {
+        plans(kind, forge, &jump).pop()
+    })
+    .await;
+    assert_eq!(plan.state, "failure", "{plan:?}");
+    assert!(
+        plan.description.starts_with(
+            "prod-bj: kube-version-step: kube_version v1.29.10 (at the pull request's base) → v1.31.4 skips \
+             v1.30: set kube_version to v1.30.x first"
+        ),
+        "the status names the next step within GitHub's 140 characters: {plan:?}"
+    );
+    let comment = wait_for("the plan comment of #1", None, || async {
+        w.comments.on(1).pop().map(|(_, body)| body)
+    })
+    .await;
+    assert!(
+        comment.contains("- :x: `kube-version-step` at `clusters/prod-bj/vars.yml:2`"),
+        "{comment}"
+    );
+
+    // #2, from main, makes node2..node4 etcd members beside node1: four.
+    git(&remote.work(), &["checkout", "-q", "main"]);
+    git(&remote.work(), &["checkout", "-q", "-b", "etcd"]);
+    let four = hosts(true)
+        .replacen("    etcd:\n      hosts:\n        node1:\n", "", 1)
+        .replace(
+            "  children:\n",
+            "  children:\n    etcd:\n      hosts:\n        node1:\n        node2:\n        node3:\n        \
+             node7:\n",
+        );
+    assert_eq!(four.matches("etcd:").count(), 1, "{four}");
+    remote.write("clusters/prod-bj/hosts.yml", &four);
+    remote.write(
+        "clusters/prod-bj/operations.yml",
+        &format!("{OPS_INSTALL}- id: add-etcd\n  action: cluster.yml\n"),
+    );
+    let etcd = push_ref(remote, "refs/pull/2/head", "prod-bj: etcd on four nodes");
+    let plan = wait_for("kok/plan on #2", None, || async {
+        plans(kind, forge, &etcd).pop()
+    })
+    .await;
+    assert_eq!(plan.state, "failure", "{plan:?}");
+    assert!(
+        plan.description.starts_with(
+            "prod-bj: etcd-odd: etcd has 4 hosts: kubespray v2.27.0 stops on an even number (\"Stop if even \
+             number of etcd hosts\")"
+        ),
+        "{plan:?}"
+    );
+    assert!(
+        Objects::new(&w.api)
+            .operation("prod-bj", "add-etcd")
+            .await
+            .is_none(),
+        "nothing of a pull request is written"
+    );
     service.stop().await;
 }
 

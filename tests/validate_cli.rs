@@ -3,7 +3,10 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-const HOSTS: &str = "all:\n  hosts:\n    node1:\n  children:\n    kube_node:\n      hosts:\n        node1:\n";
+/// A kubespray inventory pre-flight passes: node1 is the control plane, the etcd member and a worker.
+const HOSTS: &str =
+    "all:\n  hosts:\n    node1:\n  children:\n    kube_control_plane:\n      hosts:\n        node1:\n    \
+                     etcd:\n      hosts:\n        node1:\n    kube_node:\n      hosts:\n        node1:\n";
 
 fn write(root: &Path, path: &str, text: &str) {
     let full = root.join(path);
@@ -77,11 +80,23 @@ fn warnings_alone_exit_zero_and_are_marked() {
     );
     let out = kok(&["validate", repo.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout)
-        .starts_with("clusters/a/operations.yml:3:19: warning: operation \"rm\" names host \"node9\""));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    // Pre-flight's remove-node rule says it too, about the entry (a warning: validate cannot tell whether it ran).
+    assert!(
+        lines[0]
+            .starts_with("clusters/a/operations.yml:1:1: warning: node=node9 is not a host of the inventory"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1]
+            .starts_with("clusters/a/operations.yml:3:19: warning: operation \"rm\" names host \"node9\""),
+        "{stdout}"
+    );
     assert_eq!(
         text(&out.stderr).trim(),
-        "1 cluster valid, 0 invalid, 0 errors, 1 warning"
+        "1 cluster valid, 0 invalid, 0 errors, 2 warnings (pre-flight: 0 of the errors, 1 of the warnings)"
     );
 }
 
@@ -144,5 +159,50 @@ fn the_example_repository_is_valid() {
         "{}{}",
         text(&out.stdout),
         text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_preflight_error_is_printed_with_path_line_and_column_and_exits_one() {
+    let repo = tempfile::tempdir().unwrap();
+    good_cluster(repo.path(), "clusters/a");
+    write(
+        repo.path(),
+        "clusters/b/inventory.ini",
+        "[kube_control_plane]\nn1\n\n[etcd]\nn1\nn2\n\n[kube_node]\nn3\n",
+    );
+    write(
+        repo.path(),
+        "clusters/b/group_vars/k8s_cluster/k8s-cluster.yml",
+        "# the network\nkube_network_plugin: calico\nkube_version: v1.29.10\n",
+    );
+    write(
+        repo.path(),
+        "clusters/b/operations.yml",
+        "- id: add\n  action: scale.yml\n  extraArgs: [--limit=n9]\n",
+    );
+    let out = kok(&["validate", repo.path().to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines.contains(
+            &"clusters/b/inventory.ini:4:1: etcd has 2 hosts: kubespray v2.27.0 stops on an even number (\"Stop \
+              if even number of etcd hosts\"); etcd needs a majority, so use an odd number of hosts (1, 3, 5) \
+              [etcd-odd: kubespray v2.27.0 roles/kubernetes/preinstall/tasks/0040-verify-settings.yml:80]"
+        ),
+        "{stdout}"
+    );
+    // validate cannot tell which entries already ran: a finding about one operation is a warning.
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("clusters/b/operations.yml:1:1: warning: --limit names n9")
+                && l.ends_with("[limit-names]")
+        ),
+        "{stdout}"
+    );
+    assert_eq!(
+        text(&out.stderr).trim_end(),
+        "2 clusters valid, 0 invalid, 1 error, 2 warnings (pre-flight: 1 of the errors, 1 of the warnings)"
     );
 }

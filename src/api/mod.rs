@@ -322,6 +322,60 @@ pub struct ClusterSpec {
     /// carry the value of the commit that created them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
+    /// The Kubernetes version and kubespray release kok last gave a run of this cluster (this revision's,
+    /// unless the commit created no operation that pre-flight let through): what pre-flight compares the
+    /// next commit's with. Absent for a cluster whose inventory is not kubespray's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<ClusterKubernetes>,
+}
+
+/// What a cluster's revision asks of kubespray, as pre-flight reads it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterKubernetes {
+    /// `kube_version` of the `k8s_cluster` hosts, or the release's default when no file sets it, e.g.
+    /// `v1.31.4`; absent when kok cannot tell (a template, a vaulted value, hosts that disagree, a
+    /// release kok has no data for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_version: Option<String>,
+    /// The kubespray release the cluster's runs use: the image's tag, or `kubesprayVersion`, e.g.
+    /// `v2.27.0`; absent when neither says one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubespray_release: Option<String>,
+}
+
+/// What pre-flight found about an operation when the commit that created it was reconciled.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationPreflight {
+    /// `preflight: false` in operations.yml: no rule was checked, and the run's log says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+    /// The rules the run's inputs break, each refusing it: the operation fails without a Job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<PreflightFinding>,
+}
+
+impl OperationPreflight {
+    /// True when there is nothing to say: rules checked, none broken.
+    pub fn is_clear(&self) -> bool {
+        !self.skipped && self.findings.is_empty()
+    }
+}
+
+/// One rule an operation's inputs break.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightFinding {
+    /// The rule's stable id, e.g. `etcd-odd` (the README lists them).
+    pub rule: String,
+    /// The file of the repository the finding is about, relative to its root.
+    pub path: String,
+    /// 1-based line in that file; 0 for the file as a whole.
+    #[serde(default)]
+    pub line: u32,
+    /// What is wrong and what to do.
+    pub message: String,
 }
 
 #[cfg(test)]
@@ -339,6 +393,7 @@ impl ClusterSpec {
             source: Default::default(),
             kubeconfig_secret_ref: None,
             maintenance: None,
+            kubernetes: None,
         }
     }
 }
@@ -643,6 +698,10 @@ pub struct ClusterOperationSpec {
     /// its operations.yml: it starts only when its wave of the rollout opens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<OperationRollout>,
+    /// What kubespray's pre-flight rules found about the inputs this run pins; a finding refuses the run
+    /// (Failed without a Job). Absent when every rule holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<OperationPreflight>,
 }
 
 /// How much of the workload cluster kok verifies after an operation's Job succeeded.

@@ -259,6 +259,19 @@ impl Args {
             .map(|url| format!("{}/{page}", url.trim_end_matches('/')))
     }
 
+    /// Local mode: the kubespray trees of `--workdir` and `--image-workdir`, read once for pre-flight
+    /// (nothing otherwise).
+    fn kubespray_trees(&self) -> anyhow::Result<crate::preflight::Trees> {
+        if !self.local {
+            return Ok(crate::preflight::Trees::default());
+        }
+        let by_image = image_workdirs(&self.image_workdirs)?;
+        Ok(crate::local::kubespray::read_trees(
+            self.workdir.as_deref(),
+            &by_image,
+        ))
+    }
+
     pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
         let mut controller = ControllerConfig::new(&self.namespace);
         controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
@@ -284,6 +297,7 @@ impl Args {
             pull_requests: self.pull_requests,
             pr_comments: self.plan_comments()?,
             web_caches: None,
+            trees: Arc::new(self.kubespray_trees()?),
         })
     }
 }

@@ -1,4 +1,5 @@
-//! `kok validate`: check a repository against the contract; one `path:line:col: message` line per problem.
+//! `kok validate`: check a repository against the contract, and each valid kubespray cluster against
+//! kubespray's pre-flight rules; one `path:line:col: message` line per problem.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,7 +47,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.dir.display()
         );
     }
-    let parsed = layout::parse_repo(&DiskTree::new(&args.dir), &args.path);
+    let mut parsed = layout::parse_repo(&DiskTree::new(&args.dir), &args.path);
+    let preflight = add_preflight(&mut parsed);
     let signatures = match args.trust.verification()? {
         Some(verification) => Some(check_signatures(&args, &verification)?),
         None => None,
@@ -63,7 +65,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         OutputFormat::Json => println!("{}", json_report(&parsed, signatures.as_deref())?),
     }
-    eprintln!("{}", summary(&parsed));
+    match preflight {
+        (0, 0) => eprintln!("{}", summary(&parsed)),
+        (errors, warnings) => eprintln!(
+            "{} (pre-flight: {errors} of the errors, {warnings} of the warnings)",
+            summary(&parsed)
+        ),
+    }
     let refused = signatures.iter().flatten().filter(|s| !s.trusted).count();
     if let Some(checked) = &signatures {
         eprintln!("{} commits checked, {refused} not trusted", checked.len());
@@ -109,6 +117,27 @@ fn check_signatures(
         &trust,
         jiff::Timestamp::now().as_second(),
     )?)
+}
+
+/// Adds the pre-flight findings of every valid cluster to the diagnostics (kept sorted); returns how many
+/// errors and warnings they are. validate sees no history: see [`crate::preflight::validate_cluster`]. A
+/// cluster with pre-flight errors stays valid (the service materializes it and refuses its runs), but the
+/// errors make the exit code 1.
+pub fn add_preflight(parsed: &mut Parsed) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for cluster in &parsed.clusters {
+        for finding in crate::preflight::validate_cluster(cluster) {
+            match finding.severity {
+                Severity::Error => counts.0 += 1,
+                Severity::Warning => counts.1 += 1,
+            }
+            parsed.diagnostics.push(finding.to_diagnostic(&cluster.name));
+        }
+    }
+    if counts != (0, 0) {
+        parsed.diagnostics.sort();
+    }
+    counts
 }
 
 /// One line per diagnostic, as [`layout::Diagnostic`] displays it.

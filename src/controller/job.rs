@@ -337,6 +337,9 @@ export ANSIBLE_CALLBACK_PLUGINS
     )
 }
 
+/// What the log of a run with `preflight: false` says first, after `kok: `.
+pub const PREFLIGHT_SKIPPED: &str = "pre-flight skipped (preflight: false in operations.yml)";
+
 /// The label of the facts step, and the start of the first line of a run that has one.
 pub const FACTS_STEP: &str = "facts";
 /// What the facts step's announcement adds after its label and playbook.
@@ -375,7 +378,8 @@ fn facts_step(facts: &FactsPlaybook, common: Common<'_>) -> String {
 /// The entry script: runs the facts playbook (when the spec has one), pre-hooks, the action and post-hooks in
 /// order, stopping at the first failure with its exit status. Every argument from the repository is
 /// single-quoted; only kok's own variables expand. Each step is announced as `kok: <step>` on stderr, and a
-/// failure as `kok: <step> failed with exit code <n>`.
+/// failure as `kok: <step> failed with exit code <n>`. A run with `preflight: false` first says
+/// `kok: pre-flight skipped (preflight: false in operations.yml)`.
 pub fn entry_script(op: &ClusterOperation) -> String {
     let common = Common::of(op);
     let mut steps: Vec<(String, Step<'_>)> = Vec::new();
@@ -390,6 +394,12 @@ pub fn entry_script(op: &ClusterOperation) -> String {
     }
 
     let mut script = script_prologue(op);
+    if op.spec.preflight.as_ref().is_some_and(|p| p.skipped) {
+        script.push_str(&format!(
+            "printf 'kok: %s\\n' {} >&2\n",
+            shell_quote(PREFLIGHT_SKIPPED)
+        ));
+    }
     if let Some(facts) = &op.spec.facts_playbook {
         script.push_str(&facts_step(facts, common));
     }

@@ -134,6 +134,7 @@ impl Record {
             maintenance: s.maintenance.clone(),
             ignore_maintenance: s.ignore_maintenance,
             rollout: s.rollout.clone(),
+            preflight: s.preflight.clone(),
             ..ClusterOperationSpec::default()
         };
         let spec = Spec {

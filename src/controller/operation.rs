@@ -1,7 +1,9 @@
 //! The ClusterOperation reconciler: Pending → Queued → Running → Succeeded/Failed, one Job per operation.
 //!
 //! A Job that succeeded is followed by the verification of the workload cluster ([`super::verify`]) before
-//! the operation is Succeeded.
+//! the operation is Succeeded. An operation whose spec carries pre-flight findings (kubespray's rules, see
+//! [`crate::preflight`]) gets no Job: when its turn comes it fails with the first rule broken and, like any
+//! failure, holds its cluster's queue.
 //!
 //! Level-based: each pass looks at the operation, its Job (by its deterministic name) and its siblings in
 //! the store, and makes at most one transition. A Job that exists is always adopted, so a crash between
@@ -41,6 +43,32 @@ pub const IGNORED_MAINTENANCE: &str = "started despite maintenance (ignoreMainte
 
 /// Message of an operation whose Job disappeared before it finished.
 pub const JOB_DELETED: &str = "job was deleted while running";
+
+/// Start of the message of an operation refused by pre-flight, followed by `<rule-id>: <message>`.
+pub const PREFLIGHT_REFUSED: &str = "pre-flight: ";
+
+/// Event reason of an operation refused by pre-flight.
+pub const PREFLIGHT_FAILED_EVENT: &str = "PreflightFailed";
+
+/// Why pre-flight refuses `op`: `pre-flight: <rule-id>: <message> (<path>:<line>)`, and how many other
+/// rules its inputs break; `None` when its spec carries no finding.
+pub fn preflight_refusal(op: &ClusterOperation) -> Option<String> {
+    let findings = &op.spec.preflight.as_ref()?.findings;
+    let first = findings.first()?;
+    let at = match first.line {
+        0 => first.path.clone(),
+        line => format!("{}:{line}", first.path),
+    };
+    let more = match findings.len() {
+        1 => String::new(),
+        2 => "; and 1 more rule".to_string(),
+        n => format!("; and {} more rules", n - 1),
+    };
+    Some(format!(
+        "{PREFLIGHT_REFUSED}{}: {} ({at}){more}",
+        first.rule, first.message
+    ))
+}
 
 /// A transition to write: the new phase and what goes with it.
 #[derive(Clone, Debug, Default)]
@@ -467,7 +495,9 @@ async fn start_or_wait(
         warn!(operation = %op.name_any(), job = %name, "a Job with this operation's name belongs to something else");
     }
 
-    if let Some(secret) = &op.spec.ssh_auth_ref {
+    // An operation pre-flight refuses needs no Secret: it waits for its turn, then fails without a Job.
+    let refusal = preflight_refusal(op);
+    if let Some(secret) = op.spec.ssh_auth_ref.as_ref().filter(|_| refusal.is_none()) {
         let ns = ctx.config.namespace.as_str();
         if let Err(problem) = check_cached(&ctx.secrets, ns, &secret.name) {
             let message = format!(
@@ -480,7 +510,7 @@ async fn start_or_wait(
             return Ok(Action::await_change());
         }
     }
-    if let Some(secret) = &op.spec.vault_password_ref {
+    if let Some(secret) = op.spec.vault_password_ref.as_ref().filter(|_| refusal.is_none()) {
         let ns = ctx.config.namespace.as_str();
         if let Err(problem) = check_vault_cached(&ctx.secrets, ns, &secret.name) {
             wait(ctx, op, format!("waiting for its Secret: {problem}")).await?;
@@ -506,6 +536,21 @@ async fn start_or_wait(
     let with_jobs = busy.iter().filter(|n| !ctx.verifications.verifying(n)).count();
     let now = ctx.config.clock.now();
     let mut queue = decide(op, &siblings, &busy, with_jobs, ctx.config.max_concurrent_jobs);
+    // Its turn in the cluster's queue has come (a Job slot is not needed to be refused).
+    if let Some(message) = refusal.filter(|_| matches!(queue, Ok(()) | Err(Wait::NoJobSlot { .. }))) {
+        leave_slot_waiters(ctx, op);
+        drop(_guard);
+        warn!(operation = %op.name_any(), cluster = %op.spec.cluster, %message, "refused by pre-flight");
+        let t = Transition {
+            phase: Phase::Failed,
+            message: Some(message),
+            end_time: Some(now),
+            event: Some((PREFLIGHT_FAILED_EVENT, true)),
+            ..Transition::default()
+        };
+        transition(ctx, op, t).await?;
+        return Ok(Action::await_change());
+    }
     // A run that its rollout's wave holds says so rather than waiting for a Job slot, and is no slot
     // waiter: the end of every other Job does not wake it, only what may open or free its wave does
     // (see `rollout::wake_rollout`).

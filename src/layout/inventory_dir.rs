@@ -1,9 +1,82 @@
 //! A pinned inventory directory read as ansible reads it: its hosts and groups, and the effective value of a
-//! variable kok itself uses (`kube_version`).
+//! variable kok itself uses (`kube_version`, the settings pre-flight checks).
 
-use super::ansible::{read_inventory_dir, AnsibleInventory, GroupVar, InventorySource, Known};
-use super::{Inventory, InventoryDir};
+use std::collections::BTreeMap;
+
+use super::ansible::{read_inventory_dir, AnsibleInventory, GroupVar, InventorySource, Known, Setting};
+use super::{Inventory, InventoryDir, VARS_YML};
 use crate::api::VARS_INVENTORY_PATH;
+
+/// The variables kok reads of a kubespray cluster's inventory for its pre-flight: `kube_version` and the
+/// settings whose values kubespray's assertions enumerate.
+pub const KUBESPRAY_VARS: [&str; 6] = [
+    "kube_version",
+    "kube_network_plugin",
+    "container_manager",
+    "etcd_deployment_type",
+    "kube_proxy_mode",
+    "dns_mode",
+];
+
+/// What kubespray's roles see of an inventory directory: the groups after kubespray's boilerplate play and
+/// the values of [`KUBESPRAY_VARS`] on the Kubernetes hosts. Validation resolves it once per directory.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KubesprayView {
+    /// Every host, in the order of ansible's `groups['all']`.
+    pub hosts: Vec<String>,
+    /// Every group, with those kubespray's boilerplate adds (`k8s_cluster`), its hosts in ansible's order.
+    pub groups: BTreeMap<String, Vec<String>>,
+    /// Each of [`KUBESPRAY_VARS`] some host sets: its value and where it is set (a path relative to the
+    /// cluster directory, `vars.yml` by its own name), or `Err` saying how the hosts disagree.
+    pub vars: BTreeMap<String, Result<Setting, String>>,
+}
+
+/// The [`KubesprayView`] of `resolved` (as read, without kubespray's groups); `vars_yml` when the
+/// directory's `group_vars/all.yml` is kok's `vars.yml`.
+pub fn kubespray_view(resolved: &AnsibleInventory, vars_yml: bool) -> KubesprayView {
+    view_of(&resolved.with_kubespray_groups(), vars_yml)
+}
+
+/// What validation keeps of `resolved`: [`kok_inventory`] and [`kubespray_view`], kubespray's groups made
+/// once for both.
+pub fn inventory_and_view(resolved: &AnsibleInventory, vars_yml: bool) -> (Inventory, KubesprayView) {
+    let kubespray = resolved.with_kubespray_groups();
+    (kok_inventory_of(&kubespray), view_of(&kubespray, vars_yml))
+}
+
+/// [`kubespray_view`] of the view `kubespray` already made by [`AnsibleInventory::with_kubespray_groups`].
+fn view_of(kubespray: &AnsibleInventory, vars_yml: bool) -> KubesprayView {
+    let groups = kubespray
+        .groups()
+        .into_iter()
+        .map(|g| {
+            let hosts = kubespray.group_hosts(g).unwrap_or_default();
+            (g.to_string(), hosts.into_iter().map(str::to_string).collect())
+        })
+        .collect();
+    let vars = KUBESPRAY_VARS
+        .iter()
+        .filter_map(|name| {
+            let mut found = cluster_setting(kubespray, name)?;
+            if let Ok(setting) = &mut found {
+                if vars_yml && setting.origin.path == VARS_INVENTORY_PATH {
+                    setting.origin.path = VARS_YML.to_string();
+                }
+            }
+            Some((name.to_string(), found))
+        })
+        .collect();
+    KubesprayView {
+        hosts: kubespray.hosts().into_iter().map(str::to_string).collect(),
+        groups,
+        vars,
+    }
+}
+
+/// The [`KubesprayView`] of `dir`; `None` when ansible would refuse it.
+pub fn kubespray_view_of(dir: &InventoryDir) -> Option<KubesprayView> {
+    resolve_inventory(dir).map(|resolved| kubespray_view(&resolved, dir.vars_yml.is_some()))
+}
 
 /// The directory's files ansible reads besides the inventory file, by path inside it: `vars.yml` as
 /// `group_vars/all.yml`, then group_vars/ and host_vars/.
@@ -39,7 +112,12 @@ pub fn inventory_of(dir: &InventoryDir) -> Option<Inventory> {
 /// with the groups kubespray's boilerplate makes at run time (`k8s_cluster`), so that naming them is no
 /// mistake, but without the catch-all group it puts every other host in.
 pub fn kok_inventory(resolved: &AnsibleInventory) -> Inventory {
-    let mut inventory = resolved.with_kubespray_groups().inventory().clone();
+    kok_inventory_of(&resolved.with_kubespray_groups())
+}
+
+/// [`kok_inventory`] of the view `kubespray` already made by [`AnsibleInventory::with_kubespray_groups`].
+fn kok_inventory_of(kubespray: &AnsibleInventory) -> Inventory {
+    let mut inventory = kubespray.inventory().clone();
     let unmatched = super::ansible::kubespray::UNMATCHED_GROUP;
     inventory.groups.remove(unmatched);
     inventory.members.remove(unmatched);
@@ -54,14 +132,19 @@ pub fn kok_inventory(resolved: &AnsibleInventory) -> Inventory {
 /// kubespray's boilerplate makes it, else (an inventory without them) every host. `None` when no host sets
 /// it; `Some(Err(why))` when it is not known before the run or the hosts disagree.
 pub fn cluster_var(resolved: &AnsibleInventory, name: &str) -> Option<Result<Known, String>> {
-    let kubespray = resolved.with_kubespray_groups();
+    cluster_setting(&resolved.with_kubespray_groups(), name).map(|found| found.map(|setting| setting.value))
+}
+
+/// [`cluster_var`] with where the value is set, on the view `kubespray` already made by
+/// [`AnsibleInventory::with_kubespray_groups`].
+fn cluster_setting(kubespray: &AnsibleInventory, name: &str) -> Option<Result<Setting, String>> {
     let group_var = match kubespray.group_var("k8s_cluster", name) {
         GroupVar::NoHosts => kubespray.group_var("all", name),
         found => found,
     };
     match group_var {
         GroupVar::NoHosts | GroupVar::Same(None) => None,
-        GroupVar::Same(Some(setting)) => Some(Ok(setting.value)),
+        GroupVar::Same(Some(setting)) => Some(Ok(setting)),
         GroupVar::Differ(values) => {
             let hosts: Vec<String> = values
                 .iter()

@@ -67,6 +67,19 @@ pub struct Settings {
     pub maintenance: Option<crate::api::Maintenance>,
     /// kok.yml's `notifications:` receivers (never a cluster's: see [`super::notifications`]).
     pub notifications: Vec<super::notifications::Receiver>,
+    /// Where the `image` in effect is written (cluster.yml or kok.yml); `None` when neither sets it.
+    pub image_at: Option<WrittenAt>,
+    /// Where the `kubesprayVersion` in effect is written; `None` when neither file sets it.
+    pub kubespray_version_at: Option<WrittenAt>,
+}
+
+/// Where a setting is written: a file of the repository and a line in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WrittenAt {
+    /// Path relative to the repository root, e.g. `clusters/prod-bj/cluster.yml` or `kok.yml`.
+    pub path: String,
+    /// 1-based line of the setting's value.
+    pub line: usize,
 }
 
 /// One entry of operations.yml, validated.
@@ -223,9 +236,23 @@ pub struct ClusterDir {
     pub operations: Vec<Operation>,
     /// cluster.yml merged over kok.yml.
     pub settings: Settings,
+    /// What kubespray's roles see of the inventory, resolved when the directory was validated; `None` for a
+    /// directory built otherwise (see [`ClusterDir::kubespray_view`]).
+    pub kubespray: Option<super::KubesprayView>,
 }
 
 impl ClusterDir {
+    /// What kubespray's roles see of the inventory: the one validation resolved, else resolved now (empty
+    /// when ansible would refuse the directory).
+    pub fn kubespray_view(&self) -> std::borrow::Cow<'_, super::KubesprayView> {
+        match &self.kubespray {
+            Some(view) => std::borrow::Cow::Borrowed(view),
+            None => {
+                std::borrow::Cow::Owned(super::kubespray_view_of(&self.inventory_dir()).unwrap_or_default())
+            }
+        }
+    }
+
     /// The files of the directory ansible reads as an inventory directory.
     pub fn inventory_dir(&self) -> InventoryDir {
         InventoryDir {

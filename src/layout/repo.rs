@@ -339,7 +339,7 @@ fn parse_cluster(
         .map(|text| {
             parse_operations(
                 text,
-                inventory.as_ref(),
+                inventory.as_ref().map(|(inventory, _)| inventory),
                 &mut FileDiags::new(join(&dir, OPERATIONS_YML), cluster, out),
             )
         })
@@ -365,7 +365,7 @@ fn parse_cluster(
     let valid = error_count(out) == before;
     let hosts_yml = inventory_file.and_then(|file| files.remove(file));
     match (valid, base, inventory, inventory_file, hosts_yml) {
-        (true, Some(base), Some(inventory), Some(file), Some(hosts_yml)) => {
+        (true, Some(base), Some((inventory, kubespray)), Some(file), Some(hosts_yml)) => {
             parsed.clusters.push(ClusterDir {
                 name: name.to_string(),
                 path: dir,
@@ -376,6 +376,7 @@ fn parse_cluster(
                 inventory,
                 operations,
                 settings: merge_settings(base, &cluster_settings),
+                kubespray: Some(kubespray),
             });
         }
         _ => parsed.invalid.push(name.to_string()),
@@ -445,7 +446,7 @@ fn resolve_cluster_inventory(
     vars_yml: Option<&String>,
     vars_files: &[(String, String)],
     out: &mut Vec<Diagnostic>,
-) -> Option<super::Inventory> {
+) -> Option<(super::Inventory, super::KubesprayView)> {
     let mut files = Vec::with_capacity(vars_files.len() + 1);
     if let Some(vars) = vars_yml {
         files.push((VARS_INVENTORY_PATH.to_string(), vars.clone()));
@@ -468,7 +469,7 @@ fn resolve_cluster_inventory(
         }
         out.push(d);
     }
-    resolved.map(|r| super::inventory_dir::kok_inventory(&r))
+    resolved.map(|r| super::inventory_and_view(&r, vars_yml.is_some()))
 }
 
 /// True for the files of group_vars/ that hold the group variables of `all` (`group_vars/all.yml`,

@@ -531,6 +531,7 @@ mod tests {
                     .collect(),
                 ..Settings::default()
             },
+            kubespray: None,
         }
     }
 

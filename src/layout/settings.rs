@@ -11,7 +11,7 @@ use super::maintenance::parse_maintenance;
 use super::names::is_dns1123_subdomain;
 use super::notifications::parse_notifications;
 use super::yaml::{Kind, Node};
-use super::Settings;
+use super::{Settings, WrittenAt};
 use crate::api::{DEFAULT_FACTS_PLAYBOOK, FACTS_PLAYBOOK_NONE};
 
 /// Keys cluster.yml and kok.yml may hold.
@@ -73,6 +73,12 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             diags,
         )
     });
+    let at = |node: &Node| WrittenAt {
+        path: diags.path.clone(),
+        line: node.line,
+    };
+    settings.kubespray_version_at = get(map, "kubesprayVersion").map(at);
+    settings.image_at = get(map, "image").map(at);
     settings.kubespray_version = get(map, "kubesprayVersion").and_then(|node| match node.as_str() {
         Some(v) if is_release_tag(v) => Some(v.to_string()),
         _ => {
@@ -213,6 +219,14 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
         maintenance: over.maintenance.clone().or_else(|| base.maintenance.clone()),
         // The repository's receivers are kok.yml's alone; a cluster's settings carry none.
         notifications: Vec::new(),
+        image_at: match o.image {
+            Some(_) => over.image_at.clone(),
+            None => base.image_at.clone(),
+        },
+        kubespray_version_at: match over.kubespray_version {
+            Some(_) => over.kubespray_version_at.clone(),
+            None => base.kubespray_version_at.clone(),
+        },
     }
 }
 

@@ -13,12 +13,15 @@
 //! - [`status`] builds the Job status patches (pure).
 //! - [`pod`] is a run's pod, as the Job controller makes it and a kubelet reports it, bound to this machine.
 //! - [`kubelet`] serves a run's log file as its pod's log (`kubectl logs`), for the embedded API server.
+//! - [`kubespray`] reads what a checked-out kubespray tree (`--workdir`, `--image-workdir`) says of itself,
+//!   for pre-flight.
 
 use std::path::{Path, PathBuf};
 
 pub mod checkout;
 pub mod embedded;
 pub mod kubelet;
+pub mod kubespray;
 pub mod logs;
 pub mod pod;
 pub mod rundir;

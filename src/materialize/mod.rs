@@ -7,12 +7,14 @@
 //! - [`rollout`]: a validated rollout file into its `FleetRollout`, and each cluster's run of it.
 //! - [`pinned`]: a pinned inventory directory read back from its ConfigMaps.
 //! - [`fleet`]: which `FleetRollout` objects to write or delete, and the writes.
+//! - [`preflight`]: a rendered cluster's pre-flight against its live objects, pinned into new operations.
 
 pub mod apply;
 pub mod fleet;
 pub mod hash;
 pub mod names;
 pub mod pinned;
+pub mod preflight;
 pub mod render;
 pub mod rollout;
 pub mod state;

@@ -13,9 +13,9 @@ use super::names::{
 use super::rollout::RolloutOperation;
 use crate::api::{
     common_labels, ActionType, Cluster, ClusterOperation, ClusterOperationSpec, ClusterSource, ClusterSpec,
-    ConfigMapRef, OperationSource, PinnedFile, SecretRef, ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION,
-    ANNOTATION_SOURCE_PATH, DEFAULT_IMAGE, DEFAULT_NAMESPACE, FILE_GZIP_KEY, HOSTS_KEY, LABEL_CONTENT,
-    LABEL_OPERATION,
+    ConfigMapRef, OperationPreflight, OperationSource, PinnedFile, SecretRef, ANNOTATION_CONTENT_HASH,
+    ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH, DEFAULT_IMAGE, DEFAULT_NAMESPACE, FILE_GZIP_KEY, HOSTS_KEY,
+    LABEL_CONTENT, LABEL_OPERATION,
 };
 use crate::layout::{ClusterDir, Operation};
 
@@ -238,6 +238,7 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
             revision: revision.clone(),
         },
         maintenance: cluster.settings.maintenance.clone(),
+        kubernetes: crate::preflight::recorded(cluster),
     };
     let operations = cluster
         .operations
@@ -358,6 +359,11 @@ pub(super) fn cluster_operation(
             maintenance: cluster.settings.maintenance.clone(),
             ignore_maintenance: op.ignore_maintenance,
             rollout: None,
+            // The findings come from the pass, which knows the cluster's history (see super::preflight).
+            preflight: (!op.preflight).then(|| OperationPreflight {
+                skipped: true,
+                findings: Vec::new(),
+            }),
         },
     );
     let mut labels = common_labels(&cluster.name);
@@ -549,6 +555,7 @@ mod tests {
                 },
                 ..Settings::default()
             },
+            kubespray: None,
         }
     }
 

@@ -31,7 +31,7 @@ use crate::api::{
     LABEL_ROLLOUT, LABEL_WAVE, MANAGED_BY,
 };
 use crate::layout::rollouts::{MaxParallel, Rollout};
-use crate::layout::ClusterDir;
+use crate::layout::{ClusterDir, Operation};
 
 /// Commit index of the rollouts' runs in their queue position: after every entry the cluster's own
 /// operations.yml gained in the reconciled range.
@@ -57,6 +57,11 @@ pub struct RolloutOperation {
     pub entry_digest: String,
     /// The run at `rerun`.
     pub operation: ClusterOperation,
+    /// The rollout's operation entry, for pre-flight.
+    pub entry: Operation,
+    /// The rollout file's path relative to the repository root, where pre-flight's findings about the
+    /// run point.
+    pub path: String,
 }
 
 impl RolloutOperation {
@@ -157,6 +162,8 @@ fn rollout_operation(
         rerun: rollout.rerun,
         entry_digest,
         operation: op,
+        entry: rollout.operation.clone(),
+        path: rollout.path.clone(),
     }
 }
 
@@ -300,6 +307,7 @@ mod tests {
             inventory: Default::default(),
             operations: vec![],
             settings: Default::default(),
+            kubespray: None,
         };
         let ctx = RenderContext::new("kok-system", "main", "2".repeat(40));
         let mut d = super::super::render_cluster(&dir, &ctx);

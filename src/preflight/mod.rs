@@ -25,12 +25,17 @@
 //! A release kok has no data for is said plainly ([`Rule::ReleaseKnown`]) and the rules that need the
 //! data check nothing.
 
+mod facts;
 mod releases;
 pub mod rules;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+pub use facts::{
+    check_embedded, cluster_facts, group_line, groups_of, installed, is_kubespray_inventory, operation_facts,
+    pinned, previous_of, queued, recorded, release_source, validate_cluster, History,
+};
 pub use releases::{
     kube_versions_from_checksums, Accepted, Check, Checks, Conditional, DocLine, Docs, Lookup, Minor, Place,
     Release, Releases, ReleasesError, RoleDefault, Unless, Version, CHECKSUMS_PATHS,
@@ -39,7 +44,8 @@ pub use releases::{
 use crate::api::FactsPlaybook;
 use crate::layout::{Diagnostic, Operation, Severity};
 
-/// The settings whose values kubespray's assertions enumerate, and rule 8 checks.
+/// The settings whose values kubespray's assertions enumerate, and rule 8 checks (each one of the variables
+/// the inventory resolver reads for pre-flight, [`crate::layout::KUBESPRAY_VARS`]).
 pub const CHECKED_SETTINGS: [&str; 5] = [
     "kube_network_plugin",
     "container_manager",
@@ -167,6 +173,23 @@ pub struct Tree {
     pub playbooks: Option<BTreeSet<String>>,
     /// The Kubernetes versions its checksums file installs ([`kube_versions_from_checksums`]).
     pub kube_versions: Option<Vec<Version>>,
+}
+
+/// Local mode's checked-out kubespray trees: one per image (`--image-workdir`), and one for every other
+/// image (`--workdir`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trees {
+    /// The tree of each image `--image-workdir` maps.
+    pub by_image: BTreeMap<String, Tree>,
+    /// The tree of `--workdir`, for the other images.
+    pub fallback: Option<Tree>,
+}
+
+impl Trees {
+    /// The tree the runs of `image` use, when there is one.
+    pub fn for_image(&self, image: &str) -> Option<Tree> {
+        self.by_image.get(image).or(self.fallback.as_ref()).cloned()
+    }
 }
 
 /// Everything the rules look at for one cluster, filled by the caller.
@@ -316,7 +339,8 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// The finding as a [`Diagnostic`] of `cluster`: the message, then the rule id and what it cites.
+    /// The finding as a [`Diagnostic`] of `cluster`: the message, then the rule id and what it cites; at the
+    /// start of its line (column 1), or of the file (0:0).
     pub fn to_diagnostic(&self, cluster: &str) -> Diagnostic {
         let source = match &self.cites {
             Some(cites) => format!(" [{}: {cites}]", self.rule),
@@ -325,7 +349,7 @@ impl Finding {
         Diagnostic {
             path: self.path.clone(),
             line: self.line,
-            column: 0,
+            column: usize::from(self.line > 0),
             severity: self.severity,
             message: format!("{}{source}", self.message),
             cluster: Some(cluster.to_string()),
@@ -338,7 +362,12 @@ impl Finding {
 /// Rules about the cluster as a whole (1, 2, 3 for the cluster's image, 4, 8) are reported unless every
 /// operation this commit would run says `preflight: false`; rules about an operation (3 for its own
 /// image, 5, 6, 7, 9) are checked for pending operations that do not.
+///
+/// An inventory without any of kubespray's groups is not a kubespray cluster's: nothing is checked.
 pub fn check(facts: &ClusterFacts<'_>, data: &Releases) -> Vec<Finding> {
+    if !is_kubespray_inventory(&facts.inventory) {
+        return Vec::new();
+    }
     let mut out = rules::cluster(facts, data);
     let pending: Vec<&OperationFacts<'_>> = facts.operations.iter().filter(|o| o.pending).collect();
     if !pending.is_empty() && pending.iter().all(|o| !o.preflight) {

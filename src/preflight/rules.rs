@@ -429,8 +429,8 @@ fn kube_version_step(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, data: &R
         Rule::KubeVersionStep,
         at,
         format!(
-            "kube_version {old} ({said}) → {new} skips {skipped}: kubeadm and kubespray upgrade one minor at a \
-             time; set kube_version to {next}.x first{}",
+            "kube_version {old} ({said}) → {new} skips {skipped}: set kube_version to {next}.x first{}; kubeadm \
+             and kubespray upgrade one minor at a time",
             where_to_find(next, view, data)
         ),
         cites,
@@ -622,7 +622,7 @@ fn limit_names(args: &[String]) -> Vec<String> {
 
 /// The normalised name of a playbook action (`upgrade-cluster.yml`, `playbooks/upgrade_cluster.yml` →
 /// `upgrade_cluster`).
-fn playbook_name(action: &str) -> String {
+pub(super) fn playbook_name(action: &str) -> String {
     let file = action.rsplit('/').next().unwrap_or(action);
     let stem = file
         .strip_suffix(".yml")

@@ -306,9 +306,9 @@ fn a_kube_version_bump_over_a_minor_names_the_next_step() {
     assert_eq!(
         finding.message,
         format!(
-            "kube_version v1.29.10 (at the last reconciled commit) → v1.31.4 skips v1.30: kubeadm and kubespray \
-             upgrade one minor at a time; set kube_version to v1.30.x first (kubespray v2.27.0 installs \
-             v1.30.0 … {})",
+            "kube_version v1.29.10 (at the last reconciled commit) → v1.31.4 skips v1.30: set kube_version to \
+             v1.30.x first (kubespray v2.27.0 installs v1.30.0 … {}); kubeadm and kubespray upgrade one minor at \
+             a time",
             last.last().unwrap()
         )
     );

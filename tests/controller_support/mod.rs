@@ -50,6 +50,7 @@ pub fn cluster_dir(name: &str, hosts: &str, ops: Vec<Operation>, secret: Option<
             ssh_auth_secret: secret.map(Into::into),
             ..Settings::default()
         },
+        kubespray: None,
     }
 }
 

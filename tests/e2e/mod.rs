@@ -25,7 +25,8 @@ pub const TOKEN: &str = "ghp_e2eSecretToken0123456789";
 /// How long a wait may last before the test fails.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-/// hosts.yml with `node1`..`node3` and, when `node7` is set, `node7`.
+/// hosts.yml with `node1`..`node3` and, when `node7` is set, `node7`: node1 is the control plane and the one
+/// etcd member (a valid kubespray inventory, so pre-flight lets its operations run), every node a worker.
 pub fn hosts(node7: bool) -> String {
     let mut nodes = vec![
         ("node1", "10.0.0.1"),
@@ -40,6 +41,7 @@ pub fn hosts(node7: bool) -> String {
         text.push_str(&format!("    {name}:\n      ansible_host: {ip}\n"));
     }
     text.push_str("  children:\n    kube_control_plane:\n      hosts:\n        node1:\n");
+    text.push_str("    etcd:\n      hosts:\n        node1:\n");
     text.push_str("    kube_node:\n      hosts:\n");
     for (name, _) in &nodes {
         text.push_str(&format!("        {name}:\n"));

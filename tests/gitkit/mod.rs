@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 mod git_cli;
 pub use git_cli::git;
 
-/// A minimal valid hosts.yml.
-pub const HOSTS: &str = "all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n  children:\n    kube_control_plane:\n      hosts:\n        node1:\n";
+/// A minimal valid hosts.yml (a kubespray inventory pre-flight lets run: one control-plane and etcd node).
+pub const HOSTS: &str = "all:\n  hosts:\n    node1:\n      ansible_host: 10.0.0.1\n  children:\n    kube_control_plane:\n      hosts:\n        node1:\n    etcd:\n      hosts:\n        node1:\n";
 
 /// A work repository in a temp dir, on branch `main`, with `clusters/` as root.
 pub struct RepoBuilder {
