@@ -291,6 +291,7 @@ impl Walk {
             });
             self.group(&child, value, diags);
             let (p, c) = (self.graph.add_group(parent), self.graph.add_group(&child));
+            self.graph.defined_at(c, key.line);
             // A cycle is reported once, by `report_cycles`.
             let _ = self.graph.add_child(p, c);
         }

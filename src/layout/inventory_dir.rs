@@ -1,8 +1,9 @@
 //! A pinned inventory directory read as ansible reads it: its hosts and groups, and the effective value of a
 //! variable kok itself uses (`kube_version`, the settings pre-flight checks).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use super::ansible::resolve::Found;
 use super::ansible::{read_inventory_dir, AnsibleInventory, GroupVar, InventorySource, Known, Setting};
 use super::{Inventory, InventoryDir, VARS_YML};
 use crate::api::VARS_INVENTORY_PATH;
@@ -22,55 +23,144 @@ pub const KUBESPRAY_VARS: [&str; 6] = [
 /// the values of [`KUBESPRAY_VARS`] on the Kubernetes hosts. Validation resolves it once per directory.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KubesprayView {
-    /// Every host, in the order of ansible's `groups['all']`.
-    pub hosts: Vec<String>,
-    /// Every group, with those kubespray's boilerplate adds (`k8s_cluster`), its hosts in ansible's order.
-    pub groups: BTreeMap<String, Vec<String>>,
+    /// Every host.
+    pub hosts: BTreeSet<String>,
+    /// Every group, with those kubespray's boilerplate adds (`k8s_cluster`); not `all` and `ungrouped`, nor
+    /// the boilerplate's catch-all `_all`.
+    pub groups: BTreeMap<String, InventoryGroup>,
     /// Each of [`KUBESPRAY_VARS`] some host sets: its value and where it is set (a path relative to the
     /// cluster directory, `vars.yml` by its own name), or `Err` saying how the hosts disagree.
     pub vars: BTreeMap<String, Result<Setting, String>>,
 }
 
+/// One group of a [`KubesprayView`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InventoryGroup {
+    /// Its hosts in ansible's order (`groups['etcd'][0]` is the first), child groups' included.
+    pub hosts: Vec<String>,
+    /// 1-based line of the inventory file where it is first defined; 0 when made at run time or unknown.
+    pub line: usize,
+}
+
 /// The [`KubesprayView`] of `resolved` (as read, without kubespray's groups); `vars_yml` when the
 /// directory's `group_vars/all.yml` is kok's `vars.yml`.
 pub fn kubespray_view(resolved: &AnsibleInventory, vars_yml: bool) -> KubesprayView {
-    view_of(&resolved.with_kubespray_groups(), vars_yml)
+    let kubespray = resolved.with_kubespray_groups();
+    view_of(&kubespray, kubespray.inventory().hosts.clone(), vars_yml)
 }
 
 /// What validation keeps of `resolved`: [`kok_inventory`] and [`kubespray_view`], kubespray's groups made
 /// once for both.
 pub fn inventory_and_view(resolved: &AnsibleInventory, vars_yml: bool) -> (Inventory, KubesprayView) {
     let kubespray = resolved.with_kubespray_groups();
-    (kok_inventory_of(&kubespray), view_of(&kubespray, vars_yml))
+    let inventory = kok_inventory_of(&kubespray);
+    let hosts = inventory.hosts.clone();
+    (inventory, view_of(&kubespray, hosts, vars_yml))
 }
 
 /// [`kubespray_view`] of the view `kubespray` already made by [`AnsibleInventory::with_kubespray_groups`].
-fn view_of(kubespray: &AnsibleInventory, vars_yml: bool) -> KubesprayView {
-    let groups = kubespray
+/// `hosts` is every host (as the inventory kok reads has them). Each Kubernetes host's sources are walked
+/// once for all of [`KUBESPRAY_VARS`].
+fn view_of(kubespray: &AnsibleInventory, hosts: BTreeSet<String>, vars_yml: bool) -> KubesprayView {
+    let unmatched = super::ansible::kubespray::UNMATCHED_GROUP;
+    let groups: BTreeMap<String, InventoryGroup> = kubespray
         .groups()
         .into_iter()
+        .filter(|g| !["all", "ungrouped", unmatched].contains(g))
         .map(|g| {
-            let hosts = kubespray.group_hosts(g).unwrap_or_default();
-            (g.to_string(), hosts.into_iter().map(str::to_string).collect())
+            // A group without children has its own hosts, in their order.
+            let hosts = match kubespray.children(g) {
+                Some(children) if children.is_empty() => kubespray.direct_hosts(g),
+                _ => kubespray.group_hosts(g),
+            };
+            let hosts = hosts.unwrap_or_default();
+            let group = InventoryGroup {
+                hosts: hosts.into_iter().map(str::to_string).collect(),
+                line: kubespray.group_line(g),
+            };
+            (g.to_string(), group)
         })
         .collect();
+    let all;
+    let targets: &[String] = match groups.get("k8s_cluster").filter(|g| !g.hosts.is_empty()) {
+        Some(group) => &group.hosts,
+        None => {
+            all = kubespray
+                .hosts()
+                .into_iter()
+                .map(str::to_string)
+                .collect::<Vec<_>>();
+            &all
+        }
+    };
+    // Per variable, each distinct value with its hosts, in host order (as GroupVar gives them).
+    let mut found: Vec<Vec<(Option<Found<'_>>, Vec<&str>)>> =
+        KUBESPRAY_VARS.iter().map(|_| Vec::new()).collect();
+    for (host, settings) in targets
+        .iter()
+        .zip(kubespray.find_for_hosts(targets, &KUBESPRAY_VARS))
+    {
+        for (values, setting) in found.iter_mut().zip(settings) {
+            match values.iter_mut().find(|(v, _)| same_value(v, &setting)) {
+                Some((_, hosts)) => hosts.push(host),
+                None => values.push((setting, vec![host])),
+            }
+        }
+    }
     let vars = KUBESPRAY_VARS
         .iter()
-        .filter_map(|name| {
-            let mut found = cluster_setting(kubespray, name)?;
-            if let Ok(setting) = &mut found {
-                if vars_yml && setting.origin.path == VARS_INVENTORY_PATH {
-                    setting.origin.path = VARS_YML.to_string();
+        .zip(found)
+        .filter_map(|(name, values)| {
+            let found = match values.as_slice() {
+                [] | [(None, _)] => return None,
+                [(Some(first), _)] => {
+                    let mut setting = first.setting();
+                    if vars_yml && setting.origin.path == VARS_INVENTORY_PATH {
+                        setting.origin.path = VARS_YML.to_string();
+                    }
+                    Ok(setting)
                 }
-            }
+                _ => {
+                    let values: Vec<(Option<Known>, Vec<String>)> = values
+                        .iter()
+                        .map(|(v, hosts)| {
+                            let hosts = hosts.iter().map(|h| h.to_string()).collect();
+                            (v.map(|v| v.setting().value), hosts)
+                        })
+                        .collect();
+                    Err(disagreement(&values))
+                }
+            };
             Some((name.to_string(), found))
         })
         .collect();
-    KubesprayView {
-        hosts: kubespray.hosts().into_iter().map(str::to_string).collect(),
-        groups,
-        vars,
+    KubesprayView { hosts, groups, vars }
+}
+
+/// True when two hosts get the same value (wherever it is set); a vaulted file is the same value as itself.
+fn same_value(a: &Option<Found<'_>>, b: &Option<Found<'_>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(Found::Var { value: a, .. }), Some(Found::Var { value: b, .. })) => a == b,
+        (Some(Found::Vault { path: a }), Some(Found::Vault { path: b })) => a == b,
+        _ => false,
     }
+}
+
+/// `the hosts disagree: v1.31.4 on n1; (unset) on n2`.
+fn disagreement(values: &[(Option<Known>, Vec<String>)]) -> String {
+    let hosts: Vec<String> = values
+        .iter()
+        .map(|(value, hosts)| {
+            let value = match value {
+                Some(Known::Value(v)) => v.to_string(),
+                Some(Known::Unknown(why)) => format!("(not known: {why})"),
+                None => "(unset)".to_string(),
+            };
+            format!("{value} on {}", hosts.join(", "))
+        })
+        .collect();
+    format!("the hosts disagree: {}", hosts.join("; "))
 }
 
 /// The [`KubesprayView`] of `dir`; `None` when ansible would refuse it.
@@ -145,20 +235,7 @@ fn cluster_setting(kubespray: &AnsibleInventory, name: &str) -> Option<Result<Se
     match group_var {
         GroupVar::NoHosts | GroupVar::Same(None) => None,
         GroupVar::Same(Some(setting)) => Some(Ok(setting)),
-        GroupVar::Differ(values) => {
-            let hosts: Vec<String> = values
-                .iter()
-                .map(|(value, hosts)| {
-                    let value = match value {
-                        Some(Known::Value(v)) => v.to_string(),
-                        Some(Known::Unknown(why)) => format!("(not known: {why})"),
-                        None => "(unset)".to_string(),
-                    };
-                    format!("{value} on {}", hosts.join(", "))
-                })
-                .collect();
-            Some(Err(format!("the hosts disagree: {}", hosts.join("; "))))
-        }
+        GroupVar::Differ(values) => Some(Err(disagreement(&values))),
     }
 }
 
@@ -244,5 +321,43 @@ mod tests {
         let resolved = resolve_inventory(&differ).unwrap();
         let why = cluster_var(&resolved, "kube_version").unwrap().unwrap_err();
         assert!(why.contains("the hosts disagree"), "{why}");
+        let view = kubespray_view(&resolved, true);
+        assert_eq!(
+            view.vars["kube_version"],
+            Err(why),
+            "the view says what cluster_var says"
+        );
+    }
+
+    #[test]
+    fn the_kubespray_view_has_the_groups_with_their_lines_and_where_each_variable_is_set() {
+        let d = dir(
+            "inventory.ini",
+            "# prod\n[kube_control_plane]\nn1\n\n[etcd:children]\nkube_control_plane\n\n[kube_node]\nn2\n\n\
+             [kube_node:vars]\nkube_network_plugin=cilium\n",
+            Some("kube_version: v1.30.2\nkube_network_plugin: calico\n"),
+            &[],
+        );
+        let view = kubespray_view_of(&d).unwrap();
+        let lines: Vec<(&str, usize)> = view.groups.iter().map(|(g, v)| (g.as_str(), v.line)).collect();
+        assert_eq!(
+            lines,
+            [
+                ("etcd", 5),
+                ("k8s_cluster", 0),
+                ("kube_control_plane", 2),
+                ("kube_node", 8)
+            ]
+        );
+        assert_eq!(view.groups["k8s_cluster"].hosts, ["n2", "n1"]);
+        let kube = view.vars["kube_version"].as_ref().unwrap();
+        assert_eq!(
+            (kube.origin.path.as_str(), kube.origin.line),
+            ("vars.yml", Some(1))
+        );
+        // vars.yml (group_vars/all) outranks [kube_node:vars]: the hosts agree on calico.
+        let plugin = view.vars["kube_network_plugin"].as_ref().unwrap();
+        assert_eq!(plugin.value, Known::Value(serde_json::json!("calico")));
+        assert!(!view.vars.contains_key("dns_mode"));
     }
 }

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use super::rules::{cluster_release, playbook_name, Resolved};
 use super::{
-    Base, ClusterFacts, Finding, Group, Groups, OperationFacts, Previous, ReleaseSource, Releases, Setting,
-    Tree, Version, Written, CHECKED_SETTINGS,
+    Base, ClusterFacts, Finding, Groups, OperationFacts, Previous, ReleaseSource, Releases, Setting, Tree,
+    Version, Written, CHECKED_SETTINGS,
 };
 use crate::api::{
     ActionType, Cluster, ClusterKubernetes, ClusterOperation, OperationPreflight, Phase, PreflightFinding,
@@ -112,50 +112,12 @@ fn setting_of(cluster: &ClusterDir, view: &KubesprayView, name: &str) -> Option<
     })
 }
 
-/// The 1-based line where `group` is defined in the inventory `text` (`[etcd]`, `[etcd:children]` in INI,
-/// `etcd:` as a key in YAML); 0 when it is not found (a group kubespray makes at run time).
-pub fn group_line(text: &str, group: &str, ini: bool) -> usize {
-    let found = text.lines().position(|line| {
-        let line = line.trim();
-        if ini {
-            let Some(section) = line.strip_prefix('[').and_then(|l| l.split(']').next()) else {
-                return false;
-            };
-            let name = section.split(':').next().unwrap_or_default().trim();
-            name == group && !section.ends_with(":vars")
-        } else {
-            let key = line
-                .split(':')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .trim_matches(['"', '\'']);
-            let rest = line.split_once(':').map_or("", |(_, rest)| rest.trim());
-            key == group
-                && line.contains(':')
-                && (rest.is_empty() || rest.starts_with('#') || rest.starts_with('{') || rest == "null")
-        }
-    });
-    found.map_or(0, |i| i + 1)
-}
-
 /// The inventory's hosts and groups as kubespray sees them, with the lines of its groups.
 pub fn groups_of(cluster: &ClusterDir, view: &KubesprayView) -> Groups {
-    let ini = !cluster.inventory_file.ends_with(".yml") && !cluster.inventory_file.ends_with(".yaml");
     Groups {
         path: join(&cluster.path, &cluster.inventory_file),
-        hosts: view.hosts.iter().cloned().collect(),
-        groups: view
-            .groups
-            .iter()
-            .map(|(name, hosts)| {
-                let group = Group {
-                    hosts: hosts.clone(),
-                    line: group_line(&cluster.hosts_yml, name, ini),
-                };
-                (name.clone(), group)
-            })
-            .collect(),
+        hosts: view.hosts.clone(),
+        groups: view.groups.clone(),
     }
 }
 
@@ -603,16 +565,5 @@ mod tests {
         let read: Vec<&str> = layout::KUBESPRAY_VARS.to_vec();
         assert_eq!(read[0], "kube_version");
         assert!(CHECKED_SETTINGS.iter().all(|s| read.contains(s)), "{read:?}");
-    }
-
-    #[test]
-    fn group_lines_are_found_in_ini_and_yaml() {
-        assert_eq!(
-            group_line("[all:vars]\nx=1\n[etcd:vars]\ny=1\n[etcd]\nn1\n", "etcd", true),
-            5
-        );
-        let yaml = "all:\n  hosts:\n    n1: {}\n  children:\n    etcd:\n      hosts:\n        n1:\n";
-        assert_eq!(group_line(yaml, "etcd", false), 5);
-        assert_eq!(group_line(yaml, "kube_node", false), 0);
     }
 }

@@ -33,8 +33,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 pub use facts::{
-    check_embedded, cluster_facts, group_line, groups_of, installed, is_kubespray_inventory, operation_facts,
-    pinned, previous_of, queued, recorded, release_source, validate_cluster, History,
+    check_embedded, cluster_facts, groups_of, installed, is_kubespray_inventory, operation_facts, pinned,
+    previous_of, queued, recorded, release_source, validate_cluster, History,
 };
 pub use releases::{
     kube_versions_from_checksums, Accepted, Check, Checks, Conditional, DocLine, Docs, Lookup, Minor, Place,
@@ -100,14 +100,9 @@ pub struct Groups {
     pub groups: BTreeMap<String, Group>,
 }
 
-/// One group of the inventory.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Group {
-    /// Hosts in inventory order (`groups['etcd'][0]` is the first).
-    pub hosts: Vec<String>,
-    /// 1-based line where the group is defined; 0 when made at run time or unknown.
-    pub line: usize,
-}
+/// One group of the inventory: its hosts in inventory order (`groups['etcd'][0]` is the first) and the
+/// 1-based line where it is defined (0 when made at run time or unknown), as the resolver gives it.
+pub use crate::layout::InventoryGroup as Group;
 
 impl Groups {
     /// The hosts of `group`, or `None` when the inventory does not define it.

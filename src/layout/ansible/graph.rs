@@ -26,6 +26,9 @@ pub(crate) struct Group {
     /// Child groups, in the order added.
     pub children: Vec<usize>,
     pub parents: Vec<usize>,
+    /// 1-based line of the inventory source where the group is first defined; 0 when it is not (a group made
+    /// at run time, `all`, or one only given variables).
+    pub line: usize,
 }
 
 /// One host.
@@ -87,9 +90,17 @@ impl Graph {
             hosts: Vec::new(),
             children: Vec::new(),
             parents: Vec::new(),
+            line: 0,
         });
         self.group_index.insert(name.to_string(), self.groups.len() - 1);
         self.groups.len() - 1
+    }
+
+    /// Records that group `g` is defined on `line` of the inventory source, unless it was defined before.
+    pub fn defined_at(&mut self, g: usize, line: usize) {
+        if self.groups[g].line == 0 {
+            self.groups[g].line = line;
+        }
     }
 
     /// The host named `name`, added when new (with `port` as `ansible_port`, which only a host's first

@@ -65,6 +65,7 @@ pub(crate) fn parse_ini(text: &str, diags: &mut FileDiags<'_>) -> Option<Graph> 
             }
             group = graph.add_group(name);
             if state != State::Vars {
+                graph.defined_at(group, number);
                 if let Some(p) = pending.get(name) {
                     if p.children {
                         add_pending_children(name, &mut pending, &mut graph, &mut error);

@@ -59,6 +59,41 @@ enum Source<'a> {
     Vault { path: &'a str },
 }
 
+/// Where a variable of a host is set, borrowed from the inventory (see [`AnsibleInventory::find_all`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Found<'s> {
+    /// Set by a vars file or the inventory: the value, the file and the line.
+    Var {
+        /// The value.
+        value: &'s Known,
+        /// The file, relative to the cluster directory.
+        path: &'s str,
+        /// The line, when known.
+        line: Option<usize>,
+    },
+    /// A whole-file vault among the host's sources may set it.
+    Vault {
+        /// The vaulted file.
+        path: &'s str,
+    },
+}
+
+impl Found<'_> {
+    /// The setting, copied out.
+    pub fn setting(&self) -> Setting {
+        match *self {
+            Found::Var { value, path, line } => Setting {
+                value: value.clone(),
+                origin: Origin {
+                    path: path.to_string(),
+                    line,
+                },
+            },
+            Found::Vault { path } => vault_setting(path),
+        }
+    }
+}
+
 /// What the hosts of a group have for one variable.
 #[derive(Clone, Debug, PartialEq)]
 pub enum GroupVar {
@@ -135,6 +170,12 @@ impl AnsibleInventory {
     pub fn group_hosts(&self, group: &str) -> Option<Vec<&str>> {
         let g = self.graph.group(group)?;
         Some(self.names(self.graph.group_hosts(g)))
+    }
+
+    /// The 1-based line of the inventory file where `group` is first defined; 0 when it is not (a group
+    /// made at run time, `all`, one only given variables) or there is no such group.
+    pub fn group_line(&self, group: &str) -> usize {
+        self.graph.group(group).map_or(0, |g| self.graph.groups[g].line)
     }
 
     /// The hosts listed directly in `group`, in the order they were added.
@@ -226,6 +267,59 @@ impl AnsibleInventory {
             }
         }
         None
+    }
+
+    /// Where each of `names` is set for `host` (see [`AnsibleInventory::setting`]), in their order, its
+    /// sources walked once and nothing copied: [`Found::setting`] makes the [`Setting`].
+    pub fn find_all<'s>(&'s self, host: &str, names: &[&str]) -> Vec<Option<Found<'s>>> {
+        let sources = self.sources(host);
+        names
+            .iter()
+            .map(|name| {
+                sources.iter().rev().find_map(|source| match source {
+                    Source::Vault { path } => Some(Found::Vault { path }),
+                    Source::Vars { vars, path } => vars.get(*name).map(|var| Found::Var {
+                        value: &var.value,
+                        path,
+                        line: var.line,
+                    }),
+                })
+            })
+            .collect()
+    }
+
+    /// [`AnsibleInventory::find_all`] for each of `hosts`, in their order. Hosts in the same groups whose own
+    /// variables (in the inventory and `host_vars/`) set none of `names` get them from the same sources: one
+    /// walk serves them all.
+    pub fn find_for_hosts<'s>(&'s self, hosts: &[String], names: &[&str]) -> Vec<Vec<Option<Found<'s>>>> {
+        let mut shared: BTreeMap<&[usize], Vec<Option<Found<'s>>>> = BTreeMap::new();
+        hosts
+            .iter()
+            .map(|host| {
+                let Some(h) = self.graph.host(host) else {
+                    return vec![None; names.len()];
+                };
+                let sets_own = |vars: &VarMap| names.iter().any(|n| vars.contains_key(*n));
+                let own = sets_own(&self.graph.hosts[h].vars)
+                    || self
+                        .files
+                        .hosts
+                        .get(host)
+                        .into_iter()
+                        .flatten()
+                        .any(|layer| match &layer.file {
+                            VarsFile::Vars(vars) => sets_own(vars),
+                            VarsFile::Vault => true,
+                        });
+                if own {
+                    return self.find_all(host, names);
+                }
+                shared
+                    .entry(&self.sorted_groups[h])
+                    .or_insert_with(|| self.find_all(host, names))
+                    .clone()
+            })
+            .collect()
     }
 
     /// Variable `name` of `host`: see [`AnsibleInventory::setting`].
