@@ -58,6 +58,9 @@ const POLL: Duration = Duration::from_millis(100);
 const STATUS_POLL_EVERY: u32 = 3;
 /// The Secret every cluster.yml names; it never exists.
 const SSH_SECRET: &str = "fleet-ssh";
+/// The Kubernetes version every cluster asks for: one kok's default runner image, kubespray v2.27.0,
+/// installs, so pre-flight lets the operations through to their wait for the Secret.
+const KUBE_VERSION: &str = "v1.31.4";
 /// The operation budget of a forge sink above which one summary context stands for the commit.
 const FORGE_BUDGET: usize = 50;
 
@@ -178,7 +181,7 @@ fn cluster_name(i: usize) -> String {
     format!("c{i:05}")
 }
 
-/// hosts.yml with `hosts` nodes, the first one the control plane.
+/// hosts.yml with `hosts` nodes, the first one the control plane and the etcd member.
 fn hosts_yml(cluster: usize, hosts: usize) -> String {
     let mut text = String::from("all:\n  hosts:\n");
     for h in 1..=hosts {
@@ -189,6 +192,7 @@ fn hosts_yml(cluster: usize, hosts: usize) -> String {
         ));
     }
     text.push_str("  children:\n    kube_control_plane:\n      hosts:\n        node1:\n");
+    text.push_str("    etcd:\n      hosts:\n        node1:\n");
     text.push_str("    kube_node:\n      hosts:\n");
     for h in 1..=hosts {
         text.push_str(&format!("        node{h}:\n"));
@@ -216,7 +220,7 @@ fn write_cluster(remote: &Remote, i: usize, cluster_yml: &str) -> String {
         .write(&format!("clusters/{name}/hosts.yml"), &hosts_yml(i, 5))
         .write(
             &format!("clusters/{name}/vars.yml"),
-            &format!("cluster_name: {name}\nkube_version: v1.33.0\n"),
+            &format!("cluster_name: {name}\nkube_version: {KUBE_VERSION}\n"),
         )
         .write(&format!("clusters/{name}/cluster.yml"), cluster_yml);
     name

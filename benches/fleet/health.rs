@@ -1,6 +1,6 @@
 //! The health round at fleet size (mode `health`): every cluster of the fleet gets a kubeconfig Secret
 //! in the meta-cluster pointing at one second testkit, which serves every cluster's five Nodes (named
-//! `<cluster>-nodeN`, InternalIP the inventory's `ansible_host`, kubelet `v1.33.0`) and a kube-system
+//! `<cluster>-nodeN`, InternalIP the inventory's `ansible_host`, kubelet [`super::KUBE_VERSION`]) and a kube-system
 //! Deployment and DaemonSet. A small router in front of it takes the cluster's name from the path of
 //! its kubeconfig's `server` (`http://127.0.0.1:P/<cluster>`) and lists only that cluster's Nodes (a
 //! label selector), so `InventoryMatches` holds.
@@ -149,7 +149,7 @@ async fn fill_workload(api: &testkit::ApiServer, clusters: usize) -> anyhow::Res
                 let status = json!({"status": {
                     "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
                     "addresses": [{"type": "InternalIP", "address": format!("10.{}.{}.{h}", i / 256, i % 256)}],
-                    "nodeInfo": {"kubeletVersion": "v1.33.0", "kubeProxyVersion": "", "machineID": "",
+                    "nodeInfo": {"kubeletVersion": super::KUBE_VERSION, "kubeProxyVersion": "", "machineID": "",
                         "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
                         "containerRuntimeVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
                 }});

@@ -84,7 +84,7 @@ fn generate(remote: &Remote, clusters: usize) -> String {
 /// The rollout file: one wave per ring.
 fn rollout_yml() -> String {
     let mut text = String::from(
-        "operation: {id: bump, action: bump.yml}\nclusters: {selector: {fleet: bench}}\nwaves:\n",
+        "operation: {id: bump, action: playbooks/facts.yml}\nclusters: {selector: {fleet: bench}}\nwaves:\n",
     );
     for w in 1..=WAVES {
         text.push_str(&format!(
