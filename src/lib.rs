@@ -1,6 +1,7 @@
 //! kok: git in, cluster operations out, statuses back.
 //!
 //! - [`layout`] parses and validates the repository contract (pure).
+//! - [`preflight`] checks a cluster against kubespray's rules for its release, before anything runs (pure).
 //! - [`source`] fetches the git repository, polls cheaply and diffs commits into changed clusters.
 //! - [`materialize`] renders clusters into desired objects (pure) and applies/prunes them.
 //! - [`api`] holds the CRD types and every shared constant.
