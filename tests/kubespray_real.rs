@@ -27,7 +27,7 @@ use local_e2e_support::kubespray::{kubespray_or_skip, systemd_refusal, Kubespray
 use local_e2e_support::{finished_within, note_line, run_log, LocalKok, LocalRepo, CLUSTER, NS};
 
 /// The addresses of the hosts; one sshd serves them all on one port.
-const ADDRESSES: [&str; 3] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+const ADDRESSES: [&str; 4] = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"];
 /// The Secret holding the cluster's ssh key (`sshAuthSecret`).
 const SSH_SECRET: &str = "local-ssh";
 /// Longest wait for one operation on real kubespray (a run takes under a minute on 2 idle cores).
@@ -562,11 +562,12 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
         return;
     };
     let asserts = ["--tags", "asserts", PAST_SYSTEMD[0], PAST_SYSTEMD[1]];
-    /// An inventory kok refuses: its nodes' prefix, how many of the 3 nodes are etcd members, vars.yml, the
-    /// operation (`{second}` is the second node), more of cluster.yml, the rule kok names, and the task of
-    /// kubespray's that stops it with what it says.
+    /// An inventory kok refuses: its nodes' prefix, how many nodes (the first the control plane) and how
+    /// many of them etcd members, vars.yml, the operation (`{second}` is the second node), more of
+    /// cluster.yml, the rule kok names, and the task of kubespray's that stops it with what it says.
     struct Case<'a> {
         name: &'a str,
+        nodes: usize,
         etcd: usize,
         vars: String,
         action: &'a str,
@@ -577,9 +578,11 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
         says: &'a str,
     }
     let cases = [
+        // The pull request that adds a fourth etcd host.
         Case {
             name: "even",
-            etcd: 2,
+            nodes: 4,
+            etcd: 4,
             vars: VARS.to_string(),
             action: "cluster.yml",
             args: asserts.iter().map(|a| a.to_string()).collect(),
@@ -590,6 +593,7 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
         },
         Case {
             name: "old",
+            nodes: 3,
             etcd: 1,
             vars: format!("{VARS}kube_version: v1.28.6\n"),
             action: "cluster.yml",
@@ -602,6 +606,7 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
         },
         Case {
             name: "plugin",
+            nodes: 3,
             etcd: 1,
             vars: format!("{VARS}kube_network_plugin: flannel2\n"),
             action: "cluster.yml",
@@ -613,6 +618,7 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
         },
         Case {
             name: "nocache",
+            nodes: 3,
             etcd: 1,
             vars: VARS.to_string(),
             action: "scale.yml",
@@ -625,7 +631,7 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
     ];
     for case in &cases {
         let sshd = Sshd::start_on(&ADDRESSES);
-        let nodes = nodes(case.name, 3, Some(sshd.port));
+        let nodes = nodes(case.name, case.nodes, Some(sshd.port));
         let etcd: Vec<&Node> = nodes.iter().take(case.etcd).collect();
         let hosts = hosts_yml(&nodes, &etcd);
         let names = |text: &str| {
@@ -641,6 +647,13 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
         };
         let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, &case.vars, entry).await;
         let found = predicted(&run, &kubespray);
+        if case.name == "even" {
+            let odd = found.iter().find(|f| f.rule.id() == "etcd-odd");
+            assert!(
+                odd.is_some_and(|f| f.message.starts_with("etcd has 4 hosts")),
+                "{found:#?}"
+            );
+        }
         assert!(
             error_rules(&found).contains(&case.rule),
             "{}: kok's pre-flight names {}: {found:#?}",
@@ -686,7 +699,8 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
     );
     let (phase, message) = phase(&op);
     if phase == Phase::Failed {
-        // A later assertion may hold on this machine (its memory, its resolver): not one kok checks.
+        // A later assertion may stop it on this machine (its memory, its resolver: here "Stop if
+        // /etc/resolv.conf has no configured nameservers"), not one kok checks.
         let line = run.note("failure").await;
         for case in &cases {
             assert!(
