@@ -989,6 +989,13 @@ pub fn order(facts: &ClusterFacts<'_>) -> Vec<Finding> {
         let action = &op.operation.action;
         let message = match install.map(|j| (j, &facts.operations[j])) {
             Some((j, _)) if j < i => continue,
+            Some((_, install)) if install.operation.index < op.operation.index => format!(
+                "{action} needs a running cluster and is queued before cluster.yml (operation {}, line {}), on \
+                 a cluster kok has never seen installed: it stands after it in the file, but an entry queues by \
+                 the commit that last changed it and {} was changed later; change this entry in a commit after \
+                 that one",
+                install.operation.id, install.operation.line, install.operation.id
+            ),
             Some((_, install)) => format!(
                 "{action} needs a running cluster and is queued before cluster.yml (operation {}, line {}), on \
                  a cluster kok has never seen installed: move it after cluster.yml",

@@ -689,6 +689,17 @@ fn on_a_cluster_never_installed_scale_before_cluster_yml_is_refused() {
     let mut f = facts("v2.27.0", &ops);
     f.installed = false;
     assert_eq!(check(&f, data()), []);
+    // In file order after cluster.yml, but queued before it: the entry was changed in an earlier commit.
+    f.operations.reverse();
+    let finding = only(&check(&f, data()), Rule::Order).clone();
+    assert!(
+        finding
+            .message
+            .contains("an entry queues by the commit that last changed it and install was changed later"),
+        "{}",
+        finding.message
+    );
+    f.operations.reverse();
     f.installed = true;
     let ops = [op("up", "upgrade-cluster.yml", 0, &[])];
     let mut f = facts("v2.27.0", &ops);
