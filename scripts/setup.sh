@@ -24,7 +24,7 @@ case $mode in
   *) echo "usage: scripts/setup.sh [tests|local]" >&2; exit 2 ;;
 esac
 
-# The oldest versions kok and its tests work with (README, "Tool versions").
+# The oldest versions kok and its tests work with (docs/getting-started.md, "Set-up and tool versions").
 ANSIBLE_CORE_MIN=2.14 # Debian bookworm's own ansible-core
 KUBECTL_MIN=1.26      # the tests run `kubectl events`, new (out of alpha) in 1.26
 

@@ -1,4 +1,4 @@
-//! Local mode through a person's kubectl habits, as the README sends them there
+//! Local mode through a person's kubectl habits, as docs/local-mode.md sends them there
 //! (`KUBECONFIG=.kok/kubeconfig kubectl -n kok-system ...`): `get pods` and `get jobs` show how a run
 //! went in a real server's columns, `kubectl logs job/<job>` prints the run's ansible output (the file
 //! `kok logs` prints) and `-f` follows a running one to its end, and `get events`, `kubectl events --for`

@@ -3,7 +3,7 @@
 //! its running operation, the playbook's log lines arrive on that page without a reload, a failed run's
 //! page names the failing task and host, the cluster's changelog names each commit's author and
 //! subject, an open fleet page shows a new operation without a reload (and does not keep kok from
-//! stopping), and a rollout's page shows its waves while it bakes. Screenshots of each page go to `target/tmp/web-screenshots/` (the README's come from
+//! stopping), and a rollout's page shows its waves while it bakes. Screenshots of each page go to `target/tmp/web-screenshots/` (docs/web-view.md's come from
 //! there).
 
 #[path = "common/browser.rs"]

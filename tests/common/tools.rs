@@ -2,7 +2,7 @@
 //! then PATH.
 //!
 //! `scripts/setup.sh` installs what is missing or too old into `.venv` at the repository's top (or
-//! into `$KOK_VENV`). The README's scripts put its `bin` first on PATH; [`command`] and
+//! into `$KOK_VENV`). The scripts of the README's two commands put its `bin` first on PATH; [`command`] and
 //! [`search_path`] do the same for every process a test starts, so a plain `cargo test` after the
 //! set-up runs the same tools.
 #![allow(dead_code)]
