@@ -116,7 +116,7 @@ pub struct ConfigMapRef {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
-    /// Name of the Secret (type kubernetes.io/ssh-auth, key ssh-privatekey), in the namespace of the referring object.
+    /// Name of the Secret, in the namespace of the referring object; the referring field says which keys it holds.
     #[schemars(
         length(min = 1, max = 253),
         pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

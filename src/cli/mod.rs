@@ -9,6 +9,7 @@ pub mod history;
 pub mod logs;
 mod malloc;
 pub mod plan;
+pub mod reference;
 pub mod render;
 pub mod run;
 pub mod status;
@@ -63,6 +64,11 @@ pub enum Command {
     History(history::Args),
     /// The fleet: each cluster's version, nodes, health, what its queue does and its last outcome.
     Status(status::Args),
+    /// Print a reference page as markdown: `cli` (every subcommand and flag) or `crds` (every CRD field).
+    ///
+    /// The pages docs/reference/cli.md and docs/reference/crds.md are this command's output, generated from
+    /// the code; a test fails when they differ.
+    Reference(reference::Args),
 }
 
 /// Runs the parsed command line; the process exit code is the result.
@@ -77,6 +83,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::History(args) => history::run(args),
         Command::Status(args) => status::run(args),
+        Command::Reference(args) => reference::run(args),
     };
     match result {
         Ok(code) => code,
