@@ -367,7 +367,7 @@ impl OperationPreflight {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightFinding {
-    /// The rule's stable id, e.g. `etcd-odd` (the README lists them).
+    /// The rule's stable id, e.g. `etcd-odd` (docs/preflight.md lists them).
     pub rule: String,
     /// The file of the repository the finding is about, relative to its root.
     pub path: String,

@@ -49,7 +49,7 @@ pub struct OperationOutcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<RunRecord>,
     /// The later commit whose note holds the run, when it is not the commit itself (a run an earlier
-    /// kok reported where it reconciled, see the README's "Reading the changelog").
+    /// kok reported where it reconciled, see "Reading the changelog" in docs/operating.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reported_on: Option<String>,
     /// For a run of a rollout: the rollout, as its file at the commit names it.
