@@ -434,19 +434,11 @@ fn strip_tags(text: &str) -> String {
     out
 }
 
-/// GitHub's slug of a heading, before duplicates are numbered: its text lowercased, every character other
-/// than a letter, digit, `-`, `_` or space dropped, spaces turned into `-`.
+/// GitHub's slug of a heading, before duplicates are numbered: the slug the reference pages' links use
+/// (lowercase, every character other than a letter, digit, `-`, `_` or space dropped, spaces turned into
+/// `-`), of the heading's plain text.
 pub fn slug(heading: &str) -> String {
-    plain_text(heading)
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
+    kok::cli::reference::slug(plain_text(heading).trim())
 }
 
 /// Numbers repeated slugs as GitHub does (`a`, `a-1`, `a-2`).
