@@ -121,6 +121,15 @@ fn push_line(out: &mut String, line: &str) {
     out.push('\n');
 }
 
+/// Ends a page with its `## Where to go next` section, one list item per link.
+fn where_to_go_next(out: &mut String, links: &[&str]) {
+    push_line(out, "## Where to go next");
+    push_line(out, "");
+    for link in links {
+        push_line(out, link);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The command-line reference.
 
@@ -148,17 +157,16 @@ pub fn cli_markdown(mut cmd: clap::Command) -> String {
     for sub in visible_subcommands(&cmd) {
         command_section(&mut out, sub);
     }
-    push_line(&mut out, "## Where to go next");
-    push_line(&mut out, "");
-    for link in [
-        "- [Getting started](../getting-started.md): install kok and reconcile a first cluster.",
-        "- [The repository](../repository.md): the files kok reads, which these commands take.",
-        "- [Deploying](../deploying.md): run `kok run` in a meta-cluster with these flags as environment variables.",
-        "- [Troubleshooting](../troubleshooting.md): what the messages of these commands mean.",
-        "- [CRD reference](crds.md): the objects `kok run` writes.",
-    ] {
-        push_line(&mut out, link);
-    }
+    where_to_go_next(
+        &mut out,
+        &[
+            "- [Getting started](../getting-started.md): run kok on the example and make a first operation.",
+            "- [The repository](../repository.md): the files kok reads, which these commands take.",
+            "- [Deploying](../deploying.md): run `kok run` in a meta-cluster with these flags as environment variables.",
+            "- [Troubleshooting](../troubleshooting.md): what the messages of these commands mean.",
+            "- [CRD reference](crds.md): the objects `kok run` writes.",
+        ],
+    );
     out
 }
 
@@ -676,16 +684,15 @@ pub fn crds_markdown(crds: &[CustomResourceDefinition]) -> String {
     for crd in crds {
         crd_section(&mut out, crd);
     }
-    push_line(&mut out, "## Where to go next");
-    push_line(&mut out, "");
-    for link in [
-        "- [The repository](../repository.md): the files these objects are rendered from.",
-        "- [Deploying](../deploying.md): install the CRDs and run kok in a meta-cluster.",
-        "- [Troubleshooting](../troubleshooting.md): what the messages in these statuses mean.",
-        "- [Command-line reference](cli.md): the flags of `kok run`, `kok crds` and the other commands.",
-    ] {
-        push_line(&mut out, link);
-    }
+    where_to_go_next(
+        &mut out,
+        &[
+            "- [The repository](../repository.md): the files these objects are rendered from.",
+            "- [Deploying](../deploying.md): install the CRDs and run kok in a meta-cluster.",
+            "- [Troubleshooting](../troubleshooting.md): what the messages in these statuses mean.",
+            "- [Command-line reference](cli.md): the flags of `kok run`, `kok crds` and the other commands.",
+        ],
+    );
     out
 }
 
