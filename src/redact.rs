@@ -4,6 +4,10 @@
 //! `Authorization` header included. Whatever reads a token, password or webhook secret registers it
 //! here (with the `Basic` encoding git sends it in); whatever turns a foreign text into a log line,
 //! a status, an Event or an error passes it through [`scrub`] first.
+//!
+//! A Job's run prints what it likes, so the content of every Secret a Job mounts (an ssh key, an
+//! ansible-vault password, kubespray's `credentials/`) is registered too, cut into the fragments
+//! [`secret_file_fragments`] names: the one rule for service mode and local mode alike.
 
 use std::sync::{OnceLock, RwLock};
 
@@ -34,6 +38,38 @@ pub fn register(secret: &str) {
         secrets.push(secret.to_string());
         // Longest first, so that a secret containing another is replaced whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    }
+}
+
+/// Lines of a multi-line secret shorter than this are not registered: a key file's short lines (blank,
+/// padding) would garble every message, and its long lines are what would give it away.
+pub const MIN_SECRET_LINE_LEN: usize = 8;
+
+/// What of a Secret file's `content` scrubbing hides: a one-line file (a password, such as
+/// ansible-vault's) whole from [`MIN_SECRET_LEN`] characters on; else each line of at least
+/// [`MIN_SECRET_LINE_LEN`] characters. Trimmed, deduplicated, sorted.
+pub fn secret_file_fragments(content: &str) -> Vec<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let whole = content.trim();
+    if !whole.contains('\n') {
+        if whole.len() >= MIN_SECRET_LEN {
+            out.insert(whole.to_string());
+        }
+    } else {
+        for line in whole.lines().map(str::trim) {
+            if line.len() >= MIN_SECRET_LINE_LEN {
+                out.insert(line.to_string());
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Remembers the [`secret_file_fragments`] of a Secret file's `content` (a value of a Secret a Job
+/// mounts) so that [`scrub`] removes them.
+pub fn register_secret_file(content: &str) {
+    for fragment in secret_file_fragments(content) {
+        register(&fragment);
     }
 }
 
@@ -68,6 +104,33 @@ mod tests {
         let header = base64::engine::general_purpose::STANDARD.encode("x-access-token:ghp_unitTestSecret42");
         let text = format!("boom Bearer ghp_unitTestSecret42 / Basic {header}");
         assert_eq!(scrub(&text), "boom Bearer <redacted> / Basic <redacted>");
+    }
+
+    #[test]
+    fn a_one_line_secret_file_is_one_fragment_from_four_characters() {
+        assert_eq!(secret_file_fragments("hunter\n"), ["hunter"]);
+        assert!(
+            secret_file_fragments("abc\n").is_empty(),
+            "three letters hide nothing a guess would not find"
+        );
+    }
+
+    #[test]
+    fn a_multi_line_secret_file_is_its_lines_of_eight_characters_or_more() {
+        let key = "-----BEGIN KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nshort\n\n-----END KEY-----\n";
+        assert_eq!(
+            secret_file_fragments(key),
+            ["-----BEGIN KEY-----", "-----END KEY-----", "b3BlbnNzaC1rZXktdjEAAAAA"]
+        );
+    }
+
+    #[test]
+    fn a_registered_secret_file_is_scrubbed_line_by_line() {
+        register_secret_file("unitKeyLineOne0001\nunitKeyLineTwo0002\n");
+        assert_eq!(
+            scrub("ssh said unitKeyLineTwo0002 and unitKeyLineOne0001"),
+            "ssh said <redacted> and <redacted>"
+        );
     }
 
     #[test]
