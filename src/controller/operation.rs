@@ -42,7 +42,7 @@ use crate::report::status::operation_status;
 pub const IGNORED_MAINTENANCE: &str = "started despite maintenance (ignoreMaintenance): ";
 
 /// Message of an operation whose Job disappeared before it finished.
-pub const JOB_DELETED: &str = "job was deleted while running";
+pub const JOB_DELETED: &str = "Job was deleted while running";
 
 /// Start of the message of an operation refused by pre-flight, followed by `<rule-id>: <message>`.
 pub const PREFLIGHT_REFUSED: &str = "pre-flight: ";
