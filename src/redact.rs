@@ -120,7 +120,11 @@ mod tests {
         let key = "-----BEGIN KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nshort\n\n-----END KEY-----\n";
         assert_eq!(
             secret_file_fragments(key),
-            ["-----BEGIN KEY-----", "-----END KEY-----", "b3BlbnNzaC1rZXktdjEAAAAA"]
+            [
+                "-----BEGIN KEY-----",
+                "-----END KEY-----",
+                "b3BlbnNzaC1rZXktdjEAAAAA"
+            ]
         );
     }
 

@@ -301,7 +301,12 @@ async fn secrets_the_job_mounts_reach_no_status_event_commit_status_or_log_when_
     let key = format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_LINE}\n-----END OPENSSH PRIVATE KEY-----\n");
     create_secret_with(&client, "prod-ssh", "ssh-privatekey", &key).await;
     create_secret_with(&client, "prod-vault", "password", &format!("{VAULT_PASSWORD}\n")).await;
-    let mut dir = cluster_dir("prod", HOSTS, vec![entry("upgrade", "upgrade.yml", &[])], Some("prod-ssh"));
+    let mut dir = cluster_dir(
+        "prod",
+        HOSTS,
+        vec![entry("upgrade", "upgrade.yml", &[])],
+        Some("prod-ssh"),
+    );
     dir.settings.vault_password_secret = Some("prod-vault".into());
     let d = render(&dir, 1, &[]);
     apply_cluster(&client, NS, &d).await.unwrap();
@@ -325,7 +330,11 @@ async fn secrets_the_job_mounts_reach_no_status_event_commit_status_or_log_when_
     fail_with(&server, &name, &message.to_string()).await;
     let done = wait_phase(&client, &name, Phase::Failed).await;
 
-    let leaked = |text: &str| [VAULT_PASSWORD, KEY_LINE, CREDENTIAL].into_iter().find(|s| text.contains(s));
+    let leaked = |text: &str| {
+        [VAULT_PASSWORD, KEY_LINE, CREDENTIAL]
+            .into_iter()
+            .find(|s| text.contains(s))
+    };
     let status = serde_json::to_string(&done.status).unwrap();
     assert_eq!(leaked(&status), None, "the status holds no secret: {status}");
     assert_eq!(

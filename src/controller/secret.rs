@@ -109,7 +109,10 @@ fn has_key(secret: &Secret, key: &str) -> bool {
 /// (`ssh-privatekey`), the ansible-vault password (`password`) and `<cluster>-credentials`.
 pub fn mounted_by(op: &ClusterOperation) -> Vec<(String, Option<&'static str>)> {
     let spec = &op.spec;
-    let ssh = spec.ssh_auth_ref.as_ref().map(|r| (r.name.clone(), Some(SSH_PRIVATE_KEY)));
+    let ssh = spec
+        .ssh_auth_ref
+        .as_ref()
+        .map(|r| (r.name.clone(), Some(SSH_PRIVATE_KEY)));
     let vault = spec
         .vault_password_ref
         .as_ref()
@@ -124,7 +127,11 @@ pub fn mounted_by(op: &ClusterOperation) -> Vec<(String, Option<&'static str>)> 
 pub fn values_of<'a>(secret: &'a Secret, key: Option<&'a str>) -> impl Iterator<Item = String> + 'a {
     let wanted = move |k: &String| key.is_none_or(|key| k == key);
     let data = secret.data.iter().flatten().filter(move |(k, _)| wanted(k));
-    let strings = secret.string_data.iter().flatten().filter(move |(k, _)| wanted(k));
+    let strings = secret
+        .string_data
+        .iter()
+        .flatten()
+        .filter(move |(k, _)| wanted(k));
     data.map(|(_, v)| String::from_utf8_lossy(&v.0).into_owned())
         .chain(strings.map(|(_, v)| v.clone()))
 }

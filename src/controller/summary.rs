@@ -40,7 +40,10 @@ impl RunReport {
     /// host and message), before it reaches a status, an Event or a note.
     pub fn scrubbed(mut self, scrub: impl Fn(&str) -> String) -> RunReport {
         if let Some(f) = self.failure.as_mut() {
-            for text in [&mut f.step, &mut f.play, &mut f.task, &mut f.host].into_iter().flatten() {
+            for text in [&mut f.step, &mut f.play, &mut f.task, &mut f.host]
+                .into_iter()
+                .flatten()
+            {
                 *text = scrub(text);
             }
             f.message = scrub(&f.message);
@@ -246,7 +249,8 @@ mod tests {
     #[test]
     fn a_scrubbed_report_has_the_secret_in_none_of_its_failure_texts() {
         let hide = |t: &str| t.replace("s3cret", "<redacted>");
-        let report = read_termination_message(&plugin_json(3, "vault password s3cret is wrong")).scrubbed(hide);
+        let report =
+            read_termination_message(&plugin_json(3, "vault password s3cret is wrong")).scrubbed(hide);
         let failure = report.failure.expect("failure");
         assert_eq!(failure.message, "vault password <redacted> is wrong");
         assert_eq!(failure.task.as_deref(), Some("preinstall : Stop"));

@@ -172,7 +172,10 @@ mod tests {
         assert!(!serde_json::to_string(&cm).unwrap().contains("hunter2"));
         let stored = state_from(&cm).unwrap().repo;
         assert!(same_repo(&stored, &s.repo), "a restart still resumes from it");
-        assert!(same_repo(&s.repo, &s.repo), "and from a state stored before, with the password");
+        assert!(
+            same_repo(&s.repo, &s.repo),
+            "and from a state stored before, with the password"
+        );
         assert!(!same_repo(&stored, "https://bob@git.example:8443/other.git"));
         for kept in [
             "https://git.example/infra.git",
