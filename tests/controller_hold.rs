@@ -276,11 +276,14 @@ async fn an_operation_that_continues_on_failure_does_not_hold_its_cluster() {
     ctl.stop().await;
 }
 
-/// The vault password, a line of the ssh key and a value the run saved to `<cluster>-credentials`, as a
-/// playbook that prints them would put them in its termination message.
+/// The vault password, a line of the ssh key, a value the run saved to `<cluster>-credentials` and the
+/// token of the kubeconfig it saved, as a playbook that prints them would put them in its termination
+/// message.
 const VAULT_PASSWORD: &str = "vault-Pw-7c1e9a";
 const KEY_LINE: &str = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ";
 const CREDENTIAL: &str = "kubeadm-cert-key-5d3f0b2a";
+/// The token of the kubeconfig the run saved to `<cluster>-kubeconfig` (kubespray's admin.conf).
+const ADMIN_TOKEN: &str = "admin-token-0f9e8d7c6b";
 
 async fn create_secret_with(client: &kube::Client, name: &str, key: &str, value: &str) {
     let mut secret = Secret {
@@ -320,18 +323,26 @@ async fn secrets_the_job_mounts_reach_no_status_event_commit_status_or_log_when_
         .patch("prod-credentials", &PatchParams::default(), &Patch::Merge(&saved))
         .await
         .expect("credentials saved");
+    let admin_conf = format!(
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: https://10.0.0.1:6443}}}}]\nusers: [{{name: admin, user: {{token: {ADMIN_TOKEN}}}}}]\n"
+    );
+    let saved = json!({"data": {"value": base64(&admin_conf)}});
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch("prod-kubeconfig", &PatchParams::default(), &Patch::Merge(&saved))
+        .await
+        .expect("kubeconfig saved");
     let message = json!({
         "hosts": {"node1": {"ok": 2, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0}},
         "total": {"ok": 2, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0}, "hostCount": 1,
         "failure": {"step": "action: upgrade.yml", "play": "all", "task": format!("debug {VAULT_PASSWORD}"),
             "host": "node1",
-            "message": format!("vault {VAULT_PASSWORD}, key {KEY_LINE}, credential {CREDENTIAL}")},
+            "message": format!("vault {VAULT_PASSWORD}, key {KEY_LINE}, credential {CREDENTIAL}, token {ADMIN_TOKEN}")},
     });
     fail_with(&server, &name, &message.to_string()).await;
     let done = wait_phase(&client, &name, Phase::Failed).await;
 
     let leaked = |text: &str| {
-        [VAULT_PASSWORD, KEY_LINE, CREDENTIAL]
+        [VAULT_PASSWORD, KEY_LINE, CREDENTIAL, ADMIN_TOKEN]
             .into_iter()
             .find(|s| text.contains(s))
     };
@@ -339,7 +350,7 @@ async fn secrets_the_job_mounts_reach_no_status_event_commit_status_or_log_when_
     assert_eq!(leaked(&status), None, "the status holds no secret: {status}");
     assert_eq!(
         description(&done),
-        "failed at TASK [debug <redacted>] on node1: vault <redacted>, key <redacted>, credential <redacted>",
+        "failed at TASK [debug <redacted>] on node1: vault <redacted>, key <redacted>, credential <redacted>, token <redacted>",
         "the commit status to send says where the secrets were"
     );
     let (_, note) = wait_for("the Failed event", || async {

@@ -14,7 +14,10 @@ use kube::Client;
 use tracing::warn;
 
 use super::credentials::credentials_secret;
-use crate::api::{ClusterOperation, SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY, VAULT_PASSWORD_KEY};
+use crate::api::{
+    kubeconfig_secret, ClusterOperation, KUBECONFIG_KEY, SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY,
+    VAULT_PASSWORD_KEY,
+};
 
 /// Why a Secret cannot be used as an ssh key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,19 +141,39 @@ pub fn values_of<'a>(secret: &'a Secret, key: Option<&'a str>) -> impl Iterator<
 
 /// Registers with [`crate::redact`] the content of every Secret the Job of `op` mounts ([`mounted_by`]),
 /// read with one GET each, so that what its run prints of them is scrubbed from every status, Event, note
-/// and log kok makes of it. Nothing is kept but the redactor's fragments. A Secret that does not exist is
+/// and log kok makes of it; so are the credentials of the kubeconfig a run saved in `<cluster>-kubeconfig`.
+/// Nothing is kept but the redactor's fragments. A Secret that does not exist is
 /// skipped (the operation waits for it elsewhere); one that cannot be read is logged and skipped.
 pub async fn register_mounted(client: &Client, namespace: &str, op: &ClusterOperation) {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let read = |name: String| {
+        let api = api.clone();
+        async move {
+            match api.get_opt(&name).await {
+                Ok(secret) => secret,
+                Err(error) => {
+                    warn!(
+                        secret = %name,
+                        %error,
+                        "could not read a Secret the Job mounts; what its run prints of it is not redacted"
+                    );
+                    None
+                }
+            }
+        }
+    };
     for (name, key) in mounted_by(op) {
-        match api.get_opt(&name).await {
-            Ok(Some(secret)) => values_of(&secret, key).for_each(|v| crate::redact::register_secret_file(&v)),
-            Ok(None) => {}
-            Err(error) => warn!(
-                secret = %name,
-                %error,
-                "could not read a Secret the Job mounts; what its run prints of it is not redacted"
-            ),
+        if let Some(secret) = read(name).await {
+            values_of(&secret, key).for_each(|v| crate::redact::register_secret_file(&v));
+        }
+    }
+    // The kubeconfig a run saves (kubespray's admin.conf) is a YAML file whose lines are mostly not
+    // secret: its users' credentials are registered, as health registers them when it reads it.
+    if let Some(secret) = read(kubeconfig_secret(&op.spec.cluster)).await {
+        for text in values_of(&secret, Some(KUBECONFIG_KEY)) {
+            if let Ok(kubeconfig) = serde_yaml::from_str::<serde_yaml::Value>(&text) {
+                crate::health::client::register_credentials(&kubeconfig);
+            }
         }
     }
 }
