@@ -304,7 +304,7 @@ async fn poll_loop(
         .await
         .map_err(ServiceError::LoadState)?;
     let last: Option<Oid> = saved
-        .filter(|s| s.repo == cfg.source.url)
+        .filter(|s| state::same_repo(&s.repo, &cfg.source.url))
         .and_then(|s| Oid::from_str(&s.commit).ok());
     if let Some(commit) = last {
         info!(%commit, "resuming from the last reconciled commit");

@@ -1,10 +1,12 @@
 //! Against testkit with the test playing the kubelet: what a finished pod's termination message puts in the
-//! operation's status, Event and commit status, and how a failure holds its cluster's later operations.
+//! operation's status, Event and commit status (never a Secret the Job mounts), and how a failure holds its
+//! cluster's later operations.
 
 mod controller_support;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::ByteString;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -272,4 +274,115 @@ async fn an_operation_that_continues_on_failure_does_not_hold_its_cluster() {
     wait_phase(&client, &report, Phase::Failed).await;
     wait_phase(&client, &op_name(&d, "add-node"), Phase::Running).await;
     ctl.stop().await;
+}
+
+/// The vault password, a line of the ssh key, a value the run saved to `<cluster>-credentials` and the
+/// token of the kubeconfig it saved, as a playbook that prints them would put them in its termination
+/// message.
+const VAULT_PASSWORD: &str = "vault-Pw-7c1e9a";
+const KEY_LINE: &str = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ";
+const CREDENTIAL: &str = "kubeadm-cert-key-5d3f0b2a";
+/// The token of the kubeconfig the run saved to `<cluster>-kubeconfig` (kubespray's admin.conf).
+const ADMIN_TOKEN: &str = "admin-token-0f9e8d7c6b";
+
+async fn create_secret_with(client: &kube::Client, name: &str, key: &str, value: &str) {
+    let mut secret = Secret {
+        data: Some([(key.to_string(), ByteString(value.as_bytes().to_vec()))].into()),
+        ..Secret::default()
+    };
+    secret.metadata.name = Some(name.into());
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret created");
+}
+
+#[tokio::test]
+async fn secrets_the_job_mounts_reach_no_status_event_commit_status_or_log_when_the_run_prints_them() {
+    let server = server().await;
+    let client = server.client();
+    let key = format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_LINE}\n-----END OPENSSH PRIVATE KEY-----\n");
+    create_secret_with(&client, "prod-ssh", "ssh-privatekey", &key).await;
+    create_secret_with(&client, "prod-vault", "password", &format!("{VAULT_PASSWORD}\n")).await;
+    let mut dir = cluster_dir(
+        "prod",
+        HOSTS,
+        vec![entry("upgrade", "upgrade.yml", &[])],
+        Some("prod-ssh"),
+    );
+    dir.settings.vault_password_secret = Some("prod-vault".into());
+    let d = render(&dir, 1, &[]);
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let name = op_name(&d, "upgrade");
+    wait_phase(&client, &name, Phase::Running).await;
+
+    // The run saves a new credential before it fails: kok knew nothing of it when it created the Job.
+    let saved = json!({"data": {"kubeadm_certificate_key.creds": base64(CREDENTIAL)}});
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch("prod-credentials", &PatchParams::default(), &Patch::Merge(&saved))
+        .await
+        .expect("credentials saved");
+    let admin_conf = format!(
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: https://10.0.0.1:6443}}}}]\nusers: [{{name: admin, user: {{token: {ADMIN_TOKEN}}}}}]\n"
+    );
+    let saved = json!({"data": {"value": base64(&admin_conf)}});
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch("prod-kubeconfig", &PatchParams::default(), &Patch::Merge(&saved))
+        .await
+        .expect("kubeconfig saved");
+    let message = json!({
+        "hosts": {"node1": {"ok": 2, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0}},
+        "total": {"ok": 2, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0}, "hostCount": 1,
+        "failure": {"step": "action: upgrade.yml", "play": "all", "task": format!("debug {VAULT_PASSWORD}"),
+            "host": "node1",
+            "message": format!("vault {VAULT_PASSWORD}, key {KEY_LINE}, credential {CREDENTIAL}, token {ADMIN_TOKEN}")},
+    });
+    fail_with(&server, &name, &message.to_string()).await;
+    let done = wait_phase(&client, &name, Phase::Failed).await;
+
+    let leaked = |text: &str| {
+        [VAULT_PASSWORD, KEY_LINE, CREDENTIAL, ADMIN_TOKEN]
+            .into_iter()
+            .find(|s| text.contains(s))
+    };
+    let status = serde_json::to_string(&done.status).unwrap();
+    assert_eq!(leaked(&status), None, "the status holds no secret: {status}");
+    assert_eq!(
+        description(&done),
+        "failed at TASK [debug <redacted>] on node1: vault <redacted>, key <redacted>, credential <redacted>, token <redacted>",
+        "the commit status to send says where the secrets were"
+    );
+    let (_, note) = wait_for("the Failed event", || async {
+        event_notes(&client, &name)
+            .await
+            .into_iter()
+            .find(|(reason, _)| reason == "Failed")
+    })
+    .await;
+    assert_eq!(leaked(&note), None, "the Event holds no secret: {note}");
+    assert!(note.contains("<redacted>"), "{note}");
+
+    // The web view's log of that run.
+    let job = job_name(&name);
+    server.append_pod_log(
+        NS,
+        &format!("{job}-abcde"),
+        &format!("TASK [debug]\n{KEY_LINE}\npassword: {VAULT_PASSWORD}\ncreds: {CREDENTIAL}\n"),
+    );
+    let logs = kok::web::logs::PodLogs::new(client.clone(), NS);
+    let log = kok::web::logs::LogSource::read(&logs, &done)
+        .await
+        .expect("the run's log");
+    assert_eq!(leaked(&log), None, "the log holds no secret: {log}");
+    assert_eq!(
+        log,
+        "TASK [debug]\n<redacted>\npassword: <redacted>\ncreds: <redacted>\n"
+    );
+    ctl.stop().await;
+}
+
+fn base64(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
 }

@@ -130,7 +130,7 @@ async fn a_job_deleted_while_running_fails_the_operation_saying_so() {
     let failed = wait_phase(&client, &name, Phase::Failed).await;
     assert_eq!(
         failed.status.unwrap().message.as_deref(),
-        Some("job was deleted while running")
+        Some("Job was deleted while running")
     );
     assert!(jobs(&client).await.is_empty(), "no second Job was made");
     ctl.stop().await;

@@ -58,7 +58,7 @@ async fn a_job_runs_on_the_host_and_completes_with_its_output_in_the_log() -> an
     assert!(log.contains(HOSTS_YML.trim_end()), "{log}");
     assert!(log.contains("to stderr"), "{log}");
     assert!(!log.contains(KEY_BODY), "the key never reaches the log: {log}");
-    assert!(log.contains("[redacted]"), "{log}");
+    assert!(log.contains("<redacted>"), "{log}");
     assert!(
         log.lines()
             .next()

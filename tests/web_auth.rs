@@ -456,3 +456,162 @@ async fn service_mode_kok_with_web_serves_every_page_to_a_viewer_with_the_log_of
         "no token in kok's log"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_prints_the_secrets_its_job_mounts_shows_them_redacted_in_its_log_status_events_and_notes()
+{
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::ByteString;
+    use kube::api::{ListParams, Patch, PatchParams};
+
+    const VAULT_PASSWORD: &str = "vault-Pw-e2e-41b7";
+    const KEY_LINE: &str = "b3BlbnNzaC1rZXktdjEAAAAACmFlczI1Ni1jdHI";
+    const CREDENTIAL: &str = "kubeadm-cert-key-e2e-99a1";
+    let leaked = |text: &str| {
+        [VAULT_PASSWORD, KEY_LINE, CREDENTIAL]
+            .into_iter()
+            .find(|s| text.contains(s))
+    };
+
+    let api = meta_cluster().await;
+    let (kok_token, [viewer, _, _]) = identities(&api).await;
+    let secrets: Api<Secret> = Api::namespaced(api.client(), NS);
+    let key = format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_LINE}\n-----END OPENSSH PRIVATE KEY-----\n");
+    for (name, k, value) in [
+        ("prod-ssh", "ssh-privatekey", key),
+        ("prod-vault", "password", VAULT_PASSWORD.into()),
+    ] {
+        let mut secret = Secret {
+            data: Some([(k.to_string(), ByteString(value.into_bytes()))].into()),
+            ..Secret::default()
+        };
+        secret.metadata.name = Some(name.into());
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
+    let remote = Remote::new();
+    remote.cluster("prod");
+    remote.write(
+        "clusters/prod/cluster.yml",
+        "sshAuthSecret: prod-ssh\nvaultPasswordSecret: prod-vault\n",
+    );
+    remote.write(
+        "clusters/prod/operations.yml",
+        "- id: install\n  action: cluster.yml\n",
+    );
+    let sha = remote.push("prod: install");
+    let scratch = remote.scratch("web");
+    let kok = Kok::start(&KokOptions {
+        kubeconfig: kubeconfig_with(&api, &kok_token, &scratch),
+        repo: remote.bare(),
+        cache: remote.scratch("cache"),
+        log: remote.scratch("logs").join("kok.log"),
+        args: ["--web", "--status", "notes"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        env: Vec::new(),
+    });
+    let objects = &Objects::new(&api);
+    let job = wait_for("the install Job", Some(&kok), || {
+        objects.job_of("prod", "install")
+    })
+    .await;
+    let job = job.metadata.name.unwrap();
+    api.start_job(NS, &job).await.unwrap();
+    let pod_name = format!("{job}-q8v4n");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": pod_name, "labels": {"job-name": job}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "ansible", "image": "kubespray"}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(api.client(), NS);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    api.append_pod_log(
+        NS,
+        &pod_name,
+        &format!("TASK [debug]\n{KEY_LINE}\nvault: {VAULT_PASSWORD}\ncreds: {CREDENTIAL}\n"),
+    );
+    // The run saves a credential it generated, then fails on a task that prints all three.
+    let encoded = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(CREDENTIAL)
+    };
+    let saved = serde_json::json!({"data": {"kubeadm_certificate_key.creds": encoded}});
+    secrets
+        .patch("prod-credentials", &PatchParams::default(), &Patch::Merge(&saved))
+        .await
+        .unwrap();
+    let message = serde_json::json!({
+        "hosts": {"node1": {"ok": 2, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0}},
+        "total": {"ok": 2, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0}, "hostCount": 1,
+        "failure": {"step": "action: cluster.yml", "play": "all", "task": "debug", "host": "node1",
+            "message": format!("vault {VAULT_PASSWORD}, key {KEY_LINE}, credential {CREDENTIAL}")},
+    });
+    let status = serde_json::json!({"status": {"phase": "Failed",
+        "containerStatuses": [{"name": "ansible", "image": "kubespray", "imageID": "", "ready": false,
+            "restartCount": 0, "state": {"terminated": {"exitCode": 2, "message": message.to_string()}}}]}});
+    pods.patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    api.fail_job(
+        NS,
+        &job,
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+    )
+    .await
+    .unwrap();
+
+    let failed = wait_for("the install to fail", Some(&kok), || async {
+        objects
+            .operation("prod", "install")
+            .await
+            .filter(|o| o.status.as_ref().is_some_and(|s| s.phase == Phase::Failed))
+    })
+    .await;
+    let text = serde_json::to_string(&failed.status).unwrap();
+    assert_eq!(leaked(&text), None, "the status holds no secret: {text}");
+    assert!(
+        text.contains("vault <redacted>, key <redacted>, credential <redacted>"),
+        "{text}"
+    );
+    let note = wait_for("the failure's note", Some(&kok), || async {
+        let note = remote.note(&sha);
+        note.contains("failure").then_some(note)
+    })
+    .await;
+    assert_eq!(leaked(&note), None, "the note holds no secret: {note}");
+    assert!(note.contains("<redacted>"), "{note}");
+    let events: Api<Event> = Api::namespaced(api.client(), NS);
+    let notes: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(notes.iter().any(|n| n.contains("<redacted>")), "{notes:?}");
+    assert_eq!(
+        leaked(&notes.join("\n")),
+        None,
+        "no Event holds a secret: {notes:?}"
+    );
+
+    let op_name = failed.metadata.name.unwrap();
+    let page = get(
+        &kok.url(&format!("/operations/{op_name}")),
+        Some(&viewer),
+        "text/html",
+    )
+    .await;
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("TASK [debug]"),
+        "the page shows the run's log: {html}"
+    );
+    assert_eq!(leaked(&html), None, "the page holds no secret: {html}");
+    assert!(html.contains("creds: &lt;redacted&gt;"), "{html}");
+    assert_eq!(leaked(&kok.log()), None, "kok's own log holds no secret");
+}

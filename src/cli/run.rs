@@ -493,10 +493,7 @@ fn web_view(
             state_dir: args.state_dir.clone(),
         })
     } else {
-        Arc::new(logs::PodLogs {
-            client: client.clone(),
-            namespace: args.namespace.clone(),
-        })
+        Arc::new(logs::PodLogs::new(client.clone(), args.namespace.clone()))
     };
     let view = CacheView::new().with_repository(cache_repo_path(&args.git.source_config())?);
     let caches = view.slot();

@@ -11,7 +11,7 @@
 //! - [`op_cache`]: kok's own records of the ClusterOperations, by cluster and by rollout.
 //! - [`cache`]: the indexes by cluster and what the caches keep apart.
 //! - [`live`]: the watch caches, shared with the reconcile pass.
-//! - [`secret`]: the ssh Secret check.
+//! - [`secret`]: the ssh and vault Secret checks, and the redaction of what a Job mounts.
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.

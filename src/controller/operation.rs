@@ -42,7 +42,7 @@ use crate::report::status::operation_status;
 pub const IGNORED_MAINTENANCE: &str = "started despite maintenance (ignoreMaintenance): ";
 
 /// Message of an operation whose Job disappeared before it finished.
-pub const JOB_DELETED: &str = "job was deleted while running";
+pub const JOB_DELETED: &str = "Job was deleted while running";
 
 /// Start of the message of an operation refused by pre-flight, followed by `<rule-id>: <message>`.
 pub const PREFLIGHT_REFUSED: &str = "pre-flight: ";
@@ -89,6 +89,16 @@ pub struct Transition {
     pub report: Option<RunReport>,
     /// Where the verification of the workload cluster stands, once the Job succeeded.
     pub verification: Option<Verification>,
+}
+
+impl Transition {
+    /// The transition with every secret kok knows scrubbed from the texts a run or the API server put in it
+    /// (its message and its run's report), before they reach the status, the Event and the commit status.
+    pub fn scrubbed(mut self) -> Transition {
+        self.message = self.message.map(|m| crate::redact::scrub(&m));
+        self.report = self.report.map(|r| r.scrubbed(crate::redact::scrub));
+        self
+    }
 }
 
 /// The status an operation has after `t`: its current status with the transition's fields set.
@@ -166,6 +176,7 @@ pub(super) async fn transition(
     op: &ClusterOperation,
     t: Transition,
 ) -> Result<(), ControllerError> {
+    let t = t.scrubbed();
     let ns = ctx.config.namespace.as_str();
     let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), ns);
     let mut patch = status_patch(op, &t, ctx.config.status_url.as_deref(), ns);
@@ -312,7 +323,7 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
             }
             let report = match job.as_ref().map(job_outcome) {
                 Some(JobOutcome::Succeeded | JobOutcome::Failed { .. }) => {
-                    Some(run_report(&ctx, &name).await)
+                    Some(run_report(&ctx, &op, &name).await)
                 }
                 _ => None,
             };
@@ -355,7 +366,11 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
 
 /// What the finished pod of Job `job` reported in its termination message; nothing when there is no such pod
 /// (deleted, or never scheduled) or it cannot be read (the reason is logged, the transition goes on).
-pub(super) async fn run_report(ctx: &Context, job: &str) -> RunReport {
+///
+/// The Secrets `op`'s Job mounts are registered with the redactor first (again: the credentials Secret may
+/// have gained values during the run, and a restarted kok knows none), and the report is scrubbed.
+pub(super) async fn run_report(ctx: &Context, op: &ClusterOperation, job: &str) -> RunReport {
+    super::secret::register_mounted(&ctx.client, &ctx.config.namespace, op).await;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let params = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}"));
     match pods.list(&params).await {
@@ -364,7 +379,7 @@ pub(super) async fn run_report(ctx: &Context, job: &str) -> RunReport {
             .iter()
             .filter_map(termination_message_of)
             .next_back()
-            .map(|m| read_termination_message(&m))
+            .map(|m| read_termination_message(&m).scrubbed(crate::redact::scrub))
             .unwrap_or_default(),
         Err(e) => {
             warn!(job, error = %e, "could not read the Job's pod; the status says only how the Job ended");
@@ -597,6 +612,8 @@ async fn start_or_wait(
             format!("preparing the credentials Secrets and their Role for cluster {cluster}"),
         )(e));
     }
+    // What the run may print of the Secrets it mounts is known before it starts.
+    super::secret::register_mounted(&ctx.client, ns, op).await;
     let job = build_job(op, &ctx.config.job);
     let created = match jobs.create(&PostParams::default(), &job).await {
         Ok(j) => j,

@@ -1,14 +1,23 @@
 //! The checks of a cluster's Secrets, the ssh key's and the ansible-vault password's: each exists and has its
-//! key (the ssh key's also the right type); no value is ever kept.
+//! key (the ssh key's also the right type); and the registration with the redactor of what a Job mounts.
 //!
 //! The controller watches the Secrets of its namespace into a cache that keeps key names only
 //! ([`strip_values`]); operations and Clusters waiting for a Secret are woken when it appears or changes,
-//! so waiting costs no requests.
+//! so waiting costs no requests. The values a Job mounts are read by a GET each when kok needs them
+//! ([`register_mounted`]: before the Job is created and when its run is read), handed to
+//! [`crate::redact`] and dropped.
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::Client;
+use tracing::warn;
 
-use crate::api::{SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY, VAULT_PASSWORD_KEY};
+use super::credentials::credentials_secret;
+use crate::api::{
+    kubeconfig_secret, ClusterOperation, KUBECONFIG_KEY, SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY,
+    VAULT_PASSWORD_KEY,
+};
 
 /// Why a Secret cannot be used as an ssh key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +106,76 @@ pub fn check_vault_cached(secrets: &Store<Secret>, namespace: &str, name: &str) 
 fn has_key(secret: &Secret, key: &str) -> bool {
     secret.data.as_ref().is_some_and(|d| d.contains_key(key))
         || secret.string_data.as_ref().is_some_and(|d| d.contains_key(key))
+}
+
+/// The Secrets the Job of `op` mounts, each with the key it mounts (`None`: every key): the ssh key
+/// (`ssh-privatekey`), the ansible-vault password (`password`) and `<cluster>-credentials`.
+pub fn mounted_by(op: &ClusterOperation) -> Vec<(String, Option<&'static str>)> {
+    let spec = &op.spec;
+    let ssh = spec
+        .ssh_auth_ref
+        .as_ref()
+        .map(|r| (r.name.clone(), Some(SSH_PRIVATE_KEY)));
+    let vault = spec
+        .vault_password_ref
+        .as_ref()
+        .map(|r| (r.name.clone(), Some(VAULT_PASSWORD_KEY)));
+    ssh.into_iter()
+        .chain(vault)
+        .chain([(credentials_secret(&spec.cluster), None)])
+        .collect()
+}
+
+/// The values `key` (`None`: every key) holds in `secret`, as text.
+pub fn values_of<'a>(secret: &'a Secret, key: Option<&'a str>) -> impl Iterator<Item = String> + 'a {
+    let wanted = move |k: &String| key.is_none_or(|key| k == key);
+    let data = secret.data.iter().flatten().filter(move |(k, _)| wanted(k));
+    let strings = secret
+        .string_data
+        .iter()
+        .flatten()
+        .filter(move |(k, _)| wanted(k));
+    data.map(|(_, v)| String::from_utf8_lossy(&v.0).into_owned())
+        .chain(strings.map(|(_, v)| v.clone()))
+}
+
+/// Registers with [`crate::redact`] the content of every Secret the Job of `op` mounts ([`mounted_by`]),
+/// read with one GET each, so that what its run prints of them is scrubbed from every status, Event, note
+/// and log kok makes of it; so are the credentials of the kubeconfig a run saved in `<cluster>-kubeconfig`.
+/// Nothing is kept but the redactor's fragments. A Secret that does not exist is
+/// skipped (the operation waits for it elsewhere); one that cannot be read is logged and skipped.
+pub async fn register_mounted(client: &Client, namespace: &str, op: &ClusterOperation) {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let read = |name: String| {
+        let api = api.clone();
+        async move {
+            match api.get_opt(&name).await {
+                Ok(secret) => secret,
+                Err(error) => {
+                    warn!(
+                        secret = %name,
+                        %error,
+                        "could not read a Secret the Job mounts; what its run prints of it is not redacted"
+                    );
+                    None
+                }
+            }
+        }
+    };
+    for (name, key) in mounted_by(op) {
+        if let Some(secret) = read(name).await {
+            values_of(&secret, key).for_each(|v| crate::redact::register_secret_file(&v));
+        }
+    }
+    // The kubeconfig a run saves (kubespray's admin.conf) is a YAML file whose lines are mostly not
+    // secret: its users' credentials are registered, as health registers them when it reads it.
+    if let Some(secret) = read(kubeconfig_secret(&op.spec.cluster)).await {
+        for text in values_of(&secret, Some(KUBECONFIG_KEY)) {
+            if let Ok(kubeconfig) = serde_yaml::from_str::<serde_yaml::Value>(&text) {
+                crate::health::client::register_credentials(&kubeconfig);
+            }
+        }
+    }
 }
 
 /// What the watch cache keeps of a Secret: its metadata, type and key names. Values are dropped as the

@@ -35,6 +35,23 @@ pub struct RunReport {
     pub kubeconfig: Option<String>,
 }
 
+impl RunReport {
+    /// The report with `scrub` applied to every text the run wrote into it (the failure's step, play, task,
+    /// host and message), before it reaches a status, an Event or a note.
+    pub fn scrubbed(mut self, scrub: impl Fn(&str) -> String) -> RunReport {
+        if let Some(f) = self.failure.as_mut() {
+            for text in [&mut f.step, &mut f.play, &mut f.task, &mut f.host]
+                .into_iter()
+                .flatten()
+            {
+                *text = scrub(text);
+            }
+            f.message = scrub(&f.message);
+        }
+        self
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct PluginOutput {
     #[serde(flatten)]
@@ -227,6 +244,19 @@ mod tests {
         let failure = read_termination_message(tail).failure.unwrap();
         assert_eq!(failure.message, "boom: disk full");
         assert!(read_termination_message("  \n").failure.is_none());
+    }
+
+    #[test]
+    fn a_scrubbed_report_has_the_secret_in_none_of_its_failure_texts() {
+        let hide = |t: &str| t.replace("s3cret", "<redacted>");
+        let report =
+            read_termination_message(&plugin_json(3, "vault password s3cret is wrong")).scrubbed(hide);
+        let failure = report.failure.expect("failure");
+        assert_eq!(failure.message, "vault password <redacted> is wrong");
+        assert_eq!(failure.task.as_deref(), Some("preinstall : Stop"));
+        let tail = "[ERROR]: ssh key line s3cret refused\n";
+        let failure = read_termination_message(tail).scrubbed(hide).failure.unwrap();
+        assert_eq!(failure.message, "ssh key line <redacted> refused");
     }
 
     #[test]

@@ -162,6 +162,23 @@ pub async fn client_from(name: &str, text: &str) -> Result<Client, AccessError> 
 }
 
 /// Parses `text`, registering every token, password and key it holds with [`crate::redact`] first.
+/// Registers with [`crate::redact`] the credentials of every user of a kubeconfig (`token`, `password`,
+/// `client-key-data`), parsed as YAML: what a kubeconfig holds that must never be shown.
+pub fn register_credentials(kubeconfig: &serde_yaml::Value) {
+    let users = kubeconfig
+        .get("users")
+        .and_then(|u| u.as_sequence())
+        .into_iter()
+        .flatten();
+    for user in users.filter_map(|u| u.get("user")) {
+        for key in ["token", "password", "client-key-data"] {
+            if let Some(secret) = user.get(key).and_then(|v| v.as_str()) {
+                crate::redact::register(secret);
+            }
+        }
+    }
+}
+
 fn read_kubeconfig(name: &str, text: &str) -> Result<Kubeconfig, AccessError> {
     let unparsable = |at: String| AccessError::Unparsable {
         name: name.to_string(),
@@ -174,18 +191,7 @@ fn read_kubeconfig(name: &str, text: &str) -> Result<Kubeconfig, AccessError> {
                 .unwrap_or_default(),
         )
     })?;
-    let users = value
-        .get("users")
-        .and_then(|u| u.as_sequence())
-        .into_iter()
-        .flatten();
-    for user in users.filter_map(|u| u.get("user")) {
-        for key in ["token", "password", "client-key-data"] {
-            if let Some(secret) = user.get(key).and_then(|v| v.as_str()) {
-                crate::redact::register(secret);
-            }
-        }
-    }
+    register_credentials(&value);
     // The parser's own message may quote a value: only say that the shape is wrong.
     serde_yaml::from_value(value).map_err(|_| unparsable(String::new()))
 }

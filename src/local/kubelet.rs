@@ -212,7 +212,7 @@ mod tests {
 
         let log = kubelet.container_log(&pod("Running"), "ansible").unwrap();
         let texts: Vec<_> = log.lines.iter().map(|l| l.text.clone()).collect();
-        assert_eq!(texts, ["PLAY [all]\n", "the key is [redacted]\n"]);
+        assert_eq!(texts, ["PLAY [all]\n", "the key is <redacted>\n"]);
         assert!(log.lines[0].time <= log.lines[1].time && log.lines[1].time <= jiff::Timestamp::now());
         let mut rest = log.rest.expect("a running pod's log is followed");
         writer.write_line(b"PLAY RECAP\n").unwrap();

@@ -11,8 +11,9 @@
 //! # kok-local-runner end=2026-01-01T00:05:00Z result=Succeeded reason=CompletionsReached exit=0
 //! ```
 //!
-//! Lines of output that contain a line of a Secret the Job mounts are written with that text replaced by
-//! `[redacted]`; the header holds paths and arguments, never Secret content.
+//! Lines of output that contain a fragment of a Secret the Job mounts (the fragments of
+//! [`crate::redact::secret_file_fragments`]) are written with that text replaced by `<redacted>`, the
+//! redactor's marker; the header holds paths and arguments, never Secret content.
 //!
 //! Beside each log, `<operation>.times` holds when each of its lines was written (one RFC 3339 time per
 //! line, in the same order), so that the log served as the Job's pod log (`kubectl logs --timestamps`,
@@ -27,8 +28,8 @@ use crate::controller::summary::FALLBACK_LINES;
 
 /// Start of the header and end lines the runner writes.
 pub const MARKER: &str = "# kok-local-runner ";
-/// Text that replaces Secret content in output lines.
-pub const REDACTED: &str = "[redacted]";
+/// Text that replaces Secret content in output lines: the redactor's.
+pub use crate::redact::REDACTED;
 /// Extension of log files.
 pub const EXTENSION: &str = "log";
 /// Extension of the file beside a log that holds when each of its lines was written.
@@ -264,7 +265,9 @@ pub struct LogWriter {
 
 impl LogWriter {
     /// Opens (creating it and its directory, modes 0600 and 0700) the log file at `path` for appending.
-    pub fn open(path: &Path, redactions: Vec<String>) -> std::io::Result<LogWriter> {
+    pub fn open(path: &Path, mut redactions: Vec<String>) -> std::io::Result<LogWriter> {
+        // Longest first, so that a fragment containing another is replaced whole (as the redactor does).
+        redactions.sort_by_key(|r| std::cmp::Reverse(r.len()));
         if let Some(dir) = path.parent() {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -528,7 +531,7 @@ mod tests {
         w.write_line(b"no newline").unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
-            "key is [redacted]!\nno newline\n"
+            "key is <redacted>!\nno newline\n"
         );
     }
 

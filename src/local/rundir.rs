@@ -498,7 +498,7 @@ mod tests {
         Tail::new(&run).pump(&mut writer, true).unwrap();
         assert_eq!(
             std::fs::read_to_string(&log).unwrap(),
-            "one\ntwo [redacted]\nthree\n"
+            "one\ntwo <redacted>\nthree\n"
         );
     }
 

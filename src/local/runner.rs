@@ -875,8 +875,8 @@ async fn fill(
     env.push((PYTHON_UNBUFFERED.to_string(), "1".to_string()));
     for var in container.env.iter().flatten() {
         let (value, secret) = env_value(job, pod, var, sources)?;
-        if secret && value.trim().len() >= 8 {
-            redactions.push(value.trim().to_string());
+        if secret {
+            redactions.extend(crate::redact::secret_file_fragments(&value));
         }
         env.push((var.name.clone(), dir.rewrite(&value)));
     }

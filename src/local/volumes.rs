@@ -419,27 +419,16 @@ pub fn plan(pod: &PodSpec, container: &Container, sources: &Sources) -> Result<P
     Ok(plan)
 }
 
-/// Secret values worth hiding from logs: each line of each Secret file that is at least this long.
-const MIN_REDACTED_LEN: usize = 8;
-
-/// Lines of Secret content to redact from output (see [`MIN_REDACTED_LEN`]); a Secret file of one line (a
-/// password, such as ansible-vault's) is redacted whole from [`crate::redact::MIN_SECRET_LEN`] characters on.
+/// Secret content to redact from output: the fragments of each Secret file, by the redactor's one rule
+/// ([`crate::redact::secret_file_fragments`]: a one-line file, such as an ansible-vault password, whole
+/// from 4 characters on; else each line of 8 or more).
 pub fn redactions(plan: &Plan) -> Vec<String> {
-    let mut out: BTreeSet<String> = BTreeSet::new();
-    for file in plan.files.iter().filter(|f| f.secret) {
-        let text = String::from_utf8_lossy(&file.content);
-        let whole = text.trim();
-        if !whole.contains('\n') && whole.len() >= crate::redact::MIN_SECRET_LEN {
-            out.insert(whole.to_string());
-            continue;
-        }
-        for line in text.lines() {
-            let line = line.trim();
-            if line.len() >= MIN_REDACTED_LEN {
-                out.insert(line.to_string());
-            }
-        }
-    }
+    let out: BTreeSet<String> = plan
+        .files
+        .iter()
+        .filter(|f| f.secret)
+        .flat_map(|f| crate::redact::secret_file_fragments(&String::from_utf8_lossy(&f.content)))
+        .collect();
     out.into_iter().collect()
 }
 

@@ -1,4 +1,7 @@
 //! The last reconciled commit, persisted in the meta-cluster (ConfigMap `kok-state`) so a restart resumes.
+//!
+//! The repository URL is stored without the password of a `user:password@` in it ([`without_password`]):
+//! whoever may read ConfigMaps in kok's namespace must not learn a git credential from it.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +14,7 @@ use crate::api::{FIELD_MANAGER, LABEL_MANAGED_BY, MANAGED_BY, STATE_CONFIG_MAP};
 /// What kok last reconciled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconcileState {
-    /// Repository URL, as given to `kok run`.
+    /// Repository URL, as given to `kok run`; the ConfigMap stores it [`without_password`].
     pub repo: String,
     /// Branch or tag reconciled.
     pub ref_name: String,
@@ -48,9 +51,34 @@ pub enum StateError {
 
 const KEYS: [&str; 4] = ["repo", "ref", "commit", "time"];
 
-/// The ConfigMap holding `state`.
+/// `url` with the password of its `user:password@` dropped and the user kept
+/// (`https://bob:hunter2@git.example/r.git` is `https://bob@git.example/r.git`); any other URL, an
+/// scp-like `git@host:path` or a local path as it is.
+pub fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            format!("{scheme}://{user}@{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Whether the repository of a stored state is `url`, the repository kok follows now (a state stored with
+/// the password, before kok dropped it, still is).
+pub fn same_repo(stored: &str, url: &str) -> bool {
+    without_password(stored) == without_password(url)
+}
+
+/// The ConfigMap holding `state`, its repository URL [`without_password`].
 pub fn state_config_map(namespace: &str, state: &ReconcileState) -> ConfigMap {
-    let values = [&state.repo, &state.ref_name, &state.commit, &state.time];
+    let repo = without_password(&state.repo);
+    let values = [&repo, &state.ref_name, &state.commit, &state.time];
     let data: BTreeMap<String, String> = KEYS
         .iter()
         .zip(values)
@@ -128,5 +156,35 @@ mod tests {
         };
         assert_eq!(state_from(&state_config_map("kok-system", &s)), Some(s));
         assert_eq!(state_from(&ConfigMap::default()), None);
+    }
+
+    #[test]
+    fn the_stored_url_keeps_the_user_and_drops_the_password() {
+        let s = ReconcileState {
+            repo: "https://bob:hunter2@git.example:8443/infra.git".into(),
+            ref_name: "main".into(),
+            commit: "a".repeat(40),
+            time: "2026-01-01T00:00:00Z".into(),
+        };
+        let cm = state_config_map("kok-system", &s);
+        let data = cm.data.as_ref().unwrap();
+        assert_eq!(data["repo"], "https://bob@git.example:8443/infra.git");
+        assert!(!serde_json::to_string(&cm).unwrap().contains("hunter2"));
+        let stored = state_from(&cm).unwrap().repo;
+        assert!(same_repo(&stored, &s.repo), "a restart still resumes from it");
+        assert!(
+            same_repo(&s.repo, &s.repo),
+            "and from a state stored before, with the password"
+        );
+        assert!(!same_repo(&stored, "https://bob@git.example:8443/other.git"));
+        for kept in [
+            "https://git.example/infra.git",
+            "https://x-access-token@git.example/infra.git",
+            "git@github.com:org/infra.git",
+            "ssh://git@git.example:2222/infra.git",
+            "/srv/git/infra.git",
+        ] {
+            assert_eq!(without_password(kept), kept);
+        }
     }
 }

@@ -41,7 +41,7 @@ pub struct PlanComment {
 
 /// A request to the forge's comments API failed; the next poll tries again.
 #[derive(Debug, thiserror::Error)]
-#[error("{forge}: {request} failed: {}; check the token may comment on pull requests", crate::redact::scrub(.reason))]
+#[error("{forge}: {request} failed: {}; check that the token may comment on pull requests", crate::redact::scrub(.reason))]
 pub struct CommentError {
     /// Forge name.
     pub forge: &'static str,

@@ -51,14 +51,27 @@ fn program(name: &str) -> Option<std::path::PathBuf> {
 }
 
 impl Browser {
-    /// Starts chromedriver and a Chromium session with a fresh profile and a `width`×`height` window;
-    /// `None` (saying why) when `chromium` or `chromedriver` is not installed (`scripts/setup.sh` installs
-    /// them).
+    /// Starts chromedriver and a Chromium session with a fresh profile and a `width`×`height` window.
+    /// When `chromium` or `chromedriver` is not installed (`scripts/setup.sh` installs them with apt), in CI
+    /// (`CI=true`) the test fails saying what to install; elsewhere it prints why it skips and gets `None`.
     pub async fn start_or_skip(test: &str, width: u32, height: u32) -> Option<Browser> {
         let (Some(chromium), Some(driver)) = (program("chromium"), program("chromedriver")) else {
+            let missing = [("chromium", "chromium"), ("chromedriver", "chromium-driver")]
+                .into_iter()
+                .filter(|(name, _)| program(name).is_none())
+                .map(|(name, package)| format!("{name} (Debian's {package})"))
+                .collect::<Vec<_>>()
+                .join(" and ");
+            let problem = format!("{missing} not found on PATH");
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!(
+                    "{test}: {problem}. CI=true: `bash scripts/setup.sh` installs chromium and \
+                     chromium-driver with apt; run it first"
+                );
+            }
             eprintln!(
-                "skipping {test}: chromium and chromedriver are needed (scripts/setup.sh installs Debian's \
-                 chromium and chromium-driver)"
+                "skipping {test}: {problem} (`bash scripts/setup.sh` installs chromium and chromium-driver \
+                 with apt)"
             );
             return None;
         };
