@@ -386,3 +386,49 @@ fn base64(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
 }
+
+#[tokio::test]
+async fn an_operation_that_names_kok_s_own_service_account_fails_without_a_job_and_others_run() {
+    let server = server().await;
+    let client = server.client();
+    let mut own = cluster_dir("prod", HOSTS, vec![entry("upgrade", "upgrade.yml", &[])], None);
+    own.settings.defaults.service_account = Some("kok".into());
+    let mut other = cluster_dir("dev", HOSTS, vec![entry("upgrade", "upgrade.yml", &[])], None);
+    other.settings.defaults.service_account = Some("dev-runner".into());
+    let (own, other) = (render(&own, 1, &[]), render(&other, 1, &[]));
+    apply_cluster(&client, NS, &own).await.unwrap();
+    apply_cluster(&client, NS, &other).await.unwrap();
+    let mut cfg = config(4);
+    cfg.own_service_account = Some("kok".into());
+    let ctl = start(&client, cfg);
+
+    let name = op_name(&own, "upgrade");
+    let failed = wait_phase(&client, &name, Phase::Failed).await;
+    assert_eq!(
+        failed.status.as_ref().and_then(|s| s.message.as_deref()),
+        Some(
+            "serviceAccount kok is kok's own ServiceAccount: a run may not get kok's rights; name another \
+             one in cluster.yml or kok.yml, or leave serviceAccount out"
+        )
+    );
+    let (_, note) = wait_for("the ServiceAccountRefused event", || async {
+        event_notes(&client, &name)
+            .await
+            .into_iter()
+            .find(|(reason, _)| reason == "ServiceAccountRefused")
+    })
+    .await;
+    assert!(note.contains("kok's own ServiceAccount"), "{note}");
+    let other_name = op_name(&other, "upgrade");
+    wait_phase(&client, &other_name, Phase::Running).await;
+    let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), NS);
+    assert!(
+        jobs.get_opt(&job_name(&name)).await.unwrap().is_none(),
+        "no Job runs as kok"
+    );
+    assert!(
+        jobs.get_opt(&job_name(&other_name)).await.unwrap().is_some(),
+        "another account runs"
+    );
+    ctl.stop().await;
+}

@@ -60,6 +60,10 @@ pub struct Args {
     /// Most ansible Jobs running at once across clusters (one per cluster at most).
     #[arg(long, default_value_t = 4, env = "KOK_MAX_CONCURRENT_JOBS")]
     pub max_concurrent_jobs: usize,
+    /// kok's own ServiceAccount in --namespace (deploy/ sets it from the pod): an operation whose
+    /// `serviceAccount` names it fails without a Job, since its run would get kok's rights.
+    #[arg(long, value_name = "NAME", env = "KOK_OWN_SERVICE_ACCOUNT")]
+    pub own_service_account: Option<String>,
     /// Commit status sinks, comma separated.
     #[arg(
         long,
@@ -275,6 +279,7 @@ impl Args {
     pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
         let mut controller = ControllerConfig::new(&self.namespace);
         controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
+        controller.own_service_account = self.own_service_account.clone().filter(|n| !n.is_empty());
         controller.health_interval = self.health_interval;
         controller.status_url = self.status_url_for("operations/{operation}");
         controller.rollout_url = self.web_page("rollouts/{rollout}");

@@ -86,6 +86,8 @@ pub struct ControllerConfig {
     pub clock: window::Clock,
     /// The service's metrics: Job durations, health rounds, and the fleet's gauges read from the caches.
     pub metrics: crate::metrics::Metrics,
+    /// kok's own ServiceAccount (`--own-service-account`): no operation's Job runs as it.
+    pub own_service_account: Option<String>,
 }
 
 impl ControllerConfig {
@@ -103,6 +105,7 @@ impl ControllerConfig {
             health_timeout: health::OBSERVE_TIMEOUT,
             clock: window::Clock::system(),
             metrics: crate::metrics::Metrics::new(),
+            own_service_account: None,
         }
     }
 }

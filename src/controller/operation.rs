@@ -50,6 +50,21 @@ pub const PREFLIGHT_REFUSED: &str = "pre-flight: ";
 /// Event reason of an operation refused by pre-flight.
 pub const PREFLIGHT_FAILED_EVENT: &str = "PreflightFailed";
 
+/// Event reason of an operation refused because its `serviceAccount` is kok's own.
+pub const SERVICE_ACCOUNT_REFUSED_EVENT: &str = "ServiceAccountRefused";
+
+/// Why `op` may not run as the `serviceAccount` it names: kok's own (`own`), whose rights (every Secret of
+/// kok's namespace, its Jobs and objects) a run must never get.
+pub fn service_account_refusal(op: &ClusterOperation, own: Option<&str>) -> Option<String> {
+    let account = op.spec.service_account.as_deref()?;
+    (Some(account) == own).then(|| {
+        format!(
+            "serviceAccount {account} is kok's own ServiceAccount: a run may not get kok's rights; \
+             name another one in cluster.yml or kok.yml, or leave serviceAccount out"
+        )
+    })
+}
+
 /// Why pre-flight refuses `op`: `pre-flight: <rule-id>: <message> (<path>:<line>)`, and how many other
 /// rules its inputs break; `None` when its spec carries no finding.
 pub fn preflight_refusal(op: &ClusterOperation) -> Option<String> {
@@ -510,8 +525,11 @@ async fn start_or_wait(
         warn!(operation = %op.name_any(), job = %name, "a Job with this operation's name belongs to something else");
     }
 
-    // An operation pre-flight refuses needs no Secret: it waits for its turn, then fails without a Job.
-    let refusal = preflight_refusal(op);
+    // An operation pre-flight refuses, or that names kok's own ServiceAccount, needs no Secret: it waits
+    // for its turn, then fails without a Job.
+    let refusal = service_account_refusal(op, ctx.config.own_service_account.as_deref())
+        .map(|m| (m, SERVICE_ACCOUNT_REFUSED_EVENT))
+        .or_else(|| preflight_refusal(op).map(|m| (m, PREFLIGHT_FAILED_EVENT)));
     if let Some(secret) = op.spec.ssh_auth_ref.as_ref().filter(|_| refusal.is_none()) {
         let ns = ctx.config.namespace.as_str();
         if let Err(problem) = check_cached(&ctx.secrets, ns, &secret.name) {
@@ -552,15 +570,16 @@ async fn start_or_wait(
     let now = ctx.config.clock.now();
     let mut queue = decide(op, &siblings, &busy, with_jobs, ctx.config.max_concurrent_jobs);
     // Its turn in the cluster's queue has come (a Job slot is not needed to be refused).
-    if let Some(message) = refusal.filter(|_| matches!(queue, Ok(()) | Err(Wait::NoJobSlot { .. }))) {
+    if let Some((message, reason)) = refusal.filter(|_| matches!(queue, Ok(()) | Err(Wait::NoJobSlot { .. })))
+    {
         leave_slot_waiters(ctx, op);
         drop(_guard);
-        warn!(operation = %op.name_any(), cluster = %op.spec.cluster, %message, "refused by pre-flight");
+        warn!(operation = %op.name_any(), cluster = %op.spec.cluster, %message, %reason, "refused without a Job");
         let t = Transition {
             phase: Phase::Failed,
             message: Some(message),
             end_time: Some(now),
-            event: Some((PREFLIGHT_FAILED_EVENT, true)),
+            event: Some((reason, true)),
             ..Transition::default()
         };
         transition(ctx, op, t).await?;
