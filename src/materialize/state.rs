@@ -55,18 +55,7 @@ const KEYS: [&str; 4] = ["repo", "ref", "commit", "time"];
 /// (`https://bob:hunter2@git.example/r.git` is `https://bob@git.example/r.git`); any other URL, an
 /// scp-like `git@host:path` or a local path as it is.
 pub fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            format!("{scheme}://{user}@{host}{path}")
-        }
-        None => url.to_string(),
-    }
+    crate::source::url::replace_password(url, None)
 }
 
 /// Whether the repository of a stored state is `url`, the repository kok follows now (a state stored with

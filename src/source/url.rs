@@ -126,6 +126,12 @@ fn split_host_port(hostport: &str) -> Option<(String, u16)> {
 
 /// The URL with any `user:password@` password replaced by `***`, for messages and logs.
 pub fn redact(url: &str) -> String {
+    replace_password(url, Some("***"))
+}
+
+/// The URL with the password of a `user:password@` replaced by `with` (`None`: dropped, the user kept);
+/// any other URL, an scp-like `git@host:path` or a local path as it is.
+pub fn replace_password(url: &str, with: Option<&str>) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -134,12 +140,11 @@ pub fn redact(url: &str) -> String {
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split(':').next().unwrap_or_default();
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_string()
+            let userinfo = match with {
+                Some(mask) if userinfo.contains(':') => format!("{user}:{mask}"),
+                _ => user.to_string(),
             };
-            format!("{scheme}://{masked}@{host}{path}")
+            format!("{scheme}://{userinfo}@{host}{path}")
         }
         None => url.to_string(),
     }
