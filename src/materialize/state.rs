@@ -55,7 +55,7 @@ const KEYS: [&str; 4] = ["repo", "ref", "commit", "time"];
 /// (`https://bob:hunter2@git.example/r.git` is `https://bob@git.example/r.git`); any other URL, an
 /// scp-like `git@host:path` or a local path as it is.
 pub fn without_password(url: &str) -> String {
-    crate::source::url::replace_password(url, None)
+    crate::source::replace_password(url, None)
 }
 
 /// Whether the repository of a stored state is `url`, the repository kok follows now (a state stored with

@@ -69,7 +69,7 @@ pub use pulls::{in_history, merge_target, MergeTarget};
 pub use read::{read_commit, CommitRead};
 pub use revision::{check_range, open_local, resolve_revision, RevisionError};
 pub use tree::{forget_recent_trees, GitTree};
-pub use url::{cache_dir_name, redact, RemoteUrl};
+pub use url::{cache_dir_name, redact, replace_password, RemoteUrl};
 
 use std::path::PathBuf;
 use std::time::Duration;
