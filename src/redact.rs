@@ -21,18 +21,85 @@ pub const REDACTED: &str = "<redacted>";
 /// garble every message while hiding nothing a guess would not find.
 pub const MIN_SECRET_LEN: usize = 4;
 
-/// The registered secrets, kept so that registering is cheap and scrubbing reads each text once, however
-/// many secrets there are (a fleet's ssh keys alone are tens of thousands of fragments).
+/// A set of secrets and the scrubbing of texts of them, kept so that inserting is cheap and scrubbing reads
+/// each text once, however many secrets there are (a fleet's ssh keys alone are tens of thousands of
+/// fragments). The redactor's registry is one; local mode's log of a run holds one of its Secrets.
 #[derive(Default)]
-struct Registry {
-    /// Every secret, to register each once.
+pub struct Secrets {
+    /// Every secret, to hold each once.
     known: HashSet<Arc<str>>,
     /// The secrets by their first [`MIN_SECRET_LEN`] bytes, longest first within each.
     by_prefix: HashMap<[u8; MIN_SECRET_LEN], Vec<Arc<str>>>,
 }
 
-fn registry() -> &'static RwLock<Registry> {
-    static SECRETS: OnceLock<RwLock<Registry>> = OnceLock::new();
+/// Says how many secrets it holds, never which.
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secrets")
+            .field("count", &self.known.len())
+            .finish()
+    }
+}
+
+impl Secrets {
+    /// Adds `secret` (trimmed); one shorter than [`MIN_SECRET_LEN`] is left out.
+    pub fn insert(&mut self, secret: &str) {
+        let secret = secret.trim();
+        let Some(key) = prefix(secret.as_bytes()) else {
+            return;
+        };
+        if self.known.contains(secret) {
+            return;
+        }
+        let secret: Arc<str> = Arc::from(secret);
+        self.known.insert(secret.clone());
+        let bucket = self.by_prefix.entry(key).or_default();
+        bucket.push(secret);
+        // Longest first, so that a secret containing another is replaced whole.
+        bucket.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    }
+
+    /// True when it holds no secret.
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
+    }
+
+    /// `text` with each stretch its secrets cover (overlapping ones together) replaced by one [`REDACTED`].
+    pub fn scrub(&self, text: &str) -> String {
+        let bytes = text.as_bytes();
+        // The byte ranges secrets cover, by their start. A match starts and ends on a character boundary:
+        // a secret is UTF-8 and starts with a leading byte, which no continuation byte equals.
+        let mut covered: Vec<(usize, usize)> = Vec::new();
+        for start in 0..bytes.len() {
+            let Some(candidates) = prefix(&bytes[start..]).and_then(|key| self.by_prefix.get(&key)) else {
+                continue;
+            };
+            let Some(secret) = candidates
+                .iter()
+                .find(|s| bytes[start..].starts_with(s.as_bytes()))
+            else {
+                continue;
+            };
+            let end = start + secret.len();
+            match covered.last_mut() {
+                Some(last) if start < last.1 => last.1 = last.1.max(end),
+                _ => covered.push((start, end)),
+            }
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        for (start, end) in covered {
+            out.push_str(&text[at..start]);
+            out.push_str(REDACTED);
+            at = end;
+        }
+        out.push_str(&text[at..]);
+        out
+    }
+}
+
+fn registry() -> &'static RwLock<Secrets> {
+    static SECRETS: OnceLock<RwLock<Secrets>> = OnceLock::new();
     SECRETS.get_or_init(Default::default)
 }
 
@@ -43,22 +110,10 @@ fn prefix(bytes: &[u8]) -> Option<[u8; MIN_SECRET_LEN]> {
 
 /// Remembers `secret` (trimmed) so that [`scrub`] removes it from foreign texts.
 pub fn register(secret: &str) {
-    let secret = secret.trim();
-    let Some(key) = prefix(secret.as_bytes()) else {
-        return;
-    };
-    let mut registry = registry()
+    registry()
         .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if registry.known.contains(secret) {
-        return;
-    }
-    let secret: Arc<str> = Arc::from(secret);
-    registry.known.insert(secret.clone());
-    let bucket = registry.by_prefix.entry(key).or_default();
-    bucket.push(secret);
-    // Longest first, so that a secret containing another is replaced whole.
-    bucket.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .insert(secret);
 }
 
 /// Lines of a multi-line secret shorter than this are not registered: a key file's short lines (blank,
@@ -102,39 +157,12 @@ pub fn register_basic(user: &str, secret: &str) {
     }
 }
 
-/// `text` with every registered secret replaced by [`REDACTED`]: each stretch of it that registered
-/// secrets cover (overlapping ones together) becomes one [`REDACTED`].
+/// `text` with every registered secret replaced by [`REDACTED`] ([`Secrets::scrub`]).
 pub fn scrub(text: &str) -> String {
-    let registry = registry().read().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let bytes = text.as_bytes();
-    // The byte ranges secrets cover, by their start. A match starts and ends on a character boundary:
-    // a secret is UTF-8 and starts with a leading byte, which no continuation byte equals.
-    let mut covered: Vec<(usize, usize)> = Vec::new();
-    for start in 0..bytes.len() {
-        let Some(candidates) = prefix(&bytes[start..]).and_then(|key| registry.by_prefix.get(&key)) else {
-            continue;
-        };
-        let Some(secret) = candidates
-            .iter()
-            .find(|s| bytes[start..].starts_with(s.as_bytes()))
-        else {
-            continue;
-        };
-        let end = start + secret.len();
-        match covered.last_mut() {
-            Some(last) if start < last.1 => last.1 = last.1.max(end),
-            _ => covered.push((start, end)),
-        }
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for (start, end) in covered {
-        out.push_str(&text[at..start]);
-        out.push_str(REDACTED);
-        at = end;
-    }
-    out.push_str(&text[at..]);
-    out
+    registry()
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .scrub(text)
 }
 
 #[cfg(test)]

@@ -356,13 +356,6 @@ pub struct OperationPreflight {
     pub findings: Vec<PreflightFinding>,
 }
 
-impl OperationPreflight {
-    /// True when there is nothing to say: rules checked, none broken.
-    pub fn is_clear(&self) -> bool {
-        !self.skipped && self.findings.is_empty()
-    }
-}
-
 /// One rule an operation's inputs break.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -20,9 +20,12 @@ use crate::api::{common_labels, FIELD_MANAGER};
 pub const SAVE_SCRIPT: &str = include_str!("kok_credentials.py");
 pub use crate::api::{kubeconfig_secret, KUBECONFIG_KEY};
 
+/// What the name of a cluster's credentials Secret ends with.
+pub const CREDENTIALS_SUFFIX: &str = "-credentials";
+
 /// Name of the Secret holding a cluster's `credentials/`.
 pub fn credentials_secret(cluster: &str) -> String {
-    format!("{cluster}-credentials")
+    format!("{cluster}{CREDENTIALS_SUFFIX}")
 }
 
 /// Name of the ServiceAccount a cluster's Jobs run as when the operation names none.

@@ -477,7 +477,10 @@ async fn watch_secrets(
 ) {
     let events = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(secret::strip_values)
+        .modify(|s| {
+            secret::register_values(s);
+            secret::strip_values(s);
+        })
         .reflect(writer)
         .touched_objects();
     let woken = events.for_each(|event| {

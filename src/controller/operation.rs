@@ -338,7 +338,7 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
             }
             let report = match job.as_ref().map(job_outcome) {
                 Some(JobOutcome::Succeeded | JobOutcome::Failed { .. }) => {
-                    Some(run_report(&ctx, &op, &name).await)
+                    Some(run_report(&ctx, &name).await)
                 }
                 _ => None,
             };
@@ -382,10 +382,9 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
 /// What the finished pod of Job `job` reported in its termination message; nothing when there is no such pod
 /// (deleted, or never scheduled) or it cannot be read (the reason is logged, the transition goes on).
 ///
-/// The Secrets `op`'s Job mounts are registered with the redactor first (again: the credentials Secret may
-/// have gained values during the run, and a restarted kok knows none), and the report is scrubbed.
-pub(super) async fn run_report(ctx: &Context, op: &ClusterOperation, job: &str) -> RunReport {
-    super::secret::register_mounted(&ctx.client, &ctx.config.namespace, op).await;
+/// The report is scrubbed as every transition is ([`Transition::scrubbed`]), of the Secrets the Job
+/// mounts too: the Secret watch registered them ([`super::secret::register_values`]).
+pub(super) async fn run_report(ctx: &Context, job: &str) -> RunReport {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let params = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}"));
     match pods.list(&params).await {
@@ -394,7 +393,7 @@ pub(super) async fn run_report(ctx: &Context, op: &ClusterOperation, job: &str) 
             .iter()
             .filter_map(termination_message_of)
             .next_back()
-            .map(|m| read_termination_message(&m).scrubbed(crate::redact::scrub))
+            .map(|m| read_termination_message(&m))
             .unwrap_or_default(),
         Err(e) => {
             warn!(job, error = %e, "could not read the Job's pod; the status says only how the Job ended");
@@ -546,7 +545,7 @@ async fn start_or_wait(
     if let Some(secret) = op.spec.vault_password_ref.as_ref().filter(|_| refusal.is_none()) {
         let ns = ctx.config.namespace.as_str();
         if let Err(problem) = check_vault_cached(&ctx.secrets, ns, &secret.name) {
-            wait(ctx, op, format!("waiting for its Secret: {problem}")).await?;
+            wait(ctx, op, format!("{}{problem}", super::queue::SECRET_WAIT_PREFIX)).await?;
             return Ok(Action::await_change());
         }
     }
@@ -631,8 +630,6 @@ async fn start_or_wait(
             format!("preparing the credentials Secrets and their Role for cluster {cluster}"),
         )(e));
     }
-    // What the run may print of the Secrets it mounts is known before it starts.
-    super::secret::register_mounted(&ctx.client, ns, op).await;
     let job = build_job(op, &ctx.config.job);
     let created = match jobs.create(&PostParams::default(), &job).await {
         Ok(j) => j,

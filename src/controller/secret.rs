@@ -3,20 +3,15 @@
 //!
 //! The controller watches the Secrets of its namespace into a cache that keeps key names only
 //! ([`strip_values`]); operations and Clusters waiting for a Secret are woken when it appears or changes,
-//! so waiting costs no requests. The values a Job mounts are read by a GET each when kok needs them
-//! ([`register_mounted`]: before the Job is created and when its run is read), handed to
-//! [`crate::redact`] and dropped.
+//! so waiting costs no requests. Before the values are dropped, what a Job may print of them is handed to
+//! [`crate::redact`] ([`register_values`]), so no request is made for it either.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::Client;
-use tracing::warn;
 
-use super::credentials::credentials_secret;
+use super::credentials::CREDENTIALS_SUFFIX;
 use crate::api::{
-    kubeconfig_secret, ClusterOperation, KUBECONFIG_KEY, SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY,
-    VAULT_PASSWORD_KEY,
+    KUBECONFIG_KEY, LABEL_MANAGED_BY, MANAGED_BY, SSH_AUTH_SECRET_TYPE, SSH_PRIVATE_KEY, VAULT_PASSWORD_KEY,
 };
 
 /// Why a Secret cannot be used as an ssh key.
@@ -108,26 +103,8 @@ fn has_key(secret: &Secret, key: &str) -> bool {
         || secret.string_data.as_ref().is_some_and(|d| d.contains_key(key))
 }
 
-/// The Secrets the Job of `op` mounts, each with the key it mounts (`None`: every key): the ssh key
-/// (`ssh-privatekey`), the ansible-vault password (`password`) and `<cluster>-credentials`.
-pub fn mounted_by(op: &ClusterOperation) -> Vec<(String, Option<&'static str>)> {
-    let spec = &op.spec;
-    let ssh = spec
-        .ssh_auth_ref
-        .as_ref()
-        .map(|r| (r.name.clone(), Some(SSH_PRIVATE_KEY)));
-    let vault = spec
-        .vault_password_ref
-        .as_ref()
-        .map(|r| (r.name.clone(), Some(VAULT_PASSWORD_KEY)));
-    ssh.into_iter()
-        .chain(vault)
-        .chain([(credentials_secret(&spec.cluster), None)])
-        .collect()
-}
-
-/// The values `key` (`None`: every key) holds in `secret`, as text.
-pub fn values_of<'a>(secret: &'a Secret, key: Option<&'a str>) -> impl Iterator<Item = String> + 'a {
+/// The values `key` holds in `secret` (`None`: every key), as text.
+fn values_of<'a>(secret: &'a Secret, key: Option<&'a str>) -> impl Iterator<Item = String> + 'a {
     let wanted = move |k: &String| key.is_none_or(|key| k == key);
     let data = secret.data.iter().flatten().filter(move |(k, _)| wanted(k));
     let strings = secret
@@ -139,41 +116,28 @@ pub fn values_of<'a>(secret: &'a Secret, key: Option<&'a str>) -> impl Iterator<
         .chain(strings.map(|(_, v)| v.clone()))
 }
 
-/// Registers with [`crate::redact`] the content of every Secret the Job of `op` mounts ([`mounted_by`]),
-/// read with one GET each, so that what its run prints of them is scrubbed from every status, Event, note
-/// and log kok makes of it; so are the credentials of the kubeconfig a run saved in `<cluster>-kubeconfig`.
-/// Nothing is kept but the redactor's fragments. A Secret that does not exist is
-/// skipped (the operation waits for it elsewhere); one that cannot be read is logged and skipped.
-pub async fn register_mounted(client: &Client, namespace: &str, op: &ClusterOperation) {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let read = |name: String| {
-        let api = api.clone();
-        async move {
-            match api.get_opt(&name).await {
-                Ok(secret) => secret,
-                Err(error) => {
-                    warn!(
-                        secret = %name,
-                        %error,
-                        "could not read a Secret the Job mounts; what its run prints of it is not redacted"
-                    );
-                    None
-                }
-            }
-        }
-    };
-    for (name, key) in mounted_by(op) {
-        if let Some(secret) = read(name).await {
-            values_of(&secret, key).for_each(|v| crate::redact::register_secret_file(&v));
-        }
+/// Registers with [`crate::redact`] what `secret` holds that a Job may print, as the Secret watch sees it
+/// (its first listing after a start included) and before its values are dropped: an ssh key
+/// (`ssh-privatekey`), an ansible-vault password (`password`), every value of a cluster's
+/// `<cluster>-credentials` (kok's label), and the users' credentials of a kubeconfig (`value`), such as
+/// the `admin.conf` a run saves. So every status, Event, note and log kok makes of a run is scrubbed of
+/// them with no read of its own; a value a run saves arrives by the same watch.
+pub fn register_values(secret: &Secret) {
+    for key in [SSH_PRIVATE_KEY, VAULT_PASSWORD_KEY] {
+        values_of(secret, Some(key)).for_each(|v| crate::redact::register_secret_file(&v));
     }
-    // The kubeconfig a run saves (kubespray's admin.conf) is a YAML file whose lines are mostly not
-    // secret: its users' credentials are registered, as health registers them when it reads it.
-    if let Some(secret) = read(kubeconfig_secret(&op.spec.cluster)).await {
-        for text in values_of(&secret, Some(KUBECONFIG_KEY)) {
-            if let Ok(kubeconfig) = serde_yaml::from_str::<serde_yaml::Value>(&text) {
-                crate::health::client::register_credentials(&kubeconfig);
-            }
+    let name = secret.metadata.name.as_deref().unwrap_or_default();
+    let kok_owned = secret
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY));
+    if kok_owned && name.ends_with(CREDENTIALS_SUFFIX) {
+        values_of(secret, None).for_each(|v| crate::redact::register_secret_file(&v));
+    }
+    for text in values_of(secret, Some(KUBECONFIG_KEY)) {
+        if let Ok(kubeconfig) = serde_yaml::from_str::<serde_yaml::Value>(&text) {
+            crate::health::client::register_credentials(&kubeconfig);
         }
     }
 }

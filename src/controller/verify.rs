@@ -382,7 +382,7 @@ async fn finish(
         } else {
             ("Succeeded", false)
         }),
-        report: Some(run_report(ctx, op, done.job).await),
+        report: Some(run_report(ctx, done.job).await),
         verification: Some(v),
         ..Transition::default()
     };

@@ -161,7 +161,6 @@ pub async fn client_from(name: &str, text: &str) -> Result<Client, AccessError> 
     Client::try_from(config).map_err(|e| unusable(&e))
 }
 
-/// Parses `text`, registering every token, password and key it holds with [`crate::redact`] first.
 /// Registers with [`crate::redact`] the credentials of every user of a kubeconfig (`token`, `password`,
 /// `client-key-data`), parsed as YAML: what a kubeconfig holds that must never be shown.
 pub fn register_credentials(kubeconfig: &serde_yaml::Value) {
@@ -179,6 +178,7 @@ pub fn register_credentials(kubeconfig: &serde_yaml::Value) {
     }
 }
 
+/// Parses `text`, registering every token, password and key it holds with [`crate::redact`] first.
 fn read_kubeconfig(name: &str, text: &str) -> Result<Kubeconfig, AccessError> {
     let unparsable = |at: String| AccessError::Unparsable {
         name: name.to_string(),

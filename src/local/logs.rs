@@ -259,15 +259,15 @@ pub struct LogWriter {
     /// The times file; a log whose times cannot be written is still written (its lines then have the
     /// time of a line before them).
     times: Option<std::fs::File>,
-    redactions: Vec<String>,
+    redactions: crate::redact::Secrets,
     tail: std::collections::VecDeque<String>,
 }
 
 impl LogWriter {
     /// Opens (creating it and its directory, modes 0600 and 0700) the log file at `path` for appending.
-    pub fn open(path: &Path, mut redactions: Vec<String>) -> std::io::Result<LogWriter> {
-        // Longest first, so that a fragment containing another is replaced whole (as the redactor does).
-        redactions.sort_by_key(|r| std::cmp::Reverse(r.len()));
+    pub fn open(path: &Path, fragments: Vec<String>) -> std::io::Result<LogWriter> {
+        let mut redactions = crate::redact::Secrets::default();
+        fragments.iter().for_each(|f| redactions.insert(f));
         if let Some(dir) = path.parent() {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -290,13 +290,7 @@ impl LogWriter {
 
     /// `text` with every Secret value replaced by [`REDACTED`].
     pub fn redact(&self, text: &str) -> String {
-        let mut text = text.to_string();
-        for r in &self.redactions {
-            if text.contains(r.as_str()) {
-                text = text.replace(r.as_str(), REDACTED);
-            }
-        }
-        text
+        self.redactions.scrub(text)
     }
 
     /// The lines written since the last call (at most the kubelet's [`FALLBACK_LINES`]), redacted.
@@ -311,8 +305,9 @@ impl LogWriter {
         if !self.redactions.is_empty() {
             let text = String::from_utf8_lossy(bytes);
             // Bytes pass as they are unless a Secret value is in them.
-            if self.redactions.iter().any(|r| text.contains(r.as_str())) {
-                owned = self.redact(&text).into_bytes();
+            let redacted = self.redact(&text);
+            if redacted != text {
+                owned = redacted.into_bytes();
                 out = &owned;
             }
         }

@@ -1,8 +1,6 @@
 //! Where a run's log is read from: kok's log files in local mode, the Job's pod in a meta-cluster.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
@@ -35,15 +33,11 @@ impl LogSource for LocalLogs {
 /// A meta-cluster: the log of the Job's pod (`pods/log`), with every secret kok knows scrubbed, the
 /// Secrets that Job mounts included.
 ///
-/// The controller registers those when it creates the Job and when it reads the run's end; a kok that
-/// restarted since knows none of them, so the first read of an operation's log, and the first once it
-/// has ended, registers them too ([`crate::controller::secret::register_mounted`], a GET per Secret).
+/// The controller's Secret watch registers those as it sees them ([`crate::controller::secret::register_values`]).
 #[derive(Clone)]
 pub struct PodLogs {
     client: Client,
     namespace: String,
-    /// The operations whose Secrets this process registered, with whether they had ended then.
-    registered: Arc<Mutex<HashSet<(String, bool)>>>,
 }
 
 impl PodLogs {
@@ -52,7 +46,6 @@ impl PodLogs {
         PodLogs {
             client,
             namespace: namespace.into(),
-            registered: Arc::default(),
         }
     }
 }
@@ -61,17 +54,7 @@ impl LogSource for PodLogs {
     fn read(&self, op: &ClusterOperation) -> BoxFuture<'static, Option<String>> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let job = op.status.as_ref().and_then(|s| s.job_ref.clone());
-        let ended = op.status.as_ref().is_some_and(|s| s.phase.is_terminal());
-        let first = self
-            .registered
-            .lock()
-            .map(|mut seen| seen.insert((kube::ResourceExt::name_any(op), ended)))
-            .unwrap_or(true);
-        let register = first.then(|| (self.client.clone(), self.namespace.clone(), op.clone()));
         Box::pin(async move {
-            if let Some((client, namespace, op)) = register {
-                crate::controller::secret::register_mounted(&client, &namespace, &op).await;
-            }
             let selector = format!("job-name={}", job?);
             let list = pods.list(&ListParams::default().labels(&selector)).await.ok()?;
             let pod = list
