@@ -54,6 +54,19 @@ impl<'a> FileDiags<'a> {
     }
 }
 
+/// `dir/name`, or `name` when `dir` is empty: a path inside the repository.
+pub(crate) fn join(dir: &str, name: &str) -> String {
+    match dir.trim_end_matches('/') {
+        "" => name.to_string(),
+        dir => format!("{dir}/{name}"),
+    }
+}
+
+/// How many of `out` are errors.
+pub(crate) fn error_count(out: &[Diagnostic]) -> usize {
+    out.iter().filter(|d| d.severity == Severity::Error).count()
+}
+
 /// Reads `path` as UTF-8 text; on failure reports why (too large, not UTF-8, unreadable) and returns `None`.
 pub(crate) fn read_text(reader: &dyn TreeReader, diags: &mut FileDiags<'_>) -> Option<String> {
     let bytes = match reader.read(&diags.path, MAX_FILE_SIZE) {

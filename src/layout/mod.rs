@@ -6,6 +6,7 @@
 
 pub mod ansible;
 mod diag;
+pub(crate) use diag::join;
 mod disk;
 mod inventory;
 mod inventory_dir;

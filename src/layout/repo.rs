@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 
 use super::ansible::{read_inventory_dir, InventorySource};
-use super::diag::{parse_yaml, read_text, FileDiags};
+use super::diag::{error_count, join, parse_yaml, read_text, FileDiags};
 use super::names::{dns1123_label_problem, hint};
 use super::operations::parse_operations;
 use super::rollouts::{parse_rollouts, Fleet};
 use super::settings::{merge_settings, parse_settings};
-use super::{ClusterDir, Diagnostic, Entry, EntryKind, InventoryDir, Parsed, Settings, Severity, TreeReader};
+use super::{ClusterDir, Diagnostic, Entry, EntryKind, InventoryDir, Parsed, Settings, TreeReader};
 use crate::api::VARS_INVENTORY_PATH;
 
 /// Name of the repo-wide settings file at the top of the tree.
@@ -193,10 +193,6 @@ fn not_a_file(kind: EntryKind) -> String {
     }
 }
 
-fn error_count(out: &[Diagnostic]) -> usize {
-    out.iter().filter(|d| d.severity == Severity::Error).count()
-}
-
 fn normalize_root(root: &str) -> String {
     let trimmed = root.trim_matches('/');
     let trimmed = trimmed.strip_prefix("./").unwrap_or(trimmed);
@@ -204,14 +200,6 @@ fn normalize_root(root: &str) -> String {
         String::new()
     } else {
         trimmed.to_string()
-    }
-}
-
-fn join(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_string()
-    } else {
-        format!("{dir}/{name}")
     }
 }
 

@@ -15,7 +15,7 @@ use crate::api::{
     ActionType, Cluster, ClusterKubernetes, ClusterOperation, OperationPreflight, Phase, PreflightFinding,
     DEFAULT_IMAGE,
 };
-use crate::layout::{self, ClusterDir, Known, KubesprayView, Operation, Severity, OPERATIONS_YML};
+use crate::layout::{self, join, ClusterDir, Known, KubesprayView, Operation, Severity, OPERATIONS_YML};
 
 /// What kok knows of a cluster's past, for rules 2, 3 and 9.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -49,14 +49,6 @@ const KUBESPRAY_GROUPS: [&str; 5] = [
 /// True when the inventory has one of kubespray's groups (its legacy names included): the rules apply.
 pub fn is_kubespray_inventory(groups: &Groups) -> bool {
     KUBESPRAY_GROUPS.iter().any(|g| groups.groups.contains_key(*g))
-}
-
-/// `dir/name`, or `name` when `dir` is empty.
-fn join(dir: &str, name: &str) -> String {
-    match dir.trim_end_matches('/') {
-        "" => name.to_string(),
-        dir => format!("{dir}/{name}"),
-    }
 }
 
 /// Where kok.yml is for the cluster directory `path` (`clusters/prod-bj` → `kok.yml`).

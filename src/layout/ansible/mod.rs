@@ -24,9 +24,9 @@ use std::sync::Arc;
 pub use resolve::{AnsibleInventory, GroupVar};
 pub use value::{Known, Origin, Setting, Unknown};
 
-use super::diag::FileDiags;
+use super::diag::{error_count, join, FileDiags};
 use super::yaml::{Kind, Node};
-use super::{Diagnostic, Severity};
+use super::Diagnostic;
 use resolve::{Layer, VarsFiles};
 use vars::{parse_vars_file, Tree};
 
@@ -56,11 +56,8 @@ pub fn read_inventory_dir(
     source: &InventorySource<'_>,
     out: &mut Vec<Diagnostic>,
 ) -> Option<AnsibleInventory> {
-    let errors_before = count_errors(out);
-    let full = |rel: &str| match source.dir {
-        "" => rel.to_string(),
-        dir => format!("{dir}/{rel}"),
-    };
+    let errors_before = error_count(out);
+    let full = |rel: &str| join(source.dir, rel);
     let mut diags = FileDiags::new(full(source.inventory_name), source.cluster, out);
     let is_yaml = [".yml", ".yaml", ".json"]
         .iter()
@@ -73,15 +70,11 @@ pub fn read_inventory_dir(
             graph
         })
     };
-    let graph = graph.filter(|_| count_errors(out) == errors_before);
+    let graph = graph.filter(|_| error_count(out) == errors_before);
     let files = read_vars_files(source, graph.as_ref(), out);
     let graph = graph?;
-    (count_errors(out) == errors_before)
+    (error_count(out) == errors_before)
         .then(|| AnsibleInventory::new(graph, source.inventory_name.to_string(), Arc::new(files)))
-}
-
-fn count_errors(out: &[Diagnostic]) -> usize {
-    out.iter().filter(|d| d.severity == Severity::Error).count()
 }
 
 /// Reads the vars files ansible would read for the inventory's groups and hosts (and the groups kubespray's
@@ -91,10 +84,7 @@ fn read_vars_files(
     graph: Option<&graph::Graph>,
     out: &mut Vec<Diagnostic>,
 ) -> VarsFiles {
-    let full = |rel: &str| match source.dir {
-        "" => rel.to_string(),
-        dir => format!("{dir}/{rel}"),
-    };
+    let full = |rel: &str| join(source.dir, rel);
     let texts: std::collections::HashMap<&str, &str> = source
         .files
         .iter()

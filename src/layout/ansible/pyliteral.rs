@@ -456,7 +456,7 @@ fn number(text: &str) -> Option<(Py, Numeric)> {
             if !underscored(digits, |c| c.is_digit(radix)) {
                 return None;
             }
-            return Some((Py::Int(parse_int(digits, radix)), Numeric::Real));
+            return Some((Py::Int(super::yaml11::radix(digits, radix)), Numeric::Real));
         }
     }
     if underscored(&lower, |c| c.is_ascii_digit()) {
@@ -464,7 +464,7 @@ fn number(text: &str) -> Option<(Py, Numeric)> {
         if lower.starts_with('0') && !all_zero {
             return None;
         }
-        return Some((Py::Int(parse_int(&lower, 10)), Numeric::Real));
+        return Some((Py::Int(super::yaml11::radix(&lower, 10)), Numeric::Real));
     }
     decimal_float(&lower).map(|f| (Py::Float(f), Numeric::Real))
 }
@@ -506,16 +506,6 @@ fn decimal_float(text: &str) -> Option<f64> {
         return None;
     }
     text.replace('_', "").parse::<f64>().ok()
-}
-
-fn parse_int(digits: &str, radix: u32) -> Option<i128> {
-    let mut value: i128 = 0;
-    for c in digits.chars().filter(|c| *c != '_') {
-        value = value
-            .checked_mul(radix as i128)?
-            .checked_add(c.to_digit(radix)? as i128)?;
-    }
-    Some(value)
 }
 
 /// `py` as JSON, or what it is when JSON cannot hold it (`top`: bytes are decoded only there, as ansible's

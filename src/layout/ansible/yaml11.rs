@@ -228,8 +228,8 @@ fn int(text: &str) -> Option<Result<Value, Unknown>> {
     )
 }
 
-/// Digits in `radix` with underscores ignored; `None` past 128 bits.
-fn radix(digits: &str, radix: u32) -> Option<i128> {
+/// Digits in `radix` with underscores ignored; `None` past 128 bits (Python's int literals read the same).
+pub(super) fn radix(digits: &str, radix: u32) -> Option<i128> {
     let mut value: i128 = 0;
     for c in digits.chars().filter(|c| *c != '_') {
         value = value
