@@ -634,28 +634,26 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
             (Some(c), true) => Some(with_revision(desired, &c.spec.source.revision)),
             _ => None,
         };
-        // The pass pins pre-flight's findings into the operations it creates: the plan does the same, and
-        // shows them.
-        let checked = match (kept.is_none(), prepared.cluster(&desired.name)) {
-            (true, Some(cluster)) => {
-                let checked = pinning::check(cluster, desired, live, &seen);
-                let new: BTreeSet<&str> = pinning::new_operations(desired, live)
-                    .map(|o| o.spec.id.as_str())
-                    .chain(desired.rollouts.iter().map(|r| r.entry.id.as_str()))
-                    .collect();
-                let shown = checked
-                    .all()
-                    .filter(|f| f.operation.as_deref().is_none_or(|id| new.contains(id)))
-                    .map(PlannedFinding::of)
-                    .collect();
-                findings.insert(desired.name.clone(), shown);
-                let mut pinned = desired.clone();
-                pinning::pin(&mut pinned, cluster, live, &checked);
-                Some(pinned)
-            }
-            _ => None,
-        };
-        let desired = kept.as_ref().or(checked.as_ref()).unwrap_or(desired);
+        let desired = kept.as_ref().unwrap_or(desired);
+        // The pass pins pre-flight's findings into the operations it creates, a kept cluster's rollout runs
+        // included: the plan does the same, and shows them.
+        let checked = prepared.cluster(&desired.name).map(|cluster| {
+            let checked = pinning::check(cluster, desired, live, &seen);
+            let new: BTreeSet<&str> = pinning::new_operations(desired, live)
+                .map(|o| o.spec.id.as_str())
+                .chain(desired.rollouts.iter().map(|r| r.entry.id.as_str()))
+                .collect();
+            let shown = checked
+                .all()
+                .filter(|f| f.operation.as_deref().is_none_or(|id| new.contains(id)))
+                .map(PlannedFinding::of)
+                .collect();
+            findings.insert(desired.name.clone(), shown);
+            let mut pinned = desired.clone();
+            pinning::pin(&mut pinned, cluster, live, &checked);
+            pinned
+        });
+        let desired = checked.as_ref().unwrap_or(desired);
         writes.insert(desired.name.clone(), decide_cluster(live, desired, now));
     }
     for name in &prepared.read.changes.removed {

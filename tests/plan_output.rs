@@ -1,24 +1,16 @@
 //! `kok plan --output markdown` (a pull-request comment) and `--detailed-exitcode` (terraform's codes).
 
 mod gitkit;
+#[path = "common/kok.rs"]
+mod kok_process;
 
 use std::path::Path;
-use std::process::Command;
 
 use gitkit::RepoBuilder;
 
 /// Runs `kok plan` on `repo` with `extra`; returns the exit code and stdout.
 fn plan(repo: &RepoBuilder, extra: &[&str], cache: &Path) -> (i32, String) {
-    let here = repo.path().display().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_kok"))
-        .args(["plan", "--repo", &here])
-        .args(extra)
-        .env("KOK_CACHE_DIR", cache)
-        .env("KOK_LOG", "error")
-        .output()
-        .expect("kok runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (out.status.code().expect("kok exits"), stdout)
+    kok_process::plan(repo.path(), extra, cache)
 }
 
 #[test]
@@ -209,7 +201,7 @@ fn plan_shows_the_labels_a_change_gives_a_cluster() {
     );
 }
 
-/// Four clusters labelled for the example rollout: prod-sh-1 and prod-sh-2 in Shanghai,
+/// Four installed clusters labelled for the example rollout: prod-sh-1 and prod-sh-2 in Shanghai,
 /// prod-bj-1 and prod-bj-2 in Beijing.
 fn labelled_fleet(repo: &mut RepoBuilder) {
     for (name, region) in [
@@ -218,10 +210,16 @@ fn labelled_fleet(repo: &mut RepoBuilder) {
         ("prod-bj-1", "bj"),
         ("prod-bj-2", "bj"),
     ] {
-        repo.cluster(name).file(
-            &format!("clusters/{name}/cluster.yml"),
-            &format!("labels: {{env: prod, region: {region}}}\n"),
-        );
+        repo.cluster(name)
+            .file(
+                &format!("clusters/{name}/cluster.yml"),
+                &format!("labels: {{env: prod, region: {region}}}\n"),
+            )
+            // Installed before the range: pre-flight lets an upgrade run on it.
+            .file(
+                &format!("clusters/{name}/operations.yml"),
+                "- {id: install, action: cluster.yml}\n",
+            );
     }
 }
 
@@ -379,4 +377,35 @@ fn a_broken_rollout_file_makes_the_plan_an_error_naming_file_and_line_and_removi
         ),
         "{text}"
     );
+}
+
+#[test]
+fn a_rollout_run_pre_flight_refuses_fails_the_plan_as_the_pass_refuses_it() {
+    let mut repo = RepoBuilder::new();
+    labelled_fleet(&mut repo);
+    // prod-bj-1 was never installed: an upgrade of it is refused before its Job, so the plan fails too.
+    repo.file("clusters/prod-bj-1/operations.yml", "");
+    let start = repo.commit("four clusters, one of them not installed");
+    repo.file("rollouts/upgrade-1-31.yml", ROLLOUT);
+    let added = repo.commit("upgrade: canary");
+    let cache = tempfile::tempdir().unwrap();
+    let range = [
+        "--from",
+        start.as_str(),
+        "--to",
+        added.as_str(),
+        "--detailed-exitcode",
+    ];
+    let (code, text) = plan(&repo, &range, cache.path());
+    assert_eq!(code, 1, "{text}");
+    let section = text
+        .split("\ncluster ")
+        .find(|s| s.starts_with("prod-bj-1\n"))
+        .unwrap_or_default();
+    assert!(
+        section.contains("error: operation-order: rollouts/upgrade-1-31.yml:2"),
+        "{text}"
+    );
+    let others = text.split("\ncluster ").filter(|s| !s.starts_with("prod-bj-1\n"));
+    assert!(others.into_iter().all(|s| !s.contains("error:")), "{text}");
 }
