@@ -300,3 +300,89 @@ async fn an_apply_failing_on_injected_errors_is_retried_without_duplicates() {
         "read again after the conflict"
     );
 }
+
+/// A cluster in kubespray's layout: `k8s-cluster.yml` with `kube_version`, and `addons.yml` with `helm`.
+fn kubespray_dir(kube_version: &str, ops: Vec<kok::layout::Operation>) -> kok::layout::ClusterDir {
+    let mut dir = cluster_dir("ks", HOSTS, ops, None);
+    dir.vars_yml = None;
+    dir.vars_files = vec![
+        (
+            "group_vars/k8s_cluster/addons.yml".into(),
+            "helm_enabled: false\n".into(),
+        ),
+        (
+            "group_vars/k8s_cluster/k8s-cluster.yml".into(),
+            format!("kube_version: {kube_version}\n"),
+        ),
+    ];
+    dir
+}
+
+#[tokio::test]
+async fn a_queued_run_keeps_the_group_vars_file_of_its_commit_also_when_its_cluster_is_removed() {
+    let server = server().await;
+    let client = server.client();
+    let d1 = render(
+        &kubespray_dir("v1.31.4", vec![entry("install", "cluster.yml", &[])]),
+        1,
+        &[],
+    );
+    apply_cluster(&client, NS, &d1).await.unwrap();
+    let install = op(&client, &op_name(&d1, "install")).await.unwrap();
+    let pinned_then = install.spec.vars_files.clone();
+    assert_eq!(pinned_then.len(), 2, "{pinned_then:?}");
+
+    // A later commit edits k8s-cluster.yml and adds an upgrade: the queued install keeps its pins, the
+    // upgrade pins the new file and shares the unchanged one.
+    let ops = vec![
+        entry("install", "cluster.yml", &[]),
+        entry("upgrade", "upgrade-cluster.yml", &[]),
+    ];
+    let d2 = render(&kubespray_dir("v1.32.0", ops), 2, &[("install", 1)]);
+    apply_cluster(&client, NS, &d2).await.unwrap();
+    let install = op(&client, &op_name(&d1, "install")).await.unwrap();
+    assert_eq!(
+        install.spec.vars_files, pinned_then,
+        "an operation is never updated"
+    );
+    let upgrade = op(&client, &op_name(&d2, "upgrade")).await.unwrap();
+    let changed: Vec<_> = upgrade
+        .spec
+        .vars_files
+        .iter()
+        .zip(&pinned_then)
+        .map(|(new, old)| (new.path.as_str(), new.config_map == old.config_map))
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            ("group_vars/k8s_cluster/addons.yml", true),
+            ("group_vars/k8s_cluster/k8s-cluster.yml", false)
+        ]
+    );
+    let live: BTreeSet<String> = config_maps(&client).await.iter().map(|c| c.name_any()).collect();
+    for pin in pinned_then.iter().chain(&upgrade.spec.vars_files) {
+        assert!(
+            live.contains(&pin.config_map),
+            "{} is kept while pinned",
+            pin.config_map
+        );
+    }
+
+    // The directory goes: the Cluster is removed and its pending runs canceled; every pin stays while a run
+    // names it.
+    remove_cluster(&client, NS, "ks").await.unwrap();
+    let live: BTreeSet<String> = config_maps(&client).await.iter().map(|c| c.name_any()).collect();
+    for pin in pinned_then.iter().chain(&upgrade.spec.vars_files) {
+        assert!(
+            live.contains(&pin.config_map),
+            "{} is pinned by a canceled run",
+            pin.config_map
+        );
+    }
+    let clusters = Api::<Cluster>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(clusters.items.is_empty(), "the Cluster is gone");
+}

@@ -705,30 +705,28 @@ fn troubleshooting_messages_are_in_the_code() {
 
 #[test]
 fn slugs_drop_punctuation_and_backticks_and_number_repeated_headings() {
-    assert_eq!(
-        markdown::slug("Set-up and tool versions"),
-        "set-up-and-tool-versions"
-    );
-    assert_eq!(
-        markdown::slug("`kok/plan` on every pull request"),
-        "kokplan-on-every-pull-request"
-    );
-    assert_eq!(
-        markdown::slug("What a cluster's runs keep: credentials and the kubeconfig"),
-        "what-a-clusters-runs-keep-credentials-and-the-kubeconfig"
-    );
-    assert_eq!(
-        markdown::slug("Metrics, alerts and notifications"),
-        "metrics-alerts-and-notifications"
-    );
-    assert_eq!(
-        markdown::slug("[Linked](other.md) `KOK_PATH` v1.31"),
-        "linked-kok_path-v131"
-    );
-    assert_eq!(
-        markdown::slug("`waiting for the maintenance window: <when>`"),
-        "waiting-for-the-maintenance-window-when"
-    );
+    for (heading, slug) in [
+        ("Set-up and tool versions", "set-up-and-tool-versions"),
+        (
+            "`kok/plan` on every pull request",
+            "kokplan-on-every-pull-request",
+        ),
+        (
+            "What a cluster's runs keep: credentials and the kubeconfig",
+            "what-a-clusters-runs-keep-credentials-and-the-kubeconfig",
+        ),
+        (
+            "Metrics, alerts and notifications",
+            "metrics-alerts-and-notifications",
+        ),
+        ("[Linked](other.md) `KOK_PATH` v1.31", "linked-kok_path-v131"),
+        (
+            "`waiting for the maintenance window: <when>`",
+            "waiting-for-the-maintenance-window-when",
+        ),
+    ] {
+        assert_eq!(markdown::slug(heading), slug, "{heading}");
+    }
     let doc = markdown::parse("# A\n## Usage\n## Usage\n### Usage\n<a id=\"custom\"></a>\n## Usage-1\n");
     let anchors = markdown::anchors(&doc);
     for anchor in ["a", "usage", "usage-1", "usage-2", "custom", "usage-1-1"] {

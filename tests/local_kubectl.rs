@@ -12,8 +12,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use local_e2e_support::{
-    ansible_or_skip, command, finished, kubectl_or_skip, operation, run_log, wait_for, LocalKok, LocalRepo,
-    NS,
+    ansible_or_skip, command, finished, kubectl_or_skip, kubectl_table, operation, run_log, wait_for,
+    LocalKok, LocalRepo, NS,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -45,19 +45,6 @@ fn kubectl_ok(repo: &LocalRepo, args: &[&str]) -> String {
     out
 }
 
-/// The rows of a `kubectl get` table (its header first), split into cells.
-fn rows(out: &str) -> Vec<Vec<String>> {
-    out.lines()
-        .map(|l| {
-            l.split("  ")
-                .map(str::trim)
-                .filter(|w| !w.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .collect()
-}
-
 /// The Job of operation `id`, from its ClusterOperation's status.
 async fn job_of(kok: &mut LocalKok, client: &kube::Client, id: &str) -> String {
     wait_for(&format!("the Job of operation {id}"), kok, || async {
@@ -80,7 +67,7 @@ async fn kubectl_shows_a_finished_local_run_its_log_and_its_events() {
     let op_name = op.metadata.name.clone().unwrap();
     let job = job_of(&mut kok, &client, "hello").await;
 
-    let pods = rows(&kubectl_ok(&repo, &["get", "pods"]));
+    let pods = kubectl_table(&kubectl_ok(&repo, &["get", "pods"]));
     assert_eq!(
         pods[0],
         ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
@@ -95,14 +82,14 @@ async fn kubectl_shows_a_finished_local_run_its_log_and_its_events() {
             "0".into()
         ]
     );
-    let wide = rows(&kubectl_ok(&repo, &["get", "pods", "-o", "wide"]));
+    let wide = kubectl_table(&kubectl_ok(&repo, &["get", "pods", "-o", "wide"]));
     assert_eq!(
         wide[0][5..],
         ["IP", "NODE", "NOMINATED NODE", "READINESS GATES"],
         "{wide:?}"
     );
     assert_eq!(wide[1][5..7], ["127.0.0.1", "localhost"], "{wide:?}");
-    let jobs = rows(&kubectl_ok(&repo, &["get", "jobs"]));
+    let jobs = kubectl_table(&kubectl_ok(&repo, &["get", "jobs"]));
     assert_eq!(
         jobs[0],
         ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"],
@@ -186,9 +173,9 @@ async fn kubectl_logs_follows_a_running_local_run_to_its_end() {
         (phase == "Running").then_some(())
     })
     .await;
-    let running = rows(&kubectl_ok(&repo, &["get", "pods"]));
+    let running = kubectl_table(&kubectl_ok(&repo, &["get", "pods"]));
     assert_eq!(running[1][1..3], ["1/1", "Running"], "{running:?}");
-    let jobs = rows(&kubectl_ok(&repo, &["get", "jobs"]));
+    let jobs = kubectl_table(&kubectl_ok(&repo, &["get", "jobs"]));
     assert_eq!(jobs[1][1..3], ["Running", "0/1"], "{jobs:?}");
 
     let mut follow =

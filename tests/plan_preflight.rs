@@ -2,24 +2,16 @@
 //! minor and a fourth etcd host, on kubespray v2.27.0, each failing the plan with its rule.
 
 mod gitkit;
+#[path = "common/kok.rs"]
+mod kok_process;
 
 use std::path::Path;
-use std::process::Command;
 
 use gitkit::RepoBuilder;
 
 /// Runs `kok plan` on `repo` with `extra`; returns the exit code and stdout.
 fn plan(repo: &RepoBuilder, extra: &[&str], cache: &Path) -> (i32, String) {
-    let here = repo.path().display().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_kok"))
-        .args(["plan", "--repo", &here])
-        .args(extra)
-        .env("KOK_CACHE_DIR", cache)
-        .env("KOK_LOG", "error")
-        .output()
-        .expect("kok runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (out.status.code().expect("kok exits"), stdout)
+    kok_process::plan(repo.path(), extra, cache)
 }
 
 /// prod-bj's hosts.yml: node1..node3 the control plane and etcd, node4 a worker (and, with `fourth`, the

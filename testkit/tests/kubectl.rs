@@ -640,19 +640,6 @@ async fn kubectl_logs_prints_what_the_pod_printed_and_follows_it_until_it_ends()
     assert!(status.success(), "{status}");
 }
 
-/// The words of each line of a `kubectl get` table, its header first.
-fn table_lines(out: &str) -> Vec<Vec<String>> {
-    out.lines()
-        .map(|l| {
-            l.split("   ")
-                .map(str::trim)
-                .filter(|w| !w.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .collect()
-}
-
 /// Publishes an Event about a pod through `events.k8s.io/v1`, as kok's controller publishes its own.
 async fn publish(server: &ApiServer, name: &str, pod: &str, uid: &str, reason: &str, note: &str) {
     let api: kube::Api<k8s_openapi::api::events::v1::Event> =
@@ -682,7 +669,7 @@ async fn kubectl_reads_the_events_written_through_events_k8s_io_through_v1() {
         .await;
     publish(&server, "web.1", "web", &uid, "Started", "the run started").await;
 
-    let table = table_lines(&k.ok(&["get", "events"]).await);
+    let table = tools::kubectl_table(&k.ok(&["get", "events"]).await);
     assert_eq!(
         table[0],
         ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
@@ -705,7 +692,7 @@ async fn kubectl_reads_the_events_written_through_events_k8s_io_through_v1() {
     assert!(ok && out.is_empty(), "{out}");
     assert_eq!(err.trim(), "No resources found in default namespace.");
 
-    let events = table_lines(&k.ok(&["events", "--for", "pod/web"]).await);
+    let events = tools::kubectl_table(&k.ok(&["events", "--for", "pod/web"]).await);
     assert_eq!(
         events[0],
         ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
@@ -726,10 +713,18 @@ async fn kubectl_reads_the_events_written_through_events_k8s_io_through_v1() {
         "describe lists the Event (found by involvedObject.uid): {described}"
     );
 
+    let listed = server.requests().count("list", "events");
     let mut watch = k.watch(&["get", "events", "--watch-only"]);
     let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
-    // The watch is open once kubectl has listed; an Event published after shows up.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // kubectl watches from the resourceVersion of its list: an Event published after the list shows up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while server.requests().count("list", "events") == listed {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kubectl never listed the Events"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     publish(&server, "web.2", "web", &uid, "Finished", "the run finished").await;
     let line = wait_line(&mut lines, |l| l.contains("Finished")).await;
     assert!(
@@ -765,14 +760,14 @@ async fn kubectl_get_pods_and_jobs_prints_the_columns_of_a_real_server() {
     .await;
     server.start_job("default", "run").await.unwrap();
 
-    let pods = table_lines(&k.ok(&["get", "pods"]).await);
+    let pods = tools::kubectl_table(&k.ok(&["get", "pods"]).await);
     assert_eq!(
         pods[0],
         ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
         "{pods:?}"
     );
     assert_eq!(&pods[1][..4], ["run-local", "1/1", "Running", "0"], "{pods:?}");
-    let wide = table_lines(&k.ok(&["get", "pods", "-o", "wide"]).await);
+    let wide = tools::kubectl_table(&k.ok(&["get", "pods", "-o", "wide"]).await);
     assert_eq!(
         &wide[0][5..],
         ["IP", "NODE", "NOMINATED NODE", "READINESS GATES"],
@@ -783,7 +778,7 @@ async fn kubectl_get_pods_and_jobs_prints_the_columns_of_a_real_server() {
         ["127.0.0.1", "localhost", "<none>", "<none>"],
         "{wide:?}"
     );
-    let jobs = table_lines(&k.ok(&["get", "jobs"]).await);
+    let jobs = tools::kubectl_table(&k.ok(&["get", "jobs"]).await);
     assert_eq!(
         jobs[0],
         ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"],
@@ -813,9 +808,9 @@ async fn kubectl_get_pods_and_jobs_prints_the_columns_of_a_real_server() {
         )
         .await
         .unwrap();
-    let pods = table_lines(&k.ok(&["get", "pods"]).await);
+    let pods = tools::kubectl_table(&k.ok(&["get", "pods"]).await);
     assert_eq!(&pods[1][..4], ["run-local", "0/1", "Error", "0"], "{pods:?}");
-    let jobs = table_lines(&k.ok(&["get", "jobs", "-o", "wide"]).await);
+    let jobs = tools::kubectl_table(&k.ok(&["get", "jobs", "-o", "wide"]).await);
     assert_eq!(
         jobs[0],
         [

@@ -21,6 +21,12 @@ const STOP_WAIT: Duration = Duration::from_secs(20);
 
 /// Runs `kok args...` with `KOK_CACHE_DIR=cache`; returns (success, stdout, stderr).
 pub fn kok(args: &[&str], cache: &Path) -> (bool, String, String) {
+    let (code, stdout, stderr) = kok_code(args, cache);
+    (code == 0, stdout, stderr)
+}
+
+/// Runs `kok args...` with `KOK_CACHE_DIR=cache`; returns (exit code, stdout, stderr).
+pub fn kok_code(args: &[&str], cache: &Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_kok"))
         .args(args)
         .env("KOK_CACHE_DIR", cache)
@@ -28,10 +34,21 @@ pub fn kok(args: &[&str], cache: &Path) -> (bool, String, String) {
         .output()
         .expect("kok runs");
     (
-        out.status.success(),
+        out.status.code().expect("kok exits"),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Runs `kok plan --repo <repo> extra...`; returns the exit code and stdout.
+pub fn plan(repo: &Path, extra: &[&str], cache: &Path) -> (i32, String) {
+    let here = repo.display().to_string();
+    let args: Vec<&str> = ["plan", "--repo", here.as_str()]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let (code, stdout, _) = kok_code(&args, cache);
+    (code, stdout)
 }
 
 /// `GLIBC_TUNABLES` in the environment of process `pid`, as `/proc/<pid>/environ` shows it.

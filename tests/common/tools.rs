@@ -189,3 +189,17 @@ pub fn alertmanager_or_skip(test: &str) -> bool {
     );
     apt_tool_usable(test, checked, "prometheus-alertmanager")
 }
+
+/// The cells of each row of a `kubectl get` table, its header first: kubectl pads columns with at least
+/// three spaces, so a cell may hold one or two.
+pub fn kubectl_table(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .map(|l| {
+            l.split("   ")
+                .map(str::trim)
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}

@@ -35,7 +35,9 @@ pub const FAILURE_MESSAGE: &str = "this playbook fails on purpose";
 
 // Not every test that includes this module runs kubectl, or the project's ansible.
 #[allow(unused_imports)]
-pub use tools::{alertmanager_or_skip, ansible_or_skip, command, kubectl_or_skip, prometheus_or_skip};
+pub use tools::{
+    alertmanager_or_skip, ansible_or_skip, command, kubectl_or_skip, kubectl_table, prometheus_or_skip,
+};
 
 /// A playbook that writes `<marks>/<mark>.txt` (the mark is given with `-e mark=...`) holding the
 /// greeting and the commit, and appends one line per run to `<marks>/<mark>.runs`.
