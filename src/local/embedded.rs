@@ -82,9 +82,9 @@ impl Embedded {
         Some(store_error(&self.data_dir, &why))
     }
 
-    /// Stops serving.
+    /// Stops serving and returns once the store is on disk and the state directory's lock is released.
     pub async fn stop(self) {
-        drop(self.server);
+        self.server.shutdown().await;
     }
 }
 

@@ -245,9 +245,11 @@ impl From<kube::core::GroupVersionResource> for Gvr {
     }
 }
 
-/// A running API server; dropping it stops the server and its watches.
+/// A running API server. [`ApiServer::shutdown`] stops it and returns once its data directory is
+/// released; dropping it stops it too, without waiting for its tasks.
 pub struct ApiServer {
     shared: Arc<Shared>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     url: String,
     port: u16,
     kubeconfig: PathBuf,
@@ -350,7 +352,7 @@ impl ApiServer {
                 .connections
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
-        tokio::spawn(async move {
+        let serving = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|s| *s).await;
             });
@@ -359,7 +361,7 @@ impl ApiServer {
             }
         });
         let gc = Arc::downgrade(&shared);
-        tokio::spawn(async move {
+        let sweeping = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tokio::select! {
@@ -381,6 +383,7 @@ impl ApiServer {
             kube::Client::try_from(config).context("building a kube client for the testkit server")?;
         Ok(ApiServer {
             shared,
+            tasks: vec![serving, sweeping],
             url,
             port: addr.port(),
             kubeconfig,
@@ -734,6 +737,30 @@ impl AsNamespace for &String {
 impl AsNamespace for Option<&str> {
     fn as_namespace(&self) -> Option<&str> {
         self.filter(|s| !s.is_empty())
+    }
+}
+
+impl ApiServer {
+    /// How long [`ApiServer::shutdown`] lets open requests finish before it ends them.
+    pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+    /// Stops serving and returns once the server is gone: its watches are cut, open requests end (or
+    /// are ended after [`ApiServer::SHUTDOWN_GRACE`]), every acknowledged write is on disk and the data
+    /// directory's lock is released, so a server started on the same directory right after never
+    /// finds it in use.
+    pub async fn shutdown(mut self) {
+        let _ = self.shared.shutdown.send(true);
+        self.cut_watches();
+        for task in std::mem::take(&mut self.tasks) {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Self::SHUTDOWN_GRACE, task).await.is_err() {
+                abort.abort();
+            }
+        }
+        if let Some(durability) = &self.shared.durability {
+            durability.all_synced().await;
+        }
+        self.shared.lock().store.close_db();
     }
 }
 

@@ -2,7 +2,9 @@
 //!
 //! Layout of the data directory:
 //! - `lock`: held (an exclusive advisory lock) while a server uses the directory, so two
-//!   processes never share one store.
+//!   processes never share one store. Within one process a registry of held directories refuses a
+//!   second server at once, and a start right after a clean stop in the same process waits out the
+//!   moment a child process forked meanwhile still shares the lock's descriptor.
 //! - `store.db` (with SQLite's `store.db-wal` and `store.db-shm` beside it): the table `objects`,
 //!   one row per object (`grp`, `resource`, `namespace`, `name`, `rv`, the object's JSON), and the
 //!   table `meta` with the store's latest `resourceVersion`.
@@ -25,9 +27,11 @@
 //! v4 UUIDs, so they do not repeat), and the watch event window starts empty: a watch from a
 //! resourceVersion before the restart gets 410 Gone and must list again.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OpenFlags};
 use serde_json::Value;
@@ -63,6 +67,15 @@ pub enum PersistError {
         dir.join(LOCK_FILE).display()
     )]
     Locked {
+        /// The data directory.
+        dir: PathBuf,
+    },
+    /// Another API server of this same process uses the directory.
+    #[error(
+        "the data directory {dir} is in use by another API server of this process; stop that server \
+         (`ApiServer::shutdown`) before starting one on the same directory"
+    )]
+    InUseHere {
         /// The data directory.
         dir: PathBuf,
     },
@@ -143,7 +156,7 @@ pub enum Record<'a> {
 pub struct Db {
     path: PathBuf,
     conn: Option<Connection>,
-    lock: Option<File>,
+    lock: Option<DirLock>,
     failure: Option<String>,
     /// Announces the failure that stopped writes (not a normal close).
     failed: watch::Sender<Option<String>>,
@@ -376,20 +389,79 @@ fn commit(conn: &mut Connection, record: &Record<'_>) -> rusqlite::Result<()> {
     tx.commit()
 }
 
-fn lock(dir: &Path) -> Result<File, PersistError> {
-    let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(io("opening the lock file", &path))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(PersistError::Locked {
-            dir: dir.to_path_buf(),
-        }),
-        Err(std::fs::TryLockError::Error(e)) => Err(io("locking", &path)(e)),
+/// How long a start in this process waits for a lock it released itself: a child process forked
+/// while the lock was held shares its descriptor until it execs (or exits), which takes moments, not
+/// seconds, even on a loaded machine.
+const RELEASED_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// The data directories of this process: `true` while a server holds one, `false` once it released it.
+static DIRS: Mutex<BTreeMap<PathBuf, bool>> = Mutex::new(BTreeMap::new());
+
+fn dirs() -> std::sync::MutexGuard<'static, BTreeMap<PathBuf, bool>> {
+    DIRS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The exclusive lock of a data directory, held until dropped.
+///
+/// An advisory lock belongs to the open file, and a child process forked in the meantime (any
+/// `Command::spawn` of the process, from any thread) holds a copy of the descriptor until it execs: so
+/// a lock this process has just released can look held by "another process" for a moment. Such a lock
+/// is waited for ([`RELEASED_LOCK_WAIT`]), while a lock held by a live server of this process is
+/// refused at once and one held by another process is refused at once.
+#[derive(Debug)]
+struct DirLock {
+    key: PathBuf,
+    _file: File,
+}
+
+impl DirLock {
+    fn acquire(dir: &Path) -> Result<DirLock, PersistError> {
+        let key = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        let released_here = match dirs().get(&key) {
+            Some(true) => {
+                return Err(PersistError::InUseHere {
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Some(false) => true,
+            None => false,
+        };
+        let path = dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io("opening the lock file", &path))?;
+        let deadline = Instant::now() + RELEASED_LOCK_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if released_here && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(PersistError::Locked {
+                        dir: dir.to_path_buf(),
+                    })
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io("locking", &path)(e)),
+            }
+        }
+        let mut dirs = dirs();
+        if dirs.get(&key) == Some(&true) {
+            return Err(PersistError::InUseHere {
+                dir: dir.to_path_buf(),
+            });
+        }
+        dirs.insert(key.clone(), true);
+        Ok(DirLock { key, _file: file })
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        dirs().insert(self.key.clone(), false);
     }
 }
 
@@ -533,7 +605,7 @@ pub fn open(dir: &Path, page_limit: Option<u64>, state: &mut State) -> Result<()
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(io("creating the data directory", dir))?;
     }
-    let lock = lock(dir)?;
+    let lock = DirLock::acquire(dir)?;
     let path = dir.join(DB_FILE);
     let mut conn = connect(&path)?;
     load(&path, &mut conn, state)?;

@@ -50,7 +50,7 @@ async fn fill(dir: &Path) {
             .await
             .unwrap();
     }
-    drop(server);
+    server.shutdown().await;
 }
 
 fn start_error(r: anyhow::Result<ApiServer>) -> String {
@@ -150,7 +150,9 @@ async fn resource_versions_keep_increasing_across_restarts() {
             .create(&PostParams::default(), &cm("a", "k", "v"))
             .await
             .unwrap();
-        a.resource_version().unwrap().parse::<u64>().unwrap()
+        let rv = a.resource_version().unwrap().parse::<u64>().unwrap();
+        server.shutdown().await;
+        rv
     };
     for round in 0..2 {
         let server = start(dir.path()).await.unwrap();
@@ -165,6 +167,7 @@ async fn resource_versions_keep_increasing_across_restarts() {
             "round {round}: resourceVersion {rv} is not above {first}"
         );
         assert_eq!(rv, server.resource_version());
+        server.shutdown().await;
     }
 }
 
@@ -351,12 +354,131 @@ async fn a_directory_in_use_is_refused_until_its_server_stops() {
     let dir = tempfile::tempdir().unwrap();
     let first = start(dir.path()).await.unwrap();
     let msg = start_error(start(dir.path()).await);
-    assert!(msg.contains("in use by another process"), "{msg}");
+    assert!(
+        msg.contains("in use by another API server of this process"),
+        "{msg}"
+    );
     assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
     drop(first);
-    start(dir.path())
+    let second = start(dir.path())
         .await
         .expect("the lock is released when the server is dropped");
+    second.shutdown().await;
+    start(dir.path())
+        .await
+        .expect("the lock is released when shutdown returns");
+}
+
+#[tokio::test]
+async fn a_directory_locked_by_another_process_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path()).unwrap();
+    // flock(1) holds the lock in a process of its own until its stdin closes.
+    let mut holder = std::process::Command::new("flock")
+        .arg(dir.path().join(testkit::persist::LOCK_FILE))
+        .args(["cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("flock (util-linux) runs");
+    let lock = dir.path().join(testkit::persist::LOCK_FILE);
+    // flock opens the lock file before it locks it: wait until a probe finds it held.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let probe = std::fs::OpenOptions::new().write(true).open(&lock);
+        if let Ok(f) = probe {
+            if f.try_lock().is_err() {
+                break;
+            }
+            drop(f);
+        }
+        assert!(std::time::Instant::now() < deadline, "flock never took the lock");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let started = std::time::Instant::now();
+    let msg = start_error(start(dir.path()).await);
+    assert!(msg.contains("in use by another process"), "{msg}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "a lock held by another process is refused at once, not waited for"
+    );
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    start(dir.path())
+        .await
+        .expect("the lock is free once the other process ends");
+}
+
+/// Spawns short-lived processes on a thread of its own until dropped: each fork shares every open
+/// descriptor of the test process, the data directory's lock among them, until it execs.
+struct Forking(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Option<std::thread::JoinHandle<u32>>,
+);
+
+impl Forking {
+    fn start() -> Forking {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let running = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut spawned = 0;
+            while !running.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::process::Command::new("true").status();
+                spawned += 1;
+            }
+            spawned
+        });
+        Forking(stop, Some(thread))
+    }
+
+    fn stop(mut self) -> u32 {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.1.take().map(|t| t.join().unwrap()).unwrap_or(0)
+    }
+}
+
+/// The race of issue "testkit's in-process restart races its own data-directory lock", made to happen:
+/// many restarts on one directory, each right after the last stop, while another thread forks
+/// processes that share the lock's descriptor for a moment. Every start must succeed and find every
+/// earlier write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_restarts_on_one_directory_each_find_it_free_and_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let forking = Forking::start();
+    let mut last_rv = 0;
+    for round in 0..200 {
+        let server = start(dir.path())
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e:#}"));
+        if round > 0 {
+            assert_eq!(
+                server.resource_version(),
+                last_rv,
+                "round {round}: the store moved back or on"
+            );
+        }
+        let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+        if round > 0 {
+            let previous = api.get(&format!("r{}", round - 1)).await.unwrap();
+            assert_eq!(
+                previous.resource_version().unwrap().parse::<u64>().unwrap(),
+                last_rv
+            );
+        }
+        let made = api
+            .create(&PostParams::default(), &cm(&format!("r{round}"), "k", "v"))
+            .await
+            .unwrap();
+        last_rv = made.resource_version().unwrap().parse().unwrap();
+        // Half the rounds stop with an awaited shutdown, half by dropping the handle.
+        if round % 2 == 0 {
+            server.shutdown().await;
+        } else {
+            drop(server);
+        }
+    }
+    let spawned = forking.stop();
+    assert!(spawned > 0, "no process was forked beside the restarts");
 }
 
 #[tokio::test]
