@@ -13,14 +13,16 @@ use std::time::Instant;
 
 use futures::{stream, StreamExt, TryStreamExt};
 use git2::Oid;
-use kube::Client;
+use kube::{Client, ResourceExt};
 use tracing::{info, instrument, warn};
 
+use crate::api::{run_context, StatusState, ANNOTATION_RECORDED, HELD_PREFIX};
 use crate::controller::live::LiveCache;
 use crate::layout::{self, Diagnostic};
 use crate::materialize::preflight::{self as pinning, Seen};
 use crate::materialize::{self, apply, fleet, rollout, state, RenderContext};
 use crate::metrics::Metrics;
+use crate::report::record::{Lookup, RecordBook, RecordError};
 use crate::source::read::{CommitChanges, RolloutsRead};
 use crate::source::verify::{self, RangeVerdict, Verification};
 use crate::source::{self, Source, SourceError};
@@ -38,6 +40,9 @@ pub struct PassConfig {
     pub live: Option<Arc<LiveCache>>,
     /// Local mode: the checked-out kubespray trees the runs use, whose own files pre-flight reads.
     pub trees: Arc<crate::preflight::Trees>,
+    /// Where the record of what ran is read back, so an entry whose ClusterOperation is gone is restored
+    /// rather than run again; `None`: nothing is read back.
+    pub records: Option<Arc<RecordBook>>,
 }
 
 /// How long a pass waits for the watch caches' first list before it lists each cluster itself.
@@ -95,6 +100,9 @@ pub enum PassError {
     /// The blocking git work panicked or was cancelled.
     #[error("the git worker stopped unexpectedly: {0}")]
     Worker(String),
+    /// The record of what ran could not be read.
+    #[error(transparent)]
+    Record(#[from] RecordError),
 }
 
 /// The source shared between passes; git2 work runs on the blocking pool under this lock.
@@ -225,6 +233,8 @@ pub async fn pass(
         })
         .try_flatten();
     let trees = &cfg.trees;
+    let lookup = cfg.records.as_deref().map(RecordBook::lookup);
+    let lookup = lookup.as_ref();
     outcome.writes += clusters
         .map_ok(|(ctx, cluster)| async move {
             let mut desired = materialize::render_cluster(&cluster, &ctx);
@@ -237,6 +247,9 @@ pub async fn pass(
                 None => apply::read_live(client, ns, &cluster.name).await?,
             };
             preflight(&mut desired, &cluster, &view, trees);
+            if let Some(lookup) = lookup {
+                recall(&mut desired, &view, lookup).await?;
+            }
             let name = cluster.name;
             let keep = untouched.contains(&name);
             let applied = apply::apply_cluster_from(client, ns, &desired, Some(view), keep).await?;
@@ -334,6 +347,52 @@ fn preflight(
         };
         info!(cluster = %cluster.name, operation = %op.spec.id, rule = %first.rule, message = %first.message, "pre-flight refuses the operation");
     }
+}
+
+/// Marks the operations `desired` creates whose outcome the record in git already holds (their
+/// ClusterOperation is gone: a lost meta-cluster, a new namespace, a deleted object) with that record
+/// ([`ANNOTATION_RECORDED`]): the controller restores them as they ended instead of running them.
+async fn recall(
+    desired: &mut materialize::DesiredCluster,
+    live: &apply::Live,
+    lookup: &Lookup<'_>,
+) -> Result<(), PassError> {
+    for op in desired.operations.iter_mut() {
+        if live.operations.contains_key(&op.name_any()) || op.spec.scheduled_time.is_some() {
+            continue;
+        }
+        let context = run_context(&op.spec.cluster, &op.spec.id, None);
+        let Some(recorded) = lookup
+            .find(&op.spec.source.commit, &context, &op.spec.digest)
+            .await?
+        else {
+            continue;
+        };
+        if recorded.status.state == StatusState::Pending
+            && recorded.status.description.starts_with(HELD_PREFIX)
+        {
+            // Held by an earlier failure, so never started: created as it was, the restored failure
+            // holds it again.
+            continue;
+        }
+        info!(
+            operation = %op.name_any(),
+            commit = %op.spec.source.commit,
+            from = %recorded.from,
+            state = ?recorded.status.state,
+            "the record in git holds this run: restored, not run again"
+        );
+        let json = serde_json::to_string(&recorded).map_err(|e| RecordError {
+            sink: recorded.from.clone(),
+            commit: op.spec.source.commit.clone(),
+            reason: e.to_string(),
+        })?;
+        op.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION_RECORDED.to_string(), json);
+    }
+    Ok(())
 }
 
 /// Reads the rollout files when a rollouts directory exists and something changed, and writes their

@@ -268,6 +268,20 @@ async fn configure_notifications(source: &SharedSource, commit: Oid, root: &str,
     }
 }
 
+/// The record of what ran that the passes read back; says once, at start, when there is none.
+fn record_book(reporter: &Reporter) -> report::record::RecordBook {
+    let book = reporter.sinks().record_book();
+    if book.is_kept() {
+        info!(sinks = ?book.names(), "the record of what ran is read back from these sinks: a lost meta-cluster reruns nothing");
+    } else {
+        warn!(
+            "no status sink keeps a record of what ran (--status none): if this namespace's objects are lost, \
+             every current entry of operations.yml runs again; keep --status notes (the default) or a forge"
+        );
+    }
+    book
+}
+
 /// What the poll loop carries from one round to the next.
 struct LoopState {
     /// Where notifications go: its receivers follow kok.yml of each reconciled commit.
@@ -299,6 +313,7 @@ async fn poll_loop(
         status_url: cfg.status_url.clone(),
         live: Some(live),
         trees: cfg.trees.clone(),
+        records: Some(Arc::new(record_book(reporter))),
     };
     let saved = state::load_state(client, &cfg.namespace)
         .await

@@ -311,3 +311,134 @@ async fn a_store_that_cannot_be_written_stops_kok_naming_the_state_dir() {
     kok.client_of(&f.state()).await;
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }
+
+/// Promise 8: git is the record. The state directory (local mode's whole meta-cluster) is deleted between
+/// two starts on the same repository: the entry that succeeded is restored as succeeded, the one that
+/// failed holds its queue again (and what it held stays held), the one that was running when the state
+/// went holds with what to do, and nothing runs a second time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_state_dir_reruns_nothing_a_failure_holds_again_and_a_running_entry_holds_with_what_to_do()
+{
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.repo().join("clusters/other")).expect("mkdir");
+    f.write(
+        "clusters/other/hosts.yml",
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n",
+    );
+    f.write("clusters/other/vars.yml", "greeting: hello\n");
+    f.write(
+        "fail.sh",
+        "#!/bin/sh\necho run >> \"$1\"\necho 'it broke' >&2\nexit 1\n",
+    );
+    let release = f.dir.path().join("release");
+    f.write(
+        "slow.sh",
+        "#!/bin/sh\necho run >> \"$1\"\nwhile [ ! -e \"$2\" ]; do sleep 0.1; done\n",
+    );
+    let mark = |id: &str| f.marks().join(id).display().to_string();
+    f.write(
+        "clusters/local/operations.yml",
+        &format!(
+            "- id: ok\n  type: shell\n  action: run.sh\n  extraArgs: [\"{}\"]\n\
+             - id: bad\n  type: shell\n  action: fail.sh\n  extraArgs: [\"{}\"]\n\
+             - id: after\n  type: shell\n  action: run.sh\n  extraArgs: [\"{}\"]\n",
+            mark("ok"),
+            mark("bad"),
+            mark("after")
+        ),
+    );
+    f.write(
+        "clusters/other/operations.yml",
+        &format!(
+            "- id: slow\n  type: shell\n  action: slow.sh\n  extraArgs: [\"{}\", \"{}\"]\n",
+            mark("slow"),
+            release.display()
+        ),
+    );
+    let sha = f.commit("operations that succeed, fail, wait behind the failure and run long");
+
+    let mut kok = start(&f, "kok-1");
+    kok.client_of(&f.state()).await;
+    for line in [
+        "kok/local/ok: success",
+        "kok/local/bad: failure",
+        "kok/other/slow: running",
+    ] {
+        delivered(&mut kok, &f, &sha, line).await;
+    }
+    wait_for("after held on the commit", &mut kok, || async {
+        f.note(&sha)
+            .lines()
+            .any(|l| l.starts_with("kok/local/after: pending") && l.contains(" held: "))
+            .then_some(())
+    })
+    .await;
+    // A crash while slow runs, then the whole state directory is lost; the run goes on and ends.
+    kok.kill();
+    std::fs::remove_dir_all(f.state()).expect("delete the state directory");
+    std::fs::write(&release, "").expect("release the slow run");
+
+    let mut kok = start(&f, "kok-2");
+    let client = kok.client_of(&f.state()).await;
+    let phase_of = |id: &'static str| {
+        let ops: Api<ClusterOperation> = Api::namespaced(client.clone(), NS);
+        async move {
+            let list = ops.list(&ListParams::default()).await.ok()?;
+            let op = list.items.into_iter().find(|op| op.spec.id == id)?;
+            op.status.map(|s| (s.phase, s.message.unwrap_or_default()))
+        }
+    };
+    let (phase, message) = wait_for("ok restored", &mut kok, || async {
+        phase_of("ok").await.filter(|(p, _)| p.is_terminal())
+    })
+    .await;
+    assert_eq!(phase, Phase::Succeeded, "{message}");
+    assert!(
+        message.starts_with("restored from the record in git-notes"),
+        "{message}; kok's log:\n{}",
+        kok.log()
+    );
+    let (phase, message) = wait_for("bad restored", &mut kok, || async {
+        phase_of("bad").await.filter(|(p, _)| p.is_terminal())
+    })
+    .await;
+    assert_eq!(phase, Phase::Failed, "{message}");
+    let (phase, message) = wait_for("after held again", &mut kok, || async {
+        phase_of("after").await.filter(|(_, m)| m.starts_with("held: "))
+    })
+    .await;
+    assert_eq!(phase, Phase::Queued, "{message}");
+    assert!(message.contains("local/bad failed"), "{message}");
+    let (phase, message) = wait_for("slow held with what to do", &mut kok, || async {
+        phase_of("slow").await.filter(|(p, _)| p.is_terminal())
+    })
+    .await;
+    assert_eq!(phase, Phase::Failed, "{message}");
+    assert!(
+        message.contains("was queued or running when kok's state was lost"),
+        "{message}"
+    );
+    assert!(message.contains("bump `rerun`"), "{message}");
+    // The commit says so too, in place of "running".
+    let line = wait_for("slow's failure on the commit", &mut kok, || async {
+        f.note(&sha)
+            .lines()
+            .find(|l| l.starts_with("kok/other/slow: failure"))
+            .map(str::to_string)
+    })
+    .await;
+    assert!(line.contains("kok's state was lost"), "{line}");
+
+    assert!(jobs(&client).await.is_empty(), "no run was started again");
+    for (id, runs) in [("ok", 1), ("bad", 1), ("after", 0), ("slow", 1)] {
+        assert_eq!(f.runs(id), runs, "{id} ran {} times", f.runs(id));
+    }
+    // The note still holds the success and the failure as they were, with the runs' identity.
+    let note = f.note(&sha);
+    assert!(note.contains("kok/local/ok: success"), "{note}");
+    assert!(
+        note.contains("\"digest\":"),
+        "the record names each run's digest: {note}"
+    );
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+}

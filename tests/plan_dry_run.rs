@@ -152,6 +152,7 @@ impl Service {
             status_url: None,
             live: Some(self.live.clone()),
             trees: Default::default(),
+            records: None,
         };
         self.caches_caught_up().await;
         let log = self.server.requests();

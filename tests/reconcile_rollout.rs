@@ -83,6 +83,7 @@ impl Service {
             status_url: None,
             live: None,
             trees: Default::default(),
+            records: None,
         };
         let client = self.server.client();
         let outcome = pass(

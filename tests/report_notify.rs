@@ -33,6 +33,7 @@ fn failed(cluster: &str) -> CommitStatus {
             "https://kok.example/operations/{cluster}-upgrade-1a2b3c4d"
         )),
         run: Some(RunRecord {
+            operation: None,
             summary: None,
             failure: Some(RunFailure {
                 task: Some("swap : Stop if swap enabled".into()),

@@ -50,6 +50,10 @@ pub const ANNOTATION_SOURCE_PATH: &str = "kok.dev/source-path";
 pub const ANNOTATION_CONTENT_HASH: &str = "kok.dev/content-hash";
 /// Annotation on a scheduled ClusterOperation: the last cron firing (RFC 3339) a run was created for.
 pub const ANNOTATION_LAST_FIRED: &str = "kok.dev/last-fired";
+/// Annotation on a ClusterOperation created for an entry whose outcome the record in git already holds
+/// (a lost or rebuilt meta-cluster, a deleted object): the [`Recorded`] status, as JSON. The controller
+/// restores the operation from it instead of running it.
+pub const ANNOTATION_RECORDED: &str = "kok.dev/recorded";
 /// Start of the message of an operation held by an earlier failure of its cluster; its commit status says the
 /// message as it is.
 pub const HELD_PREFIX: &str = "held: ";
@@ -946,16 +950,73 @@ pub struct CommitStatus {
     pub run: Option<RunRecord>,
 }
 
-/// A finished run's summary and first failure, as recorded with its commit status.
+/// A run's identity, and once it finished its summary and first failure, as recorded with its commit
+/// status.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunRecord {
+    /// Which run this is and, once it finished, how and when: enough to restore it without running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<OperationRecord>,
     /// Task results per host and in total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<RunSummary>,
     /// The first failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<RunFailure>,
+}
+
+/// The identity of a run and its outcome, in the record kept in git (never a secret).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationRecord {
+    /// Name of the ClusterOperation.
+    pub name: String,
+    /// sha256 (hex) of the operations.yml entry: the run's identity with its cluster and id.
+    pub digest: String,
+    /// The terminal phase, once the run finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// When the run started (RFC 3339), once it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    /// When the run finished (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<String>,
+    /// Why the run is in its phase, once it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl OperationRecord {
+    /// The record of `op` in `phase`: its identity, and once `phase` is terminal the times its status
+    /// holds and `message`.
+    pub fn of(op: &ClusterOperation, phase: Phase, message: Option<&str>) -> OperationRecord {
+        let finished = op.status.as_ref().filter(|_| phase.is_terminal());
+        let time = |t: Option<&Time>| t.map(|t| t.0.to_string());
+        OperationRecord {
+            name: op.metadata.name.clone().unwrap_or_default(),
+            digest: op.spec.digest.clone(),
+            phase: phase.is_terminal().then_some(phase),
+            start_time: time(finished.and_then(|s| s.start_time.as_ref())),
+            end_time: time(finished.and_then(|s| s.end_time.as_ref())),
+            message: message.filter(|_| phase.is_terminal()).map(str::to_string),
+        }
+    }
+}
+
+/// A status read back from the record in git (the notes, or a forge), for a run the meta-cluster has no
+/// object of: what [`ANNOTATION_RECORDED`] holds.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Recorded {
+    /// Where it was read: `git-notes`, `github`, `gitlab` or `gitea`.
+    pub from: String,
+    /// When the status was written (RFC 3339), as the record says; empty when it does not.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub time: String,
+    /// The status as recorded.
+    pub status: CommitStatus,
 }
 
 /// Observed state of a ClusterOperation.

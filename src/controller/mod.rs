@@ -32,6 +32,7 @@ pub mod live;
 pub mod op_cache;
 pub mod operation;
 pub mod queue;
+pub mod restore;
 pub mod rollout;
 pub mod runner;
 pub mod schedule;

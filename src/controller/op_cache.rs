@@ -15,7 +15,8 @@
 //! cluster ([`OpCache::rollout_runs`]), so a wave decision never lists or scans all operations.
 //!
 //! What it drops, as the reflector store did: `managedFields`, the commit statuses the reporter
-//! watches itself, and owner references, labels and annotations other than the ones above. An
+//! watches itself, and owner references, labels and annotations other than the ones above (and the
+//! record an operation was restored from, once it took it: [`super::restore`]). An
 //! operation with a schedule keeps its whole metadata: the scheduler copies it into its runs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -29,8 +30,8 @@ use super::cache::{ByCluster, Listed, Words};
 use super::wave::RunState;
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
-    OperationSource, Phase, PinnedFile, SecretRef, ANNOTATION_CONTENT_HASH, LABEL_CLUSTER, LABEL_CURRENT,
-    LABEL_ROLLOUT, LABEL_WAVE,
+    OperationSource, Phase, PinnedFile, SecretRef, ANNOTATION_CONTENT_HASH, ANNOTATION_RECORDED,
+    LABEL_CLUSTER, LABEL_CURRENT, LABEL_ROLLOUT, LABEL_WAVE,
 };
 
 /// The metadata a record keeps.
@@ -48,6 +49,8 @@ enum Meta {
         wave: Option<Arc<str>>,
         /// The `kok.dev/content-hash` annotation.
         hash: Option<Box<str>>,
+        /// The `kok.dev/recorded` annotation, while the operation has not taken its recorded outcome.
+        recorded: Option<Box<str>>,
     },
     /// An operation with a schedule: all of it but `managedFields`.
     Whole(Box<ObjectMeta>),
@@ -105,6 +108,12 @@ impl Record {
             Meta::Whole(Box::new(whole))
         } else {
             let label = |key: &str| m.labels.as_ref().and_then(|l| l.get(key));
+            let annotation = |key: &str| {
+                m.annotations
+                    .as_ref()
+                    .and_then(|a| a.get(key))
+                    .map(|v| Box::from(v.as_str()))
+            };
             Meta::Slim {
                 uid: m.uid.as_deref().map(Box::from),
                 resource_version: m.resource_version.as_deref().map(Box::from),
@@ -112,11 +121,9 @@ impl Record {
                 cluster_label: label(LABEL_CLUSTER).map(|v| words.get(v)),
                 current: label(LABEL_CURRENT).map(|v| words.get(v)),
                 wave: label(LABEL_WAVE).map(|v| words.get(v)),
-                hash: m
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(ANNOTATION_CONTENT_HASH))
-                    .map(|h| Box::from(h.as_str())),
+                hash: annotation(ANNOTATION_CONTENT_HASH),
+                recorded: annotation(ANNOTATION_RECORDED)
+                    .filter(|_| !op.status.as_ref().is_some_and(|s| s.phase.is_terminal())),
             }
         };
         let s = &op.spec;
@@ -244,6 +251,7 @@ impl Record {
                 current,
                 wave,
                 hash,
+                recorded,
             } => {
                 let rollout = self.spec.rest.as_ref().and_then(|r| r.rollout.as_ref());
                 let rollout = rollout.map(|r| r.name.as_str());
@@ -263,9 +271,16 @@ impl Record {
                     resource_version: resource_version.as_deref().map(str::to_string),
                     creation_timestamp: creation_timestamp.clone(),
                     labels: (!labels.is_empty()).then_some(labels),
-                    annotations: hash
-                        .as_deref()
-                        .map(|h| [(ANNOTATION_CONTENT_HASH.to_string(), h.to_string())].into()),
+                    annotations: {
+                        let annotations: BTreeMap<String, String> = [
+                            (ANNOTATION_CONTENT_HASH, hash.as_deref()),
+                            (ANNOTATION_RECORDED, recorded.as_deref()),
+                        ]
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k.to_string(), v?.to_string())))
+                        .collect();
+                        (!annotations.is_empty()).then_some(annotations)
+                    },
                     ..ObjectMeta::default()
                 }
             }

@@ -375,8 +375,64 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
             transition(&ctx, &op, t).await?;
             Ok(Action::await_change())
         }
-        Phase::Pending | Phase::Queued => start_or_wait(&op, &ctx, &jobs, &name).await,
+        Phase::Pending | Phase::Queued => match super::restore::recorded_of(&op) {
+            Some(recorded) if op.status.as_ref().is_none_or(|s| s.job_ref.is_none()) => {
+                restore(&ctx, &op, recorded).await
+            }
+            _ => start_or_wait(&op, &ctx, &jobs, &name).await,
+        },
     }
+}
+
+/// Gives an operation created for a run the record in git holds the outcome recorded there, instead of
+/// running it ([`super::restore`]); an unreadable record holds the queue as a failure.
+async fn restore(
+    ctx: &Context,
+    op: &ClusterOperation,
+    recorded: Result<crate::api::Recorded, String>,
+) -> Result<Action, ControllerError> {
+    let (mut patch, reason, warning) = match &recorded {
+        Ok(recorded) => super::restore::restored_status(op, recorded),
+        Err(why) => {
+            let t = Transition {
+                phase: Phase::Failed,
+                message: Some(format!("{why}; bump `rerun` to run the entry, or remove it")),
+                end_time: Some(now()),
+                event: Some(("RecordUnreadable", true)),
+                ..Transition::default()
+            };
+            transition(ctx, op, t).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let ns = ctx.config.namespace.as_str();
+    let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), ns);
+    patch["metadata"] = json!({"resourceVersion": op.resource_version()});
+    api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(op_error(op, "restoring the recorded outcome".to_string()))?;
+    let phase = patch["status"]["phase"].as_str().unwrap_or_default().to_string();
+    let message = patch["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    info!(operation = %op.name_any(), cluster = %op.spec.cluster, %phase, %message, "restored from the record, not run");
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        note: Some(format!("{phase}: {message}")),
+        action: reason.to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &op.object_ref(&())).await {
+        warn!(operation = %op.name_any(), error = %e, "event not published");
+    }
+    release(ctx, op);
+    Ok(Action::await_change())
 }
 
 /// What the finished pod of Job `job` reported in its termination message; nothing when there is no such pod

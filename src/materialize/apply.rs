@@ -33,9 +33,9 @@ use tracing::{debug, info, warn};
 use super::rollout::{resolve_runs, rollout_of, wave_of};
 use super::DesiredCluster;
 use crate::api::{
-    run_context, Cluster, ClusterOperation, CommitStatus, Phase, PinnedInventory, StatusState,
-    ANNOTATION_CONTENT_HASH, FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY, LABEL_WAVE,
-    MANAGED_BY,
+    run_context, Cluster, ClusterOperation, CommitStatus, OperationRecord, Phase, PinnedInventory, RunRecord,
+    StatusState, ANNOTATION_CONTENT_HASH, FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY,
+    LABEL_WAVE, MANAGED_BY,
 };
 
 /// Message of an operation canceled because its entry left operations.yml.
@@ -1133,7 +1133,10 @@ pub fn cancel_patch(op: &ClusterOperation, message: &str, now: Timestamp) -> ser
         state: StatusState::Failure,
         description: format!("canceled: {message}"),
         target_url: None,
-        run: None,
+        run: Some(RunRecord {
+            operation: Some(OperationRecord::of(op, Phase::Canceled, Some(message))),
+            ..RunRecord::default()
+        }),
     };
     json!({
         "metadata": {"resourceVersion": op.resource_version()},

@@ -6,6 +6,13 @@
 //! | GitLab | `POST {base}/api/v4/projects/{id}/statuses/{sha}` (JSON)  | `PRIVATE-TOKEN`          |
 //! | Gitea  | `POST {base}/api/v1/repos/{owner}/{repo}/statuses/{sha}` | `Authorization: token`   |
 //!
+//! Read back (rebuilding runs a lost meta-cluster forgot, see [`super::record`]): GitHub
+//! `GET {base}/repos/{owner}/{repo}/commits/{sha}/statuses?per_page=100`, GitLab
+//! `GET {base}/api/v4/projects/{id}/repository/commits/{sha}/statuses?per_page=100`, Gitea
+//! `GET {base}/api/v1/repos/{owner}/{repo}/statuses/{sha}?limit=50`; the newest status of each context
+//! (by `id`) is what the forge holds. One page is read: the contexts kok puts on a commit are budgeted
+//! (`--status-max-contexts`, 50 by default).
+//!
 //! Limits: GitHub descriptions are cut to 140 characters, GitLab's and Gitea's to 255; contexts (GitLab:
 //! `name`) longer than 255 characters are shortened with a hash suffix.
 //!
@@ -19,11 +26,11 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, RETRY_AFTER, USER_AGENT};
 use reqwest::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::sink::{parse_retry_after, DeliveryError, Sink, Token};
 use super::status::{cut, shorten_context, split_run_context};
-use crate::api::{CommitStatus, StatusState};
+use crate::api::{CommitStatus, Recorded, StatusState};
 
 /// Default GitHub API base; GitHub Enterprise Server uses `https://<host>/api/v3`.
 pub const GITHUB_API: &str = "https://api.github.com";
@@ -323,9 +330,127 @@ impl ForgeSink {
     }
 }
 
+/// One status as a forge lists it (GitHub and Gitea name the context `context`, GitLab `name`; GitHub
+/// says `state`, GitLab and Gitea `status`).
+#[derive(Deserialize)]
+struct Listed {
+    #[serde(default)]
+    id: i64,
+    #[serde(alias = "name", default)]
+    context: String,
+    #[serde(alias = "status", default)]
+    state: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    target_url: Option<String>,
+    #[serde(alias = "updated_at", default)]
+    created_at: Option<String>,
+}
+
+/// kok's state for a forge's state word; `None` for a word kok never writes.
+fn state_from_forge(word: &str) -> Option<StatusState> {
+    Some(match word {
+        "pending" => StatusState::Pending,
+        "running" => StatusState::Running,
+        "success" => StatusState::Success,
+        "failure" | "failed" | "canceled" => StatusState::Failure,
+        "error" => StatusState::Error,
+        _ => return None,
+    })
+}
+
+/// The newest status of each kok context in a forge's list of a commit's statuses.
+fn newest_per_context(forge: Forge, listed: Vec<Listed>) -> Vec<Recorded> {
+    let mut newest: std::collections::BTreeMap<String, Listed> = std::collections::BTreeMap::new();
+    for status in listed {
+        if !status.context.starts_with(super::status::CONTEXT_PREFIX) {
+            continue;
+        }
+        match newest.get(&status.context) {
+            Some(kept) if kept.id >= status.id => {}
+            _ => {
+                newest.insert(status.context.clone(), status);
+            }
+        }
+    }
+    newest
+        .into_values()
+        .filter_map(|s| {
+            Some(Recorded {
+                from: forge.as_str().to_string(),
+                time: s.created_at.unwrap_or_default(),
+                status: CommitStatus {
+                    state: state_from_forge(&s.state)?,
+                    context: s.context,
+                    description: s.description.unwrap_or_default(),
+                    target_url: s.target_url.filter(|u| !u.is_empty()),
+                    run: None,
+                },
+            })
+        })
+        .collect()
+}
+
+impl ForgeSink {
+    /// The URL a commit's statuses are listed from.
+    pub fn statuses_url(&self, commit: &str) -> String {
+        let commit = encode_segment(commit);
+        match self.forge {
+            Forge::GitHub => format!(
+                "{}/repos/{}/commits/{commit}/statuses?per_page=100",
+                self.base, self.repo_path
+            ),
+            Forge::GitLab => format!(
+                "{}/api/v4/projects/{}/repository/commits/{commit}/statuses?per_page=100",
+                self.base, self.repo_path
+            ),
+            Forge::Gitea => format!(
+                "{}/api/v1/repos/{}/statuses/{commit}?limit=50",
+                self.base, self.repo_path
+            ),
+        }
+    }
+
+    /// The newest status of each kok context on `commit`, as the forge holds it.
+    pub async fn statuses(&self, commit: &str) -> Result<Vec<Recorded>, String> {
+        let url = self.statuses_url(commit);
+        let failed = |what: String| crate::redact::scrub(&format!("GET {url}: {what}"));
+        let response = self
+            .client
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| failed(e.without_url().to_string()))?;
+        let code = response.status();
+        if code == StatusCode::NOT_FOUND {
+            // GitLab and Gitea answer 404 for a commit they do not have: nothing was recorded there.
+            return Ok(Vec::new());
+        }
+        let body = response
+            .text()
+            .await
+            .map_err(|e| failed(e.without_url().to_string()))?;
+        if !code.is_success() {
+            return Err(failed(format!("answered {code}: {}", cut(body.trim(), 300))));
+        }
+        let listed: Vec<Listed> = serde_json::from_str(&body)
+            .map_err(|e| failed(format!("the answer is not a status list: {e}")))?;
+        Ok(newest_per_context(self.forge, listed))
+    }
+}
+
 impl Sink for ForgeSink {
     fn name(&self) -> &str {
         self.forge.as_str()
+    }
+
+    fn keeps_record(&self) -> bool {
+        true
+    }
+
+    fn read_back<'a>(&'a self, commit: &'a str) -> BoxFuture<'a, Result<Vec<Recorded>, String>> {
+        self.statuses(commit).boxed()
     }
 
     fn deliver<'a>(

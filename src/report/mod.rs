@@ -8,6 +8,8 @@
 //! - [`deliver`]: [`Reporter`], which delivers `desiredStatus` until it is `reported`, across restarts,
 //!   pausing a rate-limited sink alone and keeping forges within a per-commit context budget; `sinks`
 //!   holds the sinks with their pauses, routes and backoff, `queue` the undelivered statuses in memory.
+//! - [`record`]: the statuses read back from the notes and forges, so that a run the meta-cluster lost is
+//!   restored as it ended instead of running again.
 //! - [`rollouts`]: the `kok/rollout/<name>` status of each rollout, from its `FleetRollout`'s status.
 //! - [`comments`]: the plan comment kept on each pull request (`--pr-comments`).
 //! - [`notify`]: notifications to webhooks, Slack and Teams: one more sink, with a durable outbox.
@@ -18,6 +20,7 @@ pub mod forge;
 pub mod notes;
 pub mod notify;
 mod queue;
+pub mod record;
 pub mod rollouts;
 pub mod sink;
 mod sinks;

@@ -47,7 +47,7 @@ use git2::{Oid, PushOptions, RemoteCallbacks, Repository, Signature};
 use tokio::sync::{oneshot, Mutex};
 
 use super::sink::{DeliveryError, Sink};
-use crate::api::{CommitStatus, RunRecord, StatusState};
+use crate::api::{CommitStatus, Recorded, RunRecord, StatusState};
 
 /// The notes reference kok writes.
 pub const NOTES_REF: &str = "refs/notes/kok";
@@ -71,6 +71,23 @@ pub struct NoteEntry {
     pub description: String,
     /// The finished run's record, from the continuation line.
     pub run: Option<RunRecord>,
+}
+
+impl NoteEntry {
+    /// The entry as a status read back from the record.
+    pub fn recorded(self) -> Recorded {
+        Recorded {
+            from: NOTES_SINK.to_string(),
+            time: self.time,
+            status: CommitStatus {
+                context: self.context,
+                state: self.state,
+                description: self.description,
+                target_url: self.target_url,
+                run: self.run,
+            },
+        }
+    }
 }
 
 /// Start of the continuation line holding an entry's run record.
@@ -323,6 +340,34 @@ impl NotesSink {
         Ok(changed)
     }
 
+    /// The entries of the note on `commit`, after joining the remote's notes once (a new cache, a
+    /// rebuilt meta-cluster: the remote holds what earlier runs of kok recorded). A remote that cannot
+    /// be read is logged and the local notes answer.
+    pub async fn read_joined(&self, commit: &str) -> Result<Vec<NoteEntry>, NotesError> {
+        let repo = self.repo.clone();
+        if let Some(target) = &self.push {
+            let mut state = self.state.lock().await;
+            if !state.joined {
+                let (path, target) = (repo.clone(), target.clone());
+                let joined = tokio::task::spawn_blocking(move || join_remote(&path, &target))
+                    .await
+                    .map_err(|e| NotesError::Join(e.to_string()))?;
+                match joined {
+                    Ok(()) => state.joined = true,
+                    Err(e) => tracing::warn!(
+                        remote = %self.remote_name(),
+                        error = %crate::redact::scrub(&e),
+                        "could not read the remote's {NOTES_REF}; the local notes answer for what ran"
+                    ),
+                }
+            }
+        }
+        let commit = commit.to_string();
+        tokio::task::spawn_blocking(move || read_notes(&repo, &commit))
+            .await
+            .map_err(|e| NotesError::Join(e.to_string()))?
+    }
+
     fn remote_name(&self) -> &str {
         self.push.as_ref().map(|p| p.remote.as_str()).unwrap_or_default()
     }
@@ -336,6 +381,18 @@ impl Sink for NotesSink {
     /// Statuses arriving together are written in one batch, so every delivery may be in flight.
     fn max_in_flight(&self) -> Option<usize> {
         None
+    }
+
+    fn keeps_record(&self) -> bool {
+        true
+    }
+
+    fn read_back<'a>(&'a self, commit: &'a str) -> BoxFuture<'a, Result<Vec<Recorded>, String>> {
+        async move {
+            let entries = self.read_joined(commit).await.map_err(|e| e.to_string())?;
+            Ok(entries.into_iter().map(NoteEntry::recorded).collect())
+        }
+        .boxed()
     }
 
     fn deliver<'a>(
@@ -1126,6 +1183,7 @@ mod tests {
     #[test]
     fn a_run_record_rides_on_a_continuation_line_and_is_replaced_with_its_entry() {
         let run = RunRecord {
+            operation: None,
             summary: Some(crate::api::RunSummary {
                 host_count: 3,
                 ..Default::default()

@@ -4,8 +4,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 
-use crate::api::CommitStatus;
+use crate::api::{CommitStatus, Recorded};
 
 /// Environment variable holding the forge token when no token file is given.
 pub const TOKEN_ENV: &str = "KOK_STATUS_TOKEN";
@@ -33,6 +34,19 @@ pub trait Sink: Send + Sync {
     /// false when it holds every context (git notes).
     fn budgeted(&self) -> bool {
         false
+    }
+
+    /// True when this sink keeps a record of the statuses it was given that [`Sink::read_back`] reads
+    /// (git notes, a forge's statuses); false for sinks that only notify.
+    fn keeps_record(&self) -> bool {
+        false
+    }
+
+    /// Reads back the statuses this sink holds on `commit` (a full sha), the newest per context, so a
+    /// run the meta-cluster lost is restored instead of run again ([`super::record`]). A sink that keeps
+    /// no record holds nothing.
+    fn read_back<'a>(&'a self, _commit: &'a str) -> BoxFuture<'a, Result<Vec<Recorded>, String>> {
+        futures::future::ready(Ok(Vec::new())).boxed()
     }
 }
 

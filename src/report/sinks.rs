@@ -151,6 +151,11 @@ impl Sinks {
     }
 
     /// Names of the sinks.
+    /// The record these sinks keep, read back to restore runs a lost meta-cluster forgot.
+    pub fn record_book(&self) -> super::record::RecordBook {
+        super::record::RecordBook::new(&self.sinks)
+    }
+
     pub fn names(&self) -> Vec<String> {
         self.sinks.iter().map(|s| s.name().to_string()).collect()
     }

@@ -3,8 +3,8 @@
 use sha2::{Digest, Sha256};
 
 use crate::api::{
-    ClusterOperation, CommitStatus, Phase, RunFailure, RunRecord, RunSummary, StatusState, VerificationState,
-    HELD_PREFIX,
+    ClusterOperation, CommitStatus, OperationRecord, Phase, RunFailure, RunRecord, RunSummary, StatusState,
+    VerificationState, HELD_PREFIX,
 };
 use crate::layout::model::{Diagnostic, Severity};
 
@@ -102,13 +102,12 @@ pub fn operation_status(
             },
         )
     });
-    let run = status
-        .filter(|_| phase.is_terminal())
-        .map(|s| RunRecord {
-            summary: s.summary.as_deref().cloned(),
-            failure: s.failure.as_deref().cloned(),
-        })
-        .filter(|r| r.summary.is_some() || r.failure.is_some());
+    let finished = status.filter(|_| phase.is_terminal());
+    let run = Some(RunRecord {
+        operation: Some(OperationRecord::of(op, phase, message)),
+        summary: finished.and_then(|s| s.summary.as_deref().cloned()),
+        failure: finished.and_then(|s| s.failure.as_deref().cloned()),
+    });
     CommitStatus {
         context: run_context(&spec.cluster, &spec.id, spec.scheduled_time.as_deref()),
         state,

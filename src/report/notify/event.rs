@@ -229,6 +229,7 @@ mod tests {
             "TASK [x] failed on node1: boom",
         );
         failed.run = Some(RunRecord {
+            operation: None,
             summary: None,
             failure: Some(RunFailure {
                 task: Some("kubernetes/preinstall : Stop if swap enabled".into()),
