@@ -484,3 +484,214 @@ async fn kok_run_sets_its_malloc_tunables_in_its_own_process_unless_the_environm
         "kok adds only what the environment does not set: {logged}"
     );
 }
+
+/// The ClusterOperations of namespace `ns` as (cluster/id, phase, message).
+async fn runs_in(api: &testkit::ApiServer, ns: &str) -> Vec<(String, Phase, String)> {
+    let ops: kube::Api<kok::api::ClusterOperation> = kube::Api::namespaced(api.client(), ns);
+    let list = ops
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    list.into_iter()
+        .map(|o| {
+            let status = o.status.unwrap_or_default();
+            (
+                format!("{}/{}", o.spec.cluster, o.spec.id),
+                status.phase,
+                status.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+async fn jobs_in(api: &testkit::ApiServer, ns: &str) -> usize {
+    let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> = kube::Api::namespaced(api.client(), ns);
+    jobs.list(&Default::default())
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(0)
+}
+
+/// Promise 8 in service mode: kok started in a new namespace (a rebuilt meta-cluster as far as it can
+/// tell) against a remote whose notes hold every outcome runs nothing: the success and the failure come
+/// back as they ended, and the failure holds what it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kok_in_a_new_namespace_rebuilds_finished_runs_from_the_notes_and_runs_nothing() {
+    let api = meta_cluster().await;
+    let remote = Remote::new();
+    remote.cluster("alpha").cluster("beta");
+    remote.write("clusters/alpha/operations.yml", OPS_INSTALL);
+    remote.write(
+        "clusters/beta/operations.yml",
+        "- id: install\n  action: cluster.yml\n- id: later\n  action: scale.yml\n",
+    );
+    let sha = remote.push("alpha and beta");
+    let mut kok = Kok::run(&api, &remote, &[]);
+    let objects = &Objects::new(&api);
+    let alpha = wait_for("alpha's Job", Some(&kok), || objects.job_of("alpha", "install")).await;
+    api.complete_job(NS, &job_name(&alpha)).await.unwrap();
+    let beta = wait_for("beta's Job", Some(&kok), || objects.job_of("beta", "install")).await;
+    api.fail_job(
+        NS,
+        &job_name(&beta),
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+    )
+    .await
+    .unwrap();
+    wait_for("every outcome in the notes", Some(&kok), || async {
+        let note = remote.note(&sha);
+        let has = |prefix: &str, word: &str| note.lines().any(|l| l.starts_with(prefix) && l.contains(word));
+        (has("kok/alpha/install: success", "")
+            && has("kok/beta/install: failure", "")
+            && has("kok/beta/later: pending", " held: "))
+        .then_some(())
+    })
+    .await;
+    kok.kill();
+
+    let two = "kok-two";
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(api.client());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": two}})).unwrap();
+    namespaces.create(&Default::default(), &ns).await.unwrap();
+    let kok = Kok::start(&e2e::KokOptions {
+        kubeconfig: api.kubeconfig_path().to_path_buf(),
+        repo: remote.bare(),
+        cache: remote.scratch("cache-two"),
+        log: remote.scratch("logs").join("kok-two.log"),
+        args: vec!["--namespace".into(), two.into()],
+        env: Vec::new(),
+    });
+    let runs = wait_for("the three runs rebuilt in kok-two", Some(&kok), || async {
+        let runs = runs_in(&api, two).await;
+        let settled = runs.len() == 3
+            && runs
+                .iter()
+                .all(|(_, phase, message)| phase.is_terminal() || message.starts_with("held: "));
+        settled.then_some(runs)
+    })
+    .await;
+    let find = |name: &str| runs.iter().find(|(n, _, _)| n == name).cloned().unwrap();
+    let (_, phase, message) = find("alpha/install");
+    assert_eq!(phase, Phase::Succeeded, "{message}");
+    assert!(
+        message.starts_with("restored from the record in git-notes"),
+        "{message}"
+    );
+    let (_, phase, message) = find("beta/install");
+    assert_eq!(phase, Phase::Failed, "{message}");
+    assert!(
+        message.contains("BackoffLimitExceeded"),
+        "the recorded reason: {message}"
+    );
+    let (_, phase, message) = find("beta/later");
+    assert_eq!(
+        phase,
+        Phase::Queued,
+        "still held by the restored failure: {message}"
+    );
+    assert!(message.contains("beta/install failed"), "{message}");
+    assert_eq!(
+        jobs_in(&api, two).await,
+        0,
+        "nothing ran again; kok's log:\n{}",
+        kok.log()
+    );
+    let note = remote.note(&sha);
+    assert_eq!(
+        note.lines()
+            .filter(|l| l.starts_with("kok/alpha/install: "))
+            .count(),
+        1,
+        "the record is left as it was: {note}"
+    );
+    assert!(note.contains("kok/alpha/install: success"), "{note}");
+}
+
+/// Promise 8 where the forge is the only record (`--status github`, no notes): a finished ClusterOperation
+/// deleted by hand comes back finished at the next resync, its Job not made again; while the forge cannot
+/// be read, kok creates nothing rather than risk a second run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_finished_operation_comes_back_finished_from_the_forge_and_waits_while_the_forge_is_down() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let (remote, first) = one_cluster_remote();
+    let mut args = github_args(&forge.url());
+    args[1] = "github".into();
+    args.extend(["--resync-interval".into(), "1s".into()]);
+    let kok = Kok::run(&api, &remote, &args);
+    let objects = &Objects::new(&api);
+    let job = wait_for("the install Job", Some(&kok), || {
+        objects.job_of("prod-bj", "install")
+    })
+    .await;
+    api.complete_job(NS, &job_name(&job)).await.unwrap();
+    let context = "kok/prod-bj/install";
+    wait_for("success on GitHub", Some(&kok), || async {
+        posted_for(&forge.requests(), &first, context)
+            .iter()
+            .any(|p| p.state == "success")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        remote.note(&first).is_empty(),
+        "no notes: the forge is the only record"
+    );
+    let before = objects.operation("prod-bj", "install").await.unwrap();
+
+    let ops: kube::Api<kok::api::ClusterOperation> = kube::Api::namespaced(api.client(), NS);
+    let delete = |name: String| {
+        let ops = ops.clone();
+        async move {
+            ops.delete(&name, &Default::default()).await.unwrap();
+        }
+    };
+    // First with the forge down: the resyncs create nothing while it cannot say what ran.
+    forge.fail_reads(true);
+    delete(kube::ResourceExt::name_any(&before)).await;
+    wait_for("a resync that could not read the forge", Some(&kok), || async {
+        kok.log()
+            .contains("kok creates no operation it cannot rule out having run before")
+            .then_some(())
+    })
+    .await;
+    assert!(objects.operation("prod-bj", "install").await.is_none());
+    forge.fail_reads(false);
+    let after = wait_for("the operation rebuilt from the forge", Some(&kok), || async {
+        objects
+            .operation("prod-bj", "install")
+            .await
+            .filter(|o| o.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+    })
+    .await;
+    assert_ne!(kube::ResourceExt::uid(&after), kube::ResourceExt::uid(&before));
+    let status = after.status.clone().unwrap();
+    assert_eq!(status.phase, Phase::Succeeded, "{:?}", status.message);
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("restored from the record in github"),
+        "{status:?}"
+    );
+    let read = forge.requests().iter().any(|r| {
+        r.method == "GET"
+            && r.path
+                .starts_with(&format!("/repos/acme/infra/commits/{first}/statuses"))
+    });
+    assert!(read, "kok read the commit's statuses back from GitHub");
+    assert!(
+        objects.jobs().await.is_empty(),
+        "no Job made again; kok's log:\n{}",
+        kok.log()
+    );
+    let successes = posted_for(&forge.requests(), &first, context)
+        .iter()
+        .filter(|p| p.state == "success")
+        .count();
+    assert_eq!(successes, 1, "the restored success is not posted again");
+}

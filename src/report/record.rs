@@ -81,11 +81,13 @@ impl RecordBook {
     }
 }
 
+/// (sink index, commit) → the statuses read.
+type Read = HashMap<(usize, String), Arc<Vec<Recorded>>>;
+
 /// One pass's reads of the record.
 pub struct Lookup<'a> {
     book: &'a RecordBook,
-    /// (sink index, commit) → the statuses read.
-    read: Mutex<HashMap<(usize, String), Arc<Vec<Recorded>>>>,
+    read: Mutex<Read>,
 }
 
 impl Lookup<'_> {

@@ -202,14 +202,13 @@ impl Kok {
             .arg(&opts.repo)
             .arg("--cache-dir")
             .arg(&opts.cache)
-            .args([
-                "--namespace",
-                NS,
-                "--interval",
-                "500ms",
-                "--leader-elect",
-                "false",
-            ])
+            .args(
+                (!opts.args.iter().any(|a| a == "--namespace"))
+                    .then_some(["--namespace", NS])
+                    .into_iter()
+                    .flatten(),
+            )
+            .args(["--interval", "500ms", "--leader-elect", "false"])
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .args(&opts.args)

@@ -75,6 +75,52 @@ struct Shared {
     requests: Vec<Recorded>,
     script: VecDeque<Reply>,
     responder: Option<Responder>,
+    /// Answer reads of a commit's statuses with 503 (the forge is down).
+    fail_reads: bool,
+}
+
+/// The commit of a request listing a commit's statuses, as each forge documents it: GitHub
+/// `GET /repos/{o}/{r}/commits/{sha}/statuses`, GitLab `GET /api/v4/projects/{id}/repository/commits/{sha}/statuses`,
+/// Gitea `GET /api/v1/repos/{o}/{r}/statuses/{sha}`.
+fn listed_commit(method: &Method, uri: &Uri) -> Option<String> {
+    if method != Method::GET {
+        return None;
+    }
+    let path = uri.path();
+    if path.starts_with("/api/v1/repos/") {
+        return path.split_once("/statuses/").map(|(_, sha)| sha.to_string());
+    }
+    let rest = path.strip_suffix("/statuses")?;
+    let (_, sha) = rest.rsplit_once("/commits/")?;
+    Some(sha.to_string())
+}
+
+/// The statuses posted for `sha` so far, listed as the forge of `path` lists them: newest first, each
+/// with an id, GitLab's and Gitea's state under `status`, GitLab's context under `name`.
+fn listing(requests: &[Recorded], path: &str, sha: &str) -> String {
+    let gitlab = path.starts_with("/api/v4/");
+    let gitea = path.starts_with("/api/v1/");
+    let mut listed: Vec<serde_json::Value> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.method == "POST" && r.path.ends_with(&format!("/statuses/{sha}")))
+        .filter_map(|(i, r)| {
+            let body: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+            let state_key = if gitlab || gitea { "status" } else { "state" };
+            let context_key = if gitlab { "name" } else { "context" };
+            let context = body.get("name").or_else(|| body.get("context")).cloned()?;
+            Some(serde_json::json!({
+                "id": i + 1,
+                state_key: body["state"],
+                context_key: context,
+                "description": body["description"],
+                "target_url": body.get("target_url"),
+                "created_at": "2026-11-22T00:00:00Z",
+            }))
+        })
+        .collect();
+    listed.reverse();
+    serde_json::Value::Array(listed).to_string()
 }
 
 /// The server; it runs on the test's runtime and stops with it.
@@ -114,7 +160,12 @@ impl ForgeServer {
                             body,
                             at: std::time::Instant::now(),
                         };
-                        let scripted = s.script.pop_front();
+                        // Reads of a commit's statuses answer from what was posted, apart from the script.
+                        let listed = listed_commit(&method, &uri).map(|sha| match s.fail_reads {
+                            true => Reply::new(503, r#"{"message": "down"}"#),
+                            false => Reply::new(200, &listing(&s.requests, uri.path(), &sha)),
+                        });
+                        let scripted = listed.or_else(|| s.script.pop_front());
                         let answered = scripted.or_else(|| s.responder.as_ref().and_then(|r| r(&recorded)));
                         s.requests.push(recorded);
                         answered.unwrap_or_else(|| Reply::new(201, "{}"))
@@ -143,6 +194,11 @@ impl ForgeServer {
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Makes reads of a commit's statuses fail (503) or answer again.
+    pub fn fail_reads(&self, fail: bool) {
+        self.shared.lock().unwrap().fail_reads = fail;
     }
 
     /// Queues the next answers, in order.
