@@ -125,6 +125,7 @@ impl Record {
             post_hooks: s.post_hooks.clone(),
             facts_playbook: s.facts_playbook.clone(),
             active_deadline_seconds: s.active_deadline_seconds,
+            start_timeout: s.start_timeout,
             service_account: s.service_account.clone(),
             resources: s.resources.clone(),
             schedule: s.schedule.clone(),
