@@ -742,8 +742,9 @@ async fn a_run_whose_pod_cannot_start_fails_after_its_start_timeout_with_the_rea
         let failed = wait_phase(&client, name, Phase::Failed).await;
         let status = failed.status.unwrap();
         let message = status.message.unwrap_or_default();
+        assert!(message.starts_with("StartFailed: "), "{cluster}: {message}");
         assert!(
-            message.starts_with("StartFailed: not started within 2s"),
+            message.ends_with("; not started within 2s (startTimeout 2)"),
             "{cluster}: {message}"
         );
         for part in says {
@@ -752,7 +753,9 @@ async fn a_run_whose_pod_cannot_start_fails_after_its_start_timeout_with_the_rea
         let desired = status.desired_status.unwrap();
         assert_eq!(desired.state, StatusState::Failure, "{cluster}");
         assert!(
-            desired.description.contains(says[0]),
+            desired
+                .description
+                .starts_with(&format!("failed: StartFailed: {}", says[0])),
             "{cluster}: {}",
             desired.description
         );

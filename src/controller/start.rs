@@ -187,7 +187,7 @@ pub fn verdict(
     }
     let (since, why) = match pods.pods.iter().rev().find(|p| !p.gone) {
         Some(pod) => match &pod.stuck {
-            Some(why) => (pod.created.or(started), format!("pod {}: {why}", pod.name)),
+            Some(why) => (pod.created.or(started), format!("{why} (pod {})", pod.name)),
             None => return Verdict::Fine,
         },
         None => match &pods.failed_create {
@@ -207,7 +207,7 @@ pub fn verdict(
     }
     Verdict::Fails {
         message: format!(
-            "StartFailed: not started within {} (startTimeout {timeout_seconds}): {why}",
+            "StartFailed: {why}; not started within {} (startTimeout {timeout_seconds})",
             format_duration(timeout_seconds)
         ),
         event: START_FAILED_EVENT,
@@ -354,8 +354,8 @@ mod tests {
             verdict("j", &pods, None, 600, at("2026-01-01T00:10:00Z")),
             Verdict::Fails {
                 message:
-                    "StartFailed: not started within 10m0s (startTimeout 600): pod p: ImagePullBackOff: \
-                          container ansible (image nope:1): back-off"
+                    "StartFailed: ImagePullBackOff: container ansible (image nope:1): back-off (pod p); \
+                          not started within 10m0s (startTimeout 600)"
                         .into(),
                 event: START_FAILED_EVENT,
             }
