@@ -271,7 +271,8 @@ struct RunPodsInner {
 }
 
 impl RunPods {
-    /// Follows one event of the pod watch; returns the Jobs whose pods changed.
+    /// Follows one event of the pod watch; returns the Jobs whose pods changed in what [`start`] reads (a
+    /// pod's other changes, such as its readiness, wake nothing).
     pub fn observe_pod(&self, event: &watcher::Event<Pod>) -> Vec<String> {
         let Ok(mut inner) = self.inner.lock() else {
             return Vec::new();
@@ -287,7 +288,13 @@ impl RunPods {
                 }
                 let pods = &mut inner.by_job.entry(job.clone()).or_default().pods;
                 match pods.iter_mut().find(|p| p.name == seen.name) {
-                    Some(known) => known.update(seen),
+                    Some(known) => {
+                        let before = known.clone();
+                        known.update(seen);
+                        if *known == before {
+                            return Vec::new();
+                        }
+                    }
                     None => pods.push(seen),
                 }
                 vec![job]
@@ -389,8 +396,18 @@ mod run_pods_tests {
     #[test]
     fn a_pod_gone_in_a_relist_counts_as_deleted_and_one_listed_again_does_not() {
         let pods = RunPods::default();
-        pods.observe_pod(&watcher::Event::Apply(pod("p1", "Running")));
-        pods.observe_pod(&watcher::Event::Apply(pod("p2", "Running")));
+        assert_eq!(
+            pods.observe_pod(&watcher::Event::Apply(pod("p1", "Running"))),
+            ["kok-a"]
+        );
+        assert_eq!(
+            pods.observe_pod(&watcher::Event::Apply(pod("p2", "Running"))),
+            ["kok-a"]
+        );
+        // Nothing kok reads changed: no wake.
+        assert!(pods
+            .observe_pod(&watcher::Event::Apply(pod("p2", "Running")))
+            .is_empty());
         pods.observe_pod(&watcher::Event::Init);
         pods.observe_pod(&watcher::Event::InitApply(pod("p2", "Running")));
         assert_eq!(pods.observe_pod(&watcher::Event::InitDone), ["kok-a"]);
