@@ -876,6 +876,7 @@ mod tests {
             }],
         });
         full.spec.ignore_maintenance = true;
+        full.spec.start_timeout = Some(120);
         let status = full.status.as_mut().unwrap();
         status.job_ref = Some("kok-a1".into());
         status.result = Some("succeeded".into());

@@ -553,6 +553,7 @@ mod tests {
                     image: Some("registry.local/kubespray:v2".to_string()),
                     service_account: Some("ansible".to_string()),
                     active_deadline_seconds: Some(3600),
+                    start_timeout: Some(300),
                     ..RunDefaults::default()
                 },
                 ..Settings::default()
@@ -755,6 +756,11 @@ mod tests {
         );
         assert_eq!(install.spec.active_deadline_seconds, Some(3600));
         assert_eq!(scale.spec.active_deadline_seconds, Some(60));
+        assert_eq!(
+            install.spec.start_timeout,
+            Some(300),
+            "cluster default start timeout"
+        );
         assert_eq!(scale.spec.extra_args, vec!["--limit=node7"]);
         for op in [install, scale] {
             assert_eq!(op.spec.hosts_conf_ref, desired.cluster.spec.hosts_conf_ref);
