@@ -91,7 +91,7 @@ async fn a_job_past_its_deadline_marks_the_operation_failed_with_the_reason() {
     let status = failed.status.unwrap();
     assert_eq!(
         status.message.as_deref(),
-        Some("DeadlineExceeded: Job was active longer than specified deadline")
+        Some("DeadlineExceeded: the Job exceeded its deadline of 12h0m (activeDeadlineSeconds 43200)")
     );
     let desired = status.desired_status.unwrap();
     assert_eq!(desired.state, StatusState::Failure);
@@ -600,4 +600,267 @@ async fn apply_prod_install(client: &kube::Client) -> kok::materialize::DesiredC
     );
     apply_cluster(client, NS, &d).await.unwrap();
     d
+}
+
+/// Plays the Job controller and the kubelet for Job `job`: creates its pod `pod` (the Job's pod labels, owned
+/// by the Job) and gives it `status`.
+async fn play_pod(client: &kube::Client, job: &str, pod: &str, status: serde_json::Value) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams, PostParams};
+    let j = Api::<Job>::namespaced(client.clone(), NS).get(job).await.unwrap();
+    let template = j.spec.unwrap().template;
+    let mut labels = template.metadata.and_then(|m| m.labels).unwrap_or_default();
+    labels.insert("job-name".into(), job.into());
+    let body: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": pod, "namespace": NS, "labels": labels, "ownerReferences": [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": j.metadata.uid,
+            "controller": true, "blockOwnerDeletion": true}]},
+        "spec": template.spec,
+    }))
+    .unwrap();
+    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+    pods.create(&PostParams::default(), &body).await.unwrap();
+    let patch = serde_json::json!({"status": status});
+    pods.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Records the Job controller's `FailedCreate` Event on Job `job`, as it does when the pod cannot be made.
+async fn failed_create(client: &kube::Client, job: &str, message: &str) {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    let j = Api::<Job>::namespaced(client.clone(), NS).get(job).await.unwrap();
+    let now = jiff::Timestamp::now().to_string();
+    let ev: CoreEvent = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{job}.failedcreate"), "namespace": NS},
+        "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": job, "namespace": NS,
+                           "uid": j.metadata.uid},
+        "reason": "FailedCreate", "message": message, "type": "Warning",
+        "source": {"component": "job-controller"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }))
+    .unwrap();
+    Api::<CoreEvent>::namespaced(client.clone(), NS)
+        .create(&Default::default(), &ev)
+        .await
+        .unwrap();
+}
+
+/// A cluster `name` with one operation `install`, whose pod may fail to start for `start_timeout` seconds.
+async fn apply_with_start_timeout(client: &kube::Client, name: &str, start_timeout: i64) -> String {
+    let mut dir = cluster_dir(name, HOSTS, vec![entry("install", "cluster.yml", &[])], None);
+    dir.settings.defaults.start_timeout = Some(start_timeout);
+    let d = render(&dir, 1, &[]);
+    apply_cluster(client, NS, &d).await.unwrap();
+    op_name(&d, "install")
+}
+
+fn waiting(key: &str, reason: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({"phase": "Pending", key: [{
+        "name": "ansible", "image": "registry.example/nope:v1", "imageID": "", "ready": false,
+        "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]})
+}
+
+#[tokio::test]
+async fn a_run_whose_pod_cannot_start_fails_after_its_start_timeout_with_the_reason_and_its_job_goes() {
+    const START_TIMEOUT: i64 = 2;
+    let server = server().await;
+    let client = server.client();
+    let unschedulable = serde_json::json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+        "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient memory."}]});
+    let pull = r#"Back-off pulling image "registry.example/nope:v1""#;
+    // (cluster, the pod's status or none for a pod that cannot be made, what the message says)
+    let cases: Vec<(&str, Option<serde_json::Value>, Vec<&str>)> = vec![
+        (
+            "pull",
+            Some(waiting("containerStatuses", "ErrImagePull", "manifest unknown")),
+            vec!["ErrImagePull", "registry.example/nope:v1", "manifest unknown"],
+        ),
+        (
+            "backoff",
+            Some(waiting("containerStatuses", "ImagePullBackOff", pull)),
+            vec!["ImagePullBackOff", pull],
+        ),
+        (
+            "invalid",
+            Some(waiting(
+                "containerStatuses",
+                "InvalidImageName",
+                "couldn't parse image name",
+            )),
+            vec!["InvalidImageName", "couldn't parse image name"],
+        ),
+        (
+            "config",
+            Some(waiting(
+                "initContainerStatuses",
+                "CreateContainerConfigError",
+                r#"secret "x" not found"#,
+            )),
+            vec!["CreateContainerConfigError", r#"secret "x" not found"#],
+        ),
+        (
+            "create",
+            Some(waiting(
+                "containerStatuses",
+                "CreateContainerError",
+                "no command specified",
+            )),
+            vec!["CreateContainerError", "no command specified"],
+        ),
+        (
+            "sched",
+            Some(unschedulable),
+            vec!["Unschedulable", "0/3 nodes are available: 3 Insufficient memory."],
+        ),
+        (
+            "nopod",
+            None,
+            vec!["FailedCreate", r#"serviceaccount "kok-nopod" not found"#],
+        ),
+    ];
+    let mut names = Vec::new();
+    for (cluster, _, _) in &cases {
+        names.push(apply_with_start_timeout(&client, cluster, START_TIMEOUT).await);
+    }
+    let ctl = start(&client, config(cases.len()));
+    for ((cluster, status, _), name) in cases.iter().zip(&names) {
+        wait_phase(&client, name, Phase::Running).await;
+        let job = job_name(name);
+        match status {
+            Some(status) => play_pod(&client, &job, &format!("{job}-abcde"), status.clone()).await,
+            None => {
+                let message = format!(
+                    r#"Error creating: pods "{job}-" is forbidden: error looking up service account {NS}/kok-{cluster}: serviceaccount "kok-{cluster}" not found"#
+                );
+                failed_create(&client, &job, &message).await
+            }
+        }
+    }
+    let begun = std::time::Instant::now();
+    for ((cluster, _, says), name) in cases.iter().zip(&names) {
+        let failed = wait_phase(&client, name, Phase::Failed).await;
+        let status = failed.status.unwrap();
+        let message = status.message.unwrap_or_default();
+        assert!(message.starts_with("StartFailed: "), "{cluster}: {message}");
+        assert!(
+            message.ends_with("; not started within 2s (startTimeout 2)"),
+            "{cluster}: {message}"
+        );
+        for part in says {
+            assert!(message.contains(part), "{cluster}: {message} does not say {part}");
+        }
+        let desired = status.desired_status.unwrap();
+        assert_eq!(desired.state, StatusState::Failure, "{cluster}");
+        assert!(
+            desired
+                .description
+                .starts_with(&format!("failed: StartFailed: {}", says[0])),
+            "{cluster}: {}",
+            desired.description
+        );
+        let job = job_name(name);
+        wait_for(&format!("Job {job} to be deleted"), || async {
+            (!jobs(&client).await.contains(&job)).then_some(())
+        })
+        .await;
+        let reasons = wait_for("the StartFailed event", || async {
+            Some(events_for(&client, name).await).filter(|r| r.contains(&"StartFailed".to_string()))
+        })
+        .await;
+        assert_eq!(reasons, ["Started", "StartFailed"], "{cluster}");
+    }
+    assert!(
+        begun.elapsed() < std::time::Duration::from_secs(START_TIMEOUT as u64 + 8),
+        "every run failed within its start timeout and a few seconds: {:?}",
+        begun.elapsed()
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_run_whose_pod_is_slow_to_start_without_a_reason_is_left_to_its_deadline() {
+    let server = server().await;
+    let client = server.client();
+    let name = apply_with_start_timeout(&client, "slow", 1).await;
+    let ctl = start(&client, config(4));
+    wait_phase(&client, &name, Phase::Running).await;
+    let job = job_name(&name);
+    let creating = waiting("containerStatuses", "ContainerCreating", "");
+    play_pod(&client, &job, &format!("{job}-abcde"), creating).await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(phase(&client, &name).await, Some(Phase::Running));
+    assert!(jobs(&client).await.contains(&job));
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_run_whose_pod_is_evicted_or_deleted_fails_saying_so() {
+    use k8s_openapi::api::core::v1::Pod;
+    let server = server().await;
+    let client = server.client();
+    let running = serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "ansible",
+        "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]});
+    // (cluster, the pod's status after it ran, or none when it is deleted; what the message says)
+    let cases: Vec<(&str, Option<serde_json::Value>, Vec<&str>)> = vec![
+        (
+            "drained",
+            Some(
+                serde_json::json!({"conditions": [{"type": "DisruptionTarget", "status": "True",
+                "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}]}),
+            ),
+            vec!["was evicted", "EvictionByEvictionAPI: Eviction API: evicting"],
+        ),
+        (
+            "pressure",
+            Some(serde_json::json!({"phase": "Failed", "reason": "Evicted",
+                "message": "The node was low on resource: memory."})),
+            vec![
+                "was evicted",
+                "by the kubelet: The node was low on resource: memory.",
+            ],
+        ),
+        ("deleted", None, vec!["was deleted before it finished"]),
+    ];
+    let mut names = Vec::new();
+    for (cluster, _, _) in &cases {
+        names.push(apply_with_start_timeout(&client, cluster, 600).await);
+    }
+    let ctl = start(&client, config(cases.len()));
+    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+    for ((_, after, _), name) in cases.iter().zip(&names) {
+        wait_phase(&client, name, Phase::Running).await;
+        let job = job_name(name);
+        let pod = format!("{job}-abcde");
+        play_pod(&client, &job, &pod, running.clone()).await;
+        // The pod ran a while: the operation goes on.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert_eq!(phase(&client, name).await, Some(Phase::Running));
+        match after {
+            Some(status) => {
+                let patch = serde_json::json!({"status": status});
+                pods.patch_status(&pod, &Default::default(), &kube::api::Patch::Merge(&patch))
+                    .await
+                    .unwrap();
+            }
+            None => {
+                pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+            }
+        }
+    }
+    for ((cluster, _, says), name) in cases.iter().zip(&names) {
+        let failed = wait_phase(&client, name, Phase::Failed).await;
+        let message = failed.status.unwrap().message.unwrap_or_default();
+        assert!(message.starts_with("PodLost: pod kok-"), "{cluster}: {message}");
+        for part in says {
+            assert!(message.contains(part), "{cluster}: {message} does not say {part}");
+        }
+        let job = job_name(name);
+        wait_for(&format!("Job {job} to be deleted"), || async {
+            (!jobs(&client).await.contains(&job)).then_some(())
+        })
+        .await;
+    }
+    ctl.stop().await;
 }

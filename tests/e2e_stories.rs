@@ -695,3 +695,80 @@ async fn a_deleted_finished_operation_comes_back_finished_from_the_forge_and_wai
         .count();
     assert_eq!(successes, 1, "the restored success is not posted again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_image_cannot_be_pulled_fails_on_its_commit_after_its_start_timeout() {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let remote = Remote::new();
+    remote.cluster("prod-bj");
+    remote.write("clusters/prod-bj/operations.yml", OPS_INSTALL);
+    remote.write("clusters/prod-bj/cluster.yml", "startTimeout: 1\n");
+    let first = remote.push("prod-bj: install, its pod may not start for 1 s");
+    let kok = Kok::run(&api, &remote, &github_args(&forge.url()));
+    let objects = &Objects::new(&api);
+    let job = wait_for("the install Job", Some(&kok), || {
+        objects.job_of("prod-bj", "install")
+    })
+    .await;
+
+    // The kubelet cannot pull the image of the Job's pod.
+    let name = job_name(&job);
+    let template = job.spec.clone().unwrap().template;
+    let mut labels = template.metadata.and_then(|m| m.labels).unwrap_or_default();
+    labels.insert("job-name".into(), name.clone());
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{name}-x1y2z"), "namespace": NS, "labels": labels,
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                "uid": job.metadata.uid, "controller": true}]},
+        "spec": template.spec,
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(api.client(), NS);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = serde_json::json!({"status": {"phase": "Pending", "containerStatuses": [{
+        "name": "ansible", "image": "quay.io/kubespray/kubespray:v2.27.0", "imageID": "", "ready": false,
+        "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff",
+            "message": "Back-off pulling image \"quay.io/kubespray/kubespray:v2.27.0\""}}}]}});
+    pods.patch_status(
+        &format!("{name}-x1y2z"),
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+
+    let context = "kok/prod-bj/install";
+    let line = wait_for("the failure note", Some(&kok), || async {
+        let note = remote.note(&first);
+        note.lines()
+            .find(|l| l.starts_with(&format!("{context}: failure ")))
+            .map(str::to_string)
+    })
+    .await;
+    assert!(
+        line.contains(
+            "StartFailed: ImagePullBackOff: container ansible (image quay.io/kubespray/kubespray:v2.27.0)"
+        ),
+        "the note gives the reason: {line}"
+    );
+    let statuses = wait_for("failure on GitHub", Some(&kok), || async {
+        let statuses = posted_for(&forge.requests(), &first, context);
+        statuses.iter().any(|p| p.state == "failure").then_some(statuses)
+    })
+    .await;
+    let description = &statuses.last().unwrap().description;
+    assert!(
+        description.starts_with("failed: StartFailed: ImagePullBackOff"),
+        "{description}"
+    );
+    assert_eq!(objects.phase("prod-bj", "install").await, Some(Phase::Failed));
+    let jobs: Api<Job> = Api::namespaced(api.client(), NS);
+    wait_for("the Job to be deleted", Some(&kok), || async {
+        jobs.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}

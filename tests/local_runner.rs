@@ -655,3 +655,52 @@ async fn images_mapped_by_image_workdir_run_in_their_own_directories() -> anyhow
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_run_that_cannot_start_fails_with_the_reason_instead_of_hanging() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let work = tempfile::tempdir()?;
+    let runner = env.runner(Workdir::Fixed(work.path().to_path_buf()));
+    // The runner's program is not there: the process cannot start at all.
+    let no_program = operation("no-program", "cluster.yml", ActionType::Playbook);
+    let mut job = kok::controller::job::build_job(&no_program, &Default::default());
+    set_command(&mut job, &["/nonexistent/kok-runner"]);
+    let no_program_job = env.create(job).await?;
+    // ansible-playbook is not on the Job's PATH.
+    let no_ansible = operation("no-ansible", "cluster.yml", ActionType::Playbook);
+    let mut job = kok::controller::job::build_job(&no_ansible, &Default::default());
+    add_env(&mut job, "PATH", "/usr/bin:/bin");
+    let no_ansible_job = env.create(job).await?;
+    // The action is not in the working directory.
+    let no_action = operation("no-action", "missing.sh", ActionType::Shell);
+    let no_action_job = env.create_job(&no_action).await?;
+
+    let cases = [
+        (
+            &no_program,
+            no_program_job,
+            status::REASON_RUNNER_SETUP_FAILED,
+            "/nonexistent/kok-runner",
+        ),
+        (
+            &no_ansible,
+            no_ansible_job,
+            "BackoffLimitExceeded",
+            "kok: action: cluster.yml failed with exit code 127",
+        ),
+        (
+            &no_action,
+            no_action_job,
+            "BackoffLimitExceeded",
+            "kok: action: missing.sh failed with exit code 127",
+        ),
+    ];
+    for (op, job, reason, says) in cases {
+        let done = env.wait_finished(&job).await?;
+        assert_eq!(condition(&done, "Failed").as_deref(), Some(reason), "{job}");
+        let log = env.log(op)?;
+        assert!(log.contains(says), "{job}: the log does not say {says:?}:\n{log}");
+    }
+    runner.stop().await?;
+    Ok(())
+}

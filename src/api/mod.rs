@@ -90,6 +90,15 @@ pub fn kubeconfig_secret(cluster: &str) -> String {
 pub const DEFAULT_IMAGE: &str = "quay.io/kubespray/kubespray:v2.27.0";
 /// Finished operations kept per cluster when `historyLimit` is not set.
 pub const DEFAULT_HISTORY_LIMIT: u32 = 20;
+/// Deadline of a Job when neither its entry nor cluster.yml nor kok.yml sets `activeDeadlineSeconds`: 12 hours.
+/// kubespray's cluster.yml on a large cluster (hundreds of nodes, each pulling images and upgrading one at a
+/// time with `serial`) takes several hours; twice the longest run seen is still a bound that ends a hung run
+/// the same day, instead of never.
+pub const DEFAULT_ACTIVE_DEADLINE_SECONDS: i64 = 12 * 3600;
+/// How long a run's pod may fail to start when neither its entry nor the settings set `startTimeout`:
+/// 10 minutes, ample for pulling kubespray's image (about 1 GB) on a slow link, short enough that a wrong
+/// image name does not hold its cluster's queue for long.
+pub const DEFAULT_START_TIMEOUT_SECONDS: i64 = 600;
 
 /// The labels every object kok writes for `cluster` carries.
 pub fn common_labels(cluster: &str) -> std::collections::BTreeMap<String, String> {
@@ -201,6 +210,20 @@ macro_rules! pinned_inventory {
 pinned_inventory!(ClusterSpec);
 pinned_inventory!(ClusterOperationSpec);
 
+impl ClusterOperationSpec {
+    /// The Job's deadline in seconds: the spec's, else [`DEFAULT_ACTIVE_DEADLINE_SECONDS`].
+    pub fn deadline_seconds(&self) -> i64 {
+        self.active_deadline_seconds
+            .unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS)
+    }
+
+    /// How long the run's pod may fail to start: the spec's `startTimeout`, else
+    /// [`DEFAULT_START_TIMEOUT_SECONDS`].
+    pub fn start_timeout_seconds(&self) -> i64 {
+        self.start_timeout.unwrap_or(DEFAULT_START_TIMEOUT_SECONDS)
+    }
+}
+
 /// Defaults applied to every operation of a cluster, from cluster.yml over kok.yml.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -219,6 +242,11 @@ pub struct RunDefaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub active_deadline_seconds: Option<i64>,
+    /// Start timeout in seconds for operations that do not set their own: how long a run's pod may fail
+    /// to start (image pull, scheduling, pod creation) before the run fails. Unset: 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub start_timeout: Option<i64>,
     /// Finished operations kept per cluster (default 20); older ones are deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_limit: Option<u32>,
@@ -631,10 +659,15 @@ pub struct ClusterOperationSpec {
     /// the hosts the limit leaves out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts_playbook: Option<FactsPlaybook>,
-    /// Deadline of the Job in seconds; the Job fails with DeadlineExceeded past it.
+    /// Deadline of the Job in seconds; the Job fails with DeadlineExceeded past it. Unset: 43200 (12 hours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub active_deadline_seconds: Option<i64>,
+    /// Seconds the Job's pod may fail to start (image pull, scheduling, pod creation) before the run fails
+    /// with the reason and its Job is deleted. Unset: 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub start_timeout: Option<i64>,
     /// ServiceAccount the Job's pod runs as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,

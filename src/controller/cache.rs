@@ -7,10 +7,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
+use super::job::JOB_NAME_LABEL;
+use super::start::{self, JobPods};
 use crate::api::{ANNOTATION_CONTENT_HASH, LABEL_CLUSTER};
 
 /// Whether a cache's watch has listed once, and a wait for it.
@@ -248,5 +251,187 @@ impl LabelIndex {
     /// Names of the objects labelled with `cluster`.
     pub fn names_in(&self, cluster: &str) -> Vec<String> {
         self.inner.lock().map(|i| i.names_in(cluster)).unwrap_or_default()
+    }
+}
+
+/// What the pods of kok's Jobs and the Job controller's `FailedCreate` Events about them say, by Job name
+/// ([`super::start`]): one watch of the pods kok's Jobs make (by kok's labels) and one of those Events
+/// (by field selector) feed it, so that a running operation's reconcile asks no API server about its pod.
+/// A Job's entry goes when the Job does.
+#[derive(Debug, Default)]
+pub struct RunPods {
+    inner: Mutex<RunPodsInner>,
+}
+
+#[derive(Debug, Default)]
+struct RunPodsInner {
+    by_job: HashMap<String, JobPods>,
+    /// Pods seen since the pod watch restarted (a relist): the others were deleted meanwhile.
+    relisting: Option<HashSet<String>>,
+}
+
+impl RunPods {
+    /// Follows one event of the pod watch; returns the Jobs whose pods changed in what [`start`] reads (a
+    /// pod's other changes, such as its readiness, wake nothing).
+    pub fn observe_pod(&self, event: &watcher::Event<Pod>) -> Vec<String> {
+        let Ok(mut inner) = self.inner.lock() else {
+            return Vec::new();
+        };
+        match event {
+            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                let Some(job) = job_of_pod(pod) else {
+                    return Vec::new();
+                };
+                let seen = start::seen(pod);
+                if let Some(relisting) = inner.relisting.as_mut() {
+                    relisting.insert(seen.name.clone());
+                }
+                let pods = &mut inner.by_job.entry(job.clone()).or_default().pods;
+                match pods.iter_mut().find(|p| p.name == seen.name) {
+                    Some(known) => {
+                        let before = known.clone();
+                        known.update(seen);
+                        if *known == before {
+                            return Vec::new();
+                        }
+                    }
+                    None => pods.push(seen),
+                }
+                vec![job]
+            }
+            watcher::Event::Delete(pod) => {
+                let Some(job) = job_of_pod(pod) else {
+                    return Vec::new();
+                };
+                let seen = start::seen(pod);
+                // A pod of a Job already forgotten (deleted, its pods after it) is not remembered again.
+                let Some(known) = inner.by_job.get_mut(&job) else {
+                    return Vec::new();
+                };
+                match known.pods.iter_mut().find(|p| p.name == seen.name) {
+                    // Whether it ended is what the last look before it went said.
+                    Some(known) => known.went(),
+                    None => {
+                        let mut seen = seen;
+                        seen.went();
+                        known.pods.push(seen);
+                    }
+                }
+                vec![job]
+            }
+            watcher::Event::Init => {
+                inner.relisting = Some(HashSet::new());
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let Some(listed) = inner.relisting.take() else {
+                    return Vec::new();
+                };
+                let mut changed = Vec::new();
+                for (job, pods) in inner.by_job.iter_mut() {
+                    for pod in pods
+                        .pods
+                        .iter_mut()
+                        .filter(|p| !p.gone && !listed.contains(&p.name))
+                    {
+                        pod.went();
+                        changed.push(job.clone());
+                    }
+                }
+                changed
+            }
+        }
+    }
+
+    /// Follows one `FailedCreate` Event about a Job; returns the Job.
+    pub fn observe_failed_create(&self, event: &CoreEvent) -> Option<String> {
+        let job = event.involved_object.name.clone()?;
+        let message = event.message.clone().unwrap_or_default();
+        let mut inner = self.inner.lock().ok()?;
+        inner.by_job.entry(job.clone()).or_default().failed_create = Some(message);
+        Some(job)
+    }
+
+    /// What the pods of Job `job` and its Events say.
+    pub fn of(&self, job: &str) -> JobPods {
+        self.inner
+            .lock()
+            .ok()
+            .and_then(|i| i.by_job.get(job).cloned())
+            .unwrap_or_default()
+    }
+
+    /// Forgets Job `job`, deleted.
+    pub fn forget(&self, job: &str) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.by_job.remove(job);
+        }
+    }
+}
+
+/// The Job a pod belongs to: its controller owner of kind Job, else its `job-name` label.
+fn job_of_pod(pod: &Pod) -> Option<String> {
+    let owners = pod.metadata.owner_references.iter().flatten();
+    owners
+        .filter(|o| o.kind == "Job")
+        .map(|o| o.name.clone())
+        .next()
+        .or_else(|| pod.labels().get(JOB_NAME_LABEL).cloned())
+}
+
+#[cfg(test)]
+mod run_pods_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, phase: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "kok-a", "uid": "u"}]},
+            "status": {"phase": phase},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_gone_in_a_relist_counts_as_deleted_and_one_listed_again_does_not() {
+        let pods = RunPods::default();
+        assert_eq!(
+            pods.observe_pod(&watcher::Event::Apply(pod("p1", "Running"))),
+            ["kok-a"]
+        );
+        assert_eq!(
+            pods.observe_pod(&watcher::Event::Apply(pod("p2", "Running"))),
+            ["kok-a"]
+        );
+        // Nothing kok reads changed: no wake.
+        assert!(pods
+            .observe_pod(&watcher::Event::Apply(pod("p2", "Running")))
+            .is_empty());
+        pods.observe_pod(&watcher::Event::Init);
+        pods.observe_pod(&watcher::Event::InitApply(pod("p2", "Running")));
+        assert_eq!(pods.observe_pod(&watcher::Event::InitDone), ["kok-a"]);
+        let seen = pods.of("kok-a").pods;
+        let gone: Vec<_> = seen
+            .iter()
+            .map(|p| (p.name.as_str(), p.gone, p.deleted))
+            .collect();
+        assert_eq!(gone, [("p1", true, true), ("p2", false, false)]);
+        pods.forget("kok-a");
+        assert_eq!(pods.of("kok-a"), JobPods::default());
+    }
+
+    #[test]
+    fn a_deleted_pod_keeps_its_eviction() {
+        let pods = RunPods::default();
+        let mut evicted = pod("p1", "Failed");
+        evicted.status.as_mut().unwrap().reason = Some("Evicted".into());
+        pods.observe_pod(&watcher::Event::Apply(evicted));
+        pods.observe_pod(&watcher::Event::Delete(pod("p1", "Running")));
+        let seen = &pods.of("kok-a").pods[0];
+        assert!(
+            seen.gone && seen.ended && !seen.deleted && seen.evicted.is_some(),
+            "{seen:?}"
+        );
     }
 }

@@ -529,7 +529,8 @@ fn config_map_source(name: &str, items: Vec<(&str, String)>) -> VolumeProjection
 }
 
 /// The Job running `op`, per DESIGN.md §2: one attempt, pinned inputs mounted read-only, the key at mode 0400,
-/// owned by the ClusterOperation (when it has a uid, i.e. was read from the API).
+/// a deadline ([`crate::api::DEFAULT_ACTIVE_DEADLINE_SECONDS`] when the operation sets none), owned by the
+/// ClusterOperation (when it has a uid, i.e. was read from the API).
 pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
     let name = job_name(&op.name_any());
     let labels = job_labels(op);
@@ -661,7 +662,8 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
         },
         spec: Some(JobSpec {
             backoff_limit: Some(0),
-            active_deadline_seconds: op.spec.active_deadline_seconds,
+            // Every Job has a deadline (DESIGN.md §1.9): the operation's, else the default.
+            active_deadline_seconds: Some(op.spec.deadline_seconds()),
             pod_replacement_policy: Some("Failed".to_string()),
             pod_failure_policy: Some(PodFailurePolicy {
                 rules: vec![PodFailurePolicyRule {
@@ -716,6 +718,19 @@ mod tests {
         assert_eq!(a, job_name(&long));
         assert_ne!(a, job_name(&long.replace("0304", "0305")));
         assert!(a.starts_with("kok-ccc"));
+    }
+
+    #[test]
+    fn every_job_has_a_deadline_the_default_when_nothing_sets_one() {
+        let mut op = ClusterOperation::new("prod-install-0123abcd", Default::default());
+        let deadline = |op: &ClusterOperation| {
+            build_job(op, &JobConfig::default())
+                .spec
+                .and_then(|s| s.active_deadline_seconds)
+        };
+        assert_eq!(deadline(&op), Some(crate::api::DEFAULT_ACTIVE_DEADLINE_SECONDS));
+        op.spec.active_deadline_seconds = Some(7200);
+        assert_eq!(deadline(&op), Some(7200));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - [`live`]: the watch caches, shared with the reconcile pass.
 //! - [`secret`]: the ssh and vault Secret checks, and the redaction of what a Job mounts.
 //! - [`credentials`]: the Secrets a cluster's runs keep between them, and the RBAC that guards them.
+//! - [`start`]: why a run's pod cannot start, or stopped before its end (pure).
 //! - [`summary`]: the run summary a Job's pod leaves as its termination message (pure).
 //! - [`schedule`]: cron firings of scheduled operations.
 //! - [`wave`]: rollout waves as start decisions, a rollout's phase and counts (pure).
@@ -37,6 +38,7 @@ pub mod rollout;
 pub mod runner;
 pub mod schedule;
 pub mod secret;
+pub mod start;
 pub mod summary;
 pub mod verify;
 pub mod wave;
@@ -49,7 +51,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod, Secret};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -156,6 +158,8 @@ pub struct Context {
     pub secrets: Store<Secret>,
     /// kok's Jobs in the namespace: metadata and status, without their spec ([`strip_job`]).
     pub jobs: Store<Job>,
+    /// What the pods of kok's Jobs, and the Job controller's `FailedCreate` Events, say, by Job.
+    pub pods: Arc<cache::RunPods>,
     /// Operations whose Job this process created and whose Running phase the cache may not show yet,
     /// keyed by name, with the message their start records: counted as busy so that no second Job
     /// starts for their cluster meanwhile, and started (not adopted) when their start is recorded.
@@ -212,16 +216,21 @@ pub async fn run(
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
     let rollout_queue = Arc::new(WorkQueue::default());
+    let run_pods = Arc::new(cache::RunPods::default());
     // A Job's change reconciles the operation that owns it.
     let job_watch = watcher(jobs.clone(), wc.clone())
         .default_backoff()
         .modify(strip_job)
         .reflect(job_writer)
         .for_each(|event| {
+            let deleted = matches!(event, Ok(watcher::Event::Delete(_)));
             match event {
                 Ok(
                     watcher::Event::Apply(job) | watcher::Event::InitApply(job) | watcher::Event::Delete(job),
                 ) => {
+                    if deleted {
+                        run_pods.forget(&job.name_any());
+                    }
                     let owners = job.metadata.owner_references.iter().flatten();
                     for owner in owners.filter(|o| o.kind == ClusterOperation::kind(&())) {
                         op_queue.trigger(&owner.name);
@@ -239,6 +248,7 @@ pub async fn run(
         operations: live.operations.clone(),
         secrets,
         jobs: job_store,
+        pods: run_pods.clone(),
         claims: Mutex::new(BTreeMap::new()),
         slot_waiters: Mutex::new(HashSet::new()),
         start_lock: tokio::sync::Mutex::new(()),
@@ -253,6 +263,7 @@ pub async fn run(
     // (status, history limit) always sees it. A Cluster its watch has not shown yet is reconciled when
     // it does. An operation that finished, or whose hold was released, wakes the operations waiting
     // behind it once the cache shows it (see `OpCache::observe`).
+    let pod_watch = watch_run_pods(&client, &ns, ctx.clone());
     let op_watch = live::operation_events(&client, live.clone()).for_each(|event| {
         match event {
             Ok((watcher::Event::Apply(op), lets_go)) => {
@@ -361,7 +372,7 @@ pub async fn run(
     let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
     let watches = async {
         tokio::select! {
-            _ = futures::future::join4(op_watch, job_watch, cluster_watch, rollout_watch) => {}
+            _ = futures::future::join5(op_watch, job_watch, cluster_watch, rollout_watch, pod_watch) => {}
             () = stopped() => {}
         }
     };
@@ -424,6 +435,55 @@ fn watch_rollouts(
             }
             futures::future::ready(())
         })
+}
+
+/// Keeps [`Context::pods`]: one watch of the pods of kok's Jobs (kok's labels, which a Job's pods carry) and
+/// one of the Job controller's `FailedCreate` Events about Jobs (a field selector); a change wakes the
+/// operation that owns the Job.
+fn watch_run_pods(client: &Client, namespace: &str, ctx: Arc<Context>) -> impl Future<Output = ()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let events: Api<CoreEvent> = Api::namespaced(client.clone(), namespace);
+    let wake = {
+        let ctx = ctx.clone();
+        move |job: &str| {
+            let key = ObjectRef::<Job>::new(job).within(&ctx.config.namespace);
+            let Some(job) = ctx.jobs.get(&key) else { return };
+            let owners = job.metadata.owner_references.iter().flatten();
+            for owner in owners.filter(|o| o.kind == ClusterOperation::kind(&())) {
+                ctx.queue.trigger(&owner.name);
+            }
+        }
+    };
+    let pod_watch = watcher(pods, watcher::Config::default().labels(&managed_selector()))
+        .default_backoff()
+        .for_each({
+            let (ctx, wake) = (ctx.clone(), wake.clone());
+            move |event| {
+                match event {
+                    Ok(event) => ctx.pods.observe_pod(&event).iter().for_each(|job| wake(job)),
+                    Err(e) => warn!(error = %e, "watching the pods of kok's Jobs failed; retrying"),
+                }
+                futures::future::ready(())
+            }
+        });
+    let selector = format!("involvedObject.kind=Job,reason={}", start::FAILED_CREATE);
+    let event_watch = watcher(events, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .touched_objects()
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    if let Some(job) = ctx.pods.observe_failed_create(&event) {
+                        wake(&job);
+                    }
+                }
+                Err(e) => warn!(error = %e, "watching the Jobs' FailedCreate Events failed; retrying"),
+            }
+            futures::future::ready(())
+        });
+    async move {
+        futures::join!(pod_watch, event_watch);
+    }
 }
 
 /// Runs `work` once `ready` has come, unless `stopped` comes first.

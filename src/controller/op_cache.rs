@@ -132,6 +132,7 @@ impl Record {
             post_hooks: s.post_hooks.clone(),
             facts_playbook: s.facts_playbook.clone(),
             active_deadline_seconds: s.active_deadline_seconds,
+            start_timeout: s.start_timeout,
             service_account: s.service_account.clone(),
             resources: s.resources.clone(),
             schedule: s.schedule.clone(),
@@ -890,6 +891,7 @@ mod tests {
             }],
         });
         full.spec.ignore_maintenance = true;
+        full.spec.start_timeout = Some(120);
         let status = full.status.as_mut().unwrap();
         status.job_ref = Some("kok-a1".into());
         status.result = Some("succeeded".into());

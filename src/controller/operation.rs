@@ -31,6 +31,7 @@ use super::queue::{
     completion_note, decide, format_duration, job_outcome, phase, released_by_removal, JobOutcome, Wait,
 };
 use super::secret::{check_cached, check_vault_cached};
+use super::start::{failure_message, verdict, Verdict};
 use super::summary::{read_termination_message, RunReport};
 use super::window::with_maintenance;
 use super::{verify, Action, Context, ControllerError};
@@ -308,6 +309,7 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
         }
         Phase::Failed => {
             release(&ctx, &op);
+            stop_job(&ctx, &op, &jobs, &name).await?;
             acknowledge_removal(&ctx, &op).await?;
             Ok(Action::await_change())
         }
@@ -350,7 +352,25 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                     event: Some(("Failed", true)),
                     ..Transition::default()
                 },
-                Some(JobOutcome::Running) => return Ok(Action::await_change()),
+                // The Job controller is ending the Job (and deleting its pods): its outcome says why.
+                Some(JobOutcome::Running) if job.as_ref().is_some_and(ending) => {
+                    return Ok(Action::await_change())
+                }
+                Some(JobOutcome::Running) => {
+                    let pods = ctx.pods.of(&name);
+                    let started = op
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.start_time.as_ref())
+                        .map(|t| t.0);
+                    match verdict(&name, &pods, started, op.spec.start_timeout_seconds(), now()) {
+                        Verdict::Fine => return Ok(Action::await_change()),
+                        Verdict::Stuck(left) => return Ok(Action::requeue(left)),
+                        Verdict::Fails { message, event } => {
+                            return fail_running(&ctx, &op, &jobs, &name, message, event).await
+                        }
+                    }
+                }
                 Some(JobOutcome::Succeeded) => Transition {
                     phase: Phase::Succeeded,
                     message: job.as_ref().and_then(completion_note),
@@ -361,11 +381,12 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
                 },
                 Some(JobOutcome::Failed { reason, message }) => Transition {
                     phase: Phase::Failed,
-                    message: Some(if message.is_empty() {
-                        reason
-                    } else {
-                        format!("{reason}: {message}")
-                    }),
+                    message: Some(failure_message(
+                        &reason,
+                        &message,
+                        op.spec.deadline_seconds(),
+                        Some(&ctx.pods.of(&name)),
+                    )),
                     end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
                     event: Some(("Failed", true)),
                     report,
@@ -435,6 +456,56 @@ async fn restore(
     Ok(Action::await_change())
 }
 
+/// Ends a running operation whose pod cannot start or was lost ([`super::start`]): Failed with `message` and
+/// Event `event`, like any failure, then its Job deleted (its pods with it) so it never starts late. A delete
+/// that fails is retried by the Failed phase's reconcile ([`stop_job`]).
+async fn fail_running(
+    ctx: &Context,
+    op: &ClusterOperation,
+    jobs: &Api<Job>,
+    name: &str,
+    message: String,
+    event: &'static str,
+) -> Result<Action, ControllerError> {
+    warn!(operation = %op.name_any(), job = %name, %message, "run failed before its Job did");
+    let t = Transition {
+        phase: Phase::Failed,
+        message: Some(message),
+        end_time: Some(now()),
+        event: Some((event, true)),
+        ..Transition::default()
+    };
+    transition(ctx, op, t).await?;
+    delete_job(op, jobs, name).await?;
+    Ok(Action::await_change())
+}
+
+/// Deletes the Job of the failed `op` when the cache shows it still running: the run failed before its Job
+/// did (it could not start, or its pod was lost) and its Job must not start late.
+async fn stop_job(
+    ctx: &Context,
+    op: &ClusterOperation,
+    jobs: &Api<Job>,
+    name: &str,
+) -> Result<(), ControllerError> {
+    let key = ObjectRef::<Job>::new(name).within(&ctx.config.namespace);
+    match ctx.jobs.get(&key) {
+        Some(job) if job_outcome(&job) == JobOutcome::Running && owned_by(&job, op) => {
+            delete_job(op, jobs, name).await
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Deletes Job `name` and, in the background, its pods; a Job already gone is fine.
+async fn delete_job(op: &ClusterOperation, jobs: &Api<Job>, name: &str) -> Result<(), ControllerError> {
+    match jobs.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(op_error(op, format!("deleting Job {name}"))(e)),
+    }
+}
+
 /// What the finished pod of Job `job` reported in its termination message; nothing when there is no such pod
 /// (deleted, or never scheduled) or it cannot be read (the reason is logged, the transition goes on).
 ///
@@ -501,6 +572,16 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
         warn!(operation = %op.name_any(), error = %e, "event not published");
     }
     Ok(())
+}
+
+/// Whether the Job controller has decided how `job` ends (`FailureTarget` or `SuccessCriteriaMet`) and is
+/// ending its pods before it says so in `Failed` or `Complete`.
+fn ending(job: &Job) -> bool {
+    let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions
+        .into_iter()
+        .flatten()
+        .any(|c| c.status == "True" && matches!(c.type_.as_str(), "FailureTarget" | "SuccessCriteriaMet"))
 }
 
 fn owned_by(job: &Job, op: &ClusterOperation) -> bool {

@@ -101,6 +101,8 @@ pub struct Operation {
     pub post_hooks: Vec<Hook>,
     /// Deadline override in seconds (> 0).
     pub active_deadline_seconds: Option<i64>,
+    /// Start timeout override in seconds (> 0): how long the run's pod may fail to start.
+    pub start_timeout: Option<i64>,
     /// Cron expression (6 fields, seconds first).
     pub schedule: Option<String>,
     /// Counter; bumping it changes the digest and so makes a new run.
@@ -138,6 +140,7 @@ impl Operation {
             pre_hooks: vec![],
             post_hooks: vec![],
             active_deadline_seconds: None,
+            start_timeout: None,
             schedule: None,
             rerun: None,
             on_failure: Default::default(),

@@ -19,6 +19,7 @@ pub const OPERATION_KEYS: &[&str] = &[
     "preHooks",
     "postHooks",
     "activeDeadlineSeconds",
+    "startTimeout",
     "schedule",
     "rerun",
     "onFailure",
@@ -201,6 +202,16 @@ pub(crate) fn parse_operation(
             None
         }
     });
+    let start_timeout = get(map, "startTimeout").and_then(|node| match node.kind {
+        Kind::Int(n) if n > 0 => Some(n),
+        _ => {
+            diags.error(
+                node,
+                format!("startTimeout of {what} must be an integer greater than 0 (seconds), e.g. 600"),
+            );
+            None
+        }
+    });
     let rerun = get(map, "rerun").and_then(|node| match node.kind {
         Kind::Int(n) if n >= 0 => u64::try_from(n).ok(),
         _ => {
@@ -320,6 +331,7 @@ pub(crate) fn parse_operation(
         pre_hooks,
         post_hooks,
         active_deadline_seconds,
+        start_timeout,
         schedule,
         rerun,
         on_failure,
@@ -517,7 +529,7 @@ fn parse_hooks(
         for (k, _) in map {
             match k.as_str() {
                 Some("action" | "type" | "extraArgs") => {}
-                Some(name @ ("image" | "activeDeadlineSeconds")) => diags.error(
+                Some(name @ ("image" | "activeDeadlineSeconds" | "startTimeout")) => diags.error(
                     k,
                     format!("{name} is not allowed in a hook: hooks run in the operation's pod; set {name} on the operation"),
                 ),
@@ -713,6 +725,19 @@ mod tests {
         );
         assert!(
             errors("- id: a\n  action: a.yml\n  activeDeadlineSeconds: '60'\n")[0].contains("greater than 0")
+        );
+        assert_eq!(
+            errors("- id: a\n  action: a.yml\n  startTimeout: -1\n")[0],
+            "3:17: startTimeout of operation \"a\" must be an integer greater than 0 (seconds), e.g. 600"
+        );
+        assert!(errors("- id: a\n  action: a.yml\n  startTimeout: '60'\n")[0].contains("greater than 0"));
+        assert_eq!(
+            check("- id: a\n  action: a.yml\n  startTimeout: 90\n").0[0].start_timeout,
+            Some(90)
+        );
+        assert!(
+            errors("- id: a\n  action: a.yml\n  preHooks: [{action: p.yml, startTimeout: 5}]\n")[0]
+                .contains("startTimeout is not allowed in a hook")
         );
         assert!(errors("- id: a\n  action: a.yml\n  rerun: -1\n")[0].contains("non-negative"));
         assert!(errors("- id: a\n  action: a.yml\n  image: ''\n")[0]

@@ -21,6 +21,7 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "serviceAccount",
     "resources",
     "activeDeadlineSeconds",
+    "startTimeout",
     "historyLimit",
     "factsPlaybook",
     "kubeconfigSecret",
@@ -120,6 +121,16 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
                 None
             }
         });
+    settings.defaults.start_timeout = get(map, "startTimeout").and_then(|node| match node.kind {
+        Kind::Int(n) if n > 0 => Some(n),
+        _ => {
+            diags.error(
+                node,
+                "startTimeout must be an integer greater than 0 (seconds), e.g. 600",
+            );
+            None
+        }
+    });
     settings.defaults.history_limit = get(map, "historyLimit").and_then(|node| match node.kind {
         Kind::Int(n) if n >= 1 => u32::try_from(n).ok().or_else(|| {
             diags.error(node, "historyLimit is too large: keep it below 4294967296");
@@ -207,6 +218,7 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             service_account: o.service_account.clone().or_else(|| b.service_account.clone()),
             resources: o.resources.clone().or_else(|| b.resources.clone()),
             active_deadline_seconds: o.active_deadline_seconds.or(b.active_deadline_seconds),
+            start_timeout: o.start_timeout.or(b.start_timeout),
             history_limit: o.history_limit.or(b.history_limit),
             facts_playbook: o.facts_playbook.clone().or_else(|| b.facts_playbook.clone()),
         },
@@ -503,6 +515,12 @@ mod tests {
     #[test]
     fn numbers_and_quantities_are_checked() {
         assert!(first_error("activeDeadlineSeconds: -5\n").contains("greater than 0"));
+        assert_eq!(
+            first_error("image: i\nstartTimeout: 0\n"),
+            "2:15: startTimeout must be an integer greater than 0 (seconds), e.g. 600"
+        );
+        assert!(first_error("startTimeout: 10m\n").contains("greater than 0"));
+        assert_eq!(check("startTimeout: 120\n").0.defaults.start_timeout, Some(120));
         assert!(first_error("historyLimit: 0\n").contains("at least 1"));
         assert!(first_error("resources: {requests: {memory: lots}}\n").contains("not a Kubernetes quantity"));
         assert!(first_error("resources: {request: {}}\n").contains("did you mean \"requests\""));

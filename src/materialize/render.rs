@@ -337,6 +337,7 @@ pub(super) fn cluster_operation(
             post_hooks: op.post_hooks.clone(),
             facts_playbook: limits_hosts(op).then(|| defaults.facts()).flatten(),
             active_deadline_seconds: op.active_deadline_seconds.or(defaults.active_deadline_seconds),
+            start_timeout: op.start_timeout.or(defaults.start_timeout),
             service_account: defaults.service_account.clone(),
             resources: defaults.resources.clone().map(Box::new),
             inventory_file: pins.inventory_file.clone(),
@@ -512,6 +513,7 @@ mod tests {
             pre_hooks: vec![],
             post_hooks: vec![],
             active_deadline_seconds: entry["activeDeadlineSeconds"].as_i64(),
+            start_timeout: entry["startTimeout"].as_i64(),
             schedule: None,
             rerun: entry["rerun"].as_u64(),
             on_failure: Default::default(),
@@ -551,6 +553,7 @@ mod tests {
                     image: Some("registry.local/kubespray:v2".to_string()),
                     service_account: Some("ansible".to_string()),
                     active_deadline_seconds: Some(3600),
+                    start_timeout: Some(300),
                     ..RunDefaults::default()
                 },
                 ..Settings::default()
@@ -753,6 +756,11 @@ mod tests {
         );
         assert_eq!(install.spec.active_deadline_seconds, Some(3600));
         assert_eq!(scale.spec.active_deadline_seconds, Some(60));
+        assert_eq!(
+            install.spec.start_timeout,
+            Some(300),
+            "cluster default start timeout"
+        );
         assert_eq!(scale.spec.extra_args, vec!["--limit=node7"]);
         for op in [install, scale] {
             assert_eq!(op.spec.hosts_conf_ref, desired.cluster.spec.hosts_conf_ref);

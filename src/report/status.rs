@@ -18,9 +18,9 @@ pub use crate::api::{operation_context, run_context, split_run_context, CONTEXT_
 /// The commit status an operation in `phase` should show on the commit that introduced it.
 ///
 /// Queued and Pending map to pending, Running to running (sinks translate it to their forge's word),
-/// Succeeded to success and Failed/Canceled to failure. `message` is the reason of the phase
-/// (e.g. `DeadlineExceeded: Job was active longer than specified deadline`); the description is kept
-/// short and cut to [`MAX_STORED_DESCRIPTION`] characters.
+/// Succeeded to success and Failed/Canceled to failure. `message` is the reason of the phase (e.g.
+/// `DeadlineExceeded: the Job exceeded its deadline of 12h0m (activeDeadlineSeconds 43200)`); the
+/// description is kept short and cut to [`MAX_STORED_DESCRIPTION`] characters.
 ///
 /// `url_template` may hold the placeholders `{namespace}`, `{job}`, `{operation}`, `{cluster}` and
 /// `{commit}`. `{job}` is `status.jobRef`; while the operation has no Job yet, a template that needs

@@ -696,6 +696,7 @@ fn settings_of(cluster: &Cluster) -> Vec<Setting> {
         "Deadline",
         s.defaults.active_deadline_seconds.map(format_duration),
     );
+    add("Start timeout", s.defaults.start_timeout.map(format_duration));
     add("History limit", s.defaults.history_limit.map(|d| d.to_string()));
     add("Facts playbook", s.defaults.facts_playbook.clone());
     settings
