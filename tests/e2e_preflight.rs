@@ -1,6 +1,8 @@
 //! Pre-flight before each Job, end to end: `kok run` as a process against testkit and a bare remote. An
 //! operation whose inputs break one of kubespray's rules fails without a Job, says the rule on its status,
-//! its Event and its commit, and holds its cluster's queue; `preflight: false` lets the same entry run.
+//! its Event and its commit, and holds its cluster's queue; `preflight: false` lets the same entry run. A
+//! cluster installed by hand (`installed:` in cluster.yml) starts with `scale.yml`; one not said installed is
+//! refused.
 
 mod e2e;
 mod forge;
@@ -176,4 +178,70 @@ async fn an_operation_breaking_a_rule_fails_without_a_job_holds_the_queue_and_pr
     let op = objects.operation("prod-bj", "nodes").await.unwrap();
     assert_eq!(op.spec.preflight, None, "{:?}", op.spec.preflight);
     assert_eq!(op.status.unwrap().job_ref, Some(job_name(&nodes)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_installed_by_hand_starts_with_scale_yml_and_one_not_said_installed_is_refused() {
+    let api = meta_cluster().await;
+    let remote = Remote::new();
+    let scale = "- id: add-node4\n  action: scale.yml\n  extraArgs: [--limit=node4]\n";
+    for cluster in ["prod-bj", "prod-sh"] {
+        remote.write(&format!("clusters/{cluster}/hosts.yml"), &hosts(false));
+        remote.write(
+            &format!("clusters/{cluster}/vars.yml"),
+            "kube_version: v1.29.10\n",
+        );
+        remote.write(&format!("clusters/{cluster}/operations.yml"), scale);
+    }
+    // prod-bj was installed by hand with kubespray and runs v1.29.10; nothing says so of prod-sh.
+    remote.write(
+        "clusters/prod-bj/cluster.yml",
+        "installed:\n  kubeVersion: v1.29.10\n",
+    );
+    remote.push("prod-bj, prod-sh: add node4");
+    let kok = Kok::run(&api, &remote, &[]);
+    let objects = &Objects::new(&api);
+
+    let job = wait_for("prod-bj's scale Job", Some(&kok), || {
+        objects.job_of("prod-bj", "add-node4")
+    })
+    .await;
+    let adopted = objects.operation("prod-bj", "add-node4").await.unwrap();
+    assert_eq!(adopted.spec.preflight, None, "nothing refuses it");
+    let cluster = objects.cluster("prod-bj").await.unwrap();
+    assert_eq!(
+        cluster.spec.kubernetes.unwrap().kube_version.as_deref(),
+        Some("v1.29.10")
+    );
+    api.complete_job(NS, &job_name(&job)).await.unwrap();
+    wait_for("prod-bj's scale succeeded", Some(&kok), || async {
+        (objects.phase("prod-bj", "add-node4").await? == Phase::Succeeded).then_some(())
+    })
+    .await;
+
+    let refused = wait_for("prod-sh's scale refused", Some(&kok), || async {
+        let op = objects.operation("prod-sh", "add-node4").await?;
+        (op.status.as_ref()?.phase == Phase::Failed).then_some(op)
+    })
+    .await;
+    let findings = &refused
+        .spec
+        .preflight
+        .as_ref()
+        .expect("the pinned findings")
+        .findings;
+    assert_eq!(
+        (
+            findings[0].rule.as_str(),
+            findings[0].path.as_str(),
+            findings[0].line
+        ),
+        ("operation-order", "clusters/prod-sh/operations.yml", 1)
+    );
+    let message = refused.status.unwrap().message.unwrap_or_default();
+    assert!(
+        message.contains("installed: true"),
+        "the refusal says what to write: {message}"
+    );
+    assert!(objects.job_of("prod-sh", "add-node4").await.is_none(), "no Job");
 }

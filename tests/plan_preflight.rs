@@ -1,5 +1,6 @@
 //! `kok plan` with kubespray's pre-flight rules: the issue's two pull requests, a `kube_version` jump over a
-//! minor and a fourth etcd host, on kubespray v2.27.0, each failing the plan with its rule.
+//! minor and a fourth etcd host, on kubespray v2.27.0, each failing the plan with its rule; and a cluster
+//! installed by hand (`installed:` in cluster.yml), whose first entry may be `scale.yml`.
 
 mod gitkit;
 #[path = "common/kok.rs"]
@@ -158,4 +159,55 @@ fn preflight_false_and_allow_release_skip_show_beside_their_operations() {
         "{text}"
     );
     assert!(!text.contains("pre-flight:"), "{text}");
+}
+
+#[test]
+fn a_cluster_installed_by_hand_plans_its_first_scale_yml_and_the_versions_it_runs_are_the_old_ones() {
+    let mut repo = RepoBuilder::new();
+    repo.file("kok.yml", "image: quay.io/kubespray/kubespray:v2.27.0\n");
+    let base = repo.commit("kok.yml");
+    repo.file("clusters/prod-bj/hosts.yml", &hosts(false))
+        .file("clusters/prod-bj/vars.yml", "kube_version: v1.29.10\n")
+        .op("prod-bj", "add-node4", "scale.yml");
+    let unsaid = repo.commit("prod-bj: add node4");
+    repo.file("clusters/prod-bj/cluster.yml", "installed: true\n");
+    let adopted = repo.commit("prod-bj: installed by hand, add node4");
+    repo.file(
+        "clusters/prod-bj/cluster.yml",
+        "installed:\n  kubeVersion: v1.29.10\n",
+    )
+    .file("clusters/prod-bj/vars.yml", "kube_version: v1.31.4\n")
+    .op("prod-bj", "upgrade", "upgrade-cluster.yml");
+    let jump = repo.commit("prod-bj: installed by hand at v1.29.10, upgrade to v1.31.4");
+    let cache = tempfile::tempdir().unwrap();
+    let plan_to = |to: &str| {
+        plan(
+            &repo,
+            &["--from", &base, "--to", to, "--detailed-exitcode"],
+            cache.path(),
+        )
+    };
+
+    let (code, text) = plan_to(&unsaid);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(
+            "    error: operation-order: clusters/prod-bj/operations.yml:1 (operation add-node4): scale.yml needs \
+             a running cluster, and kok has never seen prod-bj installed"
+        ),
+        "{text}"
+    );
+    let (code, text) = plan_to(&adopted);
+    assert_eq!(code, 2, "changes, no error: {text}");
+    assert!(!text.contains("pre-flight"), "{text}");
+    let (code, text) = plan_to(&jump);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(
+            "    error: kube-version-step: clusters/prod-bj/vars.yml:1: kube_version v1.29.10 (installed outside \
+             kok, as cluster.yml's installed says) → v1.31.4 skips v1.30"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("operation-order"), "{text}");
 }

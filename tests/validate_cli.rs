@@ -206,3 +206,49 @@ fn a_preflight_error_is_printed_with_path_line_and_column_and_exits_one() {
         "2 clusters valid, 0 invalid, 1 error, 2 warnings (pre-flight: 1 of the errors, 1 of the warnings)"
     );
 }
+
+#[test]
+fn installed_in_cluster_yml_lets_scale_yml_come_first_and_a_bad_value_is_an_error_at_its_line() {
+    let repo = tempfile::tempdir().unwrap();
+    good_cluster(repo.path(), "clusters/a");
+    write(
+        repo.path(),
+        "clusters/a/operations.yml",
+        "- id: add\n  action: scale.yml\n- id: install\n  action: cluster.yml\n",
+    );
+    let dir = repo.path().to_str().unwrap();
+    let out = kok(&["validate", dir]);
+    assert!(
+        text(&out.stdout).contains("[operation-order]"),
+        "without installed: {}",
+        text(&out.stdout)
+    );
+    write(repo.path(), "clusters/a/cluster.yml", "installed: true\n");
+    let out = kok(&["validate", dir]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_eq!(text(&out.stdout), "");
+
+    write(
+        repo.path(),
+        "clusters/a/cluster.yml",
+        "installed: {kubeVersion: 1.30}\n",
+    );
+    let out = kok(&["validate", dir]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).starts_with(
+            "clusters/a/cluster.yml:1:26: installed.kubeVersion must be the Kubernetes version the cluster runs"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+    write(repo.path(), "clusters/a/cluster.yml", "installed: true\n");
+    write(repo.path(), "kok.yml", "installed: true\n");
+    let out = kok(&["validate", dir]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).starts_with("kok.yml:1:12: installed belongs in cluster.yml, not kok.yml"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -355,8 +355,9 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
     /// The Kubernetes version and kubespray release kok last gave a run of this cluster (this revision's,
-    /// unless the commit created no operation that pre-flight let through): what pre-flight compares the
-    /// next commit's with. Absent for a cluster whose inventory is not kubespray's.
+    /// unless the commit created no operation that pre-flight let through; before the first run of a
+    /// cluster installed outside kok, the versions `installed:` in its cluster.yml gives): what pre-flight
+    /// compares the next commit's with. Absent for a cluster whose inventory is not kubespray's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<ClusterKubernetes>,
 }

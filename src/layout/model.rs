@@ -71,6 +71,24 @@ pub struct Settings {
     pub image_at: Option<WrittenAt>,
     /// Where the `kubesprayVersion` in effect is written; `None` when neither file sets it.
     pub kubespray_version_at: Option<WrittenAt>,
+    /// `installed:` of cluster.yml (never kok.yml's): the cluster was installed outside kok and runs
+    /// already; `None` when not said (kok decides from what it saw).
+    pub installed: Option<Installed>,
+}
+
+/// A cluster installed outside kok (by hand with kubespray), which kok adopts: pre-flight counts it as
+/// installed from its first commit, and compares the versions given here with the ones the commit asks
+/// for until kok has its own record of the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Installed {
+    /// Where `installed` is written.
+    pub at: WrittenAt,
+    /// `kubeVersion`: the Kubernetes version the cluster runs (`v1.30.4`), and where it is written; `None`:
+    /// the inventory's `kube_version`.
+    pub kube_version: Option<(String, WrittenAt)>,
+    /// `kubesprayVersion`: the kubespray release that installed it (`v2.26.0`), and where it is written;
+    /// `None`: not known (the release step is not checked).
+    pub kubespray_version: Option<(String, WrittenAt)>,
 }
 
 /// Where a setting is written: a file of the repository and a line in it.

@@ -11,7 +11,7 @@ use super::maintenance::parse_maintenance;
 use super::names::is_dns1123_subdomain;
 use super::notifications::parse_notifications;
 use super::yaml::{Kind, Node};
-use super::{Settings, WrittenAt};
+use super::{Installed, Settings, WrittenAt};
 use crate::api::{DEFAULT_FACTS_PLAYBOOK, FACTS_PLAYBOOK_NONE};
 
 /// Keys cluster.yml and kok.yml may hold.
@@ -30,6 +30,7 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "labels",
     "maintenance",
     "notifications",
+    "installed",
 ];
 
 /// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
@@ -149,6 +150,17 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
         .and_then(|node| parse_labels(node, diags))
         .unwrap_or_default();
     settings.maintenance = get(map, "maintenance").and_then(|node| parse_maintenance(node, diags));
+    if let Some(node) = get(map, "installed") {
+        if file.ends_with(super::CLUSTER_YML) {
+            settings.installed = installed(node, diags);
+        } else {
+            diags.error(
+                node,
+                "installed belongs in cluster.yml, not kok.yml: it says that one cluster was installed outside \
+                 kok; set it in the cluster.yml of each cluster kok adopts",
+            );
+        }
+    }
     if let Some(node) = get(map, "notifications") {
         if file.ends_with(super::CLUSTER_YML) {
             diags.error(
@@ -161,6 +173,64 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
         }
     }
     settings
+}
+
+/// What `installed` must be, for messages.
+const INSTALLED_SHAPE: &str = "installed must be true, or a mapping of what the cluster runs (e.g. {kubeVersion: \
+                               v1.30.4, kubesprayVersion: v2.26.0}): it tells kok that the cluster was installed \
+                               outside kok";
+
+/// `installed`: `true` (or a mapping of the versions the cluster runs) for a cluster installed outside kok;
+/// `false` is the default, said.
+fn installed(node: &Node, diags: &mut FileDiags<'_>) -> Option<Installed> {
+    let path = diags.path.clone();
+    let at = |node: &Node| WrittenAt {
+        path: path.clone(),
+        line: node.line,
+    };
+    let mut adopted = Installed {
+        at: at(node),
+        ..Installed::default()
+    };
+    match &node.kind {
+        Kind::Bool(true) => return Some(adopted),
+        Kind::Bool(false) => return None,
+        Kind::Map(_) => {}
+        _ => {
+            diags.error(node, format!("{INSTALLED_SHAPE}, not {}", node.type_name()));
+            return None;
+        }
+    }
+    let map = keyed_map(
+        node,
+        &["kubeVersion", "kubesprayVersion"],
+        "installed",
+        || INSTALLED_SHAPE.to_string(),
+        diags,
+    )?;
+    if let Some(node) = get(map, "kubeVersion") {
+        match node.as_str().map(str::trim) {
+            Some(v) if is_release_tag(v) || is_release_tag(&format!("v{v}")) => {
+                adopted.kube_version = Some((v.to_string(), at(node)));
+            }
+            _ => diags.error(
+                node,
+                "installed.kubeVersion must be the Kubernetes version the cluster runs, as a string such as \
+                 v1.30.4 (kubectl version shows it)",
+            ),
+        }
+    }
+    if let Some(node) = get(map, "kubesprayVersion") {
+        match node.as_str() {
+            Some(v) if is_release_tag(v) => adopted.kubespray_version = Some((v.to_string(), at(node))),
+            _ => diags.error(
+                node,
+                "installed.kubesprayVersion must be the kubespray release tag that installed the cluster, such \
+                 as v2.26.0",
+            ),
+        }
+    }
+    Some(adopted)
 }
 
 /// `factsPlaybook`: a playbook path, or `none` / `false` (stored as [`FACTS_PLAYBOOK_NONE`]) to turn it off.
@@ -239,6 +309,8 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             Some(_) => over.kubespray_version_at.clone(),
             None => base.kubespray_version_at.clone(),
         },
+        // A cluster's own: kok.yml holds none.
+        installed: over.installed.clone(),
     }
 }
 
@@ -496,6 +568,79 @@ mod tests {
         assert_eq!((merged.windows.len(), merged.freezes.len()), (1, 0));
         let kept = merge_settings(&base, &Settings::default()).maintenance.unwrap();
         assert_eq!(kept.freezes[0].to, "2027-01-04");
+    }
+
+    #[test]
+    fn installed_is_true_or_the_versions_the_cluster_runs_with_their_lines() {
+        let (s, d) = check("sshAuthSecret: bj-ssh\ninstalled: true\n");
+        assert_eq!(d, vec![]);
+        let adopted = s.installed.unwrap();
+        assert_eq!((adopted.at.path.as_str(), adopted.at.line), ("cluster.yml", 2));
+        assert_eq!((adopted.kube_version, adopted.kubespray_version), (None, None));
+        let (s, d) = check("installed:\n  kubeVersion: v1.30.4\n  kubesprayVersion: v2.26.0\n");
+        assert_eq!(d, vec![]);
+        let adopted = s.installed.unwrap();
+        let (kube, at) = adopted.kube_version.unwrap();
+        assert_eq!((kube.as_str(), at.line), ("v1.30.4", 2));
+        let (release, at) = adopted.kubespray_version.unwrap();
+        assert_eq!((release.as_str(), at.line), ("v2.26.0", 3));
+        assert_eq!(
+            check("installed: {kubeVersion: 1.31.4}\n")
+                .0
+                .installed
+                .unwrap()
+                .kube_version
+                .unwrap()
+                .0,
+            "1.31.4",
+            "kubespray v2.28 writes versions without their v"
+        );
+        assert_eq!(check("installed: false\n"), (Settings::default(), vec![]));
+    }
+
+    #[test]
+    fn a_bad_installed_is_an_error_at_its_line_saying_what_to_write() {
+        assert!(
+            first_error("image: x\ninstalled: maybe\n").starts_with(
+                "2:12: installed must be true, or a mapping of what the cluster runs (e.g. {kubeVersion: \
+                 v1.30.4, kubesprayVersion: v2.26.0}): it tells kok that the cluster was installed outside kok, \
+                 not a string"
+            ),
+            "{}",
+            first_error("image: x\ninstalled: maybe\n")
+        );
+        assert!(first_error("installed:\n  kubeVersion: 1.30\n")
+            .starts_with("2:16: installed.kubeVersion must be the Kubernetes version the cluster runs"));
+        assert!(first_error("installed: {kubesprayVersion: 2.26}\n")
+            .starts_with("1:31: installed.kubesprayVersion must be the kubespray release tag"));
+        assert_eq!(
+            first_error("installed: {kubeVersoin: v1.30.4}\n"),
+            "1:13: unknown key \"kubeVersoin\" in installed; did you mean \"kubeVersion\"?"
+        );
+        assert_eq!(
+            first_error("instaled: true\n"),
+            "1:1: unknown key \"instaled\" in cluster.yml; did you mean \"installed\"?"
+        );
+    }
+
+    #[test]
+    fn installed_in_kok_yml_is_an_error_adoption_is_per_cluster() {
+        let mut out = Vec::new();
+        let s = parse_settings(
+            "image: x\ninstalled: true\n",
+            "kok.yml",
+            &mut FileDiags::new("kok.yml", None, &mut out),
+        );
+        assert_eq!(s.installed, None);
+        assert!(
+            out[0]
+                .at()
+                .starts_with("2:12: installed belongs in cluster.yml, not kok.yml"),
+            "{out:?}"
+        );
+        let (over, _) = check("installed: true\n");
+        assert!(merge_settings(&Settings::default(), &over).installed.is_some());
+        assert!(merge_settings(&over, &Settings::default()).installed.is_none());
     }
 
     #[test]

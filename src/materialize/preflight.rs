@@ -63,12 +63,13 @@ pub fn creates_operations(desired: &DesiredCluster, live: &Live) -> bool {
 }
 
 /// Every finding of `cluster` (rendered as `desired`) against the history `live` shows: the values its
-/// Cluster recorded (and health saw), whether it was seen installed, and which entries are still to run;
-/// and those of each of its runs of a rollout.
+/// Cluster recorded (and health saw; without a Cluster, those cluster.yml's `installed:` gives), whether
+/// it was seen installed, and which entries are still to run; and those of each of its runs of a rollout.
 pub fn check(cluster: &ClusterDir, desired: &DesiredCluster, live: &Live, seen: &Seen) -> Checked {
     let queued = preflight::queued(cluster, &desired.operations, &live.operations, seen.simulated);
     let history = History {
-        previous: preflight::previous_of(live.cluster.as_ref(), seen.base),
+        previous: preflight::previous_of(live.cluster.as_ref(), seen.base)
+            .or_else(|| preflight::adopted_previous(cluster)),
         installed: preflight::installed(live.cluster.as_ref(), live.operations.values(), seen.simulated),
     };
     let facts = preflight::cluster_facts(cluster, queued.clone(), history.clone(), seen.tree.clone());
@@ -113,7 +114,8 @@ fn installs(op: &Operation) -> bool {
 /// Pins what `checked` found into the operations `desired` creates (each gets the errors that refuse it;
 /// a run of a rollout gets them at whatever `rerun` it is created), and keeps on the Cluster the versions
 /// it recorded before unless one of them may run: the recorded values are those kok last gave a run,
-/// which the next commit's rules 2 and 3 compare with.
+/// which the next commit's rules 2 and 3 compare with. A new Cluster of a cluster installed outside kok
+/// records, until a run may start, the versions its `installed:` gives (the last run was the install).
 pub fn pin(desired: &mut DesiredCluster, cluster: &ClusterDir, live: &Live, checked: &Checked) {
     let mut runnable = false;
     for op in desired
@@ -131,9 +133,12 @@ pub fn pin(desired: &mut DesiredCluster, cluster: &ClusterDir, live: &Live, chec
         let new = !live.operations.contains_key(&run.operation.name_any());
         runnable |= set(&mut run.operation, pinned) && new;
     }
-    let recorded = live.cluster.as_ref().map(|c| &c.spec.kubernetes);
-    if let Some(recorded) = recorded.filter(|r| !runnable && **r != desired.cluster.spec.kubernetes) {
-        desired.cluster.spec.kubernetes = recorded.clone();
+    let recorded = match &live.cluster {
+        Some(c) => Some(c.spec.kubernetes.clone()),
+        None => preflight::adopted_record(cluster).map(Some),
+    };
+    if let Some(recorded) = recorded.filter(|r| !runnable && *r != desired.cluster.spec.kubernetes) {
+        desired.cluster.spec.kubernetes = recorded;
         restamp(&mut desired.cluster);
     }
 }
@@ -168,9 +173,15 @@ mod tests {
 
     /// prod-bj on kubespray v2.27.0 with `etcd` members and `kube_version`, its operations.yml `ops`.
     fn cluster(etcd: &[&str], kube_version: &str, ops: &str) -> ClusterDir {
+        cluster_with(etcd, kube_version, ops, "")
+    }
+
+    /// [`cluster`] with `settings` as its cluster.yml.
+    fn cluster_with(etcd: &[&str], kube_version: &str, ops: &str, settings: &str) -> ClusterDir {
         let dir = tempfile::tempdir().unwrap();
         let members: String = etcd.iter().map(|h| format!("{h}\n")).collect();
         let files = [
+            ("clusters/prod-bj/cluster.yml", settings.to_string()),
             (
                 "kok.yml",
                 "image: quay.io/kubespray/kubespray:v2.27.0\n".to_string(),
@@ -185,7 +196,7 @@ mod tests {
             ),
             ("clusters/prod-bj/operations.yml", ops.to_string()),
         ];
-        for (path, text) in files {
+        for (path, text) in files.into_iter().filter(|(_, text)| !text.is_empty()) {
             let path = dir.path().join(path);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, text).unwrap();
@@ -287,6 +298,97 @@ mod tests {
             desired.cluster.spec.kubernetes.unwrap().kube_version.as_deref(),
             Some("v1.30.4")
         );
+    }
+
+    /// The rules of the errors pinned into the operation `id` of `desired`.
+    fn refusing(desired: &DesiredCluster, id: &str) -> Vec<String> {
+        let op = desired.operations.iter().find(|o| o.spec.id == id).unwrap();
+        let findings = op.spec.preflight.as_ref().map(|p| p.findings.clone());
+        findings.unwrap_or_default().into_iter().map(|f| f.rule).collect()
+    }
+
+    #[test]
+    fn a_cluster_installed_outside_kok_may_start_with_scale_yml_and_without_installed_it_may_not() {
+        let ctx = RenderContext::new("kok-system", "main", "1".repeat(40));
+        let scale = "- id: add-n5\n  action: scale.yml\n  extraArgs: [--limit=n4]\n";
+        let new = Live::default();
+        for (settings, refused) in [
+            ("installed: true\n", vec![]),
+            ("installed: {kubeVersion: v1.29.10}\n", vec![]),
+            ("", vec!["operation-order".to_string()]),
+            ("installed: false\n", vec!["operation-order".to_string()]),
+        ] {
+            let dir = cluster_with(&["n1"], "v1.29.10", scale, settings);
+            let mut desired = render_cluster(&dir, &ctx);
+            let checked = check(&dir, &desired, &new, &seen());
+            pin(&mut desired, &dir, &new, &checked);
+            assert_eq!(refusing(&desired, "add-n5"), refused, "cluster.yml: {settings:?}");
+        }
+    }
+
+    #[test]
+    fn the_versions_installed_gives_are_the_old_ones_until_the_cluster_is_recorded() {
+        let ctx = RenderContext::new("kok-system", "main", "1".repeat(40));
+        let upgrade = "- id: upgrade\n  action: upgrade-cluster.yml\n";
+        let adopted = "installed:\n  kubeVersion: v1.29.10\n  kubesprayVersion: v2.26.0\n";
+        let new = Live::default();
+
+        // Adopted at v1.29.10, asked for v1.31.4 at once: the step over v1.30 is refused, from cluster.yml's word.
+        let jump = cluster_with(&["n1"], "v1.31.4", upgrade, adopted);
+        let mut desired = render_cluster(&jump, &ctx);
+        let checked = check(&jump, &desired, &new, &seen());
+        let step = checked
+            .entries
+            .iter()
+            .find(|f| f.rule == preflight::Rule::KubeVersionStep)
+            .unwrap();
+        assert!(
+            step.message.starts_with(
+                "kube_version v1.29.10 (installed outside kok, as cluster.yml's installed says) → v1.31.4 skips v1.30"
+            ),
+            "{}",
+            step.message
+        );
+        pin(&mut desired, &jump, &new, &checked);
+        assert_eq!(refusing(&desired, "upgrade"), ["kube-version-step"]);
+        let adopted_versions = Some(ClusterKubernetes {
+            kube_version: Some("v1.29.10".into()),
+            kubespray_release: Some("v2.26.0".into()),
+        });
+        assert_eq!(
+            desired.cluster.spec.kubernetes, adopted_versions,
+            "nothing ran: the Cluster records what runs"
+        );
+
+        // One minor up, and one kubespray release up: it may run, and the Cluster records the revision's.
+        let one = cluster_with(&["n1"], "v1.30.4", upgrade, adopted);
+        let mut desired = render_cluster(&one, &ctx);
+        let checked = check(&one, &desired, &new, &seen());
+        assert_eq!(checked.entries, []);
+        pin(&mut desired, &one, &new, &checked);
+        assert_eq!(refusing(&desired, "upgrade"), Vec::<String>::new());
+        assert_eq!(
+            desired
+                .cluster
+                .spec
+                .kubernetes
+                .clone()
+                .unwrap()
+                .kube_version
+                .as_deref(),
+            Some("v1.30.4")
+        );
+
+        // Once kok has the Cluster, its record wins over cluster.yml's word, which may grow old.
+        let live = live(&desired, Phase::Succeeded);
+        let later = cluster_with(
+            &["n1"],
+            "v1.31.4",
+            &format!("{upgrade}- id: again\n  action: upgrade-cluster.yml\n"),
+            adopted,
+        );
+        let desired = render_cluster(&later, &ctx);
+        assert_eq!(check(&later, &desired, &live, &seen()).entries, []);
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub fn cluster_facts<'a>(
         operations: operation_facts(operations),
         facts_playbook: cluster.settings.defaults.facts(),
         previous: history.previous,
-        installed: history.installed,
+        installed: history.installed || cluster.settings.installed.is_some(),
         tree,
     }
 }
@@ -165,7 +165,9 @@ pub fn check_embedded(facts: &ClusterFacts<'_>) -> Vec<Finding> {
 
 /// `kok validate`'s findings for `cluster`, which it sees without a history: every entry counts as still to
 /// run, in file order, and a cluster whose operations.yml has a `cluster.yml` entry counts as never
-/// installed (so the file order decides rule 9). Which entries already ran is not known, so a finding about
+/// installed (so the file order decides rule 9) unless its cluster.yml says `installed:`. The versions
+/// `installed:` gives are not compared (validate cannot tell whether kok has a record of the cluster
+/// already, which wins over them). Which entries already ran is not known, so a finding about
 /// one operation is a warning; those about the cluster as a whole keep their severity.
 pub fn validate_cluster(cluster: &ClusterDir) -> Vec<Finding> {
     let installs = cluster
@@ -210,12 +212,55 @@ pub fn recorded(cluster: &ClusterDir) -> Option<ClusterKubernetes> {
     })
 }
 
+/// What a cluster adopted with the versions it runs (`installed: {kubeVersion, kubesprayVersion}` in its
+/// cluster.yml) records on its new Cluster until kok gives it a run: those versions, each not given the
+/// revision's own ([`recorded`]). `None` when cluster.yml gives no version, or for an inventory that is not
+/// kubespray's.
+pub fn adopted_record(cluster: &ClusterDir) -> Option<ClusterKubernetes> {
+    let installed = cluster.settings.installed.as_ref()?;
+    if installed.kube_version.is_none() && installed.kubespray_version.is_none() {
+        return None;
+    }
+    let now = recorded(cluster)?;
+    let kube_version = installed
+        .kube_version
+        .as_ref()
+        .and_then(|(v, _)| Version::parse(v))
+        .map(|v| v.to_string());
+    Some(ClusterKubernetes {
+        kube_version: kube_version.or(now.kube_version),
+        kubespray_release: installed
+            .kubespray_version
+            .as_ref()
+            .map(|(v, _)| v.clone())
+            .or(now.kubespray_release),
+    })
+}
+
+/// The cluster before kok's first commit of it, for a cluster adopted with the versions it runs
+/// ([`adopted_record`]): what rules 2 and 3 compare with while kok has no Cluster of it.
+pub fn adopted_previous(cluster: &ClusterDir) -> Option<Previous> {
+    let record = adopted_record(cluster)?;
+    Some(previous_from(&record, Base::Installed, None))
+}
+
 /// The cluster before this commit, from what its Cluster object recorded (`spec.kubernetes`) and the
 /// version health saw running (`status.kubernetesVersion`); `None` when there is no Cluster yet.
 pub fn previous_of(cluster: Option<&Cluster>, base: Base) -> Option<Previous> {
     let cluster = cluster?;
-    let recorded = cluster.spec.kubernetes.as_ref();
-    let kube_version = match recorded.and_then(|k| k.kube_version.as_deref()) {
+    let observed = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.kubernetes_version.as_deref())
+        .and_then(Version::parse);
+    let recorded = cluster.spec.kubernetes.clone().unwrap_or_default();
+    Some(previous_from(&recorded, base, observed))
+}
+
+/// The cluster before this commit from `recorded` versions (an absent `kube_version` is not known) and the
+/// version health saw running.
+fn previous_from(recorded: &ClusterKubernetes, base: Base, observed: Option<Version>) -> Previous {
+    let kube_version = match recorded.kube_version.as_deref() {
         Some(v) => Setting::Known(Written {
             value: serde_json::Value::String(v.to_string()),
             path: String::new(),
@@ -225,18 +270,12 @@ pub fn previous_of(cluster: Option<&Cluster>, base: Base) -> Option<Previous> {
             reason: "not recorded".to_string(),
         },
     };
-    Some(Previous {
+    Previous {
         base,
-        release: recorded
-            .and_then(|k| k.kubespray_release.as_deref())
-            .and_then(Version::parse),
+        release: recorded.kubespray_release.as_deref().and_then(Version::parse),
         kube_version: Some(kube_version),
-        observed_kube_version: cluster
-            .status
-            .as_ref()
-            .and_then(|s| s.kubernetes_version.as_deref())
-            .and_then(Version::parse),
-    })
+        observed_kube_version: observed,
+    }
 }
 
 /// True when kok has seen the cluster installed: health saw its API server (`status.kubernetesVersion`), or
@@ -422,6 +461,82 @@ mod tests {
         assert_eq!(
             (order.path.as_str(), order.line),
             ("clusters/bj/operations.yml", 1)
+        );
+    }
+
+    #[test]
+    fn a_cluster_said_installed_may_start_with_scale_yml_in_validate_and_in_the_pass() {
+        let mut dir = kubespray_dir("- id: add\n  action: scale.yml\n- id: install\n  action: cluster.yml\n");
+        let order = |dir: &ClusterDir| {
+            let ops = dir.operations.iter().map(|o| (o, true)).collect();
+            let facts = cluster_facts(dir, ops, History::default(), None);
+            let found = check_embedded(&facts);
+            (
+                facts.installed,
+                found.iter().filter(|f| f.rule == Rule::Order).count(),
+            )
+        };
+        assert_eq!(order(&dir), (false, 1));
+        assert_eq!(
+            validate_cluster(&dir)
+                .iter()
+                .filter(|f| f.rule == Rule::Order)
+                .count(),
+            1
+        );
+        dir.settings.installed = Some(layout::Installed::default());
+        assert_eq!(order(&dir), (true, 0), "no history, but cluster.yml's word");
+        assert!(validate_cluster(&dir).iter().all(|f| f.rule != Rule::Order));
+        assert_eq!(adopted_previous(&dir), None, "no version given: the inventory's");
+        assert_eq!(adopted_record(&dir), None);
+    }
+
+    #[test]
+    fn the_versions_installed_gives_are_recorded_each_else_the_revisions() {
+        let mut dir = kubespray_dir("");
+        let at = layout::WrittenAt {
+            path: "clusters/bj/cluster.yml".into(),
+            line: 2,
+        };
+        dir.settings.installed = Some(layout::Installed {
+            kube_version: Some(("1.28.6".into(), at.clone())),
+            ..layout::Installed::default()
+        });
+        let record = adopted_record(&dir).unwrap();
+        assert_eq!(record.kube_version.as_deref(), Some("v1.28.6"));
+        assert_eq!(
+            record.kubespray_release.as_deref(),
+            Some("v2.27.0"),
+            "the revision's"
+        );
+        let previous = adopted_previous(&dir).unwrap();
+        assert_eq!(previous.base, Base::Installed);
+        assert_eq!(previous.release, Version::parse("v2.27.0"));
+        dir.settings.installed = Some(layout::Installed {
+            kubespray_version: Some(("v2.25.0".into(), at)),
+            ..layout::Installed::default()
+        });
+        let record = adopted_record(&dir).unwrap();
+        assert_eq!(
+            (
+                record.kube_version.as_deref(),
+                record.kubespray_release.as_deref()
+            ),
+            (Some("v1.29.10"), Some("v2.25.0")),
+            "the inventory's kube_version"
+        );
+        let history = History {
+            previous: adopted_previous(&dir),
+            installed: false,
+        };
+        let found = check_embedded(&cluster_facts(&dir, Vec::new(), history, None));
+        let step = found.iter().find(|f| f.rule == Rule::ReleaseStep).unwrap();
+        assert!(step
+            .message
+            .starts_with("kubespray v2.25.0 → v2.27.0 skips a minor release"));
+        assert!(
+            validate_cluster(&dir).iter().all(|f| f.rule != Rule::ReleaseStep),
+            "validate does not compare: a record of kok's may be newer than cluster.yml's word"
         );
     }
 

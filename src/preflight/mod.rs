@@ -19,8 +19,8 @@
 //! 7. `--limit` names hosts or groups that exist, and keeps the facts step where the release needs it
 //!    ([`Rule::LimitNames`], [`Rule::LimitFacts`]);
 //! 8. the enumerated settings hold a value the release accepts ([`Rule::SettingAccepted`]);
-//! 9. on a cluster never seen installed, nothing that needs a running cluster is queued before `cluster.yml`
-//!    ([`Rule::Order`]).
+//! 9. on a cluster never seen installed (nor said installed outside kok, `installed:` in cluster.yml), nothing
+//!    that needs a running cluster is queued before `cluster.yml` ([`Rule::Order`]).
 //!
 //! A release kok has no data for is said plainly ([`Rule::ReleaseKnown`]) and the rules that need the
 //! data check nothing.
@@ -33,8 +33,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 pub use facts::{
-    check_embedded, cluster_facts, groups_of, installed, is_kubespray_inventory, operation_facts, pinned,
-    previous_of, queued, recorded, release_source, validate_cluster, History,
+    adopted_previous, adopted_record, check_embedded, cluster_facts, groups_of, installed,
+    is_kubespray_inventory, operation_facts, pinned, previous_of, queued, recorded, release_source,
+    validate_cluster, History,
 };
 pub use releases::{
     kube_versions_from_checksums, Accepted, Check, Checks, Conditional, DocLine, Docs, Lookup, Minor, Place,
@@ -136,6 +137,9 @@ pub enum Base {
     PullRequest,
     /// The last commit kok reconciled.
     LastReconciled,
+    /// Before kok's first commit of a cluster installed outside kok: what `installed:` in its cluster.yml
+    /// says it runs.
+    Installed,
 }
 
 impl fmt::Display for Base {
@@ -143,6 +147,7 @@ impl fmt::Display for Base {
         f.write_str(match self {
             Base::PullRequest => "at the pull request's base",
             Base::LastReconciled => "at the last reconciled commit",
+            Base::Installed => "installed outside kok, as cluster.yml's installed says",
         })
     }
 }
@@ -208,7 +213,8 @@ pub struct ClusterFacts<'a> {
     pub facts_playbook: Option<FactsPlaybook>,
     /// The cluster before this commit; `None` for a new cluster.
     pub previous: Option<Previous>,
-    /// True when kok has seen the cluster installed (a successful `cluster.yml` in its history, or health).
+    /// True when kok has seen the cluster installed (a successful `cluster.yml` in its history, or health), or
+    /// its cluster.yml says it was installed outside kok (`installed:`).
     pub installed: bool,
     /// Local mode: the checked-out kubespray tree, whose own files win over the data.
     pub tree: Option<Tree>,

@@ -968,7 +968,8 @@ fn settings(facts: &ClusterFacts<'_>, view: &View<'_>) -> Vec<Finding> {
 
 // ---- rule 9 ----
 
-/// Rule 9: on a cluster kok has never seen installed, no pending operation that needs a running cluster
+/// Rule 9: on a cluster kok has never seen installed (and whose cluster.yml does not say `installed:`), no
+/// pending operation that needs a running cluster
 /// (`scale.yml`, `upgrade-cluster.yml`, `remove-node.yml`, `recover-control-plane.yml`) is queued before
 /// its `cluster.yml`.
 pub fn order(facts: &ClusterFacts<'_>) -> Vec<Finding> {
@@ -1003,8 +1004,8 @@ pub fn order(facts: &ClusterFacts<'_>) -> Vec<Finding> {
             ),
             None => format!(
                 "{action} needs a running cluster, and kok has never seen {} installed (no successful \
-                 cluster.yml, no health): queue cluster.yml before it; for a cluster installed outside kok, set \
-                 kubeconfigSecret so kok can see it running, or set preflight: false on this operation",
+                 cluster.yml, no health): queue cluster.yml before it; for a cluster installed outside kok, say \
+                 so in its cluster.yml: installed: true (or installed: {{kubeVersion: <the version it runs>}})",
                 facts.cluster
             ),
         };
