@@ -772,3 +772,126 @@ async fn a_run_whose_image_cannot_be_pulled_fails_on_its_commit_after_its_start_
     })
     .await;
 }
+
+/// The command lines of the `sh` blocks of section `## {heading}` of docs/disaster-recovery.md.
+fn documented_commands(heading: &str) -> Vec<String> {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/disaster-recovery.md"))
+        .expect("docs/disaster-recovery.md");
+    let section = page
+        .split("\n## ")
+        .find(|s| s.starts_with(heading))
+        .unwrap_or_else(|| panic!("docs/disaster-recovery.md has no section {heading:?}"));
+    let mut lines = Vec::new();
+    let mut in_sh = false;
+    for line in section.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            l if in_sh && !l.is_empty() => lines.push(l.to_string()),
+            _ => {}
+        }
+    }
+    assert!(!lines.is_empty(), "section {heading:?} shows no command");
+    lines
+}
+
+/// Runs a documented kubectl line with `sh`, against `api`, with the example run's name replaced.
+fn run_documented(api: &testkit::ApiServer, line: &str, run: &str) {
+    let line = line.replace("prod-bj-install-0123abcd", run);
+    let out = std::process::Command::new("sh")
+        .args(["-c", &line])
+        .env("KUBECONFIG", api.kubeconfig_path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sh runs");
+    assert!(
+        out.status.success(),
+        "{line} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The disaster-recovery page's ways to stop runs, run as written with the real kubectl: one run stopped by
+/// deleting its Job ends Failed and holds its cluster; every running Job deleted while kok is down (scaled to
+/// 0) ends Failed when kok is back, and nothing runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_ways_to_stop_runs_end_them_failed_and_hold_their_clusters() {
+    let api = meta_cluster().await;
+    let remote = Remote::new();
+    remote.cluster("prod-bj").cluster("beta");
+    remote.write(
+        "clusters/prod-bj/operations.yml",
+        "- id: install\n  action: cluster.yml\n- id: later\n  action: scale.yml\n",
+    );
+    remote.write("clusters/beta/operations.yml", OPS_INSTALL);
+    remote.push("two clusters with runs to stop");
+    let mut kok = Kok::run(&api, &remote, &[]);
+    let objects = &Objects::new(&api);
+    let running = |cluster: &'static str| async move {
+        objects
+            .operation(cluster, "install")
+            .await
+            .filter(|o| o.status.as_ref().is_some_and(|s| s.phase == Phase::Running))
+    };
+    let install = wait_for("prod-bj's install running", Some(&kok), || running("prod-bj")).await;
+    wait_for("beta's install running", Some(&kok), || running("beta")).await;
+
+    for line in documented_commands("Stop one run now") {
+        run_documented(&api, &line, &kube::ResourceExt::name_any(&install));
+    }
+    let stopped = wait_for("prod-bj's install stopped", Some(&kok), || async {
+        objects
+            .operation("prod-bj", "install")
+            .await
+            .and_then(|o| o.status)
+            .filter(|s| s.phase.is_terminal())
+    })
+    .await;
+    assert_eq!(stopped.phase, Phase::Failed, "{stopped:?}");
+    assert!(
+        stopped.message.as_deref().unwrap_or_default().contains("deleted"),
+        "{stopped:?}"
+    );
+    wait_for("later held behind it", Some(&kok), || async {
+        let later = objects.operation("prod-bj", "later").await?.status?;
+        later.message.filter(|m| m.starts_with("held: "))
+    })
+    .await;
+
+    // Everything at once: kok down (as scaled to 0), every running Job deleted, kok back.
+    kok.kill();
+    let lines = documented_commands("Stop everything now");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("scale deployment kok --replicas=0")),
+        "{lines:?}"
+    );
+    for line in lines.iter().filter(|l| l.contains("delete jobs")) {
+        run_documented(&api, line, "");
+    }
+    assert!(
+        objects.jobs().await.is_empty(),
+        "the documented delete leaves no Job"
+    );
+    let kok = Kok::run(&api, &remote, &[]);
+    let beta = wait_for("beta's install ended", Some(&kok), || async {
+        objects
+            .operation("beta", "install")
+            .await
+            .and_then(|o| o.status)
+            .filter(|s| s.phase.is_terminal())
+    })
+    .await;
+    assert_eq!(beta.phase, Phase::Failed, "{beta:?}");
+    assert!(
+        beta.message.as_deref().unwrap_or_default().contains("deleted"),
+        "{beta:?}"
+    );
+    assert!(
+        objects.jobs().await.is_empty(),
+        "nothing ran again; kok's log:\n{}",
+        kok.log()
+    );
+}

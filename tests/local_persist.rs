@@ -418,7 +418,7 @@ async fn a_deleted_state_dir_reruns_nothing_a_failure_holds_again_and_a_running_
         message.contains("was queued or running when kok's state was lost"),
         "{message}"
     );
-    assert!(message.contains("bump `rerun`"), "{message}");
+    assert!(message.contains("bump its rerun"), "{message}");
     // The commit says so too, in place of "running".
     let line = wait_for("slow's failure on the commit", &mut kok, || async {
         f.note(&sha)

@@ -417,7 +417,7 @@ async fn restore(
         Err(why) => {
             let t = Transition {
                 phase: Phase::Failed,
-                message: Some(format!("{why}; bump `rerun` to run the entry, or remove it")),
+                message: Some(format!("{why}; bump its rerun to run the entry, or remove it")),
                 end_time: Some(now()),
                 event: Some(("RecordUnreadable", true)),
                 ..Transition::default()

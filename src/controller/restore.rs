@@ -23,7 +23,7 @@ use crate::api::{
 /// Message of a run whose last record is pending or running: it was queued or running when kok's state
 /// was lost.
 pub const STATE_LOST: &str = "was queued or running when kok's state was lost, so it may have run in part; \
-                              check the cluster, then bump `rerun` to run it again or remove the entry";
+                              check the cluster, then bump its rerun to run it again or remove the entry";
 
 /// Start of the message of a run restored from the record, followed by the recorded description.
 pub const RESTORED_PREFIX: &str = "restored from the record in ";
@@ -38,10 +38,7 @@ pub const STATE_LOST_EVENT: &str = "StateLost";
 /// kok's own: something changed it).
 pub fn recorded_of(op: &ClusterOperation) -> Option<Result<Recorded, String>> {
     let text = op.metadata.annotations.as_ref()?.get(ANNOTATION_RECORDED)?;
-    Some(
-        serde_json::from_str(text)
-            .map_err(|e| format!("annotation {ANNOTATION_RECORDED} cannot be read: {e}")),
-    )
+    Some(serde_json::from_str(text).map_err(|e| format!("annotation kok.dev/recorded cannot be read: {e}")))
 }
 
 /// What restoring `op` from `recorded` writes: the status merge patch, the Event reason, and whether the

@@ -357,7 +357,7 @@ impl NotesSink {
                     Err(e) => tracing::warn!(
                         remote = %self.remote_name(),
                         error = %crate::redact::scrub(&e),
-                        "could not read the remote's {NOTES_REF}; the local notes answer for what ran"
+                        "could not read the remote's refs/notes/kok; the local notes answer for what ran"
                     ),
                 }
             }
