@@ -120,3 +120,50 @@ async fn sigterm_stops_kok_promptly_with_exit_code_zero() {
     let name = e2e::job_name(&job);
     assert!(objects.jobs().await.iter().any(|j| e2e::job_name(j) == name));
 }
+
+/// Promise 9's one gap, said once at start: without a sink that keeps a record (`--status none`), a lost
+/// namespace would run every current entry again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kok_without_a_record_says_once_at_start_that_a_lost_namespace_would_rerun_everything() {
+    let api = meta_cluster().await;
+    let remote = Remote::new();
+    remote.cluster("prod-bj");
+    remote.push("first cluster");
+    let warning = "no status sink keeps a record of what ran (--status none)";
+    let kok = Kok::run(&api, &remote, &["--status".to_string(), "none".to_string()]);
+    let http = reqwest::Client::new();
+    wait_for("/readyz to answer 200", Some(&kok), || async {
+        (status_of(&http, &kok.url("/readyz")).await == Some(200)).then_some(())
+    })
+    .await;
+    // Polls after the first pass: the warning is not said again.
+    wait_for("two more polls", Some(&kok), || async {
+        let metrics = http
+            .get(kok.url("/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("kok_polls_total{result=\"unchanged\"}"))?;
+        let polls: f64 = line.rsplit(' ').next()?.parse().ok()?;
+        (polls >= 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(kok.log().matches(warning).count(), 1, "{}", kok.log());
+
+    drop(kok);
+    let noted = Kok::run(&api, &remote, &["--status".to_string(), "notes".to_string()]);
+    wait_for("the record's sinks named at start", Some(&noted), || async {
+        noted
+            .log()
+            .contains("the record of what ran is read back from these sinks")
+            .then_some(())
+    })
+    .await;
+    // Both write to one log: the warning is still the first kok's alone.
+    assert_eq!(noted.log().matches(warning).count(), 1, "{}", noted.log());
+}

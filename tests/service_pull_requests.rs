@@ -144,7 +144,8 @@ fn comment_requests(kind: Kind, forge: &ForgeServer) -> Vec<(String, String)> {
     forge
         .requests()
         .into_iter()
-        .filter(|r| r.path.starts_with(kind.prefix()) && !r.path.contains("/statuses/"))
+        // Status posts and reads of a commit's statuses (the record of what ran) are not comments.
+        .filter(|r| r.path.starts_with(kind.prefix()) && !r.path.contains("/statuses"))
         .map(|r| (r.method, r.path))
         .collect()
 }
