@@ -323,6 +323,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+    let stop = shutdown_signal();
     // Bad trust material stops kok before it connects anywhere.
     if let Some(verification) = args.trust.verification()? {
         if let Some(repo) = crate::source::RemoteUrl::parse(&args.git.repo)?.local_path() {
@@ -330,16 +331,19 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if args.local {
-        return serve_local(args).await;
+        return serve_local(args, stop).await;
     }
     let client = kube::Client::try_default()
         .await
         .context("connecting to the meta-cluster (in-cluster config, or KUBECONFIG / ~/.kube/config)")?;
-    run_with_client(args, client, shutdown_signal()).await
+    run_with_client(args, client, stop).await
 }
 
 /// Local mode: the embedded API server and the local Job runner around the normal service.
-async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
+async fn serve_local(
+    mut args: Args,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<ExitCode> {
     let state_dir = args.state_dir.clone();
     std::fs::create_dir_all(&state_dir).with_context(|| {
         format!(
@@ -379,7 +383,7 @@ async fn serve_local(mut args: Args) -> anyhow::Result<ExitCode> {
     let store_failed = api.store_failed();
     tokio::spawn(async move {
         tokio::select! {
-            _ = shutdown_signal() => {}
+            _ = stop => {}
             e = store_failed => tracing::error!(error = %e, "stopping"),
         }
         let _ = stop_tx.send(true);
@@ -519,20 +523,28 @@ async fn wait_true(mut rx: tokio::sync::watch::Receiver<bool>) {
 }
 
 /// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// Resolves at the first SIGTERM or SIGINT. The handlers are installed when this is called, not when it is
+/// first awaited: a signal that arrives while kok is still starting (its embedded API server already
+/// answering, say) waits for it, instead of ending the process before it has a handler.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    let term = signal(SignalKind::terminate()).ok();
+    let interrupt = signal(SignalKind::interrupt()).ok();
+    async move {
+        let received = |s: Option<Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            _ = received(term) => {}
+            _ = received(interrupt) => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
+        tracing::info!("shutting down: finishing in-flight work");
     }
-    tracing::info!("shutting down: finishing in-flight work");
 }
 
 #[cfg(test)]
