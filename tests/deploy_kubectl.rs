@@ -312,6 +312,24 @@ fn deploy_names_its_image_in_one_place_the_kustomization() {
         ("kok", env!("CARGO_PKG_VERSION")),
         "as checked in, deploy/ runs the image built from this source, tagged with its version"
     );
+    // The docs name the image the build makes with this version.
+    let version = env!("CARGO_PKG_VERSION");
+    let mut pages = vec![repo().join("README.md"), repo().join("deploy/README.md")];
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        pages.push(entry.unwrap().path());
+    }
+    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (at, _) in text.match_indices("kok:") {
+            let tag: String = text[at + 4..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            if tag.starts_with(|c: char| c.is_ascii_digit()) {
+                assert_eq!(tag, version, "{} names the image kok:{tag}", page.display());
+            }
+        }
+    }
     // No other file of deploy/ names an image.
     for entry in std::fs::read_dir(repo().join("deploy")).unwrap() {
         let path = entry.unwrap().path();

@@ -523,3 +523,66 @@ fn the_performance_targets_give_the_latest_measured_figures() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Deadlines and start timeouts
+
+/// What the docs call the two bounds of a run, and their defaults in the code.
+fn run_bounds() -> [(&'static str, i64); 2] {
+    [
+        ("startTimeout", kok::api::DEFAULT_START_TIMEOUT_SECONDS),
+        ("activeDeadlineSeconds", kok::api::DEFAULT_ACTIVE_DEADLINE_SECONDS),
+    ]
+}
+
+/// The number after the first "default " in `text`, if any.
+fn default_in(text: &str) -> Option<i64> {
+    let after = &text[text.find("default ")? + "default ".len()..];
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+#[test]
+fn run_bounds_in_the_docs_have_the_codes_defaults_and_a_stuck_run_is_bounded_by_both() {
+    let bounds = run_bounds();
+    let mut failures = Vec::new();
+    for page in doc_pages() {
+        let doc = read(&page);
+        let code = doc
+            .blocks
+            .iter()
+            .flat_map(|b| b.lines.iter().map(|(n, l)| (*n, l.clone())));
+        for (line, text) in paragraphs(&doc).into_iter().chain(code) {
+            let at = format!("{}:{line}", page.display());
+            for (name, default) in bounds {
+                for (start, _) in text.match_indices(name) {
+                    // What follows the name, up to the other bound's name.
+                    let rest = &text[start + name.len()..];
+                    let end = bounds
+                        .iter()
+                        .filter_map(|(other, _)| rest.find(other))
+                        .min()
+                        .unwrap_or(rest.len())
+                        .min(120.min(rest.len()));
+                    let end = (0..=end).rev().find(|i| rest.is_char_boundary(*i)).unwrap_or(0);
+                    if let Some(said) = default_in(&rest[..end]) {
+                        if said != default {
+                            failures.push(format!("{at}: {name} defaults to {default} seconds, not {said}"));
+                        }
+                    }
+                }
+            }
+            // A stuck run is bounded by both: its pod may never start.
+            if text.contains("stuck")
+                && text.contains("`activeDeadlineSeconds`")
+                && !text.contains("`startTimeout`")
+            {
+                failures.push(format!(
+                    "{at}: says a stuck run ends at its activeDeadlineSeconds and not that one whose pod \
+                     cannot start fails after its startTimeout"
+                ));
+            }
+        }
+    }
+    assert_none("deadlines and start timeouts the docs get wrong", &failures);
+}
