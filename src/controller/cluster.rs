@@ -24,7 +24,7 @@ use super::secret::check_cached;
 use super::{Action, Context, ControllerError};
 use crate::api::{
     Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, SecretRef,
-    DEFAULT_HISTORY_LIMIT,
+    CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED, DEFAULT_HISTORY_LIMIT,
 };
 
 fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
@@ -81,17 +81,17 @@ pub fn cluster_status(
 
     let ready = match &secret {
         Ok(reason) => condition(
-            "Ready",
+            CONDITION_READY,
             true,
             reason,
             "the cluster's inputs are usable".into(),
             generation,
         ),
-        Err((reason, message)) => condition("Ready", false, reason, message.clone(), generation),
+        Err((reason, message)) => condition(CONDITION_READY, false, reason, message.clone(), generation),
     };
     let reconciling = if active > 0 {
         condition(
-            "Reconciling",
+            CONDITION_RECONCILING,
             true,
             if counts.running > 0 {
                 "OperationRunning"
@@ -103,7 +103,7 @@ pub fn cluster_status(
         )
     } else {
         condition(
-            "Reconciling",
+            CONDITION_RECONCILING,
             false,
             "Idle",
             "no operation is waiting or running".into(),
@@ -118,7 +118,7 @@ pub fn cluster_status(
                 .and_then(|s| s.message.clone())
                 .unwrap_or_default();
             condition(
-                "Stalled",
+                CONDITION_STALLED,
                 true,
                 "LastOperationFailed",
                 format!(
@@ -130,7 +130,7 @@ pub fn cluster_status(
             )
         }
         _ => condition(
-            "Stalled",
+            CONDITION_STALLED,
             false,
             "Progressing",
             "the last operation did not fail".into(),

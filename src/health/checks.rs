@@ -6,7 +6,8 @@
 //! 3. `InventoryMatches`: the Nodes are exactly the inventory's Kubernetes hosts (`kube_control_plane` ∪
 //!    `kube_node`, children resolved), matched by name, else by a Node's InternalIP against the host's
 //!    `ip` / `access_ip` / `ansible_host`.
-//! 4. `VersionMatches`: when vars.yml sets `kube_version`, every kubelet reports it (`v1.31.4` = `1.31.4`).
+//! 4. `VersionMatches`: when the inventory gives the Kubernetes hosts one `kube_version` (from vars.yml,
+//!    group_vars/, host_vars/ or the inventory file), every kubelet reports it (`v1.31.4` = `1.31.4`).
 //! 5. `WorkloadsAvailable`: the kube-system Deployments and DaemonSets are available.
 //!
 //! A remove-node operation runs while its node is still in the inventory of its commit (DESIGN §1.7): the
@@ -40,7 +41,8 @@ pub const REMOVE_NODE_PLAYBOOK: &str = "remove-node.yml";
 pub struct Expected {
     /// The Kubernetes hosts of the inventory, each with the addresses its variables give it.
     pub hosts: BTreeMap<String, Vec<String>>,
-    /// `kube_version` from vars.yml, without a leading `v`; `None` when unset (or a template).
+    /// `kube_version` as the inventory gives it to the Kubernetes hosts, without a leading `v`; `None` when
+    /// unset (or a template).
     pub kube_version: Option<String>,
     /// Hosts the operation removes (remove-node's `-e node=`), with their addresses: they must be gone.
     pub removed: BTreeMap<String, Vec<String>>,

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use super::rollouts::{parts, rollout_rows, Part, RolloutRow};
 use super::view::{CommitMeta, View};
-use crate::api::{Cluster, ClusterOperation, NodeCounts, Phase, StatusState};
+use crate::api::{
+    Cluster, ClusterOperation, NodeCounts, Phase, StatusState, CONDITION_RECONCILING, CONDITION_STALLED,
+};
 use crate::controller::queue::{format_duration, phase, queue_order, Wait};
 use crate::controller::window::maintenance_wait;
 use crate::health::conditions::{HEALTHY, HEALTH_CONDITIONS};
@@ -335,7 +337,7 @@ fn stalled(cluster: &Cluster) -> Option<String> {
     let conditions = &cluster.status.as_ref()?.conditions;
     conditions
         .iter()
-        .find(|c| c.type_ == "Stalled" && c.status == "True")
+        .find(|c| c.type_ == CONDITION_STALLED && c.status == "True")
         .map(|c| c.message.clone())
 }
 
@@ -714,8 +716,8 @@ fn conditions_of(cluster: &Cluster) -> Vec<ConditionLine> {
             message: c.message.clone(),
             since: c.last_transition_time.0.to_string(),
             good: match c.type_.as_str() {
-                "Reconciling" => None,
-                "Stalled" => Some(c.status == "False"),
+                CONDITION_RECONCILING => None,
+                CONDITION_STALLED => Some(c.status == "False"),
                 _ => Some(c.status == "True"),
             },
         })

