@@ -143,6 +143,7 @@ impl Record {
             ignore_maintenance: s.ignore_maintenance,
             rollout: s.rollout.clone(),
             preflight: s.preflight.clone(),
+            repository_files: s.repository_files.clone(),
             ..ClusterOperationSpec::default()
         };
         let spec = Spec {

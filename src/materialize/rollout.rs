@@ -308,6 +308,7 @@ mod tests {
             operations: vec![],
             settings: Default::default(),
             kubespray: None,
+            repository_files: Default::default(),
         };
         let ctx = RenderContext::new("kok-system", "main", "2".repeat(40));
         let mut d = super::super::render_cluster(&dir, &ctx);
