@@ -85,3 +85,62 @@ async fn the_workdirs_own_playbooks_and_checksums_win_over_the_release_data() {
     assert_eq!(status.job_ref, None);
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster_and_one_in_neither_is_refused() {
+    if !ansible_or_skip("a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster") {
+        return;
+    }
+    let repo = LocalRepo::new();
+    let marks = repo.marks();
+    repo.write(&format!("clusters/{CLUSTER}/hosts.yml"), HOSTS);
+    repo.write(
+        &format!("clusters/{CLUSTER}/vars.yml"),
+        &format!("marks: {}\n", marks.display()),
+    );
+    repo.write("playbooks/ok.yml", MARK);
+    repo.write(
+        &format!("clusters/{CLUSTER}/operations.yml"),
+        "- id: ok\n  action: playbooks/ok.yml\n  extraArgs: [-e, mark=ok]\n\
+         - id: absent\n  action: playbooks/absent.yml\n",
+    );
+    repo.commit("a playbook kept in the repository");
+    let (_, stdout, _) = repo.kok(&["validate", repo.path().to_str().unwrap()]);
+    assert!(
+        !stdout.contains("action playbooks/ok.yml is not a playbook"),
+        "the repository's playbook exists: {stdout}"
+    );
+    assert!(
+        stdout.contains("warning: action playbooks/absent.yml is not a playbook of kubespray v2.27.0"),
+        "{stdout}"
+    );
+
+    let mut kok = LocalKok::start(&repo);
+    let client = kok.client(&repo).await;
+    let ok = finished(&mut kok, &client, "ok").await;
+    let status = ok.status.clone().unwrap();
+    assert_eq!(
+        status.phase,
+        Phase::Succeeded,
+        "pre-flight lets the repository's playbook run: {:?} {:?}",
+        status.message,
+        ok.spec.preflight
+    );
+    let pinned: Vec<&str> = ok.spec.repository_files.iter().map(|f| f.path.as_str()).collect();
+    assert!(
+        pinned.contains(&"playbooks/ok.yml") && pinned.iter().all(|p| p.starts_with("playbooks/")),
+        "the run pins the playbook it runs and the directory it is in: {pinned:?}"
+    );
+    assert!(marks.join("ok.txt").exists(), "the playbook ran");
+    let absent = finished(&mut kok, &client, "absent").await;
+    let status = absent.status.unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "pre-flight: playbook-exists: action playbooks/absent.yml is not a playbook of kubespray v2.27.0"
+        ),
+        "{message}"
+    );
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+}
