@@ -6,6 +6,12 @@
 //! `ansible-playbook -i $KOK_INVENTORY/hosts.yml [--private-key ...] -b <action> <extraArgs...>`;
 //! a `shell` step runs `/bin/sh <action> <extraArgs...>` when the action is a script file of the working
 //! directory, else `<action> <extraArgs...>`: a program on the image's `PATH`, such as `ansible`.
+//!
+//! Steps kept in the repository: a step whose action is among the operation's pinned repository files
+//! (`repositoryFiles`, [`crate::layout::playbooks`]) runs from them, not from the image. Those files are mounted
+//! read-only at [`REPOSITORY_DIR`]; the script copies them into a private work directory (`KOK_REPOSITORY`) and
+//! runs the step there, `(cd "$KOK_REPOSITORY" && ansible-playbook ... 'playbooks/hello.yml')`, as a checkout
+//! of the commit would. Any other action stays a path in the image's working directory.
 //! Before the first step the script writes kok's ansible callback plugin into a private temporary directory, and
 //! on exit it leaves the plugin's summary as the container's termination message ([`super::summary`]).
 //! The script reads its directories from `KOK_CONF_DIR` (default `/conf`), `KOK_AUTH_DIR` (default `/auth`)
