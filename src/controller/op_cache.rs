@@ -893,6 +893,11 @@ mod tests {
         });
         full.spec.ignore_maintenance = true;
         full.spec.start_timeout = Some(120);
+        full.spec.repository_files = vec![crate::api::PinnedFile {
+            path: "playbooks/hello.yml".into(),
+            config_map: "a-file-0123abcd".into(),
+            gzip: true,
+        }];
         let status = full.status.as_mut().unwrap();
         status.job_ref = Some("kok-a1".into());
         status.result = Some("succeeded".into());
