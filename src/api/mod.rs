@@ -178,11 +178,17 @@ pub trait PinnedInventory: Sync {
         &[]
     }
 
-    /// Every ConfigMap the spec pins, each name once.
-    fn pinned_config_maps(&self) -> std::collections::BTreeSet<&str> {
+    /// The ConfigMaps of the inventory directory the spec pins, each name once.
+    fn inventory_config_maps(&self) -> std::collections::BTreeSet<&str> {
         let mut names: std::collections::BTreeSet<&str> = [self.hosts_ref().name.as_str()].into();
         names.extend(self.vars_ref().map(|r| r.name.as_str()));
         names.extend(self.vars_files().iter().map(|f| f.config_map.as_str()));
+        names
+    }
+
+    /// Every ConfigMap the spec pins (the inventory's and the repository files'), each name once.
+    fn pinned_config_maps(&self) -> std::collections::BTreeSet<&str> {
+        let mut names = self.inventory_config_maps();
         names.extend(self.repository_files().iter().map(|f| f.config_map.as_str()));
         names
     }
