@@ -1,6 +1,8 @@
 //! Pre-flight in local mode: with `--workdir` the checked-out kubespray tree's own playbooks and checksums
 //! win over kok's release data. A playbook the tree has runs though kubespray's release lacks it, a
-//! `kube_version` its checksums list passes, and an action the tree lacks is refused before it runs.
+//! `kube_version` its checksums list passes, and an action the tree lacks is refused before it runs. A
+//! playbook kept in the repository is not looked for in kubespray and runs from its commit's files, even
+//! where the tree has a playbook of the same path.
 
 mod local_e2e_support;
 
@@ -141,6 +143,50 @@ async fn a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster_and_one_i
             "pre-flight: playbook-exists: action playbooks/absent.yml is not a playbook of kubespray v2.27.0"
         ),
         "{message}"
+    );
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repository_playbook_runs_from_its_commit_even_where_the_workdir_has_one_of_that_name() {
+    if !ansible_or_skip("a_repository_playbook_runs_from_its_commit_even_where_the_workdir_has_one") {
+        return;
+    }
+    // The kubespray checkout the runs are pointed at has a playbooks/ok.yml of its own, which fails.
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tree.path().join("playbooks")).unwrap();
+    std::fs::write(tree.path().join("cluster.yml"), MARK).unwrap();
+    std::fs::write(
+        tree.path().join("playbooks/ok.yml"),
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.fail:\n        msg: the workdir's\n",
+    )
+    .unwrap();
+    let repo = LocalRepo::new();
+    let marks = repo.marks();
+    repo.write(&format!("clusters/{CLUSTER}/hosts.yml"), HOSTS);
+    repo.write(
+        &format!("clusters/{CLUSTER}/vars.yml"),
+        &format!("marks: {}\n", marks.display()),
+    );
+    repo.write("playbooks/ok.yml", MARK);
+    repo.write(
+        &format!("clusters/{CLUSTER}/operations.yml"),
+        "- id: ok\n  action: playbooks/ok.yml\n  extraArgs: [-e, mark=ok]\n",
+    );
+    repo.commit("a playbook kept in the repository");
+    let mut kok = LocalKok::start_with(&repo, &["--workdir", tree.path().to_str().unwrap()]);
+    let client = kok.client(&repo).await;
+    let ok = finished(&mut kok, &client, "ok").await;
+    let status = ok.status.clone().unwrap();
+    assert_eq!(
+        status.phase,
+        Phase::Succeeded,
+        "the commit's playbook ran, not the workdir's: {:?}",
+        status.message
+    );
+    assert!(
+        marks.join("ok.txt").exists(),
+        "the repository's playbook left its mark"
     );
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }
