@@ -84,75 +84,85 @@ pub(super) fn read_repository_files(
     let mut files = BTreeMap::new();
     for op in operations {
         for action in step_actions(op) {
-            let Some(step) = repository_path(action) else {
-                continue;
-            };
-            match reader.kind(&join(root, step)) {
-                Ok(Some(EntryKind::File)) => {}
-                Ok(Some(EntryKind::Symlink)) => {
-                    d.error_at(
-                        op.line,
-                        0,
-                        format!(
-                            "{action} is a symbolic link in the repository: kok does not follow links; commit \
-                             the file itself in its place"
-                        ),
-                    );
-                    continue;
-                }
-                // Not in the repository: a path inside the runner image.
-                _ => continue,
-            }
-            let mut read = Walk {
-                reader,
-                root,
-                files: &mut files,
-                problems: Vec::new(),
-            };
-            read.file(step);
-            read.file_if_present(ANSIBLE_CFG);
-            match step.rsplit_once('/') {
-                Some((dir, _)) => read.dir(dir),
-                None => {
-                    for dir in TOP_DIRS {
-                        if let Ok(Some(EntryKind::Dir)) = reader.kind(&join(root, dir)) {
-                            read.dir(dir);
-                        }
-                    }
-                }
-            }
-            for problem in std::mem::take(&mut read.problems) {
-                d.error_at(
-                    op.line,
-                    0,
-                    format!("{action} is kept in the repository, but {problem}"),
-                );
-            }
-            let total: usize = files
-                .iter()
-                .filter(|(path, _)| needs(step, path))
-                .map(|(_, bytes)| bytes.len())
-                .sum();
-            if total > MAX_REPOSITORY_BYTES {
-                let what = match step.rsplit_once('/') {
-                    Some((dir, _)) => format!("{dir}/"),
-                    None => format!("{step} and {}", TOP_DIRS.join("/, ")),
-                };
-                d.error_at(
-                    op.line,
-                    0,
-                    format!(
-                        "{action} is kept in the repository and kok pins what it needs with the run ({what}): \
-                         {} KiB, more than the {} KiB one run may pin; move bulky files (archives, binaries) out \
-                         of that directory, or put the playbook in the runner image",
-                        total.div_ceil(1024),
-                        MAX_REPOSITORY_BYTES / 1024
-                    ),
-                );
+            for problem in read_step(reader, root, action, &mut files) {
+                d.error_at(op.line, 0, problem);
             }
         }
     }
     files
+}
+
+/// Reads into `files` what the step `action` needs when it is a file of the tree under `root`; returns what
+/// stands in the way, each a sentence about the step. A step that is not in the repository needs nothing.
+fn read_step(
+    reader: &dyn TreeReader,
+    root: &str,
+    action: &str,
+    files: &mut BTreeMap<String, Vec<u8>>,
+) -> Vec<String> {
+    let Some(step) = repository_path(action) else {
+        return Vec::new();
+    };
+    match reader.kind(&join(root, step)) {
+        Ok(Some(EntryKind::File)) => {}
+        Ok(Some(EntryKind::Symlink)) => {
+            return vec![format!(
+                "{action} is a symbolic link in the repository: kok does not follow links; commit the file \
+                 itself in its place"
+            )]
+        }
+        // Not in the repository: a path inside the runner image.
+        _ => return Vec::new(),
+    }
+    let mut walk = Walk {
+        reader,
+        root,
+        files,
+        problems: Vec::new(),
+    };
+    walk.file(step);
+    walk.file_if_present(ANSIBLE_CFG);
+    match step.rsplit_once('/') {
+        Some((dir, _)) => walk.dir(dir),
+        None => {
+            for dir in TOP_DIRS {
+                if let Ok(Some(EntryKind::Dir)) = reader.kind(&join(root, dir)) {
+                    walk.dir(dir);
+                }
+            }
+        }
+    }
+    let mut problems: Vec<String> = walk
+        .problems
+        .into_iter()
+        .map(|problem| format!("{action} is kept in the repository, but {problem}"))
+        .collect();
+    problems.extend(over_limit(action, step, files));
+    problems
+}
+
+/// What to say when the files the step `step` (written `action`) needs hold more than
+/// [`MAX_REPOSITORY_BYTES`].
+fn over_limit(action: &str, step: &str, files: &BTreeMap<String, Vec<u8>>) -> Option<String> {
+    let total: usize = files
+        .iter()
+        .filter(|(path, _)| needs(step, path))
+        .map(|(_, bytes)| bytes.len())
+        .sum();
+    if total <= MAX_REPOSITORY_BYTES {
+        return None;
+    }
+    let what = match step.rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/"),
+        None => format!("{step} and {}", TOP_DIRS.join("/, ")),
+    };
+    Some(format!(
+        "{action} is kept in the repository and kok pins what it needs with the run ({what}): {} KiB, more \
+         than the {} KiB one run may pin; move bulky files (archives, binaries) out of that directory, or put \
+         the playbook in the runner image",
+        total.div_ceil(1024),
+        MAX_REPOSITORY_BYTES / 1024
+    ))
 }
 
 /// Reading the files of one step, each once.

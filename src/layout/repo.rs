@@ -1087,6 +1087,29 @@ mod tests {
     }
 
     #[test]
+    fn a_link_as_a_repository_playbook_or_beside_one_is_refused_at_its_entry() {
+        let tree = Mem::default()
+            .good("a")
+            .file(
+                "clusters/a/operations.yml",
+                "- id: hello\n  action: playbooks/hello.yml\n- id: linked\n  action: site.yml\n",
+            )
+            .file("playbooks/hello.yml", "- hosts: all\n")
+            .with("playbooks/roles", EntryKind::Symlink, "")
+            .with("site.yml", EntryKind::Symlink, "");
+        let m = messages(&parse_repo(&tree, "clusters"));
+        assert_eq!(
+            m,
+            [
+                "clusters/a/operations.yml:1:0: playbooks/hello.yml is kept in the repository, but \
+                 playbooks/roles beside it is a symbolic link: kok does not follow links; commit the file itself",
+                "clusters/a/operations.yml:3:0: site.yml is a symbolic link in the repository: kok does not \
+                 follow links; commit the file itself in its place",
+            ]
+        );
+    }
+
+    #[test]
     fn a_repository_playbook_needing_more_than_one_run_may_pin_is_refused_at_its_entry() {
         let big = "x".repeat(600 << 10);
         let tree = Mem::default()
