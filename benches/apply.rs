@@ -47,6 +47,7 @@ fn cluster(i: usize, extra_host: bool) -> ClusterDir {
         operations,
         settings: Settings::default(),
         kubespray: None,
+        repository_files: Default::default(),
     }
 }
 

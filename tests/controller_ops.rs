@@ -864,3 +864,75 @@ async fn a_run_whose_pod_is_evicted_or_deleted_fails_saying_so() {
     }
     ctl.stop().await;
 }
+
+#[tokio::test]
+async fn the_examples_repository_playbook_gets_a_job_that_mounts_its_pinned_files_and_runs_them() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kok::controller::job::REPOSITORY_DIR;
+    let server = server().await;
+    let client = server.client();
+    // The example repository as it is: its local cluster runs hello, kept in playbooks/ beside clusters/.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/repo-layout");
+    let parsed = kok::layout::parse_repo(&kok::layout::DiskTree::new(&example), "clusters");
+    let local = parsed.clusters.iter().find(|c| c.name == "local").unwrap();
+    let d = render(local, 1, &[]);
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let ctl = start(&client, config(4));
+    let name = op_name(&d, "hello");
+    wait_phase(&client, &name, Phase::Running).await;
+
+    let job = Api::<Job>::namespaced(client.clone(), NS)
+        .get(&job_name(&name))
+        .await
+        .unwrap();
+    let pod = job.spec.clone().unwrap().template.spec.unwrap();
+    let container = &pod.containers[0];
+    let mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == REPOSITORY_DIR)
+        .expect("the repository files are mounted");
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    // Every ConfigMap the volume needs exists, immutable, holding the key it names: the kubelet can mount it.
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), NS);
+    let mut paths = Vec::new();
+    for source in volume.projected.as_ref().unwrap().sources.iter().flatten() {
+        let projection = source.config_map.as_ref().unwrap();
+        let cm = config_maps.get(&projection.name).await.unwrap();
+        assert_eq!(cm.immutable, Some(true));
+        for item in projection.items.iter().flatten() {
+            let in_data = cm.data.as_ref().is_some_and(|d| d.contains_key(&item.key));
+            let in_binary = cm.binary_data.as_ref().is_some_and(|d| d.contains_key(&item.key));
+            assert!(in_data || in_binary, "{} lacks {}", projection.name, item.key);
+            paths.push(item.path.clone());
+        }
+    }
+    assert_eq!(
+        paths,
+        ["playbooks/hello.yml.gz"],
+        "hello.yml, over 1 KiB, is pinned compressed"
+    );
+    let script = &container.command.as_ref().unwrap()[2];
+    assert!(
+        script.contains("(cd \"$KOK_REPOSITORY\" && ansible-playbook -i \"$KOK_INVENTORY/hosts.yml\" -b 'playbooks/hello.yml')"),
+        "{script}"
+    );
+
+    // The Job controller's part: its pod, from the template as it is, is accepted by the API server.
+    play_pod(
+        &client,
+        &job_name(&name),
+        "hello-pod",
+        serde_json::json!({"phase": "Running"}),
+    )
+    .await;
+    server.complete_job(NS, &job_name(&name)).await.unwrap();
+    wait_phase(&client, &name, Phase::Succeeded).await;
+    ctl.stop().await;
+}

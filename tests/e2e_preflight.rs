@@ -245,3 +245,47 @@ async fn a_cluster_installed_by_hand_starts_with_scale_yml_and_one_not_said_inst
     );
     assert!(objects.job_of("prod-sh", "add-node4").await.is_none(), "no Job");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_playbook_kept_in_the_repository_gets_a_job_on_a_kubespray_cluster_and_one_in_neither_is_refused() {
+    let api = meta_cluster().await;
+    let forge = ForgeServer::start().await;
+    let remote = Remote::new();
+    remote.write("clusters/prod-bj/hosts.yml", &hosts(false));
+    remote.write("clusters/prod-bj/vars.yml", "kube_version: v1.29.10\n");
+    remote.write(
+        "playbooks/ok.yml",
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.ping:\n",
+    );
+    remote.write(
+        "clusters/prod-bj/operations.yml",
+        "- id: ok\n  action: playbooks/ok.yml\n- id: absent\n  action: playbooks/absent.yml\n",
+    );
+    remote.push("prod-bj: a playbook of the repository, and one of nowhere");
+    let kok = Kok::run(&api, &remote, &github_args(&forge.url()));
+    let objects = &Objects::new(&api);
+    let job = wait_for("the ok Job", Some(&kok), || objects.job_of("prod-bj", "ok")).await;
+    let ok = objects.operation("prod-bj", "ok").await.unwrap();
+    assert_eq!(ok.spec.preflight, None, "the repository's playbook exists");
+    let pinned: Vec<&str> = ok.spec.repository_files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(pinned, ["playbooks/ok.yml"]);
+    let spec = serde_json::to_string(&job).unwrap();
+    assert!(
+        spec.contains("/kok/repository") && spec.contains(&ok.spec.repository_files[0].config_map),
+        "the Job mounts the pinned playbook: {spec}"
+    );
+    api.complete_job(NS, &job_name(&job)).await.unwrap();
+    let refused = wait_for("absent refused", Some(&kok), || async {
+        let op = objects.operation("prod-bj", "absent").await?;
+        (op.status.as_ref()?.phase == Phase::Failed).then_some(op)
+    })
+    .await;
+    let message = refused.status.unwrap().message.unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "pre-flight: playbook-exists: action playbooks/absent.yml is not a playbook of kubespray v2.27.0"
+        ),
+        "{message}"
+    );
+    assert!(objects.job_of("prod-bj", "absent").await.is_none(), "no Job");
+}

@@ -9,7 +9,7 @@ mod conf;
 mod tools;
 
 use kok::api::{ActionType, ClusterOperation, ClusterOperationSpec, ConfigMapRef, FactsPlaybook, Hook};
-use kok::controller::job::entry_script;
+use kok::controller::job::{build_job, entry_script, JobConfig, ENV_REPOSITORY_DIR, REPOSITORY_DIR};
 use kok::controller::summary::{log_tail, read_termination_message, RunReport, MAX_TERMINATION_MESSAGE};
 use kok::report::status::{failure_words, summary_words};
 
@@ -534,4 +534,126 @@ fn a_configured_facts_playbook_that_is_missing_fails_the_run_naming_the_facts_st
         Some(format!("facts: {missing}"))
     );
     assert!(words.contains("could not be found"), "{words}");
+}
+
+/// The example repository's `local` cluster, rendered as the pass renders it at one commit.
+fn example_local_cluster() -> kok::materialize::DesiredCluster {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/repo-layout");
+    let parsed = kok::layout::parse_repo(&kok::layout::DiskTree::new(&example), "clusters");
+    let local = parsed
+        .clusters
+        .iter()
+        .find(|c| c.name == "local")
+        .expect("the example has a local cluster");
+    let ctx = kok::materialize::RenderContext::new("kok-system", "main", "c".repeat(40));
+    kok::materialize::render_cluster(local, &ctx)
+}
+
+#[test]
+fn a_repository_playbook_runs_from_the_files_its_job_pins_whatever_the_working_directory_holds() {
+    if !tools::ansible_or_skip("a_repository_playbook_runs_from_the_files_its_job_pins") {
+        return;
+    }
+    let desired = example_local_cluster();
+    let hello = desired
+        .operations
+        .iter()
+        .find(|o| o.spec.id == "hello")
+        .expect("the example's local cluster runs hello");
+    let pinned: Vec<&str> = hello
+        .spec
+        .repository_files
+        .iter()
+        .map(|f| f.path.as_str())
+        .collect();
+    assert_eq!(
+        pinned,
+        ["playbooks/hello.yml"],
+        "the render pins the repository's playbook"
+    );
+
+    // The kubelet's part: the Job's volumes laid out from the rendered ConfigMaps, as the local runner does.
+    let job = build_job(hello, &JobConfig::default());
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    let container = &pod.containers[0];
+    let sources = kok::local::volumes::Sources {
+        config_maps: desired
+            .config_maps
+            .iter()
+            .map(|cm| (cm.metadata.name.clone().unwrap(), cm.clone()))
+            .collect(),
+        secrets: Default::default(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let plan = kok::local::volumes::plan(&pod, container, &sources).expect("every pinned ConfigMap is there");
+    let mounted = kok::local::volumes::materialize(dir.path(), "hello", &plan).unwrap();
+    let repository = mounted
+        .host_dir(REPOSITORY_DIR)
+        .expect("the repository files are mounted");
+    assert!(
+        repository.join("playbooks/hello.yml.gz").is_file(),
+        "hello.yml (over 1 KiB) is mounted compressed: {:?}",
+        plan.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>()
+    );
+
+    // The runner image's working directory holds a different playbooks/hello.yml: the pinned one runs.
+    let image = dir.path().join("image");
+    std::fs::create_dir_all(image.join("playbooks")).unwrap();
+    std::fs::write(
+        image.join("playbooks/hello.yml"),
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.fail:\n        msg: the image's\n",
+    )
+    .unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(container.command.as_ref().unwrap().iter().skip(1))
+        .current_dir(&image)
+        .env("KOK_CONF_DIR", mounted.host_dir("/conf").unwrap())
+        .env("KOK_AUTH_DIR", dir.path().join("auth"))
+        .env("KOK_TERMINATION_LOG", dir.path().join("termination-log"))
+        .env("TMPDIR", &tmp)
+        .env("ANSIBLE_LOCAL_TEMP", &tmp)
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("PATH", tools::search_path());
+    // Saving credentials back to Secrets needs an API server (tests/job_credentials.rs covers it).
+    let needs_api = ["KOK_CREDENTIALS_SECRET", "KOK_KUBECONFIG_SECRET"];
+    for var in container
+        .env
+        .iter()
+        .flatten()
+        .filter(|v| !needs_api.contains(&v.name.as_str()))
+    {
+        if let Some(value) = &var.value {
+            cmd.env(&var.name, mounted.rewrite(value));
+        }
+    }
+    assert_eq!(
+        container
+            .env
+            .iter()
+            .flatten()
+            .find(|v| v.name == ENV_REPOSITORY_DIR)
+            .and_then(|v| v.value.as_deref()),
+        Some(REPOSITORY_DIR)
+    );
+    let out = cmd.output().expect("/bin/sh runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the run failed: {}\n{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mark = std::fs::read_to_string(tmp.join("kok-hello-local.txt")).expect("hello left its mark");
+    assert_eq!(
+        mark,
+        format!("hello from kok (operation hello, commit {})\n", "c".repeat(40))
+    );
+    assert!(
+        stderr.contains(&format!(
+            "kok: playbooks/hello.yml is kept in the repository: it runs from the files commit {} pinned",
+            "c".repeat(40)
+        )),
+        "{stderr}"
+    );
 }

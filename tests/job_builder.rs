@@ -115,6 +115,33 @@ fn a_shell_job_without_a_key_matches_its_golden_file() {
 }
 
 #[test]
+fn a_repository_playbook_job_mounts_its_pinned_files_and_matches_its_golden_file() {
+    // hello is kept in the repository (playbooks/ beside clusters/): the Job mounts the files the render pinned
+    // and runs the playbook from their copy; the post-hook is a playbook of the image.
+    let mut op = operation("local-hello-0123abcd");
+    op.spec.cluster = "local".into();
+    op.spec.id = "hello".into();
+    op.spec.action = "playbooks/hello.yml".into();
+    op.spec.extra_args = vec![];
+    op.spec.ssh_auth_ref = None;
+    op.spec.source.path = "clusters/local".into();
+    op.spec.post_hooks = vec![hook("cluster-info.yml")];
+    op.spec.repository_files = vec![
+        PinnedFile {
+            path: "playbooks/hello.yml".into(),
+            config_map: "local-file-1f2e3d4c".into(),
+            gzip: false,
+        },
+        PinnedFile {
+            path: "playbooks/roles/greet/templates/motd.j2".into(),
+            config_map: "local-file-5a6b7c8d".into(),
+            gzip: true,
+        },
+    ];
+    golden("job-repository.yaml", &op);
+}
+
+#[test]
 fn a_scheduled_run_with_a_long_name_gets_a_63_character_job_name() {
     let name = format!("{}-{}-0123abcd-202601020300", "c".repeat(40), "i".repeat(30));
     let op = operation(&name);

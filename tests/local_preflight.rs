@@ -1,6 +1,8 @@
 //! Pre-flight in local mode: with `--workdir` the checked-out kubespray tree's own playbooks and checksums
 //! win over kok's release data. A playbook the tree has runs though kubespray's release lacks it, a
-//! `kube_version` its checksums list passes, and an action the tree lacks is refused before it runs.
+//! `kube_version` its checksums list passes, and an action the tree lacks is refused before it runs. A
+//! playbook kept in the repository is not looked for in kubespray and runs from its commit's files, even
+//! where the tree has a playbook of the same path.
 
 mod local_e2e_support;
 
@@ -83,5 +85,108 @@ async fn the_workdirs_own_playbooks_and_checksums_win_over_the_release_data() {
         "{message}"
     );
     assert_eq!(status.job_ref, None);
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster_and_one_in_neither_is_refused() {
+    if !ansible_or_skip("a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster") {
+        return;
+    }
+    let repo = LocalRepo::new();
+    let marks = repo.marks();
+    repo.write(&format!("clusters/{CLUSTER}/hosts.yml"), HOSTS);
+    repo.write(
+        &format!("clusters/{CLUSTER}/vars.yml"),
+        &format!("marks: {}\n", marks.display()),
+    );
+    repo.write("playbooks/ok.yml", MARK);
+    repo.write(
+        &format!("clusters/{CLUSTER}/operations.yml"),
+        "- id: ok\n  action: playbooks/ok.yml\n  extraArgs: [-e, mark=ok]\n\
+         - id: absent\n  action: playbooks/absent.yml\n",
+    );
+    repo.commit("a playbook kept in the repository");
+    let (_, stdout, _) = repo.kok(&["validate", repo.path().to_str().unwrap()]);
+    assert!(
+        !stdout.contains("action playbooks/ok.yml is not a playbook"),
+        "the repository's playbook exists: {stdout}"
+    );
+    assert!(
+        stdout.contains("warning: action playbooks/absent.yml is not a playbook of kubespray v2.27.0"),
+        "{stdout}"
+    );
+
+    let mut kok = LocalKok::start(&repo);
+    let client = kok.client(&repo).await;
+    let ok = finished(&mut kok, &client, "ok").await;
+    let status = ok.status.clone().unwrap();
+    assert_eq!(
+        status.phase,
+        Phase::Succeeded,
+        "pre-flight lets the repository's playbook run: {:?} {:?}",
+        status.message,
+        ok.spec.preflight
+    );
+    let pinned: Vec<&str> = ok.spec.repository_files.iter().map(|f| f.path.as_str()).collect();
+    assert!(
+        pinned.contains(&"playbooks/ok.yml") && pinned.iter().all(|p| p.starts_with("playbooks/")),
+        "the run pins the playbook it runs and the directory it is in: {pinned:?}"
+    );
+    assert!(marks.join("ok.txt").exists(), "the playbook ran");
+    let absent = finished(&mut kok, &client, "absent").await;
+    let status = absent.status.unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "pre-flight: playbook-exists: action playbooks/absent.yml is not a playbook of kubespray v2.27.0"
+        ),
+        "{message}"
+    );
+    assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repository_playbook_runs_from_its_commit_even_where_the_workdir_has_one_of_that_name() {
+    if !ansible_or_skip("a_repository_playbook_runs_from_its_commit_even_where_the_workdir_has_one") {
+        return;
+    }
+    // The kubespray checkout the runs are pointed at has a playbooks/ok.yml of its own, which fails.
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tree.path().join("playbooks")).unwrap();
+    std::fs::write(tree.path().join("cluster.yml"), MARK).unwrap();
+    std::fs::write(
+        tree.path().join("playbooks/ok.yml"),
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.fail:\n        msg: the workdir's\n",
+    )
+    .unwrap();
+    let repo = LocalRepo::new();
+    let marks = repo.marks();
+    repo.write(&format!("clusters/{CLUSTER}/hosts.yml"), HOSTS);
+    repo.write(
+        &format!("clusters/{CLUSTER}/vars.yml"),
+        &format!("marks: {}\n", marks.display()),
+    );
+    repo.write("playbooks/ok.yml", MARK);
+    repo.write(
+        &format!("clusters/{CLUSTER}/operations.yml"),
+        "- id: ok\n  action: playbooks/ok.yml\n  extraArgs: [-e, mark=ok]\n",
+    );
+    repo.commit("a playbook kept in the repository");
+    let mut kok = LocalKok::start_with(&repo, &["--workdir", tree.path().to_str().unwrap()]);
+    let client = kok.client(&repo).await;
+    let ok = finished(&mut kok, &client, "ok").await;
+    let status = ok.status.clone().unwrap();
+    assert_eq!(
+        status.phase,
+        Phase::Succeeded,
+        "the commit's playbook ran, not the workdir's: {:?}",
+        status.message
+    );
+    assert!(
+        marks.join("ok.txt").exists(),
+        "the repository's playbook left its mark"
+    );
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }

@@ -93,8 +93,9 @@ fn rendered_objects_parse_back_into_their_types_with_files_byte_for_byte() {
         }
     }
     assert_eq!(clusters.len(), 4);
-    // prod-sh, in kubespray's layout, pins its inventory.ini and each of its 8 group_vars/host_vars files.
-    assert_eq!(config_maps.len(), 6 + 1 + 8);
+    // prod-sh, in kubespray's layout, pins its inventory.ini and each of its 8 group_vars/host_vars files;
+    // local's hello pins playbooks/hello.yml, kept in the repository.
+    assert_eq!(config_maps.len(), 6 + 1 + 8 + 1);
     assert_eq!(operations.len(), 7);
     let by_name: std::collections::BTreeMap<String, ConfigMap> = config_maps
         .iter()

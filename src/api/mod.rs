@@ -146,17 +146,19 @@ pub struct SecretRef {
     pub name: String,
 }
 
-/// One file of a cluster directory's group_vars/ or host_vars/, pinned in a content-addressed ConfigMap of its
-/// own (so a commit that edits one file adds one ConfigMap).
+/// One file pinned in a content-addressed ConfigMap of its own (so a commit that edits one file adds one
+/// ConfigMap): a file of a cluster directory's group_vars/ or host_vars/, or a file of the repository that a
+/// playbook kept in it needs (`repositoryFiles`).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PinnedFile {
-    /// Path inside the inventory directory, e.g. `group_vars/k8s_cluster/k8s-cluster.yml`.
+    /// Path inside the inventory directory, e.g. `group_vars/k8s_cluster/k8s-cluster.yml`; for a repository
+    /// file, inside the directory holding kok.yml, e.g. `playbooks/hello.yml`.
     pub path: String,
     /// Name of the ConfigMap holding the file: under key `file`, or gzip-compressed under `file.gz` in
     /// binaryData when `gzip` is set.
     pub config_map: String,
-    /// The file is stored gzip-compressed (files over 1 KiB are).
+    /// The file is stored gzip-compressed (files over 1 KiB are, and repository files that are not UTF-8 text).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gzip: bool,
 }
@@ -180,11 +182,23 @@ pub trait PinnedInventory: Sync {
     /// The pinned group_vars/ and host_vars/ files.
     fn vars_files(&self) -> &[PinnedFile];
 
-    /// Every ConfigMap the spec pins, each name once.
-    fn pinned_config_maps(&self) -> std::collections::BTreeSet<&str> {
+    /// The pinned files of the repository its playbooks kept in the repository need (none for a Cluster).
+    fn repository_files(&self) -> &[PinnedFile] {
+        &[]
+    }
+
+    /// The ConfigMaps of the inventory directory the spec pins, each name once.
+    fn inventory_config_maps(&self) -> std::collections::BTreeSet<&str> {
         let mut names: std::collections::BTreeSet<&str> = [self.hosts_ref().name.as_str()].into();
         names.extend(self.vars_ref().map(|r| r.name.as_str()));
         names.extend(self.vars_files().iter().map(|f| f.config_map.as_str()));
+        names
+    }
+
+    /// Every ConfigMap the spec pins (the inventory's and the repository files'), each name once.
+    fn pinned_config_maps(&self) -> std::collections::BTreeSet<&str> {
+        let mut names = self.inventory_config_maps();
+        names.extend(self.repository_files().iter().map(|f| f.config_map.as_str()));
         names
     }
 
@@ -193,11 +207,12 @@ pub trait PinnedInventory: Sync {
         self.hosts_ref().name == name
             || self.vars_ref().is_some_and(|r| r.name == name)
             || self.vars_files().iter().any(|f| f.config_map == name)
+            || self.repository_files().iter().any(|f| f.config_map == name)
     }
 }
 
 macro_rules! pinned_inventory {
-    ($spec:ty) => {
+    ($spec:ty $(, $repository:ident)?) => {
         impl PinnedInventory for $spec {
             fn inventory_file(&self) -> &str {
                 self.inventory_file
@@ -213,11 +228,14 @@ macro_rules! pinned_inventory {
             fn vars_files(&self) -> &[PinnedFile] {
                 &self.vars_files
             }
+            $(fn repository_files(&self) -> &[PinnedFile] {
+                &self.$repository
+            })?
         }
     };
 }
 pinned_inventory!(ClusterSpec);
-pinned_inventory!(ClusterOperationSpec);
+pinned_inventory!(ClusterOperationSpec, repository_files);
 
 impl ClusterOperationSpec {
     /// The Job's deadline in seconds: the spec's, else [`DEFAULT_ACTIVE_DEADLINE_SECONDS`].
@@ -595,7 +613,8 @@ impl ActionType {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Hook {
-    /// Playbook path inside the runner image, or a script for `type: shell`.
+    /// Playbook path: a file of the repository (from the directory holding kok.yml, see `repositoryFiles`), else
+    /// a path inside the runner image; or a script for `type: shell`, found the same way.
     pub action: String,
     /// `playbook` (default) or `shell`.
     #[serde(rename = "type", default)]
@@ -650,7 +669,8 @@ pub struct ClusterOperationSpec {
     pub id: String,
     /// sha256 (hex) of the canonical JSON of the operations.yml entry; part of the run's identity.
     pub digest: String,
-    /// Playbook path inside the runner image, or a script for `type: shell`.
+    /// Playbook path: a file of the repository (from the directory holding kok.yml, see `repositoryFiles`), else
+    /// a path inside the runner image; or a script for `type: shell`, found the same way.
     pub action: String,
     /// `playbook` (default) or `shell`.
     #[serde(rename = "type", default)]
@@ -700,6 +720,13 @@ pub struct ClusterOperationSpec {
     /// content-addressed ConfigMap of its own, laid out at their paths beside the inventory file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vars_files: Vec<PinnedFile>,
+    /// The files of the repository that its playbooks kept in the repository need (an action or hook that is a
+    /// file of the commit's tree, from the directory holding kok.yml), pinned by the commit that created this
+    /// run, each in a content-addressed ConfigMap of its own: the file and the directory it is in (at the top,
+    /// the file, ansible.cfg and the directories ansible reads beside a playbook). The Job lays them out at
+    /// their paths and runs those steps from there; any other action is a path inside the runner image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repository_files: Vec<PinnedFile>,
     /// Secret whose key `password` is given to ansible as `--vault-password-file` (`vaultPasswordSecret`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vault_password_ref: Option<SecretRef>,

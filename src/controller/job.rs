@@ -6,6 +6,12 @@
 //! `ansible-playbook -i $KOK_INVENTORY/hosts.yml [--private-key ...] -b <action> <extraArgs...>`;
 //! a `shell` step runs `/bin/sh <action> <extraArgs...>` when the action is a script file of the working
 //! directory, else `<action> <extraArgs...>`: a program on the image's `PATH`, such as `ansible`.
+//!
+//! Steps kept in the repository: a step whose action is among the operation's pinned repository files
+//! (`repositoryFiles`, [`crate::layout::playbooks`]) runs from them, not from the image. Those files are mounted
+//! read-only at [`REPOSITORY_DIR`]; the script copies them into a private work directory (`KOK_REPOSITORY`) and
+//! runs the step there, `(cd "$KOK_REPOSITORY" && ansible-playbook ... 'playbooks/hello.yml')`, as a checkout
+//! of the commit would. Any other action stays a path in the image's working directory.
 //! Before the first step the script writes kok's ansible callback plugin into a private temporary directory, and
 //! on exit it leaves the plugin's summary as the container's termination message ([`super::summary`]).
 //! The script reads its directories from `KOK_CONF_DIR` (default `/conf`), `KOK_AUTH_DIR` (default `/auth`)
@@ -50,9 +56,9 @@ use kube::{Resource, ResourceExt};
 use super::credentials::{credentials_secret, kubeconfig_secret, runner_service_account, SAVE_SCRIPT};
 use super::summary::{ENV_TERMINATION_LOG, PLUGIN_SOURCE, STEP_FAILED_MARK, TERMINATION_MESSAGE_PATH};
 use crate::api::{
-    common_labels, ActionType, ClusterOperation, FactsPlaybook, Hook, PinnedInventory, ANNOTATION_REVISION,
-    ANNOTATION_SOURCE_PATH, FILE_GZIP_KEY, FILE_KEY, LABEL_CLUSTER_OPERATION, LABEL_OPERATION,
-    SSH_PRIVATE_KEY, VARS_INVENTORY_PATH, VARS_KEY, VAULT_PASSWORD_KEY,
+    common_labels, ActionType, ClusterOperation, FactsPlaybook, Hook, PinnedFile, PinnedInventory,
+    ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH, FILE_GZIP_KEY, FILE_KEY, LABEL_CLUSTER_OPERATION,
+    LABEL_OPERATION, SSH_PRIVATE_KEY, VARS_INVENTORY_PATH, VARS_KEY, VAULT_PASSWORD_KEY,
 };
 use crate::materialize::{shorten_name, MAX_NAME_LEN};
 
@@ -62,6 +68,13 @@ pub const JOB_PREFIX: &str = "kok-";
 pub const CONF_DIR: &str = "/conf";
 /// Directory where the ssh key is mounted.
 pub const AUTH_DIR: &str = "/auth";
+/// Directory where the pinned repository files (`repositoryFiles`) are mounted, read-only.
+pub const REPOSITORY_DIR: &str = "/kok/repository";
+/// Environment variable naming the mounted repository files (the local runner points it at its copy).
+pub const ENV_REPOSITORY_DIR: &str = "KOK_REPOSITORY_DIR";
+/// Environment variable with the writable copy of the repository files that repository steps run from (set by
+/// the script).
+pub const ENV_REPOSITORY: &str = "KOK_REPOSITORY";
 /// Directory where the ansible-vault password Secret (`vaultPasswordSecret`) is mounted.
 pub const VAULT_DIR: &str = "/kok/vault";
 /// Environment variable naming the ansible-vault password file; set when the operation has a vault Secret.
@@ -155,14 +168,17 @@ struct Step<'a> {
     action: &'a str,
     action_type: ActionType,
     extra_args: &'a [String],
+    /// The action's path among the pinned repository files, when it is kept in the repository.
+    repository: Option<&'a str>,
 }
 
-impl<'a> From<&'a Hook> for Step<'a> {
-    fn from(hook: &'a Hook) -> Self {
+impl<'a> Step<'a> {
+    fn of_hook(op: &'a ClusterOperation, hook: &'a Hook) -> Self {
         Step {
             action: &hook.action,
             action_type: hook.action_type,
             extra_args: &hook.extra_args,
+            repository: repository_step(op, &hook.action),
         }
     }
 }
@@ -172,7 +188,15 @@ fn main_step(op: &ClusterOperation) -> Step<'_> {
         action: &op.spec.action,
         action_type: op.spec.action_type,
         extra_args: &op.spec.extra_args,
+        repository: repository_step(op, &op.spec.action),
     }
+}
+
+/// The path of `action` among the operation's pinned repository files, when the render found it in the
+/// commit's tree ([`crate::layout::playbooks`]); `None` for a path inside the runner image.
+pub fn repository_step<'a>(op: &ClusterOperation, action: &'a str) -> Option<&'a str> {
+    crate::layout::playbooks::repository_path(action)
+        .filter(|path| op.spec.repository_files.iter().any(|f| f.path == *path))
 }
 
 /// What every playbook step of a run passes to ansible besides its own arguments.
@@ -197,6 +221,17 @@ impl<'a> Common<'a> {
 }
 
 fn script_line(step: Step<'_>, common: Common<'_>) -> String {
+    match step.repository {
+        // From the top of the pinned copy, as a checkout of the commit would run it.
+        Some(path) => format!(
+            "(cd \"${ENV_REPOSITORY}\" && {})",
+            command_line(Step { action: path, ..step }, common)
+        ),
+        None => command_line(step, common),
+    }
+}
+
+fn command_line(step: Step<'_>, common: Common<'_>) -> String {
     let action = shell_quote(step.action);
     let args: String = step
         .extra_args
@@ -238,6 +273,41 @@ fn in_dir(var: &str, path: &str) -> String {
     }
 }
 
+/// The lines of the entry script that copy `files` from the mounted directory `$<from>` to the writable
+/// `$<to>` at their paths, those pinned compressed inflated from their `.gz` beside them.
+fn copy_lines(files: &[PinnedFile], from: &str, to: &str, out: &mut String) {
+    let mut made = std::collections::BTreeSet::new();
+    for pinned in files {
+        if let Some((dir, _)) = pinned.path.rsplit_once('/') {
+            if made.insert(dir) {
+                out.push_str(&format!("mkdir -p {}\n", in_dir(to, dir)));
+            }
+        }
+        let target = in_dir(to, &pinned.path);
+        if pinned.gzip {
+            let source = in_dir(from, &format!("{}{GZIP_SUFFIX}", pinned.path));
+            out.push_str(&format!("gzip -dc {source} > {target}\n"));
+        } else {
+            out.push_str(&format!("cp {} {target}\n", in_dir(from, &pinned.path)));
+        }
+    }
+}
+
+/// The lines of the entry script that lay the pinned repository files out in their writable copy, when the
+/// operation has any.
+fn repository_lines(op: &ClusterOperation) -> String {
+    let files = &op.spec.repository_files;
+    if files.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{ENV_REPOSITORY_DIR}=\"${{{ENV_REPOSITORY_DIR}:-{REPOSITORY_DIR}}}\"\n{ENV_REPOSITORY}=\"$kok_tmp/repository\"\n\
+         export {ENV_REPOSITORY}\nmkdir \"${ENV_REPOSITORY}\"\n"
+    );
+    copy_lines(files, ENV_REPOSITORY_DIR, ENV_REPOSITORY, &mut out);
+    out
+}
+
 /// The lines of the entry script that lay the pinned inventory out in the writable copy: the inventory file,
 /// vars.yml as `group_vars/all.yml`, and every file of group_vars/ and host_vars/ at its path, those pinned
 /// compressed inflated from their `.gz` beside it in the mounted directory.
@@ -256,21 +326,8 @@ fn layout_lines(op: &ClusterOperation) -> String {
             in_dir(ENV_INVENTORY, VARS_INVENTORY_PATH)
         ));
     }
-    let mut made = std::collections::BTreeSet::new();
-    for pinned in &spec.vars_files {
-        if let Some((dir, _)) = pinned.path.rsplit_once('/') {
-            if made.insert(dir) {
-                out.push_str(&format!("mkdir -p {}\n", in_dir(ENV_INVENTORY, dir)));
-            }
-        }
-        let to = in_dir(ENV_INVENTORY, &pinned.path);
-        if pinned.gzip {
-            let from = in_dir(ENV_CONF_DIR, &format!("{}{GZIP_SUFFIX}", pinned.path));
-            out.push_str(&format!("gzip -dc {from} > {to}\n"));
-        } else {
-            out.push_str(&format!("cp {} {to}\n", in_dir(ENV_CONF_DIR, &pinned.path)));
-        }
-    }
+    copy_lines(&spec.vars_files, ENV_CONF_DIR, ENV_INVENTORY, &mut out);
+    out.push_str(&repository_lines(op));
     out
 }
 
@@ -355,6 +412,7 @@ fn facts_step(facts: &FactsPlaybook, common: Common<'_>) -> String {
             action: &facts.path,
             action_type: ActionType::Playbook,
             extra_args: &[],
+            repository: None,
         },
         common,
     );
@@ -385,12 +443,12 @@ pub fn entry_script(op: &ClusterOperation) -> String {
     let mut steps: Vec<(String, Step<'_>)> = Vec::new();
     let pre = op.spec.pre_hooks.len();
     for (i, hook) in op.spec.pre_hooks.iter().enumerate() {
-        steps.push((format!("pre-hook {}/{pre}", i + 1), hook.into()));
+        steps.push((format!("pre-hook {}/{pre}", i + 1), Step::of_hook(op, hook)));
     }
     steps.push(("action".to_string(), main_step(op)));
     let post = op.spec.post_hooks.len();
     for (i, hook) in op.spec.post_hooks.iter().enumerate() {
-        steps.push((format!("post-hook {}/{post}", i + 1), hook.into()));
+        steps.push((format!("post-hook {}/{post}", i + 1), Step::of_hook(op, hook)));
     }
 
     let mut script = script_prologue(op);
@@ -405,8 +463,14 @@ pub fn entry_script(op: &ClusterOperation) -> String {
     }
     for (label, step) in steps {
         let name = shell_quote(&format!("{label}: {}", step.action));
+        let commit = &op.spec.source.commit;
         script.push_str(&format!("KOK_STEP={name}\n"));
         script.push_str("printf 'kok: %s\\n' \"$KOK_STEP\" >&2\n");
+        if let Some(path) = step.repository {
+            let note =
+                format!("{path} is kept in the repository: it runs from the files commit {commit} pinned");
+            script.push_str(&format!("printf 'kok: %s\\n' {} >&2\n", shell_quote(&note),));
+        }
         script.push_str(&script_line(step, common));
         script.push('\n');
     }
@@ -458,6 +522,9 @@ fn container_env(op: &ClusterOperation) -> Vec<EnvVar> {
             ..EnvVar::default()
         },
     ];
+    if !op.spec.repository_files.is_empty() {
+        vars.push(env(ENV_REPOSITORY_DIR, REPOSITORY_DIR));
+    }
     if op.spec.vault_password_ref.is_some() {
         vars.push(env(
             ENV_VAULT_PASSWORD_FILE,
@@ -491,8 +558,15 @@ fn conf_sources(op: &ClusterOperation) -> Vec<VolumeProjection> {
             vec![(VARS_KEY, VARS_INVENTORY_PATH.to_string())],
         ));
     }
+    sources.extend(pinned_sources(&spec.vars_files));
+    sources
+}
+
+/// The sources of a volume holding `files` at their paths (a compressed one at its path + `.gz`), one source
+/// per ConfigMap.
+fn pinned_sources(files: &[PinnedFile]) -> Vec<VolumeProjection> {
     let mut by_config_map: BTreeMap<&str, Vec<(&str, String)>> = BTreeMap::new();
-    for pinned in &spec.vars_files {
+    for pinned in files {
         let item = if pinned.gzip {
             (FILE_GZIP_KEY, format!("{}{GZIP_SUFFIX}", pinned.path))
         } else {
@@ -500,12 +574,10 @@ fn conf_sources(op: &ClusterOperation) -> Vec<VolumeProjection> {
         };
         by_config_map.entry(&pinned.config_map).or_default().push(item);
     }
-    sources.extend(
-        by_config_map
-            .into_iter()
-            .map(|(name, items)| config_map_source(name, items)),
-    );
-    sources
+    by_config_map
+        .into_iter()
+        .map(|(name, items)| config_map_source(name, items))
+        .collect()
 }
 
 fn config_map_source(name: &str, items: Vec<(&str, String)>) -> VolumeProjection {
@@ -555,6 +627,22 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
         read_only: Some(true),
         ..VolumeMount::default()
     }];
+    if !op.spec.repository_files.is_empty() {
+        volumes.push(Volume {
+            name: "repository".to_string(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(pinned_sources(&op.spec.repository_files)),
+                default_mode: Some(0o444),
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "repository".to_string(),
+            mount_path: REPOSITORY_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
     if let Some(secret) = &op.spec.ssh_auth_ref {
         volumes.push(Volume {
             name: "auth".to_string(),
@@ -731,6 +819,101 @@ mod tests {
         assert_eq!(deadline(&op), Some(crate::api::DEFAULT_ACTIVE_DEADLINE_SECONDS));
         op.spec.active_deadline_seconds = Some(7200);
         assert_eq!(deadline(&op), Some(7200));
+    }
+
+    #[test]
+    fn a_step_kept_in_the_repository_runs_from_the_pinned_files_and_an_image_path_from_the_image() {
+        let mut op = ClusterOperation::new("local-hello-0123abcd", Default::default());
+        op.spec.action = "./playbooks/hello.yml".into();
+        op.spec.post_hooks = vec![Hook {
+            action: "cluster-info.yml".into(),
+            action_type: ActionType::Playbook,
+            extra_args: vec![],
+        }];
+        op.spec.repository_files = vec![
+            PinnedFile {
+                path: "playbooks/files/big.txt".into(),
+                config_map: "local-file-bbbbbbbb".into(),
+                gzip: true,
+            },
+            PinnedFile {
+                path: "playbooks/hello.yml".into(),
+                config_map: "local-file-aaaaaaaa".into(),
+                gzip: false,
+            },
+        ];
+        let script = entry_script(&op);
+        for line in [
+            "cp \"$KOK_REPOSITORY_DIR/playbooks/hello.yml\" \"$KOK_REPOSITORY/playbooks/hello.yml\"\n",
+            "gzip -dc \"$KOK_REPOSITORY_DIR/playbooks/files/big.txt.gz\" > \"$KOK_REPOSITORY/playbooks/files/big.txt\"\n",
+            "(cd \"$KOK_REPOSITORY\" && ansible-playbook -i \"$KOK_INVENTORY/hosts.yml\" -b 'playbooks/hello.yml')\n",
+            "\nansible-playbook -i \"$KOK_INVENTORY/hosts.yml\" -b 'cluster-info.yml'\n",
+        ] {
+            assert!(script.contains(line), "{line:?} missing from:\n{script}");
+        }
+        let job = build_job(&op, &JobConfig::default());
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let volume = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "repository")
+            .unwrap();
+        let items: Vec<(String, String, String)> = volume
+            .projected
+            .unwrap()
+            .sources
+            .unwrap()
+            .into_iter()
+            .flat_map(|s| {
+                let cm = s.config_map.unwrap();
+                cm.items
+                    .unwrap()
+                    .into_iter()
+                    .map(move |i| (cm.name.clone(), i.key, i.path))
+            })
+            .collect();
+        assert_eq!(
+            items,
+            [
+                (
+                    "local-file-aaaaaaaa".into(),
+                    "file".into(),
+                    "playbooks/hello.yml".into()
+                ),
+                (
+                    "local-file-bbbbbbbb".into(),
+                    "file.gz".into(),
+                    "playbooks/files/big.txt.gz".into()
+                ),
+            ]
+        );
+        let container = &pod.containers[0];
+        assert!(container
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|m| m.name == "repository" && m.mount_path == REPOSITORY_DIR && m.read_only == Some(true)));
+        assert!(container
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|e| e.name == ENV_REPOSITORY_DIR && e.value.as_deref() == Some(REPOSITORY_DIR)));
+    }
+
+    #[test]
+    fn an_operation_without_repository_steps_mounts_no_repository() {
+        let op = ClusterOperation::new("prod-install-0123abcd", Default::default());
+        assert!(!entry_script(&op).contains("KOK_REPOSITORY"));
+        let pod = build_job(&op, &JobConfig::default())
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert!(pod.volumes.unwrap().iter().all(|v| v.name != "repository"));
     }
 
     #[test]

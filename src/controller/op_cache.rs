@@ -143,6 +143,7 @@ impl Record {
             ignore_maintenance: s.ignore_maintenance,
             rollout: s.rollout.clone(),
             preflight: s.preflight.clone(),
+            repository_files: s.repository_files.clone(),
             ..ClusterOperationSpec::default()
         };
         let spec = Spec {
@@ -892,6 +893,11 @@ mod tests {
         });
         full.spec.ignore_maintenance = true;
         full.spec.start_timeout = Some(120);
+        full.spec.repository_files = vec![crate::api::PinnedFile {
+            path: "playbooks/hello.yml".into(),
+            config_map: "a-file-0123abcd".into(),
+            gzip: true,
+        }];
         let status = full.status.as_mut().unwrap();
         status.job_ref = Some("kok-a1".into());
         status.result = Some("succeeded".into());

@@ -334,7 +334,7 @@ pub(super) async fn expected(
 ) -> Result<Expected, (String, kube::Error)> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let mut config_maps = BTreeMap::new();
-    for name in pinned.pinned_config_maps() {
+    for name in pinned.inventory_config_maps() {
         let cm = api.get(name).await.map_err(|e| (name.to_string(), e))?;
         config_maps.insert(name.to_string(), cm);
     }

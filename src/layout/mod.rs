@@ -16,6 +16,7 @@ pub mod model;
 mod names;
 pub mod notifications;
 mod operations;
+pub mod playbooks;
 pub mod reader;
 mod repo;
 pub mod rollouts;

@@ -260,6 +260,10 @@ pub struct ClusterDir {
     /// What kubespray's roles see of the inventory, resolved when the directory was validated; `None` for a
     /// directory built otherwise (see [`ClusterDir::kubespray_view`]).
     pub kubespray: Option<super::KubesprayView>,
+    /// The files of the repository that its operations' steps kept in the repository need, byte for byte, by
+    /// path from the directory holding kok.yml ([`super::playbooks`]); empty when every step is a path in the
+    /// runner image.
+    pub repository_files: std::collections::BTreeMap<String, Vec<u8>>,
 }
 
 impl ClusterDir {
@@ -272,6 +276,12 @@ impl ClusterDir {
                 std::borrow::Cow::Owned(super::kubespray_view_of(&self.inventory_dir()).unwrap_or_default())
             }
         }
+    }
+
+    /// The path of `action` from the directory holding kok.yml when it is a file of the commit's tree (a step
+    /// kept in the repository, run from the pinned files); `None` when it is a path inside the runner image.
+    pub fn repository_step<'a>(&self, action: &'a str) -> Option<&'a str> {
+        super::playbooks::repository_path(action).filter(|path| self.repository_files.contains_key(*path))
     }
 
     /// The files of the directory ansible reads as an inventory directory.

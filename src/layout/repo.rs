@@ -6,6 +6,7 @@ use super::ansible::{read_inventory_dir, InventorySource};
 use super::diag::{error_count, join, parse_yaml, read_text, FileDiags};
 use super::names::{dns1123_label_problem, hint};
 use super::operations::parse_operations;
+use super::playbooks::read_repository_files;
 use super::rollouts::{parse_rollouts, Fleet};
 use super::settings::{merge_settings, parse_settings};
 use super::{ClusterDir, Diagnostic, Entry, EntryKind, InventoryDir, Parsed, Settings, TreeReader};
@@ -350,6 +351,13 @@ fn parse_cluster(
         check_vault(&dir, files.get(VARS_YML), &read.vars_files, cluster, out);
     }
 
+    let repository_files = read_repository_files(
+        reader,
+        layout_root(&dir),
+        &operations,
+        &mut FileDiags::new(join(&dir, OPERATIONS_YML), cluster, out),
+    );
+
     let valid = error_count(out) == before;
     let hosts_yml = inventory_file.and_then(|file| files.remove(file));
     match (valid, base, inventory, inventory_file, hosts_yml) {
@@ -365,6 +373,7 @@ fn parse_cluster(
                 operations,
                 settings: merge_settings(base, &cluster_settings),
                 kubespray: Some(kubespray),
+                repository_files,
             });
         }
         _ => parsed.invalid.push(name.to_string()),
@@ -1037,6 +1046,92 @@ mod tests {
             parsed.clusters[0].vars_files[1].1, VAULT,
             "a vault file is pinned as it is"
         );
+    }
+
+    #[test]
+    fn a_playbook_kept_in_the_repository_is_read_with_its_directory_and_other_actions_stay_image_paths() {
+        let tree = Mem::default()
+            .good("a")
+            .file(
+                "clusters/a/operations.yml",
+                "- id: hello\n  action: ./playbooks/hello.yml\n  postHooks: [{action: cluster-info.yml}]\n\
+                 - id: install\n  action: cluster.yml\n",
+            )
+            .file("playbooks/hello.yml", "- hosts: all\n")
+            .file("playbooks/roles/r/tasks/main.yml", "- debug: {}\n")
+            .file("ansible.cfg", "[defaults]\n")
+            .file("roles/top/tasks/main.yml", "- debug: {}\n");
+        let parsed = parse_repo(&tree, "clusters");
+        assert_eq!(messages(&parsed), Vec::<String>::new());
+        let a = &parsed.clusters[0];
+        let paths: Vec<&str> = a.repository_files.keys().map(String::as_str).collect();
+        assert_eq!(
+            paths,
+            [
+                "ansible.cfg",
+                "playbooks/hello.yml",
+                "playbooks/roles/r/tasks/main.yml"
+            ]
+        );
+        assert_eq!(a.repository_files["playbooks/hello.yml"], b"- hosts: all\n");
+        assert_eq!(
+            a.repository_step("./playbooks/hello.yml"),
+            Some("playbooks/hello.yml")
+        );
+        assert_eq!(
+            a.repository_step("cluster.yml"),
+            None,
+            "kubespray's playbook is in the image"
+        );
+        assert_eq!(a.repository_step("cluster-info.yml"), None);
+    }
+
+    #[test]
+    fn a_link_as_a_repository_playbook_or_beside_one_is_refused_at_its_entry() {
+        let tree = Mem::default()
+            .good("a")
+            .file(
+                "clusters/a/operations.yml",
+                "- id: hello\n  action: playbooks/hello.yml\n- id: linked\n  action: site.yml\n",
+            )
+            .file("playbooks/hello.yml", "- hosts: all\n")
+            .with("playbooks/roles", EntryKind::Symlink, "")
+            .with("site.yml", EntryKind::Symlink, "");
+        let m = messages(&parse_repo(&tree, "clusters"));
+        assert_eq!(
+            m,
+            [
+                "clusters/a/operations.yml:1:0: playbooks/hello.yml is kept in the repository, but \
+                 playbooks/roles beside it is a symbolic link: kok does not follow links; commit the file itself",
+                "clusters/a/operations.yml:3:0: site.yml is a symbolic link in the repository: kok does not \
+                 follow links; commit the file itself in its place",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repository_playbook_needing_more_than_one_run_may_pin_is_refused_at_its_entry() {
+        let big = "x".repeat(600 << 10);
+        let tree = Mem::default()
+            .good("a")
+            .file(
+                "clusters/a/operations.yml",
+                "- id: install\n  action: cluster.yml\n- id: hello\n  action: playbooks/hello.yml\n",
+            )
+            .file("playbooks/hello.yml", "- hosts: all\n")
+            .file("playbooks/files/one.bin", &big)
+            .file("playbooks/files/two.bin", &big);
+        let parsed = parse_repo(&tree, "clusters");
+        let m = messages(&parsed);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].starts_with(
+                "clusters/a/operations.yml:3:0: playbooks/hello.yml is kept in the repository and kok pins what \
+                 it needs with the run (playbooks/): 1201 KiB, more than the 1024 KiB one run may pin"
+            ),
+            "{m:?}"
+        );
+        assert_eq!(parsed.invalid, ["a"]);
     }
 
     #[test]

@@ -532,6 +532,7 @@ mod tests {
                 ..Settings::default()
             },
             kubespray: None,
+            repository_files: Default::default(),
         }
     }
 

@@ -74,6 +74,12 @@ pub fn config_map_name(cluster: &str, kind: ContentKind, content: &str) -> Strin
     name_with_suffix(&format!("{cluster}-{kind}"), &sha8(content.as_bytes()))
 }
 
+/// Name of the immutable ConfigMap holding one pinned file of `bytes` (not necessarily text):
+/// `<cluster>-file-<sha8>`, the name [`config_map_name`] gives the same bytes as text.
+pub fn file_config_map_name(cluster: &str, bytes: &[u8]) -> String {
+    name_with_suffix(&format!("{cluster}-{}", ContentKind::File), &sha8(bytes))
+}
+
 /// Name of the immutable ConfigMap holding the inventory file `file`: [`config_map_name`] for hosts.yml;
 /// for another name (`inventory.ini`) the hash covers the name too, since it is the data key.
 pub fn hosts_config_map_name(cluster: &str, file: &str, content: &str) -> String {

@@ -87,6 +87,8 @@ pub fn check(cluster: &ClusterDir, desired: &DesiredCluster, live: &Live, seen: 
             let facts = ClusterFacts {
                 operations_path: run.path.clone(),
                 operations: preflight::operation_facts(operations),
+                // A rollout's steps are paths in the runner image (see super::rollout).
+                repository_steps: Default::default(),
                 ..facts.clone()
             };
             preflight::check_embedded(&facts)

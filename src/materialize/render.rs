@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::hash::content_hash;
 use super::names::{
-    config_map_name, hosts_config_map_name, operation_digest, operation_name, revision_string, ContentKind,
+    config_map_name, file_config_map_name, hosts_config_map_name, operation_digest, operation_name,
+    revision_string, ContentKind,
 };
 use super::rollout::RolloutOperation;
 use crate::api::{
@@ -17,7 +18,7 @@ use crate::api::{
     ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH, DEFAULT_IMAGE, DEFAULT_NAMESPACE, FILE_GZIP_KEY, HOSTS_KEY,
     LABEL_CONTENT, LABEL_OPERATION,
 };
-use crate::layout::{ClusterDir, Operation};
+use crate::layout::{playbooks, ClusterDir, Operation};
 
 /// The commit that introduced an operation entry in its current form, and its place in the range
 /// of commits being reconciled.
@@ -224,6 +225,22 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
             gzip,
         });
     }
+    for (path, bytes) in &cluster.repository_files {
+        let pinned = repository_file(cluster, path, bytes);
+        if pinned_files.insert(pinned.config_map.clone()) {
+            let data = match std::str::from_utf8(bytes) {
+                Ok(text) if !pinned.gzip => FileData::Text(ContentKind::File.data_key(), text),
+                _ => FileData::Gzip(super::pinned::gzip(bytes)),
+            };
+            config_maps.push(config_map(
+                cluster,
+                ctx,
+                (ContentKind::File, &pinned.config_map),
+                data,
+                &revision,
+            ));
+        }
+    }
     let spec = ClusterSpec {
         inventory_file: (cluster.inventory_file != HOSTS_KEY).then(|| cluster.inventory_file.clone()),
         hosts_conf_ref: ConfigMapRef { name: hosts_name },
@@ -262,6 +279,30 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
         rollouts: Vec::new(),
         kept_rollouts: BTreeSet::new(),
     }
+}
+
+/// The pin of the repository file `path` holding `bytes`: in the content-addressed ConfigMap of its bytes,
+/// gzip-compressed when over [`GZIP_ABOVE`] or not UTF-8 text (a ConfigMap's `data` holds text only).
+fn repository_file(cluster: &ClusterDir, path: &str, bytes: &[u8]) -> PinnedFile {
+    PinnedFile {
+        path: path.to_string(),
+        config_map: file_config_map_name(&cluster.name, bytes),
+        gzip: bytes.len() > GZIP_ABOVE || std::str::from_utf8(bytes).is_err(),
+    }
+}
+
+/// The repository files the steps of `op` kept in the repository need ([`crate::layout::playbooks`]), sorted
+/// by path; empty when every step is a path in the runner image.
+pub fn repository_files(cluster: &ClusterDir, op: &Operation) -> Vec<PinnedFile> {
+    let steps: Vec<&str> = playbooks::step_actions(op)
+        .filter_map(|action| cluster.repository_step(action))
+        .collect();
+    cluster
+        .repository_files
+        .iter()
+        .filter(|(path, _)| steps.iter().any(|step| playbooks::needs(step, path)))
+        .map(|(path, bytes)| repository_file(cluster, path, bytes))
+        .collect()
 }
 
 /// Files of group_vars/ and host_vars/ larger than this (1 KiB) are pinned gzip-compressed, so that a
@@ -344,6 +385,7 @@ pub(super) fn cluster_operation(
             hosts_conf_ref: pins.hosts_conf_ref.clone(),
             vars_conf_ref: pins.vars_conf_ref.clone(),
             vars_files: pins.vars_files.clone(),
+            repository_files: repository_files(cluster, op),
             vault_password_ref: pins.vault_password_ref.clone(),
             ssh_auth_ref: pins.ssh_auth_ref.clone(),
             source: OperationSource {
@@ -559,6 +601,7 @@ mod tests {
                 ..Settings::default()
             },
             kubespray: None,
+            repository_files: Default::default(),
         }
     }
 
@@ -823,6 +866,57 @@ mod tests {
 
         c.settings.defaults.facts_playbook = Some(crate::api::FACTS_PLAYBOOK_NONE.into());
         assert_eq!(render_cluster(&c, &ctx()).operations[0].spec.facts_playbook, None);
+    }
+
+    #[test]
+    fn steps_kept_in_the_repository_pin_their_files_and_image_paths_pin_none() {
+        use crate::api::PinnedInventory;
+        use kube::ResourceExt;
+        let mut dir = cluster();
+        dir.operations.push(op(
+            "hello",
+            2,
+            json!({"id": "hello", "action": "playbooks/hello.yml"}),
+        ));
+        let big = "y".repeat(GZIP_ABOVE + 1);
+        dir.repository_files = [
+            ("playbooks/hello.yml".to_string(), b"- hosts: all\n".to_vec()),
+            ("playbooks/files/big.txt".to_string(), big.clone().into_bytes()),
+            ("playbooks/files/blob.bin".to_string(), vec![0xff, 0xfe, 0]),
+        ]
+        .into();
+        let desired = render_cluster(&dir, &ctx());
+        let hello = &desired.operations[2].spec;
+        let pinned: Vec<(&str, bool)> = hello
+            .repository_files
+            .iter()
+            .map(|f| (f.path.as_str(), f.gzip))
+            .collect();
+        assert_eq!(
+            pinned,
+            [
+                ("playbooks/files/big.txt", true),
+                ("playbooks/files/blob.bin", true),
+                ("playbooks/hello.yml", false)
+            ],
+            "large and binary files compressed, sorted by path"
+        );
+        assert!(desired.operations[0].spec.repository_files.is_empty());
+        for f in &hello.repository_files {
+            let cm = desired
+                .config_maps
+                .iter()
+                .find(|c| c.name_any() == f.config_map)
+                .expect("every pinned file has its ConfigMap");
+            assert_eq!(cm.immutable, Some(true));
+        }
+        let small = desired
+            .config_maps
+            .iter()
+            .find(|c| c.name_any() == hello.repository_files[2].config_map)
+            .unwrap();
+        assert_eq!(small.data.as_ref().unwrap()["file"], "- hosts: all\n");
+        assert!(hello.pins(&hello.repository_files[0].config_map));
     }
 
     #[test]

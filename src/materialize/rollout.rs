@@ -137,6 +137,9 @@ fn rollout_operation(
     let entry_digest = operation_digest(&rollout.operation.entry);
     let mut op = cluster_operation(cluster, &rollout.operation, ctx, pins);
     let spec = &mut op.spec;
+    // A rollout's steps are paths in the runner image: its file is read apart from the clusters, so their
+    // repository files are not known here (and a run must not depend on what the cluster's own entries pin).
+    spec.repository_files = Vec::new();
     spec.digest = run_digest(&entry_digest, &rollout.name, rollout.rerun);
     spec.rollout = Some(OperationRollout {
         name: rollout.name.clone(),
@@ -308,6 +311,7 @@ mod tests {
             operations: vec![],
             settings: Default::default(),
             kubespray: None,
+            repository_files: Default::default(),
         };
         let ctx = RenderContext::new("kok-system", "main", "2".repeat(40));
         let mut d = super::super::render_cluster(&dir, &ctx);

@@ -151,6 +151,13 @@ pub fn cluster_facts<'a>(
         previous: history.previous,
         installed: history.installed || cluster.settings.installed.is_some(),
         tree,
+        repository_steps: cluster
+            .operations
+            .iter()
+            .flat_map(crate::layout::playbooks::step_actions)
+            .filter(|action| cluster.repository_step(action).is_some())
+            .map(str::to_string)
+            .collect(),
     }
 }
 

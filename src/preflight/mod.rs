@@ -15,7 +15,7 @@
 //!    `remove-node.yml` has run ([`Rule::GroupNotEmpty`], [`Rule::EtcdOdd`]);
 //! 5. `remove-node.yml` names hosts of the inventory, never the first control plane or etcd host
 //!    ([`Rule::RemoveNode`]);
-//! 6. the action and every hook exist in the release ([`Rule::PlaybookExists`]);
+//! 6. the action and every hook exist in the release, unless kept in the repository ([`Rule::PlaybookExists`]);
 //! 7. `--limit` names hosts or groups that exist, and keeps the facts step where the release needs it
 //!    ([`Rule::LimitNames`], [`Rule::LimitFacts`]);
 //! 8. the enumerated settings hold a value the release accepts ([`Rule::SettingAccepted`]);
@@ -218,6 +218,10 @@ pub struct ClusterFacts<'a> {
     pub installed: bool,
     /// Local mode: the checked-out kubespray tree, whose own files win over the data.
     pub tree: Option<Tree>,
+    /// The actions and hooks of the operations, as written, that are files of the commit's tree: steps kept
+    /// in the repository ([`crate::layout::playbooks`]), which the run takes from the commit, so rule 6 does not
+    /// look for them in the release.
+    pub repository_steps: BTreeSet<String>,
 }
 
 /// A rule of the pre-flight, with its stable id.

@@ -753,7 +753,7 @@ fn playbook_path(action: &str) -> Option<&str> {
     }
 }
 
-/// Rule 6: the action and every playbook hook exist in the release.
+/// Rule 6: the action and every playbook hook exist in the release, unless kept in the repository.
 fn playbooks_exist(facts: &ClusterFacts<'_>, view: &View<'_>, op: &OperationFacts<'_>) -> Vec<Finding> {
     let Some(playbooks) = view.playbooks() else {
         return Vec::new();
@@ -768,6 +768,8 @@ fn playbooks_exist(facts: &ClusterFacts<'_>, view: &View<'_>, op: &OperationFact
     let all: Vec<&str> = playbooks.iter().map(String::as_str).collect();
     std::iter::once(("action", operation.action.as_str()))
         .chain(hooks)
+        // A step kept in the repository runs from the commit's files: it exists.
+        .filter(|(_, action)| !facts.repository_steps.contains(*action))
         .filter_map(|(what, action)| {
             let path = playbook_path(action)?;
             if playbooks.contains(path) {

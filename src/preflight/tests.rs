@@ -91,6 +91,7 @@ fn facts<'a>(release: &str, ops: &'a [Operation]) -> ClusterFacts<'a> {
         previous: None,
         installed: true,
         tree: None,
+        repository_steps: Default::default(),
     }
 }
 
@@ -577,6 +578,29 @@ fn hooks_are_looked_for_too_and_the_images_workdir_is_understood() {
     assert!(finding
         .message
         .starts_with("hook facts.yml is not a playbook of kubespray v2.24.1: it has playbooks/facts.yml"));
+}
+
+#[test]
+fn a_step_kept_in_the_repository_is_not_looked_for_in_the_release() {
+    let mut hello = op("hello", "playbooks/hello.yml", 0, &[]);
+    hello.post_hooks = vec![Hook {
+        action: "upgrade_cluster.yml".into(),
+        action_type: Default::default(),
+        extra_args: vec![],
+    }];
+    let ops = [hello];
+    let mut f = facts("v2.27.0", &ops);
+    assert_eq!(of(&check(&f, data()), Rule::PlaybookExists).len(), 2);
+    f.repository_steps = ["playbooks/hello.yml".to_string()].into();
+    let found = check(&f, data());
+    let finding = only(&found, Rule::PlaybookExists);
+    assert!(
+        finding
+            .message
+            .starts_with("hook upgrade_cluster.yml is not a playbook of kubespray v2.27.0"),
+        "a path in neither is still refused: {}",
+        finding.message
+    );
 }
 
 #[test]

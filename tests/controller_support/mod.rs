@@ -51,6 +51,7 @@ pub fn cluster_dir(name: &str, hosts: &str, ops: Vec<Operation>, secret: Option<
             ..Settings::default()
         },
         kubespray: None,
+        repository_files: Default::default(),
     }
 }
 
