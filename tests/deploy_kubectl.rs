@@ -508,3 +508,114 @@ fn the_dockerfile_builds_kok_as_ci_and_the_docs_do() {
         "docs/deploying.md says how kok is installed and how the image builds it"
     );
 }
+
+/// docs/runner-image.md's example: the Dockerfile lints, starts from kok's default image, and its collection
+/// install, run as written with the real ansible-galaxy (into a scratch directory standing for the image's
+/// path), installs a collection whose role a playbook then runs; the image's path is one ansible searches
+/// without any setting.
+#[test]
+fn the_runner_image_example_lints_and_installs_its_collection_where_ansible_looks() {
+    let dir = repo().join("examples/runner-image");
+    let text = std::fs::read_to_string(dir.join("Dockerfile")).unwrap();
+    let joined = text.replace("\\\n", " ");
+    let from = joined
+        .lines()
+        .find_map(|l| l.strip_prefix("FROM "))
+        .expect("a FROM line");
+    assert_eq!(
+        from.trim(),
+        kok::api::DEFAULT_IMAGE,
+        "the example extends the image kok runs by default"
+    );
+    if tools::hadolint_or_skip(
+        "the_runner_image_example_lints_and_installs_its_collection_where_ansible_looks",
+    ) {
+        let out = tools::command("hadolint")
+            .args([
+                "--config",
+                ".hadolint.yaml",
+                "--no-color",
+                "examples/runner-image/Dockerfile",
+            ])
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        ok(&out, "hadolint examples/runner-image/Dockerfile");
+    }
+    if !tools::ansible_or_skip(
+        "the_runner_image_example_lints_and_installs_its_collection_where_ansible_looks",
+    ) {
+        return;
+    }
+    // COPY <source> <copy>, then RUN ansible-galaxy collection install <copy> -p <path>.
+    let copy: Vec<&str> = joined
+        .lines()
+        .find_map(|l| l.strip_prefix("COPY "))
+        .expect("a COPY line")
+        .split_whitespace()
+        .collect();
+    let install: Vec<&str> = joined
+        .lines()
+        .find_map(|l| l.strip_prefix("RUN "))
+        .expect("a RUN line")
+        .split("&&")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        install[..3],
+        ["ansible-galaxy", "collection", "install"],
+        "{install:?}"
+    );
+    assert_eq!(install[3], copy[1], "the RUN installs what the COPY copied");
+    let path = install
+        .iter()
+        .position(|w| *w == "-p")
+        .map(|i| install[i + 1])
+        .expect("-p <path>");
+    let config = tools::command("ansible-config").args(["dump"]).output().unwrap();
+    let defaults = String::from_utf8_lossy(&config.stdout);
+    let searched = defaults
+        .lines()
+        .find(|l| l.starts_with("COLLECTIONS_PATHS"))
+        .unwrap_or_else(|| panic!("ansible-config dump names no COLLECTIONS_PATHS:\n{defaults}"));
+    assert!(
+        searched.contains(&format!("'{path}'")),
+        "ansible does not search {path}: {searched}"
+    );
+
+    let scratch = tempfile::tempdir().unwrap();
+    let installed = scratch.path().join("collections");
+    let out = tools::command("ansible-galaxy")
+        .args(["collection", "install"])
+        .arg(dir.join(copy[0]))
+        .arg("-p")
+        .arg(&installed)
+        .output()
+        .unwrap();
+    ok(&out, "ansible-galaxy collection install");
+    let play = scratch.path().join("play.yml");
+    std::fs::write(
+        &play,
+        "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: acme.hardening.banner\n",
+    )
+    .unwrap();
+    let banner = scratch.path().join("banner");
+    let out = tools::command("ansible-playbook")
+        .args(["-i", "localhost,", "-c", "local"])
+        .arg(&play)
+        .arg("-e")
+        .arg(format!("banner_path={}", banner.display()))
+        .args(["-e", "ansible_python_interpreter={{ ansible_playbook_python }}"])
+        .env("ANSIBLE_COLLECTIONS_PATH", &installed)
+        .env("ANSIBLE_LOCAL_TEMP", scratch.path().join("tmp"))
+        .env("ANSIBLE_HOME", scratch.path().join("home"))
+        .output()
+        .unwrap();
+    ok(&out, "ansible-playbook with acme.hardening.banner");
+    assert_eq!(
+        std::fs::read_to_string(&banner).unwrap(),
+        "Authorized use only.\n"
+    );
+}
