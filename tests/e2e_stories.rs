@@ -17,6 +17,17 @@ const OPS_INSTALL: &str = "- id: install\n  action: cluster.yml\n";
 const OPS_SCALE: &str = "- id: install\n  action: cluster.yml\n\
                          - id: add-node7\n  action: scale.yml\n  extraArgs: [--limit=node7]\n";
 
+/// Waits for the `failure` line of `context` in the note of `sha`, and returns it.
+async fn failure_note(kok: &Kok, remote: &Remote, sha: &str, context: &str) -> String {
+    wait_for("the failure note", Some(kok), || async {
+        let note = remote.note(sha);
+        note.lines()
+            .find(|l| l.starts_with(&format!("{context}: failure ")))
+            .map(str::to_string)
+    })
+    .await
+}
+
 /// A remote with one valid cluster `prod-bj` running `install`; returns the remote and the first sha.
 fn one_cluster_remote() -> (Remote, String) {
     let remote = Remote::new();
@@ -171,13 +182,7 @@ async fn a_failed_job_marks_the_operation_failed_on_its_commit() {
     .unwrap();
 
     let context = "kok/prod-bj/install";
-    let line = wait_for("the failure note", Some(&kok), || async {
-        let note = remote.note(&first);
-        note.lines()
-            .find(|l| l.starts_with(&format!("{context}: failure ")))
-            .map(str::to_string)
-    })
-    .await;
+    let line = failure_note(&kok, &remote, &first, context).await;
     assert!(
         line.contains("BackoffLimitExceeded"),
         "the note gives the reason: {line}"
@@ -742,13 +747,7 @@ async fn a_run_whose_image_cannot_be_pulled_fails_on_its_commit_after_its_start_
     .unwrap();
 
     let context = "kok/prod-bj/install";
-    let line = wait_for("the failure note", Some(&kok), || async {
-        let note = remote.note(&first);
-        note.lines()
-            .find(|l| l.starts_with(&format!("{context}: failure ")))
-            .map(str::to_string)
-    })
-    .await;
+    let line = failure_note(&kok, &remote, &first, context).await;
     assert!(
         line.contains(
             "StartFailed: ImagePullBackOff: container ansible (image quay.io/kubespray/kubespray:v2.27.0)"

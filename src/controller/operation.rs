@@ -204,30 +204,37 @@ pub(super) async fn transition(
     info!(operation = %op.name_any(), cluster = %op.spec.cluster, phase = %t.phase, message = t.message.as_deref().unwrap_or(""), "transition");
     observe_run(ctx, op, &t);
     if let Some((reason, warning)) = t.event {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            note: Some(match (&result, &t.message) {
-                (Some(r), _) => r.clone(),
-                (None, Some(m)) => format!("{}: {m}", t.phase),
-                (None, None) => t.phase.to_string(),
-            }),
-            action: reason.to_string(),
-            secondary: None,
+        let note = match (&result, &t.message) {
+            (Some(r), _) => r.clone(),
+            (None, Some(m)) => format!("{}: {m}", t.phase),
+            (None, None) => t.phase.to_string(),
         };
-        if let Err(e) = ctx.recorder.publish(&ev, &op.object_ref(&())).await {
-            warn!(operation = %op.name_any(), error = %e, "event not published");
-        }
+        publish(ctx, op, reason, warning, note).await;
     }
     if t.phase.is_terminal() {
         // The operations waiting behind it are woken once the cache shows it finished.
         release(ctx, op);
     }
     Ok(())
+}
+
+/// Publishes one Event on `op` (reason and action `reason`, a warning or normal); a failure to publish is
+/// logged, never fatal.
+async fn publish(ctx: &Context, op: &ClusterOperation, reason: &str, warning: bool, note: String) {
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        note: Some(note),
+        action: reason.to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &op.object_ref(&())).await {
+        warn!(operation = %op.name_any(), error = %e, "event not published");
+    }
 }
 
 /// A run that ends (Running to Succeeded or Failed) counts in `kok_job_duration_seconds`, from its Job's
@@ -438,20 +445,7 @@ async fn restore(
         .unwrap_or_default()
         .to_string();
     info!(operation = %op.name_any(), cluster = %op.spec.cluster, %phase, %message, "restored from the record, not run");
-    let ev = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.to_string(),
-        note: Some(format!("{phase}: {message}")),
-        action: reason.to_string(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &op.object_ref(&())).await {
-        warn!(operation = %op.name_any(), error = %e, "event not published");
-    }
+    publish(ctx, op, reason, warning, format!("{phase}: {message}")).await;
     release(ctx, op);
     Ok(Action::await_change())
 }
@@ -561,16 +555,7 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
         .await
         .map_err(op_error(op, "recording that its hold was released".to_string()))?;
     info!(operation = %op.name_any(), cluster = %op.spec.cluster, "hold released: entry removed");
-    let ev = Event {
-        type_: EventType::Normal,
-        reason: "HoldReleased".to_string(),
-        note: Some(note),
-        action: "HoldReleased".to_string(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &op.object_ref(&())).await {
-        warn!(operation = %op.name_any(), error = %e, "event not published");
-    }
+    publish(ctx, op, "HoldReleased", false, note).await;
     Ok(())
 }
 
