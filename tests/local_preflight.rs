@@ -88,11 +88,9 @@ async fn the_workdirs_own_playbooks_and_checksums_win_over_the_release_data() {
     assert!(kok.stop(), "kok exits 0 on SIGTERM; its log:\n{}", kok.log());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster_and_one_in_neither_is_refused() {
-    if !ansible_or_skip("a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster") {
-        return;
-    }
+/// A repository whose kubespray-shaped cluster runs `operations` with `playbooks/ok.yml` committed beside
+/// `clusters/`; returns it and its marks directory.
+fn kubespray_cluster_with_repository_playbook(operations: &str) -> (LocalRepo, std::path::PathBuf) {
     let repo = LocalRepo::new();
     let marks = repo.marks();
     repo.write(&format!("clusters/{CLUSTER}/hosts.yml"), HOSTS);
@@ -101,12 +99,20 @@ async fn a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster_and_one_i
         &format!("marks: {}\n", marks.display()),
     );
     repo.write("playbooks/ok.yml", MARK);
-    repo.write(
-        &format!("clusters/{CLUSTER}/operations.yml"),
+    repo.write(&format!("clusters/{CLUSTER}/operations.yml"), operations);
+    repo.commit("a playbook kept in the repository");
+    (repo, marks)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster_and_one_in_neither_is_refused() {
+    if !ansible_or_skip("a_playbook_kept_in_the_repository_runs_on_a_kubespray_cluster") {
+        return;
+    }
+    let (repo, marks) = kubespray_cluster_with_repository_playbook(
         "- id: ok\n  action: playbooks/ok.yml\n  extraArgs: [-e, mark=ok]\n\
          - id: absent\n  action: playbooks/absent.yml\n",
     );
-    repo.commit("a playbook kept in the repository");
     let (_, stdout, _) = repo.kok(&["validate", repo.path().to_str().unwrap()]);
     assert!(
         !stdout.contains("action playbooks/ok.yml is not a playbook"),
@@ -161,19 +167,9 @@ async fn a_repository_playbook_runs_from_its_commit_even_where_the_workdir_has_o
         "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.fail:\n        msg: the workdir's\n",
     )
     .unwrap();
-    let repo = LocalRepo::new();
-    let marks = repo.marks();
-    repo.write(&format!("clusters/{CLUSTER}/hosts.yml"), HOSTS);
-    repo.write(
-        &format!("clusters/{CLUSTER}/vars.yml"),
-        &format!("marks: {}\n", marks.display()),
-    );
-    repo.write("playbooks/ok.yml", MARK);
-    repo.write(
-        &format!("clusters/{CLUSTER}/operations.yml"),
+    let (repo, marks) = kubespray_cluster_with_repository_playbook(
         "- id: ok\n  action: playbooks/ok.yml\n  extraArgs: [-e, mark=ok]\n",
     );
-    repo.commit("a playbook kept in the repository");
     let mut kok = LocalKok::start_with(&repo, &["--workdir", tree.path().to_str().unwrap()]);
     let client = kok.client(&repo).await;
     let ok = finished(&mut kok, &client, "ok").await;
