@@ -23,25 +23,27 @@
 //! clusters with every gauge set, in process ([`metrics`]); each fleet run also scrapes the real kok's
 //! `/metrics` at rest.
 
-#[path = "../tests/e2e/mod.rs"]
+// The integration tests' helpers, as their binary has them (`crate::common`, `crate::forge`).
+#[allow(dead_code)]
+#[path = "../tests/integration/common/mod.rs"]
+mod common;
+#[path = "../tests/integration/e2e/mod.rs"]
 mod e2e;
-#[path = "../tests/forge/mod.rs"]
+#[path = "../tests/integration/forge/mod.rs"]
 mod forge;
 #[path = "fleet/health.rs"]
 mod health;
 #[path = "fleet/kubespray.rs"]
 mod kubespray;
-#[path = "../tests/common/kubespray.rs"]
-mod kubespray_setup;
 #[path = "fleet/metrics.rs"]
 mod metrics;
 #[path = "fleet/rollout.rs"]
 mod rollout;
-#[path = "../tests/common/tools.rs"]
-mod tools;
 #[path = "fleet/web.rs"]
 mod web;
 
+use common::kubespray as kubespray_setup;
+use common::tools;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

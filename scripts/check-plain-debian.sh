@@ -46,13 +46,19 @@ say "plain PATH: python3 is $python (EXTERNALLY-MANAGED), no kubectl"
 # The tests must run, never skip.
 unset KOK_SKIP_KUBECTL KOK_SKIP_ANSIBLE
 
-# Runs the given tests with PATH=$1 and KOK_VENV=$2; output to $3. cargo test's own status is returned.
+# Runs the given areas of the tests (modules of the integration binaries: testkit's `kubectl`, kok's
+# `job_ansible`, ...) with PATH=$1 and KOK_VENV=$2; output to $3. cargo test's own status is returned.
+# A filter is a substring, so `kubectl::` would also select kok's `deploy_kubectl::` and
+# `local_kubectl::`: those are skipped.
 run_tests() {
   local path=$1 venv=$2 log=$3
   shift 3
   local args=()
-  for test in "$@"; do args+=(--test "$test"); done
-  PATH=$path KOK_VENV=$venv cargo test --workspace --locked "${args[@]}" -- --nocapture >"$log" 2>&1
+  for test in "$@"; do
+    args+=("$test::")
+    [ "$test" != kubectl ] || args+=(--skip _kubectl::)
+  done
+  PATH=$path KOK_VENV=$venv cargo test --workspace --locked --test integration -- "${args[@]}" --nocapture >"$log" 2>&1
 }
 
 # Fails unless the log shows passing tests, none skipped, every one of them using `$2`.

@@ -28,7 +28,7 @@ esac
 # The oldest versions kok and its tests work with (docs/getting-started.md, "Set-up and tool versions").
 ANSIBLE_CORE_MIN=2.14 # Debian bookworm's own ansible-core
 KUBECTL_MIN=1.26      # the tests run `kubectl events`, new (out of alpha) in 1.26
-HADOLINT_MIN=2.12     # the Dockerfile's lint (tests/deploy_kubectl.rs)
+HADOLINT_MIN=2.12     # the Dockerfile's lint (tests/integration/deploy_kubectl.rs)
 
 . scripts/venv.sh
 venv=$KOK_VENV
@@ -187,7 +187,7 @@ if [ "$mode" = tests ]; then
   [ -x /usr/sbin/sshd ] || die "/usr/sbin/sshd is still missing after installing openssh-server"
 fi
 
-# --- real kubespray, for tests/kubespray_real.rs ---------------------------------------------------
+# --- real kubespray, for tests/integration/kubespray_real.rs ---------------------------------------------------
 # ../shared/kubespray (beside this checkout; CI puts a copy there; KOK_KUBESPRAY_SOURCE=DIR names
 # another) holds kubespray's source tarball, its licence and its requirements.txt. The tests run kok's
 # local mode on the extracted tree with the ansible release that requirements.txt pins, which is not the

@@ -4,7 +4,7 @@
 //! Only these two reviews look at credentials; every other request is allowed, as everywhere in testkit.
 //! A review's caller is the user of its bearer token when the token is registered ([`Tokens`]); an
 //! unregistered token, or none, is testkit's administrator and may review. The wording of every answer
-//! follows `tests/fixtures/realapi/auth-reviews.json`, and `tests/auth_reviews.rs` replays it.
+//! follows `tests/fixtures/realapi/auth-reviews.json`, and `tests/integration/auth_reviews.rs` replays it.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -1,7 +1,7 @@
 //! Custom resources against their CRD's structural schema, as the real API server checks them:
 //! unknown fields pruned (and reported or refused per `fieldValidation`), then types, required
 //! fields, enums, patterns, lengths, bounds and item counts, then the `x-kubernetes-validations`
-//! CEL rules. Errors carry the real server's wording (see `tests/realapi.rs`).
+//! CEL rules. Errors carry the real server's wording (see `tests/integration/realapi.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
