@@ -26,7 +26,7 @@ pub mod cli;
 pub mod controller;
 pub mod events;
 pub mod health;
-pub mod layout;
+pub use kok_layout as layout;
 pub mod leader;
 pub mod local;
 pub mod materialize;

@@ -5,6 +5,11 @@ mod rollout;
 pub mod watched;
 
 pub use context::*;
+// The values of the repository contract that kok's objects carry, defined beside the parser.
+pub use kok_layout::spec::{
+    ActionType, FactsPlaybook, Hook, Maintenance, MaintenanceFreeze, MaintenanceWindow, OnFailure, Verify,
+    DEFAULT_FACTS_PLAYBOOK, FACTS_PLAYBOOK_NONE, LABEL_MANAGED_BY, MANAGED_BY, VARS_INVENTORY_PATH,
+};
 pub use rollout::*;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -27,10 +32,6 @@ pub const FIELD_MANAGER: &str = "kok";
 /// Namespace used when `--namespace` is not given.
 pub const DEFAULT_NAMESPACE: &str = "kok-system";
 
-/// Standard label naming the tool that manages an object.
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// Value of [`LABEL_MANAGED_BY`] on everything kok writes.
-pub const MANAGED_BY: &str = "kok";
 /// Label carrying the cluster directory name an object belongs to.
 pub const LABEL_CLUSTER: &str = "kok.dev/cluster";
 /// Label carrying an operation id (on ClusterOperations and their Jobs).
@@ -72,14 +73,6 @@ pub const STATE_CONFIG_MAP: &str = "kok-state";
 pub const HOSTS_KEY: &str = "hosts.yml";
 /// Name of the ConfigMap data key holding `vars.yml`.
 pub const VARS_KEY: &str = "vars.yml";
-/// Where vars.yml lies in an inventory directory beside hosts.yml: the group variables of `all`. The Job
-/// mounts it there under `/conf` and copies it there in the writable inventory, so ansible reads it as
-/// kubespray's `group_vars/all` and every host variable of hosts.yml outranks it (never `-e @vars.yml`).
-pub const VARS_INVENTORY_PATH: &str = "group_vars/all.yml";
-/// The facts playbook a run that limits its hosts gets when kok.yml and cluster.yml name none: kubespray's.
-pub const DEFAULT_FACTS_PLAYBOOK: &str = "playbooks/facts.yml";
-/// The `factsPlaybook` value that turns the facts step off (`false` in YAML means the same).
-pub const FACTS_PLAYBOOK_NONE: &str = "none";
 /// Key of the private key inside an ssh-auth Secret.
 pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
 /// Key of the ansible-vault password inside the Secret `vaultPasswordSecret` names.
@@ -285,34 +278,53 @@ pub struct RunDefaults {
 }
 
 impl RunDefaults {
-    /// The facts step these defaults give an operation that limits its hosts: the configured playbook
-    /// (required), none when turned off, else [`DEFAULT_FACTS_PLAYBOOK`] (optional).
+    /// The facts step these defaults give an operation that limits its hosts (see
+    /// [`kok_layout::spec::facts_playbook`]).
     pub fn facts(&self) -> Option<FactsPlaybook> {
-        match self.facts_playbook.as_deref() {
-            None => Some(FactsPlaybook {
-                path: DEFAULT_FACTS_PLAYBOOK.to_string(),
-                optional: true,
-            }),
-            Some(FACTS_PLAYBOOK_NONE) => None,
-            Some(path) => Some(FactsPlaybook {
-                path: path.to_string(),
-                optional: false,
-            }),
+        kok_layout::spec::facts_playbook(self.facts_playbook.as_deref())
+    }
+}
+
+impl From<kok_layout::spec::RunDefaults> for RunDefaults {
+    fn from(d: kok_layout::spec::RunDefaults) -> Self {
+        RunDefaults {
+            image: d.image,
+            service_account: d.service_account,
+            resources: d.resources.map(resource_requirements),
+            active_deadline_seconds: d.active_deadline_seconds,
+            start_timeout: d.start_timeout,
+            history_limit: d.history_limit,
+            facts_playbook: d.facts_playbook,
         }
     }
 }
 
-/// The playbook a run executes first, without `--limit`, because one of its playbook steps limits its hosts.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct FactsPlaybook {
-    /// Playbook path in the runner's working directory, e.g. `playbooks/facts.yml`.
-    #[schemars(length(min = 1))]
-    pub path: String,
-    /// True for kok's default (no `factsPlaybook` in kok.yml or cluster.yml): a runner without the file
-    /// skips the step with a line in the log. False when configured: a missing file fails the step.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub optional: bool,
+/// The resource requirements of resources as kok.yml or cluster.yml write them.
+pub fn resource_requirements(r: kok_layout::spec::Resources) -> ResourceRequirements {
+    let quantities = |m: std::collections::BTreeMap<String, String>| {
+        m.into_iter()
+            .map(|(k, v)| (k, k8s_openapi::apimachinery::pkg::api::resource::Quantity(v)))
+            .collect()
+    };
+    ResourceRequirements {
+        claims: None,
+        limits: r.limits.map(quantities),
+        requests: r.requests.map(quantities),
+    }
+}
+
+/// One window, Saturdays 02:00 for 4h in Europe/Berlin, and no freeze (unit-test fixtures).
+#[cfg(test)]
+pub(crate) fn saturday_night_in_berlin() -> Maintenance {
+    Maintenance {
+        windows: vec![MaintenanceWindow {
+            days: vec!["Sat".into()],
+            start: "02:00".into(),
+            duration: "4h".into(),
+            time_zone: "Europe/Berlin".into(),
+        }],
+        freezes: vec![],
+    }
 }
 
 /// Where a Cluster's desired state came from.
@@ -451,67 +463,6 @@ impl ClusterSpec {
     }
 }
 
-/// When a cluster's operations may start: inside one of its windows (any time when it lists none), never
-/// inside a freeze. A running Job is never stopped when a window closes or a freeze begins.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Maintenance {
-    /// Recurring windows; an operation starts only inside one of them. None listed: any time.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub windows: Vec<MaintenanceWindow>,
-    /// Periods in which no operation starts, whatever the windows say.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub freezes: Vec<MaintenanceFreeze>,
-}
-
-#[cfg(test)]
-impl Maintenance {
-    /// One window, Saturdays 02:00 for 4h in Europe/Berlin, and no freeze (unit-test fixtures).
-    pub(crate) fn saturday_night_in_berlin() -> Self {
-        Maintenance {
-            windows: vec![MaintenanceWindow {
-                days: vec!["Sat".into()],
-                start: "02:00".into(),
-                duration: "4h".into(),
-                time_zone: "Europe/Berlin".into(),
-            }],
-            freezes: vec![],
-        }
-    }
-}
-
-/// A weekly maintenance window, in local time of its time zone (daylight-saving changes included).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MaintenanceWindow {
-    /// Days of the week the window opens on (`Mon` ... `Sun`), in its time zone; empty: every day.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub days: Vec<String>,
-    /// Local time the window opens, `HH:MM` (24-hour clock). A time a daylight-saving change skips opens
-    /// it at the same offset after the change (02:30 becomes 03:30).
-    #[schemars(pattern(r"^([01][0-9]|2[0-3]):[0-5][0-9]$"))]
-    pub start: String,
-    /// How long the window stays open, e.g. `4h`, `90m`, `1h30m`, at most `7d` (elapsed time).
-    pub duration: String,
-    /// IANA time zone of `days` and `start`, e.g. `Europe/Berlin`.
-    pub time_zone: String,
-}
-
-/// A period in which none of the cluster's operations starts, from 00:00 of `from` to 00:00 of `to`.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MaintenanceFreeze {
-    /// First frozen day, `YYYY-MM-DD`, from 00:00 in `timeZone`.
-    pub from: String,
-    /// The day operations may start again, `YYYY-MM-DD`, from 00:00 in `timeZone`.
-    pub to: String,
-    /// IANA time zone of `from` and `to`, e.g. `Europe/Berlin`.
-    pub time_zone: String,
-    /// Why, shown while an operation waits: `frozen until 2027-01-04 (year-end)`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
 /// Summary of one operation, as shown on its Cluster.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -586,42 +537,6 @@ pub struct OperationCounts {
     pub succeeded: u32,
     /// Operations that failed or were canceled (within the history limit).
     pub failed: u32,
-}
-
-/// How an operation's action is run.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ActionType {
-    /// `ansible-playbook` runs the action as a playbook.
-    #[default]
-    Playbook,
-    /// A script file of the working directory, run with `/bin/sh`; or else a program on `PATH` (`ansible`).
-    Shell,
-}
-
-impl ActionType {
-    /// The spelling used in operations.yml.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionType::Playbook => "playbook",
-            ActionType::Shell => "shell",
-        }
-    }
-}
-
-/// A step run before or after an operation's action, in the same pod.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Hook {
-    /// Playbook path: a file of the repository (from the directory holding kok.yml, see `repositoryFiles`), else
-    /// a path inside the runner image; or a script for `type: shell`, found the same way.
-    pub action: String,
-    /// `playbook` (default) or `shell`.
-    #[serde(rename = "type", default)]
-    pub action_type: ActionType,
-    /// Arguments appended to the command line, never interpreted by a shell.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extra_args: Vec<String>,
 }
 
 /// Where an operation came from in git.
@@ -773,35 +688,6 @@ pub struct ClusterOperationSpec {
     pub preflight: Option<OperationPreflight>,
 }
 
-/// How much of the workload cluster kok verifies after an operation's Job succeeded.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Verify {
-    /// Every check: API server, Nodes Ready, Nodes = inventory, kubelet versions, kube-system workloads.
-    #[default]
-    Full,
-    /// Only that the API server answers.
-    Reachable,
-    /// No verification (e.g. for `reset.yml`).
-    None,
-}
-
-impl Verify {
-    /// True for the default, [`Verify::Full`].
-    pub fn is_full(&self) -> bool {
-        *self == Verify::Full
-    }
-
-    /// The spelling used in operations.yml.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verify::Full => "full",
-            Verify::Reachable => "reachable",
-            Verify::None => "none",
-        }
-    }
-}
-
 /// `verifyTimeout` when an operation does not set one.
 pub const DEFAULT_VERIFY_TIMEOUT: &str = "10m";
 
@@ -846,32 +732,6 @@ pub struct Verification {
     /// Each check's latest result.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckResult>,
-}
-
-/// What a failed operation does to the later operations of its cluster.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum OnFailure {
-    /// Later operations stay Queued until a run of the same entry succeeds or the entry is removed.
-    #[default]
-    Hold,
-    /// Later operations go on (for read-only or reporting operations).
-    Continue,
-}
-
-impl OnFailure {
-    /// True for the default, [`OnFailure::Hold`].
-    pub fn is_hold(&self) -> bool {
-        *self == OnFailure::Hold
-    }
-
-    /// The spelling used in operations.yml.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnFailure::Hold => "hold",
-            OnFailure::Continue => "continue",
-        }
-    }
 }
 
 /// Task results of one host in a run, as ansible counts them.

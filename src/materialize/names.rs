@@ -169,6 +169,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn an_entry_without_verify_fields_keeps_the_digest_it_always_had() {
+        assert_eq!(
+            operation_digest(&json!({"id": "install", "action": "cluster.yml"})),
+            "23f851754145637937364a87adceeed7e9c2d95d247c3dd0a3d89bc4d68825ba"
+        );
+    }
+
     fn is_dns_label(name: &str) -> bool {
         !name.is_empty()
             && name.len() <= MAX_NAME_LEN

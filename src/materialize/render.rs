@@ -249,7 +249,7 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
         vault_password_ref: secret_ref(&cluster.settings.vault_password_secret),
         ssh_auth_ref: secret_ref(&cluster.settings.ssh_auth_secret),
         kubeconfig_secret_ref: secret_ref(&cluster.settings.kubeconfig_secret),
-        defaults: cluster.settings.defaults.clone(),
+        defaults: cluster.settings.defaults.clone().into(),
         source: ClusterSource {
             path: cluster.path.clone(),
             revision: revision.clone(),
@@ -380,7 +380,10 @@ pub(super) fn cluster_operation(
             active_deadline_seconds: op.active_deadline_seconds.or(defaults.active_deadline_seconds),
             start_timeout: op.start_timeout.or(defaults.start_timeout),
             service_account: defaults.service_account.clone(),
-            resources: defaults.resources.clone().map(Box::new),
+            resources: defaults
+                .resources
+                .clone()
+                .map(|r| Box::new(crate::api::resource_requirements(r))),
             inventory_file: pins.inventory_file.clone(),
             hosts_conf_ref: pins.hosts_conf_ref.clone(),
             vars_conf_ref: pins.vars_conf_ref.clone(),
@@ -534,8 +537,7 @@ pub(super) fn push_document<T: Serialize>(
 mod tests {
     use super::*;
     use crate::api::{
-        ActionType, Hook, RunDefaults, DEFAULT_FACTS_PLAYBOOK, HOSTS_KEY, LABEL_CLUSTER, LABEL_MANAGED_BY,
-        VARS_KEY,
+        ActionType, Hook, DEFAULT_FACTS_PLAYBOOK, HOSTS_KEY, LABEL_CLUSTER, LABEL_MANAGED_BY, VARS_KEY,
     };
     use crate::layout::{Inventory, Settings};
     use serde_json::json;
@@ -591,12 +593,12 @@ mod tests {
             settings: Settings {
                 ssh_auth_secret: Some("prod-bj-ssh".to_string()),
                 kubeconfig_secret: None,
-                defaults: RunDefaults {
+                defaults: crate::layout::spec::RunDefaults {
                     image: Some("registry.local/kubespray:v2".to_string()),
                     service_account: Some("ansible".to_string()),
                     active_deadline_seconds: Some(3600),
                     start_timeout: Some(300),
-                    ..RunDefaults::default()
+                    ..Default::default()
                 },
                 ..Settings::default()
             },
@@ -759,7 +761,7 @@ mod tests {
     fn labels_go_onto_the_cluster_and_maintenance_onto_it_and_its_operations() {
         let mut c = cluster();
         c.settings.labels = [("env".to_string(), "prod".to_string())].into();
-        c.settings.maintenance = Some(crate::api::Maintenance::saturday_night_in_berlin());
+        c.settings.maintenance = Some(crate::api::saturday_night_in_berlin());
         c.operations[1].ignore_maintenance = true;
         let plain = render_cluster(&cluster(), &ctx());
         let desired = render_cluster(&c, &ctx());

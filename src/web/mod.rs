@@ -582,7 +582,7 @@ mod tests {
             path: "clusters/calm".into(),
             revision: format!("main@sha1:{SHA}"),
         };
-        calm.spec.maintenance = Some(crate::api::Maintenance::saturday_night_in_berlin());
+        calm.spec.maintenance = Some(crate::api::saturday_night_in_berlin());
         let mut failed = op("calm", "upgrade", Phase::Failed);
         let status = failed.status.as_mut().unwrap();
         status.start_time = Some(Time("2026-01-02T00:00:00Z".parse().unwrap()));

@@ -666,7 +666,7 @@ fn missing_pieces(page: &str, doc: &Doc, source: &str) -> (Vec<String>, usize) {
         for piece in messages::pieces(&message) {
             if !messages::found(source, &piece) {
                 failures.push(format!(
-                    "{page}:{}: {piece:?} (of `{message}`) is in no src/**/*.rs (comment lines left out)",
+                    "{page}:{}: {piece:?} (of `{message}`) is in no src/**/*.rs or layout/src/**/*.rs (comment lines left out)",
                     heading.line
                 ));
             }
@@ -683,7 +683,7 @@ fn troubleshooting_messages_are_in_the_code() {
         "{page} does not exist on this branch: it lists the messages a user can meet (convention 6), and \
          this test checks each is in the code"
     );
-    let source = messages::source_text(&root().join("src"));
+    let source = messages::source_text(&[&root().join("src"), &root().join("layout/src")]);
     let (failures, messages) = missing_pieces(page, &read(Path::new(page)), &source);
     assert!(
         messages > 0,
@@ -876,7 +876,7 @@ fn messages_split_at_placeholders_and_are_found_outside_comments() {
     assert_eq!(
         failures,
         [
-            "t.md:5: \"waiting for nothing at all\" (of `waiting for nothing at all`) is in no src/**/*.rs \
+            "t.md:5: \"waiting for nothing at all\" (of `waiting for nothing at all`) is in no src/**/*.rs or layout/src/**/*.rs \
           (comment lines left out)"
         ]
     );

@@ -42,11 +42,13 @@ pub fn pieces(message: &str) -> Vec<String> {
     }
 }
 
-/// Every Rust file under `src`, comment lines (`//`, `///`, `//!`) left out, with string continuations
+/// Every Rust file under the given directories, comment lines (`//`, `///`, `//!`) left out, with string continuations
 /// (`\` at a line's end, then the next line's indentation) joined as the compiler joins them.
-pub fn source_text(src: &Path) -> String {
+pub fn source_text(srcs: &[&Path]) -> String {
     let mut files = Vec::new();
-    collect_rust_files(src, &mut files);
+    for src in srcs {
+        collect_rust_files(src, &mut files);
+    }
     files.sort();
     let mut text = String::new();
     for file in files {

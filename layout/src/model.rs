@@ -1,6 +1,6 @@
 //! Typed model of the repository contract: what a parsed and validated cluster directory holds.
 
-use crate::api::{ActionType, Hook, RunDefaults};
+use crate::spec::{ActionType, Hook, RunDefaults};
 
 /// Severity of a [`Diagnostic`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -64,7 +64,7 @@ pub struct Settings {
     /// Kubernetes labels copied onto the Cluster object (kok.yml's and cluster.yml's, merged per label key).
     pub labels: std::collections::BTreeMap<String, String>,
     /// When the cluster's operations may start: windows and freezes (cluster.yml's replaces kok.yml's).
-    pub maintenance: Option<crate::api::Maintenance>,
+    pub maintenance: Option<crate::spec::Maintenance>,
     /// kok.yml's `notifications:` receivers (never a cluster's: see [`super::notifications`]).
     pub notifications: Vec<super::notifications::Receiver>,
     /// Where the `image` in effect is written (cluster.yml or kok.yml); `None` when neither sets it.
@@ -126,9 +126,9 @@ pub struct Operation {
     /// Counter; bumping it changes the digest and so makes a new run.
     pub rerun: Option<u64>,
     /// Whether a failure holds the cluster's later operations (`hold`, the default) or not (`continue`).
-    pub on_failure: crate::api::OnFailure,
+    pub on_failure: crate::spec::OnFailure,
     /// How much of the cluster is verified after the Job succeeded (`full` by default).
-    pub verify: crate::api::Verify,
+    pub verify: crate::spec::Verify,
     /// How long verification retries, as written (e.g. `10m`); validated by [`super::duration_seconds`].
     pub verify_timeout: Option<String>,
     /// `ignoreMaintenance: true`: starts outside the cluster's maintenance windows and in its freezes.

@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::value::{judge, Known, Unknown, Var, VarMap};
 use super::yaml11::{key_text, typed};
-use crate::layout::diag::{parse_yaml, FileDiags};
-use crate::layout::yaml::{self, Kind, Node};
+use crate::diag::{parse_yaml, FileDiags};
+use crate::yaml::{self, Kind, Node};
 
 /// The extensions ansible tries after the bare name, in its order.
 const EXTENSIONS: [&str; 3] = [".yml", ".yaml", ".json"];
@@ -276,7 +276,7 @@ fn extension(name: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Diagnostic;
+    use crate::Diagnostic;
     use serde_json::json;
 
     fn read(text: &str) -> (Option<VarsFile>, Vec<Diagnostic>) {
@@ -288,7 +288,7 @@ mod tests {
     fn vars(text: &str) -> BTreeMap<String, (Known, Option<usize>)> {
         let (file, diags) = read(text);
         assert!(
-            diags.iter().all(|d| d.severity != crate::layout::Severity::Error),
+            diags.iter().all(|d| d.severity != crate::Severity::Error),
             "{diags:?}"
         );
         match file.unwrap() {
@@ -340,7 +340,7 @@ mod tests {
     fn duplicate_keys_warn_and_the_last_wins() {
         let (file, diags) = read("a: 1\na: 2\n");
         assert_eq!(diags.len(), 1);
-        assert_eq!(diags[0].severity, crate::layout::Severity::Warning);
+        assert_eq!(diags[0].severity, crate::Severity::Warning);
         let Some(VarsFile::Vars(vars)) = file else {
             panic!()
         };

@@ -55,7 +55,7 @@ impl<'a> FileDiags<'a> {
 }
 
 /// `dir/name`, or `name` when `dir` is empty: a path inside the repository.
-pub(crate) fn join(dir: &str, name: &str) -> String {
+pub fn join(dir: &str, name: &str) -> String {
     match dir.trim_end_matches('/') {
         "" => name.to_string(),
         dir => format!("{dir}/{name}"),

@@ -2,9 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
 use super::diag::{get, keyed_map, parse_yaml, FileDiags};
 use super::labels::parse_labels;
 use super::maintenance::parse_maintenance;
@@ -12,7 +9,7 @@ use super::names::is_dns1123_subdomain;
 use super::notifications::parse_notifications;
 use super::yaml::{Kind, Node};
 use super::{Installed, Settings, WrittenAt};
-use crate::api::{DEFAULT_FACTS_PLAYBOOK, FACTS_PLAYBOOK_NONE};
+use crate::spec::{DEFAULT_FACTS_PLAYBOOK, FACTS_PLAYBOOK_NONE};
 
 /// Keys cluster.yml and kok.yml may hold.
 pub const SETTINGS_KEYS: &[&str] = &[
@@ -283,7 +280,7 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
             .kubespray_version
             .clone()
             .or_else(|| base.kubespray_version.clone()),
-        defaults: crate::api::RunDefaults {
+        defaults: crate::spec::RunDefaults {
             image: o.image.clone().or_else(|| b.image.clone()),
             service_account: o.service_account.clone().or_else(|| b.service_account.clone()),
             resources: o.resources.clone().or_else(|| b.resources.clone()),
@@ -333,7 +330,7 @@ fn subdomain(node: &Node, key: &str, what: &str, diags: &mut FileDiags<'_>) -> O
     }
 }
 
-fn resources(node: &Node, diags: &mut FileDiags<'_>) -> Option<ResourceRequirements> {
+fn resources(node: &Node, diags: &mut FileDiags<'_>) -> Option<crate::spec::Resources> {
     let expected = || {
         "resources must be a mapping with requests and limits (e.g. requests: {cpu: 500m, memory: 1Gi})"
             .to_string()
@@ -341,14 +338,10 @@ fn resources(node: &Node, diags: &mut FileDiags<'_>) -> Option<ResourceRequireme
     let map = keyed_map(node, &["requests", "limits"], "resources", expected, diags)?;
     let requests = get(map, "requests").and_then(|n| quantities(n, "requests", diags));
     let limits = get(map, "limits").and_then(|n| quantities(n, "limits", diags));
-    Some(ResourceRequirements {
-        claims: None,
-        limits,
-        requests,
-    })
+    Some(crate::spec::Resources { requests, limits })
 }
 
-fn quantities(node: &Node, key: &str, diags: &mut FileDiags<'_>) -> Option<BTreeMap<String, Quantity>> {
+fn quantities(node: &Node, key: &str, diags: &mut FileDiags<'_>) -> Option<BTreeMap<String, String>> {
     let Some(map) = node.as_map() else {
         diags.error(
             node,
@@ -377,7 +370,7 @@ fn quantities(node: &Node, key: &str, diags: &mut FileDiags<'_>) -> Option<BTree
             _ => String::new(),
         };
         if is_quantity(&text) {
-            out.insert(name_text, Quantity(text));
+            out.insert(name_text, text);
         } else {
             diags.error(
                 value,
@@ -415,7 +408,7 @@ pub fn is_quantity(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Diagnostic;
+    use crate::Diagnostic;
 
     fn check(text: &str) -> (Settings, Vec<Diagnostic>) {
         let mut out = Vec::new();
@@ -440,8 +433,8 @@ mod tests {
         assert_eq!(s.ssh_auth_secret.as_deref(), Some("prod-ssh"));
         assert_eq!(s.defaults.service_account.as_deref(), Some("runner"));
         let res = s.defaults.resources.unwrap();
-        assert_eq!(res.requests.unwrap()["memory"], Quantity("1Gi".into()));
-        assert_eq!(res.limits.unwrap()["cpu"], Quantity("2".into()));
+        assert_eq!(res.requests.unwrap()["memory"], "1Gi");
+        assert_eq!(res.limits.unwrap()["cpu"], "2");
         assert_eq!(
             (s.defaults.active_deadline_seconds, s.defaults.history_limit),
             (Some(600), Some(5))
@@ -470,7 +463,7 @@ mod tests {
         }
         assert_eq!(
             check("image: x\n").0.defaults.facts(),
-            Some(crate::api::FactsPlaybook {
+            Some(crate::spec::FactsPlaybook {
                 path: DEFAULT_FACTS_PLAYBOOK.into(),
                 optional: true,
             })

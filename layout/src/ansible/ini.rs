@@ -8,7 +8,7 @@ use super::graph::{Graph, UNGROUPED};
 use super::hostpattern::expand_host_pattern;
 use super::pyliteral::literal_eval;
 use super::value::{judge, Known, Unknown, Var};
-use crate::layout::diag::FileDiags;
+use crate::diag::FileDiags;
 
 /// A `[group:children]` or `[group:vars]` whose group has not been declared yet.
 struct Pending {
@@ -349,8 +349,8 @@ pub(crate) fn shlex_split(line: &str) -> Result<Vec<String>, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::ansible::graph::ALL;
-    use crate::layout::Diagnostic;
+    use crate::ansible::graph::ALL;
+    use crate::Diagnostic;
     use serde_json::json;
 
     fn read(text: &str) -> (Option<Graph>, Vec<String>) {

@@ -19,7 +19,7 @@ use super::graph::{Graph, ALL};
 use super::kubespray::add_boilerplate_groups;
 use super::value::{Known, Origin, Setting, Unknown, VarMap};
 use super::vars::VarsFile;
-use crate::layout::Inventory;
+use crate::Inventory;
 
 /// The variables that give a host's address, in the order kubespray prefers them.
 const ADDRESS_VARS: [&str; 3] = ["ip", "access_ip", "ansible_host"];

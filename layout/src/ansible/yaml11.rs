@@ -4,7 +4,7 @@
 use serde_json::{Number, Value};
 
 use super::value::{is_template, Known, Unknown};
-use crate::layout::yaml::{Kind, Node};
+use crate::yaml::{Kind, Node};
 
 /// `node` as ansible reads it: known, or why not (a template, a `!vault` value, a date...).
 pub(crate) fn typed(node: &Node) -> Known {
@@ -339,7 +339,7 @@ fn is_timestamp(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::yaml::parse;
+    use crate::yaml::parse;
     use serde_json::json;
 
     fn value_of(text: &str) -> Known {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::ansible::resolve::Found;
 use super::ansible::{read_inventory_dir, AnsibleInventory, GroupVar, InventorySource, Known, Setting};
 use super::{Inventory, InventoryDir, VARS_YML};
-use crate::api::VARS_INVENTORY_PATH;
+use crate::spec::VARS_INVENTORY_PATH;
 
 /// The variables kok reads of a kubespray cluster's inventory for its pre-flight: `kube_version` and the
 /// settings whose values kubespray's assertions enumerate.

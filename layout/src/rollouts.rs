@@ -512,7 +512,7 @@ fn max_parallel(node: &Node, d: &mut FileDiags<'_>) -> Option<MaxParallel> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::{Inventory, Settings, Severity};
+    use crate::{Inventory, Settings, Severity};
 
     fn dir(name: &str, labels: &[(&str, &str)]) -> ClusterDir {
         ClusterDir {

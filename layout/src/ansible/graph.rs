@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::Value;
 
 use super::value::{Known, Var, VarMap};
-use crate::layout::Inventory;
+use crate::Inventory;
 
 /// The variable that sets a group's priority among groups of equal depth instead of being a variable.
 pub(crate) const GROUP_PRIORITY: &str = "ansible_group_priority";

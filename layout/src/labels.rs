@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::diag::FileDiags;
 use super::names::is_dns1123_subdomain;
 use super::yaml::{Kind, Node};
-use crate::api::{LABEL_MANAGED_BY, MANAGED_BY};
+use crate::spec::{LABEL_MANAGED_BY, MANAGED_BY};
 
 /// Longest label name (the part after the optional `prefix/`) and longest value.
 const MAX_LABEL_PART: usize = 63;

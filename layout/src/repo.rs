@@ -10,7 +10,7 @@ use super::playbooks::read_repository_files;
 use super::rollouts::{parse_rollouts, Fleet};
 use super::settings::{merge_settings, parse_settings};
 use super::{ClusterDir, Diagnostic, Entry, EntryKind, InventoryDir, Parsed, Settings, TreeReader};
-use crate::api::VARS_INVENTORY_PATH;
+use crate::spec::VARS_INVENTORY_PATH;
 
 /// Name of the repo-wide settings file at the top of the tree.
 pub const KOK_YML: &str = "kok.yml";
@@ -733,7 +733,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::layout::{Entry, ReadError};
+    use crate::{Entry, ReadError};
 
     /// path → (kind, content); directories are implied by the paths of their files.
     #[derive(Default)]

@@ -6,7 +6,7 @@ use jiff::SignedDuration;
 
 use super::diag::{get, keyed_map, FileDiags};
 use super::yaml::Node;
-use crate::api::{Maintenance, MaintenanceFreeze, MaintenanceWindow};
+use crate::spec::{Maintenance, MaintenanceFreeze, MaintenanceWindow};
 
 /// Keys of `maintenance`.
 const MAINTENANCE_KEYS: &[&str] = &["windows", "freezes"];
@@ -291,8 +291,8 @@ fn freeze(item: &Node, diags: &mut FileDiags<'_>) -> Option<MaintenanceFreeze> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::settings::parse_settings;
-    use crate::layout::Diagnostic;
+    use crate::settings::parse_settings;
+    use crate::Diagnostic;
 
     fn check(text: &str) -> (Option<Maintenance>, Vec<Diagnostic>) {
         let mut out = Vec::new();

@@ -4,9 +4,11 @@
 //! some of them. Every problem becomes a [`Diagnostic`] with a path, line and column; a cluster with any
 //! error lands in [`Parsed::invalid`] and the others are unaffected.
 
+#![forbid(unsafe_code)]
+
 pub mod ansible;
 mod diag;
-pub(crate) use diag::join;
+pub use diag::join;
 mod disk;
 mod inventory;
 mod inventory_dir;
@@ -22,6 +24,7 @@ mod repo;
 pub mod rollouts;
 mod scaledown;
 mod settings;
+pub mod spec;
 mod yaml;
 
 pub use ansible::{

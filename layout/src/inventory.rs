@@ -354,7 +354,7 @@ impl Walk {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Diagnostic;
+    use crate::Diagnostic;
 
     fn check(text: &str) -> (Option<Inventory>, Vec<Diagnostic>) {
         let mut out = Vec::new();
