@@ -39,10 +39,12 @@ fn cluster(i: usize, extra_host: bool) -> ClusterDir {
     ClusterDir {
         path: format!("clusters/{name}"),
         name,
-        inventory_file: "hosts.yml".into(),
-        hosts_yml: hosts,
-        vars_yml: Some("kube_version: v1.33.0\ncontainer_manager: containerd\n".into()),
-        vars_files: vec![],
+        inventory_dir: kok::layout::InventoryDir {
+            inventory_file: "hosts.yml".into(),
+            hosts_yml: hosts,
+            vars_yml: Some("kube_version: v1.33.0\ncontainer_manager: containerd\n".into()),
+            vars_files: vec![],
+        },
         inventory: Inventory::default(),
         operations,
         settings: Settings::default(),

@@ -42,16 +42,11 @@ pub struct InventoryGroup {
     pub line: usize,
 }
 
-/// The [`KubesprayView`] of `resolved` (as read, without kubespray's groups); `vars_yml` when the
-/// directory's `group_vars/all.yml` is kok's `vars.yml`.
-pub fn kubespray_view(resolved: &AnsibleInventory, vars_yml: bool) -> KubesprayView {
-    let kubespray = resolved.with_kubespray_groups();
-    view_of(&kubespray, kubespray.inventory().hosts.clone(), vars_yml)
-}
-
-/// What validation keeps of `resolved`: [`kok_inventory`] and [`kubespray_view`], kubespray's groups made
-/// once for both.
-pub fn inventory_and_view(resolved: &AnsibleInventory, vars_yml: bool) -> (Inventory, KubesprayView) {
+/// What validation keeps of `resolved` (as read, without kubespray's groups): the inventory kok's readers use
+/// ([`InventoryDir::inventory`]) and what kubespray's roles see ([`InventoryDir::kubespray_view`]),
+/// kubespray's groups made once for both. `vars_yml` when the directory's `group_vars/all.yml` is kok's
+/// `vars.yml`.
+pub(crate) fn inventory_and_view(resolved: &AnsibleInventory, vars_yml: bool) -> (Inventory, KubesprayView) {
     let kubespray = resolved.with_kubespray_groups();
     let inventory = kok_inventory_of(&kubespray);
     let hosts = inventory.hosts.clone();
@@ -163,49 +158,69 @@ fn disagreement(values: &[(Option<Known>, Vec<String>)]) -> String {
     format!("the hosts disagree: {}", hosts.join("; "))
 }
 
-/// The [`KubesprayView`] of `dir`; `None` when ansible would refuse it.
-pub fn kubespray_view_of(dir: &InventoryDir) -> Option<KubesprayView> {
-    resolve_inventory(dir).map(|resolved| kubespray_view(&resolved, dir.vars_yml.is_some()))
-}
-
-/// The directory's files ansible reads besides the inventory file, by path inside it: `vars.yml` as
-/// `group_vars/all.yml`, then group_vars/ and host_vars/.
-pub fn ansible_files(dir: &InventoryDir) -> Vec<(String, String)> {
-    let mut files = Vec::with_capacity(dir.vars_files.len() + 1);
-    if let Some(vars) = &dir.vars_yml {
-        files.push((VARS_INVENTORY_PATH.to_string(), vars.clone()));
+impl InventoryDir {
+    /// The directory read as ansible reads it; `None` when ansible would refuse it (a pinned directory
+    /// passed validation, so it reads).
+    pub fn resolve(&self) -> Option<AnsibleInventory> {
+        let files = self.ansible_files();
+        let source = InventorySource {
+            dir: "",
+            cluster: None,
+            inventory_name: &self.inventory_file,
+            inventory_text: &self.hosts_yml,
+            files: &files,
+        };
+        read_inventory_dir(&source, &mut Vec::new())
     }
-    files.extend(dir.vars_files.iter().cloned());
-    files
+
+    /// The inventory kok's own readers use (`--limit` and scale-down checks, health, the web view): the
+    /// hosts, groups and addresses as ansible resolves them, with the groups kubespray's boilerplate makes
+    /// at run time (`k8s_cluster`), so that naming them is no mistake, but without the catch-all group it
+    /// puts every other host in.
+    pub fn inventory(&self) -> Option<Inventory> {
+        self.resolve()
+            .map(|resolved| kok_inventory_of(&resolved.with_kubespray_groups()))
+    }
+
+    /// What kubespray's roles see of the directory; `None` when ansible would refuse it.
+    pub fn kubespray_view(&self) -> Option<KubesprayView> {
+        self.resolve().map(|resolved| {
+            let kubespray = resolved.with_kubespray_groups();
+            view_of(
+                &kubespray,
+                kubespray.inventory().hosts.clone(),
+                self.vars_yml.is_some(),
+            )
+        })
+    }
+
+    /// The value of `kube_version` ansible gives the cluster's Kubernetes hosts, as written; `None` when
+    /// unset, not a string, not known before the run (a template, a vaulted value) or not the same on every
+    /// host.
+    pub fn kube_version(&self) -> Option<String> {
+        let resolved = self.resolve()?;
+        match cluster_var(&resolved, "kube_version")? {
+            Ok(Known::Value(serde_json::Value::String(v))) if !v.trim().is_empty() => {
+                Some(v.trim().to_string())
+            }
+            _ => None,
+        }
+    }
+
+    /// The directory's files ansible reads besides the inventory file, by path inside it: `vars.yml` as
+    /// `group_vars/all.yml`, then group_vars/ and host_vars/.
+    pub fn ansible_files(&self) -> Vec<(String, String)> {
+        let mut files = Vec::with_capacity(self.vars_files.len() + 1);
+        if let Some(vars) = &self.vars_yml {
+            files.push((VARS_INVENTORY_PATH.to_string(), vars.clone()));
+        }
+        files.extend(self.vars_files.iter().cloned());
+        files
+    }
 }
 
-/// `dir` read as ansible reads it; `None` when ansible would refuse it (a pinned directory passed validation,
-/// so it reads).
-pub fn resolve_inventory(dir: &InventoryDir) -> Option<AnsibleInventory> {
-    let files = ansible_files(dir);
-    let source = InventorySource {
-        dir: "",
-        cluster: None,
-        inventory_name: &dir.inventory_file,
-        inventory_text: &dir.hosts_yml,
-        files: &files,
-    };
-    read_inventory_dir(&source, &mut Vec::new())
-}
-
-/// The inventory of `dir`: its hosts, groups and their addresses as ansible resolves them.
-pub fn inventory_of(dir: &InventoryDir) -> Option<Inventory> {
-    resolve_inventory(dir).map(|resolved| kok_inventory(&resolved))
-}
-
-/// The inventory kok's own readers use (`--limit` and scale-down checks, health, the web view): `resolved`
-/// with the groups kubespray's boilerplate makes at run time (`k8s_cluster`), so that naming them is no
-/// mistake, but without the catch-all group it puts every other host in.
-pub fn kok_inventory(resolved: &AnsibleInventory) -> Inventory {
-    kok_inventory_of(&resolved.with_kubespray_groups())
-}
-
-/// [`kok_inventory`] of the view `kubespray` already made by [`AnsibleInventory::with_kubespray_groups`].
+/// The inventory of the view `kubespray` already made by [`AnsibleInventory::with_kubespray_groups`],
+/// without kubespray's catch-all group (see [`InventoryDir::inventory`]).
 fn kok_inventory_of(kubespray: &AnsibleInventory) -> Inventory {
     let mut inventory = kubespray.inventory().clone();
     let unmatched = super::ansible::kubespray::UNMATCHED_GROUP;
@@ -239,17 +254,6 @@ fn cluster_setting(kubespray: &AnsibleInventory, name: &str) -> Option<Result<Se
     }
 }
 
-/// The value of `kube_version` ansible gives the cluster's Kubernetes hosts in `dir`, as written; `None`
-/// when unset, not a string, not known before the run (a template, a vaulted value) or not the same on
-/// every host.
-pub fn kube_version_of(dir: &InventoryDir) -> Option<String> {
-    let resolved = resolve_inventory(dir)?;
-    match cluster_var(&resolved, "kube_version")? {
-        Ok(Known::Value(serde_json::Value::String(v))) if !v.trim().is_empty() => Some(v.trim().to_string()),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,8 +284,8 @@ mod tests {
                 ),
             ],
         );
-        assert_eq!(kube_version_of(&d).as_deref(), Some("v1.31.4"));
-        let inventory = inventory_of(&d).unwrap();
+        assert_eq!(d.kube_version().as_deref(), Some("v1.31.4"));
+        let inventory = d.inventory().unwrap();
         assert!(inventory.hosts.contains("n1") && inventory.hosts.contains("n2"));
         assert_eq!(
             inventory.hosts_of("k8s_cluster"),
@@ -299,7 +303,7 @@ mod tests {
             Some("kube_version: v1.30.2\n"),
             &[],
         );
-        assert_eq!(kube_version_of(&d).as_deref(), Some("v1.30.2"));
+        assert_eq!(d.kube_version().as_deref(), Some("v1.30.2"));
     }
 
     #[test]
@@ -310,18 +314,18 @@ mod tests {
             Some("kube_version: \"{{ v }}\"\n"),
             &[],
         );
-        assert_eq!(kube_version_of(&templated), None);
+        assert_eq!(templated.kube_version(), None);
         let differ = dir(
             "inventory.ini",
             "[kube_node]\nn1 kube_version=v1.31.1\nn2\n",
             Some("kube_version: v1.31.4\n"),
             &[],
         );
-        assert_eq!(kube_version_of(&differ), None);
-        let resolved = resolve_inventory(&differ).unwrap();
+        assert_eq!(differ.kube_version(), None);
+        let resolved = differ.resolve().unwrap();
         let why = cluster_var(&resolved, "kube_version").unwrap().unwrap_err();
         assert!(why.contains("the hosts disagree"), "{why}");
-        let view = kubespray_view(&resolved, true);
+        let view = differ.kubespray_view().unwrap();
         assert_eq!(
             view.vars["kube_version"],
             Err(why),
@@ -338,7 +342,7 @@ mod tests {
             Some("kube_version: v1.30.2\nkube_network_plugin: calico\n"),
             &[],
         );
-        let view = kubespray_view_of(&d).unwrap();
+        let view = d.kubespray_view().unwrap();
         let lines: Vec<(&str, usize)> = view.groups.iter().map(|(g, v)| (g.as_str(), v.line)).collect();
         assert_eq!(
             lines,

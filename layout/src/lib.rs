@@ -32,10 +32,7 @@ pub use ansible::{
 };
 pub use disk::DiskTree;
 pub use inventory::read_inventory;
-pub use inventory_dir::{
-    ansible_files, cluster_var, inventory_and_view, inventory_of, kok_inventory, kube_version_of,
-    kubespray_view, kubespray_view_of, resolve_inventory, InventoryGroup, KubesprayView, KUBESPRAY_VARS,
-};
+pub use inventory_dir::{cluster_var, InventoryGroup, KubesprayView, KUBESPRAY_VARS};
 pub use labels::{label_key_problem, label_value_problem};
 pub use maintenance::{parse_duration, parse_hhmm, parse_weekday};
 pub use model::*;

@@ -242,16 +242,10 @@ pub struct ClusterDir {
     pub name: String,
     /// Directory path relative to the repository root, e.g. `clusters/prod-bj`.
     pub path: String,
-    /// The inventory file's name: `hosts.yml`, `hosts.yaml` or `inventory.ini`.
-    pub inventory_file: String,
-    /// The inventory file byte for byte.
-    pub hosts_yml: String,
-    /// vars.yml byte for byte (kok's shorthand for `group_vars/all.yml`), when the directory has one.
-    pub vars_yml: Option<String>,
-    /// The files of group_vars/ and host_vars/ that ansible reads, byte for byte, by path inside the
-    /// directory (`group_vars/k8s_cluster/k8s-cluster.yml`), sorted by path.
-    pub vars_files: Vec<(String, String)>,
-    /// What hosts.yml defines.
+    /// The files ansible reads as the directory's inventory: the inventory file, vars.yml (kok's shorthand
+    /// for `group_vars/all.yml`) and the files of group_vars/ and host_vars/, byte for byte.
+    pub inventory_dir: InventoryDir,
+    /// What the inventory defines.
     pub inventory: Inventory,
     /// operations.yml entries in file order (empty when the file is absent).
     pub operations: Vec<Operation>,
@@ -272,9 +266,7 @@ impl ClusterDir {
     pub fn kubespray_view(&self) -> std::borrow::Cow<'_, super::KubesprayView> {
         match &self.kubespray {
             Some(view) => std::borrow::Cow::Borrowed(view),
-            None => {
-                std::borrow::Cow::Owned(super::kubespray_view_of(&self.inventory_dir()).unwrap_or_default())
-            }
+            None => std::borrow::Cow::Owned(self.inventory_dir.kubespray_view().unwrap_or_default()),
         }
     }
 
@@ -282,16 +274,6 @@ impl ClusterDir {
     /// kept in the repository, run from the pinned files); `None` when it is a path inside the runner image.
     pub fn repository_step<'a>(&self, action: &'a str) -> Option<&'a str> {
         super::playbooks::repository_path(action).filter(|path| self.repository_files.contains_key(*path))
-    }
-
-    /// The files of the directory ansible reads as an inventory directory.
-    pub fn inventory_dir(&self) -> InventoryDir {
-        InventoryDir {
-            inventory_file: self.inventory_file.clone(),
-            hosts_yml: self.hosts_yml.clone(),
-            vars_yml: self.vars_yml.clone(),
-            vars_files: self.vars_files.clone(),
-        }
     }
 }
 

@@ -365,10 +365,12 @@ fn parse_cluster(
             parsed.clusters.push(ClusterDir {
                 name: name.to_string(),
                 path: dir,
-                inventory_file: file.to_string(),
-                hosts_yml,
-                vars_yml: files.remove(VARS_YML),
-                vars_files: read.vars_files,
+                inventory_dir: InventoryDir {
+                    inventory_file: file.to_string(),
+                    hosts_yml,
+                    vars_yml: files.remove(VARS_YML),
+                    vars_files: read.vars_files,
+                },
                 inventory,
                 operations,
                 settings: merge_settings(base, &cluster_settings),
@@ -466,7 +468,7 @@ fn resolve_cluster_inventory(
         }
         out.push(d);
     }
-    resolved.map(|r| super::inventory_and_view(&r, vars_yml.is_some()))
+    resolved.map(|r| super::inventory_dir::inventory_and_view(&r, vars_yml.is_some()))
 }
 
 /// True for the files of group_vars/ that hold the group variables of `all` (`group_vars/all.yml`,
@@ -855,8 +857,8 @@ mod tests {
             "clusters",
         );
         assert_eq!(messages(&parsed), Vec::<String>::new());
-        assert_eq!(parsed.clusters[0].vars_yml, None);
-        assert_eq!(parsed.clusters[0].inventory_file, "hosts.yml");
+        assert_eq!(parsed.clusters[0].inventory_dir.vars_yml, None);
+        assert_eq!(parsed.clusters[0].inventory_dir.inventory_file, "hosts.yml");
     }
 
     #[test]
@@ -883,7 +885,7 @@ mod tests {
             "clusters",
         );
         assert_eq!(messages(&parsed), Vec::<String>::new());
-        assert_eq!(parsed.clusters[0].inventory_file, "hosts.yaml");
+        assert_eq!(parsed.clusters[0].inventory_dir.inventory_file, "hosts.yaml");
         assert!(parsed.clusters[0].inventory.hosts.contains("n1"));
     }
 
@@ -911,13 +913,14 @@ mod tests {
             .file("clusters/a/host_vars/n1.yaml", "ip: 10.0.0.1\n");
         let parsed = parse_repo(&tree, "clusters");
         assert_eq!(messages(&parsed), Vec::<String>::new());
-        assert_eq!(parsed.clusters[0].inventory_file, "inventory.ini");
+        assert_eq!(parsed.clusters[0].inventory_dir.inventory_file, "inventory.ini");
         assert_eq!(
             parsed.clusters[0].inventory.addresses["n1"],
             ["10.0.0.1"],
             "host_vars give the inventory its addresses"
         );
         let paths: Vec<&str> = parsed.clusters[0]
+            .inventory_dir
             .vars_files
             .iter()
             .map(|(p, _)| p.as_str())
@@ -1043,7 +1046,7 @@ mod tests {
             Some("a-vault")
         );
         assert_eq!(
-            parsed.clusters[0].vars_files[1].1, VAULT,
+            parsed.clusters[0].inventory_dir.vars_files[1].1, VAULT,
             "a vault file is pinned as it is"
         );
     }

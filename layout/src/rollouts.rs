@@ -518,10 +518,12 @@ mod tests {
         ClusterDir {
             name: name.into(),
             path: format!("clusters/{name}"),
-            inventory_file: "hosts.yml".into(),
-            hosts_yml: String::new(),
-            vars_yml: Some(String::new()),
-            vars_files: vec![],
+            inventory_dir: crate::InventoryDir {
+                inventory_file: "hosts.yml".into(),
+                hosts_yml: String::new(),
+                vars_yml: Some(String::new()),
+                vars_files: vec![],
+            },
             inventory: Inventory::default(),
             operations: vec![],
             settings: Settings {

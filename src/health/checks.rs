@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api::{CheckResult, Verify};
-use crate::layout::{host_references, inventory_of, InventoryDir};
+use crate::layout::{host_references, InventoryDir};
 
 /// The inventory groups whose hosts are the cluster's Nodes.
 pub const KUBERNETES_GROUPS: [&str; 2] = ["kube_control_plane", "kube_node"];
@@ -52,7 +52,8 @@ impl Expected {
     /// What an operation running `action` with `extra_args` on the pinned inventory directory `dir` should
     /// leave; `Err` when its inventory file does not read as an inventory.
     pub fn from_dir(dir: &InventoryDir, action: &str, extra_args: &[String]) -> Result<Expected, String> {
-        let inventory = inventory_of(dir)
+        let inventory = dir
+            .inventory()
             .ok_or_else(|| format!("the pinned {} is not a valid inventory", dir.inventory_file))?;
         let removing: BTreeSet<String> = if action.rsplit('/').next() == Some(REMOVE_NODE_PLAYBOOK) {
             host_references(extra_args)
@@ -87,7 +88,7 @@ impl Expected {
 /// `kube_version` as ansible gives it to the cluster's hosts, without a leading `v`; `None` when unset or not
 /// known before the run.
 pub fn kube_version_of(dir: &InventoryDir) -> Option<String> {
-    crate::layout::kube_version_of(dir).map(|v| bare_version(&v).to_string())
+    dir.kube_version().map(|v| bare_version(&v).to_string())
 }
 
 /// A version without its leading `v`: kubespray writes `v1.31.4` up to 2.27 and `1.31.4` after.

@@ -181,15 +181,22 @@ pub fn render_all(clusters: &[ClusterDir], ctx: &RenderContext) -> Vec<DesiredCl
 /// unchanged operation renders the same bytes at every later commit.
 pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredCluster {
     let revision = ctx.revision();
-    let hosts_name = hosts_config_map_name(&cluster.name, &cluster.inventory_file, &cluster.hosts_yml);
+    let hosts_name = hosts_config_map_name(
+        &cluster.name,
+        &cluster.inventory_dir.inventory_file,
+        &cluster.inventory_dir.hosts_yml,
+    );
     let mut config_maps = vec![config_map(
         cluster,
         ctx,
         (ContentKind::Hosts, &hosts_name),
-        FileData::Text(&cluster.inventory_file, &cluster.hosts_yml),
+        FileData::Text(
+            &cluster.inventory_dir.inventory_file,
+            &cluster.inventory_dir.hosts_yml,
+        ),
         &revision,
     )];
-    let vars_conf_ref = cluster.vars_yml.as_ref().map(|vars| {
+    let vars_conf_ref = cluster.inventory_dir.vars_yml.as_ref().map(|vars| {
         let name = config_map_name(&cluster.name, ContentKind::Vars, vars);
         config_maps.push(config_map(
             cluster,
@@ -200,9 +207,9 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
         ));
         ConfigMapRef { name }
     });
-    let mut vars_files = Vec::with_capacity(cluster.vars_files.len());
+    let mut vars_files = Vec::with_capacity(cluster.inventory_dir.vars_files.len());
     let mut pinned_files = BTreeSet::new();
-    for (path, text) in &cluster.vars_files {
+    for (path, text) in &cluster.inventory_dir.vars_files {
         let name = config_map_name(&cluster.name, ContentKind::File, text);
         let gzip = text.len() > GZIP_ABOVE;
         if pinned_files.insert(name.clone()) {
@@ -242,7 +249,8 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
         }
     }
     let spec = ClusterSpec {
-        inventory_file: (cluster.inventory_file != HOSTS_KEY).then(|| cluster.inventory_file.clone()),
+        inventory_file: (cluster.inventory_dir.inventory_file != HOSTS_KEY)
+            .then(|| cluster.inventory_dir.inventory_file.clone()),
         hosts_conf_ref: ConfigMapRef { name: hosts_name },
         vars_conf_ref,
         vars_files,
@@ -576,10 +584,12 @@ mod tests {
         ClusterDir {
             name: "prod-bj".to_string(),
             path: "clusters/prod-bj".to_string(),
-            inventory_file: "hosts.yml".into(),
-            hosts_yml: "all:\n  hosts:\n    node1: {}\n".to_string(),
-            vars_yml: Some("# comment kept\nkube_version: v1.33.1\n".to_string()),
-            vars_files: vec![],
+            inventory_dir: crate::layout::InventoryDir {
+                inventory_file: "hosts.yml".into(),
+                hosts_yml: "all:\n  hosts:\n    node1: {}\n".to_string(),
+                vars_yml: Some("# comment kept\nkube_version: v1.33.1\n".to_string()),
+                vars_files: vec![],
+            },
             inventory: Inventory::default(),
             operations: vec![
                 op("install", 0, json!({"id": "install", "action": "cluster.yml"})),
@@ -617,16 +627,19 @@ mod tests {
         let [hosts, vars] = &desired.config_maps[..] else {
             panic!("two ConfigMaps expected")
         };
-        assert_eq!(hosts.data.as_ref().unwrap()[HOSTS_KEY], cluster().hosts_yml);
+        assert_eq!(
+            hosts.data.as_ref().unwrap()[HOSTS_KEY],
+            cluster().inventory_dir.hosts_yml
+        );
         assert_eq!(
             Some(&vars.data.as_ref().unwrap()[VARS_KEY]),
-            cluster().vars_yml.as_ref()
+            cluster().inventory_dir.vars_yml.as_ref()
         );
         assert_eq!(hosts.immutable, Some(true));
         assert_eq!(vars.immutable, Some(true));
         assert_eq!(
             hosts.metadata.name.as_deref(),
-            Some(config_map_name("prod-bj", ContentKind::Hosts, &cluster().hosts_yml).as_str())
+            Some(config_map_name("prod-bj", ContentKind::Hosts, &cluster().inventory_dir.hosts_yml).as_str())
         );
         assert_eq!(hosts.metadata.labels.as_ref().unwrap()[LABEL_CONTENT], "hosts");
         assert_eq!(vars.metadata.labels.as_ref().unwrap()[LABEL_CONTENT], "vars");
@@ -637,10 +650,10 @@ mod tests {
         use kube::ResourceExt;
         let big = format!("kube_version: v1.31.4\n{}", "# comment\n".repeat(1000));
         let mut dir = cluster();
-        dir.inventory_file = "inventory.ini".into();
-        dir.hosts_yml = "[kube_control_plane]\nnode1\n".into();
-        dir.vars_yml = None;
-        dir.vars_files = vec![
+        dir.inventory_dir.inventory_file = "inventory.ini".into();
+        dir.inventory_dir.hosts_yml = "[kube_control_plane]\nnode1\n".into();
+        dir.inventory_dir.vars_yml = None;
+        dir.inventory_dir.vars_files = vec![
             ("group_vars/all/all.yml".into(), "a: 1\n".into()),
             ("group_vars/k8s_cluster/k8s-cluster.yml".into(), big.clone()),
             ("host_vars/node1.yml".into(), "a: 1\n".into()),
@@ -649,10 +662,13 @@ mod tests {
         let names: Vec<String> = desired.config_maps.iter().map(|c| c.name_any()).collect();
         assert_eq!(names.len(), 3, "identical files share one ConfigMap: {names:?}");
         let hosts = &desired.config_maps[0];
-        assert_eq!(hosts.data.as_ref().unwrap()["inventory.ini"], dir.hosts_yml);
+        assert_eq!(
+            hosts.data.as_ref().unwrap()["inventory.ini"],
+            dir.inventory_dir.hosts_yml
+        );
         assert_ne!(
             hosts.name_any(),
-            config_map_name("prod-bj", ContentKind::Hosts, &dir.hosts_yml),
+            config_map_name("prod-bj", ContentKind::Hosts, &dir.inventory_dir.hosts_yml),
             "the inventory's file name is part of its ConfigMap's name"
         );
         let spec = &desired.cluster.spec;
@@ -693,7 +709,7 @@ mod tests {
             .map(|c| (c.name_any(), c.clone()))
             .collect();
         let back = super::super::pinned::inventory_dir(spec, &cms).unwrap();
-        assert_eq!(back, dir.inventory_dir());
+        assert_eq!(back, dir.inventory_dir);
     }
 
     #[test]

@@ -303,10 +303,12 @@ mod tests {
         let dir = ClusterDir {
             name: "prod-bj-1".into(),
             path: "clusters/prod-bj-1".into(),
-            inventory_file: "hosts.yml".into(),
-            hosts_yml: "all: {}\n".into(),
-            vars_yml: Some("{}\n".into()),
-            vars_files: vec![],
+            inventory_dir: crate::layout::InventoryDir {
+                inventory_file: "hosts.yml".into(),
+                hosts_yml: "all: {}\n".into(),
+                vars_yml: Some("{}\n".into()),
+                vars_files: vec![],
+            },
             inventory: Default::default(),
             operations: vec![],
             settings: Default::default(),

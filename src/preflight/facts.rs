@@ -107,7 +107,7 @@ fn setting_of(cluster: &ClusterDir, view: &KubesprayView, name: &str) -> Option<
 /// The inventory's hosts and groups as kubespray sees them, with the lines of its groups.
 pub fn groups_of(cluster: &ClusterDir, view: &KubesprayView) -> Groups {
     Groups {
-        path: join(&cluster.path, &cluster.inventory_file),
+        path: join(&cluster.path, &cluster.inventory_dir.inventory_file),
         hosts: view.hosts.clone(),
         groups: view.groups.clone(),
     }

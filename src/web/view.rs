@@ -137,7 +137,7 @@ impl GitRecords {
             let repo = self.open()?;
             let tree = crate::source::GitTree::at_commit(&repo, git2::Oid::from_str(sha).ok()?).ok()?;
             let files = crate::layout::read_inventory_dir_at(&tree, dir)?;
-            crate::layout::inventory_of(&files).map(Arc::new)
+            files.inventory().map(Arc::new)
         })
     }
 }

@@ -304,8 +304,8 @@ async fn an_apply_failing_on_injected_errors_is_retried_without_duplicates() {
 /// A cluster in kubespray's layout: `k8s-cluster.yml` with `kube_version`, and `addons.yml` with `helm`.
 fn kubespray_dir(kube_version: &str, ops: Vec<kok::layout::Operation>) -> kok::layout::ClusterDir {
     let mut dir = cluster_dir("ks", HOSTS, ops, None);
-    dir.vars_yml = None;
-    dir.vars_files = vec![
+    dir.inventory_dir.vars_yml = None;
+    dir.inventory_dir.vars_files = vec![
         (
             "group_vars/k8s_cluster/addons.yml".into(),
             "helm_enabled: false\n".into(),

@@ -146,7 +146,7 @@ async fn run_and_succeed_first(
 ) -> (Running, String) {
     let client = server.client();
     let mut dir = cluster_dir("prod", HOSTS, ops, None);
-    dir.vars_yml = Some(VARS.into());
+    dir.inventory_dir.vars_yml = Some(VARS.into());
     dir.settings.kubeconfig_secret = kubeconfig_setting.map(Into::into);
     let d = render(&dir, 1, &[]);
     apply_cluster(&client, NS, &d).await.unwrap();
@@ -275,12 +275,12 @@ async fn kubelets_left_at_the_old_version_fail_the_upgrade() {
 /// `group_vars/all`; the inventory names no `k8s_cluster` group, which kubespray makes at run time.
 fn kubespray_layout_dir() -> kok::layout::ClusterDir {
     let mut dir = cluster_dir("prod", "", vec![install(None, Some("1s"))], None);
-    dir.inventory_file = "inventory.ini".into();
-    dir.hosts_yml =
+    dir.inventory_dir.inventory_file = "inventory.ini".into();
+    dir.inventory_dir.hosts_yml =
         "[kube_control_plane]\nnode1\n\n[etcd:children]\nkube_control_plane\n\n[kube_node]\nnode2\n".into();
-    dir.vars_yml = None;
+    dir.inventory_dir.vars_yml = None;
     let padding = "# kubespray's sample explains every setting at length\n".repeat(40);
-    dir.vars_files = vec![
+    dir.inventory_dir.vars_files = vec![
         ("group_vars/all/all.yml".into(), "kube_version: v1.29.0\n".into()),
         (
             "group_vars/k8s_cluster/k8s-cluster.yml".into(),
@@ -515,7 +515,7 @@ async fn checked_every_into(
     let kubeconfig = testkit::kubeconfig_yaml(&workload.url());
     kubeconfig_secret(&client, &format!("{name}-kubeconfig"), &kubeconfig).await;
     let mut dir = cluster_dir(name, HOSTS, vec![], None);
-    dir.vars_yml = Some(VARS.into());
+    dir.inventory_dir.vars_yml = Some(VARS.into());
     apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
     let mut cfg = config(4);
     cfg.health_interval = interval;
@@ -689,7 +689,7 @@ async fn clusters_that_never_answer_do_not_delay_the_healthy_ones_in_a_health_ro
         )
         .await;
         let mut dir = cluster_dir(name, HOSTS, vec![], None);
-        dir.vars_yml = Some(VARS.into());
+        dir.inventory_dir.vars_yml = Some(VARS.into());
         apply_cluster(&client, NS, &render(&dir, 1, &[])).await.unwrap();
     }
     let mut cfg = config(4);
@@ -783,7 +783,7 @@ async fn verifications_of_clusters_that_never_answer_leave_the_reconcile_slots_t
         )
         .await;
         let mut dir = cluster_dir(&cluster, HOSTS, vec![install(None, Some("10m"))], None);
-        dir.vars_yml = Some(VARS.into());
+        dir.inventory_dir.vars_yml = Some(VARS.into());
         let d = render(&dir, 1, &[]);
         apply_cluster(&client, NS, &d).await.unwrap();
         hung.push(op_name(&d, "install"));
@@ -876,7 +876,7 @@ async fn a_cluster_being_verified_leaves_its_job_slot_to_other_clusters() {
     let silent = silent_server().await;
     let (meta, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&silent.url)).await;
     let mut dir = cluster_dir("prod", HOSTS, vec![install(None, Some("10m"))], None);
-    dir.vars_yml = Some(VARS.into());
+    dir.inventory_dir.vars_yml = Some(VARS.into());
     let prod = render(&dir, 1, &[]);
     apply_cluster(&client, NS, &prod).await.unwrap();
     let prod = op_name(&prod, "install");

@@ -486,3 +486,70 @@ fn kubespray_sample_inventory_and_legacy_group_names_resolve_as_kubespray_sees_t
         "legacy_names",
     );
 }
+
+/// The layout crate's example, which prints a directory as `ansible-inventory --list` does: `cargo test
+/// --workspace` builds it beside this binary; a narrower run builds it now.
+fn inventory_example() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let built = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/ansible-inventory");
+    if !built.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        run(Command::new(cargo)
+            .args([
+                "build",
+                "--locked",
+                "-p",
+                "kok-layout",
+                "--example",
+                "ansible-inventory",
+            ])
+            .current_dir(tools::workspace_root()));
+    }
+    built
+}
+
+#[test]
+fn the_layout_crates_example_prints_what_ansible_inventory_list_prints() {
+    let Some(kubespray) = oracle("the_layout_crates_example_prints") else {
+        return;
+    };
+    let example = inventory_example();
+    for (name, inventory) in [
+        ("ini_layers", "inventory.ini"),
+        ("yaml_hosts", "hosts.yml"),
+        ("priority", "inventory.ini"),
+        ("kubespray_sample", "inventory.ini"),
+        ("legacy_names", "inventory.ini"),
+    ] {
+        let case = Case::corpus(name, inventory);
+        let out = Command::new(&example).arg(&case.dir).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
+        pretty_assertions::assert_eq!(ours, case.ansible_list(&kubespray), "{name}");
+    }
+    // A vaulted value is left out and said, never guessed.
+    let vaulted = Case::corpus("ini_layers", "inventory.ini");
+    std::fs::write(
+        vaulted.dir.join("host_vars/lonely.yml"),
+        "secret: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  6162636465\n",
+    )
+    .unwrap();
+    let out = Command::new(&example).arg(&vaulted.dir).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("lonely: secret is left out: only ansible-vault's password opens it"),
+        "{stderr}"
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["_meta"]["hostvars"]["lonely"].get("secret"), None);
+}

@@ -102,8 +102,8 @@ fn hosts_and_vars_are_kept_byte_for_byte() {
         .file("clusters/a/vars.yml", vars);
     let parsed = parse_repo(&tree, DEFAULT_ROOT);
     assert_eq!(parsed.diagnostics, vec![]);
-    assert_eq!(parsed.clusters[0].hosts_yml, hosts);
-    assert_eq!(parsed.clusters[0].vars_yml.as_deref(), Some(vars));
+    assert_eq!(parsed.clusters[0].inventory_dir.hosts_yml, hosts);
+    assert_eq!(parsed.clusters[0].inventory_dir.vars_yml.as_deref(), Some(vars));
 }
 
 #[test]

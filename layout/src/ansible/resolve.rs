@@ -154,6 +154,54 @@ impl AnsibleInventory {
         )
     }
 
+    /// The inventory as `ansible-inventory --list` prints it: each group with its own hosts and child
+    /// groups in ansible's order (a group with neither is left out, `all` lists no hosts), and under
+    /// `_meta.hostvars` every host's variables in ansible's precedence, templates as written. A value kok
+    /// cannot know (vaulted, or set by a vaulted file) is left out, with the host and name in the second
+    /// part, so that nothing printed is a guess.
+    pub fn list(&self) -> (serde_json::Value, Vec<(String, String)>) {
+        use serde_json::Map;
+        let names = |items: Vec<&str>| Value::Array(items.into_iter().map(Value::from).collect());
+        let mut list = Map::new();
+        for group in self.groups() {
+            let hosts = match group {
+                "all" => Vec::new(),
+                _ => self.direct_hosts(group).unwrap_or_default(),
+            };
+            let children = self.children(group).unwrap_or_default();
+            let mut body = Map::new();
+            if !children.is_empty() {
+                body.insert("children".into(), names(children));
+            }
+            if !hosts.is_empty() {
+                body.insert("hosts".into(), names(hosts));
+            }
+            if !body.is_empty() {
+                list.insert(group.to_string(), Value::Object(body));
+            }
+        }
+        let mut hostvars = Map::new();
+        let mut unknown = Vec::new();
+        for host in self.hosts() {
+            let mut vars = Map::new();
+            for (name, setting) in self.settings(host) {
+                match setting.value {
+                    Known::Value(value) | Known::Unknown(Unknown::Templated(value)) => {
+                        vars.insert(name, value);
+                    }
+                    Known::Unknown(_) => unknown.push((host.to_string(), name)),
+                }
+            }
+            if !vars.is_empty() {
+                hostvars.insert(host.to_string(), Value::Object(vars));
+            }
+        }
+        let mut meta = Map::new();
+        meta.insert("hostvars".into(), Value::Object(hostvars));
+        list.insert("_meta".into(), Value::Object(meta));
+        (Value::Object(list), unknown)
+    }
+
     /// Every host, in the order of ansible's `groups['all']`.
     pub fn hosts(&self) -> Vec<&str> {
         self.names(self.graph.group_hosts(ALL))

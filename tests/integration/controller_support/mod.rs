@@ -40,10 +40,12 @@ pub fn cluster_dir(name: &str, hosts: &str, ops: Vec<Operation>, secret: Option<
     ClusterDir {
         name: name.into(),
         path: format!("clusters/{name}"),
-        inventory_file: "hosts.yml".into(),
-        hosts_yml: hosts.into(),
-        vars_yml: Some("kube_version: v1.33.0\n".into()),
-        vars_files: vec![],
+        inventory_dir: kok::layout::InventoryDir {
+            inventory_file: "hosts.yml".into(),
+            hosts_yml: hosts.into(),
+            vars_yml: Some("kube_version: v1.33.0\n".into()),
+            vars_files: vec![],
+        },
         inventory: Inventory::default(),
         operations: operations.collect(),
         settings: Settings {
