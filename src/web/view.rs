@@ -363,6 +363,7 @@ impl Snapshot {
             source: ClusterSource::default(),
             kubeconfig_secret_ref: None,
             maintenance: None,
+            certificate_window_days: None,
             kubernetes: None,
         }
     }
