@@ -99,10 +99,24 @@ impl Read {
 
     /// The certificates read, the first to expire first.
     pub fn expiries(&self) -> Vec<CertificateExpiry> {
-        let mut all: Vec<CertificateExpiry> = [&self.server, &self.client]
-            .into_iter()
-            .filter_map(|r| r.as_ref()?.as_ref().ok().cloned())
-            .collect();
+        self.known(&[])
+    }
+
+    /// The certificates read, with those of `previous` (the last round's) whose source this round could not
+    /// read: a certificate does not stop expiring while its API server does not answer. The first to expire
+    /// first.
+    pub fn known(&self, previous: &[CertificateExpiry]) -> Vec<CertificateExpiry> {
+        let mut all = Vec::new();
+        for (read, source) in [
+            (&self.server, CertificateSource::ApiServer),
+            (&self.client, CertificateSource::Client),
+        ] {
+            match read {
+                Some(Ok(expiry)) => all.push(expiry.clone()),
+                Some(Err(_)) => all.extend(previous.iter().filter(|p| p.source == source).cloned()),
+                None => {}
+            }
+        }
         all.sort_by_key(|c| c.not_after.0);
         all
     }
@@ -223,9 +237,11 @@ fn common_name(name: &[u8]) -> der::Result<String> {
 /// The chain `endpoint` presents in a TLS handshake, as DER certificates.
 async fn server_chain(endpoint: &Endpoint) -> Result<Vec<Vec<u8>>, String> {
     if endpoint.proxied {
-        return Err("the kubeconfig reaches the API server through a proxy (proxy-url): kok reads the \
+        return Err(
+            "the kubeconfig reaches the API server through a proxy (proxy-url): kok reads the \
                     certificates of an API server it reaches directly only"
-            .to_string());
+                .to_string(),
+        );
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
@@ -234,15 +250,24 @@ async fn server_chain(endpoint: &Endpoint) -> Result<Vec<Vec<u8>>, String> {
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(ReadOnly(provider)))
         .with_no_client_auth();
-    let name = ServerName::try_from(endpoint.server_name.clone())
-        .map_err(|_| format!("{} is not a name a TLS handshake can ask for", endpoint.server_name))?;
+    let name = ServerName::try_from(endpoint.server_name.clone()).map_err(|_| {
+        format!(
+            "{} is not a name a TLS handshake can ask for",
+            endpoint.server_name
+        )
+    })?;
     let tcp = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port))
         .await
         .map_err(|e| format!("connecting to {}:{}: {}", endpoint.host, endpoint.port, e.kind()))?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
-        .map_err(|e| format!("the TLS handshake with {}:{} failed: {e}", endpoint.host, endpoint.port))?;
+        .map_err(|e| {
+            format!(
+                "the TLS handshake with {}:{} failed: {e}",
+                endpoint.host, endpoint.port
+            )
+        })?;
     let chain = tls
         .get_ref()
         .1
@@ -312,9 +337,16 @@ pub fn days_left(not_after: Timestamp, now: Timestamp) -> i64 {
     (not_after.as_second() - now.as_second()).div_euclid(SECONDS_PER_DAY)
 }
 
-/// The `CertificatesValid` condition of what was `read`, with a window of `window_days`, at `now`; `None`
-/// when the cluster shows no certificate (plain HTTP and no client certificate).
-pub fn condition(read: &Read, window_days: u32, generation: Option<i64>, now: Timestamp) -> Option<Condition> {
+/// The `CertificatesValid` condition of what was `read` and of the certificates `known` from it
+/// ([`Read::known`]), with a window of `window_days`, at `now`; `None` when the cluster shows no
+/// certificate (plain HTTP and no client certificate).
+pub fn condition(
+    read: &Read,
+    known: &[CertificateExpiry],
+    window_days: u32,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<Condition> {
     if read.server.is_none() && read.client.is_none() {
         return None;
     }
@@ -336,8 +368,7 @@ pub fn condition(read: &Read, window_days: u32, generation: Option<i64>, now: Ti
         _ => None,
     })
     .collect();
-    let expiries = read.expiries();
-    let Some(first) = expiries.first() else {
+    let Some(first) = known.first() else {
         return Some(make("Unknown", "CertificatesNotRead", unread.join("; ")));
     };
     let date = first.not_after.0.strftime("%Y-%m-%d %H:%M UTC");
@@ -404,16 +435,65 @@ mod tests {
                 .current_dir(dir.path())
                 .output()
                 .expect("openssl runs");
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
-        let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-        run(&[&["req", "-x509"][..], &key, &["-keyout", "ca.key", "-out", "ca.crt", "-days", "3650", "-subj", "/CN=kubernetes"]].concat());
-        run(&[&["req"][..], &key, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/O=kok/CN=kube-apiserver"]].concat());
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        run(&[
+            &["req", "-x509"][..],
+            &key,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "3650",
+                "-subj",
+                "/CN=kubernetes",
+            ],
+        ]
+        .concat());
+        run(&[
+            &["req"][..],
+            &key,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/O=kok/CN=kube-apiserver",
+            ],
+        ]
+        .concat());
         std::fs::write(dir.path().join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
         let days = days.to_string();
         run(&[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days",
-            &days, "-extfile", "san.ext", "-out", "server.crt",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            &days,
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
         ]);
         dir
     }
@@ -447,7 +527,10 @@ mod tests {
             .unwrap();
         let said = String::from_utf8_lossy(&out.stdout);
         let year = not_after.strftime("%Y").to_string();
-        assert!(said.contains(&year) && said.contains(&not_after.strftime("%H:%M:%S").to_string()), "{said}");
+        assert!(
+            said.contains(&year) && said.contains(&not_after.strftime("%H:%M:%S").to_string()),
+            "{said}"
+        );
     }
 
     #[test]
@@ -471,15 +554,17 @@ mod tests {
     async fn the_chain_a_tls_server_presents_is_read_even_from_an_untrusted_server() {
         let dir = certificates(10);
         let read = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
-        let chain: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(&read("server.crt")).map(Result::unwrap).collect();
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read("server.crt"))
+            .map(Result::unwrap)
+            .collect();
         let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(&read("server.key")).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .unwrap();
+        let config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(chain, key)
+                .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -506,15 +591,24 @@ mod tests {
         let client = got.client.clone().unwrap().unwrap();
         assert_eq!(client.subject, "kubernetes");
         assert_eq!(got.expiries()[0], server);
-        let valid = condition(&got, DEFAULT_WINDOW_DAYS, None, Timestamp::now()).unwrap();
-        assert_eq!((valid.status.as_str(), valid.reason.as_str()), ("False", "CertificateExpiresSoon"));
+        let valid = condition(&got, &got.known(&[]), DEFAULT_WINDOW_DAYS, None, Timestamp::now()).unwrap();
+        assert_eq!(
+            (valid.status.as_str(), valid.reason.as_str()),
+            ("False", "CertificateExpiresSoon")
+        );
         assert!(
-            valid.message.starts_with("the API server's certificate \"kube-apiserver\" expires on "),
+            valid
+                .message
+                .starts_with("the API server's certificate \"kube-apiserver\" expires on "),
             "{}",
             valid.message
         );
-        assert!(valid.message.contains("inside the 30-day window"), "{}", valid.message);
-        let valid = condition(&got, 7, None, Timestamp::now()).unwrap();
+        assert!(
+            valid.message.contains("inside the 30-day window"),
+            "{}",
+            valid.message
+        );
+        let valid = condition(&got, &got.known(&[]), 7, None, Timestamp::now()).unwrap();
         assert_eq!(valid.status, "True", "{}", valid.message);
     }
 
@@ -534,8 +628,11 @@ mod tests {
             client: None,
         };
         let got = read(&sources, std::time::Duration::from_secs(5)).await;
-        let c = condition(&got, 30, None, Timestamp::now()).unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("Unknown", "CertificatesNotRead"));
+        let c = condition(&got, &got.known(&[]), 30, None, Timestamp::now()).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("Unknown", "CertificatesNotRead")
+        );
         assert_eq!(
             c.message,
             format!("the API server's certificates were not read: connecting to 127.0.0.1:{port}: connection refused")
@@ -549,23 +646,34 @@ mod tests {
             server: Some(Ok(expiry(CertificateSource::ApiServer, "kube-apiserver", server))),
             client: Some(Ok(expiry(CertificateSource::Client, "kubernetes-admin", client))),
         };
-        let c = condition(&read("2027-01-01T00:00:00Z", "2026-03-11T12:00:00Z"), 30, Some(4), now).unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "CertificateExpiresSoon"));
+        let soon = read("2027-01-01T00:00:00Z", "2026-03-11T12:00:00Z");
+        let c = condition(&soon, &soon.known(&[]), 30, Some(4), now).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "CertificateExpiresSoon")
+        );
         assert_eq!(
             c.message,
             "the kubeconfig's client certificate \"kubernetes-admin\" expires on 2026-03-11 12:00 UTC (in 10 days), \
              inside the 30-day window: renew the cluster's certificates (docs/day-two.md#renew-certificates)"
         );
         assert_eq!(c.observed_generation, Some(4));
-        let c = condition(&read("2027-01-01T00:00:00Z", "2026-03-11T12:00:00Z"), 7, None, now).unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "CertificatesValid"));
+        let c = condition(&soon, &soon.known(&[]), 7, None, now).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "CertificatesValid")
+        );
         assert_eq!(
             c.message,
             "the kubeconfig's client certificate \"kubernetes-admin\" expires on 2026-03-11 12:00 UTC (in 10 days), \
              the first of the cluster's certificates to expire"
         );
-        let c = condition(&read("2026-02-26T08:00:00Z", "2027-01-01T00:00:00Z"), 30, None, now).unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "CertificateExpired"));
+        let expired = read("2026-02-26T08:00:00Z", "2027-01-01T00:00:00Z");
+        let c = condition(&expired, &expired.known(&[]), 30, None, now).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "CertificateExpired")
+        );
         assert_eq!(
             c.message,
             "the API server's certificate \"kube-apiserver\" expired on 2026-02-26 08:00 UTC (2 days ago): renew \
@@ -580,8 +688,11 @@ mod tests {
             server: Some(Err("connecting to 10.0.0.1:6443: connection refused".into())),
             client: Some(Ok(expiry(CertificateSource::Client, "", "2027-01-01T00:00:00Z"))),
         };
-        let c = condition(&unread, 30, None, now).unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("Unknown", "CertificatesNotRead"));
+        let c = condition(&unread, &unread.known(&[]), 30, None, now).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("Unknown", "CertificatesNotRead")
+        );
         assert_eq!(
             c.message,
             "the API server's certificates were not read: connecting to 10.0.0.1:6443: connection refused; the \
@@ -591,18 +702,51 @@ mod tests {
             client: Some(Ok(expiry(CertificateSource::Client, "", "2026-03-05T00:00:00Z"))),
             ..unread
         };
-        assert_eq!(condition(&soon, 30, None, now).unwrap().status, "False");
+        assert_eq!(
+            condition(&soon, &soon.known(&[]), 30, None, now).unwrap().status,
+            "False"
+        );
         let client_only = Read {
             server: None,
-            client: Some(Err("the kubeconfig's client-certificate-data: not an X.509 certificate".into())),
+            client: Some(Err(
+                "the kubeconfig's client-certificate-data: not an X.509 certificate".into(),
+            )),
         };
-        let c = condition(&client_only, 30, None, now).unwrap();
+        let c = condition(&client_only, &client_only.known(&[]), 30, None, now).unwrap();
         assert_eq!(
             c.message,
             "the client certificate was not read: the kubeconfig's client-certificate-data: not an X.509 \
              certificate"
         );
-        assert_eq!(condition(&Read::default(), 30, None, now), None);
+        assert_eq!(condition(&Read::default(), &[], 30, None, now), None);
+    }
+
+    #[test]
+    fn a_certificate_read_last_round_still_counts_while_its_server_does_not_answer() {
+        let now = at("2026-03-01T00:00:00Z");
+        let last = vec![expiry(
+            CertificateSource::ApiServer,
+            "kube-apiserver",
+            "2026-03-11T00:00:00Z",
+        )];
+        let unreachable = Read::unread("connecting to 10.0.0.1:6443: connection refused".into());
+        let known = unreachable.known(&last);
+        assert_eq!(known, last);
+        let c = condition(&unreachable, &known, 30, None, now).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "CertificateExpiresSoon")
+        );
+        // A source read afresh replaces what the last round read of it.
+        let renewed = Read {
+            server: Some(Ok(expiry(
+                CertificateSource::ApiServer,
+                "kube-apiserver",
+                "2027-03-01T00:00:00Z",
+            ))),
+            client: None,
+        };
+        assert_eq!(renewed.known(&last)[0].not_after.0, at("2027-03-01T00:00:00Z"));
     }
 
     #[test]
@@ -611,10 +755,16 @@ mod tests {
         config.auth_info.client_certificate_data = Some("LS0tLS1CRUdJTg==".into());
         let s = Sources::of(&config);
         let server = s.server.unwrap();
-        assert_eq!((server.host.as_str(), server.port, server.server_name.as_str()), ("::1", 6443, "::1"));
+        assert_eq!(
+            (server.host.as_str(), server.port, server.server_name.as_str()),
+            ("::1", 6443, "::1")
+        );
         assert_eq!(s.client.as_deref(), Some(&b"-----BEGIN"[..]));
         config.tls_server_name = Some("kubernetes.default".into());
-        assert_eq!(Sources::of(&config).server.unwrap().server_name, "kubernetes.default");
+        assert_eq!(
+            Sources::of(&config).server.unwrap().server_name,
+            "kubernetes.default"
+        );
         let plain = kube::Config::new("http://127.0.0.1:8080".parse().unwrap());
         assert_eq!(Sources::of(&plain), Sources::default());
     }
