@@ -671,7 +671,7 @@ mod tests {
             "{html}"
         );
         let later: jiff::Timestamp = "2026-01-12T00:00:00Z".parse().unwrap();
-        let html = render("cluster.html", &pages::cluster(&view, "sick", later).unwrap());
+        let html = render("cluster.html", pages::cluster(&view, "sick", later).unwrap());
         assert!(html.contains("<dd class=\"short\">expired: "), "{html}");
     }
 
