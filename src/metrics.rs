@@ -28,8 +28,9 @@
 //! | `kok_operations` | cluster, phase | clusters × phases present |
 //! | `kok_queue_oldest_waiting_seconds` | cluster, operation, reason | ≤ clusters |
 //! | `kok_cluster_held` | cluster, operation, commit | ≤ clusters (failed runs that hold) |
-//! | `kok_cluster_condition` | cluster, condition | clusters × 5 |
+//! | `kok_cluster_condition` | cluster, condition | clusters × 6 |
 //! | `kok_cluster_nodes` | cluster, state | clusters × 2 |
+//! | `kok_cluster_certificate_expiry_timestamp_seconds` | cluster | ≤ clusters (those with certificates) |
 //! | `kok_rollout_phase` | rollout, phase | rollouts |
 //! | `kok_rollout_wave_clusters` | rollout, wave, state | rollouts × waves × 4 |
 //!
@@ -468,6 +469,8 @@ pub struct ClusterGauges {
     pub conditions: Vec<(String, String)>,
     /// Nodes from the last check: (ready, total).
     pub nodes: Option<(u32, u32)>,
+    /// When the first of its certificates expires, in Unix seconds, from the last check that read them.
+    pub certificate_expiry: Option<i64>,
     /// Operations by phase (phases without any are left out).
     pub phases: Vec<(Phase, u64)>,
     /// The operation that has waited longest to start, if any waits.
@@ -637,6 +640,16 @@ impl Collector for FleetCollector {
         )?;
         gauge_family(
             &mut encoder,
+            "kok_cluster_certificate_expiry_timestamp_seconds",
+            "When the first of each cluster's certificates expires (notAfter, Unix seconds): of the chain its \
+             API server presents and the client certificate of its kubeconfig, from the last health check",
+            clusters.iter().filter_map(|c| {
+                let expiry = c.certificate_expiry?;
+                Some(([("cluster", c.name.as_str())], expiry as f64))
+            }),
+        )?;
+        gauge_family(
+            &mut encoder,
             "kok_rollout_phase",
             "1 for each rollout, labelled with its phase (Progressing, Baking, WaitingForPromotion, Halted, \
              Completed)",
@@ -698,6 +711,7 @@ mod tests {
                     ("VersionMatches".into(), "Unknown".into()),
                 ],
                 nodes: Some((4, 5)),
+                certificate_expiry: Some(1_775_000_000),
                 phases: vec![(Phase::Queued, 2), (Phase::Failed, 1)],
                 oldest_waiting: Some(Waiting {
                     operation: "upgrade".into(),
@@ -735,6 +749,7 @@ mod tests {
             "kok_cluster_condition{cluster=\"prod\",condition=\"NodesReady\"} 0.0\n",
             "kok_cluster_condition{cluster=\"prod\",condition=\"VersionMatches\"} -1.0\n",
             "kok_cluster_nodes{cluster=\"prod\",state=\"not_ready\"} 1.0\n",
+            "kok_cluster_certificate_expiry_timestamp_seconds{cluster=\"prod\"} 1775000000.0\n",
             "kok_rollout_phase{rollout=\"upgrade\",phase=\"Halted\"} 1.0\n",
             "kok_rollout_wave_clusters{rollout=\"upgrade\",wave=\"canary\",state=\"failed\"} 1.0\n",
         ] {

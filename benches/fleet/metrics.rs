@@ -41,6 +41,7 @@ fn fleet() -> Fleet {
         "InventoryMatches",
         "VersionMatches",
         "Healthy",
+        "CertificatesValid",
     ];
     let clusters = (0..CLUSTERS)
         .map(|i| ClusterGauges {
@@ -55,6 +56,7 @@ fn fleet() -> Fleet {
                 })
                 .collect(),
             nodes: Some((5, 5)),
+            certificate_expiry: Some(1_800_000_000 + i as i64),
             phases: vec![(Phase::Queued, 2), (Phase::Succeeded, 7), (Phase::Failed, 1)],
             oldest_waiting: Some(Waiting {
                 operation: "add-node7".into(),

@@ -74,6 +74,9 @@ pub struct Settings {
     /// `installed:` of cluster.yml (never kok.yml's): the cluster was installed outside kok and runs
     /// already; `None` when not said (kok decides from what it saw).
     pub installed: Option<Installed>,
+    /// `certificateWindowDays`: days before a certificate of the cluster expires that `CertificatesValid`
+    /// turns False (`None`: kok's default).
+    pub certificate_window_days: Option<u32>,
 }
 
 /// A cluster installed outside kok (by hand with kubespray), which kok adopts: pre-flight counts it as

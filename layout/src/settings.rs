@@ -28,6 +28,7 @@ pub const SETTINGS_KEYS: &[&str] = &[
     "maintenance",
     "notifications",
     "installed",
+    "certificateWindowDays",
 ];
 
 /// Parses and validates a settings file (`file` is `cluster.yml` or `kok.yml`, for messages).
@@ -138,6 +139,17 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             diags.error(
                 node,
                 "historyLimit must be an integer of at least 1 (finished operations kept per cluster)",
+            );
+            None
+        }
+    });
+    settings.certificate_window_days = get(map, "certificateWindowDays").and_then(|node| match node.kind {
+        Kind::Int(n) if (1..=3650).contains(&n) => u32::try_from(n).ok(),
+        _ => {
+            diags.error(
+                node,
+                "certificateWindowDays must be a whole number of days from 1 to 3650: how long before a \
+                 certificate of the cluster expires that its CertificatesValid condition turns False (default 30)",
             );
             None
         }
@@ -308,6 +320,7 @@ pub fn merge_settings(base: &Settings, over: &Settings) -> Settings {
         },
         // A cluster's own: kok.yml holds none.
         installed: over.installed.clone(),
+        certificate_window_days: over.certificate_window_days.or(base.certificate_window_days),
     }
 }
 
@@ -528,6 +541,25 @@ mod tests {
         assert!(first_error("kubeconfigSecret: Prod_Admin\n")
             .starts_with("1:19: kubeconfigSecret \"Prod_Admin\" is not a valid Kubernetes name"));
         assert!(first_error("kubeconfigSecret: [a]\n").starts_with("1:19: kubeconfigSecret must be a string"));
+    }
+
+    #[test]
+    fn certificate_window_days_is_a_number_of_days_and_cluster_yml_wins() {
+        let (base, d) = check("certificateWindowDays: 45\n");
+        assert_eq!((base.certificate_window_days, d), (Some(45), vec![]));
+        let (over, _) = check("certificateWindowDays: 14\n");
+        assert_eq!(merge_settings(&base, &over).certificate_window_days, Some(14));
+        assert_eq!(
+            merge_settings(&base, &Settings::default()).certificate_window_days,
+            Some(45)
+        );
+        for bad in ["0", "30d", "3651", "-1"] {
+            assert!(
+                first_error(&format!("certificateWindowDays: {bad}\n"))
+                    .starts_with("1:24: certificateWindowDays must be a whole number of days from 1 to 3650"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -356,6 +356,8 @@ pub struct ClusterSource {
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.kubernetesVersion"}"#,
     printcolumn = r#"{"name":"Nodes","type":"string","jsonPath":".status.nodes.summary"}"#,
     printcolumn = r#"{"name":"Healthy","type":"string","jsonPath":".status.conditions[?(@.type==\"Healthy\")].status"}"#,
+    printcolumn = r#"{"name":"Certificates","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"CertificatesValid\")].status"}"#,
+    printcolumn = r#"{"name":"Expires","type":"string","priority":1,"jsonPath":".status.certificates[0].notAfter"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -399,6 +401,11 @@ pub struct ClusterSpec {
     /// compares the next commit's with. Absent for a cluster whose inventory is not kubespray's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<ClusterKubernetes>,
+    /// Days before a certificate of the cluster expires that its `CertificatesValid` condition turns False
+    /// (`certificateWindowDays` in cluster.yml, else kok.yml); absent: 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub certificate_window_days: Option<u32>,
 }
 
 /// What a cluster's revision asks of kubespray, as pre-flight reads it.
@@ -459,6 +466,7 @@ impl ClusterSpec {
             kubeconfig_secret_ref: None,
             maintenance: None,
             kubernetes: None,
+            certificate_window_days: None,
         }
     }
 }
@@ -483,7 +491,8 @@ pub struct OperationSummary {
 pub struct ClusterStatus {
     /// Conditions, with reasons: Ready, Reconciling and Stalled, from the cluster's Secrets and operations;
     /// Reachable, NodesReady, InventoryMatches, VersionMatches and Healthy, from the health checks of a
-    /// cluster with a kubeconfig.
+    /// cluster with a kubeconfig; CertificatesValid, from the certificates those checks read (absent when
+    /// there is none: an API server on plain HTTP and a kubeconfig without a client certificate).
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -511,6 +520,34 @@ pub struct ClusterStatus {
     /// Nodes Ready and in all, from the last health check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<NodeCounts>,
+    /// The certificates the last health check read, the one that expires first first: the earliest of the
+    /// chain the API server presents, and the client certificate of the kubeconfig where it has one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<CertificateExpiry>,
+}
+
+/// A certificate of a cluster and when it expires.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateExpiry {
+    /// Where it was read: `apiServer` (the chain the API server presents; of its certificates, the one that
+    /// expires first) or `client` (the client certificate of the cluster's kubeconfig).
+    pub source: CertificateSource,
+    /// Its subject's common name (CN), e.g. `kube-apiserver`; empty when it has none.
+    #[serde(default)]
+    pub subject: String,
+    /// The end of its validity (`notAfter`), RFC 3339.
+    pub not_after: Time,
+}
+
+/// Where a certificate of a cluster was read.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CertificateSource {
+    /// The certificate chain the API server presents in the TLS handshake.
+    ApiServer,
+    /// The client certificate (`client-certificate-data`) of the cluster's kubeconfig.
+    Client,
 }
 
 /// How many of a cluster's Nodes are Ready.

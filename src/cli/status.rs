@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::OutputFormat;
 use crate::api::{Cluster, ClusterOperation, NodeCounts, DEFAULT_NAMESPACE};
 use crate::health::conditions::HEALTHY;
-use crate::web::pages::{cluster_row, OpLine, State};
+use crate::web::pages::{cluster_row, CertificateDays, OpLine, State};
 
 /// How long `--watch` gathers events before it redraws, so that a burst of changes redraws once.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -62,6 +62,9 @@ pub struct StatusRow {
     /// Why it is unhealthy (the `Healthy` condition's message).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_message: Option<String>,
+    /// The first of its certificates to expire: days left, `CertificatesValid` and its message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<CertificateDays>,
     /// The state of its queue.
     pub state: State,
     /// What its queue does, in a sentence: the running operation and for how long, or the next and why
@@ -97,6 +100,7 @@ pub fn rows(
                 nodes: status.nodes,
                 health: row.health.word.as_str(),
                 health_message: healthy.filter(|c| c.status == "False").map(|c| c.message.clone()),
+                certificates: row.health.certificates.clone(),
                 state: row.state,
                 queue: row.queue_words(),
                 current: row.current,
@@ -117,9 +121,20 @@ fn last_words(last: Option<&OpLine>) -> String {
     }
 }
 
+/// The certificates column: days left (`312d`, `expired`), with `CertificatesValid=False` when inside the
+/// window, `-` before a check read any.
+fn certificate_words(days: Option<&CertificateDays>) -> String {
+    match days {
+        None => "-".to_string(),
+        Some(d) if d.renew() => format!("{} CertificatesValid=False", d.short),
+        Some(d) => d.short.clone(),
+    }
+}
+
 /// The table of `rows`, columns aligned, with a header line.
 pub fn table(rows: &[StatusRow]) -> String {
-    let mut lines = vec![["CLUSTER", "VERSION", "NODES", "HEALTH", "QUEUE", "LAST"].map(String::from)];
+    let mut lines =
+        vec![["CLUSTER", "VERSION", "NODES", "HEALTH", "CERTS", "QUEUE", "LAST"].map(String::from)];
     for r in rows {
         lines.push([
             r.cluster.clone(),
@@ -128,11 +143,12 @@ pub fn table(rows: &[StatusRow]) -> String {
                 .as_ref()
                 .map_or_else(|| "-".to_string(), |n| format!("{}/{}", n.ready, n.total)),
             r.health.to_string(),
+            certificate_words(r.certificates.as_ref()),
             r.queue.clone(),
             last_words(r.last.as_ref()),
         ]);
     }
-    let mut widths = [0usize; 6];
+    let mut widths = [0usize; 7];
     for line in &lines {
         for (w, cell) in widths.iter_mut().zip(line) {
             *w = (*w).max(cell.chars().count());
@@ -448,6 +464,49 @@ mod tests {
                 || l[health..].starts_with("unknown")
                 || l[health..].starts_with("unhealthy")),
             "columns aligned: {text}"
+        );
+    }
+
+    #[test]
+    fn the_days_left_on_the_certificates_show_and_a_cluster_inside_its_window_says_certificates_valid_false()
+    {
+        let (mut clusters, ops) = fleet();
+        let certificate = |days: i64| crate::api::CertificateExpiry {
+            source: crate::api::CertificateSource::ApiServer,
+            subject: "kube-apiserver".into(),
+            not_after: Time(now() + jiff::SignedDuration::from_hours(24 * days + 1)),
+        };
+        let valid = |status: &str| Condition {
+            type_: crate::health::certificates::CERTIFICATES_VALID.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: "the API server's certificate \"kube-apiserver\" expires soon".into(),
+            last_transition_time: Time(now()),
+            observed_generation: None,
+        };
+        for (cluster, days, status) in [(0, 10, "False"), (1, 300, "True")] {
+            let s = clusters[cluster].status.as_mut().unwrap();
+            s.certificates = vec![certificate(days)];
+            s.conditions.push(valid(status));
+        }
+        let text = render(&clusters, &ops, None, OutputFormat::Text, false, now());
+        let lines: Vec<&str> = text.lines().collect();
+        let certs = lines[0].find("CERTS").unwrap();
+        assert!(lines[1][certs..].starts_with("300d "), "dev: {text}");
+        assert!(lines[2][certs..].starts_with("- "), "new: {text}");
+        assert!(
+            lines[3][certs..].starts_with("10d CertificatesValid=False "),
+            "prod: {text}"
+        );
+
+        let json = render(&clusters, &ops, Some("prod"), OutputFormat::Json, true, now());
+        let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let certificates = &rows[0]["certificates"];
+        assert_eq!(certificates["daysLeft"], 10, "{json}");
+        assert_eq!(certificates["valid"], "False", "{json}");
+        assert_eq!(
+            certificates["certificate"], "the API server's certificate \"kube-apiserver\"",
+            "{json}"
         );
     }
 

@@ -1,6 +1,6 @@
 //! The fleet's gauges at scrape time, read from the watch caches: operations by cluster and phase, the
 //! longest-waiting operation of each cluster and why it waits, the failed runs that hold a cluster, each
-//! cluster's health conditions and nodes, and each rollout's phase and waves.
+//! cluster's health conditions, nodes and first certificate to expire, and each rollout's phase and waves.
 //!
 //! Nothing is counted ahead: a scrape reads the caches (one pass over the operation records, and the
 //! operations of the clusters with a failed run for their holds), so the gauges cannot drift from what
@@ -34,6 +34,11 @@ impl FleetView for LiveCache {
                     .map(|c| (c.type_.clone(), c.status.clone()))
                     .collect();
                 gauges.nodes = status.nodes.as_ref().map(|n| (n.ready, n.total));
+                gauges.certificate_expiry = status
+                    .certificates
+                    .iter()
+                    .map(|c| c.not_after.0.as_second())
+                    .min();
             }
             names.push(name);
             clusters.push(gauges);

@@ -4,8 +4,10 @@
 //! gives its place to the next cluster (and waits on until its timeout), and clusters that answered
 //! the last round go first. The result goes into the
 //! Cluster's status: the conditions of [`crate::health::conditions`], `kubernetesVersion`,
-//! `kubeletVersions` and `nodes`, written only when they changed, with one Event per condition that
-//! changed (the `kok_cluster_condition` / `kok_cluster_nodes` metrics read the status at each scrape, see
+//! `kubeletVersions` and `nodes`, and the certificates read beside the checks with their
+//! `CertificatesValid` ([`crate::health::certificates`]), written only when they changed, with one Event
+//! per condition that changed (the `kok_cluster_condition` / `kok_cluster_nodes` /
+//! `kok_cluster_certificate_expiry_timestamp_seconds` metrics read the status at each scrape, see
 //! [`super::gauges`]). The Cluster reconciler keeps them ([`carry`]) when it writes its own
 //! conditions. A cluster's pinned hosts and vars ConfigMaps are read once for as long as it uses them
 //! ([`Expectations`]); its kubeconfig Secret is read every round, so a changed one counts at once.
@@ -27,6 +29,8 @@ use super::cluster::keep_transition_times;
 use super::verify::{access, expected};
 use super::Context;
 use crate::api::{Cluster, ClusterStatus, PinnedInventory, Verify};
+use crate::health::certificates;
+use crate::health::client::REQUEST_TIMEOUT;
 use crate::health::conditions::{conditions, node_counts, HEALTH_CONDITIONS};
 use crate::health::observe::observe;
 use crate::health::{verify, Access, Expected};
@@ -154,18 +158,28 @@ fn inputs_of(cluster: &Cluster) -> String {
 /// Checks one cluster and records what it found.
 async fn check(ctx: &Context, expectations: &Expectations, cluster: &Cluster) -> Result<(), String> {
     let name = cluster.name_any();
-    let observed = match access(ctx, &name).await {
+    let (observed, certificates) = match access(ctx, &name).await {
         Ok(Access::NoKubeconfig) => return Ok(()),
-        Ok(Access::Client(client)) => tokio::time::timeout(ctx.config.health_timeout, observe(&client))
-            .await
-            .unwrap_or_else(|_| crate::health::Observed {
-                api: Err("unreachable: timed out".to_string()),
+        Ok(Access::Client(client, sources)) => {
+            let timeout = ctx.config.health_timeout;
+            let observed = async {
+                tokio::time::timeout(timeout, observe(&client))
+                    .await
+                    .unwrap_or_else(|_| crate::health::Observed {
+                        api: Err("unreachable: timed out".to_string()),
+                        ..Default::default()
+                    })
+            };
+            let read = certificates::read(&sources, timeout.min(REQUEST_TIMEOUT));
+            futures::join!(observed, read)
+        }
+        Err(refused) => (
+            crate::health::Observed {
+                api: Err(format!("cannot be reached: {refused}")),
                 ..Default::default()
-            }),
-        Err(refused) => crate::health::Observed {
-            api: Err(format!("cannot be reached: {refused}")),
-            ..Default::default()
-        },
+            },
+            certificates::Read::unread(format!("{refused}")),
+        ),
     };
     let inputs = inputs_of(cluster);
     let known = expectations.lock().ok().and_then(|e| e.get(&inputs).cloned());
@@ -188,7 +202,7 @@ async fn check(ctx: &Context, expectations: &Expectations, cluster: &Cluster) ->
     // A conflict means the Cluster changed meanwhile (its reconciler wrote its own conditions): the
     // health is written once more on top of what it is now.
     for last in [false, true] {
-        let (old, new) = with_health(&cluster, &verdict, &observed);
+        let (old, new) = with_health(&cluster, &verdict, &observed, &certificates);
         if new == old {
             return Ok(());
         }
@@ -200,6 +214,7 @@ async fn check(ctx: &Context, expectations: &Expectations, cluster: &Cluster) ->
                 "kubernetesVersion": new.kubernetes_version,
                 "kubeletVersions": new.kubelet_versions,
                 "nodes": new.nodes,
+                "certificates": new.certificates,
             }
         });
         match api
@@ -220,18 +235,33 @@ async fn check(ctx: &Context, expectations: &Expectations, cluster: &Cluster) ->
     Ok(())
 }
 
-/// The status of `cluster` now, and with what `verdict` and `observed` say of its health.
+/// The status of `cluster` now, and with what `verdict`, `observed` and the `certificates` read say of its
+/// health.
 fn with_health(
     cluster: &Cluster,
     verdict: &crate::health::Verdict,
     observed: &crate::health::Observed,
+    certificates: &certificates::Read,
 ) -> (ClusterStatus, ClusterStatus) {
     let old = cluster.status.clone().unwrap_or_default();
     let mut new = old.clone();
+    let now = Timestamp::now();
     new.conditions
         .retain(|c| !HEALTH_CONDITIONS.contains(&c.type_.as_str()));
     new.conditions
-        .extend(conditions(verdict, cluster.metadata.generation, Timestamp::now()));
+        .extend(conditions(verdict, cluster.metadata.generation, now));
+    new.certificates = certificates.known(&old.certificates);
+    let window = cluster
+        .spec
+        .certificate_window_days
+        .unwrap_or(certificates::DEFAULT_WINDOW_DAYS);
+    new.conditions.extend(certificates::condition(
+        certificates,
+        &new.certificates,
+        window,
+        cluster.metadata.generation,
+        now,
+    ));
     if observed.api.is_ok() {
         new.kubernetes_version = observed.version.clone();
         let mut versions: Vec<String> = observed.nodes.iter().map(|n| n.kubelet_version.clone()).collect();
@@ -240,7 +270,7 @@ fn with_health(
         new.kubelet_versions = versions;
         new.nodes = Some(node_counts(observed));
     }
-    keep_transition_times(&mut new, Some(&old), Timestamp::now());
+    keep_transition_times(&mut new, Some(&old), now);
     (old, new)
 }
 
@@ -283,6 +313,7 @@ pub fn carry(new: &mut ClusterStatus, old: Option<&ClusterStatus>) {
     new.kubernetes_version = old.kubernetes_version.clone();
     new.kubelet_versions = old.kubelet_versions.clone();
     new.nodes = old.nodes.clone();
+    new.certificates = old.certificates.clone();
 }
 
 #[cfg(test)]

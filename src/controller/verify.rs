@@ -254,7 +254,7 @@ fn start_attempt(ctx: &Arc<Context>, op: &ClusterOperation, expected: Option<Arc
 /// One look at `op`'s cluster: its kubeconfig, then (the inputs read unless `expected` is given) its answers.
 async fn attempt(ctx: &Context, op: &ClusterOperation, expected: Option<Arc<Expected>>) -> Outcome {
     let client = match access(ctx, &op.spec.cluster).await {
-        Ok(Access::Client(client)) => client,
+        Ok(Access::Client(client, _)) => client,
         Ok(Access::NoKubeconfig) => return Outcome::NoKubeconfig,
         Err(AccessError::ReadSecret { name, source, .. }) => {
             let action = format!("reading the kubeconfig Secret {name}");

@@ -30,8 +30,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Access {
     /// The cluster has no kubeconfig yet (no Secret, or kok's own empty one): nothing to verify.
     NoKubeconfig,
-    /// A client made from its kubeconfig.
-    Client(Client),
+    /// A client made from its kubeconfig, and where the kubeconfig says its certificates are.
+    Client(Client, super::certificates::Sources),
 }
 
 /// Why a cluster's kubeconfig cannot be used. No variant quotes the kubeconfig.
@@ -131,11 +131,16 @@ pub async fn access(
         }
         (None, Some(_)) => return Err(AccessError::NoValue { name }),
     };
-    Ok(Access::Client(client_from(&name, &text).await?))
+    let (client, certificates) = client_from(&name, &text).await?;
+    Ok(Access::Client(client, certificates))
 }
 
-/// A client from the kubeconfig `text` of Secret `name`, after [`refusal`] found nothing to refuse.
-pub async fn client_from(name: &str, text: &str) -> Result<Client, AccessError> {
+/// A client from the kubeconfig `text` of Secret `name`, after [`refusal`] found nothing to refuse, and
+/// where its certificates are read.
+pub async fn client_from(
+    name: &str,
+    text: &str,
+) -> Result<(Client, super::certificates::Sources), AccessError> {
     let kubeconfig = read_kubeconfig(name, text)?;
     if let Some((entry, what)) = refusal(&kubeconfig) {
         return Err(AccessError::Refused {
@@ -158,7 +163,9 @@ pub async fn client_from(name: &str, text: &str) -> Result<Client, AccessError> 
     if config.root_cert.is_none() && config.cluster_url.scheme_str() == Some("http") {
         config.root_cert = Some(Vec::new());
     }
-    Client::try_from(config).map_err(|e| unusable(&e))
+    let certificates = super::certificates::Sources::of(&config);
+    let client = Client::try_from(config).map_err(|e| unusable(&e))?;
+    Ok((client, certificates))
 }
 
 /// Registers with [`crate::redact`] the credentials of every user of a kubeconfig (`token`, `password`,

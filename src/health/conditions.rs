@@ -1,20 +1,23 @@
 //! A verdict as Cluster conditions (pure): `Reachable`, `NodesReady`, `InventoryMatches`,
 //! `VersionMatches`, and `Healthy` when every check held, with reasons and messages after the
-//! Kubernetes condition conventions.
+//! Kubernetes condition conventions. (`CertificatesValid`, also the health checks', is made in
+//! [`super::certificates`].)
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use super::certificates::CERTIFICATES_VALID;
 use super::checks::{Verdict, INVENTORY_MATCHES, NODES_READY, REACHABLE, VERSION_MATCHES};
 use crate::api::NodeCounts;
 
-/// The conditions health checks own on a Cluster.
-pub const HEALTH_CONDITIONS: [&str; 5] = [
+/// The conditions health checks own on a Cluster (`CertificatesValid` only where it has certificates).
+pub const HEALTH_CONDITIONS: [&str; 6] = [
     REACHABLE,
     NODES_READY,
     INVENTORY_MATCHES,
     VERSION_MATCHES,
     HEALTHY,
+    CERTIFICATES_VALID,
 ];
 /// The condition that is True when every check held.
 pub const HEALTHY: &str = "Healthy";

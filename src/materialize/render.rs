@@ -264,6 +264,7 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
         },
         maintenance: cluster.settings.maintenance.clone(),
         kubernetes: crate::preflight::recorded(cluster),
+        certificate_window_days: cluster.settings.certificate_window_days,
     };
     let operations = cluster
         .operations

@@ -642,6 +642,40 @@ mod tests {
     }
 
     #[test]
+    fn the_days_left_on_a_clusters_certificates_show_on_the_fleet_and_its_page_marked_inside_the_window() {
+        let mut view = fleet();
+        let mut sick = view.clusters[0].clone();
+        sick.metadata.name = Some("sick".into());
+        sick.status = Some(view::Snapshot::sample_health(false));
+        view.clusters.push(sick);
+        // Sample certificates run from 2026-01-01: 300 days for a calm cluster, 10 for a sick one.
+        let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let page = pages::fleet(&view, Filter::default(), now);
+        let html = render("fleet.html", &page);
+        assert!(html.contains("<th scope=\"col\">Certificates</th>"), "{html}");
+        assert!(html.contains("<td class=short>10d</td>"), "{html}");
+        assert!(html.contains("<td>300d</td>"), "{html}");
+        assert!(
+            html.contains("CertificatesValid: certificate expires soon"),
+            "{html}"
+        );
+
+        let page = pages::cluster(&view, "sick", now).unwrap();
+        let days = page.row.health.certificates.as_ref().unwrap();
+        assert_eq!((days.days_left, days.renew()), (10, true));
+        let html = render("cluster.html", &page);
+        assert!(
+            html.contains(
+                "<dt>Certificates</dt><dd class=\"short\">10 days left: CertificatesValid message</dd>"
+            ),
+            "{html}"
+        );
+        let later: jiff::Timestamp = "2026-01-12T00:00:00Z".parse().unwrap();
+        let html = render("cluster.html", pages::cluster(&view, "sick", later).unwrap());
+        assert!(html.contains("<dd class=\"short\">expired: "), "{html}");
+    }
+
+    #[test]
     fn a_cluster_with_one_finished_run_says_so_under_its_durations() {
         let view = fleet();
         let page = pages::cluster(&view, "calm", jiff::Timestamp::now()).unwrap();

@@ -9,10 +9,12 @@ use serde::Serialize;
 use super::rollouts::{parts, rollout_rows, Part, RolloutRow};
 use super::view::{CommitMeta, View};
 use crate::api::{
-    Cluster, ClusterOperation, NodeCounts, Phase, StatusState, CONDITION_RECONCILING, CONDITION_STALLED,
+    Cluster, ClusterOperation, ClusterStatus, NodeCounts, Phase, StatusState, CONDITION_RECONCILING,
+    CONDITION_STALLED,
 };
 use crate::controller::queue::{format_duration, phase, queue_order, Wait};
 use crate::controller::window::maintenance_wait;
+use crate::health::certificates;
 use crate::health::conditions::{HEALTHY, HEALTH_CONDITIONS};
 use crate::plan::PLAN_CONTEXT;
 use crate::report::status::{failure_words, operation_context, operation_status, summary_words};
@@ -94,6 +96,55 @@ pub struct Health {
     pub nodes: Option<NodeCounts>,
     /// Fewer Nodes are Ready than there are.
     pub nodes_short: bool,
+    /// The first of its certificates to expire, once a check read one.
+    pub certificates: Option<CertificateDays>,
+}
+
+/// The first of a cluster's certificates to expire, in days.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateDays {
+    /// Whole days left until it expires (negative once it has expired).
+    pub days_left: i64,
+    /// `312d`, or `expired` once it has.
+    pub short: String,
+    /// `the API server's certificate "kube-apiserver"`.
+    pub certificate: String,
+    /// Its `notAfter`, RFC 3339.
+    pub not_after: String,
+    /// `CertificatesValid`'s status: `True`, `False` (inside the window, or expired: renew) or `Unknown`.
+    pub valid: String,
+    /// `CertificatesValid`'s message.
+    pub message: String,
+}
+
+impl CertificateDays {
+    /// Whether the cluster's certificates need renewing (`CertificatesValid` is False).
+    pub fn renew(&self) -> bool {
+        self.valid == "False"
+    }
+}
+
+/// The first of the certificates in `status` to expire, at `now`.
+fn certificate_days(status: &ClusterStatus, now: Timestamp) -> Option<CertificateDays> {
+    let first = status.certificates.first()?;
+    let days_left = certificates::days_left(first.not_after.0, now);
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == certificates::CERTIFICATES_VALID);
+    Some(CertificateDays {
+        days_left,
+        short: if first.not_after.0 <= now {
+            "expired".to_string()
+        } else {
+            format!("{days_left}d")
+        },
+        certificate: certificates::describe(first),
+        not_after: first.not_after.0.to_string(),
+        valid: condition.map_or_else(|| "Unknown".to_string(), |c| c.status.clone()),
+        message: condition.map(|c| c.message.clone()).unwrap_or_default(),
+    })
 }
 
 /// `NodesNotReady` as `nodes not ready`; the reasons people meet most get a sentence of their own.
@@ -113,8 +164,8 @@ pub fn reason_words(reason: &str) -> String {
     words
 }
 
-/// The health of `cluster` from its status.
-pub fn health(cluster: Option<&Cluster>) -> Health {
+/// The health of `cluster` from its status, at `now`.
+pub fn health(cluster: Option<&Cluster>, now: Timestamp) -> Health {
     let status = cluster.and_then(|c| c.status.as_ref());
     let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let healthy = conditions.iter().find(|c| c.type_ == HEALTHY);
@@ -135,6 +186,7 @@ pub fn health(cluster: Option<&Cluster>) -> Health {
         version: status.and_then(|s| s.kubernetes_version.clone()),
         nodes: nodes.cloned(),
         nodes_short: nodes.is_some_and(|n| n.ready < n.total),
+        certificates: status.and_then(|s| certificate_days(s, now)),
     }
 }
 
@@ -397,7 +449,7 @@ pub fn cluster_row(
     ClusterRow {
         name: name.to_string(),
         state,
-        health: health(cluster),
+        health: health(cluster, now),
         activity,
         running_since: running.and_then(start_of).map(|t| t.as_second()),
         current,

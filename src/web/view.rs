@@ -15,8 +15,9 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::api::{
-    Cluster, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ClusterSource, ClusterSpec,
-    ClusterStatus, ConfigMapRef, FleetRollout, NodeCounts, OperationSource, Phase,
+    CertificateExpiry, CertificateSource, Cluster, ClusterOperation, ClusterOperationSpec,
+    ClusterOperationStatus, ClusterSource, ClusterSpec, ClusterStatus, ConfigMapRef, FleetRollout,
+    NodeCounts, OperationSource, Phase,
 };
 use crate::controller::live::LiveCache;
 use crate::layout::Inventory;
@@ -363,6 +364,7 @@ impl Snapshot {
             source: ClusterSource::default(),
             kubeconfig_secret_ref: None,
             maintenance: None,
+            certificate_window_days: None,
             kubernetes: None,
         }
     }
@@ -389,6 +391,15 @@ impl Snapshot {
                 condition("Reachable", true, "ApiServerAnswers"),
                 condition("NodesReady", held, nodes),
                 condition("Healthy", held, healthy),
+                condition(
+                    "CertificatesValid",
+                    held,
+                    if held {
+                        "CertificatesValid"
+                    } else {
+                        "CertificateExpiresSoon"
+                    },
+                ),
             ],
             kubernetes_version: Some("v1.31.4".into()),
             nodes: Some(NodeCounts {
@@ -396,6 +407,14 @@ impl Snapshot {
                 total: 5,
                 summary: String::new(),
             }),
+            certificates: vec![CertificateExpiry {
+                source: CertificateSource::ApiServer,
+                subject: "kube-apiserver".into(),
+                not_after: Time(
+                    jiff::Timestamp::from_second(SAMPLE_START + if held { 300 } else { 10 } * 86_400)
+                        .unwrap_or_default(),
+                ),
+            }],
             ..Default::default()
         }
     }

@@ -107,6 +107,8 @@ fn printer_columns_are_the_ones_the_design_lists() {
             "Version",
             "Nodes",
             "Healthy",
+            "Certificates",
+            "Expires",
             "Age"
         ]
     );

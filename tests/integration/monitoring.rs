@@ -64,6 +64,7 @@ impl FleetView for EveryGauge {
                 name: "prod".into(),
                 conditions: vec![("Reachable".into(), "True".into())],
                 nodes: Some((3, 3)),
+                certificate_expiry: Some(1_800_000_000),
                 phases: vec![(Phase::Failed, 1)],
                 oldest_waiting: Some(Waiting {
                     operation: "scale".into(),

@@ -11,6 +11,7 @@ use crate::common::prometheus;
 use crate::common::receivers;
 use crate::forge;
 use crate::local_e2e_support;
+use crate::common::tls;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,7 +19,10 @@ use std::time::Duration;
 use forge::ForgeServer;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use local_e2e_support::{alertmanager_or_skip, ansible_or_skip, prometheus_or_skip, LocalKok, LocalRepo, NS};
+use local_e2e_support::{
+    alertmanager_or_skip, ansible_or_skip, command, kubectl_or_skip, prometheus_or_skip, LocalKok, LocalRepo,
+    NS,
+};
 use prometheus::{free_port, has_numbers, Monitoring};
 use serde_json::{json, Value};
 
@@ -323,6 +327,157 @@ async fn a_failed_operation_fires_in_alertmanager_and_resolves_after_the_fixing_
         "dashboard queries that show nothing:\n{}\n{}",
         empty.join("\n"),
         monitoring.logs()
+    );
+    assert!(kok.stop(), "kok stops cleanly; its log:\n{}", kok.log());
+}
+
+/// A cluster whose API server presents a certificate (made by openssl, valid 10 days) on a real TLS
+/// endpoint: the health round reads it, `CertificatesValid` is False in `kubectl get clusters -o wide` and
+/// in `kok status`, and KokClusterCertificateExpiring fires on a real Prometheus with the cluster and the
+/// time left.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_server_certificate_that_expires_in_ten_days_is_false_in_kubectl_and_kok_status_and_fires() {
+    let test =
+        "an_api_server_certificate_that_expires_in_ten_days_is_false_in_kubectl_and_kok_status_and_fires";
+    if !prometheus_or_skip(test) || !alertmanager_or_skip(test) || !kubectl_or_skip(test) {
+        return;
+    }
+    const CLUSTER: &str = "expiring";
+    let started = jiff::Timestamp::now().as_second() as f64;
+    let certificates = tls::Certificates::api_server(10);
+    let workload = testkit::ApiServer::start().await.unwrap();
+    let port = tls::proxy(&certificates, format!("127.0.0.1:{}", workload.port())).await;
+    let plain = std::fs::read_to_string(workload.kubeconfig_path()).unwrap();
+    let kubeconfig = tls::kubeconfig(&plain, port, &certificates);
+
+    // The cluster names the Secret kok reaches it with: no run is needed before its health is checked.
+    let repo = LocalRepo::new();
+    repo.write_cluster(CLUSTER);
+    repo.write(
+        &format!("clusters/{CLUSTER}/cluster.yml"),
+        "kubeconfigSecret: expiring-kubeconfig\n",
+    );
+    repo.commit("a cluster whose API server certificate expires in 10 days");
+    let kok_port = free_port();
+    let listen = format!("127.0.0.1:{kok_port}");
+    let mut kok = LocalKok::start_with(&repo, &["--listen", &listen, "--health-interval", "1s"]);
+    let client = kok.client(&repo).await;
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("expiring-kubeconfig".into());
+    secret.string_data = Some(BTreeMap::from([("value".to_string(), kubeconfig)]));
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    let alerts_hook = ForgeServer::start().await;
+    let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring/kok.rules.yml");
+    let monitoring = Monitoring::start(
+        std::slice::from_ref(&listen),
+        &rules,
+        &format!("{}/alerts", alerts_hook.url()),
+    )
+    .await;
+    let alerts: Value = monitoring
+        .wait(
+            "KokClusterCertificateExpiring for the cluster in Alertmanager",
+            Duration::from_secs(90),
+            || async {
+                let alerts = monitoring.active_alerts().await;
+                find(&alerts, "KokClusterCertificateExpiring", &[("cluster", CLUSTER)]).cloned()
+            },
+        )
+        .await;
+    let alert = &alerts;
+    let summary = alert["annotations"]["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("kok: a certificate of cluster expiring expires in 9d ")
+            || summary.starts_with("kok: a certificate of cluster expiring expires in 10d "),
+        "{summary}"
+    );
+    assert_eq!(
+        alert["annotations"]["runbook_url"],
+        "https://kok.dev/docs/runbooks#kokclustercertificateexpiring"
+    );
+    // The series itself is the certificate's notAfter, as openssl says it.
+    let query = format!("kok_cluster_certificate_expiry_timestamp_seconds{{cluster=\"{CLUSTER}\"}}");
+    let seconds: f64 = monitoring
+        .wait(
+            "the expiry series in Prometheus",
+            Duration::from_secs(20),
+            || async {
+                let result = monitoring.query_range(&query, started).await.ok()?;
+                result.first()?["values"][0][1].as_str()?.parse().ok()
+            },
+        )
+        .await;
+    let said = jiff::Timestamp::from_second(seconds as i64).unwrap();
+    let end_date = certificates.end_date();
+    assert!(
+        end_date.contains(&said.strftime("%H:%M:%S").to_string())
+            && end_date.contains(&said.strftime("%Y").to_string()),
+        "openssl says {end_date}, the metric {said}"
+    );
+
+    // kubectl -o wide shows CertificatesValid and the date.
+    let out = command("kubectl")
+        .env("KUBECONFIG", repo.state_dir().join("kubeconfig"))
+        .arg("--cache-dir")
+        .arg(repo.scratch("kube-cache"))
+        .args(["-n", NS, "get", "clusters", "-o", "wide"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Cells are read under their headers: the empty cells of a cluster without operations shift kubectl's
+    // columns for a reader that splits on spaces.
+    let lines: Vec<&str> = text.lines().collect();
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with(CLUSTER))
+        .expect("the cluster's row");
+    let cell = |name: &str| -> String {
+        let at = lines[0].find(name).unwrap_or_else(|| panic!("{name}: {text}"));
+        row[at..]
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(cell("CERTIFICATES"), "False", "{text}");
+    assert_eq!(
+        cell("EXPIRES"),
+        said.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        "{text}"
+    );
+
+    // kok status shows the days left and CertificatesValid=False; its JSON, the condition's message.
+    let state = repo.state_dir().display().to_string();
+    let (ok, out, err) = repo.kok(&["status", "--state-dir", &state]);
+    assert!(ok, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(CLUSTER))
+        .expect("the cluster's line");
+    assert!(
+        line.contains("9d CertificatesValid=False") || line.contains("10d CertificatesValid=False"),
+        "{out}"
+    );
+    let (ok, out, err) = repo.kok(&["status", "--state-dir", &state, "-o", "json", CLUSTER]);
+    assert!(ok, "{err}");
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    let message = rows[0]["certificates"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the API server's certificate \"kube-apiserver\" expires on ")
+            && message.ends_with(
+                "inside the 30-day window: renew the cluster's certificates (docs/day-two.md#renew-certificates)"
+            ),
+        "{message}"
     );
     assert!(kok.stop(), "kok stops cleanly; its log:\n{}", kok.log());
 }

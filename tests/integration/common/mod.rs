@@ -9,5 +9,6 @@ pub mod operation;
 pub mod prometheus;
 pub mod receivers;
 pub mod signing;
+pub mod tls;
 pub mod tools;
 pub mod web;
