@@ -202,40 +202,27 @@ pub async fn run(
     let cluster_queue = Arc::new(WorkQueue::default());
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
-    let ctx = Arc::new(Context {
-        recorder: crate::events::Publisher::new(&client),
-        client: client.clone(),
-        config,
-        operations: live.operations.clone(),
-        secrets,
-        jobs: job_store,
-        pods: Arc::new(cache::RunPods::default()),
-        claims: Mutex::new(BTreeMap::new()),
-        slot_waiters: Mutex::new(HashSet::new()),
-        start_lock: tokio::sync::Mutex::new(()),
-        queue: Arc::new(WorkQueue::default()),
-        clusters: live.clusters.clone(),
-        verifications: verify::Verifications::default(),
-        rollouts: live.rollouts.clone(),
-        rollout_queue: Arc::new(WorkQueue::default()),
-    });
-
-    let job_watch = watch_jobs(&client, job_writer, &ctx);
-    let pod_watch = watch_run_pods(&client, &ns, ctx.clone());
-    let op_watch = watch_operations(&client, &ctx, &live, &cluster_queue);
+    let ctx = new_context(&client, config, &live, secrets, job_store);
+    let watches = watch_all(
+        &client,
+        &ctx,
+        &live,
+        cluster_writer,
+        rollout_writer,
+        job_writer,
+        &cluster_queue,
+    );
     let (stores_listed, listed) = stores_listed(&ctx);
     let op_loop = ctx.queue.run(
         CONCURRENT_RECONCILES,
         |name| reconcile_operation(ctx.clone(), name),
         stopped(),
     );
-    let cluster_watch = watch_clusters(&client, &live, cluster_writer, &cluster_queue);
     let cluster_loop = cluster_queue.run(
         CONCURRENT_RECONCILES,
         |name| reconcile_cluster(ctx.clone(), &name),
         stopped(),
     );
-    let rollout_watch = watch_rollouts(client.clone(), &ns, rollout_writer, ctx.clone(), live.clone());
     let rollout_loop = ctx.rollout_queue.run(
         CONCURRENT_RECONCILES,
         |name| rollout::reconcile_status(ctx.clone(), name),
@@ -252,32 +239,66 @@ pub async fn run(
     );
     let health_checks = health::run(ctx.clone(), stopped());
     let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
-    let watches = async {
-        tokio::select! {
-            _ = futures::future::join5(op_watch, job_watch, cluster_watch, rollout_watch, pod_watch) => {}
-            () = stopped() => {}
-        }
-    };
-    let op_loop = once(listed.wait(), stopped(), op_loop);
-    let cluster_loop = once(listed.wait(), stopped(), cluster_loop);
-    let rollout_loop = once(listed.wait(), stopped(), rollout_loop);
-    let stores_listed = async {
-        tokio::select! {
-            () = stores_listed => {}
-            () = stopped() => {}
-        }
-    };
     futures::join!(
-        op_loop,
-        cluster_loop,
-        rollout_loop,
+        once(listed.wait(), stopped(), op_loop),
+        once(listed.wait(), stopped(), cluster_loop),
+        once(listed.wait(), stopped(), rollout_loop),
         scheduler,
         secret_loop,
-        watches,
+        until(stopped(), watches),
         cm_cache,
         health_checks,
-        stores_listed
+        until(stopped(), stores_listed)
     );
+}
+
+/// The controller's shared state over `live`'s caches and the Secret and Job stores.
+fn new_context(
+    client: &Client,
+    config: ControllerConfig,
+    live: &live::LiveCache,
+    secrets: Store<Secret>,
+    jobs: Store<Job>,
+) -> Arc<Context> {
+    Arc::new(Context {
+        recorder: crate::events::Publisher::new(client),
+        client: client.clone(),
+        config,
+        operations: live.operations.clone(),
+        secrets,
+        jobs,
+        pods: Arc::new(cache::RunPods::default()),
+        claims: Mutex::new(BTreeMap::new()),
+        slot_waiters: Mutex::new(HashSet::new()),
+        start_lock: tokio::sync::Mutex::new(()),
+        queue: Arc::new(WorkQueue::default()),
+        clusters: live.clusters.clone(),
+        verifications: verify::Verifications::default(),
+        rollouts: live.rollouts.clone(),
+        rollout_queue: Arc::new(WorkQueue::default()),
+    })
+}
+
+/// The watches that fill the caches and wake the reconcilers: the ClusterOperations, the Jobs and
+/// their pods, the Clusters and the FleetRollouts.
+fn watch_all(
+    client: &Client,
+    ctx: &Arc<Context>,
+    live: &Arc<live::LiveCache>,
+    cluster_writer: reflector::store::Writer<Cluster>,
+    rollout_writer: reflector::store::Writer<FleetRollout>,
+    job_writer: reflector::store::Writer<Job>,
+    cluster_queue: &Arc<WorkQueue>,
+) -> impl Future<Output = ()> {
+    let ns = &ctx.config.namespace;
+    let op_watch = watch_operations(client, ctx, live, cluster_queue);
+    let job_watch = watch_jobs(client, job_writer, ctx);
+    let cluster_watch = watch_clusters(client, live, cluster_writer, cluster_queue);
+    let rollout_watch = watch_rollouts(client.clone(), ns, rollout_writer, ctx.clone(), live.clone());
+    let pod_watch = watch_run_pods(client, ns, ctx.clone());
+    async move {
+        futures::future::join5(op_watch, job_watch, cluster_watch, rollout_watch, pod_watch).await;
+    }
 }
 
 /// A signal any number of tasks wait for: it comes once raised, or once whatever was to raise it has
@@ -552,6 +573,14 @@ async fn once(
 ) {
     tokio::select! {
         () = ready => work.await,
+        () = stopped => {}
+    }
+}
+
+/// Runs `work` until it ends or `stopped` comes.
+async fn until(stopped: impl Future<Output = ()>, work: impl Future<Output = ()>) {
+    tokio::select! {
+        () = work => {}
         () = stopped => {}
     }
 }
