@@ -171,11 +171,7 @@ pub async fn pass(
         source::read::read_changes(s.repository(), old, new, &root, full)
     })
     .await?;
-    let (ref_name, repo_url) = {
-        let s = source.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let reference = s.resolved_ref().unwrap_or(&s.config().reference).to_string();
-        (short_ref(&reference), s.config().url.clone())
-    };
+    let (ref_name, repo_url) = ref_and_url(source);
     let commit = new.to_string();
     let mut base_ctx = RenderContext::new(&cfg.namespace, &ref_name, &commit);
     base_ctx.queue_base = queue_base(jiff::Timestamp::now());
@@ -206,39 +202,56 @@ pub async fn pass(
         memberships: &memberships,
         broken: rollouts.as_ref().map(|r| &r.broken),
     };
-    outcome.writes += clusters
-        .map_ok(|(ctx, cluster)| applying.apply(ctx, cluster))
-        .try_buffered(CONCURRENT_CLUSTERS)
-        .try_fold(0, |sum, writes| async move { Ok(sum + writes) })
-        .await?;
-    let found = found
-        .into_inner()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    outcome.writes += applying.apply_all(clusters).await?;
     outcome.add_found(found, rollouts.as_ref());
     remove_gone(client, &cfg.namespace, live, &read, &mut outcome).await?;
     log_diagnostics(&outcome.diagnostics);
     if old != Some(new) {
-        let record = state::ReconcileState {
-            repo: repo_url,
-            ref_name,
-            commit: commit.clone(),
-            time: jiff::Timestamp::now().to_string(),
-        };
-        state::save_state(client, &cfg.namespace, &record).await?;
+        record_commit(client, &cfg.namespace, repo_url, ref_name, commit).await?;
         outcome.writes += 1;
     }
+    reconciled(metrics, started, &outcome);
+    Ok(outcome)
+}
+
+/// Records `commit` of `ref_name` in `repo` as the last one reconciled.
+async fn record_commit(
+    client: &Client,
+    namespace: &str,
+    repo: String,
+    ref_name: String,
+    commit: String,
+) -> Result<(), PassError> {
+    let record = state::ReconcileState {
+        repo,
+        ref_name,
+        commit,
+        time: jiff::Timestamp::now().to_string(),
+    };
+    state::save_state(client, namespace, &record).await?;
+    Ok(())
+}
+
+/// The short name of the reference the source follows (as resolved, when it is) and the repository's URL.
+fn ref_and_url(source: &SharedSource) -> (String, String) {
+    let s = source.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let reference = s.resolved_ref().unwrap_or(&s.config().reference).to_string();
+    (short_ref(&reference), s.config().url.clone())
+}
+
+/// Counts a finished pass in `metrics` and logs what it did.
+fn reconciled(metrics: &Metrics, started: Instant, outcome: &PassOutcome) {
     metrics.objects_written(outcome.writes as u64);
     metrics.observe_reconcile(started.elapsed());
     metrics.set_last_reconciled_commit_time(jiff::Timestamp::now().as_second());
     info!(
-        %commit,
+        commit = %outcome.commit,
         applied = outcome.applied.len(),
         invalid = outcome.invalid.len(),
         removed = outcome.removed.len(),
         writes = outcome.writes,
         "commit reconciled"
     );
-    Ok(outcome)
 }
 
 /// The watch caches, once they have listed; `None` (each cluster's objects are listed) without them.
@@ -305,6 +318,18 @@ struct Applying<'a> {
 }
 
 impl Applying<'_> {
+    /// Applies `clusters`, [`CONCURRENT_CLUSTERS`] at once; returns the writes.
+    async fn apply_all(
+        &self,
+        clusters: impl futures::Stream<Item = Result<(Arc<RenderContext>, layout::ClusterDir), PassError>>,
+    ) -> Result<usize, PassError> {
+        clusters
+            .map_ok(|(ctx, cluster)| self.apply(ctx, cluster))
+            .try_buffered(CONCURRENT_CLUSTERS)
+            .try_fold(0, |sum, writes| async move { Ok(sum + writes) })
+            .await
+    }
+
     /// Renders `cluster` with its rollouts' runs, checks and pins its new operations, and applies it
     /// against its live objects; returns the writes.
     async fn apply(&self, ctx: Arc<RenderContext>, cluster: layout::ClusterDir) -> Result<usize, PassError> {
@@ -331,7 +356,10 @@ impl Applying<'_> {
 
 impl PassOutcome {
     /// Takes what the parts found, with the rollout files' problems, each said once.
-    fn add_found(&mut self, found: Found, rollouts: Option<&RolloutsRead>) {
+    fn add_found(&mut self, found: Mutex<Found>, rollouts: Option<&RolloutsRead>) {
+        let found = found
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         self.applied = found.applied;
         // Each part reads kok.yml again: its problems are said once.
         self.invalid = found.invalid;
