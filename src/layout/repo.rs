@@ -226,48 +226,27 @@ fn parse_cluster(
     let before = error_count(out);
     let dir = join(root, name);
     let cluster = Some(name);
-    if !check_cluster_dir(reader, &dir, name, out) {
-        parsed.invalid.push(name.to_string());
-        return;
-    }
-    let Some(mut read) = read_cluster_files(reader, &dir, cluster, out) else {
+    let readable = check_cluster_dir(reader, &dir, name, out);
+    let Some(mut read) = readable
+        .then(|| read_cluster_files(reader, &dir, cluster, out))
+        .flatten()
+    else {
         parsed.invalid.push(name.to_string());
         return;
     };
     let inventory_file = inventory_file_of(&read.entries, &dir, cluster, out);
     let vars_usable = check_vars_yml(&read, &dir, cluster, out);
-    let files = &read.files;
-    let mut inventory = None;
-    if let Some(file) = inventory_file {
-        if let Some(text) = files.get(file) {
-            // A broken vars.yml is reported above; with group_vars/all beside it (refused above), ansible
-            // would pass over it: said once.
-            let vars_yml = files.get(VARS_YML).filter(|_| vars_usable);
-            inventory = resolve_cluster_inventory(&dir, cluster, file, text, vars_yml, &read.vars_files, out);
-        }
-    }
+    let inventory =
+        inventory_file.and_then(|file| cluster_inventory(&read, file, vars_usable, &dir, cluster, out));
     check_cluster_size(&read, &dir, cluster, out);
+    let inventory_only = inventory.as_ref().map(|(inventory, _)| inventory);
+    let operations = parsed_file(&read, OPERATIONS_YML, &dir, cluster, out, |text, d| {
+        parse_operations(text, inventory_only, d)
+    });
+    let cluster_settings = parsed_file(&read, CLUSTER_YML, &dir, cluster, out, |text, d| {
+        parse_settings(text, CLUSTER_YML, d)
+    });
     let files = &mut read.files;
-    let operations = files
-        .get(OPERATIONS_YML)
-        .map(|text| {
-            parse_operations(
-                text,
-                inventory.as_ref().map(|(inventory, _)| inventory),
-                &mut FileDiags::new(join(&dir, OPERATIONS_YML), cluster, out),
-            )
-        })
-        .unwrap_or_default();
-    let cluster_settings = files
-        .get(CLUSTER_YML)
-        .map(|text| {
-            parse_settings(
-                text,
-                CLUSTER_YML,
-                &mut FileDiags::new(join(&dir, CLUSTER_YML), cluster, out),
-            )
-        })
-        .unwrap_or_default();
     if base.is_some_and(|b| {
         merge_settings(b, &cluster_settings)
             .vault_password_secret
@@ -303,6 +282,39 @@ fn parse_cluster(
         }
         _ => parsed.invalid.push(name.to_string()),
     }
+}
+
+/// The inventory of the cluster in `dir` from its inventory `file`, with vars.yml when `vars_usable`
+/// and its group_vars/ and host_vars/; `None` when it has errors (reported into `out`).
+fn cluster_inventory(
+    read: &ClusterFiles,
+    file: &str,
+    vars_usable: bool,
+    dir: &str,
+    cluster: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<(super::Inventory, super::KubesprayView)> {
+    let text = read.files.get(file)?;
+    // A broken vars.yml is reported above; with group_vars/all beside it (refused above), ansible
+    // would pass over it: said once.
+    let vars_yml = read.files.get(VARS_YML).filter(|_| vars_usable);
+    resolve_cluster_inventory(dir, cluster, file, text, vars_yml, &read.vars_files, out)
+}
+
+/// The cluster file `name` as `parse` reads it, its problems reported against its path; the default
+/// when the cluster has no such file.
+fn parsed_file<T: Default>(
+    read: &ClusterFiles,
+    name: &str,
+    dir: &str,
+    cluster: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+    parse: impl FnOnce(&str, &mut FileDiags<'_>) -> T,
+) -> T {
+    read.files
+        .get(name)
+        .map(|text| parse(text, &mut FileDiags::new(join(dir, name), cluster, out)))
+        .unwrap_or_default()
 }
 
 /// Checks the cluster directory `dir`'s name (reported when it is not a DNS-1123 label) and that it is a
