@@ -7,7 +7,7 @@
 //! `kok/sync` status. A cluster that fails validation is left exactly as it was (its last good state) and
 //! does not stop the others.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -171,48 +171,119 @@ pub async fn pass(
         source::read::read_changes(s.repository(), old, new, &root, full)
     })
     .await?;
-    let (ref_name, repo_url) = {
-        let s = source.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let reference = s.resolved_ref().unwrap_or(&s.config().reference).to_string();
-        (short_ref(&reference), s.config().url.clone())
-    };
+    let (ref_name, repo_url) = ref_and_url(source);
     let commit = new.to_string();
     let mut base_ctx = RenderContext::new(&cfg.namespace, &ref_name, &commit);
     base_ctx.queue_base = queue_base(jiff::Timestamp::now());
 
-    let full_resync = read.changes.full_resync;
     let mut outcome = PassOutcome {
         commit: commit.clone(),
-        full_resync,
+        full_resync: read.changes.full_resync,
         ..PassOutcome::default()
     };
-    let live = match cfg.live.as_deref() {
+    let live = ready_caches(cfg).await;
+    let (rollouts, rollout_writes) = read_rollouts(client, source, cfg, old, new, &read, &base_ctx).await?;
+    outcome.writes += rollout_writes;
+    let mut read = read;
+    widen_to_rollouts(&mut read, rollouts.as_ref());
+    let found = Mutex::new(Found::default());
+    let clusters = parsed_clusters(source, cfg, (old, new), &read.names, &base_ctx, &found);
+    let memberships = rollouts
+        .as_ref()
+        .map(|r| rollout::memberships(&r.rollouts))
+        .unwrap_or_default();
+    let applying = Applying {
+        client,
+        namespace: &cfg.namespace,
+        live,
+        trees: &cfg.trees,
+        lookup: cfg.records.as_deref().map(RecordBook::lookup),
+        untouched: &read.untouched,
+        memberships: &memberships,
+        broken: rollouts.as_ref().map(|r| &r.broken),
+    };
+    outcome.writes += applying.apply_all(clusters).await?;
+    outcome.add_found(found, rollouts.as_ref());
+    remove_gone(client, &cfg.namespace, live, &read, &mut outcome).await?;
+    log_diagnostics(&outcome.diagnostics);
+    if old != Some(new) {
+        record_commit(client, &cfg.namespace, repo_url, ref_name, commit).await?;
+        outcome.writes += 1;
+    }
+    reconciled(metrics, started, &outcome);
+    Ok(outcome)
+}
+
+/// Records `commit` of `ref_name` in `repo` as the last one reconciled.
+async fn record_commit(
+    client: &Client,
+    namespace: &str,
+    repo: String,
+    ref_name: String,
+    commit: String,
+) -> Result<(), PassError> {
+    let record = state::ReconcileState {
+        repo,
+        ref_name,
+        commit,
+        time: jiff::Timestamp::now().to_string(),
+    };
+    state::save_state(client, namespace, &record).await?;
+    Ok(())
+}
+
+/// The short name of the reference the source follows (as resolved, when it is) and the repository's URL.
+fn ref_and_url(source: &SharedSource) -> (String, String) {
+    let s = source.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let reference = s.resolved_ref().unwrap_or(&s.config().reference).to_string();
+    (short_ref(&reference), s.config().url.clone())
+}
+
+/// Counts a finished pass in `metrics` and logs what it did.
+fn reconciled(metrics: &Metrics, started: Instant, outcome: &PassOutcome) {
+    metrics.objects_written(outcome.writes as u64);
+    metrics.observe_reconcile(started.elapsed());
+    metrics.set_last_reconciled_commit_time(jiff::Timestamp::now().as_second());
+    info!(
+        commit = %outcome.commit,
+        applied = outcome.applied.len(),
+        invalid = outcome.invalid.len(),
+        removed = outcome.removed.len(),
+        writes = outcome.writes,
+        "commit reconciled"
+    );
+}
+
+/// The watch caches, once they have listed; `None` (each cluster's objects are listed) without them.
+async fn ready_caches(cfg: &PassConfig) -> Option<&LiveCache> {
+    match cfg.live.as_deref() {
         Some(l) if l.ready(CACHES_READY).await => Some(l),
         Some(_) => {
             warn!("the watch caches have not listed yet; this pass lists each cluster's objects");
             None
         }
         None => None,
-    };
-    let ns = cfg.namespace.as_str();
-    let (rollouts, rollout_writes) = read_rollouts(client, source, cfg, old, new, &read, &base_ctx).await?;
-    outcome.writes += rollout_writes;
-    let mut read = read;
-    widen_to_rollouts(&mut read, rollouts.as_ref());
-    let memberships = rollouts
-        .as_ref()
-        .map(|r| rollout::memberships(&r.rollouts))
-        .unwrap_or_default();
-    let (memberships, broken) = (&memberships, rollouts.as_ref().map(|r| &r.broken));
-    let untouched = &read.untouched;
-    // The clusters are parsed a part at a time, as the applies need them, and each cluster's parse is
-    // dropped once it is applied: a fleet-size pass never holds the whole parsed commit, nor a part
-    // beside caches already full of what earlier passes wrote.
-    let found = Mutex::new(Found::default());
-    let parts = read.names.chunks(PARSE_PART).map(<[String]>::to_vec);
-    let clusters = stream::iter(parts)
-        .then(|part| {
-            let (root, base_ctx, found) = (cfg.root.clone(), &base_ctx, &found);
+    }
+}
+
+/// The clusters `names` at `new`, each with its render context, parsed [`PARSE_PART`] at a time as
+/// the stream is read; what each part found goes into `found`.
+///
+/// The clusters are parsed a part at a time, as the applies need them, and each cluster's parse is
+/// dropped once it is applied: a fleet-size pass never holds the whole parsed commit, nor a part
+/// beside caches already full of what earlier passes wrote.
+fn parsed_clusters<'a>(
+    source: &'a SharedSource,
+    cfg: &'a PassConfig,
+    (old, new): (Option<Oid>, Oid),
+    names: &'a [String],
+    base_ctx: &'a RenderContext,
+    found: &'a Mutex<Found>,
+) -> impl futures::Stream<Item = Result<(Arc<RenderContext>, layout::ClusterDir), PassError>> + 'a {
+    let parts = names.chunks(PARSE_PART).map(<[String]>::to_vec);
+    stream::iter(parts)
+        .then(move |part| {
+            let root = cfg.root.clone();
             async move {
                 let (parsed, introduced) = with_source(source, move |s| {
                     source::read::read_clusters(s.repository(), old, new, &root, &part)
@@ -231,47 +302,87 @@ pub async fn pass(
                 Ok::<_, PassError>(stream::iter(clusters))
             }
         })
-        .try_flatten();
-    let trees = &cfg.trees;
-    let lookup = cfg.records.as_deref().map(RecordBook::lookup);
-    let lookup = lookup.as_ref();
-    outcome.writes += clusters
-        .map_ok(|(ctx, cluster)| async move {
-            let mut desired = materialize::render_cluster(&cluster, &ctx);
-            if let Some(broken) = broken {
-                let of = memberships.get(&cluster.name).map_or(&[][..], Vec::as_slice);
-                rollout::add_rollouts(&mut desired, &cluster, of, broken, &ctx);
-            }
-            let view = match cached(live, &cluster.name).await {
-                Some(view) => view,
-                None => apply::read_live(client, ns, &cluster.name).await?,
-            };
-            preflight(&mut desired, &cluster, &view, trees);
-            if let Some(lookup) = lookup {
-                recall(&mut desired, &view, lookup).await?;
-            }
-            let name = cluster.name;
-            let keep = untouched.contains(&name);
-            let applied = apply::apply_cluster_from(client, ns, &desired, Some(view), keep).await?;
-            Ok::<_, PassError>(noted(live, &name, applied))
-        })
-        .try_buffered(CONCURRENT_CLUSTERS)
-        .try_fold(0, |sum, writes| async move { Ok(sum + writes) })
-        .await?;
-    let found = found
-        .into_inner()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    outcome.applied = found.applied;
-    // Each part reads kok.yml again: its problems are said once.
-    outcome.invalid = found.invalid;
-    outcome.invalid.sort();
-    outcome.invalid.dedup();
-    outcome.diagnostics = found.diagnostics;
-    if let Some(r) = &rollouts {
-        outcome.diagnostics.extend(r.diagnostics.iter().cloned());
+        .try_flatten()
+}
+
+/// What applying one cluster of a pass needs besides the cluster.
+struct Applying<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    live: Option<&'a LiveCache>,
+    trees: &'a crate::preflight::Trees,
+    lookup: Option<Lookup<'a>>,
+    untouched: &'a BTreeSet<String>,
+    memberships: &'a BTreeMap<String, Vec<(&'a layout::rollouts::Rollout, &'a str)>>,
+    broken: Option<&'a BTreeSet<String>>,
+}
+
+impl Applying<'_> {
+    /// Applies `clusters`, [`CONCURRENT_CLUSTERS`] at once; returns the writes.
+    async fn apply_all(
+        &self,
+        clusters: impl futures::Stream<Item = Result<(Arc<RenderContext>, layout::ClusterDir), PassError>>,
+    ) -> Result<usize, PassError> {
+        clusters
+            .map_ok(|(ctx, cluster)| self.apply(ctx, cluster))
+            .try_buffered(CONCURRENT_CLUSTERS)
+            .try_fold(0, |sum, writes| async move { Ok(sum + writes) })
+            .await
     }
-    outcome.diagnostics.sort();
-    outcome.diagnostics.dedup();
+
+    /// Renders `cluster` with its rollouts' runs, checks and pins its new operations, and applies it
+    /// against its live objects; returns the writes.
+    async fn apply(&self, ctx: Arc<RenderContext>, cluster: layout::ClusterDir) -> Result<usize, PassError> {
+        let mut desired = materialize::render_cluster(&cluster, &ctx);
+        if let Some(broken) = self.broken {
+            let of = self.memberships.get(&cluster.name).map_or(&[][..], Vec::as_slice);
+            rollout::add_rollouts(&mut desired, &cluster, of, broken, &ctx);
+        }
+        let view = match cached(self.live, &cluster.name).await {
+            Some(view) => view,
+            None => apply::read_live(self.client, self.namespace, &cluster.name).await?,
+        };
+        preflight(&mut desired, &cluster, &view, self.trees);
+        if let Some(lookup) = &self.lookup {
+            recall(&mut desired, &view, lookup).await?;
+        }
+        let name = cluster.name;
+        let keep = self.untouched.contains(&name);
+        let applied =
+            apply::apply_cluster_from(self.client, self.namespace, &desired, Some(view), keep).await?;
+        Ok(noted(self.live, &name, applied))
+    }
+}
+
+impl PassOutcome {
+    /// Takes what the parts found, with the rollout files' problems, each said once.
+    fn add_found(&mut self, found: Mutex<Found>, rollouts: Option<&RolloutsRead>) {
+        let found = found
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.applied = found.applied;
+        // Each part reads kok.yml again: its problems are said once.
+        self.invalid = found.invalid;
+        self.invalid.sort();
+        self.invalid.dedup();
+        self.diagnostics = found.diagnostics;
+        if let Some(r) = rollouts {
+            self.diagnostics.extend(r.diagnostics.iter().cloned());
+        }
+        self.diagnostics.sort();
+        self.diagnostics.dedup();
+    }
+}
+
+/// Removes the clusters whose directories are gone and, on a full resync, every live cluster the tree no
+/// longer has; counts the writes in `outcome`.
+async fn remove_gone(
+    client: &Client,
+    ns: &str,
+    live: Option<&LiveCache>,
+    read: &CommitChanges,
+    outcome: &mut PassOutcome,
+) -> Result<(), PassError> {
     outcome.writes += remove_clusters(client, ns, live, &read.changes.removed).await?;
     outcome.removed = read.changes.removed.clone();
     if read.changes.full_resync {
@@ -289,34 +400,17 @@ pub async fn pass(
         let gone: Vec<String> = names.into_iter().filter(|n| !desired.contains(n)).collect();
         outcome.writes += remove_clusters(client, ns, live, &gone).await?;
     }
-    for d in &outcome.diagnostics {
+    Ok(())
+}
+
+/// Logs each of a pass's diagnostics: a refused cluster as a warning, a warning as information.
+fn log_diagnostics(diagnostics: &[Diagnostic]) {
+    for d in diagnostics {
         match d.severity {
             layout::Severity::Error => warn!(diagnostic = %d, "cluster refused"),
             layout::Severity::Warning => info!(diagnostic = %d, "warning"),
         }
     }
-    if old != Some(new) {
-        let record = state::ReconcileState {
-            repo: repo_url,
-            ref_name,
-            commit: commit.clone(),
-            time: jiff::Timestamp::now().to_string(),
-        };
-        state::save_state(client, &cfg.namespace, &record).await?;
-        outcome.writes += 1;
-    }
-    metrics.objects_written(outcome.writes as u64);
-    metrics.observe_reconcile(started.elapsed());
-    metrics.set_last_reconciled_commit_time(jiff::Timestamp::now().as_second());
-    info!(
-        %commit,
-        applied = outcome.applied.len(),
-        invalid = outcome.invalid.len(),
-        removed = outcome.removed.len(),
-        writes = outcome.writes,
-        "commit reconciled"
-    );
-    Ok(outcome)
 }
 
 /// Checks the operations `desired` creates against kubespray's pre-flight rules, seen from the cluster's

@@ -133,6 +133,8 @@ pub(crate) fn parse_operations(
     ops
 }
 
+/// Reads and checks the operation at `index` of operations.yml; `None` when it cannot be run (each
+/// problem is reported, and the whole entry is read so that all of them are).
 pub(crate) fn parse_operation(
     index: usize,
     item: &Node,
@@ -141,43 +143,7 @@ pub(crate) fn parse_operation(
 ) -> Option<Operation> {
     let expected = || format!("operation #{} must be a mapping (`- id: ...`)", index + 1);
     let map = keyed_map(item, OPERATION_KEYS, "operation", expected, diags)?;
-    let id = match get(map, "id") {
-        None => {
-            diags.error(
-                item,
-                format!(
-                    "operation #{} has no id: add `id: <name>` (unique in this file)",
-                    index + 1
-                ),
-            );
-            None
-        }
-        Some(node) => match node.as_str() {
-            None => {
-                diags.error(
-                    node,
-                    format!(
-                        "operation id must be a string, not {}: quote it",
-                        node.type_name()
-                    ),
-                );
-                None
-            }
-            Some(id) => match dns1123_label_problem(id, MAX_OPERATION_ID) {
-                Some(problem) => {
-                    diags.error(
-                        node,
-                        format!(
-                            "operation id \"{id}\" is not a DNS-1123 label of at most {MAX_OPERATION_ID} characters: \
-                             {problem}"
-                        ),
-                    );
-                    None
-                }
-                None => Some(id.to_string()),
-            },
-        },
-    };
+    let id = operation_id(index, item, map, diags);
     let what = id.as_ref().map_or_else(
         || format!("operation #{}", index + 1),
         |id| format!("operation \"{id}\""),
@@ -190,137 +156,14 @@ pub(crate) fn parse_operation(
     let post_hooks = get(map, "postHooks")
         .map(|n| parse_hooks(n, "postHooks", &what, inventory, diags))
         .unwrap_or_default();
-    let active_deadline_seconds = get(map, "activeDeadlineSeconds").and_then(|node| match node.kind {
-        Kind::Int(n) if n > 0 => Some(n),
-        _ => {
-            diags.error(
-                node,
-                format!(
-                    "activeDeadlineSeconds of {what} must be an integer greater than 0 (seconds), e.g. 7200"
-                ),
-            );
-            None
-        }
-    });
-    let start_timeout = get(map, "startTimeout").and_then(|node| match node.kind {
-        Kind::Int(n) if n > 0 => Some(n),
-        _ => {
-            diags.error(
-                node,
-                format!("startTimeout of {what} must be an integer greater than 0 (seconds), e.g. 600"),
-            );
-            None
-        }
-    });
-    let rerun = get(map, "rerun").and_then(|node| match node.kind {
-        Kind::Int(n) if n >= 0 => u64::try_from(n).ok(),
-        _ => {
-            diags.error(
-                node,
-                format!("rerun of {what} must be a non-negative integer: bump it to run again"),
-            );
-            None
-        }
-    });
-    let schedule = get(map, "schedule").and_then(|node| match node.as_str() {
-        Some(s) => match schedule_problem(s) {
-            Some(problem) => {
-                diags.error(node, problem);
-                None
-            }
-            None => Some(s.to_string()),
-        },
-        None => {
-            diags.error(
-                node,
-                format!("schedule of {what} must be a cron expression in quotes, e.g. \"0 0 3 * * *\""),
-            );
-            None
-        }
-    });
-    let on_failure = match get(map, "onFailure") {
-        None => OnFailure::Hold,
-        Some(node) => match node.as_str() {
-            Some("hold") => OnFailure::Hold,
-            Some("continue") => OnFailure::Continue,
-            _ => {
-                diags.error(
-                    node,
-                    format!(
-                        "onFailure of {what} must be `hold` (later operations wait until a rerun succeeds) \
-                         or `continue` (they go on)"
-                    ),
-                );
-                OnFailure::Hold
-            }
-        },
-    };
-    let verify = match get(map, "verify") {
-        None => Verify::Full,
-        Some(node) => match node.as_str() {
-            Some("full") => Verify::Full,
-            Some("reachable") => Verify::Reachable,
-            Some("none") => Verify::None,
-            _ => {
-                let given = node.scalar_text().unwrap_or_default();
-                diags.error(
-                    node,
-                    format!(
-                        "verify \"{given}\" of {what} is not known: use `full` (the default: every check), \
-                         `reachable` (the API server answers) or `none`"
-                    ),
-                );
-                Verify::Full
-            }
-        },
-    };
-    let verify_timeout = get(map, "verifyTimeout").and_then(|node| {
-        let text = node.as_str().unwrap_or_default();
-        match duration_seconds(text) {
-            Some(s) if s <= MAX_VERIFY_TIMEOUT_SECONDS => Some(text.to_string()),
-            _ => {
-                let given = node.scalar_text().unwrap_or_default();
-                diags.error(
-                    node,
-                    format!(
-                        "verifyTimeout \"{given}\" of {what} is not a duration of at most 24h: write it with \
-                         units, e.g. 10m (the default), 90s or 1h30m"
-                    ),
-                );
-                None
-            }
-        }
-    });
-    let ignore_maintenance = flag(
-        map,
-        "ignoreMaintenance",
-        false,
-        &format!(
-            "ignoreMaintenance of {what} must be true (start outside the maintenance windows and in freezes, \
-             for an emergency) or false"
-        ),
-        diags,
-    );
-    let preflight = flag(
-        map,
-        "preflight",
-        true,
-        &format!(
-            "preflight of {what} must be false (skip kubespray's pre-flight rules for this operation, when you \
-             know better) or true (the default)"
-        ),
-        diags,
-    );
-    let allow_release_skip = flag(
-        map,
-        "allowReleaseSkip",
-        false,
-        &format!(
-            "allowReleaseSkip of {what} must be true (let this operation move the cluster over a kubespray \
-             minor release) or false (the default)"
-        ),
-        diags,
-    );
+    let active_deadline_seconds = positive_seconds(map, "activeDeadlineSeconds", 7200, &what, diags);
+    let start_timeout = positive_seconds(map, "startTimeout", 600, &what, diags);
+    let rerun = parse_rerun(map, &what, diags);
+    let schedule = parse_schedule(map, &what, diags);
+    let on_failure = parse_on_failure(map, &what, diags);
+    let verify = parse_verify(map, &what, diags);
+    let verify_timeout = parse_verify_timeout(map, &what, diags);
+    let switches = Switches::parse(map, &what, diags);
     let step = step?;
     Some(Operation {
         id: id?,
@@ -337,13 +180,221 @@ pub(crate) fn parse_operation(
         on_failure,
         verify,
         verify_timeout,
-        ignore_maintenance,
-        preflight,
-        allow_release_skip,
+        ignore_maintenance: switches.ignore_maintenance,
+        preflight: switches.preflight,
+        allow_release_skip: switches.allow_release_skip,
         entry: item.to_json(),
         line: item.line,
         index,
     })
+}
+
+/// The operation's `id`: a DNS-1123 label of at most [`MAX_OPERATION_ID`] characters.
+fn operation_id(
+    index: usize,
+    item: &Node,
+    map: &[(Node, Node)],
+    diags: &mut FileDiags<'_>,
+) -> Option<String> {
+    let Some(node) = get(map, "id") else {
+        diags.error(
+            item,
+            format!(
+                "operation #{} has no id: add `id: <name>` (unique in this file)",
+                index + 1
+            ),
+        );
+        return None;
+    };
+    let Some(id) = node.as_str() else {
+        diags.error(
+            node,
+            format!(
+                "operation id must be a string, not {}: quote it",
+                node.type_name()
+            ),
+        );
+        return None;
+    };
+    if let Some(problem) = dns1123_label_problem(id, MAX_OPERATION_ID) {
+        diags.error(
+            node,
+            format!(
+                "operation id \"{id}\" is not a DNS-1123 label of at most {MAX_OPERATION_ID} characters: \
+                 {problem}"
+            ),
+        );
+        return None;
+    }
+    Some(id.to_string())
+}
+
+/// The seconds under `key` (`activeDeadlineSeconds`, `startTimeout`): an integer greater than 0, of
+/// which `example` is one.
+fn positive_seconds(
+    map: &[(Node, Node)],
+    key: &str,
+    example: i64,
+    what: &str,
+    diags: &mut FileDiags<'_>,
+) -> Option<i64> {
+    get(map, key).and_then(|node| match node.kind {
+        Kind::Int(n) if n > 0 => Some(n),
+        _ => {
+            diags.error(
+                node,
+                format!("{key} of {what} must be an integer greater than 0 (seconds), e.g. {example}"),
+            );
+            None
+        }
+    })
+}
+
+/// `rerun`: a non-negative integer, bumped to run the operation again.
+fn parse_rerun(map: &[(Node, Node)], what: &str, diags: &mut FileDiags<'_>) -> Option<u64> {
+    get(map, "rerun").and_then(|node| match node.kind {
+        Kind::Int(n) if n >= 0 => u64::try_from(n).ok(),
+        _ => {
+            diags.error(
+                node,
+                format!("rerun of {what} must be a non-negative integer: bump it to run again"),
+            );
+            None
+        }
+    })
+}
+
+/// `schedule`: a cron expression the scheduler accepts ([`schedule_problem`]).
+fn parse_schedule(map: &[(Node, Node)], what: &str, diags: &mut FileDiags<'_>) -> Option<String> {
+    get(map, "schedule").and_then(|node| match node.as_str() {
+        Some(s) => match schedule_problem(s) {
+            Some(problem) => {
+                diags.error(node, problem);
+                None
+            }
+            None => Some(s.to_string()),
+        },
+        None => {
+            diags.error(
+                node,
+                format!("schedule of {what} must be a cron expression in quotes, e.g. \"0 0 3 * * *\""),
+            );
+            None
+        }
+    })
+}
+
+/// `onFailure`: `hold` (the default) or `continue`.
+fn parse_on_failure(map: &[(Node, Node)], what: &str, diags: &mut FileDiags<'_>) -> OnFailure {
+    let Some(node) = get(map, "onFailure") else {
+        return OnFailure::Hold;
+    };
+    match node.as_str() {
+        Some("hold") => OnFailure::Hold,
+        Some("continue") => OnFailure::Continue,
+        _ => {
+            diags.error(
+                node,
+                format!(
+                    "onFailure of {what} must be `hold` (later operations wait until a rerun succeeds) \
+                     or `continue` (they go on)"
+                ),
+            );
+            OnFailure::Hold
+        }
+    }
+}
+
+/// `verify`: `full` (the default), `reachable` or `none`.
+fn parse_verify(map: &[(Node, Node)], what: &str, diags: &mut FileDiags<'_>) -> Verify {
+    let Some(node) = get(map, "verify") else {
+        return Verify::Full;
+    };
+    match node.as_str() {
+        Some("full") => Verify::Full,
+        Some("reachable") => Verify::Reachable,
+        Some("none") => Verify::None,
+        _ => {
+            let given = node.scalar_text().unwrap_or_default();
+            diags.error(
+                node,
+                format!(
+                    "verify \"{given}\" of {what} is not known: use `full` (the default: every check), \
+                     `reachable` (the API server answers) or `none`"
+                ),
+            );
+            Verify::Full
+        }
+    }
+}
+
+/// `verifyTimeout`: a duration with units of at most [`MAX_VERIFY_TIMEOUT_SECONDS`], kept as written.
+fn parse_verify_timeout(map: &[(Node, Node)], what: &str, diags: &mut FileDiags<'_>) -> Option<String> {
+    get(map, "verifyTimeout").and_then(|node| {
+        let text = node.as_str().unwrap_or_default();
+        match duration_seconds(text) {
+            Some(s) if s <= MAX_VERIFY_TIMEOUT_SECONDS => Some(text.to_string()),
+            _ => {
+                let given = node.scalar_text().unwrap_or_default();
+                diags.error(
+                    node,
+                    format!(
+                        "verifyTimeout \"{given}\" of {what} is not a duration of at most 24h: write it with \
+                         units, e.g. 10m (the default), 90s or 1h30m"
+                    ),
+                );
+                None
+            }
+        }
+    })
+}
+
+/// An operation's boolean switches.
+struct Switches {
+    ignore_maintenance: bool,
+    preflight: bool,
+    allow_release_skip: bool,
+}
+
+impl Switches {
+    /// Reads `ignoreMaintenance`, `preflight` and `allowReleaseSkip`, each reported when not a boolean.
+    fn parse(map: &[(Node, Node)], what: &str, diags: &mut FileDiags<'_>) -> Switches {
+        let ignore_maintenance = flag(
+            map,
+            "ignoreMaintenance",
+            false,
+            &format!(
+                "ignoreMaintenance of {what} must be true (start outside the maintenance windows and in \
+                 freezes, for an emergency) or false"
+            ),
+            diags,
+        );
+        let preflight = flag(
+            map,
+            "preflight",
+            true,
+            &format!(
+                "preflight of {what} must be false (skip kubespray's pre-flight rules for this operation, when \
+                 you know better) or true (the default)"
+            ),
+            diags,
+        );
+        let allow_release_skip = flag(
+            map,
+            "allowReleaseSkip",
+            false,
+            &format!(
+                "allowReleaseSkip of {what} must be true (let this operation move the cluster over a kubespray \
+                 minor release) or false (the default)"
+            ),
+            diags,
+        );
+        Switches {
+            ignore_maintenance,
+            preflight,
+            allow_release_skip,
+        }
+    }
 }
 
 /// The boolean `key` of an entry, `default` when absent; anything but a boolean is reported with `message`.

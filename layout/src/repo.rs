@@ -226,123 +226,27 @@ fn parse_cluster(
     let before = error_count(out);
     let dir = join(root, name);
     let cluster = Some(name);
-    {
-        let mut d = FileDiags::new(dir.clone(), cluster, out);
-        if let Some(problem) = dns1123_label_problem(name, MAX_CLUSTER_NAME) {
-            d.error_at(
-                0,
-                0,
-                format!(
-                    "cluster directory name \"{name}\" is not a DNS-1123 label of at most {MAX_CLUSTER_NAME} \
-                     characters: {problem}; rename the directory"
-                ),
-            );
-        }
-        match reader.kind(&dir) {
-            Ok(Some(EntryKind::Dir)) => {}
-            Ok(Some(EntryKind::Symlink)) => {
-                d.error_at(
-                    0,
-                    0,
-                    "cluster directory is a symbolic link: kok does not follow links; commit the directory itself",
-                );
-                parsed.invalid.push(name.to_string());
-                return;
-            }
-            _ => {
-                d.error_at(
-                    0,
-                    0,
-                    "cluster directory is not a directory (a git submodule?): kok reads only files committed \
-                     in this repository; commit the cluster's files here",
-                );
-                parsed.invalid.push(name.to_string());
-                return;
-            }
-        }
-    }
-    let Some(mut read) = read_cluster_files(reader, &dir, cluster, out) else {
+    let readable = check_cluster_dir(reader, &dir, name, out);
+    let Some(mut read) = readable
+        .then(|| read_cluster_files(reader, &dir, cluster, out))
+        .flatten()
+    else {
         parsed.invalid.push(name.to_string());
         return;
     };
-    let files = &mut read.files;
-
     let inventory_file = inventory_file_of(&read.entries, &dir, cluster, out);
-    let vars_ok = match files.get(VARS_YML) {
-        Some(text) => {
-            let mut d = FileDiags::new(join(&dir, VARS_YML), cluster, out);
-            let start = d.error_count();
-            check_vars(text, &mut d);
-            d.error_count() == start
-        }
-        None => true,
-    };
-    if files.contains_key(VARS_YML) {
-        if let Some((path, _)) = read
-            .vars_files
-            .iter()
-            .find(|(path, _)| is_group_vars_of_all(path))
-        {
-            // A directory is named as one: `group_vars/all/`.
-            let all = match path.match_indices('/').nth(1) {
-                Some((i, _)) => &path[..=i],
-                None => path.as_str(),
-            };
-            FileDiags::new(join(&dir, VARS_YML), cluster, out).error_at(
-                0,
-                0,
-                format!(
-                    "vars.yml and {all} both hold the group variables of `all`: keep one of them (move vars.yml's \
-                     variables into {all} and delete vars.yml, or the other way round)"
-                ),
-            );
-        }
-    }
-    let conflict =
-        files.contains_key(VARS_YML) && read.vars_files.iter().any(|(p, _)| is_group_vars_of_all(p));
-    let mut inventory = None;
-    if let Some(file) = inventory_file {
-        if let Some(text) = files.get(file) {
-            // A broken vars.yml is reported above; with group_vars/all beside it (refused above), ansible
-            // would pass over it: said once.
-            let vars_yml = files.get(VARS_YML).filter(|_| vars_ok && !conflict);
-            inventory = resolve_cluster_inventory(&dir, cluster, file, text, vars_yml, &read.vars_files, out);
-        }
-    }
-    let total: usize = files.values().map(String::len).sum::<usize>()
-        + read.vars_files.iter().map(|(_, text)| text.len()).sum::<usize>();
-    if total > MAX_INVENTORY_BYTES {
-        FileDiags::new(dir.clone(), cluster, out).error_at(
-            0,
-            0,
-            format!(
-                "the cluster directory's files hold {} KiB, more than the {} KiB (what one ConfigMap holds) kok \
-                 pins for one revision: move bulky data (downloaded files, certificates) out of the repository",
-                total.div_ceil(1024),
-                MAX_INVENTORY_BYTES / 1024
-            ),
-        );
-    }
-    let operations = files
-        .get(OPERATIONS_YML)
-        .map(|text| {
-            parse_operations(
-                text,
-                inventory.as_ref().map(|(inventory, _)| inventory),
-                &mut FileDiags::new(join(&dir, OPERATIONS_YML), cluster, out),
-            )
-        })
-        .unwrap_or_default();
-    let cluster_settings = files
-        .get(CLUSTER_YML)
-        .map(|text| {
-            parse_settings(
-                text,
-                CLUSTER_YML,
-                &mut FileDiags::new(join(&dir, CLUSTER_YML), cluster, out),
-            )
-        })
-        .unwrap_or_default();
+    let vars_usable = check_vars_yml(&read, &dir, cluster, out);
+    let inventory =
+        inventory_file.and_then(|file| cluster_inventory(&read, file, vars_usable, &dir, cluster, out));
+    check_cluster_size(&read, &dir, cluster, out);
+    let inventory_only = inventory.as_ref().map(|(inventory, _)| inventory);
+    let operations = parsed_file(&read, OPERATIONS_YML, &dir, cluster, out, |text, d| {
+        parse_operations(text, inventory_only, d)
+    });
+    let cluster_settings = parsed_file(&read, CLUSTER_YML, &dir, cluster, out, |text, d| {
+        parse_settings(text, CLUSTER_YML, d)
+    });
+    let files = &mut read.files;
     if base.is_some_and(|b| {
         merge_settings(b, &cluster_settings)
             .vault_password_secret
@@ -379,6 +283,127 @@ fn parse_cluster(
             });
         }
         _ => parsed.invalid.push(name.to_string()),
+    }
+}
+
+/// The inventory of the cluster in `dir` from its inventory `file`, with vars.yml when `vars_usable`
+/// and its group_vars/ and host_vars/; `None` when it has errors (reported into `out`).
+fn cluster_inventory(
+    read: &ClusterFiles,
+    file: &str,
+    vars_usable: bool,
+    dir: &str,
+    cluster: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<(super::Inventory, super::KubesprayView)> {
+    let text = read.files.get(file)?;
+    // A broken vars.yml is reported above; with group_vars/all beside it (refused above), ansible
+    // would pass over it: said once.
+    let vars_yml = read.files.get(VARS_YML).filter(|_| vars_usable);
+    resolve_cluster_inventory(dir, cluster, file, text, vars_yml, &read.vars_files, out)
+}
+
+/// The cluster file `name` as `parse` reads it, its problems reported against its path; the default
+/// when the cluster has no such file.
+fn parsed_file<T: Default>(
+    read: &ClusterFiles,
+    name: &str,
+    dir: &str,
+    cluster: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+    parse: impl FnOnce(&str, &mut FileDiags<'_>) -> T,
+) -> T {
+    read.files
+        .get(name)
+        .map(|text| parse(text, &mut FileDiags::new(join(dir, name), cluster, out)))
+        .unwrap_or_default()
+}
+
+/// Checks the cluster directory `dir`'s name (reported when it is not a DNS-1123 label) and that it is a
+/// directory; whether its files can be read (reported when it cannot).
+fn check_cluster_dir(reader: &dyn TreeReader, dir: &str, name: &str, out: &mut Vec<Diagnostic>) -> bool {
+    let mut d = FileDiags::new(dir.to_string(), Some(name), out);
+    if let Some(problem) = dns1123_label_problem(name, MAX_CLUSTER_NAME) {
+        d.error_at(
+            0,
+            0,
+            format!(
+                "cluster directory name \"{name}\" is not a DNS-1123 label of at most {MAX_CLUSTER_NAME} \
+                 characters: {problem}; rename the directory"
+            ),
+        );
+    }
+    match reader.kind(dir) {
+        Ok(Some(EntryKind::Dir)) => true,
+        Ok(Some(EntryKind::Symlink)) => {
+            d.error_at(
+                0,
+                0,
+                "cluster directory is a symbolic link: kok does not follow links; commit the directory itself",
+            );
+            false
+        }
+        _ => {
+            d.error_at(
+                0,
+                0,
+                "cluster directory is not a directory (a git submodule?): kok reads only files committed \
+                 in this repository; commit the cluster's files here",
+            );
+            false
+        }
+    }
+}
+
+/// Checks the cluster's vars.yml, and that group_vars/ holds no variables of `all` beside it; whether
+/// vars.yml is one the inventory may read (valid, and not refused for group_vars/all).
+fn check_vars_yml(read: &ClusterFiles, dir: &str, cluster: Option<&str>, out: &mut Vec<Diagnostic>) -> bool {
+    let Some(text) = read.files.get(VARS_YML) else {
+        return true;
+    };
+    let mut d = FileDiags::new(join(dir, VARS_YML), cluster, out);
+    let start = d.error_count();
+    check_vars(text, &mut d);
+    let vars_ok = d.error_count() == start;
+    let Some((path, _)) = read
+        .vars_files
+        .iter()
+        .find(|(path, _)| is_group_vars_of_all(path))
+    else {
+        return vars_ok;
+    };
+    // A directory is named as one: `group_vars/all/`.
+    let all = match path.match_indices('/').nth(1) {
+        Some((i, _)) => &path[..=i],
+        None => path.as_str(),
+    };
+    FileDiags::new(join(dir, VARS_YML), cluster, out).error_at(
+        0,
+        0,
+        format!(
+            "vars.yml and {all} both hold the group variables of `all`: keep one of them (move vars.yml's \
+             variables into {all} and delete vars.yml, or the other way round)"
+        ),
+    );
+    false
+}
+
+/// Reports a cluster directory whose files hold more than [`MAX_INVENTORY_BYTES`], what kok pins for one
+/// revision.
+fn check_cluster_size(read: &ClusterFiles, dir: &str, cluster: Option<&str>, out: &mut Vec<Diagnostic>) {
+    let total: usize = read.files.values().map(String::len).sum::<usize>()
+        + read.vars_files.iter().map(|(_, text)| text.len()).sum::<usize>();
+    if total > MAX_INVENTORY_BYTES {
+        FileDiags::new(dir.to_string(), cluster, out).error_at(
+            0,
+            0,
+            format!(
+                "the cluster directory's files hold {} KiB, more than the {} KiB (what one ConfigMap holds) kok \
+                 pins for one revision: move bulky data (downloaded files, certificates) out of the repository",
+                total.div_ceil(1024),
+                MAX_INVENTORY_BYTES / 1024
+            ),
+        );
     }
 }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use super::validate::{summary, text_report};
+use super::validate::{require_repository_dir, summary, text_report};
 use crate::api::DEFAULT_NAMESPACE;
 use crate::layout::{self, DiskTree};
 use crate::materialize::rollout::{render_rollout, rollouts_yaml};
@@ -37,18 +37,7 @@ pub struct Args {
 /// Runs `kok render`: the YAML stream to stdout; with validation errors, the diagnostics (as
 /// `kok validate` prints them) to stderr and exit code 1. Warnings go to stderr and do not stop it.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let meta = std::fs::metadata(&args.dir).with_context(|| {
-        format!(
-            "cannot render {}: the directory is not readable",
-            args.dir.display()
-        )
-    })?;
-    if !meta.is_dir() {
-        anyhow::bail!(
-            "cannot render {}: not a directory; pass the repository's top directory",
-            args.dir.display()
-        );
-    }
+    require_repository_dir("render", &args.dir)?;
     let parsed = layout::parse_repo(&DiskTree::new(&args.dir), &args.path);
     eprint!("{}", text_report(&parsed));
     if parsed.has_errors() {

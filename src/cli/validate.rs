@@ -1,7 +1,7 @@
 //! `kok validate`: check a repository against the contract, and each valid kubespray cluster against
 //! kubespray's pre-flight rules; one `path:line:col: message` line per problem.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -33,20 +33,22 @@ pub struct Args {
     pub since: Option<String>,
 }
 
-/// Runs `kok validate`: diagnostics to stdout, a summary to stderr; exit 0 without errors, 1 with.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let meta = std::fs::metadata(&args.dir).with_context(|| {
-        format!(
-            "cannot validate {}: the directory is not readable",
-            args.dir.display()
-        )
-    })?;
+/// Fails, saying it cannot `verb` it, unless `dir` is a directory that can be read.
+pub(super) fn require_repository_dir(verb: &str, dir: &Path) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(dir)
+        .with_context(|| format!("cannot {verb} {}: the directory is not readable", dir.display()))?;
     if !meta.is_dir() {
         anyhow::bail!(
-            "cannot validate {}: not a directory; pass the repository's top directory",
-            args.dir.display()
+            "cannot {verb} {}: not a directory; pass the repository's top directory",
+            dir.display()
         );
     }
+    Ok(())
+}
+
+/// Runs `kok validate`: diagnostics to stdout, a summary to stderr; exit 0 without errors, 1 with.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    require_repository_dir("validate", &args.dir)?;
     let mut parsed = layout::parse_repo(&DiskTree::new(&args.dir), &args.path);
     let preflight = add_preflight(&mut parsed);
     let signatures = match args.trust.verification()? {

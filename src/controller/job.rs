@@ -612,101 +612,133 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
     ]
     .into_iter()
     .collect();
+    let (volumes, mounts) = job_volumes(op);
+    let container = run_container(op, cfg, mounts);
 
-    let mut volumes = vec![Volume {
-        name: "conf".to_string(),
-        projected: Some(ProjectedVolumeSource {
-            sources: Some(conf_sources(op)),
-            default_mode: Some(0o444),
-        }),
-        ..Volume::default()
-    }];
-    let mut mounts = vec![VolumeMount {
-        name: "conf".to_string(),
-        mount_path: CONF_DIR.to_string(),
-        read_only: Some(true),
-        ..VolumeMount::default()
-    }];
-    if !op.spec.repository_files.is_empty() {
-        volumes.push(Volume {
-            name: "repository".to_string(),
-            projected: Some(ProjectedVolumeSource {
-                sources: Some(pinned_sources(&op.spec.repository_files)),
-                default_mode: Some(0o444),
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: op.namespace(),
+            labels: Some(labels.clone()),
+            annotations: Some(annotations),
+            owner_references: op.controller_owner_ref(&()).map(|mut r| {
+                r.block_owner_deletion = Some(true);
+                vec![r]
             }),
-            ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: "repository".to_string(),
-            mount_path: REPOSITORY_DIR.to_string(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            // Every Job has a deadline (DESIGN.md §1.9): the operation's, else the default.
+            active_deadline_seconds: Some(op.spec.deadline_seconds()),
+            pod_replacement_policy: Some("Failed".to_string()),
+            pod_failure_policy: Some(fail_on_disruption()),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_string()),
+                    service_account_name: Some(
+                        op.spec
+                            .service_account
+                            .clone()
+                            .unwrap_or_else(|| runner_service_account(&op.spec.cluster)),
+                    ),
+                    // The token lets the pod save its cluster's credentials (see super::credentials).
+                    automount_service_account_token: Some(true),
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The volumes of `op`'s pod and where the container mounts them, read-only: the pinned inputs, the
+/// repository's files (when it has any), the ssh key and the vault password (when it names them) and
+/// the cluster's credentials (when they exist).
+fn job_volumes(op: &ClusterOperation) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let mut volumes = vec![projected_volume("conf", conf_sources(op))];
+    let mut mounts = vec![read_only_mount("conf", CONF_DIR)];
+    if !op.spec.repository_files.is_empty() {
+        volumes.push(projected_volume(
+            "repository",
+            pinned_sources(&op.spec.repository_files),
+        ));
+        mounts.push(read_only_mount("repository", REPOSITORY_DIR));
     }
     if let Some(secret) = &op.spec.ssh_auth_ref {
-        volumes.push(Volume {
-            name: "auth".to_string(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.name.clone()),
-                items: Some(vec![KeyToPath {
-                    key: SSH_PRIVATE_KEY.to_string(),
-                    path: SSH_PRIVATE_KEY.to_string(),
-                    mode: None,
-                }]),
-                default_mode: Some(KEY_MODE),
-                optional: Some(false),
-            }),
-            ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: "auth".to_string(),
-            mount_path: AUTH_DIR.to_string(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
+        volumes.push(key_volume("auth", &secret.name, SSH_PRIVATE_KEY));
+        mounts.push(read_only_mount("auth", AUTH_DIR));
     }
-
     if let Some(vault) = &op.spec.vault_password_ref {
-        volumes.push(Volume {
-            name: "vault".to_string(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(vault.name.clone()),
-                items: Some(vec![KeyToPath {
-                    key: VAULT_PASSWORD_KEY.to_string(),
-                    path: VAULT_PASSWORD_KEY.to_string(),
-                    mode: None,
-                }]),
-                default_mode: Some(KEY_MODE),
-                optional: Some(false),
-            }),
-            ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: "vault".to_string(),
-            mount_path: VAULT_DIR.to_string(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
+        volumes.push(key_volume("vault", &vault.name, VAULT_PASSWORD_KEY));
+        mounts.push(read_only_mount("vault", VAULT_DIR));
     }
-    let cluster = &op.spec.cluster;
     volumes.push(Volume {
         name: "credentials".to_string(),
         secret: Some(SecretVolumeSource {
-            secret_name: Some(credentials_secret(cluster)),
+            secret_name: Some(credentials_secret(&op.spec.cluster)),
             default_mode: Some(KEY_MODE),
             optional: Some(true),
             ..SecretVolumeSource::default()
         }),
         ..Volume::default()
     });
-    mounts.push(VolumeMount {
-        name: "credentials".to_string(),
-        mount_path: CREDENTIALS_DIR.to_string(),
+    mounts.push(read_only_mount("credentials", CREDENTIALS_DIR));
+    (volumes, mounts)
+}
+
+/// The volume `name` projecting `sources`, its files readable by all.
+fn projected_volume(name: &str, sources: Vec<VolumeProjection>) -> Volume {
+    Volume {
+        name: name.to_string(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            default_mode: Some(0o444),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The volume `name` holding the one key `key` of the Secret `secret` at [`KEY_MODE`]; the pod does not
+/// start without it.
+fn key_volume(name: &str, secret: &str, key: &str) -> Volume {
+    Volume {
+        name: name.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_string()),
+            items: Some(vec![KeyToPath {
+                key: key.to_string(),
+                path: key.to_string(),
+                mode: None,
+            }]),
+            default_mode: Some(KEY_MODE),
+            optional: Some(false),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The volume `name` mounted read-only at `path`.
+fn read_only_mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
         read_only: Some(true),
         ..VolumeMount::default()
-    });
+    }
+}
 
-    let container = Container {
+/// The container that runs `op`'s entry script with `mounts`: no privilege escalation, no
+/// capabilities, the runtime's seccomp profile, the run summary as its termination message.
+fn run_container(op: &ClusterOperation, cfg: &JobConfig, mounts: Vec<VolumeMount>) -> Container {
+    Container {
         name: CONTAINER_NAME.to_string(),
         image: Some(op.spec.image.clone()),
         command: Some(container_command(op)),
@@ -734,58 +766,21 @@ pub fn build_job(op: &ClusterOperation, cfg: &JobConfig) -> Job {
         termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_string()),
         termination_message_policy: Some("FallbackToLogsOnError".to_string()),
         ..Container::default()
-    };
+    }
+}
 
-    Job {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: op.namespace(),
-            labels: Some(labels.clone()),
-            annotations: Some(annotations),
-            owner_references: op.controller_owner_ref(&()).map(|mut r| {
-                r.block_owner_deletion = Some(true);
-                vec![r]
-            }),
-            ..ObjectMeta::default()
-        },
-        spec: Some(JobSpec {
-            backoff_limit: Some(0),
-            // Every Job has a deadline (DESIGN.md §1.9): the operation's, else the default.
-            active_deadline_seconds: Some(op.spec.deadline_seconds()),
-            pod_replacement_policy: Some("Failed".to_string()),
-            pod_failure_policy: Some(PodFailurePolicy {
-                rules: vec![PodFailurePolicyRule {
-                    action: "FailJob".to_string(),
-                    on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
-                        type_: DISRUPTION_CONDITION.to_string(),
-                        status: "True".to_string(),
-                    }]),
-                    on_exit_codes: None,
-                }],
-            }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".to_string()),
-                    service_account_name: Some(
-                        op.spec
-                            .service_account
-                            .clone()
-                            .unwrap_or_else(|| runner_service_account(cluster)),
-                    ),
-                    // The token lets the pod save its cluster's credentials (see super::credentials).
-                    automount_service_account_token: Some(true),
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    ..PodSpec::default()
-                }),
-            },
-            ..JobSpec::default()
-        }),
-        status: None,
+/// The pod failure policy that fails the Job when its pod is disrupted (evicted, preempted, its node
+/// drained) instead of running it again.
+fn fail_on_disruption() -> PodFailurePolicy {
+    PodFailurePolicy {
+        rules: vec![PodFailurePolicyRule {
+            action: "FailJob".to_string(),
+            on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                type_: DISRUPTION_CONDITION.to_string(),
+                status: "True".to_string(),
+            }]),
+            on_exit_codes: None,
+        }],
     }
 }
 

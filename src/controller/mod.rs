@@ -190,39 +190,163 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let ns = config.namespace.clone();
-    let wc = watcher::Config::default().labels(&managed_selector());
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let live::Feeds {
         clusters: cluster_writer,
         rollouts: rollout_writer,
         live,
     } = feeds;
     config.metrics.watch_fleet(live.clone());
+    let stop = Signal::raised_by(shutdown);
+    let stopped = || stop.wait();
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-
-    let op_queue = Arc::new(WorkQueue::default());
     let cluster_queue = Arc::new(WorkQueue::default());
     let (secrets, secret_writer) = reflector::store::<Secret>();
     let (job_store, job_writer) = reflector::store::<Job>();
-    let rollout_queue = Arc::new(WorkQueue::default());
-    let run_pods = Arc::new(cache::RunPods::default());
-    // A Job's change reconciles the operation that owns it.
-    let job_watch = watcher(jobs.clone(), wc.clone())
+    let ctx = new_context(&client, config, &live, secrets, job_store);
+    let watches = watch_all(
+        &client,
+        &ctx,
+        &live,
+        cluster_writer,
+        rollout_writer,
+        job_writer,
+        &cluster_queue,
+    );
+    let (stores_listed, listed) = stores_listed(&ctx);
+    let op_loop = ctx.queue.run(
+        CONCURRENT_RECONCILES,
+        |name| reconcile_operation(ctx.clone(), name),
+        stopped(),
+    );
+    let cluster_loop = cluster_queue.run(
+        CONCURRENT_RECONCILES,
+        |name| reconcile_cluster(ctx.clone(), &name),
+        stopped(),
+    );
+    let rollout_loop = ctx.rollout_queue.run(
+        CONCURRENT_RECONCILES,
+        |name| rollout::reconcile_status(ctx.clone(), name),
+        stopped(),
+    );
+    let cm_cache = live::watch_config_maps(client.clone(), live.clone(), stopped());
+    let secret_loop = watch_secrets(
+        Api::namespaced(client.clone(), &ns),
+        secret_writer,
+        ctx.clone(),
+        live.clusters.clone(),
+        cluster_queue.clone(),
+        stopped(),
+    );
+    let health_checks = health::run(ctx.clone(), stopped());
+    let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
+    futures::join!(
+        once(listed.wait(), stopped(), op_loop),
+        once(listed.wait(), stopped(), cluster_loop),
+        once(listed.wait(), stopped(), rollout_loop),
+        scheduler,
+        secret_loop,
+        until(stopped(), watches),
+        cm_cache,
+        health_checks,
+        until(stopped(), stores_listed)
+    );
+}
+
+/// The controller's shared state over `live`'s caches and the Secret and Job stores.
+fn new_context(
+    client: &Client,
+    config: ControllerConfig,
+    live: &live::LiveCache,
+    secrets: Store<Secret>,
+    jobs: Store<Job>,
+) -> Arc<Context> {
+    Arc::new(Context {
+        recorder: crate::events::Publisher::new(client),
+        client: client.clone(),
+        config,
+        operations: live.operations.clone(),
+        secrets,
+        jobs,
+        pods: Arc::new(cache::RunPods::default()),
+        claims: Mutex::new(BTreeMap::new()),
+        slot_waiters: Mutex::new(HashSet::new()),
+        start_lock: tokio::sync::Mutex::new(()),
+        queue: Arc::new(WorkQueue::default()),
+        clusters: live.clusters.clone(),
+        verifications: verify::Verifications::default(),
+        rollouts: live.rollouts.clone(),
+        rollout_queue: Arc::new(WorkQueue::default()),
+    })
+}
+
+/// The watches that fill the caches and wake the reconcilers: the ClusterOperations, the Jobs and
+/// their pods, the Clusters and the FleetRollouts.
+fn watch_all(
+    client: &Client,
+    ctx: &Arc<Context>,
+    live: &Arc<live::LiveCache>,
+    cluster_writer: reflector::store::Writer<Cluster>,
+    rollout_writer: reflector::store::Writer<FleetRollout>,
+    job_writer: reflector::store::Writer<Job>,
+    cluster_queue: &Arc<WorkQueue>,
+) -> impl Future<Output = ()> {
+    let ns = &ctx.config.namespace;
+    let op_watch = watch_operations(client, ctx, live, cluster_queue);
+    let job_watch = watch_jobs(client, job_writer, ctx);
+    let cluster_watch = watch_clusters(client, live, cluster_writer, cluster_queue);
+    let rollout_watch = watch_rollouts(client.clone(), ns, rollout_writer, ctx.clone(), live.clone());
+    let pod_watch = watch_run_pods(client, ns, ctx.clone());
+    async move {
+        futures::future::join5(op_watch, job_watch, cluster_watch, rollout_watch, pod_watch).await;
+    }
+}
+
+/// A signal any number of tasks wait for: it comes once raised, or once whatever was to raise it has
+/// gone without doing so.
+#[derive(Clone)]
+struct Signal(tokio::sync::watch::Receiver<bool>);
+
+impl Signal {
+    /// A signal and the sender that raises it (`send_replace(true)`).
+    fn new() -> (tokio::sync::watch::Sender<bool>, Signal) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (tx, Signal(rx))
+    }
+
+    /// A signal raised when `event` comes (a task of its own waits for it).
+    fn raised_by(event: impl Future<Output = ()> + Send + 'static) -> Signal {
+        let (tx, signal) = Signal::new();
+        tokio::spawn(async move {
+            event.await;
+            let _ = tx.send(true);
+        });
+        signal
+    }
+
+    /// Comes once the signal is raised.
+    fn wait(&self) -> impl Future<Output = ()> {
+        let mut rx = self.0.clone();
+        async move {
+            let _ = rx.wait_for(|raised| *raised).await;
+        }
+    }
+}
+
+/// Keeps the Job cache; a Job's change reconciles the operation that owns it, and a Job gone takes
+/// what [`Context::pods`] knew of its pods with it.
+fn watch_jobs(
+    client: &Client,
+    writer: reflector::store::Writer<Job>,
+    ctx: &Arc<Context>,
+) -> impl Future<Output = ()> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ctx.config.namespace);
+    let wc = watcher::Config::default().labels(&managed_selector());
+    let (run_pods, op_queue) = (ctx.pods.clone(), ctx.queue.clone());
+    watcher(jobs, wc)
         .default_backoff()
         .modify(strip_job)
-        .reflect(job_writer)
-        .for_each(|event| {
+        .reflect(writer)
+        .for_each(move |event| {
             let deleted = matches!(event, Ok(watcher::Event::Delete(_)));
             match event {
                 Ok(
@@ -240,34 +364,27 @@ pub async fn run(
                 Err(e) => warn!(error = %e, "watching Jobs failed; retrying"),
             }
             futures::future::ready(())
-        });
-    let ctx = Arc::new(Context {
-        recorder: crate::events::Publisher::new(&client),
-        client: client.clone(),
-        config,
-        operations: live.operations.clone(),
-        secrets,
-        jobs: job_store,
-        pods: run_pods.clone(),
-        claims: Mutex::new(BTreeMap::new()),
-        slot_waiters: Mutex::new(HashSet::new()),
-        start_lock: tokio::sync::Mutex::new(()),
-        queue: op_queue.clone(),
-        clusters: live.clusters.clone(),
-        verifications: verify::Verifications::default(),
-        rollouts: live.rollouts.clone(),
-        rollout_queue: rollout_queue.clone(),
-    });
+        })
+}
 
-    // The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler
-    // (status, history limit) always sees it. A Cluster its watch has not shown yet is reconciled when
-    // it does. An operation that finished, or whose hold was released, wakes the operations waiting
-    // behind it once the cache shows it (see `OpCache::observe`).
-    let pod_watch = watch_run_pods(&client, &ns, ctx.clone());
-    let op_watch = live::operation_events(&client, live.clone()).for_each(|event| {
+/// Follows the ClusterOperations through the live cache: a change reconciles the operation, its
+/// rollout and (once its watch has shown it) its Cluster.
+///
+/// The cache holds an operation's change before its Cluster is reconciled, so the Cluster reconciler
+/// (status, history limit) always sees it. A Cluster its watch has not shown yet is reconciled when
+/// it does. An operation that finished, or whose hold was released, wakes the operations waiting
+/// behind it once the cache shows it (see `OpCache::observe`).
+fn watch_operations(
+    client: &Client,
+    ctx: &Arc<Context>,
+    live: &Arc<live::LiveCache>,
+    cluster_queue: &Arc<WorkQueue>,
+) -> impl Future<Output = ()> {
+    let (ctx, live, cluster_queue) = (ctx.clone(), live.clone(), cluster_queue.clone());
+    live::operation_events(client, live.clone()).for_each(move |event| {
         match event {
             Ok((watcher::Event::Apply(op), lets_go)) => {
-                op_queue.trigger(&op.name_any());
+                ctx.queue.trigger(&op.name_any());
                 if lets_go {
                     operation::let_waiting_go(&ctx, &op.spec.cluster);
                 }
@@ -275,15 +392,15 @@ pub async fn run(
                     let finished = lets_go.then_some(op.spec.cluster.as_str());
                     match finished {
                         Some(_) => rollout::wake_rollout(&ctx, &r.name, finished),
-                        None => rollout_queue.trigger(&r.name),
+                        None => ctx.rollout_queue.trigger(&r.name),
                     }
                 }
                 wake_known_cluster(&live, &cluster_queue, &op.spec.cluster);
             }
-            Ok((watcher::Event::InitApply(op), _)) => op_queue.trigger(&op.name_any()),
+            Ok((watcher::Event::InitApply(op), _)) => ctx.queue.trigger(&op.name_any()),
             Ok((watcher::Event::Delete(op), _)) => {
                 if let Some(r) = &op.spec.rollout {
-                    rollout_queue.trigger(&r.name);
+                    ctx.rollout_queue.trigger(&r.name);
                 }
                 wake_known_cluster(&live, &cluster_queue, &op.spec.cluster)
             }
@@ -291,42 +408,18 @@ pub async fn run(
             Err(e) => warn!(error = %e, "watching ClusterOperations failed; retrying"),
         }
         futures::future::ready(())
-    });
-    // The reconcilers start once the Secret and Job stores have listed, which one task waits for: kube's
-    // `Store::wait_until_ready` wakes only the last of the tasks that wait for it at once, so reconciles
-    // that each waited for it themselves (every unfinished operation after a restart) could wait for good.
-    let (listed_tx, listed_rx) = tokio::sync::watch::channel(false);
-    let (secret_cache, job_cache) = (ctx.secrets.clone(), ctx.jobs.clone());
-    let stores_listed = async move {
-        if secret_cache.wait_until_ready().await.is_ok() && job_cache.wait_until_ready().await.is_ok() {
-            listed_tx.send_replace(true);
-        }
-    };
-    let listed = || {
-        let mut rx = listed_rx.clone();
-        async move {
-            let _ = rx.wait_for(|l| *l).await;
-        }
-    };
-    let op_loop = op_queue.run(
-        CONCURRENT_RECONCILES,
-        |name| {
-            let ctx = ctx.clone();
-            async move {
-                // Gone since it was triggered: nothing to do.
-                let Some(op) = ctx.operations.get(&name) else {
-                    return Action::await_change();
-                };
-                let op = Arc::new(op);
-                match operation::reconcile(op.clone(), ctx.clone()).await {
-                    Ok(action) => action,
-                    Err(e) => operation::error_policy(op, &e, ctx),
-                }
-            }
-        },
-        stopped(),
-    );
-    let cluster_watch = live::cluster_events(&client, live.clone(), cluster_writer).for_each(|event| {
+    })
+}
+
+/// Keeps the Cluster cache; a Cluster's change reconciles it.
+fn watch_clusters(
+    client: &Client,
+    live: &Arc<live::LiveCache>,
+    writer: reflector::store::Writer<Cluster>,
+    cluster_queue: &Arc<WorkQueue>,
+) -> impl Future<Output = ()> {
+    let cluster_queue = cluster_queue.clone();
+    live::cluster_events(client, live.clone(), writer).for_each(move |event| {
         match event {
             Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => {
                 cluster_queue.trigger(&c.name_any())
@@ -335,67 +428,53 @@ pub async fn run(
             Err(e) => warn!(error = %e, "watching Clusters failed; retrying"),
         }
         futures::future::ready(())
-    });
-    let cluster_loop = cluster_queue.run(
-        CONCURRENT_RECONCILES,
-        |name| {
-            let ctx = ctx.clone();
-            let cluster = live.clusters.get(&ObjectRef::new(&name).within(&ns));
-            async move {
-                let Some(cluster) = cluster else {
-                    return Action::await_change();
-                };
-                match cluster::reconcile(cluster.clone(), ctx.clone()).await {
-                    Ok(action) => action,
-                    Err(e) => cluster::error_policy(cluster, &e, ctx),
-                }
-            }
-        },
-        stopped(),
-    );
-    let rollout_watch = watch_rollouts(client.clone(), &ns, rollout_writer, ctx.clone(), live.clone());
-    let rollout_loop = rollout_queue.run(
-        CONCURRENT_RECONCILES,
-        |name| rollout::reconcile_status(ctx.clone(), name),
-        stopped(),
-    );
-    let cm_cache = live::watch_config_maps(client.clone(), live.clone(), stopped());
-    let secret_loop = watch_secrets(
-        Api::namespaced(client.clone(), &ns),
-        secret_writer,
-        ctx.clone(),
-        live.clusters.clone(),
-        cluster_queue.clone(),
-        stopped(),
-    );
-    let health_checks = health::run(ctx.clone(), stopped());
-    let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
-    let watches = async {
-        tokio::select! {
-            _ = futures::future::join5(op_watch, job_watch, cluster_watch, rollout_watch, pod_watch) => {}
-            () = stopped() => {}
+    })
+}
+
+/// The task that raises the returned signal once the Secret and Job stores have listed: the
+/// reconcilers wait for it.
+///
+/// One task waits for the stores: kube's `Store::wait_until_ready` wakes only the last of the tasks
+/// that wait for it at once, so reconciles that each waited for it themselves (every unfinished
+/// operation after a restart) could wait for good.
+fn stores_listed(ctx: &Context) -> (impl Future<Output = ()>, Signal) {
+    let (listed_tx, listed) = Signal::new();
+    let (secret_cache, job_cache) = (ctx.secrets.clone(), ctx.jobs.clone());
+    let task = async move {
+        if secret_cache.wait_until_ready().await.is_ok() && job_cache.wait_until_ready().await.is_ok() {
+            listed_tx.send_replace(true);
         }
     };
-    let op_loop = once(listed(), stopped(), op_loop);
-    let cluster_loop = once(listed(), stopped(), cluster_loop);
-    let rollout_loop = once(listed(), stopped(), rollout_loop);
-    let stores_listed = async {
-        tokio::select! {
-            () = stores_listed => {}
-            () = stopped() => {}
-        }
+    (task, listed)
+}
+
+/// Reconciles the ClusterOperation `name` as the cache holds it.
+async fn reconcile_operation(ctx: Arc<Context>, name: Arc<str>) -> Action {
+    // Gone since it was triggered: nothing to do.
+    let Some(op) = ctx.operations.get(&name) else {
+        return Action::await_change();
     };
-    futures::join!(
-        op_loop,
-        cluster_loop,
-        rollout_loop,
-        scheduler,
-        secret_loop,
-        watches,
-        cm_cache,
-        health_checks,
-        stores_listed
-    );
+    let op = Arc::new(op);
+    match operation::reconcile(op.clone(), ctx.clone()).await {
+        Ok(action) => action,
+        Err(e) => operation::error_policy(op, &e, ctx),
+    }
+}
+
+/// Reconciles the Cluster `name` as the cache holds it now.
+fn reconcile_cluster(ctx: Arc<Context>, name: &str) -> impl Future<Output = Action> {
+    let cluster = ctx
+        .clusters
+        .get(&ObjectRef::new(name).within(&ctx.config.namespace));
+    async move {
+        let Some(cluster) = cluster else {
+            return Action::await_change();
+        };
+        match cluster::reconcile(cluster.clone(), ctx.clone()).await {
+            Ok(action) => action,
+            Err(e) => cluster::error_policy(cluster, &e, ctx),
+        }
+    }
 }
 
 /// Keeps the `FleetRollout` store and the caches' progress (which the web view follows); a rollout whose
@@ -494,6 +573,14 @@ async fn once(
 ) {
     tokio::select! {
         () = ready => work.await,
+        () = stopped => {}
+    }
+}
+
+/// Runs `work` until it ends or `stopped` comes.
+async fn until(stopped: impl Future<Output = ()>, work: impl Future<Output = ()>) {
+    tokio::select! {
+        () = work => {}
         () = stopped => {}
     }
 }

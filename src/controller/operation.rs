@@ -607,6 +607,8 @@ fn running(job: &Job, name: &str, adopted: bool) -> Transition {
     }
 }
 
+/// Starts `op`'s Job `name` when its turn has come, adopts the Job when it exists already, or records
+/// what `op` waits for.
 async fn start_or_wait(
     op: &ClusterOperation,
     ctx: &Context,
@@ -615,10 +617,59 @@ async fn start_or_wait(
 ) -> Result<Action, ControllerError> {
     // The Secret and Job stores have listed before any reconcile starts (see `controller::run`).
     ctx.operations.wait_until_listed().await;
-    // A Job with this name is this operation's: adopt it whatever the queue says. The cache answers; a Job
-    // it does not show yet is found by the create below (409) and adopted there. A Job this process
-    // created (its claim) whose start was not recorded, because the write lost a race, is started, not
-    // adopted, and read when the cache does not show it yet.
+    if adopt_existing_job(op, ctx, jobs, name).await? {
+        return Ok(Action::await_change());
+    }
+    // An operation pre-flight refuses, or that names kok's own ServiceAccount, needs no Secret: it waits
+    // for its turn, then fails without a Job.
+    let refusal = service_account_refusal(op, ctx.config.own_service_account.as_deref())
+        .map(|m| (m, SERVICE_ACCOUNT_REFUSED_EVENT))
+        .or_else(|| preflight_refusal(op).map(|m| (m, PREFLIGHT_FAILED_EVENT)));
+    if refusal.is_none() && wait_for_secrets(op, ctx).await? {
+        // The Secret watch wakes this operation when the Secret appears or changes.
+        return Ok(Action::await_change());
+    }
+    match take_turn(op, ctx, refusal).await {
+        Turn::Refused { message, reason, now } => {
+            warn!(operation = %op.name_any(), cluster = %op.spec.cluster, %message, %reason, "refused without a Job");
+            let t = Transition {
+                phase: Phase::Failed,
+                message: Some(message),
+                end_time: Some(now),
+                event: Some((reason, true)),
+                ..Transition::default()
+            };
+            transition(ctx, op, t).await?;
+            Ok(Action::await_change())
+        }
+        Turn::Waits { why, now } => {
+            // A window opening or a freeze ending wakes it by a timer at that instant; the rest by triggers.
+            let next = why.wake_at().map_or(ctx.config.queue_resync, |t| {
+                Duration::try_from(now.duration_until(t)).unwrap_or_default()
+            });
+            let message = why.to_string();
+            let said = op.status.as_ref().and_then(|s| s.message.as_deref());
+            if !(phase(op) == Phase::Queued && super::rollout::only_counts_moved(&why, said, &message)) {
+                wait(ctx, op, message).await?;
+            }
+            Ok(Action::requeue(next))
+        }
+        Turn::Starts { note } => create_job(op, ctx, jobs, name, note).await,
+    }
+}
+
+/// Records `op` as running its Job `name` when that Job exists and is `op`'s; whether it did.
+///
+/// A Job with this name is this operation's: adopt it whatever the queue says. The cache answers; a Job
+/// it does not show yet is found by the create (409) and adopted there. A Job this process created (its
+/// claim) whose start was not recorded, because the write lost a race, is started, not adopted, and
+/// read when the cache does not show it yet.
+async fn adopt_existing_job(
+    op: &ClusterOperation,
+    ctx: &Context,
+    jobs: &Api<Job>,
+    name: &str,
+) -> Result<bool, ControllerError> {
     let claim = ctx
         .claims
         .lock()
@@ -634,25 +685,24 @@ async fn start_or_wait(
             .map(Arc::new),
         (None, None) => None,
     };
-    if let Some(job) = job {
-        if owned_by(&job, op) {
-            let mut started = running(&job, name, claim.is_none());
-            if let Some(note) = claim.flatten() {
-                started.message = Some(note);
-            }
-            transition(ctx, op, started).await?;
-            return Ok(Action::await_change());
-        }
+    let Some(job) = job else { return Ok(false) };
+    if !owned_by(&job, op) {
         warn!(operation = %op.name_any(), job = %name, "a Job with this operation's name belongs to something else");
+        return Ok(false);
     }
+    let mut started = running(&job, name, claim.is_none());
+    if let Some(note) = claim.flatten() {
+        started.message = Some(note);
+    }
+    transition(ctx, op, started).await?;
+    Ok(true)
+}
 
-    // An operation pre-flight refuses, or that names kok's own ServiceAccount, needs no Secret: it waits
-    // for its turn, then fails without a Job.
-    let refusal = service_account_refusal(op, ctx.config.own_service_account.as_deref())
-        .map(|m| (m, SERVICE_ACCOUNT_REFUSED_EVENT))
-        .or_else(|| preflight_refusal(op).map(|m| (m, PREFLIGHT_FAILED_EVENT)));
-    if let Some(secret) = op.spec.ssh_auth_ref.as_ref().filter(|_| refusal.is_none()) {
-        let ns = ctx.config.namespace.as_str();
+/// Records that `op` waits for its ssh or vault Secret when the cache shows one missing or unusable;
+/// whether it does.
+async fn wait_for_secrets(op: &ClusterOperation, ctx: &Context) -> Result<bool, ControllerError> {
+    let ns = ctx.config.namespace.as_str();
+    if let Some(secret) = &op.spec.ssh_auth_ref {
         if let Err(problem) = check_cached(&ctx.secrets, ns, &secret.name) {
             let message = format!(
                 "{}{}",
@@ -660,30 +710,42 @@ async fn start_or_wait(
                 problem.message(&secret.name, ns)
             );
             wait(ctx, op, message).await?;
-            // The Secret watch wakes this operation when the Secret appears or changes.
-            return Ok(Action::await_change());
+            return Ok(true);
         }
     }
-    if let Some(secret) = op.spec.vault_password_ref.as_ref().filter(|_| refusal.is_none()) {
-        let ns = ctx.config.namespace.as_str();
+    if let Some(secret) = &op.spec.vault_password_ref {
         if let Err(problem) = check_vault_cached(&ctx.secrets, ns, &secret.name) {
             wait(ctx, op, format!("{}{problem}", super::queue::SECRET_WAIT_PREFIX)).await?;
-            return Ok(Action::await_change());
+            return Ok(true);
         }
     }
+    Ok(false)
+}
+
+/// What the queue decided for an operation, under the start lock.
+enum Turn {
+    /// Its turn has come and something refuses it: it fails without a Job.
+    Refused {
+        message: String,
+        reason: &'static str,
+        now: Timestamp,
+    },
+    /// It waits for `why`.
+    Waits { why: Wait, now: Timestamp },
+    /// It starts, claimed, with the note its start records.
+    Starts { note: Option<String> },
+}
+
+/// Decides under the start lock whether `op`'s turn has come: its cluster's queue, the Job slots, its
+/// rollout's wave and its maintenance windows. A start is claimed before the lock is let go.
+async fn take_turn(op: &ClusterOperation, ctx: &Context, refusal: Option<(String, &'static str)>) -> Turn {
     let _guard = ctx.start_lock.lock().await;
     // Joins the slot waiters before reading what runs: an operation that finishes after the read wakes it,
     // one that finished before is not in the running set.
     if let Ok(mut w) = ctx.slot_waiters.lock() {
         w.insert(op.name_any());
     }
-    let mut busy: BTreeSet<String> = ctx.operations.running();
-    if let Ok(mut claims) = ctx.claims.lock() {
-        let alive = |n: &String| ctx.operations.phase(n).is_some_and(|p| !p.is_terminal());
-        claims.retain(|n, _| alive(n));
-        busy.extend(claims.keys().cloned());
-    }
-    busy.remove(&op.name_any());
+    let busy = busy_operations(op, ctx);
     let all = siblings_of(ctx, &op.spec.cluster);
     let siblings: Vec<&ClusterOperation> = all.iter().collect();
     // An operation whose cluster is being verified keeps its cluster busy, but its Job is done.
@@ -694,17 +756,7 @@ async fn start_or_wait(
     if let Some((message, reason)) = refusal.filter(|_| matches!(queue, Ok(()) | Err(Wait::NoJobSlot { .. })))
     {
         leave_slot_waiters(ctx, op);
-        drop(_guard);
-        warn!(operation = %op.name_any(), cluster = %op.spec.cluster, %message, %reason, "refused without a Job");
-        let t = Transition {
-            phase: Phase::Failed,
-            message: Some(message),
-            end_time: Some(now),
-            event: Some((reason, true)),
-            ..Transition::default()
-        };
-        transition(ctx, op, t).await?;
-        return Ok(Action::await_change());
+        return Turn::Refused { message, reason, now };
     }
     // A run that its rollout's wave holds says so rather than waiting for a Job slot, and is no slot
     // waiter: the end of every other Job does not wake it, only what may open or free its wave does
@@ -719,20 +771,9 @@ async fn start_or_wait(
             if !matches!(why, Wait::NoJobSlot { .. }) {
                 leave_slot_waiters(ctx, op);
             }
-            drop(_guard);
-            // A window opening or a freeze ending wakes it by a timer at that instant; the rest by triggers.
-            let next = why.wake_at().map_or(ctx.config.queue_resync, |t| {
-                Duration::try_from(now.duration_until(t)).unwrap_or_default()
-            });
-            let message = why.to_string();
-            let said = op.status.as_ref().and_then(|s| s.message.as_deref());
-            if !(phase(op) == Phase::Queued && super::rollout::only_counts_moved(&why, said, &message)) {
-                wait(ctx, op, message).await?;
-            }
-            return Ok(Action::requeue(next));
+            return Turn::Waits { why, now };
         }
     };
-
     leave_slot_waiters(ctx, op);
     let note = ignored.map(|ignored| {
         info!(operation = %op.name_any(), reason = %ignored, "started outside maintenance: ignoreMaintenance");
@@ -742,7 +783,31 @@ async fn start_or_wait(
     if let Ok(mut claims) = ctx.claims.lock() {
         claims.insert(op.name_any(), note.clone());
     }
-    drop(_guard);
+    Turn::Starts { note }
+}
+
+/// The operations other than `op` that hold a cluster or a Job slot: those running and those claimed
+/// (a claim whose operation has finished is dropped).
+fn busy_operations(op: &ClusterOperation, ctx: &Context) -> BTreeSet<String> {
+    let mut busy: BTreeSet<String> = ctx.operations.running();
+    if let Ok(mut claims) = ctx.claims.lock() {
+        let alive = |n: &String| ctx.operations.phase(n).is_some_and(|p| !p.is_terminal());
+        claims.retain(|n, _| alive(n));
+        busy.extend(claims.keys().cloned());
+    }
+    busy.remove(&op.name_any());
+    busy
+}
+
+/// Creates the claimed `op`'s Job `name` (adopting it on a conflict) after its credentials Secrets, and
+/// records it running with `note`; a failed create lets the claim go.
+async fn create_job(
+    op: &ClusterOperation,
+    ctx: &Context,
+    jobs: &Api<Job>,
+    name: &str,
+    note: Option<String>,
+) -> Result<Action, ControllerError> {
     let ns = ctx.config.namespace.as_str();
     let cluster = op.spec.cluster.as_str();
     if let Err(e) = credentials::ensure(&ctx.client, ns, cluster, op.spec.service_account.as_deref()).await {

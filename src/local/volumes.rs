@@ -18,6 +18,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, KeyToPath, PodSpec, Secret, Volume};
+use k8s_openapi::ByteString;
 
 /// Mode of files from ConfigMaps and Secrets when the Job sets none (the API server's default).
 const DEFAULT_FILE_MODE: u32 = 0o644;
@@ -211,38 +212,53 @@ struct Data<'a> {
     secret: bool,
 }
 
+/// The data of the ConfigMap `name` among `sources`: `data`, then `binaryData`.
 fn config_map_data<'a>(sources: &Sources, name: &'a str) -> Option<Data<'a>> {
     let cm = sources.config_maps.get(name)?;
-    let mut entries: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    for (k, v) in cm.data.iter().flatten() {
-        entries.insert(k.clone(), v.clone().into_bytes());
-    }
-    for (k, v) in cm.binary_data.iter().flatten() {
-        entries.insert(k.clone(), v.0.clone());
-    }
-    Some(Data {
-        kind: "ConfigMap",
+    Some(Data::from_maps(
+        "ConfigMap",
         name,
-        entries,
-        secret: false,
-    })
+        false,
+        cm.data.as_ref(),
+        cm.binary_data.as_ref(),
+    ))
 }
 
+/// The data of the Secret `name` among `sources`: `stringData`, then `data` over it.
 fn secret_data<'a>(sources: &Sources, name: &'a str) -> Option<Data<'a>> {
     let secret = sources.secrets.get(name)?;
-    let mut entries: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    for (k, v) in secret.string_data.iter().flatten() {
-        entries.insert(k.clone(), v.clone().into_bytes());
-    }
-    for (k, v) in secret.data.iter().flatten() {
-        entries.insert(k.clone(), v.0.clone());
-    }
-    Some(Data {
-        kind: "Secret",
+    Some(Data::from_maps(
+        "Secret",
         name,
-        entries,
-        secret: true,
-    })
+        true,
+        secret.string_data.as_ref(),
+        secret.data.as_ref(),
+    ))
+}
+
+impl<'a> Data<'a> {
+    /// The data of one object from its text entries and, over them, its byte entries.
+    fn from_maps(
+        kind: &'static str,
+        name: &'a str,
+        secret: bool,
+        text: Option<&BTreeMap<String, String>>,
+        bytes: Option<&BTreeMap<String, ByteString>>,
+    ) -> Data<'a> {
+        let mut entries: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for (k, v) in text.into_iter().flatten() {
+            entries.insert(k.clone(), v.clone().into_bytes());
+        }
+        for (k, v) in bytes.into_iter().flatten() {
+            entries.insert(k.clone(), v.0.clone());
+        }
+        Data {
+            kind,
+            name,
+            entries,
+            secret,
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -554,30 +554,19 @@ mod tests {
     const SHA: &str = "1111111111111111111111111111111111111111";
 
     fn op(id: &str, index: usize, entry: serde_json::Value) -> Operation {
+        let base = Operation::playbook(id, entry["action"].as_str().unwrap_or("cluster.yml"), index);
         Operation {
-            id: id.to_string(),
-            action: entry["action"].as_str().unwrap_or("cluster.yml").to_string(),
-            action_type: ActionType::Playbook,
             extra_args: entry["extraArgs"]
                 .as_array()
                 .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
                 .unwrap_or_default(),
             image: entry["image"].as_str().map(str::to_string),
-            pre_hooks: vec![],
-            post_hooks: vec![],
             active_deadline_seconds: entry["activeDeadlineSeconds"].as_i64(),
             start_timeout: entry["startTimeout"].as_i64(),
-            schedule: None,
             rerun: entry["rerun"].as_u64(),
-            on_failure: Default::default(),
-            verify: Default::default(),
-            verify_timeout: None,
-            ignore_maintenance: false,
-            preflight: true,
-            allow_release_skip: false,
             entry,
             line: index + 1,
-            index,
+            ..base
         }
     }
 

@@ -47,99 +47,14 @@ pub(crate) fn install<'a>(
     credentials: &Credentials,
     log: SharedLog,
 ) {
-    let creds = credentials.clone();
-    let cred_log = log.clone();
-    let mut tried_username = false;
-    let mut tried_key = false;
-    let mut tried_userpass = false;
-    callbacks.credentials(move |_url, username_from_url, allowed| {
-        let username_file = || match &creds.username_file {
-            Some(p) => read_secret("username", p).map(Some),
-            None => Ok(None),
-        };
-        let fail = |log: &SharedLog, e: SourceError| {
-            let message = e.to_string();
-            record(log, |l| l.read_error = Some(e));
-            git2::Error::from_str(&message)
-        };
-        if allowed.contains(CredentialType::USERNAME) && !tried_username {
-            tried_username = true;
-            let user = match username_file() {
-                Ok(u) => u.unwrap_or_else(|| "git".to_string()),
-                Err(e) => return Err(fail(&cred_log, e)),
-            };
-            record(&cred_log, |l| l.tried.push(format!("username {user:?}")));
-            return Cred::username(&user);
-        }
-        if allowed.contains(CredentialType::SSH_KEY) && !tried_key {
-            tried_key = true;
-            if let Some(key) = &creds.ssh_key_file {
-                let user = match username_from_url {
-                    Some(u) => u.to_string(),
-                    None => match username_file() {
-                        Ok(u) => u.unwrap_or_else(|| "git".to_string()),
-                        Err(e) => return Err(fail(&cred_log, e)),
-                    },
-                };
-                if let Err(e) = std::fs::metadata(key) {
-                    let err = SourceError::ReadCredential {
-                        what: "ssh key",
-                        path: key.clone(),
-                        message: e.kind().to_string(),
-                    };
-                    return Err(fail(&cred_log, err));
-                }
-                record(&cred_log, |l| {
-                    l.tried.push(format!("ssh key {} as {user:?}", key.display()))
-                });
-                return Cred::ssh_key(&user, None, key, None);
-            }
-        }
-        if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) && !tried_userpass {
-            tried_userpass = true;
-            let user = match username_file() {
-                Ok(u) => u,
-                Err(e) => return Err(fail(&cred_log, e)),
-            };
-            if let Some(token_file) = &creds.token_file {
-                let token = match read_secret("token", token_file) {
-                    Ok(t) => t,
-                    Err(e) => return Err(fail(&cred_log, e)),
-                };
-                let user = user.unwrap_or_else(|| super::TOKEN_USERNAME.to_string());
-                crate::redact::register_basic(&user, &token);
-                record(&cred_log, |l| {
-                    l.tried
-                        .push(format!("token from {} as {user:?}", token_file.display()))
-                });
-                return Cred::userpass_plaintext(&user, &token);
-            }
-            if let Some(password_file) = &creds.password_file {
-                let password = match read_secret("password", password_file) {
-                    Ok(p) => p,
-                    Err(e) => return Err(fail(&cred_log, e)),
-                };
-                let user = user
-                    .or_else(|| username_from_url.map(str::to_string))
-                    .unwrap_or_default();
-                crate::redact::register_basic(&user, &password);
-                record(&cred_log, |l| {
-                    l.tried
-                        .push(format!("password from {} as {user:?}", password_file.display()))
-                });
-                return Cred::userpass_plaintext(&user, &password);
-            }
-        }
-        record(&cred_log, |l| {
-            if l.tried.is_empty() {
-                l.tried.push(format!(
-                    "nothing (no credential configured for {})",
-                    describe(allowed)
-                ));
-            }
-        });
-        Err(git2::Error::from_str("no more credentials to try"))
-    });
+    let mut attempts = Attempts {
+        creds: credentials.clone(),
+        log: log.clone(),
+        tried_username: false,
+        tried_key: false,
+        tried_userpass: false,
+    };
+    callbacks.credentials(move |_url, username_from_url, allowed| attempts.next(username_from_url, allowed));
 
     let (host, port) = match remote {
         RemoteUrl::Ssh { host, port, .. } => (host.clone(), *port),
@@ -156,41 +71,8 @@ pub(crate) fn install<'a>(
         } else {
             host.clone()
         };
-        let display = if port == 22 {
-            host.clone()
-        } else {
-            format!("[{host}]:{port}")
-        };
         let key = hostkey.hostkey().unwrap_or_default();
-        let key_type = key_type_name(key);
-        let verdict = match &known_hosts {
-            None => Err(SourceError::HostKeyUnknown {
-                host: display.clone(),
-                key_type,
-                known_hosts: "(none given: pass --git-known-hosts)".to_string(),
-            }),
-            Some(file) => match std::fs::read_to_string(file) {
-                Err(e) => Err(SourceError::ReadCredential {
-                    what: "known_hosts",
-                    path: file.clone(),
-                    message: e.kind().to_string(),
-                }),
-                Ok(text) => match check_host_key(&text, &host, port, key) {
-                    HostKeyVerdict::Match => Ok(()),
-                    HostKeyVerdict::Unknown => Err(SourceError::HostKeyUnknown {
-                        host: display.clone(),
-                        key_type,
-                        known_hosts: file.display().to_string(),
-                    }),
-                    HostKeyVerdict::Mismatch => Err(SourceError::HostKeyChanged {
-                        host: display.clone(),
-                        key_type,
-                        known_hosts: file.display().to_string(),
-                    }),
-                },
-            },
-        };
-        match verdict {
+        match check_known_host(known_hosts.as_deref(), &host, port, key) {
             Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
             Err(e) => {
                 let message = e.to_string();
@@ -199,6 +81,157 @@ pub(crate) fn install<'a>(
             }
         }
     });
+}
+
+/// The credentials offered to a server, each method once: libgit2 asks again after every refusal, for
+/// as long as it is given something.
+struct Attempts {
+    creds: Credentials,
+    log: SharedLog,
+    tried_username: bool,
+    tried_key: bool,
+    tried_userpass: bool,
+}
+
+impl Attempts {
+    /// The next credential to offer for one of the `allowed` methods, or the error that ends the tries.
+    fn next(
+        &mut self,
+        username_from_url: Option<&str>,
+        allowed: CredentialType,
+    ) -> Result<Cred, git2::Error> {
+        if allowed.contains(CredentialType::USERNAME) && !self.tried_username {
+            self.tried_username = true;
+            let user = self.username_file()?.unwrap_or_else(|| "git".to_string());
+            record(&self.log, |l| l.tried.push(format!("username {user:?}")));
+            return Cred::username(&user);
+        }
+        if allowed.contains(CredentialType::SSH_KEY) && !self.tried_key {
+            self.tried_key = true;
+            if let Some(key) = self.creds.ssh_key_file.clone() {
+                return self.ssh_key(&key, username_from_url);
+            }
+        }
+        if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) && !self.tried_userpass {
+            self.tried_userpass = true;
+            if let Some(cred) = self.user_pass(username_from_url)? {
+                return Ok(cred);
+            }
+        }
+        record(&self.log, |l| {
+            if l.tried.is_empty() {
+                l.tried.push(format!(
+                    "nothing (no credential configured for {})",
+                    describe(allowed)
+                ));
+            }
+        });
+        Err(git2::Error::from_str("no more credentials to try"))
+    }
+
+    /// The ssh key `key`, as the URL's user, else the username file's, else `git`.
+    fn ssh_key(&self, key: &Path, username_from_url: Option<&str>) -> Result<Cred, git2::Error> {
+        let user = match username_from_url {
+            Some(u) => u.to_string(),
+            None => self.username_file()?.unwrap_or_else(|| "git".to_string()),
+        };
+        if let Err(e) = std::fs::metadata(key) {
+            let err = SourceError::ReadCredential {
+                what: "ssh key",
+                path: key.to_path_buf(),
+                message: e.kind().to_string(),
+            };
+            return Err(self.fail(err));
+        }
+        record(&self.log, |l| {
+            l.tried.push(format!("ssh key {} as {user:?}", key.display()))
+        });
+        Cred::ssh_key(&user, None, key, None)
+    }
+
+    /// The token, else the password, with the username file's user (a token's default user, a
+    /// password's the URL's); `None` when neither file is configured.
+    fn user_pass(&self, username_from_url: Option<&str>) -> Result<Option<Cred>, git2::Error> {
+        let user = self.username_file()?;
+        if let Some(token_file) = &self.creds.token_file {
+            let token = read_secret("token", token_file).map_err(|e| self.fail(e))?;
+            let user = user.unwrap_or_else(|| super::TOKEN_USERNAME.to_string());
+            crate::redact::register_basic(&user, &token);
+            record(&self.log, |l| {
+                l.tried
+                    .push(format!("token from {} as {user:?}", token_file.display()))
+            });
+            return Cred::userpass_plaintext(&user, &token).map(Some);
+        }
+        if let Some(password_file) = &self.creds.password_file {
+            let password = read_secret("password", password_file).map_err(|e| self.fail(e))?;
+            let user = user
+                .or_else(|| username_from_url.map(str::to_string))
+                .unwrap_or_default();
+            crate::redact::register_basic(&user, &password);
+            record(&self.log, |l| {
+                l.tried
+                    .push(format!("password from {} as {user:?}", password_file.display()))
+            });
+            return Cred::userpass_plaintext(&user, &password).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// The username file's content, when one is configured.
+    fn username_file(&self) -> Result<Option<String>, git2::Error> {
+        match &self.creds.username_file {
+            Some(p) => read_secret("username", p).map(Some).map_err(|e| self.fail(e)),
+            None => Ok(None),
+        }
+    }
+
+    /// Records `e` as the credential file that could not be read and ends the tries with it.
+    fn fail(&self, e: SourceError) -> git2::Error {
+        let message = e.to_string();
+        record(&self.log, |l| l.read_error = Some(e));
+        git2::Error::from_str(&message)
+    }
+}
+
+/// Whether `key`, the host key `host` on `port` showed, is the one `known_hosts` lists for it.
+fn check_known_host(
+    known_hosts: Option<&Path>,
+    host: &str,
+    port: u16,
+    key: &[u8],
+) -> Result<(), SourceError> {
+    let display = if port == 22 {
+        host.to_string()
+    } else {
+        format!("[{host}]:{port}")
+    };
+    let key_type = key_type_name(key);
+    let Some(file) = known_hosts else {
+        return Err(SourceError::HostKeyUnknown {
+            host: display,
+            key_type,
+            known_hosts: "(none given: pass --git-known-hosts)".to_string(),
+        });
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| SourceError::ReadCredential {
+        what: "known_hosts",
+        path: file.to_path_buf(),
+        message: e.kind().to_string(),
+    })?;
+    match check_host_key(&text, host, port, key) {
+        HostKeyVerdict::Match => Ok(()),
+        HostKeyVerdict::Unknown => Err(SourceError::HostKeyUnknown {
+            host: display,
+            key_type,
+            known_hosts: file.display().to_string(),
+        }),
+        HostKeyVerdict::Mismatch => Err(SourceError::HostKeyChanged {
+            host: display,
+            key_type,
+            known_hosts: file.display().to_string(),
+        }),
+    }
 }
 
 fn describe(allowed: CredentialType) -> String {

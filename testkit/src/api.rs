@@ -630,18 +630,22 @@ impl State {
                 .collect();
             e
         };
+        // The configuration applied over `base` by the request's manager.
+        let apply_over = |base: &Value| {
+            apply::server_side_apply(
+                base,
+                &applied,
+                &ctx.manager,
+                force,
+                &info.api_version(),
+                scope,
+                &now,
+            )
+            .map_err(conflict)
+        };
         match old {
             Some(old) => {
-                let mut merged = apply::server_side_apply(
-                    &old,
-                    &applied,
-                    &ctx.manager,
-                    force,
-                    &info.api_version(),
-                    scope,
-                    &now,
-                )
-                .map_err(conflict)?;
+                let mut merged = apply_over(&old)?;
                 let mf = merged["metadata"]["managedFields"].clone();
                 merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
                 self.finish_update(info, ctx, &old, merged, status, Some(mf))
@@ -660,16 +664,7 @@ impl State {
                         base["metadata"][f] = v.clone();
                     }
                 }
-                let mut obj = apply::server_side_apply(
-                    &base,
-                    &applied,
-                    &ctx.manager,
-                    force,
-                    &info.api_version(),
-                    scope,
-                    &now,
-                )
-                .map_err(conflict)?;
+                let mut obj = apply_over(&base)?;
                 if info.status {
                     if let Some(m) = obj.as_object_mut() {
                         m.remove("status");

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::errors::{cause, ApiError, Cause};
 
@@ -63,11 +63,7 @@ fn prune(schema: &Value, value: &mut Value, path: &str, top: bool, unknown: &mut
                 if top && OBJECT_FIELDS.contains(&key.as_str()) {
                     continue;
                 }
-                let child = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
+                let child = child_path(path, &key);
                 if let Some(s) = props.and_then(|p| p.get(&key)).or(additional) {
                     // A null the schema does not allow is dropped, as the apiserver does before
                     // defaulting.
@@ -130,27 +126,8 @@ fn invalid(path: &str, value: &Value, why: String) -> Cause {
 /// Checks a value against its schema, collecting causes.
 fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cause>) {
     composition(schema, value, path, out);
-    if value.is_null() {
-        // Null fields were pruned; what is left is a list item or an allowed null.
-        if let Some(expected) = schema.get("type").and_then(Value::as_str) {
-            if schema["nullable"] != Value::Bool(true) {
-                out.push(type_error(path, "null", expected));
-            }
-        }
+    if !check_type(schema, value, path, out) {
         return;
-    }
-    let actual = type_name(value);
-    if schema["x-kubernetes-int-or-string"] == Value::Bool(true) {
-        if !matches!(actual, "integer" | "string") {
-            out.push(type_error(path, actual, "integer,string"));
-        }
-        return;
-    }
-    if let Some(expected) = schema.get("type").and_then(Value::as_str) {
-        if !type_matches(expected, actual) {
-            out.push(type_error(path, actual, expected));
-            return;
-        }
     }
     if let Some(options) = schema.get("enum").and_then(Value::as_array) {
         if !options.contains(value) {
@@ -165,165 +142,218 @@ fn check(schema: &Value, value: &Value, path: &str, top: bool, out: &mut Vec<Cau
             ));
         }
     }
-    let bound = |key: &str| schema.get(key).and_then(Value::as_f64);
     match value {
-        Value::String(s) => {
-            let len = s.chars().count() as f64;
-            if bound("maxLength").is_some_and(|m| len > m) {
-                out.push(cause(
-                    "FieldValueTooLong",
-                    path,
-                    format!(
-                        "Too long: may not be more than {} bytes",
-                        number(&schema["maxLength"])
-                    ),
-                ));
-            }
-            if bound("minLength").is_some_and(|m| len < m) {
-                out.push(invalid(
-                    path,
-                    value,
-                    format!("should be at least {} chars long", number(&schema["minLength"])),
-                ));
-            }
-            if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
-                if regex(p).is_some_and(|r| !r.is_match(s)) {
-                    out.push(invalid(path, value, format!("should match '{p}'")));
-                }
-            }
-            if let Some(format) = schema.get("format").and_then(Value::as_str) {
-                if !crate::formats::conforms(format, s) {
-                    out.push(cause(
-                        "FieldValueTypeInvalid",
-                        path,
-                        format!("Invalid value: {value}: {path} in body must be of type {format}: {value}"),
-                    ));
-                }
-            }
-        }
-        Value::Number(n) => {
-            let n = n.as_f64().unwrap_or(0.0);
-            let exclusive = |key: &str| schema[key] == Value::Bool(true);
-            if let Some(m) = bound("minimum") {
-                let min = number(&schema["minimum"]);
-                if exclusive("exclusiveMinimum") && n <= m {
-                    out.push(invalid(path, value, format!("should be greater than {min}")));
-                } else if n < m {
-                    out.push(invalid(
-                        path,
-                        value,
-                        format!("should be greater than or equal to {min}"),
-                    ));
-                }
-            }
-            if let Some(m) = bound("maximum") {
-                let max = number(&schema["maximum"]);
-                if exclusive("exclusiveMaximum") && n >= m {
-                    out.push(invalid(path, value, format!("should be less than {max}")));
-                } else if n > m {
-                    out.push(invalid(
-                        path,
-                        value,
-                        format!("should be less than or equal to {max}"),
-                    ));
-                }
-            }
-            if let Some(factor) = bound("multipleOf").filter(|f| *f > 0.0) {
-                let q = n / factor;
-                if (q - q.round()).abs() > 1e-9 {
-                    out.push(invalid(
-                        path,
-                        value,
-                        format!("should be a multiple of {}", number(&schema["multipleOf"])),
-                    ));
-                }
-            }
-        }
-        Value::Array(items) => {
-            if bound("maxItems").is_some_and(|m| items.len() as f64 > m) {
-                out.push(cause(
-                    "FieldValueTooMany",
-                    path,
-                    format!(
-                        "Too many: {}: must have at most {} items",
-                        items.len(),
-                        number(&schema["maxItems"])
-                    ),
-                ));
-            }
-            if bound("minItems").is_some_and(|m| (items.len() as f64) < m) {
-                out.push(invalid(
-                    path,
-                    &json!(items.len()),
-                    format!("should have at least {} items", number(&schema["minItems"])),
-                ));
-            }
-            if let Some(s) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    check(s, item, &format!("{path}[{i}]"), false, out);
-                }
-            }
-        }
+        Value::String(s) => check_string(schema, value, s, path, out),
+        Value::Number(n) => check_number(schema, value, n.as_f64().unwrap_or(0.0), path, out),
+        Value::Array(items) => check_array(schema, items, path, out),
         Value::Object(map) => {
-            let count = map.len()
-                - if top {
-                    OBJECT_FIELDS.iter().filter(|f| map.contains_key(**f)).count()
-                } else {
-                    0
-                };
-            if bound("maxProperties").is_some_and(|m| count as f64 > m) {
-                out.push(cause(
-                    "FieldValueTooMany",
-                    path,
-                    format!(
-                        "Too many: {count}: must have at most {} items",
-                        number(&schema["maxProperties"])
-                    ),
-                ));
-            }
-            if bound("minProperties").is_some_and(|m| (count as f64) < m) {
-                out.push(invalid(
-                    path,
-                    &json!(""),
-                    format!(
-                        "should have at least {} properties",
-                        number(&schema["minProperties"])
-                    ),
-                ));
-            }
-            for required in schema
-                .get("required")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let name = required.as_str().unwrap_or("");
-                if map.get(name).is_none_or(Value::is_null) {
-                    let field = if path.is_empty() {
-                        name.to_string()
-                    } else {
-                        format!("{path}.{name}")
-                    };
-                    out.push(cause("FieldValueRequired", &field, "Required value"));
-                }
-            }
-            let props = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            for (key, v) in map {
-                if top && OBJECT_FIELDS.contains(&key.as_str()) {
-                    continue;
-                }
-                if let Some(s) = props.and_then(|p| p.get(key)).or(additional) {
-                    let child = if path.is_empty() {
-                        key.clone()
-                    } else {
-                        format!("{path}.{key}")
-                    };
-                    check(s, v, &child, false, out);
-                }
-            }
+            check_object(schema, map, path, top, out);
+            check_fields(schema, map, path, top, out);
         }
         _ => {}
+    }
+}
+
+/// Checks a value's type (`type`, `nullable`, `x-kubernetes-int-or-string`); whether the checks of its
+/// value go on.
+fn check_type(schema: &Value, value: &Value, path: &str, out: &mut Vec<Cause>) -> bool {
+    if value.is_null() {
+        // Null fields were pruned; what is left is a list item or an allowed null.
+        if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+            if schema["nullable"] != Value::Bool(true) {
+                out.push(type_error(path, "null", expected));
+            }
+        }
+        return false;
+    }
+    let actual = type_name(value);
+    if schema["x-kubernetes-int-or-string"] == Value::Bool(true) {
+        if !matches!(actual, "integer" | "string") {
+            out.push(type_error(path, actual, "integer,string"));
+        }
+        return false;
+    }
+    if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+        if !type_matches(expected, actual) {
+            out.push(type_error(path, actual, expected));
+            return false;
+        }
+    }
+    true
+}
+
+/// The number the schema gives under `key` (a length, a count, a bound).
+fn bound(schema: &Value, key: &str) -> Option<f64> {
+    schema.get(key).and_then(Value::as_f64)
+}
+
+/// A string's length, pattern and format.
+fn check_string(schema: &Value, value: &Value, s: &str, path: &str, out: &mut Vec<Cause>) {
+    let len = s.chars().count() as f64;
+    if bound(schema, "maxLength").is_some_and(|m| len > m) {
+        out.push(cause(
+            "FieldValueTooLong",
+            path,
+            format!(
+                "Too long: may not be more than {} bytes",
+                number(&schema["maxLength"])
+            ),
+        ));
+    }
+    if bound(schema, "minLength").is_some_and(|m| len < m) {
+        out.push(invalid(
+            path,
+            value,
+            format!("should be at least {} chars long", number(&schema["minLength"])),
+        ));
+    }
+    if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
+        if regex(p).is_some_and(|r| !r.is_match(s)) {
+            out.push(invalid(path, value, format!("should match '{p}'")));
+        }
+    }
+    if let Some(format) = schema.get("format").and_then(Value::as_str) {
+        if !crate::formats::conforms(format, s) {
+            out.push(cause(
+                "FieldValueTypeInvalid",
+                path,
+                format!("Invalid value: {value}: {path} in body must be of type {format}: {value}"),
+            ));
+        }
+    }
+}
+
+/// A number's bounds (inclusive or exclusive) and the number it is a multiple of.
+fn check_number(schema: &Value, value: &Value, n: f64, path: &str, out: &mut Vec<Cause>) {
+    let exclusive = |key: &str| schema[key] == Value::Bool(true);
+    if let Some(m) = bound(schema, "minimum") {
+        let min = number(&schema["minimum"]);
+        if exclusive("exclusiveMinimum") && n <= m {
+            out.push(invalid(path, value, format!("should be greater than {min}")));
+        } else if n < m {
+            out.push(invalid(
+                path,
+                value,
+                format!("should be greater than or equal to {min}"),
+            ));
+        }
+    }
+    if let Some(m) = bound(schema, "maximum") {
+        let max = number(&schema["maximum"]);
+        if exclusive("exclusiveMaximum") && n >= m {
+            out.push(invalid(path, value, format!("should be less than {max}")));
+        } else if n > m {
+            out.push(invalid(
+                path,
+                value,
+                format!("should be less than or equal to {max}"),
+            ));
+        }
+    }
+    if let Some(factor) = bound(schema, "multipleOf").filter(|f| *f > 0.0) {
+        let q = n / factor;
+        if (q - q.round()).abs() > 1e-9 {
+            out.push(invalid(
+                path,
+                value,
+                format!("should be a multiple of {}", number(&schema["multipleOf"])),
+            ));
+        }
+    }
+}
+
+/// An array's item count, and each item against `items`.
+fn check_array(schema: &Value, items: &[Value], path: &str, out: &mut Vec<Cause>) {
+    if bound(schema, "maxItems").is_some_and(|m| items.len() as f64 > m) {
+        out.push(cause(
+            "FieldValueTooMany",
+            path,
+            format!(
+                "Too many: {}: must have at most {} items",
+                items.len(),
+                number(&schema["maxItems"])
+            ),
+        ));
+    }
+    if bound(schema, "minItems").is_some_and(|m| (items.len() as f64) < m) {
+        out.push(invalid(
+            path,
+            &json!(items.len()),
+            format!("should have at least {} items", number(&schema["minItems"])),
+        ));
+    }
+    if let Some(s) = schema.get("items") {
+        for (i, item) in items.iter().enumerate() {
+            check(s, item, &format!("{path}[{i}]"), false, out);
+        }
+    }
+}
+
+/// An object's property count (the object's own fields not counted at the top) and required fields.
+fn check_object(schema: &Value, map: &Map<String, Value>, path: &str, top: bool, out: &mut Vec<Cause>) {
+    let count = map.len()
+        - if top {
+            OBJECT_FIELDS.iter().filter(|f| map.contains_key(**f)).count()
+        } else {
+            0
+        };
+    if bound(schema, "maxProperties").is_some_and(|m| count as f64 > m) {
+        out.push(cause(
+            "FieldValueTooMany",
+            path,
+            format!(
+                "Too many: {count}: must have at most {} items",
+                number(&schema["maxProperties"])
+            ),
+        ));
+    }
+    if bound(schema, "minProperties").is_some_and(|m| (count as f64) < m) {
+        out.push(invalid(
+            path,
+            &json!(""),
+            format!(
+                "should have at least {} properties",
+                number(&schema["minProperties"])
+            ),
+        ));
+    }
+    for required in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = required.as_str().unwrap_or("");
+        if map.get(name).is_none_or(Value::is_null) {
+            out.push(cause(
+                "FieldValueRequired",
+                &child_path(path, name),
+                "Required value",
+            ));
+        }
+    }
+}
+
+/// Each field of an object against its property's schema, else `additionalProperties`.
+fn check_fields(schema: &Value, map: &Map<String, Value>, path: &str, top: bool, out: &mut Vec<Cause>) {
+    let props = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+    for (key, v) in map {
+        if top && OBJECT_FIELDS.contains(&key.as_str()) {
+            continue;
+        }
+        if let Some(s) = props.and_then(|p| p.get(key)).or(additional) {
+            check(s, v, &child_path(path, key), false, out);
+        }
+    }
+}
+
+/// The path of the field `name` of the object at `path`.
+fn child_path(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
     }
 }
 
@@ -480,11 +510,7 @@ fn rules(schema: &Value, new: &Value, old: Option<&Value>, path: &str, out: &mut
     if let (Some(props), Value::Object(map)) = (schema.get("properties").and_then(Value::as_object), new) {
         for (key, s) in props {
             if let Some(v) = map.get(key) {
-                let child = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
+                let child = child_path(path, key);
                 rules(s, v, old.and_then(|o| o.get(key)), &child, out);
             }
         }

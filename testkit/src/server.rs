@@ -628,6 +628,8 @@ fn take_fault(shared: &Shared, verb: &str, resource: &str, logged: &str, name: O
     Some(code)
 }
 
+/// Serves `verb` on the resource path `rp`: finds the resource, reads the query, and runs the verb on
+/// the store.
 fn resource_request(
     shared: &Arc<Shared>,
     headers: &HeaderMap,
@@ -655,45 +657,109 @@ fn resource_request(
     if !info.namespaced && rp.namespace.is_some() {
         return not_found_path();
     }
-    let labels = match q
-        .get("labelSelector")
-        .map(|s| LabelSelector::parse(s))
-        .transpose()
-    {
-        Ok(l) => l.unwrap_or_default(),
+    let call = match ResourceCall::new(info, &rp, headers, q, status) {
+        Ok(call) => call,
         Err(e) => return error_response(&e),
     };
-    let fields = match q
-        .get("fieldSelector")
-        .map(|s| FieldSelector::parse(s, &rp.group, &rp.resource))
-        .transpose()
-    {
-        Ok(f) => f.unwrap_or_default(),
-        Err(e) => return error_response(&e),
-    };
-    let table_request = match table_request(headers, q) {
-        Ok(t) => t,
-        Err(e) => return error_response(&e),
-    };
-    let field_validation = match FieldValidation::parse(q.get("fieldValidation").map(String::as_str)) {
-        Ok(f) => f,
-        Err(e) => return error_response(&e),
-    };
-    let ctx = WriteCtx {
-        namespace: rp.namespace.clone(),
-        manager: manager(q, headers),
-        dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
-        field_validation,
-        warnings: Default::default(),
-    };
-    let name = rp.name.clone().unwrap_or_default();
-    let respond = |code: u16, r: Result<Value, ApiError>| match r {
-        Ok(v) => with_warnings(json_response(code, &v), &ctx.warnings.borrow()),
-        Err(e) => error_response(&e),
-    };
+    let take_body = || parsed.unwrap_or_else(|| parse_body(headers, &body));
     match verb {
-        "get" => match state.get(&info, rp.namespace.as_deref(), &name) {
-            Ok(o) => match &table_request {
+        "get" => call.get(state),
+        "list" => call.list(state),
+        "watch" => call.watch(shared, state),
+        "create" => match take_body() {
+            Ok(v) => {
+                let r = state.create(&call.info, &call.ctx, v);
+                drop(state);
+                call.written(201, r)
+            }
+            Err(e) => error_response(&e),
+        },
+        "update" => match take_body() {
+            Ok(v) => {
+                let r = state.update(&call.info, &call.ctx, &call.name, v, status);
+                drop(state);
+                call.written(200, r)
+            }
+            Err(e) => error_response(&e),
+        },
+        "patch" => call.patch(state, &body),
+        "delete" => call.delete(state, take_body()),
+        "deletecollection" => call.delete_collection(state, take_body()),
+        _ => error_response(&ApiError::method_not_allowed(format!(
+            "verb {verb} is not supported"
+        ))),
+    }
+}
+
+/// A request on a resource: the resource, the object it names and what its query asks.
+struct ResourceCall<'a> {
+    info: Arc<ResourceInfo>,
+    namespace: Option<&'a str>,
+    /// The object's name (empty for a collection).
+    name: String,
+    headers: &'a HeaderMap,
+    q: &'a HashMap<String, String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    table: Option<TableRequest>,
+    ctx: WriteCtx,
+    /// Whether the request is on the status subresource.
+    status: bool,
+}
+
+impl<'a> ResourceCall<'a> {
+    /// Reads the query of a request on `rp`: its selectors, whether it asks for a Table, how writes
+    /// validate fields and who makes them; the first of them that is wrong is the error.
+    fn new(
+        info: Arc<ResourceInfo>,
+        rp: &'a ResourcePath,
+        headers: &'a HeaderMap,
+        q: &'a HashMap<String, String>,
+        status: bool,
+    ) -> Result<ResourceCall<'a>, ApiError> {
+        let labels = q
+            .get("labelSelector")
+            .map(|s| LabelSelector::parse(s))
+            .transpose()?;
+        let fields = q
+            .get("fieldSelector")
+            .map(|s| FieldSelector::parse(s, &rp.group, &rp.resource))
+            .transpose()?;
+        let table = table_request(headers, q)?;
+        let field_validation = FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?;
+        let ctx = WriteCtx {
+            namespace: rp.namespace.clone(),
+            manager: manager(q, headers),
+            dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
+            field_validation,
+            warnings: Default::default(),
+        };
+        Ok(ResourceCall {
+            info,
+            namespace: rp.namespace.as_deref(),
+            name: rp.name.clone().unwrap_or_default(),
+            headers,
+            q,
+            labels: labels.unwrap_or_default(),
+            fields: fields.unwrap_or_default(),
+            table,
+            ctx,
+            status,
+        })
+    }
+
+    /// The answer to a write: the object with the write's warnings, or the error.
+    fn written(&self, code: u16, r: Result<Value, ApiError>) -> Response {
+        match r {
+            Ok(v) => with_warnings(json_response(code, &v), &self.ctx.warnings.borrow()),
+            Err(e) => error_response(&e),
+        }
+    }
+
+    /// `get`: the object, or its row of a Table.
+    fn get(&self, state: MutexGuard<'_, State>) -> Response {
+        match state.get(&self.info, self.namespace, &self.name) {
+            Ok(o) => match &self.table {
                 Some(request) => {
                     let rv = o
                         .pointer("/metadata/resourceVersion")
@@ -701,174 +767,169 @@ fn resource_request(
                         .unwrap_or(Value::Null);
                     let meta = json!({"resourceVersion": rv});
                     let now = jiff::Timestamp::now();
-                    json_response(200, &table::table(&info, &[&o], request, meta, now))
+                    json_response(200, &table::table(&self.info, &[&o], request, meta, now))
                 }
                 None => json_response(200, &o),
             },
             Err(e) => error_response(&e),
-        },
-        "list" => {
-            let limit = q.get("limit").and_then(|l| l.parse().ok());
-            match state.list(
-                &info,
-                rp.namespace.as_deref(),
-                &labels,
-                &fields,
-                limit,
-                q.get("continue").map(String::as_str),
-            ) {
-                Ok(page) => {
-                    drop(state);
-                    let meta = list_meta(
-                        page.resource_version,
-                        page.continue_token.as_deref(),
-                        page.remaining,
-                    );
-                    match &table_request {
-                        Some(request) => {
-                            let values = page.values(&info);
-                            let objs: Vec<&Value> = values.iter().map(|a| &**a).collect();
-                            let now = jiff::Timestamp::now();
-                            json_response(200, &table::table(&info, &objs, request, meta, now))
-                        }
-                        None => (
-                            StatusCode::OK,
-                            [(header::CONTENT_TYPE, "application/json")],
-                            list_body(&info, page.items.iter().map(|o| served_json(&info, o)), meta),
-                        )
-                            .into_response(),
-                    }
-                }
-                Err(e) => error_response(&e),
-            }
         }
-        "watch" => {
-            let req = WatchRequest {
-                info: info.clone(),
-                namespace: rp.namespace.clone(),
-                labels,
-                fields,
-                resource_version: q.get("resourceVersion").cloned(),
-                bookmarks: truthy(q, "allowWatchBookmarks"),
-                send_initial_events: truthy(q, "sendInitialEvents"),
-                timeout: q
-                    .get("timeoutSeconds")
-                    .and_then(|t| t.parse().ok())
-                    .map(Duration::from_secs),
-                table: table_request,
-            };
-            let signals = Signals {
-                durability: shared.durability.clone(),
-                cut: shared.cut.subscribe(),
-                shutdown: shared.shutdown.subscribe(),
-                bookmark_interval: shared.bookmark_interval,
-            };
-            let weak = Arc::downgrade(shared);
-            let resource = info.key();
-            let resync: watches::Resync = Arc::new(move |rv| {
-                let shared = weak.upgrade()?;
-                let state = shared.lock();
-                if rv < state.store.compacted(&resource) {
-                    return None;
-                }
-                Some((
-                    state.store.events_since(&resource, rv).cloned().collect(),
-                    state.store.subscribe(),
-                    state.store.resource_version(),
-                ))
-            });
-            let rx = watches::start(&state, req, signals, resync);
-            drop(state);
-            (
+    }
+
+    /// `list`: a page of the objects the selectors choose, or its Table; encoded once the store is
+    /// released.
+    fn list(&self, state: MutexGuard<'_, State>) -> Response {
+        let limit = self.q.get("limit").and_then(|l| l.parse().ok());
+        let page = state.list(
+            &self.info,
+            self.namespace,
+            &self.labels,
+            &self.fields,
+            limit,
+            self.q.get("continue").map(String::as_str),
+        );
+        let page = match page {
+            Ok(page) => page,
+            Err(e) => return error_response(&e),
+        };
+        drop(state);
+        let meta = list_meta(
+            page.resource_version,
+            page.continue_token.as_deref(),
+            page.remaining,
+        );
+        let info = &self.info;
+        match &self.table {
+            Some(request) => {
+                let values = page.values(info);
+                let objs: Vec<&Value> = values.iter().map(|a| &**a).collect();
+                let now = jiff::Timestamp::now();
+                json_response(200, &table::table(info, &objs, request, meta, now))
+            }
+            None => (
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, "application/json")],
-                Body::from_stream(rx),
+                list_body(info, page.items.iter().map(|o| served_json(info, o)), meta),
             )
-                .into_response()
+                .into_response(),
         }
-        "create" => match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
-            Ok(v) => {
-                let r = state.create(&info, &ctx, v);
+    }
+
+    /// `watch`: a stream of the events the selectors choose, from the resource version asked for; a
+    /// watch that fell behind the store resyncs from its events.
+    fn watch(self, shared: &Arc<Shared>, state: MutexGuard<'_, State>) -> Response {
+        let q = self.q;
+        let req = WatchRequest {
+            info: self.info.clone(),
+            namespace: self.namespace.map(str::to_string),
+            labels: self.labels,
+            fields: self.fields,
+            resource_version: q.get("resourceVersion").cloned(),
+            bookmarks: truthy(q, "allowWatchBookmarks"),
+            send_initial_events: truthy(q, "sendInitialEvents"),
+            timeout: q
+                .get("timeoutSeconds")
+                .and_then(|t| t.parse().ok())
+                .map(Duration::from_secs),
+            table: self.table,
+        };
+        let signals = Signals {
+            durability: shared.durability.clone(),
+            cut: shared.cut.subscribe(),
+            shutdown: shared.shutdown.subscribe(),
+            bookmark_interval: shared.bookmark_interval,
+        };
+        let weak = Arc::downgrade(shared);
+        let resource = self.info.key();
+        let resync: watches::Resync = Arc::new(move |rv| {
+            let shared = weak.upgrade()?;
+            let state = shared.lock();
+            if rv < state.store.compacted(&resource) {
+                return None;
+            }
+            Some((
+                state.store.events_since(&resource, rv).cloned().collect(),
+                state.store.subscribe(),
+                state.store.resource_version(),
+            ))
+        });
+        let rx = watches::start(&state, req, signals, resync);
+        drop(state);
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            Body::from_stream(rx),
+        )
+            .into_response()
+    }
+
+    /// `patch` with `body`, of the kind its content type says (apply wants a field manager): 201 when
+    /// it created the object.
+    fn patch(&self, mut state: MutexGuard<'_, State>, body: &[u8]) -> Response {
+        let ct = self
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let kind = match PatchKind::from_content_type(ct) {
+            Ok(k) => k,
+            Err(e) => return error_response(&e),
+        };
+        if kind == PatchKind::Apply && !self.q.contains_key("fieldManager") {
+            return error_response(&ApiError::invalid(
+                "",
+                "PatchOptions",
+                "",
+                vec![crate::errors::cause(
+                    "FieldValueRequired",
+                    "fieldManager",
+                    "Required value: is required for apply patch",
+                )],
+            ));
+        }
+        let (info, ctx, name) = (&self.info, &self.ctx, &self.name);
+        let existed = state.get(info, self.namespace, name).is_ok();
+        let r = state.patch(info, ctx, name, kind, body, self.status, truthy(self.q, "force"));
+        drop(state);
+        self.written(if existed { 200 } else { 201 }, r)
+    }
+
+    /// `delete` with the options in `body` and the query: 202 while finalizers keep the object.
+    fn delete(&self, mut state: MutexGuard<'_, State>, body: Result<Value, ApiError>) -> Response {
+        let opts = match body.and_then(|b| self.delete_opts(&b)) {
+            Ok(opts) => opts,
+            Err(e) => return error_response(&e),
+        };
+        let r = state.delete(&self.info, &self.ctx, &self.name, &opts);
+        let pending = state.get(&self.info, self.namespace, &self.name).is_ok() && !self.ctx.dry_run;
+        drop(state);
+        self.written(if pending { 202 } else { 200 }, r)
+    }
+
+    /// `deletecollection` of what the selectors choose, with the options in `body` and the query: the
+    /// list of the objects deleted.
+    fn delete_collection(&self, mut state: MutexGuard<'_, State>, body: Result<Value, ApiError>) -> Response {
+        let opts = match body.and_then(|b| self.delete_opts(&b)) {
+            Ok(opts) => opts,
+            Err(e) => return error_response(&e),
+        };
+        match state.delete_collection(&self.info, &self.ctx, &self.labels, &self.fields, &opts) {
+            Ok(items) => {
+                let rv = state.store.resource_version();
                 drop(state);
-                respond(201, r)
+                let items = items.iter().map(|o| Bytes::from(o.to_string()));
+                (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    list_body(&self.info, items, list_meta(rv, None, None)),
+                )
+                    .into_response()
             }
             Err(e) => error_response(&e),
-        },
-        "update" => match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
-            Ok(v) => {
-                let r = state.update(&info, &ctx, &name, v, status);
-                drop(state);
-                respond(200, r)
-            }
-            Err(e) => error_response(&e),
-        },
-        "patch" => {
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let kind = match PatchKind::from_content_type(ct) {
-                Ok(k) => k,
-                Err(e) => return error_response(&e),
-            };
-            if kind == PatchKind::Apply && !q.contains_key("fieldManager") {
-                return error_response(&ApiError::invalid(
-                    "",
-                    "PatchOptions",
-                    "",
-                    vec![crate::errors::cause(
-                        "FieldValueRequired",
-                        "fieldManager",
-                        "Required value: is required for apply patch",
-                    )],
-                ));
-            }
-            let existed = state.get(&info, rp.namespace.as_deref(), &name).is_ok();
-            let r = state.patch(&info, &ctx, &name, kind, &body, status, truthy(q, "force"));
-            drop(state);
-            respond(if existed { 200 } else { 201 }, r)
         }
-        "delete" => {
-            let b = match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
-                Ok(b) => b,
-                Err(e) => return error_response(&e),
-            };
-            match DeleteOpts::parse(&b, q.get("propagationPolicy").map(String::as_str)) {
-                Ok(opts) => {
-                    let r = state.delete(&info, &ctx, &name, &opts);
-                    let pending = state.get(&info, rp.namespace.as_deref(), &name).is_ok() && !ctx.dry_run;
-                    drop(state);
-                    respond(if pending { 202 } else { 200 }, r)
-                }
-                Err(e) => error_response(&e),
-            }
-        }
-        "deletecollection" => {
-            let b = match parsed.unwrap_or_else(|| parse_body(headers, &body)) {
-                Ok(b) => b,
-                Err(e) => return error_response(&e),
-            };
-            let opts = match DeleteOpts::parse(&b, q.get("propagationPolicy").map(String::as_str)) {
-                Ok(o) => o,
-                Err(e) => return error_response(&e),
-            };
-            match state.delete_collection(&info, &ctx, &labels, &fields, &opts) {
-                Ok(items) => {
-                    let rv = state.store.resource_version();
-                    drop(state);
-                    let items = items.iter().map(|o| Bytes::from(o.to_string()));
-                    (
-                        StatusCode::OK,
-                        [(header::CONTENT_TYPE, "application/json")],
-                        list_body(&info, items, list_meta(rv, None, None)),
-                    )
-                        .into_response()
-                }
-                Err(e) => error_response(&e),
-            }
-        }
-        _ => error_response(&ApiError::method_not_allowed(format!(
-            "verb {verb} is not supported"
-        ))),
+    }
+
+    /// The delete options of a `body` and the query's `propagationPolicy`.
+    fn delete_opts(&self, body: &Value) -> Result<DeleteOpts, ApiError> {
+        DeleteOpts::parse(body, self.q.get("propagationPolicy").map(String::as_str))
     }
 }
