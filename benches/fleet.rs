@@ -27,8 +27,10 @@
 #[allow(dead_code)]
 #[path = "../tests/integration/common/mod.rs"]
 mod common;
+#[allow(dead_code)]
 #[path = "../tests/integration/e2e/mod.rs"]
 mod e2e;
+#[allow(dead_code)]
 #[path = "../tests/integration/forge/mod.rs"]
 mod forge;
 #[path = "fleet/health.rs"]

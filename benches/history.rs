@@ -10,6 +10,7 @@
 //! temporary directory). The binary measured is the one built with the bench: `cargo test --bench
 //! history` measures the debug build, `cargo bench --bench history` the release one.
 
+#[allow(dead_code)]
 #[path = "../tests/integration/common/kok.rs"]
 mod kok_cli;
 

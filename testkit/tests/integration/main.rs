@@ -1,5 +1,7 @@
 //! One binary for the integration tests: a module per area, the shared helpers beside them.
 
+// kok's tool checks (kubectl); the rest of the file serves kok's own tests.
+#[allow(dead_code)]
 #[path = "../../../tests/integration/common/tools.rs"]
 mod tools;
 

@@ -1,7 +1,6 @@
 //! Headless Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`): the one browser
 //! the tests use. Each [`Browser`] has its own chromedriver on a loopback port and a fresh profile; dropping
 //! it ends the session (which closes Chromium) and stops the driver.
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::path::Path;

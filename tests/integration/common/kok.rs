@@ -1,6 +1,5 @@
 //! The `kok` binary as a one-shot process (plan, history, ...) with its git cache in a temp dir,
 //! `kok run --local` as a child process ([`LocalKok`]), and what a running kok process shows of itself.
-#![allow(dead_code)]
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -69,13 +68,8 @@ pub struct LocalKok {
 
 impl LocalKok {
     /// Starts `kok run --local --repo . --state-dir <state> --interval 1s` in `work_tree`, with `path` as its
-    /// PATH, output appended to `log`. An earlier kubeconfig is removed, so [`LocalKok::client_of`] waits
-    /// for this one.
-    pub fn spawn(work_tree: &Path, state: &Path, log_path: &Path, path: OsString) -> LocalKok {
-        LocalKok::spawn_with(work_tree, state, log_path, path, &[])
-    }
-
-    /// [`LocalKok::spawn`] with more arguments for `kok run`.
+    /// PATH, output appended to `log`, and `args` added. An earlier kubeconfig is removed, so
+    /// [`LocalKok::client_of`] waits for this one.
     pub fn spawn_with(
         work_tree: &Path,
         state: &Path,

@@ -6,7 +6,6 @@
 //! `$KOK_KUBESPRAY_VENV`). Without that source the tests skip and say why, except under `CI=true`, where
 //! they fail. kubespray logs in as root and bootstraps every host; the tests' hosts are this machine on
 //! 127.0.0.x, so they run only where that bootstrap finds nothing to install or change.
-#![allow(dead_code)]
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -2,7 +2,6 @@
 //! second and evaluates a rules file, Alertmanager takes its alerts and posts them to a webhook. Both
 //! are child processes in a temp directory, killed when the harness is dropped; clustering of
 //! Alertmanager is off, so nothing listens beyond 127.0.0.1.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Child, Stdio};

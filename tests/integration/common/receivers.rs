@@ -1,7 +1,6 @@
 //! What a notification receiver requires of a request, per its format's documentation, checked on what a
 //! loopback receiver recorded: a CloudEvents 1.0 event in structured JSON mode with kok's HMAC signature,
 //! a Slack incoming-webhook message of Block Kit blocks, a Teams Workflows message with an Adaptive Card.
-#![allow(dead_code)]
 
 use hmac::{Hmac, Mac};
 use serde_json::Value;

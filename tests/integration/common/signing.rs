@@ -1,6 +1,5 @@
 //! Signing keys for test fixtures: SSH keys made with `ssh-keygen` and OpenPGP keys made with `gpg`
 //! in a throwaway GNUPGHOME, and the `git` configuration that signs commits with them.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,6 @@
 //! an API server certificate it signs for 127.0.0.1, valid for as many days as the test asks; a TLS proxy
 //! on 127.0.0.1 presents that chain and passes the bytes on to a plain-HTTP server (the testkit API server),
 //! so kok's clients and its certificate reads meet the same handshake as a real API server's.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -5,7 +5,6 @@
 //! into `$KOK_VENV`). The scripts of the README's two commands put its `bin` first on PATH; [`command`] and
 //! [`search_path`] do the same for every process a test starts, so a plain `cargo test` after the
 //! set-up runs the same tools.
-#![allow(dead_code)]
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;

@@ -1,5 +1,4 @@
 //! The web view on loopback for HTTP tests: one operation fixture and a listener serving given routes.
-#![allow(dead_code)]
 
 use kok::api::{ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, Phase};
 use kok::server::{self, Readiness, ServerState};

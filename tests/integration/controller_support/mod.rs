@@ -1,6 +1,5 @@
 //! Shared fixtures of the controller and apply tests: cluster directories, a testkit server, the
 //! controller running in-process, and a bounded polling helper.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -1,6 +1,5 @@
 //! End-to-end fixtures: a bare git remote fed from a work clone, `kok run` as a separate process
 //! against an in-process testkit API server (killed on drop), and bounded waits.
-#![allow(dead_code)]
 
 use std::fs::File;
 use std::future::Future;

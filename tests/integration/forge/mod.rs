@@ -1,5 +1,4 @@
 //! A recording HTTP server on 127.0.0.1 for tests: it keeps every request and answers from a script.
-#![allow(dead_code)]
 
 pub mod comments;
 
@@ -227,6 +226,7 @@ impl ForgeServer {
 
     /// Requests received so far by kind: method and the path with the repository and commit left out
     /// (`POST statuses`, `GET commits/status`, …).
+    #[allow(dead_code)] // the fleet benchmark's
     pub fn request_kinds(&self) -> std::collections::BTreeMap<String, usize> {
         let mut kinds = std::collections::BTreeMap::new();
         for r in self.requests() {

@@ -1,6 +1,5 @@
 //! Test fixtures for the git source: a repository builder driving the real `git` CLI, and throwaway
 //! `git daemon` and `sshd` servers on 127.0.0.1 that stop when dropped.
-#![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,5 @@
 //! Fixtures of the local-mode end-to-end tests: a git work tree with a `local` cluster whose playbooks
 //! leave marks in a temp directory, `kok run --local` as a child process, and bounded waits.
-#![allow(dead_code)]
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -1,5 +1,4 @@
 //! Fixtures shared by the local runner tests: an API server with kok's inputs, a runner task, Job helpers.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,5 +1,4 @@
 //! Shared test fixtures: a small custom resource with a status subresource and printer columns.
-#![allow(dead_code)]
 
 pub mod recording;
 
