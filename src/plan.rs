@@ -870,7 +870,8 @@ pub const PLAN_CONTEXT: &str = "kok/plan";
 /// problem when a cluster or kok.yml is invalid; `failure` with the first pre-flight error's cluster, rule,
 /// text and place (`prod-bj: etcd-odd: etcd has 4 hosts: ... at clusters/prod-bj/hosts.yml:44`) when a
 /// kubespray rule fails; else `success` saying what would run (and the scale-down warnings),
-/// e.g. `prod-bj: add-node8 (scale.yml) would run`. Forges cut the description to their limits.
+/// e.g. `prod-bj: add-node8 (scale.yml) would run`, after the first pre-flight warning when there is one
+/// (`warning: prod-bj: host-not-reached: node8 is new in kube_node ...`). Forges cut the description to their limits.
 pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
     let first_error = plan
         .repo_diagnostics
@@ -927,6 +928,19 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
     let mut description = parts.join("; ");
     if let Some(first) = plan.clusters.iter().flat_map(|c| &c.warnings).next() {
         description.push_str(&format!("; {warnings} warning(s): {first}"));
+    }
+    // A pre-flight warning leads: it names what to add, and forges cut descriptions short.
+    let preflight_warning = plan.clusters.iter().find_map(|c| {
+        c.preflight
+            .iter()
+            .find(|f| f.severity == layout::Severity::Warning && f.rule != "release-known")
+            .map(|f| (c, f))
+    });
+    if let Some((cluster, f)) = preflight_warning {
+        description = format!(
+            "warning: {}: {}: {}; {description}",
+            cluster.name, f.rule, f.message
+        );
     }
     (crate::api::StatusState::Success, description)
 }

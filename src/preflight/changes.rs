@@ -185,8 +185,8 @@ fn added(facts: &ClusterFacts<'_>) -> Vec<Finding> {
                 Severity::Warning,
                 (&facts.inventory.path, facts.inventory.line_of(group)),
                 format!(
-                    "{host} is added to {group} and no pending operation reaches it: the inventory changes and \
-                     nothing joins {host} to the cluster{how}; add to operations.yml: - {}",
+                    "{host} is new in {group} and no pending operation reaches it: add - {} to operations.yml, \
+                     or nothing joins {host} to the cluster{how}",
                     entry.replace("{host}", host)
                 ),
                 cite(NODES_MD, doc_line),

@@ -122,10 +122,9 @@ pub fn upgrade_path(
 /// each, ready to paste: `kube_version` written at `kube_version_at`, the image (`image` with the step's tag)
 /// at `image_at`.
 pub fn paste(steps: &[UpgradeStep], image: &str, kube_version_at: &str, image_at: &str) -> String {
-    let repository =
-        image
-            .rsplit_once(':')
-            .map_or(image, |(name, tag)| if tag.contains('/') { image } else { name });
+    let repository = image
+        .rsplit_once(':')
+        .map_or(image, |(name, tag)| if tag.contains('/') { image } else { name });
     let mut out = String::new();
     for (i, step) in steps.iter().enumerate() {
         let id = format!(
