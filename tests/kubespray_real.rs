@@ -5,7 +5,8 @@
 //!
 //! kubespray's own defaults would change the host it bootstraps; every cluster here sets what keeps this
 //! machine as it is (see [`VARS`]), and the tests refuse to run where the bootstrap would still install
-//! or change something (see `tests/common/kubespray.rs`).
+//! or change something (see `tests/common/kubespray.rs`). The confirmation prompts of `remove-node.yml` and
+//! `reset.yml` stop a run without a terminal where kok's rule 10 says, and the answers kok asks for pass them.
 
 // Both harnesses load tests/common/git.rs for themselves.
 #![allow(clippy::duplicate_mod)]
@@ -717,6 +718,154 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
     }
     run.assert_no_ssh_session_outlives_it().await;
     run.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubesprays_confirmation_prompts_stop_a_run_without_a_terminal_where_kok_said_and_the_answers_pass_them(
+) {
+    let Some(kubespray) = kubespray_or_skip("kubesprays_confirmation_prompts_stop_a_run_without_a_terminal")
+    else {
+        return;
+    };
+    // Past the prompt, nothing may change this machine: no node is reset (reset_nodes=false, the reset
+    // role's tag skipped), no drain (pre-remove skipped), no resolv.conf (preinstall's resolvconf tag).
+    let remove = [
+        "-e",
+        "node={second}",
+        "-e",
+        "reset_nodes=false",
+        "--skip-tags",
+        "pre-remove,reset,post-remove",
+    ];
+    let reset = ["--skip-tags", "resolvconf,reset"];
+    /// A run of `action` with `args` plus `answer`; kok's rule 10 refuses it (`refused`) or passes it; the
+    /// task that stops it without a terminal and what it says, or `None` where the answer lets it through.
+    struct Case<'a> {
+        name: &'a str,
+        action: &'a str,
+        args: &'a [&'a str],
+        answer: &'a [&'a str],
+        refused: bool,
+        stops: Option<(&'a str, &'a str)>,
+    }
+    let cases = [
+        Case {
+            name: "rmask",
+            action: "remove-node.yml",
+            args: &remove,
+            answer: &[],
+            refused: true,
+            stops: Some((
+                "Fail if user does not confirm deletion",
+                "Delete nodes confirmation failed",
+            )),
+        },
+        Case {
+            name: "rmyes",
+            action: "remove-node.yml",
+            args: &remove,
+            answer: &["-e", "skip_confirmation=true"],
+            refused: false,
+            stops: None,
+        },
+        Case {
+            name: "resetask",
+            action: "reset.yml",
+            args: &reset,
+            answer: &[],
+            refused: true,
+            stops: Some(("Check confirmation", "Reset confirmation failed")),
+        },
+        // kubespray v2.27.0's "Check confirmation" fails with skip_confirmation alone: kok asks for
+        // reset_confirmation=yes.
+        Case {
+            name: "resetskip",
+            action: "reset.yml",
+            args: &reset,
+            answer: &["-e", "skip_confirmation=true"],
+            refused: true,
+            stops: Some(("Check confirmation", "Reset confirmation failed")),
+        },
+        Case {
+            name: "resetyes",
+            action: "reset.yml",
+            args: &reset,
+            answer: &["-e", "reset_confirmation=yes"],
+            refused: false,
+            stops: None,
+        },
+    ];
+    for case in &cases {
+        let sshd = Sshd::start_on(&ADDRESSES);
+        let nodes = nodes(case.name, 3, Some(sshd.port));
+        let hosts = hosts_yml(&nodes, &[&nodes[0]]);
+        let args: Vec<String> = case
+            .args
+            .iter()
+            .chain(case.answer)
+            .map(|a| a.replace("{second}", &nodes[1].name))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // What kok refuses is let through (preflight: false) for kubespray to stop in its own words.
+        let entry = Entry {
+            preflight: !case.refused,
+            settings: "installed: true\n",
+            ..Entry::of(("prompt", case.action, &args))
+        };
+        let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, entry).await;
+        let found = predicted(&run, &kubespray);
+        let prompt = found.iter().any(|f| f.rule.id() == "confirmation-prompt");
+        assert_eq!(prompt, case.refused, "{}: kok's rule 10: {found:#?}", case.name);
+        assert!(
+            error_rules(&found).iter().all(|r| *r == "confirmation-prompt"),
+            "{}: nothing else refuses it: {found:#?}",
+            case.name
+        );
+        let (phase, message) = phase(&op);
+        let log = run.log();
+        match case.stops {
+            Some((task, says)) => {
+                assert_eq!(
+                    phase,
+                    Phase::Failed,
+                    "{}: {message}; the run's log:\n{log}",
+                    case.name
+                );
+                assert!(
+                    log.contains("Not waiting for response to prompt as stdin is not interactive")
+                        || case.name == "resetskip",
+                    "{}: ansible met the prompt without a terminal: {log}",
+                    case.name
+                );
+                let line = run.note("failure").await;
+                assert!(
+                    line.contains(&format!(" - failed at TASK [{task}] on ")) && line.contains(says),
+                    "{}: expected {task:?} and {says:?} in: {line}\nthe run's log:\n{log}",
+                    case.name
+                );
+            }
+            None => {
+                assert!(
+                    !log.contains("Not waiting for response to prompt"),
+                    "{}: the answer skips the prompt: {log}",
+                    case.name
+                );
+                assert!(
+                    !log.contains("confirmation failed"),
+                    "{}: the run passed the confirmation: {log}",
+                    case.name
+                );
+                assert_eq!(
+                    phase,
+                    Phase::Succeeded,
+                    "{}: {message}; the run's log:\n{log}",
+                    case.name
+                );
+            }
+        }
+        run.assert_no_ssh_session_outlives_it().await;
+        run.stop();
+    }
 }
 
 /// The number of changed task results of the run, as its summary counts them.
