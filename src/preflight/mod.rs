@@ -22,12 +22,12 @@
 //! 9. on a cluster never seen installed (nor said installed outside kok, `installed:` in cluster.yml), nothing
 //!    that needs a running cluster is queued before `cluster.yml` ([`Rule::Order`]);
 //! 10. no run waits for an answer on a terminal a Job does not have: `remove-node.yml` and `reset.yml` say
-//!    `skip_confirmation=true`, an upgrade does not set `upgrade_node_confirm` ([`Rule::Prompt`]);
+//!     `skip_confirmation=true`, an upgrade does not set `upgrade_node_confirm` ([`Rule::Prompt`]);
 //! 11. against the base commit's inventory ([`changes`]): a host added is reached by a pending
-//!    `cluster.yml` or `scale.yml` ([`Rule::HostNotReached`]), a host dropped was removed by a succeeded
-//!    `remove-node.yml` first ([`Rule::HostDropped`]);
+//!     `cluster.yml` or `scale.yml` ([`Rule::HostNotReached`]), a host dropped was removed by a succeeded
+//!     `remove-node.yml` first ([`Rule::HostDropped`]);
 //! 12. the settings a running cluster keeps do not change, but by `reset.yml` then `cluster.yml`
-//!    ([`Rule::SettingFixed`]).
+//!     ([`Rule::SettingFixed`]).
 //!
 //! Where rule 2 or 3 refuses a jump, its finding carries the whole path ([`path::upgrade_path`]): each
 //! step's `kube_version` and the release that installs it.
