@@ -98,6 +98,11 @@ fn a_kube_version_jump_from_v1_29_to_v1_31_fails_the_plan_and_names_v1_30_as_the
         md.contains("- :x: `kube-version-step` at `clusters/prod-bj/vars.yml:1`: kube_version v1.29.10"),
         "{md}"
     );
+    assert!(
+        md.contains("\n  ```yaml\n  # commit 1 of 2: kube_version: v1.30.")
+            && md.contains("  - id: upgrade-1-31-4\n"),
+        "the path, ready to paste: {md}"
+    );
     let (_, json) = plan(
         &repo,
         &["--from", &base, "--to", &head, "--output", "json"],

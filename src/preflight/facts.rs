@@ -655,6 +655,21 @@ mod tests {
     }
 
     #[test]
+    fn a_host_counts_as_removed_once_its_remove_node_yml_succeeded_or_in_a_plans_base() {
+        let mut removal = op("rm", "remove-node.yml", Some(Phase::Succeeded), "1");
+        removal.spec.extra_args = ["-e", "node=node5", "--limit=node5"].map(String::from).to_vec();
+        let mut failed = op("rm2", "playbooks/remove_node.yml", Some(Phase::Failed), "2");
+        failed.spec.extra_args = ["-e", "node=node6"].map(String::from).to_vec();
+        let names = |set: BTreeSet<String>| set.into_iter().collect::<Vec<_>>();
+        assert_eq!(names(removed_hosts([&removal, &failed], false)), ["node5"]);
+        assert_eq!(
+            names(removed_hosts([&removal, &failed], true)),
+            ["node5", "node6"],
+            "a plan's base: taken as run"
+        );
+    }
+
+    #[test]
     fn live_operations_keep_their_place_and_count_as_pending_until_they_finish() {
         let dir = kubespray_dir(
             "- id: install\n  action: cluster.yml\n- id: add\n  action: scale.yml\n- id: old\n  action: ping.yml\n",
