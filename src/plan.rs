@@ -152,6 +152,9 @@ pub struct PlannedFinding {
     /// What the rule comes from: a kubespray file and line at a release, or a document.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cites: Option<String>,
+    /// For a refused version jump: the commits of the whole upgrade path, ready to paste.
+    #[serde(rename = "upgradePath", skip_serializing_if = "Option::is_none")]
+    pub upgrade_path: Option<String>,
 }
 
 impl PlannedFinding {
@@ -164,6 +167,7 @@ impl PlannedFinding {
             operation: finding.operation.clone(),
             message: finding.message.clone(),
             cites: finding.cites.as_ref().map(ToString::to_string),
+            upgrade_path: finding.upgrade_path.clone(),
         }
     }
 
@@ -287,6 +291,8 @@ pub struct Prepared {
     desired: Vec<DesiredCluster>,
     at_from: BTreeMap<String, DesiredCluster>,
     hosts_at_from: BTreeMap<String, BTreeSet<String>>,
+    /// Per cluster at `from`, its inventory and fixed settings (pre-flight's rules 11 and 12).
+    before_at_from: BTreeMap<String, crate::preflight::Before>,
     subjects: BTreeMap<String, String>,
     /// Clusters unchanged in the range whose runs of a changed rollout may change, parsed at `to`.
     widened: Vec<layout::ClusterDir>,
@@ -569,6 +575,7 @@ pub fn prepare(
     let desired = rollouts.render_at_to(read.parsed.clusters.iter().chain(&widened), &ctx);
     let mut at_from = BTreeMap::new();
     let mut hosts_at_from = BTreeMap::new();
+    let mut before_at_from = BTreeMap::new();
     if let Some(from) = from {
         let names: Vec<String> = if read.changes.full_resync {
             crate::source::diff::diff(repo, None, from, root)?.added
@@ -587,6 +594,10 @@ pub fn prepare(
         for (cluster, desired) in parsed.clusters.iter().zip(rendered) {
             at_from.insert(cluster.name.clone(), desired);
             hosts_at_from.insert(cluster.name.clone(), cluster.inventory.hosts.clone());
+            before_at_from.insert(
+                cluster.name.clone(),
+                crate::preflight::before_of(cluster, crate::preflight::Base::PullRequest),
+            );
         }
     }
     let path = crate::source::attribution::first_parent_path(repo, from, to)?;
@@ -607,6 +618,7 @@ pub fn prepare(
         desired,
         at_from,
         hosts_at_from,
+        before_at_from,
         subjects,
         widened,
         rollouts,
@@ -626,6 +638,7 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         base: crate::preflight::Base::PullRequest,
         simulated: baseline.simulated,
         tree: None,
+        before: None,
     };
     for desired in &prepared.desired {
         let live = live(&desired.name);
@@ -638,6 +651,10 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
         // The pass pins pre-flight's findings into the operations it creates, a kept cluster's rollout runs
         // included: the plan does the same, and shows them.
         let checked = prepared.cluster(&desired.name).map(|cluster| {
+            let seen = Seen {
+                before: prepared.before_at_from.get(&desired.name).cloned(),
+                ..seen.clone()
+            };
             let checked = pinning::check(cluster, desired, live, &seen);
             let new: BTreeSet<&str> = pinning::new_operations(desired, live)
                 .map(|o| o.spec.id.as_str())
@@ -853,7 +870,8 @@ pub const PLAN_CONTEXT: &str = "kok/plan";
 /// problem when a cluster or kok.yml is invalid; `failure` with the first pre-flight error's cluster, rule,
 /// text and place (`prod-bj: etcd-odd: etcd has 4 hosts: ... at clusters/prod-bj/hosts.yml:44`) when a
 /// kubespray rule fails; else `success` saying what would run (and the scale-down warnings),
-/// e.g. `prod-bj: add-node8 (scale.yml) would run`. Forges cut the description to their limits.
+/// e.g. `prod-bj: add-node8 (scale.yml) would run`, after the first pre-flight warning when there is one
+/// (`warning: prod-bj: host-not-reached: node8 is new in kube_node ...`). Forges cut the description to their limits.
 pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
     let first_error = plan
         .repo_diagnostics
@@ -910,6 +928,19 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
     let mut description = parts.join("; ");
     if let Some(first) = plan.clusters.iter().flat_map(|c| &c.warnings).next() {
         description.push_str(&format!("; {warnings} warning(s): {first}"));
+    }
+    // A pre-flight warning leads: it names what to add, and forges cut descriptions short.
+    let preflight_warning = plan.clusters.iter().find_map(|c| {
+        c.preflight
+            .iter()
+            .find(|f| f.severity == layout::Severity::Warning && f.rule != "release-known")
+            .map(|f| (c, f))
+    });
+    if let Some((cluster, f)) = preflight_warning {
+        description = format!(
+            "warning: {}: {}: {}; {description}",
+            cluster.name, f.rule, f.message
+        );
     }
     (crate::api::StatusState::Success, description)
 }
@@ -987,6 +1018,14 @@ pub fn text(plan: &Plan) -> String {
                 if let Some(cites) = &f.cites {
                     out.push_str(&format!("      from {cites}\n"));
                 }
+                if let Some(path) = &f.upgrade_path {
+                    out.push_str(
+                        "      the upgrade, one commit each (paste each entry into operations.yml):\n",
+                    );
+                    for line in path.lines() {
+                        out.push_str(&format!("        {line}\n"));
+                    }
+                }
             }
         }
         if !cluster.operations.is_empty() {
@@ -1023,6 +1062,11 @@ pub fn text(plan: &Plan) -> String {
 }
 
 /// A markdown table cell: pipes escaped, line breaks folded.
+/// `text` with `prefix` before each line.
+fn indent(text: &str, prefix: &str) -> String {
+    text.lines().map(|l| format!("{prefix}{l}\n")).collect()
+}
+
 fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
@@ -1110,6 +1154,9 @@ pub fn markdown(plan: &Plan) -> String {
                     cell(&f.location()),
                     cell(&f.message)
                 ));
+                if let Some(path) = &f.upgrade_path {
+                    out.push_str(&format!("\n  ```yaml\n{}  ```\n\n", indent(path, "  ")));
+                }
             }
             out.push('\n');
         }
@@ -1261,6 +1308,7 @@ mod tests {
             operation: None,
             message: format!("{rule} is broken"),
             cites: Some("kubespray v2.27.0 roles/x.yml:80".into()),
+            upgrade_path: None,
         }
     }
 

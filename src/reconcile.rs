@@ -428,6 +428,7 @@ fn preflight(
                 base: crate::preflight::Base::LastReconciled,
                 simulated: false,
                 tree: trees.for_image(&crate::preflight::release_source(cluster).image.value),
+                before: None,
             };
             pinning::check(cluster, desired, live, &seen)
         }

@@ -8,15 +8,22 @@ use super::ansible::{read_inventory_dir, AnsibleInventory, GroupVar, InventorySo
 use super::{Inventory, InventoryDir, VARS_YML};
 use crate::spec::VARS_INVENTORY_PATH;
 
-/// The variables kok reads of a kubespray cluster's inventory for its pre-flight: `kube_version` and the
-/// settings whose values kubespray's assertions enumerate.
-pub const KUBESPRAY_VARS: [&str; 6] = [
+/// The variables kok reads of a kubespray cluster's inventory for its pre-flight: `kube_version`, the
+/// settings whose values kubespray's assertions enumerate, the subnets a running cluster keeps, and the
+/// switches that make a run wait for an answer on a terminal.
+pub const KUBESPRAY_VARS: [&str; 12] = [
     "kube_version",
     "kube_network_plugin",
     "container_manager",
     "etcd_deployment_type",
     "kube_proxy_mode",
     "dns_mode",
+    "kube_service_addresses",
+    "kube_pods_subnet",
+    "upgrade_node_confirm",
+    "upgrade_node_post_upgrade_confirm",
+    "skip_confirmation",
+    "reset_confirmation",
 ];
 
 /// What kubespray's roles see of an inventory directory: the groups after kubespray's boilerplate play and

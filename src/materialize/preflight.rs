@@ -9,7 +9,7 @@ use super::apply::Live;
 use super::render::{stamp, DesiredCluster};
 use crate::api::{ActionType, ClusterOperation, ANNOTATION_CONTENT_HASH};
 use crate::layout::{ClusterDir, Operation};
-use crate::preflight::{self, Base, ClusterFacts, Finding, History, Tree};
+use crate::preflight::{self, Base, Before, ClusterFacts, Finding, History, Tree};
 
 /// How the live objects a cluster's pre-flight starts from were seen.
 #[derive(Clone, Debug)]
@@ -20,6 +20,9 @@ pub struct Seen {
     pub simulated: bool,
     /// Local mode: the checked-out kubespray tree the cluster's runs use.
     pub tree: Option<Tree>,
+    /// The cluster's inventory and settings at the base commit, where the caller read it (a plan), for
+    /// rules 11 and 12.
+    pub before: Option<Before>,
 }
 
 /// What pre-flight found for one rendered cluster.
@@ -71,6 +74,8 @@ pub fn check(cluster: &ClusterDir, desired: &DesiredCluster, live: &Live, seen: 
         previous: preflight::previous_of(live.cluster.as_ref(), seen.base)
             .or_else(|| preflight::adopted_previous(cluster)),
         installed: preflight::installed(live.cluster.as_ref(), live.operations.values(), seen.simulated),
+        before: seen.before.clone(),
+        removed: preflight::removed_hosts(live.operations.values(), seen.simulated),
     };
     let facts = preflight::cluster_facts(cluster, queued.clone(), history.clone(), seen.tree.clone());
     let runs = desired
@@ -213,6 +218,7 @@ mod tests {
             base: Base::LastReconciled,
             simulated: false,
             tree: None,
+            before: None,
         }
     }
 

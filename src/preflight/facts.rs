@@ -4,12 +4,12 @@
 //! Pure. Validate, plan and the reconcile pass each say what they know of the history ([`History`]); the
 //! paths of findings are relative to the repository root.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::rules::{cluster_release, playbook_name, Resolved};
+use super::rules::{cluster_release, nodes, playbook_name, Resolved};
 use super::{
-    Base, ClusterFacts, Finding, Groups, OperationFacts, Previous, ReleaseSource, Releases, Setting, Tree,
-    Version, Written, CHECKED_SETTINGS,
+    Base, Before, ClusterFacts, Finding, Groups, OperationFacts, Previous, ReleaseSource, Releases, Setting,
+    Tree, Version, Written, FIXED_SETTINGS,
 };
 use crate::api::{
     ActionType, Cluster, ClusterKubernetes, ClusterOperation, OperationPreflight, Phase, PreflightFinding,
@@ -17,13 +17,17 @@ use crate::api::{
 };
 use crate::layout::{self, join, ClusterDir, Known, KubesprayView, Operation, Severity, OPERATIONS_YML};
 
-/// What kok knows of a cluster's past, for rules 2, 3 and 9.
+/// What kok knows of a cluster's past, for rules 2, 3, 9, 11 and 12.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct History {
     /// The cluster before this commit; `None` for a cluster kok has not seen.
     pub previous: Option<Previous>,
     /// True when kok has seen the cluster installed (see [`installed`]).
     pub installed: bool,
+    /// The inventory and settings at the base commit, where the caller has it ([`before_of`]).
+    pub before: Option<Before>,
+    /// The hosts `remove-node.yml` has removed ([`removed_hosts`]).
+    pub removed: BTreeSet<String>,
 }
 
 /// Playbooks whose success shows the cluster runs (by normalised name): `cluster.yml`, and those that
@@ -113,6 +117,36 @@ pub fn groups_of(cluster: &ClusterDir, view: &KubesprayView) -> Groups {
     }
 }
 
+/// `cluster` as it stood at the base commit `base`: its inventory and the settings a running cluster keeps
+/// ([`FIXED_SETTINGS`]), for rules 11 and 12.
+pub fn before_of(cluster: &ClusterDir, base: Base) -> Before {
+    let view = cluster.kubespray_view();
+    Before {
+        base: Some(base),
+        inventory: groups_of(cluster, &view),
+        settings: FIXED_SETTINGS
+            .iter()
+            .filter_map(|name| Some((name.to_string(), setting_of(cluster, &view, name)?)))
+            .collect(),
+    }
+}
+
+/// The hosts the `remove-node.yml` runs of `operations` removed (`-e node=` of those that succeeded; with
+/// `simulated`, a plan's picture of the base commit where none ran, of every one there).
+pub fn removed_hosts<'o>(
+    operations: impl IntoIterator<Item = &'o ClusterOperation>,
+    simulated: bool,
+) -> BTreeSet<String> {
+    operations
+        .into_iter()
+        .filter(|op| {
+            op.spec.action_type == ActionType::Playbook && playbook_name(&op.spec.action) == "remove_node"
+        })
+        .filter(|op| simulated || op.status.as_ref().is_some_and(|s| s.phase == Phase::Succeeded))
+        .flat_map(|op| nodes(&op.spec.extra_args))
+        .collect()
+}
+
 /// The facts of `operations` (in queue order, each with whether this commit would run it): its switches
 /// as the entry writes them.
 pub fn operation_facts<'a>(operations: Vec<(&'a Operation, bool)>) -> Vec<OperationFacts<'a>> {
@@ -140,8 +174,9 @@ pub fn cluster_facts<'a>(
         cluster: &cluster.name,
         release: release_source(cluster),
         kube_version: setting_of(cluster, &view, "kube_version"),
-        settings: CHECKED_SETTINGS
+        settings: layout::KUBESPRAY_VARS
             .iter()
+            .filter(|name| **name != "kube_version")
             .filter_map(|name| Some((name.to_string(), setting_of(cluster, &view, name)?)))
             .collect(),
         inventory: groups_of(cluster, &view),
@@ -149,6 +184,8 @@ pub fn cluster_facts<'a>(
         operations: operation_facts(operations),
         facts_playbook: cluster.settings.defaults.facts(),
         previous: history.previous,
+        before: history.before,
+        removed: history.removed,
         installed: history.installed || cluster.settings.installed.is_some(),
         tree,
         repository_steps: cluster
@@ -182,8 +219,8 @@ pub fn validate_cluster(cluster: &ClusterDir) -> Vec<Finding> {
         .iter()
         .any(|o| o.action_type == ActionType::Playbook && playbook_name(&o.action) == "cluster");
     let history = History {
-        previous: None,
         installed: !installs,
+        ..History::default()
     };
     let operations = cluster.operations.iter().map(|o| (o, true)).collect();
     let mut found = check_embedded(&cluster_facts(cluster, operations, history, None));
@@ -534,7 +571,7 @@ mod tests {
         );
         let history = History {
             previous: adopted_previous(&dir),
-            installed: false,
+            ..History::default()
         };
         let found = check_embedded(&cluster_facts(&dir, Vec::new(), history, None));
         let step = found.iter().find(|f| f.rule == Rule::ReleaseStep).unwrap();
@@ -618,6 +655,21 @@ mod tests {
     }
 
     #[test]
+    fn a_host_counts_as_removed_once_its_remove_node_yml_succeeded_or_in_a_plans_base() {
+        let mut removal = op("rm", "remove-node.yml", Some(Phase::Succeeded), "1");
+        removal.spec.extra_args = ["-e", "node=node5", "--limit=node5"].map(String::from).to_vec();
+        let mut failed = op("rm2", "playbooks/remove_node.yml", Some(Phase::Failed), "2");
+        failed.spec.extra_args = ["-e", "node=node6"].map(String::from).to_vec();
+        let names = |set: BTreeSet<String>| set.into_iter().collect::<Vec<_>>();
+        assert_eq!(names(removed_hosts([&removal, &failed], false)), ["node5"]);
+        assert_eq!(
+            names(removed_hosts([&removal, &failed], true)),
+            ["node5", "node6"],
+            "a plan's base: taken as run"
+        );
+    }
+
+    #[test]
     fn live_operations_keep_their_place_and_count_as_pending_until_they_finish() {
         let dir = kubespray_dir(
             "- id: install\n  action: cluster.yml\n- id: add\n  action: scale.yml\n- id: old\n  action: ping.yml\n",
@@ -656,8 +708,8 @@ mod tests {
             &dir,
             ops,
             History {
-                previous: None,
                 installed: true,
+                ..History::default()
             },
             None,
         ));
@@ -678,6 +730,9 @@ mod tests {
     fn the_resolver_reads_kube_version_and_every_checked_setting() {
         let read: Vec<&str> = layout::KUBESPRAY_VARS.to_vec();
         assert_eq!(read[0], "kube_version");
-        assert!(CHECKED_SETTINGS.iter().all(|s| read.contains(s)), "{read:?}");
+        assert!(
+            super::super::CHECKED_SETTINGS.iter().all(|s| read.contains(s)),
+            "{read:?}"
+        );
     }
 }

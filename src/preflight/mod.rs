@@ -20,12 +20,24 @@
 //!    ([`Rule::LimitNames`], [`Rule::LimitFacts`]);
 //! 8. the enumerated settings hold a value the release accepts ([`Rule::SettingAccepted`]);
 //! 9. on a cluster never seen installed (nor said installed outside kok, `installed:` in cluster.yml), nothing
-//!    that needs a running cluster is queued before `cluster.yml` ([`Rule::Order`]).
+//!    that needs a running cluster is queued before `cluster.yml` ([`Rule::Order`]);
+//! 10. no run waits for an answer on a terminal a Job does not have: `remove-node.yml` and `reset.yml` say
+//!     `skip_confirmation=true`, an upgrade does not set `upgrade_node_confirm` ([`Rule::Prompt`]);
+//! 11. against the base commit's inventory ([`changes`]): a host added is reached by a pending
+//!     `cluster.yml` or `scale.yml` ([`Rule::HostNotReached`]), a host dropped was removed by a succeeded
+//!     `remove-node.yml` first ([`Rule::HostDropped`]);
+//! 12. the settings a running cluster keeps do not change, but by `reset.yml` then `cluster.yml`
+//!     ([`Rule::SettingFixed`]).
+//!
+//! Where rule 2 or 3 refuses a jump, its finding carries the whole path ([`path::upgrade_path`]): each
+//! step's `kube_version` and the release that installs it.
 //!
 //! A release kok has no data for is said plainly ([`Rule::ReleaseKnown`]) and the rules that need the
 //! data check nothing.
 
+pub mod changes;
 mod facts;
+pub mod path;
 mod releases;
 pub mod rules;
 
@@ -33,10 +45,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 pub use facts::{
-    adopted_previous, adopted_record, check_embedded, cluster_facts, groups_of, installed,
+    adopted_previous, adopted_record, before_of, check_embedded, cluster_facts, groups_of, installed,
     is_kubespray_inventory, operation_facts, pinned, previous_of, queued, recorded, release_source,
-    validate_cluster, History,
+    removed_hosts, validate_cluster, History,
 };
+pub use path::{upgrade_path, UpgradeStep};
 pub use releases::{
     kube_versions_from_checksums, Accepted, Check, Checks, Conditional, DocLine, Docs, Lookup, Minor, Place,
     Release, Releases, ReleasesError, RoleDefault, Unless, Version, CHECKSUMS_PATHS,
@@ -53,6 +66,16 @@ pub const CHECKED_SETTINGS: [&str; 5] = [
     "etcd_deployment_type",
     "kube_proxy_mode",
     "dns_mode",
+];
+
+/// The settings a running cluster keeps: rule 12 refuses a change of one but by `reset.yml` then
+/// `cluster.yml` (docs/preflight.md says where kubespray writes each).
+pub const FIXED_SETTINGS: [&str; 5] = [
+    "kube_network_plugin",
+    "kube_service_addresses",
+    "kube_pods_subnet",
+    "etcd_deployment_type",
+    "container_manager",
 ];
 
 /// A value as written in the repository: the file (relative to the repository root) and 1-based line.
@@ -165,6 +188,17 @@ pub struct Previous {
     pub observed_kube_version: Option<Version>,
 }
 
+/// The cluster's inventory and settings at the base commit, as the same resolver reads them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Before {
+    /// Which commit they are from.
+    pub base: Option<Base>,
+    /// Its hosts and groups.
+    pub inventory: Groups,
+    /// The effective values of [`FIXED_SETTINGS`] set somewhere.
+    pub settings: BTreeMap<String, Setting>,
+}
+
 /// In local mode with `--workdir` / `--image-workdir`, what the checked-out kubespray tree says; each
 /// field given wins over the data file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -213,6 +247,12 @@ pub struct ClusterFacts<'a> {
     pub facts_playbook: Option<FactsPlaybook>,
     /// The cluster before this commit; `None` for a new cluster.
     pub previous: Option<Previous>,
+    /// The inventory and settings at the base commit (a plan's start), for rules 11 and 12; `None` where
+    /// the caller does not know them (validate, the pass).
+    pub before: Option<Before>,
+    /// The hosts a `remove-node.yml -e node=<host>` of the cluster has removed (succeeded, or at a plan's
+    /// base without a meta-cluster).
+    pub removed: BTreeSet<String>,
     /// True when kok has seen the cluster installed (a successful `cluster.yml` in its history, or health), or
     /// its cluster.yml says it was installed outside kok (`installed:`).
     pub installed: bool,
@@ -253,11 +293,19 @@ pub enum Rule {
     SettingAccepted,
     /// Rule 9: nothing that needs a running cluster before its `cluster.yml`.
     Order,
+    /// Rule 10: no run waits for an answer on a terminal.
+    Prompt,
+    /// Rule 11: a host added to the inventory is reached by a pending operation (a warning).
+    HostNotReached,
+    /// Rule 11: a host dropped from the inventory was removed from the cluster first.
+    HostDropped,
+    /// Rule 12: a setting a running cluster keeps does not change.
+    SettingFixed,
 }
 
 impl Rule {
     /// Every rule.
-    pub const ALL: [Rule; 13] = [
+    pub const ALL: [Rule; 17] = [
         Rule::ReleaseKnown,
         Rule::KubeVersionSupported,
         Rule::KubeVersionStep,
@@ -271,6 +319,10 @@ impl Rule {
         Rule::LimitFacts,
         Rule::SettingAccepted,
         Rule::Order,
+        Rule::Prompt,
+        Rule::HostNotReached,
+        Rule::HostDropped,
+        Rule::SettingFixed,
     ];
 
     /// The stable id, e.g. `kube-version-supported`.
@@ -289,6 +341,10 @@ impl Rule {
             Rule::LimitFacts => "limit-facts",
             Rule::SettingAccepted => "setting-accepted",
             Rule::Order => "operation-order",
+            Rule::Prompt => "confirmation-prompt",
+            Rule::HostNotReached => "host-not-reached",
+            Rule::HostDropped => "host-dropped",
+            Rule::SettingFixed => "setting-fixed",
         }
     }
 }
@@ -341,6 +397,9 @@ pub struct Finding {
     pub message: String,
     /// What the rule comes from.
     pub cites: Option<Cites>,
+    /// For a refused version jump (rules 2 and 3): the commits of the whole path, in order, as the
+    /// `operations.yml` entries and values that take them, ready to paste ([`path::paste`]).
+    pub upgrade_path: Option<String>,
 }
 
 impl Finding {
@@ -382,6 +441,9 @@ pub fn check(facts: &ClusterFacts<'_>, data: &Releases) -> Vec<Finding> {
         out.extend(rules::operation(facts, data, op));
     }
     out.extend(rules::order(facts));
+    if pending.is_empty() || pending.iter().any(|o| o.preflight) {
+        out.extend(changes::check(facts, data));
+    }
     out.sort_by(|a, b| (&a.path, a.line, a.rule, &a.operation).cmp(&(&b.path, b.line, b.rule, &b.operation)));
     out.dedup();
     out

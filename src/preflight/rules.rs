@@ -17,6 +17,9 @@ pub const KUBEADM_UPGRADE_DOC: &str =
 pub const KUBESPRAY_UPGRADE_DOC: &str =
     "https://github.com/kubernetes-sigs/kubespray/blob/master/docs/operations/upgrades.md";
 
+/// The kubespray issue about an empty `node=` (rule 5 cites it).
+pub const EMPTY_NODE_ISSUE: &str = "https://github.com/kubernetes-sigs/kubespray/issues/12061";
+
 /// Where kubespray's image keeps its playbooks: an absolute action under it is checked like a relative one.
 const IMAGE_WORKDIR: &str = "/kubespray/";
 
@@ -158,6 +161,7 @@ fn finding(rule: Rule, at: (&str, usize), message: String, cites: Option<Cites>)
         operation: None,
         message,
         cites,
+        upgrade_path: None,
     }
 }
 
@@ -211,6 +215,7 @@ fn release_unknown(why: Written<String>, operation: Option<&str>) -> Finding {
         operation: operation.map(str::to_string),
         message: why.value,
         cites: None,
+        upgrade_path: None,
     }
 }
 
@@ -241,6 +246,7 @@ pub(super) fn operation(facts: &ClusterFacts<'_>, data: &Releases, op: &Operatio
         }
     };
     if op.operation.action_type == ActionType::Playbook {
+        out.extend(prompts(facts, op));
         out.extend(remove_node(facts, view.as_ref(), op));
         if let Some(view) = &view {
             out.extend(playbooks_exist(facts, view, op));
@@ -425,7 +431,7 @@ fn kube_version_step(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, data: &R
     } else {
         format!("{next} and later")
     };
-    Some(finding(
+    let step = finding(
         Rule::KubeVersionStep,
         at,
         format!(
@@ -434,7 +440,60 @@ fn kube_version_step(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, data: &R
             where_to_find(next, view, data)
         ),
         cites,
-    ))
+    );
+    Some(match view {
+        Some(view) => {
+            let from_release = previous.release.unwrap_or(view.version);
+            with_path(step, facts, (old, from_release), (new, view.version), data)
+        }
+        None => step,
+    })
+}
+
+/// `finding` with the whole path from `from` to `to` (each a `kube_version` and a release): the steps
+/// named at the end of its message, and the commits that take them, ready to paste. Unchanged when kok's
+/// data has no path.
+fn with_path(
+    mut finding: Finding,
+    facts: &ClusterFacts<'_>,
+    from: (Version, Version),
+    to: (Version, Version),
+    data: &Releases,
+) -> Finding {
+    let steps = super::path::upgrade_path(from.0, from.1, to.0, to.1, data);
+    if steps.is_empty() {
+        return finding;
+    }
+    let shown: Vec<String> = steps.iter().map(super::UpgradeStep::short).collect();
+    let done = steps
+        .last()
+        .is_some_and(|s| s.release == to.1 && Version::parse(&s.kube_version) == Some(to.0));
+    let end = match done {
+        true => String::new(),
+        false => " (kok's data has no release for the rest)".to_string(),
+    };
+    finding.message.push_str(&format!(
+        "; the whole path, one commit each: {}{end}",
+        shown.join(" → ")
+    ));
+    let kube_at = match &facts.kube_version {
+        Some(Setting::Known(w)) if !w.path.is_empty() => format!("{}:{}", w.path, w.line),
+        _ => "the inventory's group_vars".to_string(),
+    };
+    let image_at = match &facts.release.declared {
+        Some(declared) => format!(
+            "{} (and kubesprayVersion in {}:{})",
+            facts.release.image.path, declared.path, declared.line
+        ),
+        None => facts.release.image.path.clone(),
+    };
+    finding.upgrade_path = Some(super::path::paste(
+        &steps,
+        &facts.release.image.value,
+        &kube_at,
+        &image_at,
+    ));
+    finding
 }
 
 /// ` (kubespray v2.27.0 installs v1.30.0 … v1.30.6)`, or the nearest release that installs `minor`.
@@ -494,7 +553,7 @@ fn release_step(facts: &ClusterFacts<'_>, release: &Written<Version>, data: &Rel
         }),
         None => Some(Cites::Url(KUBESPRAY_UPGRADE_DOC)),
     };
-    Some(finding(
+    let step = finding(
         Rule::ReleaseStep,
         (&release.path, release.line),
         format!(
@@ -503,7 +562,16 @@ fn release_step(facts: &ClusterFacts<'_>, release: &Written<Version>, data: &Rel
              that upgrades"
         ),
         cites,
-    ))
+    );
+    let previous = facts.previous.as_ref()?;
+    let old_kube = previous
+        .observed_kube_version
+        .or_else(|| effective_kube_version(previous.kube_version.as_ref(), data.get(old)));
+    let new_kube = effective_kube_version(facts.kube_version.as_ref(), data.get(new));
+    Some(match old_kube.zip(new_kube) {
+        Some((old_kube, new_kube)) => with_path(step, facts, (old_kube, old), (new_kube, new), data),
+        None => step,
+    })
 }
 
 // ---- rule 4 ----
@@ -603,7 +671,7 @@ fn is_limit(args: &[String], i: usize) -> bool {
 }
 
 /// The names `-e node=...` gives in `args`.
-fn nodes(args: &[String]) -> Vec<String> {
+pub(super) fn nodes(args: &[String]) -> Vec<String> {
     host_references(args)
         .into_iter()
         .filter(|r| !is_limit(args, r.arg))
@@ -612,7 +680,7 @@ fn nodes(args: &[String]) -> Vec<String> {
 }
 
 /// The names `--limit` gives in `args`.
-fn limit_names(args: &[String]) -> Vec<String> {
+pub(super) fn limit_names(args: &[String]) -> Vec<String> {
     host_references(args)
         .into_iter()
         .filter(|r| is_limit(args, r.arg))
@@ -642,6 +710,18 @@ fn remove_node(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, op: &Operation
     let args = &operation.extra_args;
     let names = nodes(args);
     let release = view.map_or("this release".to_string(), |v| format!("kubespray {}", v.version));
+    if names.is_empty()
+        && matches!(extra_var(args, "node"), Var::Set(v) if v.as_str().is_some_and(|v| v.trim().is_empty()))
+    {
+        return vec![finding(
+            Rule::RemoveNode,
+            at,
+            "remove-node.yml with an empty -e node= names no host, and kubespray then removes every host of \
+             etcd:k8s_cluster:calico_rr (kubernetes-sigs/kubespray#12061): name the host to remove, -e node=<host>"
+                .to_string(),
+            Some(Cites::Url(EMPTY_NODE_ISSUE)),
+        )];
+    }
     if names.is_empty() {
         if args
             .iter()
@@ -707,7 +787,9 @@ fn remove_node(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, op: &Operation
             ));
         }
     }
-    if let Some(view) = view {
+    // kubespray passes through an even etcd during a replacement when told to (`ignore_assert_errors`).
+    let ignoring = matches!(var_of(facts, args, "ignore_assert_errors"), Some((true, _)));
+    if let Some(view) = view.filter(|_| !ignoring) {
         let left = Groups {
             path: inventory.path.clone(),
             hosts: inventory.hosts.difference(&removed).cloned().collect(),
@@ -1021,4 +1103,193 @@ pub fn order(facts: &ClusterFacts<'_>) -> Vec<Finding> {
         out.push(f);
     }
     out
+}
+
+// ---- rule 10 ----
+
+/// The release whose prompts rule 10 cites: where `tests/integration/kubespray_real.rs` shows each one stop a run kok
+/// starts, and the setting let it through.
+const PROMPTS_AT: Version = Version {
+    major: 2,
+    minor: 27,
+    patch: 0,
+};
+
+/// `remove_node.yml`'s "Confirm Execution" pause, answered by `skip_confirmation`.
+const REMOVE_NODE_PROMPT: (&str, usize) = ("playbooks/remove_node.yml", 9);
+/// `reset.yml`'s "Check confirmation", which fails unless `reset_confirmation` is true (or typed `yes`).
+const RESET_CHECK: (&str, usize) = ("playbooks/reset.yml", 21);
+/// The upgrade's "Confirm node upgrade" and "Confirm node uncordon" pauses, by the switch that turns each on.
+const UPGRADE_PROMPTS: [(&str, &str, usize); 2] = [
+    (
+        "upgrade_node_confirm",
+        "roles/upgrade/pre-upgrade/tasks/main.yml",
+        3,
+    ),
+    (
+        "upgrade_node_post_upgrade_confirm",
+        "roles/upgrade/post-upgrade/tasks/main.yml",
+        14,
+    ),
+];
+
+/// An extra variable as the arguments of a step give it.
+#[derive(Clone, Debug, PartialEq)]
+enum Var {
+    /// Not given.
+    Absent,
+    /// Given, with this value (the last one given wins, as in ansible).
+    Set(serde_json::Value),
+    /// Maybe given: a file of variables (`-e @vars.yml`) kok does not read.
+    Unknown,
+}
+
+/// The value `args` give the extra variable `name` (`-e name=value`, `--extra-vars name=value`, or a JSON /
+/// YAML mapping).
+fn extra_var(args: &[String], name: &str) -> Var {
+    let mut found = Var::Absent;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].as_str();
+        let value = if arg == "-e" || arg == "--extra-vars" {
+            i += 1;
+            args.get(i).map(String::as_str)
+        } else if let Some(v) = arg.strip_prefix("--extra-vars=") {
+            Some(v)
+        } else {
+            arg.strip_prefix("-e")
+                .filter(|v| !v.is_empty() && !arg.starts_with("--"))
+        };
+        i += 1;
+        let Some(value) = value.map(str::trim) else {
+            continue;
+        };
+        if value.starts_with('@') {
+            found = Var::Unknown;
+        } else if value.starts_with('{') {
+            match serde_yaml::from_str::<serde_json::Value>(value) {
+                Ok(map) => {
+                    if let Some(v) = map.get(name) {
+                        found = Var::Set(v.clone());
+                    }
+                }
+                Err(_) => found = Var::Unknown,
+            }
+        } else {
+            for pair in value.split_whitespace() {
+                if let Some(v) = pair.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')) {
+                    found = Var::Set(serde_json::Value::String(v.trim_matches(['"', '\'']).to_string()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// True when ansible's `| bool` makes `value` true.
+fn truthy(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Bool(b) => *b,
+        serde_json::Value::Number(n) => n.as_f64() == Some(1.0),
+        serde_json::Value::String(s) => {
+            matches!(
+                s.trim().to_ascii_lowercase().as_str(),
+                "yes" | "on" | "1" | "true" | "y" | "t"
+            )
+        }
+        _ => false,
+    }
+}
+
+/// The value `name` has for a step: its extra variable, else the inventory's; `None` when kok cannot tell
+/// (a file of extra variables, a templated value), and where it is set.
+fn var_of(facts: &ClusterFacts<'_>, args: &[String], name: &str) -> Option<(bool, Option<(String, usize)>)> {
+    match extra_var(args, name) {
+        Var::Set(v) => Some((truthy(&v), None)),
+        Var::Unknown => None,
+        Var::Absent => match facts.settings.get(name) {
+            Some(Setting::Known(w)) => Some((truthy(&w.value), Some((w.path.clone(), w.line)))),
+            Some(Setting::NotKnown { .. }) => None,
+            None => Some((false, None)),
+        },
+    }
+}
+
+fn cite_prompt((path, line): (&str, usize)) -> Option<Cites> {
+    Some(Cites::Kubespray {
+        release: PROMPTS_AT,
+        path: path.to_string(),
+        line,
+    })
+}
+
+/// Rule 10: no run waits for an answer on a terminal, which a Job does not have (ansible answers a prompt
+/// with nothing when stdin is not a terminal). `remove-node.yml` says `skip_confirmation=true`;
+/// `reset.yml` says `reset_confirmation=yes` (its "Check confirmation" fails without it, even with
+/// `skip_confirmation=true`); `upgrade-cluster.yml` does not set `upgrade_node_confirm` or
+/// `upgrade_node_post_upgrade_confirm`, whose pauses would pass unanswered.
+fn prompts(facts: &ClusterFacts<'_>, op: &OperationFacts<'_>) -> Vec<Finding> {
+    let operation = op.operation;
+    let args = &operation.extra_args;
+    let at = (facts.operations_path.as_str(), operation.line);
+    let action = &operation.action;
+    match playbook_name(action).as_str() {
+        "remove_node" => match var_of(facts, args, "skip_confirmation") {
+            Some((false, _)) => vec![finding(
+                Rule::Prompt,
+                at,
+                format!(
+                    "{action} asks \"Are you sure you want to delete nodes state?\" unless skip_confirmation is \
+                     true, and a Job has no terminal: the prompt gets no answer and the run stops at \"Fail if \
+                     user does not confirm deletion\"; add `-e skip_confirmation=true`"
+                ),
+                cite_prompt(REMOVE_NODE_PROMPT),
+            )],
+            _ => Vec::new(),
+        },
+        "reset" => match var_of(facts, args, "reset_confirmation") {
+            Some((false, _)) => {
+                let skip = matches!(var_of(facts, args, "skip_confirmation"), Some((true, _)));
+                let why = match skip {
+                    true => "skip_confirmation=true skips the prompt, but reset.yml's \"Check confirmation\" \
+                             still fails without reset_confirmation"
+                        .to_string(),
+                    false => "a Job has no terminal: the prompt \"Are you sure you want to reset cluster \
+                              state?\" gets no answer and \"Check confirmation\" fails"
+                        .to_string(),
+                };
+                vec![finding(
+                    Rule::Prompt,
+                    at,
+                    format!("{action} would stop before it resets anything: {why}; add `-e reset_confirmation=yes`"),
+                    cite_prompt(RESET_CHECK),
+                )]
+            }
+            _ => Vec::new(),
+        },
+        "upgrade_cluster" => UPGRADE_PROMPTS
+            .iter()
+            .filter_map(|(name, path, line)| {
+                let (true, set_at) = var_of(facts, args, name)? else {
+                    return None;
+                };
+                let (where_, at) = match &set_at {
+                    Some((path, line)) => (format!("{path}:{line}"), (path.as_str(), *line)),
+                    None => ("its extraArgs".to_string(), at),
+                };
+                Some(finding(
+                    Rule::Prompt,
+                    at,
+                    format!(
+                        "{name} is true ({where_}): {action} pauses at every node for someone to press Enter, and \
+                         a Job has no terminal: ansible passes the pause unanswered (\"Not waiting for response \
+                         to prompt as stdin is not interactive\"), so no node is approved by anyone; set {name}: \
+                         false, or wait a fixed time with upgrade_node_pause_seconds"
+                    ),
+                    cite_prompt((path, *line)),
+                ))
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::rules::{cluster_release, image_release, Resolved};
+use super::rules::{self, cluster_release, image_release, Resolved};
 use super::*;
 use crate::api::{Hook, RunDefaults};
 
@@ -89,6 +89,8 @@ fn facts<'a>(release: &str, ops: &'a [Operation]) -> ClusterFacts<'a> {
             .collect(),
         facts_playbook: RunDefaults::default().facts(),
         previous: None,
+        before: None,
+        removed: Default::default(),
         installed: true,
         tree: None,
         repository_steps: Default::default(),
@@ -309,7 +311,8 @@ fn a_kube_version_bump_over_a_minor_names_the_next_step() {
         format!(
             "kube_version v1.29.10 (at the last reconciled commit) → v1.31.4 skips v1.30: set kube_version to \
              v1.30.x first (kubespray v2.27.0 installs v1.30.0 … {}); kubeadm and kubespray upgrade one minor at \
-             a time",
+             a time; the whole path, one commit each: {} (kubespray v2.27.0) → v1.31.4 (kubespray v2.27.0)",
+            last.last().unwrap(),
             last.last().unwrap()
         )
     );
@@ -518,7 +521,12 @@ fn removing_a_host_the_inventory_lacks_is_refused() {
 
 #[test]
 fn removing_a_worker_passes_and_the_counts_must_hold_after_removing_an_etcd_host() {
-    let ops = [op("rm", "remove-node.yml", 0, &["-e", "node=node5"])];
+    let ops = [op(
+        "rm",
+        "remove-node.yml",
+        0,
+        &["-e", "node=node5", "-e", "skip_confirmation=true"],
+    )];
     assert_eq!(check(&facts("v2.28.0", &ops), data()), []);
     let ops = [op("rm", "remove-node.yml", 0, &["-e", "node=node3"])];
     let found = check(&facts("v2.28.0", &ops), data());
@@ -543,6 +551,349 @@ fn remove_node_without_a_node_is_refused_in_each_releases_words() {
     let finding = only(&new, Rule::RemoveNode);
     assert!(finding.message.contains("kubespray v2.28.0 stops without it"));
     assert!(cited(finding).starts_with("kubespray v2.28.0 playbooks/remove_node.yml:"));
+}
+
+#[test]
+fn an_empty_node_is_refused_because_kubespray_then_removes_every_worker() {
+    for args in [
+        &["-e", "node="][..],
+        &["-e", "node=\"\" skip_confirmation=true"][..],
+    ] {
+        let ops = [op("rm", "remove-node.yml", 0, args)];
+        let found = check(&facts("v2.27.0", &ops), data());
+        let finding = only(&found, Rule::RemoveNode);
+        assert!(
+            finding
+                .message
+                .starts_with("remove-node.yml with an empty -e node= names no host"),
+            "{finding:?}"
+        );
+        assert_eq!(cited(finding), rules::EMPTY_NODE_ISSUE);
+    }
+}
+
+// ---- rule 10 ----
+
+#[test]
+fn remove_node_and_reset_without_their_answers_are_refused_as_a_job_has_no_terminal() {
+    let ops = [op("rm", "remove-node.yml", 0, &["-e", "node=node5"])];
+    let found = check(&facts("v2.27.0", &ops), data());
+    let prompt = only(&found, Rule::Prompt);
+    assert!(
+        prompt.message.ends_with("add `-e skip_confirmation=true`"),
+        "{prompt:?}"
+    );
+    assert!(prompt.message.contains("a Job has no terminal"));
+    assert_eq!(cited(prompt), "kubespray v2.27.0 playbooks/remove_node.yml:9");
+    assert_eq!(
+        (prompt.path.as_str(), prompt.operation.as_deref()),
+        (OPERATIONS_YML, Some("rm"))
+    );
+    for answered in [
+        &["-e", "node=node5", "-e", "skip_confirmation=true"][..],
+        &["-e", "node=node5 skip_confirmation=yes"][..],
+        &["-e", "{\"node\": \"node5\", \"skip_confirmation\": true}"][..],
+        &["-e", "node=node5", "-e", "@answers.yml"][..],
+    ] {
+        let ops = [op("rm", "remove-node.yml", 0, answered)];
+        assert_eq!(
+            of(&check(&facts("v2.27.0", &ops), data()), Rule::Prompt),
+            Vec::<&Finding>::new(),
+            "{answered:?}"
+        );
+    }
+    let ops = [op(
+        "rm",
+        "remove-node.yml",
+        0,
+        &["-e", "node=node5", "-e", "skip_confirmation=false"],
+    )];
+    assert_eq!(of(&check(&facts("v2.27.0", &ops), data()), Rule::Prompt).len(), 1);
+
+    let ops = [op("reset", "reset.yml", 0, &[])];
+    let reset = check(&facts("v2.27.0", &ops), data());
+    let prompt = only(&reset, Rule::Prompt);
+    assert!(
+        prompt.message.ends_with("add `-e reset_confirmation=yes`"),
+        "{prompt:?}"
+    );
+    assert_eq!(cited(prompt), "kubespray v2.27.0 playbooks/reset.yml:21");
+    let ops = [op("reset", "reset.yml", 0, &["-e", "skip_confirmation=true"])];
+    let skipped = check(&facts("v2.27.0", &ops), data());
+    assert!(
+        only(&skipped, Rule::Prompt)
+            .message
+            .contains("still fails without reset_confirmation"),
+        "kubespray v2.27.0's Check confirmation fails with skip_confirmation alone"
+    );
+    let ops = [op("reset", "reset.yml", 0, &["-e", "reset_confirmation=yes"])];
+    assert_eq!(
+        of(&check(&facts("v2.27.0", &ops), data()), Rule::Prompt),
+        Vec::<&Finding>::new()
+    );
+}
+
+#[test]
+fn an_upgrade_that_pauses_for_a_keypress_is_refused_where_the_switch_is_written() {
+    let ops = [op("up", "upgrade-cluster.yml", 0, &[])];
+    let mut cluster = facts("v2.27.0", &ops);
+    cluster.settings.insert(
+        "upgrade_node_post_upgrade_confirm".into(),
+        Setting::Known(at(serde_json::json!(true), GROUP_VARS, 7)),
+    );
+    let found = check(&cluster, data());
+    let prompt = only(&found, Rule::Prompt);
+    assert_eq!((prompt.path.as_str(), prompt.line), (GROUP_VARS, 7));
+    assert!(
+        prompt
+            .message
+            .starts_with("upgrade_node_post_upgrade_confirm is true"),
+        "{prompt:?}"
+    );
+    assert_eq!(
+        cited(prompt),
+        "kubespray v2.27.0 roles/upgrade/post-upgrade/tasks/main.yml:14"
+    );
+    let ops = [op(
+        "up",
+        "upgrade-cluster.yml",
+        0,
+        &["-e", "upgrade_node_confirm=true"],
+    )];
+    let found = check(&facts("v2.27.0", &ops), data());
+    assert_eq!(
+        cited(only(&found, Rule::Prompt)),
+        "kubespray v2.27.0 roles/upgrade/pre-upgrade/tasks/main.yml:3"
+    );
+    let ops = [op(
+        "up",
+        "upgrade-cluster.yml",
+        0,
+        &["-e", "upgrade_node_confirm=false"],
+    )];
+    assert_eq!(
+        of(&check(&facts("v2.27.0", &ops), data()), Rule::Prompt),
+        Vec::<&Finding>::new()
+    );
+}
+
+// ---- rules 11 and 12 ----
+
+/// [`facts`] with the base commit's inventory `before` and settings.
+fn changed<'a>(ops: &'a [Operation], before: Groups, settings: &[(&str, &str)]) -> ClusterFacts<'a> {
+    let mut facts = facts("v2.27.0", ops);
+    facts.before = Some(Before {
+        base: Some(Base::PullRequest),
+        inventory: before,
+        settings: settings
+            .iter()
+            .map(|(n, v)| (n.to_string(), known(v, 2)))
+            .collect(),
+    });
+    facts
+}
+
+/// [`three_masters`] with `node6` more in `group` (and in k8s_cluster).
+fn with_node6(group: &str) -> Groups {
+    let mut groups = three_masters();
+    groups.hosts.insert("node6".into());
+    for name in [group, "k8s_cluster"] {
+        groups.groups.get_mut(name).unwrap().hosts.push("node6".into());
+    }
+    groups
+}
+
+#[test]
+fn a_worker_added_without_an_operation_that_reaches_it_is_a_warning_naming_the_entry() {
+    let mut facts = changed(&[], three_masters(), &[]);
+    facts.inventory = with_node6("kube_node");
+    let found = check(&facts, data());
+    let added = only(&found, Rule::HostNotReached);
+    assert_eq!(added.severity, Severity::Warning);
+    assert_eq!((added.path.as_str(), added.line), (HOSTS_YML, 30));
+    assert!(
+        added.message.starts_with(
+            "node6 is new in kube_node and no pending operation reaches it: add - {id: add-node6, action: \
+             scale.yml, extraArgs: [--limit=node6]} to operations.yml"
+        ),
+        "{added:?}"
+    );
+    assert_eq!(cited(added), "kubespray v2.27.0 docs/operations/nodes.md:63");
+    for (action, args) in [
+        ("scale.yml", &["--limit=node6"][..]),
+        ("scale.yml", &[][..]),
+        ("cluster.yml", &["--limit=kube_node"][..]),
+    ] {
+        let ops = [op("add", action, 0, args)];
+        let mut facts = changed(&ops, three_masters(), &[]);
+        facts.inventory = with_node6("kube_node");
+        assert_eq!(
+            of(&check(&facts, data()), Rule::HostNotReached),
+            Vec::<&Finding>::new(),
+            "{action} {args:?}"
+        );
+    }
+    let ops = [op("add", "scale.yml", 0, &["--limit=node5"])];
+    let mut facts = changed(&ops, three_masters(), &[]);
+    facts.inventory = with_node6("kube_node");
+    assert_eq!(
+        of(&check(&facts, data()), Rule::HostNotReached).len(),
+        1,
+        "a limit that misses it"
+    );
+}
+
+#[test]
+fn a_control_plane_host_is_reached_by_cluster_yml_and_not_by_scale_yml() {
+    let ops = [op("add", "scale.yml", 0, &["--limit=node6"])];
+    let mut facts = changed(&ops, three_masters(), &[]);
+    facts.inventory = with_node6("kube_control_plane");
+    let found = check(&facts, data());
+    let added = only(&found, Rule::HostNotReached);
+    assert!(added.message.contains("cluster.yml, not scale.yml"), "{added:?}");
+    assert!(
+        added
+            .message
+            .contains("add - {id: add-node6, action: cluster.yml} to"),
+        "{added:?}"
+    );
+    let ops = [op("add", "cluster.yml", 0, &[])];
+    let mut facts = changed(&ops, three_masters(), &[]);
+    facts.inventory = with_node6("kube_control_plane");
+    assert_eq!(
+        of(&check(&facts, data()), Rule::HostNotReached),
+        Vec::<&Finding>::new()
+    );
+}
+
+#[test]
+fn a_host_dropped_before_remove_node_succeeded_is_an_error_naming_the_two_commits() {
+    let mut facts = changed(&[], with_node6("kube_node"), &[]);
+    let found = check(&facts, data());
+    let dropped = only(&found, Rule::HostDropped);
+    assert_eq!(dropped.severity, Severity::Error);
+    assert!(
+        dropped
+            .message
+            .starts_with("node6 is dropped from clusters/prod-bj/hosts.yml (kube_node)"),
+        "{dropped:?}"
+    );
+    assert!(dropped.message.contains("Take two commits: first, with node6 still in the inventory, add - {id: remove-node6, action: remove-node.yml, extraArgs: [-e, node=node6, -e, skip_confirmation=true]}"));
+    facts.removed.insert("node6".into());
+    assert_eq!(
+        check(&facts, data()),
+        [],
+        "removed first: dropping it is the second commit"
+    );
+    facts.removed.clear();
+    facts.installed = false;
+    assert_eq!(
+        of(&check(&facts, data()), Rule::HostDropped),
+        Vec::<&Finding>::new(),
+        "nothing to remove yet"
+    );
+}
+
+#[test]
+fn a_setting_a_running_cluster_keeps_may_change_only_with_reset_then_cluster_yml() {
+    let mut facts = changed(&[], three_masters(), &[("kube_network_plugin", "calico")]);
+    facts
+        .settings
+        .insert("kube_network_plugin".into(), known("cilium", 9));
+    let found = check(&facts, data());
+    let fixed = only(&found, Rule::SettingFixed);
+    assert_eq!((fixed.path.as_str(), fixed.line), (GROUP_VARS, 9));
+    assert!(
+        fixed.message.starts_with(
+            "kube_network_plugin: calico (at the pull request's base) → cilium on a running cluster"
+        ),
+        "{fixed:?}"
+    );
+    assert_eq!(cited(fixed), "kubespray v2.27.0 docs/ansible/vars.md:72");
+    // Unset at the base is kubespray's default.
+    let mut facts = changed(&[], three_masters(), &[]);
+    facts
+        .settings
+        .insert("kube_pods_subnet".into(), known("10.234.64.0/18", 4));
+    assert!(only(&check(&facts, data()), Rule::SettingFixed)
+        .message
+        .starts_with("kube_pods_subnet: 10.233.64.0/18 (at"));
+    facts
+        .settings
+        .insert("kube_pods_subnet".into(), known("10.233.64.0/18", 4));
+    assert_eq!(check(&facts, data()), [], "the default written out is no change");
+    let ops = [
+        op("reset", "reset.yml", 0, &["-e", "reset_confirmation=yes"]),
+        op("reinstall", "cluster.yml", 1, &[]),
+    ];
+    let mut facts = changed(&ops, three_masters(), &[("container_manager", "containerd")]);
+    facts
+        .settings
+        .insert("container_manager".into(), known("crio", 5));
+    assert_eq!(
+        of(&check(&facts, data()), Rule::SettingFixed),
+        Vec::<&Finding>::new(),
+        "reset then cluster.yml"
+    );
+    let swapped = [ops[1].clone(), ops[0].clone()];
+    let mut facts = changed(&swapped, three_masters(), &[("container_manager", "containerd")]);
+    facts
+        .settings
+        .insert("container_manager".into(), known("crio", 5));
+    assert_eq!(
+        of(&check(&facts, data()), Rule::SettingFixed).len(),
+        1,
+        "cluster.yml before reset.yml"
+    );
+}
+
+// ---- upgrade paths ----
+
+#[test]
+fn a_refused_jump_lists_the_whole_path_and_the_commits_to_paste() {
+    let mut cluster = facts("v2.27.0", &[]);
+    cluster.previous = previous("v2.27.0", Some("v1.29.10"));
+    cluster.kube_version = Some(known("v1.31.4", 3));
+    let found = check(&cluster, data());
+    let step = only(&found, Rule::KubeVersionStep);
+    assert!(
+        step.message.contains("; the whole path, one commit each: v1.30."),
+        "{step:?}"
+    );
+    assert!(
+        step.message.ends_with("→ v1.31.4 (kubespray v2.27.0)"),
+        "{step:?}"
+    );
+    let paste = step.upgrade_path.as_deref().unwrap();
+    assert!(
+        paste.starts_with("# commit 1 of 2: kube_version: v1.30."),
+        "{paste}"
+    );
+    assert!(
+        paste.contains(&format!("in {GROUP_VARS}:3\n- id: upgrade-1-30-")),
+        "{paste}"
+    );
+    assert!(
+        paste.ends_with("- id: upgrade-1-31-4\n  action: upgrade-cluster.yml\n"),
+        "{paste}"
+    );
+
+    let mut cluster = facts("v2.27.0", &[]);
+    cluster.previous = previous("v2.25.0", Some("v1.29.10"));
+    cluster.kube_version = Some(known("v1.30.4", 3));
+    let found = check(&cluster, data());
+    let release = only(&found, Rule::ReleaseStep);
+    let paste = release.upgrade_path.as_deref().unwrap();
+    assert!(
+        paste.contains("; image: quay.io/kubespray/kubespray:v2.26."),
+        "{paste}"
+    );
+    assert!(
+        paste.contains(&format!(
+            "; image: quay.io/kubespray/kubespray:v2.27.0 in {CLUSTER_YML}"
+        )),
+        "{paste}"
+    );
 }
 
 // ---- rule 6 ----

@@ -5,6 +5,7 @@
 
 mod ci;
 mod commands;
+mod day_two;
 use crate::common::git;
 mod markdown;
 mod messages;
@@ -546,12 +547,21 @@ fn is_repository_file(path: &str) -> bool {
 }
 
 /// The errors `kok validate` reports in `path` once `text` is written over it in a fresh copy of "your
-/// repository" (a cluster the example lacks first gets a copy of the template cluster's files), each as
-/// (line, column, message).
-fn validate_example(path: &str, text: &str) -> Result<Vec<(u64, u64, String)>, String> {
+/// repository" (a cluster the example lacks first gets a copy of the template cluster's files), with the
+/// `earlier` blocks of the same change (path, text) written first, each as (line, column, message).
+fn validate_example(
+    path: &str,
+    text: &str,
+    earlier: &[(String, String)],
+) -> Result<Vec<(u64, u64, String)>, String> {
     let fixture = fixture();
     let copy = tempfile::tempdir_in(&fixture.root).expect("a temp dir");
     copy_dir(&fixture.repo, copy.path());
+    for (other, content) in earlier.iter().filter(|(other, _)| other != path) {
+        let file = copy.path().join(other);
+        std::fs::create_dir_all(file.parent().expect("a parent")).expect("the file's directory");
+        std::fs::write(&file, content).expect("write an earlier block of the change");
+    }
     if let ["clusters", cluster, ..] = path.split('/').collect::<Vec<_>>().as_slice() {
         let dir = copy.path().join("clusters").join(cluster);
         if !dir.exists() {
@@ -588,7 +598,7 @@ fn validate_example(path: &str, text: &str) -> Result<Vec<(u64, u64, String)>, S
 
 /// What is wrong with a ```yaml or ```ini block of `page`: a missing `# <path>`, a repository file with
 /// errors, a YAML file that does not parse. Prints what passed.
-fn example_problems(page: &Path, block: &markdown::Block) -> Vec<String> {
+fn example_problems(page: &Path, block: &markdown::Block, earlier: &[(String, String)]) -> Vec<String> {
     let lang = block.lang.as_str();
     let at = format!("{}:{}", page.display(), block.line);
     let first = block.lines.first().map_or("", |(_, l)| l.as_str());
@@ -616,7 +626,7 @@ fn example_problems(page: &Path, block: &markdown::Block) -> Vec<String> {
             Err(e) => vec![format!("{at}: `# {path}` is not YAML: {e}")],
         };
     }
-    match validate_example(path, &text) {
+    match validate_example(path, &text, earlier) {
         Ok(errors) if errors.is_empty() => {
             eprintln!("ok     {at}: {path} validates");
             Vec::new()
@@ -639,12 +649,32 @@ fn yaml_examples_name_their_file_and_validate() {
     let mut failures = Vec::new();
     for page in doc_pages() {
         let doc = read(&page);
+        let lines: Vec<String> = std::fs::read_to_string(root().join(&page))
+            .expect("the page")
+            .lines()
+            .map(str::to_string)
+            .collect();
         let examples = doc
             .blocks
             .iter()
             .filter(|b| ["yaml", "yml", "ini"].contains(&b.lang.as_str()));
+        // Blocks with nothing but blank lines between them are one change: each validates with the
+        // repository files of the ones before it written too.
+        let mut change: Vec<(String, String)> = Vec::new();
+        let mut end = 0;
         for block in examples {
-            failures.extend(example_problems(&page, block));
+            let between = lines.get(end..block.line.saturating_sub(1)).unwrap_or_default();
+            if end == 0 || !between.iter().all(|l| l.trim().is_empty()) {
+                change.clear();
+            }
+            failures.extend(example_problems(&page, block, &change));
+            let first = block.lines.first().map_or("", |(_, l)| l.as_str());
+            if let Some(path) = named_file(first).filter(|p| is_repository_file(p)) {
+                let text: String = block.lines.iter().map(|(_, l)| format!("{l}\n")).collect();
+                change.push((path.to_string(), text));
+            }
+            // The closing fence's line, 1-based, is the index of the line after it.
+            end = block.lines.last().map_or(block.line, |(n, _)| *n) + 1;
         }
     }
     assert_none("YAML or INI examples that fail", &failures);

@@ -5,7 +5,9 @@
 //!
 //! kubespray's own defaults would change the host it bootstraps; every cluster here sets what keeps this
 //! machine as it is (see [`VARS`]), and the tests refuse to run where the bootstrap would still install
-//! or change something (see `tests/integration/common/kubespray.rs`).
+//! or change something (see `tests/integration/common/kubespray.rs`). The confirmation prompts of `remove-node.yml` and
+//! `reset.yml` stop a run without a terminal where kok's rule 10 says, and the answers kok asks for pass them;
+//! the inventories docs/day-two.md's recipes leave pass kubespray's assertions as they pass kok's.
 
 use crate::gitkit;
 use crate::local_e2e_support;
@@ -714,6 +716,272 @@ async fn kubesprays_own_assertions_stop_where_kok_s_preflight_said_and_let_throu
     }
     run.assert_no_ssh_session_outlives_it().await;
     run.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubesprays_confirmation_prompts_stop_a_run_without_a_terminal_where_kok_said_and_the_answers_pass_them(
+) {
+    let Some(kubespray) = kubespray_or_skip("kubesprays_confirmation_prompts_stop_a_run_without_a_terminal")
+    else {
+        return;
+    };
+    // Past the prompt, nothing may change this machine: no node is reset (reset_nodes=false, the reset
+    // role's tag skipped), no drain (pre-remove skipped), no resolv.conf (preinstall's resolvconf tag).
+    let remove = [
+        "-e",
+        "node={second}",
+        "-e",
+        "reset_nodes=false",
+        "--skip-tags",
+        "pre-remove,reset,post-remove",
+    ];
+    let reset = ["--skip-tags", "resolvconf,reset"];
+    /// A run of `action` with `args` plus `answer`; kok's rule 10 refuses it (`refused`) or passes it; the
+    /// task that stops it without a terminal and what it says, or `None` where the answer lets it through.
+    struct Case<'a> {
+        name: &'a str,
+        action: &'a str,
+        args: &'a [&'a str],
+        answer: &'a [&'a str],
+        refused: bool,
+        stops: Option<(&'a str, &'a str)>,
+    }
+    let cases = [
+        Case {
+            name: "rmask",
+            action: "remove-node.yml",
+            args: &remove,
+            answer: &[],
+            refused: true,
+            stops: Some((
+                "Fail if user does not confirm deletion",
+                "Delete nodes confirmation failed",
+            )),
+        },
+        Case {
+            name: "rmyes",
+            action: "remove-node.yml",
+            args: &remove,
+            answer: &["-e", "skip_confirmation=true"],
+            refused: false,
+            stops: None,
+        },
+        Case {
+            name: "resetask",
+            action: "reset.yml",
+            args: &reset,
+            answer: &[],
+            refused: true,
+            stops: Some(("Check confirmation", "Reset confirmation failed")),
+        },
+        // kubespray v2.27.0's "Check confirmation" fails with skip_confirmation alone: kok asks for
+        // reset_confirmation=yes.
+        Case {
+            name: "resetskip",
+            action: "reset.yml",
+            args: &reset,
+            answer: &["-e", "skip_confirmation=true"],
+            refused: true,
+            stops: Some(("Check confirmation", "Reset confirmation failed")),
+        },
+        Case {
+            name: "resetyes",
+            action: "reset.yml",
+            args: &reset,
+            answer: &["-e", "reset_confirmation=yes"],
+            refused: false,
+            stops: None,
+        },
+    ];
+    for case in &cases {
+        let sshd = Sshd::start_on(&ADDRESSES);
+        let nodes = nodes(case.name, 3, Some(sshd.port));
+        let hosts = hosts_yml(&nodes, &[&nodes[0]]);
+        let args: Vec<String> = case
+            .args
+            .iter()
+            .chain(case.answer)
+            .map(|a| a.replace("{second}", &nodes[1].name))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // What kok refuses is let through (preflight: false) for kubespray to stop in its own words.
+        let entry = Entry {
+            preflight: !case.refused,
+            settings: "installed: true\n",
+            ..Entry::of(("prompt", case.action, &args))
+        };
+        let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, VARS, entry).await;
+        let found = predicted(&run, &kubespray);
+        let prompt = found.iter().any(|f| f.rule.id() == "confirmation-prompt");
+        assert_eq!(prompt, case.refused, "{}: kok's rule 10: {found:#?}", case.name);
+        assert!(
+            error_rules(&found).iter().all(|r| *r == "confirmation-prompt"),
+            "{}: nothing else refuses it: {found:#?}",
+            case.name
+        );
+        let (phase, message) = phase(&op);
+        let log = run.log();
+        match case.stops {
+            Some((task, says)) => {
+                assert_eq!(
+                    phase,
+                    Phase::Failed,
+                    "{}: {message}; the run's log:\n{log}",
+                    case.name
+                );
+                assert!(
+                    log.contains("Not waiting for response to prompt as stdin is not interactive")
+                        || case.name == "resetskip",
+                    "{}: ansible met the prompt without a terminal: {log}",
+                    case.name
+                );
+                let line = run.note("failure").await;
+                assert!(
+                    line.contains(&format!(" - failed at TASK [{task}] on ")) && line.contains(says),
+                    "{}: expected {task:?} and {says:?} in: {line}\nthe run's log:\n{log}",
+                    case.name
+                );
+            }
+            None => {
+                assert!(
+                    !log.contains("Not waiting for response to prompt"),
+                    "{}: the answer skips the prompt: {log}",
+                    case.name
+                );
+                assert!(
+                    !log.contains("confirmation failed"),
+                    "{}: the run passed the confirmation: {log}",
+                    case.name
+                );
+                assert_eq!(
+                    phase,
+                    Phase::Succeeded,
+                    "{}: {message}; the run's log:\n{log}",
+                    case.name
+                );
+            }
+        }
+        run.assert_no_ssh_session_outlives_it().await;
+        run.stop();
+    }
+}
+
+/// The inventories (hosts.yml, vars.yml) docs/day-two.md leaves a cluster in: its starting cluster's, and each
+/// recipe's after its last commit, by section title; files a recipe does not show are the start's.
+fn day_two_inventories() -> Vec<(String, String, String)> {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/day-two.md"))
+        .expect("docs/day-two.md");
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    let mut section = String::new();
+    let mut lines = page.lines();
+    while let Some(line) = lines.next() {
+        if let Some(title) = line.strip_prefix("## ") {
+            section = title.to_string();
+            if let Some((_, hosts, vars)) = out.first().cloned() {
+                out.push((section.clone(), hosts, vars));
+            }
+        } else if line.starts_with("```yaml") {
+            let block: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+            let text: String = block.iter().map(|l| format!("{l}\n")).collect();
+            if out.is_empty() {
+                out.push((section.clone(), String::new(), String::new()));
+            }
+            let last = out.last_mut().expect("an inventory");
+            match block.first().copied() {
+                Some("# clusters/prod-bj/hosts.yml") => last.1 = text,
+                Some("# clusters/prod-bj/vars.yml") => last.2 = text,
+                _ => {}
+            }
+        }
+    }
+    out.retain(|(title, ..)| title != "Where to go next");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_day_two_recipes_inventories_pass_kubesprays_own_assertions_as_kok_passes_them() {
+    let Some(kubespray) = kubespray_or_skip("the_day_two_recipes_inventories_pass_kubesprays_own_assertions")
+    else {
+        return;
+    };
+    let asserts = ["--tags", "asserts", PAST_SYSTEMD[0], PAST_SYSTEMD[1]];
+    let inventories = day_two_inventories();
+    assert_eq!(
+        inventories.first().map(|(t, ..)| t.as_str()),
+        Some("The cluster the recipes start from"),
+        "{inventories:?}"
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for (title, hosts, vars) in &inventories {
+        // kubespray v2.28's inventory (kube_version without its v) is not v2.27.0's to check.
+        if vars.contains("kube_version: 1.") || !seen.insert((hosts.clone(), vars.clone())) {
+            eprintln!("{title}: not run (another release's, or an inventory already run)");
+            continue;
+        }
+        let sshd = Sshd::start_on(&ADDRESSES[..1]);
+        let tag = format!("{}", seen.len());
+        // Every node of the page on the sshd's one address, named apart from earlier runs' fact caches.
+        let mut hosts = hosts.clone();
+        for n in 1..=9 {
+            hosts = hosts.replace(&format!("node{n}"), &format!("d{tag}n{n}-{}", std::process::id()));
+        }
+        let hosts = (11..=24).fold(hosts, |h, last| {
+            h.replace(
+                &format!("ansible_host: 10.20.0.{last}"),
+                &format!("ansible_host: {}, ansible_port: {}", ADDRESSES[0], sshd.port),
+            )
+        });
+        assert!(
+            !hosts.contains("10.20."),
+            "{title}: every address mapped: {hosts}"
+        );
+        let vars = format!(
+            "{VARS}{}",
+            vars.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+        );
+        let entry = Entry {
+            settings: "installed: true\n",
+            ..Entry::of(("asserts", "cluster.yml", &asserts))
+        };
+        let (mut run, op) = KubesprayRun::start(&kubespray, sshd, &hosts, &vars, entry).await;
+        let found = predicted(&run, &kubespray);
+        assert_eq!(
+            error_rules(&found),
+            Vec::<&str>::new(),
+            "{title}: kok passes it: {found:#?}"
+        );
+        let log = run.log();
+        assert!(
+            log.contains("TASK [kubernetes/preinstall : Stop if even number of etcd hosts]"),
+            "{title}: the run reached the etcd count, the last assertion kok repeats; its log:\n{log}"
+        );
+        let (phase, message) = phase(&op);
+        if phase == Phase::Failed {
+            // A later assertion may stop it on this machine, not one kok checks.
+            let line = run.note("failure").await;
+            for task in [
+                "Stop if even number of etcd hosts",
+                "Stop if unsupported version of Kubernetes",
+                "Stop if unknown network plugin",
+                "Stop if etcd group is empty in external etcd mode",
+                "Stop if kube_control_plane group is empty",
+                "Stop if unsupported options selected",
+            ] {
+                assert!(
+                    !line.contains(task),
+                    "{title}: kubespray stopped at {task:?}, which kok passed: {line}\n{log}"
+                );
+            }
+        } else {
+            assert_eq!(phase, Phase::Succeeded, "{title}: {message}\n{log}");
+        }
+        eprintln!("{title}: kubespray's assertions agree with kok");
+        run.assert_no_ssh_session_outlives_it().await;
+        run.stop();
+    }
 }
 
 /// The number of changed task results of the run, as its summary counts them.

@@ -1,6 +1,9 @@
 //! `kok plan` with kubespray's pre-flight rules: the issue's two pull requests, a `kube_version` jump over a
-//! minor and a fourth etcd host, on kubespray v2.27.0, each failing the plan with its rule; and a cluster
-//! installed by hand (`installed:` in cluster.yml), whose first entry may be `scale.yml`.
+//! minor and a fourth etcd host, on kubespray v2.27.0, each failing the plan with its rule (the jump with the
+//! whole upgrade path to paste); a cluster installed by hand (`installed:` in cluster.yml), whose first entry
+//! may be `scale.yml`; and the day-two changes of the inventory against the plan's start: a worker added
+//! with no operation (a warning naming the entry), a host dropped before `remove-node.yml` ran (an error, and
+//! the two-commit sequence that passes), and `remove-node.yml` without `skip_confirmation`.
 
 use crate::common::kok as kok_process;
 use crate::gitkit;
@@ -59,6 +62,25 @@ fn a_kube_version_jump_from_v1_29_to_v1_31_fails_the_plan_and_names_v1_30_as_the
         "{text}"
     );
     assert!(text.contains("    upgrade (upgrade-cluster.yml) from "), "{text}");
+    assert!(
+        text.contains("; the whole path, one commit each: v1.30.")
+            && text.contains(" → v1.31.4 (kubespray v2.27.0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "      the upgrade, one commit each (paste each entry into operations.yml):\n        # commit 1 of 2: \
+             kube_version: v1.30."
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "        # commit 2 of 2: kube_version: v1.31.4 in clusters/prod-bj/vars.yml:1\n        - id: \
+             upgrade-1-31-4\n          action: upgrade-cluster.yml\n"
+        ),
+        "{text}"
+    );
     let (code, _) = plan(
         &repo,
         &["--from", &base, "--to", &head, "--detailed-exitcode"],
@@ -75,6 +97,11 @@ fn a_kube_version_jump_from_v1_29_to_v1_31_fails_the_plan_and_names_v1_30_as_the
         md.contains("- :x: `kube-version-step` at `clusters/prod-bj/vars.yml:1`: kube_version v1.29.10"),
         "{md}"
     );
+    assert!(
+        md.contains("\n  ```yaml\n  # commit 1 of 2: kube_version: v1.30.")
+            && md.contains("  - id: upgrade-1-31-4\n"),
+        "the path, ready to paste: {md}"
+    );
     let (_, json) = plan(
         &repo,
         &["--from", &base, "--to", &head, "--output", "json"],
@@ -83,6 +110,12 @@ fn a_kube_version_jump_from_v1_29_to_v1_31_fails_the_plan_and_names_v1_30_as_the
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
     let found = &json["clusters"][0]["preflight"][0];
     assert_eq!(found["rule"], "kube-version-step", "{json:#}");
+    assert!(
+        found["upgradePath"]
+            .as_str()
+            .is_some_and(|p| p.contains("- id: upgrade-1-31-4\n")),
+        "{json:#}"
+    );
     assert_eq!(found["severity"], "error");
     assert_eq!(
         (found["path"].as_str(), found["line"].as_u64()),
@@ -209,4 +242,158 @@ fn a_cluster_installed_by_hand_plans_its_first_scale_yml_and_the_versions_it_run
         "{text}"
     );
     assert!(!text.contains("operation-order"), "{text}");
+}
+
+/// prod-bj's hosts.yml with node1 the control plane and etcd, and `workers`.
+fn with_workers(workers: &[&str]) -> String {
+    let mut text = "all:\n  hosts:\n    node1:\n".to_string();
+    for w in workers {
+        text.push_str(&format!("    {w}:\n"));
+    }
+    text.push_str(
+        "  children:\n    kube_control_plane:\n      hosts:\n        node1:\n    etcd:\n      hosts:\n        \
+         node1:\n    kube_node:\n      hosts:\n",
+    );
+    for w in workers {
+        text.push_str(&format!("        {w}:\n"));
+    }
+    text
+}
+
+/// A repository whose first commit has prod-bj installed by `install`, with workers node2 and node3.
+fn installed_with_workers() -> (RepoBuilder, String) {
+    let mut repo = RepoBuilder::new();
+    repo.file("kok.yml", "image: quay.io/kubespray/kubespray:v2.27.0\n")
+        .file("clusters/prod-bj/hosts.yml", &with_workers(&["node2", "node3"]))
+        .file("clusters/prod-bj/vars.yml", "kube_version: v1.30.4\n")
+        .op("prod-bj", "install", "cluster.yml");
+    let base = repo.commit("prod-bj: install");
+    (repo, base)
+}
+
+#[test]
+fn a_worker_added_with_no_operation_that_reaches_it_gets_a_warning_naming_the_entry() {
+    let (mut repo, base) = installed_with_workers();
+    repo.file(
+        "clusters/prod-bj/hosts.yml",
+        &with_workers(&["node2", "node3", "node7"]),
+    );
+    let head = repo.commit("prod-bj: node7 in the inventory");
+    let cache = tempfile::tempdir().unwrap();
+    let (code, text) = plan(
+        &repo,
+        &["--from", &base, "--to", &head, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(code, 2, "a warning does not fail the plan: {text}");
+    assert!(
+        text.contains(
+            "    warning: host-not-reached: clusters/prod-bj/hosts.yml:14: node7 is new in kube_node and no pending \
+             operation reaches it: add - {id: add-node7, action: scale.yml, extraArgs: [--limit=node7]} to \
+             operations.yml"
+        ),
+        "{text}"
+    );
+
+    repo.file(
+        "clusters/prod-bj/operations.yml",
+        "- id: install\n  action: cluster.yml\n- id: add-node7\n  action: scale.yml\n  extraArgs: [--limit=node7]\n",
+    );
+    let reached = repo.commit("prod-bj: and scale.yml for it");
+    let (code, text) = plan(
+        &repo,
+        &["--from", &base, "--to", &reached, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        !text.contains("host-not-reached"),
+        "scale.yml limited to node7 reaches it: {text}"
+    );
+}
+
+#[test]
+fn dropping_a_host_before_remove_node_fails_the_plan_and_the_two_commits_pass() {
+    let (mut repo, base) = installed_with_workers();
+    repo.file("clusters/prod-bj/hosts.yml", &with_workers(&["node2"]));
+    let dropped = repo.commit("prod-bj: node3 out of the inventory");
+    let cache = tempfile::tempdir().unwrap();
+    let (code, text) = plan(
+        &repo,
+        &["--from", &base, "--to", &dropped, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(
+            "    error: host-dropped: clusters/prod-bj/hosts.yml:12: node3 is dropped from clusters/prod-bj/hosts.yml \
+             (kube_node), and no remove-node.yml -e node=node3 has succeeded"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("      from kubespray v2.27.0 docs/operations/nodes.md:71\n"),
+        "{text}"
+    );
+
+    // The two commits: remove-node.yml while node3 is in the inventory, then drop it.
+    let (mut repo, base) = installed_with_workers();
+    repo.file(
+        "clusters/prod-bj/operations.yml",
+        "- id: install\n  action: cluster.yml\n- id: remove-node3\n  action: remove-node.yml\n  \
+         extraArgs: [-e, node=node3, -e, skip_confirmation=true]\n",
+    );
+    let removal = repo.commit("prod-bj: remove node3");
+    let (code, text) = plan(
+        &repo,
+        &["--from", &base, "--to", &removal, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(code, 2, "{text}");
+    assert!(!text.contains("pre-flight"), "{text}");
+    repo.file("clusters/prod-bj/hosts.yml", &with_workers(&["node2"]));
+    let second = repo.commit("prod-bj: node3 out of the inventory");
+    let (code, text) = plan(
+        &repo,
+        &["--from", &removal, "--to", &second, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(code, 2, "remove-node.yml ran at the base: {text}");
+    assert!(!text.contains("host-dropped"), "{text}");
+    let (code, text) = plan(
+        &repo,
+        &["--from", &base, "--to", &second, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(
+        code, 1,
+        "both in one range: the removal has not run at its start: {text}"
+    );
+}
+
+#[test]
+fn remove_node_without_skip_confirmation_fails_the_plan_as_a_job_has_no_terminal() {
+    let (mut repo, base) = installed_with_workers();
+    repo.file(
+        "clusters/prod-bj/operations.yml",
+        "- id: install\n  action: cluster.yml\n- id: remove-node3\n  action: remove-node.yml\n  \
+         extraArgs: [-e, node=node3]\n",
+    );
+    let head = repo.commit("prod-bj: remove node3");
+    let cache = tempfile::tempdir().unwrap();
+    let (code, text) = plan(
+        &repo,
+        &["--from", &base, "--to", &head, "--detailed-exitcode"],
+        cache.path(),
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(
+            "    error: confirmation-prompt: clusters/prod-bj/operations.yml:3 (operation remove-node3): \
+             remove-node.yml asks \"Are you sure you want to delete nodes state?\""
+        ) && text.contains(
+            "add `-e skip_confirmation=true`\n      from kubespray v2.27.0 playbooks/remove_node.yml:9\n"
+        ),
+        "{text}"
+    );
 }

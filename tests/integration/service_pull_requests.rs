@@ -586,14 +586,18 @@ async fn many_open_pull_requests_are_planned_in_rounds_without_waiting_for_the_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pull_requests_breaking_kubesprays_rules_get_a_failing_plan_naming_the_rule_and_the_next_step() {
+async fn pull_requests_breaking_kubesprays_rules_get_a_failing_plan_naming_the_rule_and_the_next_step_and_day_two_changes_too(
+) {
     let w = World::new(Kind::GitHub).await;
     let (forge, kind, remote) = (&w.forge, w.kind, &w.remote);
-    // main: prod-bj asks for v1.29.10 of kok's default image, kubespray v2.27.0.
+    // main: prod-bj asks for v1.29.10 of kok's default image, kubespray v2.27.0, and runs (installed by hand).
     remote.write(
         "clusters/prod-bj/vars.yml",
         "cluster_name: prod-bj\nkube_version: v1.29.10\n",
     );
+    remote.write("clusters/prod-bj/cluster.yml", "installed: true\n");
+    // Its install entry is gone (kok cancels it, never started): no pending cluster.yml reaches a new host.
+    std::fs::remove_file(remote.work().join("clusters/prod-bj/operations.yml")).unwrap();
     let main = remote.push("prod-bj: kube_version v1.29.10");
     let service = w.start(None, &["--interval", "1h", "--pr-comments"]);
     w.synced(&main).await;
@@ -665,6 +669,72 @@ async fn pull_requests_breaking_kubesprays_rules_get_a_failing_plan_naming_the_r
             .await
             .is_none(),
         "nothing of a pull request is written"
+    );
+
+    // #3, from main, drops node3 from the inventory before any remove-node.yml removed it.
+    let from_main = |branch: &str| {
+        git(&remote.work(), &["checkout", "-q", "main"]);
+        git(&remote.work(), &["checkout", "-q", "-b", branch]);
+    };
+    from_main("drop");
+    let without_node3 = hosts(false)
+        .replace("    node3:\n      ansible_host: 10.0.0.3\n", "")
+        .replace("        node3:\n", "");
+    remote.write("clusters/prod-bj/hosts.yml", &without_node3);
+    let dropped = push_ref(remote, "refs/pull/3/head", "prod-bj: node3 out");
+    let plan = wait_for("kok/plan on #3", None, || async {
+        plans(kind, forge, &dropped).pop()
+    })
+    .await;
+    assert_eq!(plan.state, "failure", "{plan:?}");
+    assert!(
+        plan.description.starts_with(
+            "prod-bj: host-dropped: node3 is dropped from clusters/prod-bj/hosts.yml (kube_node), and no \
+             remove-node.yml"
+        ),
+        "{plan:?}"
+    );
+
+    // #4, from main, adds node8 as a worker and no operation for it: a warning naming the entry.
+    from_main("add");
+    let with_node8 = hosts(false).replace(
+        "  children:\n",
+        "    node8:\n      ansible_host: 10.0.0.8\n  children:\n",
+    ) + "        node8:\n";
+    remote.write("clusters/prod-bj/hosts.yml", &with_node8);
+    let added = push_ref(remote, "refs/pull/4/head", "prod-bj: node8 in");
+    let plan = wait_for("kok/plan on #4", None, || async {
+        plans(kind, forge, &added).pop()
+    })
+    .await;
+    assert_eq!(plan.state, "success", "{plan:?}");
+    assert!(
+        plan.description.starts_with(
+            "warning: prod-bj: host-not-reached: node8 is new in kube_node and no pending operation reaches it: \
+             add - {id: add-node8, action: scale.yml"
+        ),
+        "{plan:?}"
+    );
+
+    // #5, from main, removes node3 without skip_confirmation.
+    from_main("remove");
+    remote.write(
+        "clusters/prod-bj/operations.yml",
+        &format!(
+            "{OPS_INSTALL}- id: remove-node3\n  action: remove-node.yml\n  extraArgs: [-e, node=node3]\n"
+        ),
+    );
+    let removal = push_ref(remote, "refs/pull/5/head", "prod-bj: remove node3");
+    let plan = wait_for("kok/plan on #5", None, || async {
+        plans(kind, forge, &removal).pop()
+    })
+    .await;
+    assert_eq!(plan.state, "failure", "{plan:?}");
+    assert!(
+        plan.description.starts_with(
+            "prod-bj: confirmation-prompt: remove-node.yml asks \"Are you sure you want to delete nodes state?\""
+        ),
+        "{plan:?}"
     );
     service.stop().await;
 }

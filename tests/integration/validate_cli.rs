@@ -76,7 +76,7 @@ fn warnings_alone_exit_zero_and_are_marked() {
     write(
         repo.path(),
         "clusters/a/operations.yml",
-        "- id: rm\n  action: remove-node.yml\n  extraArgs: [-e, node=node9]\n",
+        "- id: rm\n  action: remove-node.yml\n  extraArgs: [-e, node=node9 skip_confirmation=true]\n",
     );
     let out = kok(&["validate", repo.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
