@@ -28,6 +28,7 @@ mod e2e_pull_requests;
 mod e2e_service;
 mod e2e_signatures;
 mod e2e_stories;
+mod health_certificates;
 mod invalid_corpus;
 mod inventory_ansible;
 mod job_ansible;
