@@ -143,6 +143,69 @@ fn set_finalizers(obj: &mut Value, list: Vec<String>) {
     }
 }
 
+/// The fields a write owns: the status alone through the status subresource, all but the status for a
+/// resource that has one, the whole object otherwise.
+fn write_scope(status_subresource: bool, has_status: bool) -> Scope {
+    match (status_subresource, has_status) {
+        (true, _) => Scope::Status,
+        (false, true) => Scope::Main,
+        (false, false) => Scope::Whole,
+    }
+}
+
+/// The 409 of an apply to object `name` whose fields other managers own, one cause per field.
+fn apply_conflict(info: &ResourceInfo, name: &str, c: Vec<apply::Conflict>) -> ApiError {
+    let n = c.len();
+    let mut e = if n == 1 {
+        ApiError::new(
+            409,
+            format!(
+                "Apply failed with 1 conflict: conflict with \"{}\" using {}: {}",
+                c[0].manager, c[0].api_version, c[0].field
+            ),
+        )
+    } else {
+        let lines: Vec<String> = c.iter().map(|x| format!("- {}", x.field)).collect();
+        ApiError::new(
+            409,
+            format!(
+                "Apply failed with {n} conflicts: conflicts with \"{}\" using {}:\n{}",
+                c[0].manager,
+                c[0].api_version,
+                lines.join("\n")
+            ),
+        )
+    }
+    .on(&info.group, &info.resource, name);
+    e.details.causes = c
+        .iter()
+        .map(|x| {
+            cause(
+                "FieldManagerConflict",
+                &x.field,
+                format!("conflict with \"{}\" using {}", x.manager, x.api_version),
+            )
+        })
+        .collect();
+    e
+}
+
+/// What an apply that creates object `name` applies over: its apiVersion, kind, name, namespace and
+/// `generateName`.
+fn apply_base(info: &ResourceInfo, ctx: &WriteCtx, name: &str, applied: &Value) -> Value {
+    let mut base = json!({"apiVersion": info.api_version(), "kind": info.kind,
+        "metadata": {"name": name}});
+    if let Some(ns) = meta_str(applied, "namespace").or(ctx.namespace.as_deref()) {
+        base["metadata"]["namespace"] = json!(ns);
+    }
+    for f in ["generateName"] {
+        if let Some(v) = applied["metadata"].get(f) {
+            base["metadata"][f] = v.clone();
+        }
+    }
+    base
+}
+
 /// The object as served at a resource's version (storage shares one object across versions; an Event is
 /// converted between its two APIs, see [`crate::events`]).
 pub fn served(info: &ResourceInfo, obj: &Arc<Value>) -> Arc<Value> {
@@ -562,6 +625,53 @@ impl State {
             }
             return self.finish_update(info, ctx, &old, candidate, status, None);
         }
+        let applied = self.read_applied(info, name, body, old.as_ref())?;
+        let scope = write_scope(status, info.status);
+        let now = util::now();
+        // The configuration applied over `base` by the request's manager.
+        let apply_over = |base: &Value| {
+            apply::server_side_apply(
+                base,
+                &applied,
+                &ctx.manager,
+                force,
+                &info.api_version(),
+                scope,
+                &now,
+            )
+            .map_err(|c| apply_conflict(info, name, c))
+        };
+        match old {
+            Some(old) => {
+                let mut merged = apply_over(&old)?;
+                let mf = merged["metadata"]["managedFields"].clone();
+                merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+                self.finish_update(info, ctx, &old, merged, status, Some(mf))
+            }
+            None => {
+                if status {
+                    return Err(ApiError::not_found(&info.group, &info.resource, name));
+                }
+                let mut obj = apply_over(&apply_base(info, ctx, name, &applied))?;
+                if info.status {
+                    if let Some(m) = obj.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+                self.create(info, ctx, obj)
+            }
+        }
+    }
+
+    /// The configuration of an apply patch to object `name` (`old` when it exists): decoded, and refused
+    /// when it is not an object of this kind and name or names a resourceVersion other than `old`'s.
+    fn read_applied(
+        &self,
+        info: &ResourceInfo,
+        name: &str,
+        body: &[u8],
+        old: Option<&Arc<Value>>,
+    ) -> Result<Value, ApiError> {
         let applied: Value = serde_json::from_slice(body)
             .or_else(|_| serde_yaml::from_slice(body))
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
@@ -582,97 +692,11 @@ impl State {
             }
         }
         if let Some(rv) = meta_str(&applied, "resourceVersion") {
-            if old
-                .as_ref()
-                .is_some_and(|o| meta_str(o, "resourceVersion") != Some(rv))
-            {
+            if old.is_some_and(|o| meta_str(o, "resourceVersion") != Some(rv)) {
                 return Err(ApiError::stale(&info.group, &info.resource, name));
             }
         }
-        let scope = match (status, info.status) {
-            (true, _) => Scope::Status,
-            (false, true) => Scope::Main,
-            (false, false) => Scope::Whole,
-        };
-        let now = util::now();
-        let conflict = |c: Vec<apply::Conflict>| {
-            let n = c.len();
-            let mut e = if n == 1 {
-                ApiError::new(
-                    409,
-                    format!(
-                        "Apply failed with 1 conflict: conflict with \"{}\" using {}: {}",
-                        c[0].manager, c[0].api_version, c[0].field
-                    ),
-                )
-            } else {
-                let lines: Vec<String> = c.iter().map(|x| format!("- {}", x.field)).collect();
-                ApiError::new(
-                    409,
-                    format!(
-                        "Apply failed with {n} conflicts: conflicts with \"{}\" using {}:\n{}",
-                        c[0].manager,
-                        c[0].api_version,
-                        lines.join("\n")
-                    ),
-                )
-            }
-            .on(&info.group, &info.resource, name);
-            e.details.causes = c
-                .iter()
-                .map(|x| {
-                    cause(
-                        "FieldManagerConflict",
-                        &x.field,
-                        format!("conflict with \"{}\" using {}", x.manager, x.api_version),
-                    )
-                })
-                .collect();
-            e
-        };
-        // The configuration applied over `base` by the request's manager.
-        let apply_over = |base: &Value| {
-            apply::server_side_apply(
-                base,
-                &applied,
-                &ctx.manager,
-                force,
-                &info.api_version(),
-                scope,
-                &now,
-            )
-            .map_err(conflict)
-        };
-        match old {
-            Some(old) => {
-                let mut merged = apply_over(&old)?;
-                let mf = merged["metadata"]["managedFields"].clone();
-                merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
-                self.finish_update(info, ctx, &old, merged, status, Some(mf))
-            }
-            None => {
-                if status {
-                    return Err(ApiError::not_found(&info.group, &info.resource, name));
-                }
-                let mut base = json!({"apiVersion": info.api_version(), "kind": info.kind,
-                    "metadata": {"name": name}});
-                if let Some(ns) = meta_str(&applied, "namespace").or(ctx.namespace.as_deref()) {
-                    base["metadata"]["namespace"] = json!(ns);
-                }
-                for f in ["generateName"] {
-                    if let Some(v) = applied["metadata"].get(f) {
-                        base["metadata"][f] = v.clone();
-                    }
-                }
-                let mut obj = apply_over(&base)?;
-                if info.status {
-                    if let Some(m) = obj.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-                self.create(info, ctx, obj)
-            }
-        }
+        Ok(applied)
     }
 
     fn finish_update(
