@@ -340,14 +340,21 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         Err(e) => return error_response(&e),
     };
     let q = query_map(&parts.uri);
-    let verb = match verb_of(&parts.method, &rp, &q, &path) {
-        Ok(verb) => verb,
-        Err(refused) => return refused,
+    if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && parts.method != Method::GET {
+        return json_response(
+            405,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "the server does not allow this method on the requested resource",
+                "reason": "MethodNotAllowed", "details": {}, "code": 405}),
+        );
+    }
+    let Some(verb) = verb_of(&parts.method, rp.name.is_some(), &q) else {
+        return error_response(&ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({} {path})",
+            parts.method
+        )));
     };
-    let logged = match &rp.subresource {
-        Some(s) => format!("{}/{s}", rp.resource),
-        None => rp.resource.clone(),
-    };
+    let logged = logged_name(&rp);
     shared.log.record(verb, &logged);
     let latency = *shared.latency.lock().unwrap_or_else(|p| p.into_inner());
     if !latency.is_zero() {
@@ -437,23 +444,10 @@ fn answer_wire(shared: &Shared, headers: &HeaderMap, rp: &ResourcePath) -> Resul
     Ok(wire)
 }
 
-/// The API verb of a request on `rp` by its method, whether it names an object, and its query; the
-/// refusal of a method the path does not allow.
-fn verb_of(
-    method: &Method,
-    rp: &ResourcePath,
-    q: &HashMap<String, String>,
-    path: &str,
-) -> Result<&'static str, Response> {
-    if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && method != Method::GET {
-        return Err(json_response(
-            405,
-            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": "the server does not allow this method on the requested resource",
-                "reason": "MethodNotAllowed", "details": {}, "code": 405}),
-        ));
-    }
-    Ok(match (method, rp.name.is_some()) {
+/// The API verb of a request by its method, whether it names an object, and its query; `None` for a
+/// method the path does not allow.
+fn verb_of(method: &Method, named: bool, q: &HashMap<String, String>) -> Option<&'static str> {
+    Some(match (method, named) {
         (&Method::GET, true) => "get",
         (&Method::GET, false) if truthy(q, "watch") => "watch",
         (&Method::GET, false) => "list",
@@ -462,12 +456,16 @@ fn verb_of(
         (&Method::PATCH, true) => "patch",
         (&Method::DELETE, true) => "delete",
         (&Method::DELETE, false) => "deletecollection",
-        _ => {
-            return Err(error_response(&ApiError::method_not_allowed(format!(
-                "the server does not allow this method on the requested resource ({method} {path})"
-            ))))
-        }
+        _ => return None,
     })
+}
+
+/// The resource of `rp` as the request log and injected faults name it: with its subresource, if any.
+fn logged_name(rp: &ResourcePath) -> String {
+    match &rp.subresource {
+        Some(s) => format!("{}/{s}", rp.resource),
+        None => rp.resource.clone(),
+    }
 }
 
 /// The error a request gets before it is served: a fault the test injected for it, or the store's
