@@ -163,11 +163,31 @@ pub(crate) fn parse_notifications(node: &Node, diags: &mut FileDiags<'_>) -> Vec
     receivers
 }
 
+/// One receiver of `notifications`; `None` when any of its keys was wrong (each one said).
 fn parse_receiver(node: &Node, diags: &mut FileDiags<'_>) -> Option<Receiver> {
     let expected = || "a receiver must be a mapping of name, type, urlSecret, events, clusters".to_string();
     let map = keyed_map(node, RECEIVER_KEYS, "a notifications receiver", expected, diags)?;
     let before = diags.error_count();
-    let name = match get(map, "name").and_then(Node::as_str) {
+    let name = receiver_name(node, map, diags);
+    let kind = receiver_type(node, map, diags);
+    let url_secret = url_secret(node, map, diags);
+    let events = receiver_events(map, diags);
+    let selector = cluster_selector(map, diags);
+    if diags.error_count() > before {
+        return None;
+    }
+    Some(Receiver {
+        name: name?,
+        kind: kind?,
+        url_secret: url_secret?,
+        events,
+        selector,
+    })
+}
+
+/// A receiver's `name`: required, a DNS-1123 label.
+fn receiver_name(node: &Node, map: &[(Node, Node)], diags: &mut FileDiags<'_>) -> Option<String> {
+    match get(map, "name").and_then(Node::as_str) {
         Some(name) if is_dns1123_label(name, 63) => Some(name.to_string()),
         Some(name) => {
             diags.error(
@@ -180,99 +200,96 @@ fn parse_receiver(node: &Node, diags: &mut FileDiags<'_>) -> Option<Receiver> {
             diags.error(node, "a receiver needs a name, e.g. name: oncall");
             None
         }
+    }
+}
+
+/// A receiver's `type`: required, webhook, slack or msteams.
+fn receiver_type(node: &Node, map: &[(Node, Node)], diags: &mut FileDiags<'_>) -> Option<ReceiverType> {
+    let Some(t) = get(map, "type") else {
+        diags.error(node, "a receiver needs a type: webhook, slack or msteams");
+        return None;
     };
-    let kind = match get(map, "type") {
-        Some(t) => match t.as_str() {
-            Some("webhook") => Some(ReceiverType::Webhook),
-            Some("slack") => Some(ReceiverType::Slack),
-            Some("msteams") => Some(ReceiverType::MsTeams),
-            _ => {
-                diags.error(
-                    t,
-                    format!(
-                        "type must be webhook, slack or msteams, not {}",
-                        t.scalar_text().unwrap_or_else(|| t.type_name().to_string())
-                    ),
-                );
-                None
-            }
-        },
-        None => {
-            diags.error(node, "a receiver needs a type: webhook, slack or msteams");
-            None
-        }
-    };
-    let url_secret = match get(map, "urlSecret") {
-        Some(s) => match s.as_str() {
-            Some(name) if is_dns1123_subdomain(name) => Some(name.to_string()),
-            _ => {
-                diags.error(
-                    s,
-                    "urlSecret must name a Secret in kok's namespace (key url: the receiver's URL; key hmac: \
-                     the webhook's signing key); the URL itself never goes in the repository",
-                );
-                None
-            }
-        },
-        None => {
+    match t.as_str() {
+        Some("webhook") => Some(ReceiverType::Webhook),
+        Some("slack") => Some(ReceiverType::Slack),
+        Some("msteams") => Some(ReceiverType::MsTeams),
+        _ => {
             diags.error(
-                node,
-                "a receiver needs urlSecret: the Secret in kok's namespace whose key url holds its URL",
+                t,
+                format!(
+                    "type must be webhook, slack or msteams, not {}",
+                    t.scalar_text().unwrap_or_else(|| t.type_name().to_string())
+                ),
             );
             None
         }
-    };
-    let events = match get(map, "events") {
-        None => Vec::new(),
-        Some(list) => match list.as_seq() {
-            Some(items) => items
-                .iter()
-                .filter_map(|item| {
-                    let kind = item.as_str().and_then(EventKind::parse);
-                    if kind.is_none() {
-                        let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
-                        diags.error(
-                            item,
-                            format!(
-                                "unknown event {}; events are {}",
-                                item.scalar_text().unwrap_or_default(),
-                                names.join(", ")
-                            ),
-                        );
-                    }
-                    kind
-                })
-                .collect(),
-            None => {
-                diags.error(
-                    list,
-                    "events must be a list, e.g. [operation-failed, rollout-halted]",
-                );
-                Vec::new()
-            }
-        },
-    };
-    let selector = match get(map, "clusters") {
-        None => BTreeMap::new(),
-        Some(clusters) => {
-            let expected =
-                || "clusters must be a mapping with a selector, e.g. {selector: {env: prod}}".to_string();
-            keyed_map(clusters, CLUSTERS_KEYS, "clusters", expected, diags)
-                .and_then(|m| get(m, "selector"))
-                .and_then(|s| parse_labels(s, diags))
-                .unwrap_or_default()
-        }
-    };
-    if diags.error_count() > before {
-        return None;
     }
-    Some(Receiver {
-        name: name?,
-        kind: kind?,
-        url_secret: url_secret?,
-        events,
-        selector,
-    })
+}
+
+/// A receiver's `urlSecret`: required, the name of the Secret holding its URL.
+fn url_secret(node: &Node, map: &[(Node, Node)], diags: &mut FileDiags<'_>) -> Option<String> {
+    let Some(s) = get(map, "urlSecret") else {
+        diags.error(
+            node,
+            "a receiver needs urlSecret: the Secret in kok's namespace whose key url holds its URL",
+        );
+        return None;
+    };
+    match s.as_str() {
+        Some(name) if is_dns1123_subdomain(name) => Some(name.to_string()),
+        _ => {
+            diags.error(
+                s,
+                "urlSecret must name a Secret in kok's namespace (key url: the receiver's URL; key hmac: \
+                 the webhook's signing key); the URL itself never goes in the repository",
+            );
+            None
+        }
+    }
+}
+
+/// A receiver's `events`: the kinds it is sent (none written: empty), each unknown one said.
+fn receiver_events(map: &[(Node, Node)], diags: &mut FileDiags<'_>) -> Vec<EventKind> {
+    let Some(list) = get(map, "events") else {
+        return Vec::new();
+    };
+    let Some(items) = list.as_seq() else {
+        diags.error(
+            list,
+            "events must be a list, e.g. [operation-failed, rollout-halted]",
+        );
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| {
+            let kind = item.as_str().and_then(EventKind::parse);
+            if kind.is_none() {
+                let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+                diags.error(
+                    item,
+                    format!(
+                        "unknown event {}; events are {}",
+                        item.scalar_text().unwrap_or_default(),
+                        names.join(", ")
+                    ),
+                );
+            }
+            kind
+        })
+        .collect()
+}
+
+/// A receiver's `clusters: {selector: ...}`: the labels of the clusters it hears about (none: all).
+fn cluster_selector(map: &[(Node, Node)], diags: &mut FileDiags<'_>) -> BTreeMap<String, String> {
+    let Some(clusters) = get(map, "clusters") else {
+        return BTreeMap::new();
+    };
+    let expected = || "clusters must be a mapping with a selector, e.g. {selector: {env: prod}}".to_string();
+    keyed_map(clusters, CLUSTERS_KEYS, "clusters", expected, diags)
+        .and_then(|m| get(m, "selector"))
+        .and_then(|s| parse_labels(s, diags))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

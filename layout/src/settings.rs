@@ -49,6 +49,20 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
     let Some(map) = keyed_map(&root, SETTINGS_KEYS, file, expected, diags) else {
         return settings;
     };
+    secret_names(map, &mut settings, diags);
+    release_and_image(map, &mut settings, diags);
+    run_limits(map, &mut settings, diags);
+    settings.defaults.facts_playbook = get(map, "factsPlaybook").and_then(|node| facts_playbook(node, diags));
+    settings.labels = get(map, "labels")
+        .and_then(|node| parse_labels(node, diags))
+        .unwrap_or_default();
+    settings.maintenance = get(map, "maintenance").and_then(|node| parse_maintenance(node, diags));
+    file_bound_sections(map, file, &mut settings, diags);
+    settings
+}
+
+/// `sshAuthSecret`, `kubeconfigSecret` and `vaultPasswordSecret`: names of Secrets in kok's namespace.
+fn secret_names(map: &[(Node, Node)], settings: &mut Settings, diags: &mut FileDiags<'_>) {
     settings.ssh_auth_secret = get(map, "sshAuthSecret").and_then(|node| {
         subdomain(
             node,
@@ -73,6 +87,10 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             diags,
         )
     });
+}
+
+/// `kubesprayVersion` and `image`: the release and the image that runs it, with where each was written.
+fn release_and_image(map: &[(Node, Node)], settings: &mut Settings, diags: &mut FileDiags<'_>) {
     let at = |node: &Node| WrittenAt {
         path: diags.path.clone(),
         line: node.line,
@@ -100,6 +118,11 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             None
         }
     });
+}
+
+/// The account, resources and limits of a run (`serviceAccount` to `historyLimit`), and
+/// `certificateWindowDays`.
+fn run_limits(map: &[(Node, Node)], settings: &mut Settings, diags: &mut FileDiags<'_>) {
     settings.defaults.service_account = get(map, "serviceAccount").and_then(|node| {
         subdomain(
             node,
@@ -109,26 +132,19 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
         )
     });
     settings.defaults.resources = get(map, "resources").and_then(|node| resources(node, diags));
-    settings.defaults.active_deadline_seconds =
-        get(map, "activeDeadlineSeconds").and_then(|node| match node.kind {
-            Kind::Int(n) if n > 0 => Some(n),
-            _ => {
-                diags.error(
-                    node,
-                    "activeDeadlineSeconds must be an integer greater than 0 (seconds), e.g. 7200",
-                );
-                None
-            }
-        });
-    settings.defaults.start_timeout = get(map, "startTimeout").and_then(|node| match node.kind {
-        Kind::Int(n) if n > 0 => Some(n),
-        _ => {
-            diags.error(
-                node,
-                "startTimeout must be an integer greater than 0 (seconds), e.g. 600",
-            );
-            None
-        }
+    settings.defaults.active_deadline_seconds = get(map, "activeDeadlineSeconds").and_then(|node| {
+        positive_seconds(
+            node,
+            "activeDeadlineSeconds must be an integer greater than 0 (seconds), e.g. 7200",
+            diags,
+        )
+    });
+    settings.defaults.start_timeout = get(map, "startTimeout").and_then(|node| {
+        positive_seconds(
+            node,
+            "startTimeout must be an integer greater than 0 (seconds), e.g. 600",
+            diags,
+        )
     });
     settings.defaults.history_limit = get(map, "historyLimit").and_then(|node| match node.kind {
         Kind::Int(n) if n >= 1 => u32::try_from(n).ok().or_else(|| {
@@ -154,11 +170,21 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             None
         }
     });
-    settings.defaults.facts_playbook = get(map, "factsPlaybook").and_then(|node| facts_playbook(node, diags));
-    settings.labels = get(map, "labels")
-        .and_then(|node| parse_labels(node, diags))
-        .unwrap_or_default();
-    settings.maintenance = get(map, "maintenance").and_then(|node| parse_maintenance(node, diags));
+}
+
+/// An integer number of seconds greater than 0; `message` said otherwise.
+fn positive_seconds(node: &Node, message: &str, diags: &mut FileDiags<'_>) -> Option<i64> {
+    match node.kind {
+        Kind::Int(n) if n > 0 => Some(n),
+        _ => {
+            diags.error(node, message);
+            None
+        }
+    }
+}
+
+/// `installed` (cluster.yml's alone) and `notifications` (kok.yml's alone), each refused in the other file.
+fn file_bound_sections(map: &[(Node, Node)], file: &str, settings: &mut Settings, diags: &mut FileDiags<'_>) {
     if let Some(node) = get(map, "installed") {
         if file.ends_with(super::CLUSTER_YML) {
             settings.installed = installed(node, diags);
@@ -181,7 +207,6 @@ pub(crate) fn parse_settings(text: &str, file: &str, diags: &mut FileDiags<'_>) 
             settings.notifications = parse_notifications(node, diags);
         }
     }
-    settings
 }
 
 /// What `installed` must be, for messages.

@@ -311,6 +311,35 @@ impl Builder {
         }
         self.push(node);
     }
+
+    /// Places a copy of the node anchored as `id`, failing on an unknown anchor or too large an expansion.
+    fn alias(&mut self, id: usize, line: usize, col: usize) {
+        let Some(target) = self.anchors.get(&id).cloned() else {
+            self.failure = Some(Problem {
+                line,
+                col,
+                message: "alias to an unknown anchor: define the anchor (&name) before using it".to_string(),
+            });
+            return;
+        };
+        self.expanded += target.count();
+        if self.expanded > MAX_NODES {
+            self.failure = Some(Problem {
+                line,
+                col,
+                message: format!(
+                    "aliases expand to more than {MAX_NODES} nodes: write the values out or use fewer aliases"
+                ),
+            });
+            return;
+        }
+        self.push(Node {
+            line,
+            col,
+            kind: target.kind,
+            written: target.written,
+        });
+    }
 }
 
 /// Identity of a scalar key for duplicate detection: its type and text (`None` for collection keys).
@@ -324,6 +353,25 @@ fn key_id(key: &Node) -> Option<(u8, String)> {
         Kind::Seq(_) | Kind::Map(_) => return None,
     };
     key.scalar_text().map(|text| (tag, text))
+}
+
+/// The node of a scalar event at `line`:`col`, typed and with how it was written.
+fn scalar_node(
+    value: String,
+    style: TScalarStyle,
+    tag: Option<&yaml_rust2::parser::Tag>,
+    line: usize,
+    col: usize,
+) -> Node {
+    let plain = (style == TScalarStyle::Plain).then_some(value.as_str());
+    let written = written(tag, plain);
+    let kind = scalar(value, style, tag);
+    Node {
+        line,
+        col,
+        kind,
+        written,
+    }
 }
 
 fn scalar(value: String, style: TScalarStyle, tag: Option<&yaml_rust2::parser::Tag>) -> Kind {
@@ -349,18 +397,7 @@ impl MarkedEventReceiver for Builder {
         let (line, col) = (mark.line(), mark.col() + 1);
         match ev {
             Event::Scalar(value, style, anchor, tag) => {
-                let plain = (style == TScalarStyle::Plain).then_some(value.as_str());
-                let written = written(tag.as_ref(), plain);
-                let kind = scalar(value, style, tag.as_ref());
-                self.finish(
-                    Node {
-                        line,
-                        col,
-                        kind,
-                        written,
-                    },
-                    anchor,
-                );
+                self.finish(scalar_node(value, style, tag.as_ref(), line, col), anchor);
             }
             Event::SequenceStart(..) | Event::MappingStart(..) if self.stack.len() >= MAX_DEPTH => {
                 self.failure = Some(Problem {
@@ -390,75 +427,55 @@ impl MarkedEventReceiver for Builder {
                 });
             }
             Event::SequenceEnd | Event::MappingEnd => {
-                let (node, anchor) = match self.stack.pop() {
-                    Some(Open::Seq {
-                        line,
-                        col,
-                        items,
-                        anchor,
-                        written,
-                    }) => (
-                        Node {
-                            line,
-                            col,
-                            kind: Kind::Seq(items),
-                            written,
-                        },
-                        anchor,
-                    ),
-                    Some(Open::Map {
-                        line,
-                        col,
-                        entries,
-                        anchor,
-                        written,
-                        ..
-                    }) => (
-                        Node {
-                            line,
-                            col,
-                            kind: Kind::Map(entries),
-                            written,
-                        },
-                        anchor,
-                    ),
-                    None => return,
-                };
-                self.finish(node, anchor);
-            }
-            Event::Alias(id) => {
-                let Some(target) = self.anchors.get(&id).cloned() else {
-                    self.failure = Some(Problem {
-                        line,
-                        col,
-                        message: "alias to an unknown anchor: define the anchor (&name) before using it"
-                            .to_string(),
-                    });
-                    return;
-                };
-                self.expanded += target.count();
-                if self.expanded > MAX_NODES {
-                    self.failure = Some(Problem {
-                        line,
-                        col,
-                        message: format!(
-                            "aliases expand to more than {MAX_NODES} nodes: write the values out or use fewer aliases"
-                        ),
-                    });
-                    return;
+                if let Some((node, anchor)) = self.stack.pop().map(Open::close) {
+                    self.finish(node, anchor);
                 }
-                self.push(Node {
-                    line,
-                    col,
-                    kind: target.kind,
-                    written: target.written,
-                });
             }
+            Event::Alias(id) => self.alias(id, line, col),
             Event::Nothing
             | Event::StreamStart
             | Event::StreamEnd
             | Event::DocumentStart
             | Event::DocumentEnd => {}
+        }
+    }
+}
+
+impl Open {
+    /// The finished collection, and the id of its anchor (0 for none).
+    fn close(self) -> (Node, usize) {
+        match self {
+            Open::Seq {
+                line,
+                col,
+                items,
+                anchor,
+                written,
+            } => (
+                Node {
+                    line,
+                    col,
+                    kind: Kind::Seq(items),
+                    written,
+                },
+                anchor,
+            ),
+            Open::Map {
+                line,
+                col,
+                entries,
+                anchor,
+                written,
+                ..
+            } => (
+                Node {
+                    line,
+                    col,
+                    kind: Kind::Map(entries),
+                    written,
+                },
+                anchor,
+            ),
         }
     }
 }

@@ -305,6 +305,8 @@ pub async fn reconcile(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<A
     }
 }
 
+/// One look at `op`, by phase: a finished operation lets go of its slot, a running one follows its Job, a
+/// waiting one starts (or restores the run git records) when it may.
 async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     let ns = ctx.config.namespace.clone();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -322,93 +324,114 @@ async fn reconcile_once(op: Arc<ClusterOperation>, ctx: Arc<Context>) -> Result<
         }
         Phase::Canceled => {
             release(&ctx, &op);
-            // Canceled while its Job was being created: the Job must not run.
-            if let Some(job) = jobs
-                .get_opt(&name)
-                .await
-                .map_err(op_error(&op, format!("reading Job {name}")))?
-            {
-                if job_outcome(&job) == JobOutcome::Running && owned_by(&job, &op) {
-                    jobs.delete(&name, &DeleteParams::background())
-                        .await
-                        .map_err(op_error(&op, format!("deleting Job {name}")))?;
-                }
-            }
+            stop_canceled_job(&op, &jobs, &name).await?;
             Ok(Action::await_change())
         }
-        Phase::Running => {
-            let job = jobs
-                .get_opt(&name)
-                .await
-                .map_err(op_error(&op, format!("reading Job {name}")))?;
-            if job.as_ref().map(job_outcome) == Some(JobOutcome::Succeeded) && op.spec.verify != Verify::None
-            {
-                return verify::after_job(&ctx, &op, &name, job.as_ref().and_then(completion_note)).await;
-            }
-            let report = match job.as_ref().map(job_outcome) {
-                Some(JobOutcome::Succeeded | JobOutcome::Failed { .. }) => {
-                    Some(run_report(&ctx, &name).await)
-                }
-                _ => None,
-            };
-            let t = match job.as_ref().map(job_outcome) {
-                None => Transition {
-                    phase: Phase::Failed,
-                    message: Some(JOB_DELETED.to_string()),
-                    end_time: Some(now()),
-                    event: Some(("Failed", true)),
-                    ..Transition::default()
-                },
-                // The Job controller is ending the Job (and deleting its pods): its outcome says why.
-                Some(JobOutcome::Running) if job.as_ref().is_some_and(ending) => {
-                    return Ok(Action::await_change())
-                }
-                Some(JobOutcome::Running) => {
-                    let pods = ctx.pods.of(&name);
-                    let started = op
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.start_time.as_ref())
-                        .map(|t| t.0);
-                    match verdict(&name, &pods, started, op.spec.start_timeout_seconds(), now()) {
-                        Verdict::Fine => return Ok(Action::await_change()),
-                        Verdict::Stuck(left) => return Ok(Action::requeue(left)),
-                        Verdict::Fails { message, event } => {
-                            return fail_running(&ctx, &op, &jobs, &name, message, event).await
-                        }
-                    }
-                }
-                Some(JobOutcome::Succeeded) => Transition {
-                    phase: Phase::Succeeded,
-                    message: job.as_ref().and_then(completion_note),
-                    end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
-                    event: Some(("Succeeded", false)),
-                    report,
-                    ..Transition::default()
-                },
-                Some(JobOutcome::Failed { reason, message }) => Transition {
-                    phase: Phase::Failed,
-                    message: Some(failure_message(
-                        &reason,
-                        &message,
-                        op.spec.deadline_seconds(),
-                        Some(&ctx.pods.of(&name)),
-                    )),
-                    end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
-                    event: Some(("Failed", true)),
-                    report,
-                    ..Transition::default()
-                },
-            };
-            transition(&ctx, &op, t).await?;
-            Ok(Action::await_change())
-        }
+        Phase::Running => follow_job(&ctx, &op, &jobs, &name).await,
         Phase::Pending | Phase::Queued => match super::restore::recorded_of(&op) {
             Some(recorded) if op.status.as_ref().is_none_or(|s| s.job_ref.is_none()) => {
                 restore(&ctx, &op, recorded).await
             }
             _ => start_or_wait(&op, &ctx, &jobs, &name).await,
         },
+    }
+}
+
+/// Deletes the Job of the canceled `op` if it is still running: canceled while its Job was being created,
+/// the Job must not run.
+async fn stop_canceled_job(
+    op: &ClusterOperation,
+    jobs: &Api<Job>,
+    name: &str,
+) -> Result<(), ControllerError> {
+    if let Some(job) = jobs
+        .get_opt(name)
+        .await
+        .map_err(op_error(op, format!("reading Job {name}")))?
+    {
+        if job_outcome(&job) == JobOutcome::Running && owned_by(&job, op) {
+            jobs.delete(name, &DeleteParams::background())
+                .await
+                .map_err(op_error(op, format!("deleting Job {name}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// A running operation: reads its Job and moves the operation on when the Job ended (through verification
+/// when it asks for one) or is gone.
+async fn follow_job(
+    ctx: &Arc<Context>,
+    op: &ClusterOperation,
+    jobs: &Api<Job>,
+    name: &str,
+) -> Result<Action, ControllerError> {
+    let job = jobs
+        .get_opt(name)
+        .await
+        .map_err(op_error(op, format!("reading Job {name}")))?;
+    if job.as_ref().map(job_outcome) == Some(JobOutcome::Succeeded) && op.spec.verify != Verify::None {
+        return verify::after_job(ctx, op, name, job.as_ref().and_then(completion_note)).await;
+    }
+    let report = match job.as_ref().map(job_outcome) {
+        Some(JobOutcome::Succeeded | JobOutcome::Failed { .. }) => Some(run_report(ctx, name).await),
+        _ => None,
+    };
+    let t = match job.as_ref().map(job_outcome) {
+        None => Transition {
+            phase: Phase::Failed,
+            message: Some(JOB_DELETED.to_string()),
+            end_time: Some(now()),
+            event: Some(("Failed", true)),
+            ..Transition::default()
+        },
+        // The Job controller is ending the Job (and deleting its pods): its outcome says why.
+        Some(JobOutcome::Running) if job.as_ref().is_some_and(ending) => return Ok(Action::await_change()),
+        Some(JobOutcome::Running) => return watch_start(ctx, op, jobs, name).await,
+        Some(JobOutcome::Succeeded) => Transition {
+            phase: Phase::Succeeded,
+            message: job.as_ref().and_then(completion_note),
+            end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
+            event: Some(("Succeeded", false)),
+            report,
+            ..Transition::default()
+        },
+        Some(JobOutcome::Failed { reason, message }) => Transition {
+            phase: Phase::Failed,
+            message: Some(failure_message(
+                &reason,
+                &message,
+                op.spec.deadline_seconds(),
+                Some(&ctx.pods.of(name)),
+            )),
+            end_time: Some(finished_at(job.as_ref()).unwrap_or_else(now)),
+            event: Some(("Failed", true)),
+            report,
+            ..Transition::default()
+        },
+    };
+    transition(ctx, op, t).await?;
+    Ok(Action::await_change())
+}
+
+/// An operation whose Job still runs, judged by its pods ([`super::start`]): fine, looked at again while a
+/// pod that cannot start is within its start timeout, or failed.
+async fn watch_start(
+    ctx: &Context,
+    op: &ClusterOperation,
+    jobs: &Api<Job>,
+    name: &str,
+) -> Result<Action, ControllerError> {
+    let pods = ctx.pods.of(name);
+    let started = op
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0);
+    match verdict(name, &pods, started, op.spec.start_timeout_seconds(), now()) {
+        Verdict::Fine => Ok(Action::await_change()),
+        Verdict::Stuck(left) => Ok(Action::requeue(left)),
+        Verdict::Fails { message, event } => fail_running(ctx, op, jobs, name, message, event).await,
     }
 }
 

@@ -143,6 +143,184 @@ fn set_finalizers(obj: &mut Value, list: Vec<String>) {
     }
 }
 
+/// `new` with the status an update may not change taken from `old`: through the status subresource
+/// everything but the status (and managed fields) is `old`'s; otherwise a resource with a status keeps
+/// `old`'s.
+fn keep_status(info: &ResourceInfo, old: &Value, mut new: Value, status: bool) -> Value {
+    if status {
+        let st = new.get("status").cloned();
+        let mut keep = old.clone();
+        match st {
+            Some(s) => keep["status"] = s,
+            None => {
+                if let Some(m) = keep.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+        if let Some(mf) = new.pointer("/metadata/managedFields") {
+            keep["metadata"]["managedFields"] = mf.clone();
+        }
+        new = keep;
+    } else if info.status {
+        match old.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                if let Some(m) = new.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+    }
+    new
+}
+
+/// Refuses an update of `old` whose UID precondition names another object, or that adds finalizers to an
+/// object being deleted.
+fn check_preconditions(info: &ResourceInfo, old: &Value, new: &Value) -> Result<(), ApiError> {
+    let old_uid = meta_str(old, "uid").unwrap_or("");
+    if let Some(uid) = meta_str(new, "uid").filter(|u| !u.is_empty() && *u != old_uid) {
+        let name = meta_str(old, "name").unwrap_or("");
+        return Err(ApiError::conflict(
+            &info.group,
+            &info.resource,
+            name,
+            &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {old_uid}"),
+        ));
+    }
+    if old.pointer("/metadata/deletionTimestamp").is_some() {
+        let before = finalizers(old);
+        if finalizers(new).iter().any(|f| !before.contains(f)) {
+            let name = meta_str(old, "name").unwrap_or("");
+            return Err(ApiError::invalid(
+                &info.group,
+                &info.kind,
+                name,
+                vec![cause(
+                    "FieldValueForbidden",
+                    "metadata.finalizers",
+                    "Forbidden: no new finalizers can be added if the object is being deleted",
+                )],
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Copies the metadata the server owns (identity, creation, generation, deletion) from `old` onto `new`.
+fn keep_identity(old: &Value, new: &mut Value) {
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "namespace",
+        "name",
+    ] {
+        match old["metadata"].get(f) {
+            Some(v) => new["metadata"][f] = v.clone(),
+            None => {
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove(f);
+                }
+            }
+        }
+    }
+}
+
+/// Sets the managed fields of an update: an apply's own (`managed`), or the request's manager recorded as
+/// owner of what it changed; managed fields left null are dropped.
+fn record_managers(
+    info: &ResourceInfo,
+    ctx: &WriteCtx,
+    old: &Value,
+    new: &mut Value,
+    status: bool,
+    managed: Option<Value>,
+) {
+    let now = util::now();
+    match managed {
+        Some(mf) => new["metadata"]["managedFields"] = mf,
+        None => apply::record_update(
+            Some(old),
+            new,
+            &ctx.manager,
+            &info.api_version(),
+            write_scope(status, info.status),
+            &now,
+        ),
+    }
+    if let Some(m) = new["metadata"].as_object_mut() {
+        if m.get("managedFields").is_some_and(Value::is_null) {
+            m.remove("managedFields");
+        }
+    }
+}
+
+/// The fields a write owns: the status alone through the status subresource, all but the status for a
+/// resource that has one, the whole object otherwise.
+fn write_scope(status_subresource: bool, has_status: bool) -> Scope {
+    match (status_subresource, has_status) {
+        (true, _) => Scope::Status,
+        (false, true) => Scope::Main,
+        (false, false) => Scope::Whole,
+    }
+}
+
+/// The 409 of an apply to object `name` whose fields other managers own, one cause per field.
+fn apply_conflict(info: &ResourceInfo, name: &str, c: Vec<apply::Conflict>) -> ApiError {
+    let n = c.len();
+    let mut e = if n == 1 {
+        ApiError::new(
+            409,
+            format!(
+                "Apply failed with 1 conflict: conflict with \"{}\" using {}: {}",
+                c[0].manager, c[0].api_version, c[0].field
+            ),
+        )
+    } else {
+        let lines: Vec<String> = c.iter().map(|x| format!("- {}", x.field)).collect();
+        ApiError::new(
+            409,
+            format!(
+                "Apply failed with {n} conflicts: conflicts with \"{}\" using {}:\n{}",
+                c[0].manager,
+                c[0].api_version,
+                lines.join("\n")
+            ),
+        )
+    }
+    .on(&info.group, &info.resource, name);
+    e.details.causes = c
+        .iter()
+        .map(|x| {
+            cause(
+                "FieldManagerConflict",
+                &x.field,
+                format!("conflict with \"{}\" using {}", x.manager, x.api_version),
+            )
+        })
+        .collect();
+    e
+}
+
+/// What an apply that creates object `name` applies over: its apiVersion, kind, name, namespace and
+/// `generateName`.
+fn apply_base(info: &ResourceInfo, ctx: &WriteCtx, name: &str, applied: &Value) -> Value {
+    let mut base = json!({"apiVersion": info.api_version(), "kind": info.kind,
+        "metadata": {"name": name}});
+    if let Some(ns) = meta_str(applied, "namespace").or(ctx.namespace.as_deref()) {
+        base["metadata"]["namespace"] = json!(ns);
+    }
+    for f in ["generateName"] {
+        if let Some(v) = applied["metadata"].get(f) {
+            base["metadata"][f] = v.clone();
+        }
+    }
+    base
+}
+
 /// The object as served at a resource's version (storage shares one object across versions; an Event is
 /// converted between its two APIs, see [`crate::events`]).
 pub fn served(info: &ResourceInfo, obj: &Arc<Value>) -> Arc<Value> {
@@ -562,6 +740,53 @@ impl State {
             }
             return self.finish_update(info, ctx, &old, candidate, status, None);
         }
+        let applied = self.read_applied(info, name, body, old.as_ref())?;
+        let scope = write_scope(status, info.status);
+        let now = util::now();
+        // The configuration applied over `base` by the request's manager.
+        let apply_over = |base: &Value| {
+            apply::server_side_apply(
+                base,
+                &applied,
+                &ctx.manager,
+                force,
+                &info.api_version(),
+                scope,
+                &now,
+            )
+            .map_err(|c| apply_conflict(info, name, c))
+        };
+        match old {
+            Some(old) => {
+                let mut merged = apply_over(&old)?;
+                let mf = merged["metadata"]["managedFields"].clone();
+                merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+                self.finish_update(info, ctx, &old, merged, status, Some(mf))
+            }
+            None => {
+                if status {
+                    return Err(ApiError::not_found(&info.group, &info.resource, name));
+                }
+                let mut obj = apply_over(&apply_base(info, ctx, name, &applied))?;
+                if info.status {
+                    if let Some(m) = obj.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+                self.create(info, ctx, obj)
+            }
+        }
+    }
+
+    /// The configuration of an apply patch to object `name` (`old` when it exists): decoded, and refused
+    /// when it is not an object of this kind and name or names a resourceVersion other than `old`'s.
+    fn read_applied(
+        &self,
+        info: &ResourceInfo,
+        name: &str,
+        body: &[u8],
+        old: Option<&Arc<Value>>,
+    ) -> Result<Value, ApiError> {
         let applied: Value = serde_json::from_slice(body)
             .or_else(|_| serde_yaml::from_slice(body))
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
@@ -582,197 +807,40 @@ impl State {
             }
         }
         if let Some(rv) = meta_str(&applied, "resourceVersion") {
-            if old
-                .as_ref()
-                .is_some_and(|o| meta_str(o, "resourceVersion") != Some(rv))
-            {
+            if old.is_some_and(|o| meta_str(o, "resourceVersion") != Some(rv)) {
                 return Err(ApiError::stale(&info.group, &info.resource, name));
             }
         }
-        let scope = match (status, info.status) {
-            (true, _) => Scope::Status,
-            (false, true) => Scope::Main,
-            (false, false) => Scope::Whole,
-        };
-        let now = util::now();
-        let conflict = |c: Vec<apply::Conflict>| {
-            let n = c.len();
-            let mut e = if n == 1 {
-                ApiError::new(
-                    409,
-                    format!(
-                        "Apply failed with 1 conflict: conflict with \"{}\" using {}: {}",
-                        c[0].manager, c[0].api_version, c[0].field
-                    ),
-                )
-            } else {
-                let lines: Vec<String> = c.iter().map(|x| format!("- {}", x.field)).collect();
-                ApiError::new(
-                    409,
-                    format!(
-                        "Apply failed with {n} conflicts: conflicts with \"{}\" using {}:\n{}",
-                        c[0].manager,
-                        c[0].api_version,
-                        lines.join("\n")
-                    ),
-                )
-            }
-            .on(&info.group, &info.resource, name);
-            e.details.causes = c
-                .iter()
-                .map(|x| {
-                    cause(
-                        "FieldManagerConflict",
-                        &x.field,
-                        format!("conflict with \"{}\" using {}", x.manager, x.api_version),
-                    )
-                })
-                .collect();
-            e
-        };
-        // The configuration applied over `base` by the request's manager.
-        let apply_over = |base: &Value| {
-            apply::server_side_apply(
-                base,
-                &applied,
-                &ctx.manager,
-                force,
-                &info.api_version(),
-                scope,
-                &now,
-            )
-            .map_err(conflict)
-        };
-        match old {
-            Some(old) => {
-                let mut merged = apply_over(&old)?;
-                let mf = merged["metadata"]["managedFields"].clone();
-                merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
-                self.finish_update(info, ctx, &old, merged, status, Some(mf))
-            }
-            None => {
-                if status {
-                    return Err(ApiError::not_found(&info.group, &info.resource, name));
-                }
-                let mut base = json!({"apiVersion": info.api_version(), "kind": info.kind,
-                    "metadata": {"name": name}});
-                if let Some(ns) = meta_str(&applied, "namespace").or(ctx.namespace.as_deref()) {
-                    base["metadata"]["namespace"] = json!(ns);
-                }
-                for f in ["generateName"] {
-                    if let Some(v) = applied["metadata"].get(f) {
-                        base["metadata"][f] = v.clone();
-                    }
-                }
-                let mut obj = apply_over(&base)?;
-                if info.status {
-                    if let Some(m) = obj.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-                self.create(info, ctx, obj)
-            }
-        }
+        Ok(applied)
     }
 
+    /// Writes `new` over `old` (an update, a patch, or an apply with its `managed` fields): keeps what the
+    /// request may not change, checks and validates it, bumps the generation, records its manager, and
+    /// stores it unless nothing but times changed or it is a dry run.
     fn finish_update(
         &mut self,
         info: &ResourceInfo,
         ctx: &WriteCtx,
         old: &Arc<Value>,
-        mut new: Value,
+        new: Value,
         status: bool,
         managed: Option<Value>,
     ) -> Result<Value, ApiError> {
         if !new.is_object() {
             return Err(ApiError::bad_request("the request body must be an object"));
         }
-        if status {
-            let st = new.get("status").cloned();
-            let mut keep = (**old).clone();
-            match st {
-                Some(s) => keep["status"] = s,
-                None => {
-                    if let Some(m) = keep.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-            }
-            if let Some(mf) = new.pointer("/metadata/managedFields") {
-                keep["metadata"]["managedFields"] = mf.clone();
-            }
-            new = keep;
-        } else if info.status {
-            match old.get("status") {
-                Some(s) => new["status"] = s.clone(),
-                None => {
-                    if let Some(m) = new.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-            }
-        }
+        let mut new = keep_status(info, old, new, status);
         new["apiVersion"] = json!(info.api_version());
         new["kind"] = json!(info.kind);
         if !new["metadata"].is_object() {
             new["metadata"] = json!({});
         }
-        let old_uid = meta_str(old, "uid").unwrap_or("");
-        if let Some(uid) = meta_str(&new, "uid").filter(|u| !u.is_empty() && *u != old_uid) {
-            let name = meta_str(old, "name").unwrap_or("");
-            return Err(ApiError::conflict(
-                &info.group,
-                &info.resource,
-                name,
-                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {old_uid}"),
-            ));
-        }
-        if old.pointer("/metadata/deletionTimestamp").is_some() {
-            let before = finalizers(old);
-            if finalizers(&new).iter().any(|f| !before.contains(f)) {
-                let name = meta_str(old, "name").unwrap_or("");
-                return Err(ApiError::invalid(
-                    &info.group,
-                    &info.kind,
-                    name,
-                    vec![cause(
-                        "FieldValueForbidden",
-                        "metadata.finalizers",
-                        "Forbidden: no new finalizers can be added if the object is being deleted",
-                    )],
-                ));
-            }
-        }
-        for f in [
-            "uid",
-            "creationTimestamp",
-            "generation",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "namespace",
-            "name",
-        ] {
-            match old["metadata"].get(f) {
-                Some(v) => new["metadata"][f] = v.clone(),
-                None => {
-                    if let Some(m) = new["metadata"].as_object_mut() {
-                        m.remove(f);
-                    }
-                }
-            }
-        }
+        check_preconditions(info, old, &new)?;
+        keep_identity(old, &mut new);
         if info.resource == "secrets" {
             secret_string_data(&mut new);
         }
-        self.check_schema(info, ctx, Some(old), &mut new)?;
-        if let Some(api) = events::Api::of(&info.group, &info.resource) {
-            let event = events::Event::read(api, &new)?;
-            events::validate_update(api, &event, &events::Event::read(api, old)?)?;
-            new = event.write(api);
-        }
-        validation::validate_meta(info, &new)?;
-        validation::validate_immutable(info, old, &new)?;
-        validate_kind(info, Some(old), &new)?;
+        self.validate_update(info, ctx, old, &mut new)?;
         if info.generation && spec_changed(info, old, &new) {
             let g = old
                 .pointer("/metadata/generation")
@@ -780,30 +848,7 @@ impl State {
                 .unwrap_or(1);
             new["metadata"]["generation"] = json!(g + 1);
         }
-        let now = util::now();
-        match managed {
-            Some(mf) => new["metadata"]["managedFields"] = mf,
-            None => {
-                let scope = match (status, info.status) {
-                    (true, _) => Scope::Status,
-                    (false, true) => Scope::Main,
-                    (false, false) => Scope::Whole,
-                };
-                apply::record_update(
-                    Some(old),
-                    &mut new,
-                    &ctx.manager,
-                    &info.api_version(),
-                    scope,
-                    &now,
-                );
-            }
-        }
-        if let Some(m) = new["metadata"].as_object_mut() {
-            if m.get("managedFields").is_some_and(Value::is_null) {
-                m.remove("managedFields");
-            }
-        }
+        record_managers(info, ctx, old, &mut new, status, managed);
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
         if without_times(&new) == without_times(old) {
             return Ok((*served(info, old)).clone());
@@ -812,6 +857,27 @@ impl State {
             return Ok(new);
         }
         Ok(self.commit(info, new))
+    }
+
+    /// Checks an update of `old` to `new` against the schema, the Event rules (normalising an Event),
+    /// the metadata rules, the immutable fields and the kind's own rules.
+    fn validate_update(
+        &self,
+        info: &ResourceInfo,
+        ctx: &WriteCtx,
+        old: &Arc<Value>,
+        new: &mut Value,
+    ) -> Result<(), ApiError> {
+        self.check_schema(info, ctx, Some(old), new)?;
+        if let Some(api) = events::Api::of(&info.group, &info.resource) {
+            let event = events::Event::read(api, new)?;
+            events::validate_update(api, &event, &events::Event::read(api, old)?)?;
+            *new = event.write(api);
+        }
+        validation::validate_meta(info, new)?;
+        validation::validate_immutable(info, old, new)?;
+        validate_kind(info, Some(old), new)?;
+        Ok(())
     }
 
     /// Stores a written object (in its storage form) and runs what follows: removal once finalizers are

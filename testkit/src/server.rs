@@ -319,47 +319,8 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         }
     };
     let path = parts.uri.path().to_string();
-    match (parts.method.clone(), path.trim_end_matches('/')) {
-        (Method::GET, "/version") => return json_response(200, &discovery::version()),
-        (Method::GET, "/api" | "/apis") if wants_aggregated(&parts.headers) => {
-            let doc = discovery::aggregated(&shared.lock().registry, path.trim_end_matches('/') == "/api");
-            let body = serde_json::to_vec(&doc).unwrap_or_default();
-            return (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, discovery::AGGREGATED_CONTENT_TYPE)],
-                body,
-            )
-                .into_response();
-        }
-        (Method::GET, "/api") => return json_response(200, &discovery::core_versions(&shared.addr)),
-        (Method::GET, "/apis") => return json_response(200, &discovery::groups(&shared.lock().registry)),
-        (Method::GET, "/healthz" | "/livez" | "/readyz") => return (StatusCode::OK, "ok").into_response(),
-        (Method::GET, "/openapi/v3") => return json_response(200, &crate::openapi::index(&shared.lock())),
-        (Method::GET, p) if p.starts_with("/openapi/v3/") => {
-            return crate::openapi::document(&shared.lock(), &p["/openapi/v3/".len()..])
-                .map(|doc| json_response(200, &doc))
-                .unwrap_or_else(not_found_path);
-        }
-        (Method::GET, "/openapi/v2") if !accepts_json(&parts.headers) => {
-            let doc = crate::gnostic::encode(&crate::openapi::swagger(&shared.lock()));
-            return (
-                StatusCode::OK,
-                [(
-                    header::CONTENT_TYPE,
-                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
-                )],
-                doc,
-            )
-                .into_response();
-        }
-        (Method::GET, "/openapi/v2") => return json_response(200, &crate::openapi::swagger(&shared.lock())),
-        (Method::GET, p) if p.starts_with("/apis/") && p.matches('/').count() == 2 => {
-            let group = &p["/apis/".len()..];
-            return discovery::api_group(&shared.lock().registry, group)
-                .map(|g| json_response(200, &g))
-                .unwrap_or_else(not_found_path);
-        }
-        _ => {}
+    if let Some(response) = fixed_path(&shared, &parts.method, path.trim_end_matches('/'), &parts.headers) {
+        return response;
     }
     if parts.method == Method::POST {
         if let Some(response) = review(&shared, &parts.headers, path.trim_end_matches('/'), &body) {
@@ -372,26 +333,12 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
     };
     let Some(rp) = parsed else { return not_found_path() };
     if rp.resource.is_empty() {
-        if parts.method != Method::GET {
-            return error_response(&ApiError::method_not_allowed("discovery documents are read-only"));
-        }
-        let state = shared.lock();
-        return match (rp.group.as_str(), rp.version.as_str()) {
-            ("", v) => discovery::resource_list(&state.registry, "", v),
-            (g, v) => discovery::resource_list(&state.registry, g, v),
-        }
-        .map(|v| json_response(200, &v))
-        .unwrap_or_else(not_found_path);
+        return resource_list(&shared, &parts.method, &rp);
     }
-    let mut wire = wire(&parts.headers);
-    if let Wire::Protobuf { or_json } = wire {
-        if let Some(e) = no_protobuf_form(&shared.lock(), &rp) {
-            if !or_json {
-                return error_response(&e);
-            }
-            wire = Wire::Json;
-        }
-    }
+    let wire = match answer_wire(&shared, &parts.headers, &rp) {
+        Ok(wire) => wire,
+        Err(e) => return error_response(&e),
+    };
     let q = query_map(&parts.uri);
     if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && parts.method != Method::GET {
         return json_response(
@@ -401,48 +348,158 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
                 "reason": "MethodNotAllowed", "details": {}, "code": 405}),
         );
     }
-    let verb = match (&parts.method, rp.name.is_some()) {
+    let Some(verb) = verb_of(&parts.method, rp.name.is_some(), &q) else {
+        return error_response(&ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({} {path})",
+            parts.method
+        )));
+    };
+    let logged = logged_name(&rp);
+    shared.log.record(verb, &logged);
+    let latency = *shared.latency.lock().unwrap_or_else(|p| p.into_inner());
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    if let Some(refusal) = refusal(&shared, verb, &rp, &logged) {
+        return negotiated(wire, false, refusal).await;
+    }
+    let response = serve(&shared, &parts.headers, &q, rp, verb, body).await;
+    negotiated(wire, verb == "watch", response).await
+}
+
+/// The paths that name no resource (`path` without its trailing `/`): version, discovery, health and
+/// OpenAPI documents; `None` for any other path.
+fn fixed_path(shared: &Shared, method: &Method, path: &str, headers: &HeaderMap) -> Option<Response> {
+    let response = match (method.clone(), path) {
+        (Method::GET, "/version") => json_response(200, &discovery::version()),
+        (Method::GET, "/api" | "/apis") if wants_aggregated(headers) => {
+            let doc = discovery::aggregated(&shared.lock().registry, path == "/api");
+            let body = serde_json::to_vec(&doc).unwrap_or_default();
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, discovery::AGGREGATED_CONTENT_TYPE)],
+                body,
+            )
+                .into_response()
+        }
+        (Method::GET, "/api") => json_response(200, &discovery::core_versions(&shared.addr)),
+        (Method::GET, "/apis") => json_response(200, &discovery::groups(&shared.lock().registry)),
+        (Method::GET, "/healthz" | "/livez" | "/readyz") => (StatusCode::OK, "ok").into_response(),
+        (Method::GET, "/openapi/v3") => json_response(200, &crate::openapi::index(&shared.lock())),
+        (Method::GET, p) if p.starts_with("/openapi/v3/") => {
+            crate::openapi::document(&shared.lock(), &p["/openapi/v3/".len()..])
+                .map(|doc| json_response(200, &doc))
+                .unwrap_or_else(not_found_path)
+        }
+        (Method::GET, "/openapi/v2") if !accepts_json(headers) => {
+            let doc = crate::gnostic::encode(&crate::openapi::swagger(&shared.lock()));
+            (
+                StatusCode::OK,
+                [(
+                    header::CONTENT_TYPE,
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                )],
+                doc,
+            )
+                .into_response()
+        }
+        (Method::GET, "/openapi/v2") => json_response(200, &crate::openapi::swagger(&shared.lock())),
+        (Method::GET, p) if p.starts_with("/apis/") && p.matches('/').count() == 2 => {
+            let group = &p["/apis/".len()..];
+            discovery::api_group(&shared.lock().registry, group)
+                .map(|g| json_response(200, &g))
+                .unwrap_or_else(not_found_path)
+        }
+        _ => return None,
+    };
+    Some(response)
+}
+
+/// The resource list of a group version (`rp` names no resource); read-only.
+fn resource_list(shared: &Shared, method: &Method, rp: &ResourcePath) -> Response {
+    if method != Method::GET {
+        return error_response(&ApiError::method_not_allowed("discovery documents are read-only"));
+    }
+    let state = shared.lock();
+    match (rp.group.as_str(), rp.version.as_str()) {
+        ("", v) => discovery::resource_list(&state.registry, "", v),
+        (g, v) => discovery::resource_list(&state.registry, g, v),
+    }
+    .map(|v| json_response(200, &v))
+    .unwrap_or_else(not_found_path)
+}
+
+/// How the answer is encoded: protobuf when the client asks for it first and the resource has that form,
+/// JSON when it does not but the client also takes JSON; the refusal otherwise.
+fn answer_wire(shared: &Shared, headers: &HeaderMap, rp: &ResourcePath) -> Result<Wire, ApiError> {
+    let wire = wire(headers);
+    if let Wire::Protobuf { or_json } = wire {
+        if let Some(e) = no_protobuf_form(&shared.lock(), rp) {
+            if !or_json {
+                return Err(e);
+            }
+            return Ok(Wire::Json);
+        }
+    }
+    Ok(wire)
+}
+
+/// The API verb of a request by its method, whether it names an object, and its query; `None` for a
+/// method the path does not allow.
+fn verb_of(method: &Method, named: bool, q: &HashMap<String, String>) -> Option<&'static str> {
+    Some(match (method, named) {
         (&Method::GET, true) => "get",
-        (&Method::GET, false) if truthy(&q, "watch") => "watch",
+        (&Method::GET, false) if truthy(q, "watch") => "watch",
         (&Method::GET, false) => "list",
         (&Method::POST, false) => "create",
         (&Method::PUT, true) => "update",
         (&Method::PATCH, true) => "patch",
         (&Method::DELETE, true) => "delete",
         (&Method::DELETE, false) => "deletecollection",
-        _ => {
-            return error_response(&ApiError::method_not_allowed(format!(
-                "the server does not allow this method on the requested resource ({} {path})",
-                parts.method
-            )))
-        }
-    };
-    let logged = match &rp.subresource {
+        _ => return None,
+    })
+}
+
+/// The resource of `rp` as the request log and injected faults name it: with its subresource, if any.
+fn logged_name(rp: &ResourcePath) -> String {
+    match &rp.subresource {
         Some(s) => format!("{}/{s}", rp.resource),
         None => rp.resource.clone(),
-    };
-    shared.log.record(verb, &logged);
-    let latency = *shared.latency.lock().unwrap_or_else(|p| p.into_inner());
-    if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
     }
-    if let Some(code) = take_fault(&shared, verb, &rp.resource, &logged, rp.name.as_deref()) {
+}
+
+/// The error a request gets before it is served: a fault the test injected for it, or the store's
+/// refusal to write while it cannot persist.
+fn refusal(shared: &Shared, verb: &str, rp: &ResourcePath, logged: &str) -> Option<Response> {
+    if let Some(code) = take_fault(shared, verb, &rp.resource, logged, rp.name.as_deref()) {
         let mut e = ApiError::new(
             code,
             format!("testkit injected fault: {verb} {logged} failed with {code}"),
         );
         e.reason = reason_for_code(code).into();
-        let r = error_response(&e.on(&rp.group, &rp.resource, rp.name.as_deref().unwrap_or("")));
-        return negotiated(wire, false, r).await;
+        return Some(error_response(&e.on(
+            &rp.group,
+            &rp.resource,
+            rp.name.as_deref().unwrap_or(""),
+        )));
     }
     let refused = shared.lock().store.persist_failure();
-    if let Some(e) = refused {
-        return negotiated(wire, false, error_response(&e)).await;
-    }
+    refused.map(|e| error_response(&e))
+}
+
+/// Serves `verb` on `rp` (a pod's log, or the store's objects) and answers once it is on disk.
+async fn serve(
+    shared: &Arc<Shared>,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    rp: ResourcePath,
+    verb: &str,
+    body: Bytes,
+) -> Response {
     let response = if rp.resource == "pods" && rp.subresource.as_deref() == Some("log") && verb == "get" {
-        pod_log(&shared, &rp, &q)
+        pod_log(shared, &rp, q)
     } else {
-        resource_request(&shared, &parts.headers, &q, rp, verb, body)
+        resource_request(shared, headers, q, rp, verb, body)
     };
     // Nothing is shown before it is on disk: the answer waits for the sync of every write committed
     // so far (its own, and any it read). A write that could not be persisted is not acknowledged.
@@ -450,11 +507,10 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
         durability.all_synced().await;
     }
     let refused = shared.lock().store.persist_failure();
-    let response = match refused {
+    match refused {
         Some(e) => error_response(&e),
         None => response,
-    };
-    negotiated(wire, verb == "watch", response).await
+    }
 }
 
 /// TokenReviews and SubjectAccessReviews (`crate::auth`), counted as creates; `None` for other paths.

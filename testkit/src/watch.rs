@@ -151,6 +151,22 @@ pub type CatchUp = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>, 
 /// behind the broadcast; None when `rv` has left that resource's event window.
 pub type Resync = Arc<dyn Fn(u64) -> Option<CatchUp> + Send + Sync>;
 
+/// The sending half of a watch's stream of rendered lines.
+type Lines = mpsc::Sender<Result<Bytes, Infallible>>;
+
+/// What a watch sends before live events: objects or events, and a closing line (the initial-events
+/// bookmark, or an error that ends the watch).
+struct Backlog {
+    /// The event type and object of each line, in order.
+    lines: Vec<(&'static str, Arc<Stored>)>,
+    /// The line after them.
+    closing: Option<Bytes>,
+    /// Whether the closing line is an error that ends the watch.
+    failed: bool,
+    /// The store's resourceVersion when the backlog was picked: live events continue after it.
+    rv: u64,
+}
+
 /// Opens a watch: picks the backlog under the state lock (the objects or events to send first, and a
 /// closing line) and streams it, rendered one line at a time, and the rest from a task.
 pub fn start(
@@ -160,13 +176,27 @@ pub fn start(
     resync: Resync,
 ) -> mpsc::Receiver<Result<Bytes, Infallible>> {
     // Few rendered lines wait for a slow reader; later events wait, shared, in the broadcast.
-    let (mut tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(LINES_IN_FLIGHT);
-    let mut backlog: Vec<(&'static str, Arc<Stored>)> = Vec::new();
-    let mut closing = None;
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(LINES_IN_FLIGHT);
+    let backlog = backlog(state, &req);
+    let events = state.store.subscribe();
+    let mut signals = signals;
+    signals.cut.borrow_and_update();
+    signals.shutdown.borrow_and_update();
+    tokio::spawn(stream(req, backlog, events, signals, resync, tx));
+    rx
+}
+
+/// The backlog of `req`: the current objects when it starts from the state, else the events after its
+/// resourceVersion, or the error of a resourceVersion that is invalid or compacted away.
+fn backlog(state: &State, req: &WatchRequest) -> Backlog {
+    let mut backlog = Backlog {
+        lines: Vec::new(),
+        closing: None,
+        failed: false,
+        rv: state.store.resource_version(),
+    };
     let rv_param = req.resource_version.clone().unwrap_or_default();
     let from_state = req.send_initial_events || rv_param.is_empty() || rv_param == "0";
-    let start_rv = state.store.resource_version();
-    let mut failed = false;
     if from_state {
         let ns = if req.info.namespaced {
             req.namespace.as_deref()
@@ -175,111 +205,148 @@ pub fn start(
         };
         for (key, o) in state.store.list(&req.info.key(), ns) {
             if req.matches(key, &o.labels, o) {
-                backlog.push(("ADDED", o.clone()));
+                backlog.lines.push(("ADDED", o.clone()));
             }
         }
         if req.send_initial_events && req.bookmarks {
-            closing = Some(req.bookmark(start_rv, true));
+            backlog.closing = Some(req.bookmark(backlog.rv, true));
         }
-    } else {
-        match rv_param.parse::<u64>() {
-            Ok(rv) if rv < state.store.compacted(&req.info.key()) => {
-                closing = Some(error_line(&ApiError::gone(format!(
-                    "too old resource version: {rv} ({})",
-                    state.store.compacted(&req.info.key())
-                ))));
-                failed = true;
-            }
-            Ok(rv) => {
-                for ev in state.store.events_since(&req.info.key(), rv) {
-                    if let Some(t) = req.translate(ev) {
-                        backlog.push((t, ev.object.clone()));
-                    }
+        return backlog;
+    }
+    match rv_param.parse::<u64>() {
+        Ok(rv) if rv < state.store.compacted(&req.info.key()) => {
+            backlog.closing = Some(error_line(&ApiError::gone(format!(
+                "too old resource version: {rv} ({})",
+                state.store.compacted(&req.info.key())
+            ))));
+            backlog.failed = true;
+        }
+        Ok(rv) => {
+            for ev in state.store.events_since(&req.info.key(), rv) {
+                if let Some(t) = req.translate(ev) {
+                    backlog.lines.push((t, ev.object.clone()));
                 }
             }
-            Err(_) => {
-                closing = Some(error_line(&ApiError::bad_request(format!(
-                    "invalid resourceVersion {rv_param:?}"
-                ))));
-                failed = true;
-            }
+        }
+        Err(_) => {
+            backlog.closing = Some(error_line(&ApiError::bad_request(format!(
+                "invalid resourceVersion {rv_param:?}"
+            ))));
+            backlog.failed = true;
         }
     }
-    let mut events = state.store.subscribe();
+    backlog
+}
+
+/// A watch's task: sends the backlog, then the live events it sees and bookmarks, until its timeout, a
+/// cut, the server's stop, a resync too late to catch up, or its reader leaving.
+async fn stream(
+    req: WatchRequest,
+    backlog: Backlog,
+    mut events: broadcast::Receiver<Arc<WatchEvent>>,
+    signals: Signals,
+    resync: Resync,
+    mut tx: Lines,
+) {
+    let mut progress = backlog.rv;
+    if !send_backlog(&mut tx, &req, backlog).await {
+        return;
+    }
     let Signals {
         durability,
         mut cut,
         mut shutdown,
         bookmark_interval,
     } = signals;
-
-    cut.borrow_and_update();
-    shutdown.borrow_and_update();
-    tokio::spawn(async move {
-        for (kind, object) in backlog {
-            if tx.send(Ok(req.line(kind, &object))).await.is_err() {
-                return;
+    let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut ticker = tokio::time::interval(bookmark_interval);
+    ticker.tick().await;
+    loop {
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => futures::future::pending::<()>().await,
             }
-        }
-        if let Some(line) = closing {
-            if tx.send(Ok(line)).await.is_err() || failed {
-                return;
-            }
-        }
-        let mut progress = start_rv;
-        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
-        let mut ticker = tokio::time::interval(bookmark_interval);
-        ticker.tick().await;
-        loop {
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => futures::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                ev = events.recv() => match ev {
-                    Ok(ev) => {
-                        progress = progress.max(ev.rv);
-                        if let Some(t) = req.translate(&ev) {
-                            on_disk(durability.as_ref(), ev.rv).await;
-                            if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => match resync(progress) {
-                        Some((missed, fresh, now)) => {
-                            events = fresh;
-                            progress = progress.max(now);
-                            for ev in missed {
-                                if let Some(t) = req.translate(&ev) {
-                                    on_disk(durability.as_ref(), ev.rv).await;
-                                    if tx.send(Ok(req.line(t, &ev.object))).await.is_err() {
-                                        return;
-                                    }
-                                }
-                            }
-                        }
-                        None => {
-                            let gone = ApiError::gone(format!("too old resource version: {progress}"));
-                            let _ = tx.send(Ok(error_line(&gone))).await;
-                            return;
-                        }
-                    },
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
-                _ = ticker.tick(), if req.bookmarks => {
-                    on_disk(durability.as_ref(), progress).await;
-                    if tx.send(Ok(req.bookmark(progress, false))).await.is_err() {
+        };
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Ok(ev) => {
+                    progress = progress.max(ev.rv);
+                    if !send_event(&mut tx, &req, durability.as_ref(), &ev).await {
                         return;
                     }
                 }
-                _ = sleep => return,
-                _ = cut.changed() => return,
-                _ = shutdown.changed() => return,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    match catch_up(&mut tx, &req, durability.as_ref(), &resync, progress).await {
+                        Some((fresh, now)) => (events, progress) = (fresh, now),
+                        None => return,
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = ticker.tick(), if req.bookmarks => {
+                on_disk(durability.as_ref(), progress).await;
+                if tx.send(Ok(req.bookmark(progress, false))).await.is_err() {
+                    return;
+                }
             }
+            _ = sleep => return,
+            _ = cut.changed() => return,
+            _ = shutdown.changed() => return,
         }
-    });
-    rx
+    }
+}
+
+/// Sends store event `ev`, once it is on disk, when this watch sees it; false when the reader has left.
+async fn send_event(
+    tx: &mut Lines,
+    req: &WatchRequest,
+    durability: Option<&Durability>,
+    ev: &WatchEvent,
+) -> bool {
+    let Some(t) = req.translate(ev) else {
+        return true;
+    };
+    on_disk(durability, ev.rv).await;
+    tx.send(Ok(req.line(t, &ev.object))).await.is_ok()
+}
+
+/// Sends the backlog's lines, then its closing line; false when the watch ends there (its reader left, or
+/// the closing line was an error).
+async fn send_backlog(tx: &mut Lines, req: &WatchRequest, backlog: Backlog) -> bool {
+    for (kind, object) in backlog.lines {
+        if tx.send(Ok(req.line(kind, &object))).await.is_err() {
+            return false;
+        }
+    }
+    if let Some(line) = backlog.closing {
+        if tx.send(Ok(line)).await.is_err() || backlog.failed {
+            return false;
+        }
+    }
+    true
+}
+
+/// Catches up a watch that fell behind the broadcast at `progress`: sends the events it missed and gives
+/// the new receiver and the progress it starts from; `None` when the watch ends (too far behind, which
+/// its reader is told, or its reader left).
+async fn catch_up(
+    tx: &mut Lines,
+    req: &WatchRequest,
+    durability: Option<&Durability>,
+    resync: &Resync,
+    progress: u64,
+) -> Option<(broadcast::Receiver<Arc<WatchEvent>>, u64)> {
+    let Some((missed, fresh, now)) = resync(progress) else {
+        let gone = ApiError::gone(format!("too old resource version: {progress}"));
+        let _ = tx.send(Ok(error_line(&gone))).await;
+        return None;
+    };
+    let progress = progress.max(now);
+    for ev in missed {
+        if !send_event(tx, req, durability, &ev).await {
+            return None;
+        }
+    }
+    Some((fresh, progress))
 }

@@ -21,10 +21,12 @@ struct Pending {
 /// refuse; `None` when there was one.
 pub(crate) fn parse_ini(text: &str, diags: &mut FileDiags<'_>) -> Option<Graph> {
     let errors_before = diags.error_count();
-    let mut graph = Graph::new();
-    let mut pending: BTreeMap<String, Pending> = BTreeMap::new();
-    let mut group = UNGROUPED;
-    let mut state = State::Hosts;
+    let mut reader = Reader {
+        graph: Graph::new(),
+        pending: BTreeMap::new(),
+        group: UNGROUPED,
+        state: State::Hosts,
+    };
     for (index, raw) in text.lines().enumerate() {
         let number = index + 1;
         let line = raw.trim();
@@ -33,97 +35,131 @@ pub(crate) fn parse_ini(text: &str, diags: &mut FileDiags<'_>) -> Option<Graph> 
         }
         let col = 1 + raw.chars().take_while(|c| c.is_whitespace()).count();
         let mut error = |message: String| diags.error_at(number, col, message);
-        if let Some(section) = section(line) {
-            let Some((name, kind)) = section else {
-                error(format!(
-                    "invalid section header {line}: write [group], [group:children] or [group:vars], \
-                     without spaces inside the brackets"
-                ));
-                continue;
-            };
-            state = match kind {
-                None | Some("hosts") => State::Hosts,
-                Some("children") => State::Children,
-                Some("vars") => State::Vars,
-                Some(other) => {
-                    error(format!(
-                        "section [{name}:{other}] has unknown type \"{other}\": use [{name}], \
-                         [{name}:children] or [{name}:vars]"
-                    ));
-                    State::Skip
-                }
-            };
-            if graph.group(name).is_none() && state == State::Vars && !pending.contains_key(name) {
-                pending.insert(
-                    name.to_string(),
-                    Pending {
-                        line: number,
-                        children: false,
-                        parents: vec![],
-                    },
-                );
-            }
-            group = graph.add_group(name);
-            if state != State::Vars {
-                graph.defined_at(group, number);
-                if let Some(p) = pending.get(name) {
-                    if p.children {
-                        add_pending_children(name, &mut pending, &mut graph, &mut error);
-                    } else {
-                        pending.remove(name);
-                    }
-                }
-            }
+        if let Some(header) = section(line) {
+            reader.enter_section(line, header, number, &mut error);
             continue;
         }
-        match state {
+        match reader.state {
             State::Skip => {}
-            State::Hosts => host_line(line, number, col, group, &mut graph, diags),
-            State::Vars => {
-                let Some((key, value)) = line.split_once('=') else {
-                    error(format!(
-                        "expected key=value in [{}:vars], got \"{line}\": write one variable per line",
-                        graph.groups[group].name
-                    ));
-                    continue;
-                };
-                let var = Var {
-                    value: python_value(value.trim()),
-                    line: Some(number),
-                };
-                if let Err(message) = graph.set_group_var(group, key.trim(), var) {
-                    error(message);
-                }
+            State::Hosts => host_line(line, number, col, reader.group, &mut reader.graph, diags),
+            State::Vars => reader.var_line(line, number, &mut error),
+            State::Children => reader.child_line(line, number, &mut error),
+        }
+    }
+    report_undeclared(reader.pending, &reader.graph, diags);
+    (diags.error_count() == errors_before).then_some(reader.graph)
+}
+
+/// The graph being read, the groups named before their section, and the section the reader is in.
+struct Reader {
+    graph: Graph,
+    pending: BTreeMap<String, Pending>,
+    /// The group of the current section.
+    group: usize,
+    state: State,
+}
+
+impl Reader {
+    /// Enters the section of header `line` (`header` as [`section`] read it), declaring its group.
+    fn enter_section(
+        &mut self,
+        line: &str,
+        header: Option<(&str, Option<&str>)>,
+        number: usize,
+        error: &mut impl FnMut(String),
+    ) {
+        let Some((name, kind)) = header else {
+            error(format!(
+                "invalid section header {line}: write [group], [group:children] or [group:vars], \
+                 without spaces inside the brackets"
+            ));
+            return;
+        };
+        self.state = match kind {
+            None | Some("hosts") => State::Hosts,
+            Some("children") => State::Children,
+            Some("vars") => State::Vars,
+            Some(other) => {
+                error(format!(
+                    "section [{name}:{other}] has unknown type \"{other}\": use [{name}], \
+                     [{name}:children] or [{name}:vars]"
+                ));
+                State::Skip
             }
-            State::Children => {
-                let Some(child) = group_name(line) else {
-                    error(format!(
-                        "expected a group name in [{}:children], got \"{line}\": write one group per line",
-                        graph.groups[group].name
-                    ));
-                    continue;
-                };
-                match graph.group(child) {
-                    Some(c) => {
-                        if let Err(message) = graph.add_child(group, c) {
-                            error(message);
-                        }
-                    }
-                    None => {
-                        pending
-                            .entry(child.to_string())
-                            .or_insert(Pending {
-                                line: number,
-                                children: true,
-                                parents: vec![],
-                            })
-                            .parents
-                            .push(group);
-                    }
+        };
+        if self.graph.group(name).is_none() && self.state == State::Vars && !self.pending.contains_key(name) {
+            self.pending.insert(
+                name.to_string(),
+                Pending {
+                    line: number,
+                    children: false,
+                    parents: vec![],
+                },
+            );
+        }
+        self.group = self.graph.add_group(name);
+        if self.state != State::Vars {
+            self.graph.defined_at(self.group, number);
+            if let Some(p) = self.pending.get(name) {
+                if p.children {
+                    add_pending_children(name, &mut self.pending, &mut self.graph, error);
+                } else {
+                    self.pending.remove(name);
                 }
             }
         }
     }
+
+    /// A `key=value` line of a `[group:vars]` section.
+    fn var_line(&mut self, line: &str, number: usize, error: &mut impl FnMut(String)) {
+        let Some((key, value)) = line.split_once('=') else {
+            error(format!(
+                "expected key=value in [{}:vars], got \"{line}\": write one variable per line",
+                self.graph.groups[self.group].name
+            ));
+            return;
+        };
+        let var = Var {
+            value: python_value(value.trim()),
+            line: Some(number),
+        };
+        if let Err(message) = self.graph.set_group_var(self.group, key.trim(), var) {
+            error(message);
+        }
+    }
+
+    /// A group name line of a `[group:children]` section; a group not declared yet waits in `pending`.
+    fn child_line(&mut self, line: &str, number: usize, error: &mut impl FnMut(String)) {
+        let Some(child) = group_name(line) else {
+            error(format!(
+                "expected a group name in [{}:children], got \"{line}\": write one group per line",
+                self.graph.groups[self.group].name
+            ));
+            return;
+        };
+        match self.graph.group(child) {
+            Some(c) => {
+                if let Err(message) = self.graph.add_child(self.group, c) {
+                    error(message);
+                }
+            }
+            None => {
+                self.pending
+                    .entry(child.to_string())
+                    .or_insert(Pending {
+                        line: number,
+                        children: true,
+                        parents: vec![],
+                    })
+                    .parents
+                    .push(self.group);
+            }
+        }
+    }
+}
+
+/// Reports each group named by a `:children` or `:vars` section that no section declares.
+fn report_undeclared(pending: BTreeMap<String, Pending>, graph: &Graph, diags: &mut FileDiags<'_>) {
     for (name, p) in pending {
         let message = if p.children {
             let parent = p.parents.last().map_or("", |g| graph.groups[*g].name.as_str());
@@ -139,7 +175,6 @@ pub(crate) fn parse_ini(text: &str, diags: &mut FileDiags<'_>) -> Option<Graph> 
         };
         diags.error_at(p.line, 1, message);
     }
-    (diags.error_count() == errors_before).then_some(graph)
 }
 
 #[derive(Clone, Copy, PartialEq)]
