@@ -628,6 +628,43 @@ pub fn prepare(
 /// The plan: the writes the service's pass would make on `baseline` for `prepared`, decided by the
 /// same functions that decide apply's writes.
 pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
+    let (writes, mut findings) = decide_writes(prepared, baseline);
+    let clusters = writes
+        .into_iter()
+        .filter(|(_, writes)| !writes.is_empty())
+        .map(|(name, writes)| {
+            let shown = findings.remove(&name).unwrap_or_default();
+            cluster_plan(prepared, name, &writes, shown)
+        })
+        .collect();
+    let parsed = &prepared.read.parsed;
+    Plan {
+        from: prepared.from.map(|f| f.to_string()),
+        to: prepared.to.to_string(),
+        commits: prepared.commits,
+        full_resync: prepared.full_resync(),
+        clusters,
+        invalid: invalid_clusters(parsed),
+        rollouts: prepared.rollouts.plan(&baseline.rollouts, &baseline.rollout_runs),
+        repo_diagnostics: parsed
+            .diagnostics
+            .iter()
+            .filter(|d| d.cluster.is_none())
+            .cloned()
+            .collect(),
+        signatures: Vec::new(),
+    }
+}
+
+/// The writes of every cluster the pass would touch, by cluster name, and the pre-flight findings
+/// shown for each desired cluster.
+fn decide_writes(
+    prepared: &Prepared,
+    baseline: &Baseline,
+) -> (
+    BTreeMap<String, Vec<Write>>,
+    BTreeMap<String, Vec<PlannedFinding>>,
+) {
     let now = jiff::Timestamp::now();
     let empty = Live::default();
     let live = |name: &str| baseline.clusters.get(name).unwrap_or(&empty);
@@ -648,26 +685,8 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
             _ => None,
         };
         let desired = kept.as_ref().unwrap_or(desired);
-        // The pass pins pre-flight's findings into the operations it creates, a kept cluster's rollout runs
-        // included: the plan does the same, and shows them.
-        let checked = prepared.cluster(&desired.name).map(|cluster| {
-            let seen = Seen {
-                before: prepared.before_at_from.get(&desired.name).cloned(),
-                ..seen.clone()
-            };
-            let checked = pinning::check(cluster, desired, live, &seen);
-            let new: BTreeSet<&str> = pinning::new_operations(desired, live)
-                .map(|o| o.spec.id.as_str())
-                .chain(desired.rollouts.iter().map(|r| r.entry.id.as_str()))
-                .collect();
-            let shown = checked
-                .all()
-                .filter(|f| f.operation.as_deref().is_none_or(|id| new.contains(id)))
-                .map(PlannedFinding::of)
-                .collect();
+        let checked = checked_desired(prepared, desired, live, &seen).map(|(pinned, shown)| {
             findings.insert(desired.name.clone(), shown);
-            let mut pinned = desired.clone();
-            pinning::pin(&mut pinned, cluster, live, &checked);
             pinned
         });
         let desired = checked.as_ref().unwrap_or(desired);
@@ -688,43 +707,81 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
             writes.insert(name.clone(), decide_removal(live(name), name, now));
         }
     }
-    let mut clusters = Vec::new();
-    for (name, writes) in writes {
-        let mut plan = ClusterPlan {
-            name: name.clone(),
-            ..ClusterPlan::default()
+    (writes, findings)
+}
+
+/// `desired` with pre-flight's findings pinned into the operations it creates, and the findings the
+/// plan shows (those of its new operations and rollout runs, and the cluster's own), as the pass pins
+/// them; `None` when `prepared` holds no cluster directory of that name.
+fn checked_desired(
+    prepared: &Prepared,
+    desired: &DesiredCluster,
+    live: &Live,
+    seen: &Seen,
+) -> Option<(DesiredCluster, Vec<PlannedFinding>)> {
+    let cluster = prepared.cluster(&desired.name)?;
+    let seen = Seen {
+        before: prepared.before_at_from.get(&desired.name).cloned(),
+        ..seen.clone()
+    };
+    let checked = pinning::check(cluster, desired, live, &seen);
+    let new: BTreeSet<&str> = pinning::new_operations(desired, live)
+        .map(|o| o.spec.id.as_str())
+        .chain(desired.rollouts.iter().map(|r| r.entry.id.as_str()))
+        .collect();
+    let shown = checked
+        .all()
+        .filter(|f| f.operation.as_deref().is_none_or(|id| new.contains(id)))
+        .map(PlannedFinding::of)
+        .collect();
+    let mut pinned = desired.clone();
+    pinning::pin(&mut pinned, cluster, live, &checked);
+    Some((pinned, shown))
+}
+
+/// The plan of cluster `name` from its `writes`: the objects created, updated and deleted, the
+/// operations that would run, the scale-down warnings, the pre-flight findings `shown` and labels.
+fn cluster_plan(
+    prepared: &Prepared,
+    name: String,
+    writes: &[Write],
+    shown: Vec<PlannedFinding>,
+) -> ClusterPlan {
+    let mut plan = ClusterPlan {
+        name,
+        ..ClusterPlan::default()
+    };
+    for write in writes {
+        let (change, kind, object) = write.target();
+        let entry = ObjectRef {
+            kind: kind.to_string(),
+            name: object.to_string(),
+            what: write.describe().to_string(),
         };
-        for write in &writes {
-            let (change, kind, object) = write.target();
-            let entry = ObjectRef {
-                kind: kind.to_string(),
-                name: object.to_string(),
-                what: write.describe().to_string(),
-            };
-            match change {
-                Change::Create => plan.created.push(entry),
-                Change::Update => plan.updated.push(entry),
-                Change::Delete => plan.deleted.push(entry),
-            }
-        }
-        plan.operations = planned_operations(prepared, &name, &writes);
-        plan.warnings = scale_down_warnings(prepared, &name, &plan.operations);
-        plan.preflight = findings.remove(&name).unwrap_or_default();
-        if let Some(c) = prepared.cluster(&name) {
-            plan.labels = c.settings.labels.clone();
-            for op in plan.operations.iter_mut().filter(|o| o.rollout.is_none()) {
-                if let Some(entry) = c.operations.iter().find(|e| e.id == op.id) {
-                    op.preflight_skipped = !entry.preflight;
-                    op.allow_release_skip = entry.allow_release_skip;
-                }
-            }
-        }
-        if !writes.is_empty() {
-            clusters.push(plan);
+        match change {
+            Change::Create => plan.created.push(entry),
+            Change::Update => plan.updated.push(entry),
+            Change::Delete => plan.deleted.push(entry),
         }
     }
-    let parsed = &prepared.read.parsed;
-    let invalid = parsed
+    plan.operations = planned_operations(prepared, &plan.name, writes);
+    plan.warnings = scale_down_warnings(prepared, &plan.name, &plan.operations);
+    plan.preflight = shown;
+    if let Some(c) = prepared.cluster(&plan.name) {
+        plan.labels = c.settings.labels.clone();
+        for op in plan.operations.iter_mut().filter(|o| o.rollout.is_none()) {
+            if let Some(entry) = c.operations.iter().find(|e| e.id == op.id) {
+                op.preflight_skipped = !entry.preflight;
+                op.allow_release_skip = entry.allow_release_skip;
+            }
+        }
+    }
+    plan
+}
+
+/// The invalid clusters of `parsed`, each with the diagnostics that name it.
+fn invalid_clusters(parsed: &layout::Parsed) -> Vec<InvalidCluster> {
+    parsed
         .invalid
         .iter()
         .map(|n| InvalidCluster {
@@ -736,23 +793,7 @@ pub fn decide(prepared: &Prepared, baseline: &Baseline) -> Plan {
                 .cloned()
                 .collect(),
         })
-        .collect();
-    Plan {
-        from: prepared.from.map(|f| f.to_string()),
-        to: prepared.to.to_string(),
-        commits: prepared.commits,
-        full_resync: prepared.full_resync(),
-        clusters,
-        invalid,
-        rollouts: prepared.rollouts.plan(&baseline.rollouts, &baseline.rollout_runs),
-        repo_diagnostics: parsed
-            .diagnostics
-            .iter()
-            .filter(|d| d.cluster.is_none())
-            .cloned()
-            .collect(),
-        signatures: Vec::new(),
-    }
+        .collect()
 }
 
 /// The scale-down warnings of cluster `name`: `remove-node.yml` must run while the node is still in
