@@ -986,15 +986,47 @@ pub fn plan_status(plan: &Plan) -> (crate::api::StatusState, String) {
     (crate::api::StatusState::Success, description)
 }
 
-/// The plan for humans.
-pub fn text(plan: &Plan) -> String {
-    let short = |s: &str| s.chars().take(8).collect::<String>();
-    let mut out = String::new();
-    let from = plan
-        .from
+/// The first eight characters of a commit id.
+fn short(sha: &str) -> String {
+    sha.chars().take(8).collect()
+}
+
+/// The start of the plan, shortened, or `(root)` when there is none.
+fn short_from(plan: &Plan) -> String {
+    plan.from
         .as_deref()
         .map(short)
-        .unwrap_or_else(|| "(root)".to_string());
+        .unwrap_or_else(|| "(root)".to_string())
+}
+
+/// The plan for humans.
+pub fn text(plan: &Plan) -> String {
+    let mut out = text_head(plan);
+    for cluster in &plan.clusters {
+        out.push_str(&text_cluster(cluster));
+    }
+    for invalid in &plan.invalid {
+        out.push_str(&format!(
+            "\ncluster {}: invalid, it would be left at its last good state\n",
+            invalid.name
+        ));
+        for d in &invalid.diagnostics {
+            out.push_str(&format!("  {d}\n"));
+        }
+    }
+    if !plan.signatures.is_empty() {
+        out.push_str("\nsignatures:\n");
+        for signature in &plan.signatures {
+            out.push_str(&format!("  {signature}\n"));
+        }
+    }
+    out
+}
+
+/// The text plan's opening: the range, the repository's diagnostics and the rollouts.
+fn text_head(plan: &Plan) -> String {
+    let mut out = String::new();
+    let from = short_from(plan);
     let commits = if plan.commits == 1 {
         "1 commit".to_string()
     } else {
@@ -1024,103 +1056,92 @@ pub fn text(plan: &Plan) -> String {
             out.push_str(&format!("  {line}\n"));
         }
     }
-    for cluster in &plan.clusters {
-        out.push_str(&format!("\ncluster {}\n", cluster.name));
-        if !cluster.labels.is_empty() {
-            out.push_str(&format!("  labels: {}\n", cluster.labels_text()));
-        }
-        for (sign, list) in [
-            ("+", &cluster.created),
-            ("~", &cluster.updated),
-            ("-", &cluster.deleted),
-        ] {
-            for o in list {
-                out.push_str(&format!("  {sign} {} {} ({})\n", o.kind, o.name, o.what));
-            }
-        }
-        for w in &cluster.warnings {
-            out.push_str(&format!("  warning: {w}\n"));
-        }
-        if !cluster.preflight.is_empty() {
-            out.push_str("  pre-flight:\n");
-            for f in &cluster.preflight {
-                let about = f
-                    .operation
-                    .as_ref()
-                    .map(|id| format!(" (operation {id})"))
-                    .unwrap_or_default();
-                out.push_str(&format!(
-                    "    {}: {}: {}{about}: {}\n",
-                    f.severity_word(),
-                    f.rule,
-                    f.location(),
-                    f.message
-                ));
-                if let Some(cites) = &f.cites {
-                    out.push_str(&format!("      from {cites}\n"));
-                }
-                if let Some(path) = &f.upgrade_path {
-                    out.push_str(
-                        "      the upgrade, one commit each (paste each entry into operations.yml):\n",
-                    );
-                    for line in path.lines() {
-                        out.push_str(&format!("        {line}\n"));
-                    }
-                }
-            }
-        }
-        if !cluster.operations.is_empty() {
-            out.push_str("  operations that would run:\n");
-            for op in &cluster.operations {
-                out.push_str(&format!(
-                    "    {} ({}) from {} {:?}{}{}\n",
-                    op.id,
-                    op.steps(),
-                    short(&op.commit),
-                    op.subject,
-                    op.rollout_text(),
-                    op.switches_text()
-                ));
-            }
+    out
+}
+
+/// One cluster of the text plan: its labels, object changes, warnings, findings and operations.
+fn text_cluster(cluster: &ClusterPlan) -> String {
+    let mut out = format!("\ncluster {}\n", cluster.name);
+    if !cluster.labels.is_empty() {
+        out.push_str(&format!("  labels: {}\n", cluster.labels_text()));
+    }
+    for (sign, list) in [
+        ("+", &cluster.created),
+        ("~", &cluster.updated),
+        ("-", &cluster.deleted),
+    ] {
+        for o in list {
+            out.push_str(&format!("  {sign} {} {} ({})\n", o.kind, o.name, o.what));
         }
     }
-    for invalid in &plan.invalid {
-        out.push_str(&format!(
-            "\ncluster {}: invalid, it would be left at its last good state\n",
-            invalid.name
-        ));
-        for d in &invalid.diagnostics {
-            out.push_str(&format!("  {d}\n"));
-        }
+    for w in &cluster.warnings {
+        out.push_str(&format!("  warning: {w}\n"));
     }
-    if !plan.signatures.is_empty() {
-        out.push_str("\nsignatures:\n");
-        for signature in &plan.signatures {
-            out.push_str(&format!("  {signature}\n"));
+    out.push_str(&text_findings(&cluster.preflight));
+    if !cluster.operations.is_empty() {
+        out.push_str("  operations that would run:\n");
+        for op in &cluster.operations {
+            out.push_str(&format!(
+                "    {} ({}) from {} {:?}{}{}\n",
+                op.id,
+                op.steps(),
+                short(&op.commit),
+                op.subject,
+                op.rollout_text(),
+                op.switches_text()
+            ));
         }
     }
     out
 }
 
-/// A markdown table cell: pipes escaped, line breaks folded.
+/// A cluster's pre-flight findings as text, with what each cites and the upgrade path it proposes;
+/// nothing when there are none.
+fn text_findings(findings: &[PlannedFinding]) -> String {
+    let mut out = String::new();
+    if findings.is_empty() {
+        return out;
+    }
+    out.push_str("  pre-flight:\n");
+    for f in findings {
+        let about = f
+            .operation
+            .as_ref()
+            .map(|id| format!(" (operation {id})"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "    {}: {}: {}{about}: {}\n",
+            f.severity_word(),
+            f.rule,
+            f.location(),
+            f.message
+        ));
+        if let Some(cites) = &f.cites {
+            out.push_str(&format!("      from {cites}\n"));
+        }
+        if let Some(path) = &f.upgrade_path {
+            out.push_str("      the upgrade, one commit each (paste each entry into operations.yml):\n");
+            for line in path.lines() {
+                out.push_str(&format!("        {line}\n"));
+            }
+        }
+    }
+    out
+}
+
 /// `text` with `prefix` before each line.
 fn indent(text: &str, prefix: &str) -> String {
     text.lines().map(|l| format!("{prefix}{l}\n")).collect()
 }
 
+/// A markdown table cell: pipes escaped, line breaks folded.
 fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
 /// The plan as markdown, one table per cluster, fit for a pull-request comment.
 pub fn markdown(plan: &Plan) -> String {
-    let short = |s: &str| s.chars().take(8).collect::<String>();
-    let from = plan
-        .from
-        .as_deref()
-        .map(short)
-        .unwrap_or_else(|| "(root)".to_string());
-    let mut out = format!("### kok plan `{from}..{}`\n\n", short(&plan.to));
+    let mut out = format!("### kok plan `{}..{}`\n\n", short_from(plan), short(&plan.to));
     if plan.full_resync {
         out.push_str("Full resync: the start is not an ancestor of the end; every cluster compared.\n\n");
     }
@@ -1132,75 +1153,7 @@ pub fn markdown(plan: &Plan) -> String {
     }
     out.push_str(&rollouts::markdown(&plan.rollouts, cell));
     for cluster in &plan.clusters {
-        out.push_str(&format!("#### {}\n\n", cluster.name));
-        if !cluster.labels.is_empty() {
-            out.push_str(&format!("Labels: `{}`\n\n", cell(&cluster.labels_text())));
-        }
-        out.push_str("| change | kind | name | detail |\n|---|---|---|---|\n");
-        for (change, list) in [
-            ("create", &cluster.created),
-            ("update", &cluster.updated),
-            ("delete", &cluster.deleted),
-        ] {
-            for o in list {
-                out.push_str(&format!(
-                    "| {change} | {} | `{}` | {} |\n",
-                    o.kind, o.name, o.what
-                ));
-            }
-        }
-        for op in &cluster.operations {
-            out.push_str(&format!(
-                "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {}{}{} |\n",
-                op.name,
-                cell(&op.id),
-                cell(&op.action),
-                op.facts_playbook
-                    .as_ref()
-                    .map(|f| format!(" after `{}` without --limit", cell(&f.path)))
-                    .unwrap_or_default(),
-                short(&op.commit),
-                cell(&op.subject),
-                cell(&op.rollout_text()),
-                cell(&op.switches_text())
-            ));
-        }
-        out.push('\n');
-        for w in &cluster.warnings {
-            out.push_str(&format!("> :warning: {w}\n"));
-        }
-        if !cluster.warnings.is_empty() {
-            out.push('\n');
-        }
-        if !cluster.preflight.is_empty() {
-            out.push_str("Pre-flight (kubespray's rules):\n\n");
-            for f in &cluster.preflight {
-                let sign = match f.severity {
-                    layout::Severity::Error => ":x:",
-                    layout::Severity::Warning => ":warning:",
-                };
-                let about = f
-                    .operation
-                    .as_ref()
-                    .map(|id| format!(" (operation `{}`)", cell(id)))
-                    .unwrap_or_default();
-                let cites = f
-                    .cites
-                    .as_ref()
-                    .map(|c| format!(" — from {}", cell(c)))
-                    .unwrap_or_default();
-                out.push_str(&format!(
-                    "- {sign} `{}` at `{}`{about}: {}{cites}\n",
-                    f.rule,
-                    cell(&f.location()),
-                    cell(&f.message)
-                ));
-                if let Some(path) = &f.upgrade_path {
-                    out.push_str(&format!("\n  ```yaml\n{}  ```\n\n", indent(path, "  ")));
-                }
-            }
-            out.push('\n');
-        }
+        out.push_str(&markdown_cluster(cluster));
     }
     for invalid in &plan.invalid {
         out.push_str(&format!(
@@ -1218,6 +1171,90 @@ pub fn markdown(plan: &Plan) -> String {
             out.push_str(&format!("- {}\n", cell(&signature.to_string())));
         }
     }
+    out
+}
+
+/// One cluster of the markdown plan: its labels, a table of its changes and runs, its warnings and
+/// findings.
+fn markdown_cluster(cluster: &ClusterPlan) -> String {
+    let mut out = format!("#### {}\n\n", cluster.name);
+    if !cluster.labels.is_empty() {
+        out.push_str(&format!("Labels: `{}`\n\n", cell(&cluster.labels_text())));
+    }
+    out.push_str("| change | kind | name | detail |\n|---|---|---|---|\n");
+    for (change, list) in [
+        ("create", &cluster.created),
+        ("update", &cluster.updated),
+        ("delete", &cluster.deleted),
+    ] {
+        for o in list {
+            out.push_str(&format!(
+                "| {change} | {} | `{}` | {} |\n",
+                o.kind, o.name, o.what
+            ));
+        }
+    }
+    for op in &cluster.operations {
+        out.push_str(&format!(
+            "| run | ClusterOperation | `{}` | `{}` (`{}`{}) from `{}` {}{}{} |\n",
+            op.name,
+            cell(&op.id),
+            cell(&op.action),
+            op.facts_playbook
+                .as_ref()
+                .map(|f| format!(" after `{}` without --limit", cell(&f.path)))
+                .unwrap_or_default(),
+            short(&op.commit),
+            cell(&op.subject),
+            cell(&op.rollout_text()),
+            cell(&op.switches_text())
+        ));
+    }
+    out.push('\n');
+    for w in &cluster.warnings {
+        out.push_str(&format!("> :warning: {w}\n"));
+    }
+    if !cluster.warnings.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(&markdown_findings(&cluster.preflight));
+    out
+}
+
+/// A cluster's pre-flight findings as a markdown list, with what each cites and the upgrade path
+/// it proposes; nothing when there are none.
+fn markdown_findings(findings: &[PlannedFinding]) -> String {
+    let mut out = String::new();
+    if findings.is_empty() {
+        return out;
+    }
+    out.push_str("Pre-flight (kubespray's rules):\n\n");
+    for f in findings {
+        let sign = match f.severity {
+            layout::Severity::Error => ":x:",
+            layout::Severity::Warning => ":warning:",
+        };
+        let about = f
+            .operation
+            .as_ref()
+            .map(|id| format!(" (operation `{}`)", cell(id)))
+            .unwrap_or_default();
+        let cites = f
+            .cites
+            .as_ref()
+            .map(|c| format!(" — from {}", cell(c)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "- {sign} `{}` at `{}`{about}: {}{cites}\n",
+            f.rule,
+            cell(&f.location()),
+            cell(&f.message)
+        ));
+        if let Some(path) = &f.upgrade_path {
+            out.push_str(&format!("\n  ```yaml\n{}  ```\n\n", indent(path, "  ")));
+        }
+    }
+    out.push('\n');
     out
 }
 
