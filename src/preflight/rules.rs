@@ -268,64 +268,90 @@ fn kube_version_supported(facts: &ClusterFacts<'_>, view: &View<'_>, data: &Rele
         return Vec::new();
     };
     let at = (kube.path.as_str(), kube.line);
-    let rule = Rule::KubeVersionSupported;
-    let text = match &kube.value {
-        serde_json::Value::String(s) => s.trim().to_string(),
-        other => {
-            return vec![finding(
-                rule,
-                at,
-                format!("kube_version {other} is not a version: write it as a string, e.g. \"v1.31.4\""),
-                None,
-            )]
-        }
+    let (text, version) = match written_kube_version(&kube.value) {
+        Ok(Some(written)) => written,
+        Ok(None) => return Vec::new(),
+        Err(message) => return vec![finding(Rule::KubeVersionSupported, at, message, None)],
     };
-    if text.contains("{{") {
-        return Vec::new();
-    }
-    let Some(version) = Version::parse(&text) else {
-        return vec![finding(
-            rule,
-            at,
-            format!("kube_version {text:?} is not a Kubernetes version (major.minor.patch, e.g. v1.31.4)"),
-            None,
-        )];
-    };
-    let mut out = Vec::new();
-    if let (Some(release), None) = (view.data, view.tree) {
-        let has_v = text.starts_with('v');
-        if release.writes_v() && !has_v {
-            out.push(finding(
-                rule,
-                at,
-                format!(
-                    "kubespray {} writes Kubernetes versions with their v: write kube_version: {version}",
-                    view.version
-                ),
-                view.cite(&release.checksums.path, release.checksums.line),
-            ));
-        } else if !release.writes_v() && has_v {
-            let cites = view
-                .cite_check(release.checks.kube_version_without_v.as_ref())
-                .or(view.cite(&release.checksums.path, release.checksums.line));
-            out.push(finding(
-                rule,
-                at,
-                format!(
-                    "kubespray {} writes Kubernetes versions without the v (from v2.28): write kube_version: {}",
-                    view.version,
-                    text.trim_start_matches('v')
-                ),
-                cites,
-            ));
-        }
-    }
+    let mut out: Vec<Finding> = kube_version_v(view, &text, version, at).into_iter().collect();
     let Some(versions) = view.kube_versions() else {
         return out;
     };
     if versions.binary_search(&version).is_ok() {
         return out;
     }
+    out.push(kube_version_not_installed(view, data, versions, version, at));
+    out
+}
+
+/// The written `kube_version` `value`, trimmed, and the version it reads as; `None` for a template, and
+/// what to tell when it is not a version.
+fn written_kube_version(value: &serde_json::Value) -> Result<Option<(String, Version)>, String> {
+    let text = match value {
+        serde_json::Value::String(s) => s.trim().to_string(),
+        other => {
+            return Err(format!(
+                "kube_version {other} is not a version: write it as a string, e.g. \"v1.31.4\""
+            ))
+        }
+    };
+    if text.contains("{{") {
+        return Ok(None);
+    }
+    match Version::parse(&text) {
+        Some(version) => Ok(Some((text, version))),
+        None => Err(format!(
+            "kube_version {text:?} is not a Kubernetes version (major.minor.patch, e.g. v1.31.4)"
+        )),
+    }
+}
+
+/// The finding when `text` has a `v` the release does not write, or lacks one it writes; only with
+/// kok's data of the release and no checked-out tree.
+fn kube_version_v(view: &View<'_>, text: &str, version: Version, at: (&str, usize)) -> Option<Finding> {
+    let rule = Rule::KubeVersionSupported;
+    let (Some(release), None) = (view.data, view.tree) else {
+        return None;
+    };
+    let has_v = text.starts_with('v');
+    if release.writes_v() && !has_v {
+        Some(finding(
+            rule,
+            at,
+            format!(
+                "kubespray {} writes Kubernetes versions with their v: write kube_version: {version}",
+                view.version
+            ),
+            view.cite(&release.checksums.path, release.checksums.line),
+        ))
+    } else if !release.writes_v() && has_v {
+        let cites = view
+            .cite_check(release.checks.kube_version_without_v.as_ref())
+            .or(view.cite(&release.checksums.path, release.checksums.line));
+        Some(finding(
+            rule,
+            at,
+            format!(
+                "kubespray {} writes Kubernetes versions without the v (from v2.28): write kube_version: {}",
+                view.version,
+                text.trim_start_matches('v')
+            ),
+            cites,
+        ))
+    } else {
+        None
+    }
+}
+
+/// The finding for a `version` the release does not install (`versions` are the ones it does): what it
+/// installs of that minor line, or its span, and the nearest release that installs it.
+fn kube_version_not_installed(
+    view: &View<'_>,
+    data: &Releases,
+    versions: &[Version],
+    version: Version,
+    at: (&str, usize),
+) -> Finding {
     let minor = version.minor_line();
     let same: Vec<Version> = versions
         .iter()
@@ -367,8 +393,7 @@ fn kube_version_supported(facts: &ClusterFacts<'_>, view: &View<'_>, data: &Rele
         view.cite_check(check)
             .or(view.cite(&release.checksums.path, release.checksums.line))
     });
-    out.push(finding(rule, at, message, cites));
-    out
+    finding(Rule::KubeVersionSupported, at, message, cites)
 }
 
 // ---- rule 2 ----
