@@ -556,138 +556,156 @@ impl Collector for FleetCollector {
         let view = self.view.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(view) = view else { return Ok(()) };
         let fleet = view.fleet();
-        let clusters = &fleet.clusters;
-        gauge_family(
-            &mut encoder,
-            "kok_operations",
-            "ClusterOperations by cluster and phase (phases without any are left out)",
-            clusters.iter().flat_map(|c| {
-                c.phases.iter().map(move |(phase, n)| {
-                    (
-                        [("cluster", c.name.as_str()), ("phase", phase.as_str())],
-                        *n as f64,
-                    )
-                })
-            }),
-        )?;
-        gauge_family(
-            &mut encoder,
-            "kok_queue_oldest_waiting_seconds",
-            "Per cluster, how long its longest-waiting operation (Pending or Queued) has existed, with its \
-             id and why it waits: behind, busy, held, job_slot, window, frozen, wave, secret, maintenance, \
-             pending",
-            clusters.iter().filter_map(|c| {
-                let w = c.oldest_waiting.as_ref()?;
-                Some((
+        encode_queues(&mut encoder, &fleet.clusters)?;
+        encode_health(&mut encoder, &fleet.clusters)?;
+        encode_rollouts(&mut encoder, &fleet.rollouts)
+    }
+}
+
+/// The clusters' operation gauges: operations by phase, the longest wait and the holds.
+fn encode_queues(encoder: &mut DescriptorEncoder, clusters: &[ClusterGauges]) -> Result<(), std::fmt::Error> {
+    gauge_family(
+        encoder,
+        "kok_operations",
+        "ClusterOperations by cluster and phase (phases without any are left out)",
+        clusters.iter().flat_map(|c| {
+            c.phases.iter().map(move |(phase, n)| {
+                (
+                    [("cluster", c.name.as_str()), ("phase", phase.as_str())],
+                    *n as f64,
+                )
+            })
+        }),
+    )?;
+    gauge_family(
+        encoder,
+        "kok_queue_oldest_waiting_seconds",
+        "Per cluster, how long its longest-waiting operation (Pending or Queued) has existed, with its \
+         id and why it waits: behind, busy, held, job_slot, window, frozen, wave, secret, maintenance, \
+         pending",
+        clusters.iter().filter_map(|c| {
+            let w = c.oldest_waiting.as_ref()?;
+            Some((
+                [
+                    ("cluster", c.name.as_str()),
+                    ("operation", w.operation.as_str()),
+                    ("reason", w.reason),
+                ],
+                w.seconds,
+            ))
+        }),
+    )?;
+    gauge_family(
+        encoder,
+        "kok_cluster_held",
+        "1 for each failed run that holds its cluster's later operations, by cluster, operation id and \
+         commit",
+        clusters.iter().flat_map(|c| {
+            c.held_by.iter().map(move |h| {
+                (
                     [
                         ("cluster", c.name.as_str()),
-                        ("operation", w.operation.as_str()),
-                        ("reason", w.reason),
+                        ("operation", h.operation.as_str()),
+                        ("commit", h.commit.as_str()),
                     ],
-                    w.seconds,
-                ))
-            }),
-        )?;
-        gauge_family(
-            &mut encoder,
-            "kok_cluster_held",
-            "1 for each failed run that holds its cluster's later operations, by cluster, operation id and \
-             commit",
-            clusters.iter().flat_map(|c| {
-                c.held_by.iter().map(move |h| {
+                    1.0,
+                )
+            })
+        }),
+    )?;
+    Ok(())
+}
+
+/// The clusters' health gauges: conditions, nodes and the first certificate expiry.
+fn encode_health(encoder: &mut DescriptorEncoder, clusters: &[ClusterGauges]) -> Result<(), std::fmt::Error> {
+    gauge_family(
+        encoder,
+        "kok_cluster_condition",
+        "Health conditions of each cluster from the last check: 1 True, 0 False, -1 Unknown",
+        clusters.iter().flat_map(|c| {
+            c.conditions.iter().map(move |(type_, status)| {
+                (
+                    [("cluster", c.name.as_str()), ("condition", type_.as_str())],
+                    condition_value(status),
+                )
+            })
+        }),
+    )?;
+    gauge_family(
+        encoder,
+        "kok_cluster_nodes",
+        "Nodes of each cluster from the last health check, by state (ready, not_ready)",
+        clusters.iter().flat_map(|c| {
+            c.nodes.into_iter().flat_map(move |(ready, total)| {
+                [
                     (
-                        [
-                            ("cluster", c.name.as_str()),
-                            ("operation", h.operation.as_str()),
-                            ("commit", h.commit.as_str()),
-                        ],
-                        1.0,
-                    )
-                })
-            }),
-        )?;
-        gauge_family(
-            &mut encoder,
-            "kok_cluster_condition",
-            "Health conditions of each cluster from the last check: 1 True, 0 False, -1 Unknown",
-            clusters.iter().flat_map(|c| {
-                c.conditions.iter().map(move |(type_, status)| {
+                        [("cluster", c.name.as_str()), ("state", "ready")],
+                        f64::from(ready),
+                    ),
                     (
-                        [("cluster", c.name.as_str()), ("condition", type_.as_str())],
-                        condition_value(status),
-                    )
-                })
-            }),
-        )?;
-        gauge_family(
-            &mut encoder,
-            "kok_cluster_nodes",
-            "Nodes of each cluster from the last health check, by state (ready, not_ready)",
-            clusters.iter().flat_map(|c| {
-                c.nodes.into_iter().flat_map(move |(ready, total)| {
-                    [
-                        (
-                            [("cluster", c.name.as_str()), ("state", "ready")],
-                            f64::from(ready),
-                        ),
-                        (
-                            [("cluster", c.name.as_str()), ("state", "not_ready")],
-                            f64::from(total.saturating_sub(ready)),
-                        ),
-                    ]
-                })
-            }),
-        )?;
-        gauge_family(
-            &mut encoder,
-            "kok_cluster_certificate_expiry_timestamp_seconds",
-            "When the first of each cluster's certificates expires (notAfter, Unix seconds): of the chain its \
-             API server presents and the client certificate of its kubeconfig, from the last health check",
-            clusters.iter().filter_map(|c| {
-                let expiry = c.certificate_expiry?;
-                Some(([("cluster", c.name.as_str())], expiry as f64))
-            }),
-        )?;
-        gauge_family(
-            &mut encoder,
-            "kok_rollout_phase",
-            "1 for each rollout, labelled with its phase (Progressing, Baking, WaitingForPromotion, Halted, \
-             Completed)",
-            fleet
-                .rollouts
+                        [("cluster", c.name.as_str()), ("state", "not_ready")],
+                        f64::from(total.saturating_sub(ready)),
+                    ),
+                ]
+            })
+        }),
+    )?;
+    gauge_family(
+        encoder,
+        "kok_cluster_certificate_expiry_timestamp_seconds",
+        "When the first of each cluster's certificates expires (notAfter, Unix seconds): of the chain its \
+         API server presents and the client certificate of its kubeconfig, from the last health check",
+        clusters.iter().filter_map(|c| {
+            let expiry = c.certificate_expiry?;
+            Some(([("cluster", c.name.as_str())], expiry as f64))
+        }),
+    )?;
+    Ok(())
+}
+
+/// The rollouts' gauges: each one's phase and its waves' clusters by state.
+fn encode_rollouts(
+    encoder: &mut DescriptorEncoder,
+    rollouts: &[RolloutGauges],
+) -> Result<(), std::fmt::Error> {
+    gauge_family(
+        encoder,
+        "kok_rollout_phase",
+        "1 for each rollout, labelled with its phase (Progressing, Baking, WaitingForPromotion, Halted, \
+         Completed)",
+        rollouts
+            .iter()
+            .map(|r| ([("rollout", r.name.as_str()), ("phase", r.phase.as_str())], 1.0)),
+    )?;
+    gauge_family(
+        encoder,
+        "kok_rollout_wave_clusters",
+        "Clusters of each rollout wave by the state of their latest run (pending, running, succeeded, \
+         failed)",
+        rollouts.iter().flat_map(|r| {
+            r.waves
                 .iter()
-                .map(|r| ([("rollout", r.name.as_str()), ("phase", r.phase.as_str())], 1.0)),
-        )?;
-        gauge_family(
-            &mut encoder,
-            "kok_rollout_wave_clusters",
-            "Clusters of each rollout wave by the state of their latest run (pending, running, succeeded, \
-             failed)",
-            fleet.rollouts.iter().flat_map(|r| {
-                r.waves
-                    .iter()
-                    .flat_map(move |(wave, pending, running, succeeded, failed)| {
-                        [
-                            ("pending", *pending),
-                            ("running", *running),
-                            ("succeeded", *succeeded),
-                            ("failed", *failed),
-                        ]
-                        .map(|(state, n)| {
-                            (
-                                [
-                                    ("rollout", r.name.as_str()),
-                                    ("wave", wave.as_str()),
-                                    ("state", state),
-                                ],
-                                f64::from(n),
-                            )
-                        })
+                .flat_map(move |(wave, pending, running, succeeded, failed)| {
+                    [
+                        ("pending", *pending),
+                        ("running", *running),
+                        ("succeeded", *succeeded),
+                        ("failed", *failed),
+                    ]
+                    .map(|(state, n)| {
+                        (
+                            [
+                                ("rollout", r.name.as_str()),
+                                ("wave", wave.as_str()),
+                                ("state", state),
+                            ],
+                            f64::from(n),
+                        )
                     })
-            }),
-        )?;
-        Ok(())
-    }
+                })
+        }),
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]
