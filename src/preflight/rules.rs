@@ -734,10 +734,25 @@ fn remove_node(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, op: &Operation
     let at = (facts.operations_path.as_str(), operation.line);
     let args = &operation.extra_args;
     let names = nodes(args);
+    if names.is_empty() {
+        return remove_node_unnamed(view, args, at);
+    }
+    let inventory = &facts.inventory;
+    let (removed, mut out) = removed_hosts(inventory, &names, at);
+    out.extend(first_hosts_removed(inventory, view, &removed, at));
+    // kubespray passes through an even etcd during a replacement when told to (`ignore_assert_errors`).
+    let ignoring = matches!(var_of(facts, args, "ignore_assert_errors"), Some((true, _)));
+    if let Some(view) = view.filter(|_| !ignoring) {
+        out.extend(groups_after_removal(facts, view, &removed, at));
+    }
+    out
+}
+
+/// Rule 5 for a `remove-node.yml` that names no host: an empty `-e node=` removes every host, and none
+/// at all stops or runs everywhere by release; nothing when the hosts come from elsewhere (a file, JSON).
+fn remove_node_unnamed(view: Option<&View<'_>>, args: &[String], at: (&str, usize)) -> Vec<Finding> {
     let release = view.map_or("this release".to_string(), |v| format!("kubespray {}", v.version));
-    if names.is_empty()
-        && matches!(extra_var(args, "node"), Var::Set(v) if v.as_str().is_some_and(|v| v.trim().is_empty()))
-    {
+    if matches!(extra_var(args, "node"), Var::Set(v) if v.as_str().is_some_and(|v| v.trim().is_empty())) {
         return vec![finding(
             Rule::RemoveNode,
             at,
@@ -747,32 +762,40 @@ fn remove_node(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, op: &Operation
             Some(Cites::Url(EMPTY_NODE_ISSUE)),
         )];
     }
-    if names.is_empty() {
-        if args
-            .iter()
-            .any(|a| a.contains("node=") || a.starts_with('@') || a.contains('{'))
-        {
-            return Vec::new();
-        }
-        let needs = view.and_then(|v| v.data.map(|d| (v, d))).and_then(|(v, d)| {
-            d.checks
-                .remove_node_needs_node
-                .as_ref()
-                .map(|c| v.cite(&c.path, c.line))
-        });
-        let message = match needs {
-            Some(_) => format!("remove-node.yml needs -e node=<host>: {release} stops without it; name the hosts"),
-            None => format!(
-                "remove-node.yml without -e node=<host> runs on every host of etcd:k8s_cluster:calico_rr with \
-                 {release}: name the hosts to remove"
-            ),
-        };
-        return vec![finding(Rule::RemoveNode, at, message, needs.flatten())];
+    if args
+        .iter()
+        .any(|a| a.contains("node=") || a.starts_with('@') || a.contains('{'))
+    {
+        return Vec::new();
     }
-    let inventory = &facts.inventory;
+    let needs = view.and_then(|v| v.data.map(|d| (v, d))).and_then(|(v, d)| {
+        d.checks
+            .remove_node_needs_node
+            .as_ref()
+            .map(|c| v.cite(&c.path, c.line))
+    });
+    let message = match needs {
+        Some(_) => {
+            format!("remove-node.yml needs -e node=<host>: {release} stops without it; name the hosts")
+        }
+        None => format!(
+            "remove-node.yml without -e node=<host> runs on every host of etcd:k8s_cluster:calico_rr with \
+             {release}: name the hosts to remove"
+        ),
+    };
+    vec![finding(Rule::RemoveNode, at, message, needs.flatten())]
+}
+
+/// The hosts `names` (hosts or groups of `inventory`) remove, and a finding for each name that is
+/// neither.
+fn removed_hosts(
+    inventory: &Groups,
+    names: &[String],
+    at: (&str, usize),
+) -> (BTreeSet<String>, Vec<Finding>) {
     let mut out = Vec::new();
     let mut removed = BTreeSet::new();
-    for name in &names {
+    for name in names {
         if inventory.hosts.contains(name) {
             removed.insert(name.clone());
         } else if let Some(hosts) = inventory.hosts_of(name) {
@@ -790,12 +813,24 @@ fn remove_node(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, op: &Operation
             ));
         }
     }
+    (removed, out)
+}
+
+/// A finding for each of `kube_control_plane` and `etcd` whose first host is `removed`: kubespray
+/// cannot remove the first node.
+fn first_hosts_removed(
+    inventory: &Groups,
+    view: Option<&View<'_>>,
+    removed: &BTreeSet<String>,
+    at: (&str, usize),
+) -> Vec<Finding> {
     let doc = view.and_then(|v| v.data.map(|d| (v, d))).and_then(|(v, d)| {
         d.docs
             .remove_first_node
             .as_ref()
             .and_then(|line| v.cite(&line.path, line.line))
     });
+    let mut out = Vec::new();
     for group in ["kube_control_plane", "etcd"] {
         let Some(first) = inventory.hosts_of(group).and_then(|hosts| hosts.first()) else {
             continue;
@@ -812,39 +847,45 @@ fn remove_node(facts: &ClusterFacts<'_>, view: Option<&View<'_>>, op: &Operation
             ));
         }
     }
-    // kubespray passes through an even etcd during a replacement when told to (`ignore_assert_errors`).
-    let ignoring = matches!(var_of(facts, args, "ignore_assert_errors"), Some((true, _)));
-    if let Some(view) = view.filter(|_| !ignoring) {
-        let left = Groups {
-            path: inventory.path.clone(),
-            hosts: inventory.hosts.difference(&removed).cloned().collect(),
-            groups: inventory
-                .groups
-                .iter()
-                .map(|(name, group)| {
-                    let mut group = group.clone();
-                    group.hosts.retain(|h| !removed.contains(h));
-                    (name.clone(), group)
-                })
-                .collect(),
-        };
-        let what = format!(
-            "remove-node.yml has removed {}",
-            removed.iter().cloned().collect::<Vec<_>>().join(", ")
-        );
-        let before = groups(facts, view, inventory, None);
-        out.extend(
-            groups(facts, view, &left, Some(&what))
-                .into_iter()
-                .filter(|f| !before.iter().any(|b| b.rule == f.rule && b.line == f.line))
-                .map(|f| Finding {
-                    path: at.0.to_string(),
-                    line: at.1,
-                    ..f
-                }),
-        );
-    }
     out
+}
+
+/// Rule 4's findings on the inventory without the `removed` hosts that it does not make on the
+/// inventory as written, placed at the operation (`at`).
+fn groups_after_removal(
+    facts: &ClusterFacts<'_>,
+    view: &View<'_>,
+    removed: &BTreeSet<String>,
+    at: (&str, usize),
+) -> Vec<Finding> {
+    let inventory = &facts.inventory;
+    let left = Groups {
+        path: inventory.path.clone(),
+        hosts: inventory.hosts.difference(removed).cloned().collect(),
+        groups: inventory
+            .groups
+            .iter()
+            .map(|(name, group)| {
+                let mut group = group.clone();
+                group.hosts.retain(|h| !removed.contains(h));
+                (name.clone(), group)
+            })
+            .collect(),
+    };
+    let what = format!(
+        "remove-node.yml has removed {}",
+        removed.iter().cloned().collect::<Vec<_>>().join(", ")
+    );
+    let before = groups(facts, view, inventory, None);
+    groups(facts, view, &left, Some(&what))
+        .into_iter()
+        .filter(|f| !before.iter().any(|b| b.rule == f.rule && b.line == f.line))
+        .map(|f| Finding {
+            path: at.0.to_string(),
+            line: at.1,
+            ..f
+        })
+        .collect()
 }
 
 // ---- rule 6 ----
