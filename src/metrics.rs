@@ -135,21 +135,39 @@ pub struct Metrics {
 #[derive(Debug)]
 struct Inner {
     registry: Registry,
+    source: SourceMetrics,
+    pass: PassMetrics,
+    report: ReportMetrics,
+    fleet: Arc<FleetCollector>,
+}
+
+/// The replica's leadership and its polls and fetches of the git remote.
+#[derive(Debug)]
+struct SourceMetrics {
     leader: Gauge,
     polls: Family<ResultLabel, Counter>,
     fetches: Family<ResultLabel, Counter>,
     source_success: Gauge,
+}
+
+/// The passes into the meta-cluster, the health rounds, the refused commits and the operation runs.
+#[derive(Debug)]
+struct PassMetrics {
     last_reconciled: Gauge,
     reconcile: Histogram,
     health_round: Histogram,
     objects_written: Counter,
     signature_refusals: Family<ReasonLabel, Counter>,
     jobs: JobHistograms,
+}
+
+/// The deliveries of commit statuses and notifications.
+#[derive(Debug)]
+struct ReportMetrics {
     status_deliveries: Family<SinkResult, Counter>,
     status_waiting: Family<SinkLabel, Gauge>,
     notifications: Family<ReceiverResult, Counter>,
     notifications_waiting: Family<ReceiverLabel, Gauge>,
-    fleet: Arc<FleetCollector>,
 }
 
 impl Default for Metrics {
@@ -158,10 +176,9 @@ impl Default for Metrics {
     }
 }
 
-impl Metrics {
-    /// A registry with every metric registered and none observed yet.
-    pub fn new() -> Self {
-        let mut registry = Registry::default();
+impl SourceMetrics {
+    /// Registers the build info, the leadership gauge and the git remote's metrics, in that order.
+    fn register(registry: &mut Registry) -> Self {
         let build = Info::new(BuildLabels {
             version: env!("CARGO_PKG_VERSION").to_string(),
             commit: BUILD_COMMIT.to_string(),
@@ -191,6 +208,18 @@ impl Metrics {
             "When a poll last reached the git remote, in Unix seconds (0: not yet)",
             source_success.clone(),
         );
+        SourceMetrics {
+            leader,
+            polls,
+            fetches,
+            source_success,
+        }
+    }
+}
+
+impl PassMetrics {
+    /// Registers the metrics of the passes, health rounds, signature refusals and runs, in that order.
+    fn register(registry: &mut Registry) -> Self {
         let last_reconciled = Gauge::default();
         registry.register(
             "kok_last_reconciled_commit_timestamp_seconds",
@@ -225,9 +254,23 @@ impl Metrics {
         registry.register(
             "kok_job_duration_seconds",
             "Duration of finished operation runs (Job start to end), by action (the playbook) and result \
-             (succeeded, failed)",
+         (succeeded, failed)",
             jobs.clone(),
         );
+        PassMetrics {
+            last_reconciled,
+            reconcile,
+            health_round,
+            objects_written,
+            signature_refusals,
+            jobs,
+        }
+    }
+}
+
+impl ReportMetrics {
+    /// Registers the status and notification delivery metrics, in that order.
+    fn register(registry: &mut Registry) -> Self {
         let status_deliveries = Family::default();
         registry.register(
             "kok_status_deliveries",
@@ -252,25 +295,30 @@ impl Metrics {
             "Notifications the receiver has not taken yet",
             notifications_waiting.clone(),
         );
+        ReportMetrics {
+            status_deliveries,
+            status_waiting,
+            notifications,
+            notifications_waiting,
+        }
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered and none observed yet.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let source = SourceMetrics::register(&mut registry);
+        let pass = PassMetrics::register(&mut registry);
+        let report = ReportMetrics::register(&mut registry);
         let fleet = Arc::new(FleetCollector::default());
         registry.register_collector(Box::new(fleet.clone()));
         Metrics {
             inner: Arc::new(Inner {
                 registry,
-                leader,
-                polls,
-                fetches,
-                source_success,
-                last_reconciled,
-                reconcile,
-                health_round,
-                objects_written,
-                signature_refusals,
-                jobs,
-                status_deliveries,
-                status_waiting,
-                notifications,
-                notifications_waiting,
+                source,
+                pass,
+                report,
                 fleet,
             }),
         }
@@ -278,26 +326,31 @@ impl Metrics {
 
     /// Says whether this replica leads.
     pub fn set_leader(&self, leads: bool) {
-        self.inner.leader.set(i64::from(leads));
+        self.inner.source.leader.set(i64::from(leads));
     }
 
     /// Counts one poll of the remote; `result` is `unchanged`, `changed` or `error`. A poll that is not an
     /// error also records the time of the last contact with the remote.
     pub fn poll(&self, result: &str) {
         self.inner
+            .source
             .polls
             .get_or_create(&ResultLabel {
                 result: result.to_string(),
             })
             .inc();
         if result != "error" {
-            self.inner.source_success.set(jiff::Timestamp::now().as_second());
+            self.inner
+                .source
+                .source_success
+                .set(jiff::Timestamp::now().as_second());
         }
     }
 
     /// Counts one fetch from the remote; `result` is e.g. `ok` or `error`.
     pub fn fetch(&self, result: &str) {
         self.inner
+            .source
             .fetches
             .get_or_create(&ResultLabel {
                 result: result.to_string(),
@@ -307,17 +360,18 @@ impl Metrics {
 
     /// Records how long one reconcile of a commit took.
     pub fn observe_reconcile(&self, took: Duration) {
-        self.inner.reconcile.observe(took.as_secs_f64());
+        self.inner.pass.reconcile.observe(took.as_secs_f64());
     }
 
     /// Records how long one health round (every cluster checked once) took.
     pub fn observe_health_round(&self, took: Duration) {
-        self.inner.health_round.observe(took.as_secs_f64());
+        self.inner.pass.health_round.observe(took.as_secs_f64());
     }
 
     /// Records how long a run of `action` took from Job start to end; `result` is `succeeded` or `failed`.
     pub fn observe_job(&self, action: &str, result: &str, took: Duration) {
         self.inner
+            .pass
             .jobs
             .get_or_create(&ActionResult {
                 action: action.to_string(),
@@ -328,13 +382,14 @@ impl Metrics {
 
     /// Counts objects written to the meta-cluster (creates, patches and deletes).
     pub fn objects_written(&self, n: u64) {
-        self.inner.objects_written.inc_by(n);
+        self.inner.pass.objects_written.inc_by(n);
     }
 
     /// Counts one commit status delivery attempt on `sink`; `result` is `delivered`, `retry`, `failed`
     /// or `paused`.
     pub fn status_delivery(&self, sink: &str, result: &str) {
         self.inner
+            .report
             .status_deliveries
             .get_or_create(&SinkResult {
                 sink: sink.to_string(),
@@ -347,6 +402,7 @@ impl Metrics {
     pub fn set_status_waiting(&self, sink: &str, n: usize) {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         self.inner
+            .report
             .status_waiting
             .get_or_create(&SinkLabel {
                 sink: sink.to_string(),
@@ -358,6 +414,7 @@ impl Metrics {
     /// `failed`.
     pub fn notification(&self, receiver: &str, result: &str) {
         self.inner
+            .report
             .notifications
             .get_or_create(&ReceiverResult {
                 receiver: receiver.to_string(),
@@ -370,6 +427,7 @@ impl Metrics {
     pub fn set_notifications_waiting(&self, receiver: &str, n: usize) {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         self.inner
+            .report
             .notifications_waiting
             .get_or_create(&ReceiverLabel {
                 receiver: receiver.to_string(),
@@ -379,12 +437,13 @@ impl Metrics {
 
     /// Records the time (Unix seconds) the last commit was reconciled.
     pub fn set_last_reconciled_commit_time(&self, unix_seconds: i64) {
-        self.inner.last_reconciled.set(unix_seconds.max(0));
+        self.inner.pass.last_reconciled.set(unix_seconds.max(0));
     }
 
     /// Counts one commit refused by signature verification; `reason` is e.g. `unsigned`.
     pub fn signature_refusal(&self, reason: &str) {
         self.inner
+            .pass
             .signature_refusals
             .get_or_create(&ReasonLabel {
                 reason: reason.to_string(),
@@ -400,6 +459,7 @@ impl Metrics {
     /// The value of one delivery counter, for tests.
     pub fn status_deliveries(&self, sink: &str, result: &str) -> u64 {
         self.inner
+            .report
             .status_deliveries
             .get(&SinkResult {
                 sink: sink.to_string(),
@@ -411,6 +471,7 @@ impl Metrics {
     /// The value of one notification counter, for tests.
     pub fn notifications(&self, receiver: &str, result: &str) -> u64 {
         self.inner
+            .report
             .notifications
             .get(&ReceiverResult {
                 receiver: receiver.to_string(),
