@@ -687,7 +687,9 @@ pub struct ClusterOperationSpec {
     pub ssh_auth_ref: Option<SecretRef>,
     /// Commit, revision and path this run came from.
     pub source: OperationSource,
-    /// Sort key of this run in its cluster's queue: commit order, then file order.
+    /// Sort key of this run in its cluster's queue: commit order, then file order. kok sets it when it
+    /// creates the run; `kok render` leaves it out, and a run without one queues first, by name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub queue_position: String,
     /// Cron expression from operations.yml; the operation runs again at each firing.
     #[serde(default, skip_serializing_if = "Option::is_none")]

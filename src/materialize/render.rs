@@ -46,7 +46,9 @@ pub struct RenderContext {
     pub attribution: BTreeMap<(String, String), Attribution>,
     /// Leading part of every `queuePosition` rendered with this context. Positions compare as
     /// strings, so callers that render successive ranges must use fixed-width, increasing values
-    /// (e.g. a zero-padded counter); `kok render` uses `"0"`.
+    /// (e.g. a zero-padded counter; the service uses the pass's time). Empty: no position is rendered
+    /// (`kok render`, whose output applied onto a namespace kok manages must leave the position kok gave
+    /// each run alone).
     pub queue_base: String,
 }
 
@@ -442,8 +444,12 @@ fn limits_hosts(op: &Operation) -> bool {
         .any(|args| crate::layout::limits_hosts(args))
 }
 
-/// `<queue_base>.<commit_index:06>.<file_index:04>`: sorts by commit order, then file order.
+/// `<queue_base>.<commit_index:06>.<file_index:04>`: sorts by commit order, then file order; empty (no
+/// position) when `queue_base` is.
 pub fn queue_position(queue_base: &str, commit_index: usize, file_index: usize) -> String {
+    if queue_base.is_empty() {
+        return String::new();
+    }
     format!("{queue_base}.{commit_index:06}.{file_index:04}")
 }
 
@@ -978,6 +984,7 @@ mod tests {
             format!("main@sha1:{}", "a".repeat(40))
         );
         assert_eq!(queue_position("0", 1, 12), "0.000001.0012");
+        assert_eq!(queue_position("", 1, 12), "", "no base, no position");
         assert!(queue_position("0", 0, 10) > queue_position("0", 0, 9));
     }
 

@@ -9,9 +9,9 @@
 
 use crate::common::prometheus;
 use crate::common::receivers;
+use crate::common::tls;
 use crate::forge;
 use crate::local_e2e_support;
-use crate::common::tls;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
