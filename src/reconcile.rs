@@ -205,6 +205,14 @@ pub async fn pass(
     outcome.writes += applying.apply_all(clusters).await?;
     outcome.add_found(found, rollouts.as_ref());
     remove_gone(client, &cfg.namespace, live, &read, &mut outcome).await?;
+    if let Some(l) = live {
+        // Shared ConfigMaps nothing names any more (their runs went with the history limit, their clusters
+        // changed or went): a failed sweep is tried again after a later pass.
+        match l.sweep_shared(client).await {
+            Ok(deleted) => outcome.writes += deleted,
+            Err(e) => warn!(error = %e, "sweeping the shared ConfigMaps failed"),
+        }
+    }
     log_diagnostics(&outcome.diagnostics);
     if old != Some(new) {
         record_commit(client, &cfg.namespace, repo_url, ref_name, commit).await?;
@@ -339,8 +347,17 @@ impl Applying<'_> {
             rollout::add_rollouts(&mut desired, &cluster, of, broken, &ctx);
         }
         let view = match cached(self.live, &cluster.name).await {
-            Some(view) => view,
-            None => apply::read_live(self.client, self.namespace, &cluster.name).await?,
+            Some(mut view) => {
+                if let Some(cache) = self.live {
+                    view.see_shared(&desired, |name| cache.has_config_map(name));
+                }
+                view
+            }
+            None => {
+                let mut view = apply::read_live(self.client, self.namespace, &cluster.name).await?;
+                apply::read_shared(self.client, self.namespace, &desired, &mut view).await?;
+                view
+            }
         };
         preflight(&mut desired, &cluster, &view, self.trees);
         if let Some(lookup) = &self.lookup {

@@ -43,6 +43,10 @@ pub const LABEL_CONTENT: &str = "kok.dev/content";
 /// Label set to `"true"` on a ConfigMap while it is its Cluster's current input, and on a ClusterOperation
 /// while it is an entry of its cluster's operations.yml.
 pub const LABEL_CURRENT: &str = "kok.dev/current";
+/// Label set to `"true"` on a ConfigMap shared by the whole fleet: one file's content (of group_vars/,
+/// host_vars/ or the repository), named by its hash alone, kept while any Cluster or ClusterOperation names
+/// it. It carries no `kok.dev/cluster` label and no owner references (see `materialize::shared`).
+pub const LABEL_SHARED: &str = "kok.dev/shared";
 /// Annotation with the source revision in Flux's format: `<branch>@sha1:<sha>`.
 pub const ANNOTATION_REVISION: &str = "kok.dev/revision";
 /// Annotation with the cluster directory path inside the repository.
