@@ -364,7 +364,7 @@ async fn render_output_applies_server_side_onto_a_namespace_kok_manages() {
     let server = crate::controller_support::server().await;
     let client = server.client();
     let ns = crate::controller_support::NS;
-    let parsed = kok::layout::parse_repo(&kok::layout::DiskTree::new(&root().join(EXAMPLE)), "clusters");
+    let parsed = kok::layout::parse_repo(&kok::layout::DiskTree::new(root().join(EXAMPLE)), "clusters");
     let mut ctx = kok::materialize::RenderContext::new(ns, "main", COMMIT);
     ctx.queue_base = kok::reconcile::queue_base(jiff::Timestamp::now());
     for desired in kok::materialize::render_all(&parsed.clusters, &ctx) {
