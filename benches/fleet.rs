@@ -17,8 +17,9 @@
 //! `--health-interval`. Mode `rollout` (not in the default modes either) runs a rollout over the fleet's
 //! clusters in four waves (see [`rollout`]; the operations count of a size is not used). Mode
 //! `kubespray` (not in the default modes) measures kok's ConfigMap bytes for a fleet in kubespray's
-//! layout and after a one-file edit in every cluster (see [`kubespray`]); it runs once per distinct
-//! cluster count of `KOK_FLEET_SIZES`, at 1,000 clusters when that is not set. Every run also
+//! layout, then runs every operation and counts every object in kok's namespace by kind (the bytes etcd
+//! keeps, beside its 2 GiB default quota), then a one-file edit in every cluster (see [`kubespray`]); it
+//! runs once per distinct size of `KOK_FLEET_SIZES`, at 1,000 × 1 when that is not set. Every run also
 //! measures the web view's fleet page at 1,000 clusters, in process ([`web`]), and `/metrics` at 1,000
 //! clusters with every gauge set, in process ([`metrics`]); each fleet run also scrapes the real kok's
 //! `/metrics` at rest.

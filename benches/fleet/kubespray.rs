@@ -92,8 +92,14 @@ const KINDS: [(&str, &str); 8] = [
     ("/api/v1/namespaces/{ns}/configmaps", "ConfigMap"),
     ("/api/v1/namespaces/{ns}/secrets", "Secret"),
     ("/apis/kok.dev/v1alpha1/namespaces/{ns}/clusters", "Cluster"),
-    ("/apis/kok.dev/v1alpha1/namespaces/{ns}/clusteroperations", "ClusterOperation"),
-    ("/apis/kok.dev/v1alpha1/namespaces/{ns}/fleetrollouts", "FleetRollout"),
+    (
+        "/apis/kok.dev/v1alpha1/namespaces/{ns}/clusteroperations",
+        "ClusterOperation",
+    ),
+    (
+        "/apis/kok.dev/v1alpha1/namespaces/{ns}/fleetrollouts",
+        "FleetRollout",
+    ),
     ("/apis/batch/v1/namespaces/{ns}/jobs", "Job"),
     ("/api/v1/namespaces/{ns}/events", "Event"),
     ("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", "Lease"),
@@ -139,11 +145,15 @@ async fn etcd_footprint(client: &kube::Client) -> anyhow::Result<BTreeMap<String
 
 /// The kubelet: completes every Job as it appears until `expected` ClusterOperations are Succeeded or
 /// `limit` passed; returns how many Succeeded.
-async fn play_kubelet(api: &testkit::ApiServer, expected: usize, limit: std::time::Duration) -> anyhow::Result<usize> {
+async fn play_kubelet(
+    api: &testkit::ApiServer,
+    expected: usize,
+    limit: std::time::Duration,
+) -> anyhow::Result<usize> {
     use futures::StreamExt;
     use k8s_openapi::api::batch::v1::Job;
-    use kube::runtime::watcher;
     use kok::api::{ClusterOperation, Phase};
+    use kube::runtime::watcher;
     let jobs: kube::Api<Job> = kube::Api::namespaced(api.client(), NS);
     let ops: kube::Api<ClusterOperation> = kube::Api::namespaced(api.client(), NS);
     let mut jobs = watcher(jobs, watcher::Config::default()).boxed();
@@ -409,7 +419,8 @@ pub async fn run(cfg: &Config, clusters: usize, ops: usize) -> anyhow::Result<Ku
     // The history: the ssh Secret appears, kok runs every operation (the bench completes each Job as it
     // appears), and the fleet's objects are counted once every run Succeeded and kok settled.
     if let Meta::Service(api) = &meta {
-        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), NS);
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(client.clone(), NS);
         let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
             "metadata": {"name": SSH_SECRET},
             "type": "kubernetes.io/ssh-auth",
