@@ -17,8 +17,9 @@
 //! `--health-interval`. Mode `rollout` (not in the default modes either) runs a rollout over the fleet's
 //! clusters in four waves (see [`rollout`]; the operations count of a size is not used). Mode
 //! `kubespray` (not in the default modes) measures kok's ConfigMap bytes for a fleet in kubespray's
-//! layout and after a one-file edit in every cluster (see [`kubespray`]); it runs once per distinct
-//! cluster count of `KOK_FLEET_SIZES`, at 1,000 clusters when that is not set. Every run also
+//! layout, then runs every operation and counts every object in kok's namespace by kind (the bytes etcd
+//! keeps, beside its 2 GiB default quota), then a one-file edit in every cluster (see [`kubespray`]); it
+//! runs once per distinct size of `KOK_FLEET_SIZES`, at 1,000 × 1 when that is not set. Every run also
 //! measures the web view's fleet page at 1,000 clusters, in process ([`web`]), and `/metrics` at 1,000
 //! clusters with every gauge set, in process ([`metrics`]); each fleet run also scrapes the real kok's
 //! `/metrics` at rest.
@@ -96,8 +97,8 @@ impl Mode {
 struct Config {
     sizes: Vec<(usize, usize)>,
     modes: Vec<Mode>,
-    /// Fleet sizes of the kubespray mode: each cluster count of `KOK_FLEET_SIZES` once, else 1,000.
-    kubespray_clusters: Vec<usize>,
+    /// Fleet sizes of the kubespray mode: the sizes of `KOK_FLEET_SIZES`, else 1,000 × 1.
+    kubespray_sizes: Vec<(usize, usize)>,
     idle: Duration,
     timeout: Duration,
     resync_after: Duration,
@@ -144,15 +145,15 @@ impl Config {
                 )),
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let mut kubespray_clusters = Vec::new();
+        let mut kubespray_sizes = Vec::new();
         if modes.contains(&Mode::Kubespray) {
             let counts = match given {
-                Some(_) => sizes.iter().map(|&(clusters, _)| clusters).collect(),
-                None => vec![1000],
+                Some(_) => sizes.clone(),
+                None => vec![(1000, 1)],
             };
-            for clusters in counts {
-                if !kubespray_clusters.contains(&clusters) {
-                    kubespray_clusters.push(clusters);
+            for size in counts {
+                if !kubespray_sizes.contains(&size) {
+                    kubespray_sizes.push(size);
                 }
             }
         }
@@ -168,7 +169,7 @@ impl Config {
         Ok(Config {
             sizes,
             modes,
-            kubespray_clusters,
+            kubespray_sizes,
             idle: env_secs("KOK_FLEET_IDLE_SECS", 30)?,
             timeout: env_secs("KOK_FLEET_TIMEOUT_SECS", 300)?,
             resync_after: env_secs("KOK_FLEET_RESYNC_SECS", 20)?,
@@ -1194,10 +1195,10 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
-    for &clusters in &cfg.kubespray_clusters {
-        match kubespray::run(&cfg, clusters).await {
+    for &(clusters, ops) in &cfg.kubespray_sizes {
+        match kubespray::run(&cfg, clusters, ops).await {
             Ok(run) => kubespray_runs.push(run),
-            Err(e) => eprintln!("[kubespray {clusters}] failed: {e:#}"),
+            Err(e) => eprintln!("[kubespray {clusters}x{ops}] failed: {e:#}"),
         }
     }
     let verdicts = verdicts(&runs);

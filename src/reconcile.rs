@@ -81,6 +81,51 @@ pub struct PassOutcome {
     pub diagnostics: Vec<Diagnostic>,
 }
 
+/// Where a pass spends its time, summed over its clusters (their applies overlap, [`CONCURRENT_CLUSTERS`]
+/// at once, so the sums of the parts after `parse` can exceed the pass), logged as "pass phases".
+#[derive(Debug, Default)]
+struct PhaseTimes {
+    /// Reading the commit: the diff, what changed.
+    read: std::sync::atomic::AtomicU64,
+    /// Reading, parsing and validating the clusters' files (git blobs, YAML, inventories).
+    parse: std::sync::atomic::AtomicU64,
+    /// Rendering the desired objects.
+    render: std::sync::atomic::AtomicU64,
+    /// The live objects from the caches (or lists).
+    live: std::sync::atomic::AtomicU64,
+    /// Pre-flight of the new operations, and recalling recorded outcomes.
+    preflight: std::sync::atomic::AtomicU64,
+    /// Deciding and making the writes.
+    apply: std::sync::atomic::AtomicU64,
+    /// Removing the clusters that went, and the sweep of shared ConfigMaps.
+    remove: std::sync::atomic::AtomicU64,
+}
+
+impl PhaseTimes {
+    fn add(counter: &std::sync::atomic::AtomicU64, since: Instant) {
+        let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        counter.fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn ms(counter: &std::sync::atomic::AtomicU64) -> u64 {
+        counter.load(std::sync::atomic::Ordering::Relaxed) / 1_000_000
+    }
+
+    fn log(&self, total: std::time::Duration) {
+        info!(
+            total_ms = total.as_millis() as u64,
+            read_ms = Self::ms(&self.read),
+            parse_ms = Self::ms(&self.parse),
+            render_ms = Self::ms(&self.render),
+            live_ms = Self::ms(&self.live),
+            preflight_ms = Self::ms(&self.preflight),
+            apply_ms = Self::ms(&self.apply),
+            remove_ms = Self::ms(&self.remove),
+            "pass phases"
+        );
+    }
+}
+
 /// Failures of a pass; the pass is retried at the next trigger, and the last reconciled commit is
 /// only moved forward once a pass has fully succeeded.
 #[derive(Debug, thiserror::Error)]
@@ -166,11 +211,13 @@ pub async fn pass(
     metrics: &Metrics,
 ) -> Result<PassOutcome, PassError> {
     let started = Instant::now();
+    let times = PhaseTimes::default();
     let root = cfg.root.clone();
     let read = with_source(source, move |s| {
         source::read::read_changes(s.repository(), old, new, &root, full)
     })
     .await?;
+    PhaseTimes::add(&times.read, started);
     let (ref_name, repo_url) = ref_and_url(source);
     let commit = new.to_string();
     let mut base_ctx = RenderContext::new(&cfg.namespace, &ref_name, &commit);
@@ -187,7 +234,7 @@ pub async fn pass(
     let mut read = read;
     widen_to_rollouts(&mut read, rollouts.as_ref());
     let found = Mutex::new(Found::default());
-    let clusters = parsed_clusters(source, cfg, (old, new), &read.names, &base_ctx, &found);
+    let clusters = parsed_clusters(source, cfg, (old, new), &read.names, &base_ctx, &found, &times);
     let memberships = rollouts
         .as_ref()
         .map(|r| rollout::memberships(&r.rollouts))
@@ -201,16 +248,28 @@ pub async fn pass(
         untouched: &read.untouched,
         memberships: &memberships,
         broken: rollouts.as_ref().map(|r| &r.broken),
+        times: &times,
     };
     outcome.writes += applying.apply_all(clusters).await?;
     outcome.add_found(found, rollouts.as_ref());
+    let removing = Instant::now();
     remove_gone(client, &cfg.namespace, live, &read, &mut outcome).await?;
+    if let Some(l) = live {
+        // Shared ConfigMaps nothing names any more (their runs went with the history limit, their clusters
+        // changed or went): a failed sweep is tried again after a later pass.
+        match l.sweep_shared(client).await {
+            Ok(deleted) => outcome.writes += deleted,
+            Err(e) => warn!(error = %e, "sweeping the shared ConfigMaps failed"),
+        }
+    }
+    PhaseTimes::add(&times.remove, removing);
     log_diagnostics(&outcome.diagnostics);
     if old != Some(new) {
         record_commit(client, &cfg.namespace, repo_url, ref_name, commit).await?;
         outcome.writes += 1;
     }
     reconciled(metrics, started, &outcome);
+    times.log(started.elapsed());
     Ok(outcome)
 }
 
@@ -279,16 +338,19 @@ fn parsed_clusters<'a>(
     names: &'a [String],
     base_ctx: &'a RenderContext,
     found: &'a Mutex<Found>,
+    times: &'a PhaseTimes,
 ) -> impl futures::Stream<Item = Result<(Arc<RenderContext>, layout::ClusterDir), PassError>> + 'a {
     let parts = names.chunks(PARSE_PART).map(<[String]>::to_vec);
     stream::iter(parts)
         .then(move |part| {
             let root = cfg.root.clone();
             async move {
+                let parsing = Instant::now();
                 let (parsed, introduced) = with_source(source, move |s| {
                     source::read::read_clusters(s.repository(), old, new, &root, &part)
                 })
                 .await?;
+                PhaseTimes::add(&times.parse, parsing);
                 let mut ctx = base_ctx.clone();
                 ctx.attribution = source::attribution::to_render_attribution(&introduced);
                 let ctx = Arc::new(ctx);
@@ -315,6 +377,7 @@ struct Applying<'a> {
     untouched: &'a BTreeSet<String>,
     memberships: &'a BTreeMap<String, Vec<(&'a layout::rollouts::Rollout, &'a str)>>,
     broken: Option<&'a BTreeSet<String>>,
+    times: &'a PhaseTimes,
 }
 
 impl Applying<'_> {
@@ -333,23 +396,40 @@ impl Applying<'_> {
     /// Renders `cluster` with its rollouts' runs, checks and pins its new operations, and applies it
     /// against its live objects; returns the writes.
     async fn apply(&self, ctx: Arc<RenderContext>, cluster: layout::ClusterDir) -> Result<usize, PassError> {
+        let rendering = Instant::now();
         let mut desired = materialize::render_cluster(&cluster, &ctx);
         if let Some(broken) = self.broken {
             let of = self.memberships.get(&cluster.name).map_or(&[][..], Vec::as_slice);
             rollout::add_rollouts(&mut desired, &cluster, of, broken, &ctx);
         }
+        PhaseTimes::add(&self.times.render, rendering);
+        let reading = Instant::now();
         let view = match cached(self.live, &cluster.name).await {
-            Some(view) => view,
-            None => apply::read_live(self.client, self.namespace, &cluster.name).await?,
+            Some(mut view) => {
+                if let Some(cache) = self.live {
+                    view.see_shared(&desired, |name| cache.has_config_map(name));
+                }
+                view
+            }
+            None => {
+                let mut view = apply::read_live(self.client, self.namespace, &cluster.name).await?;
+                apply::read_shared(self.client, self.namespace, &desired, &mut view).await?;
+                view
+            }
         };
+        PhaseTimes::add(&self.times.live, reading);
+        let checking = Instant::now();
         preflight(&mut desired, &cluster, &view, self.trees);
         if let Some(lookup) = &self.lookup {
             recall(&mut desired, &view, lookup).await?;
         }
+        PhaseTimes::add(&self.times.preflight, checking);
         let name = cluster.name;
         let keep = self.untouched.contains(&name);
+        let applying = Instant::now();
         let applied =
             apply::apply_cluster_from(self.client, self.namespace, &desired, Some(view), keep).await?;
+        PhaseTimes::add(&self.times.apply, applying);
         Ok(noted(self.live, &name, applied))
     }
 }

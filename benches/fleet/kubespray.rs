@@ -42,6 +42,14 @@ const EDIT_PER_CLUSTER: f64 = 10e3;
 #[derive(Debug, Default, Serialize)]
 pub struct KubesprayRun {
     pub clusters: usize,
+    /// Operations per cluster; the history phase runs them all.
+    pub operations: usize,
+    /// From the ssh Secret's creation until every operation Succeeded (the bench completing each Job as
+    /// it appears), and how many did.
+    pub history_secs: Option<f64>,
+    pub history_succeeded: usize,
+    /// Every object kind kok keeps in the namespace once the history is complete, by kind.
+    pub etcd: Option<BTreeMap<String, KindBytes>>,
     /// Files of the sample's `group_vars/` in every cluster, and their bytes.
     pub sample_files: usize,
     pub sample_bytes: usize,
@@ -68,6 +76,120 @@ impl KubesprayRun {
         let (first, edited) = (self.first.as_ref()?, self.edited.as_ref()?);
         Some(edited.bytes as i64 - first.bytes as i64)
     }
+}
+
+/// The objects of one kind, as the API server returned them: count, bytes (compact JSON of each item) and
+/// bytes without `metadata.managedFields`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KindBytes {
+    pub objects: usize,
+    pub bytes: usize,
+    pub without_managed_fields: usize,
+}
+
+/// The kinds kok writes or leaves in its namespace: (plural path, kind).
+const KINDS: [(&str, &str); 8] = [
+    ("/api/v1/namespaces/{ns}/configmaps", "ConfigMap"),
+    ("/api/v1/namespaces/{ns}/secrets", "Secret"),
+    ("/apis/kok.dev/v1alpha1/namespaces/{ns}/clusters", "Cluster"),
+    (
+        "/apis/kok.dev/v1alpha1/namespaces/{ns}/clusteroperations",
+        "ClusterOperation",
+    ),
+    (
+        "/apis/kok.dev/v1alpha1/namespaces/{ns}/fleetrollouts",
+        "FleetRollout",
+    ),
+    ("/apis/batch/v1/namespaces/{ns}/jobs", "Job"),
+    ("/api/v1/namespaces/{ns}/events", "Event"),
+    ("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", "Lease"),
+];
+
+/// etcd's default quota (`--quota-backend-bytes`): 2 GiB.
+const ETCD_QUOTA: f64 = 2.0 * 1024.0 * 1024.0 * 1024.0;
+/// Target: 10,000 clusters × 20 finished runs within a quarter of it (512 MiB).
+const ETCD_TARGET: f64 = ETCD_QUOTA / 4.0;
+
+/// Every object of every kind in [`KINDS`] in kok's namespace, listed page by page.
+async fn etcd_footprint(client: &kube::Client) -> anyhow::Result<BTreeMap<String, KindBytes>> {
+    let mut out = BTreeMap::new();
+    for (path, kind) in KINDS {
+        let request = kube::core::Request::new(path.replace("{ns}", NS));
+        let mut params = ListParams::default().limit(PAGE);
+        let entry: &mut KindBytes = out.entry(kind.to_string()).or_default();
+        loop {
+            let body = match client.request_text(request.list(&params)?).await {
+                Ok(body) => body,
+                Err(e) => {
+                    eprintln!("[etcd bytes] listing {kind} failed: {e}");
+                    break;
+                }
+            };
+            let mut page: Value = serde_json::from_str(&body)?;
+            for item in page["items"].as_array_mut().into_iter().flatten() {
+                entry.objects += 1;
+                entry.bytes += item.to_string().len();
+                if let Some(meta) = item["metadata"].as_object_mut() {
+                    meta.remove("managedFields");
+                }
+                entry.without_managed_fields += item.to_string().len();
+            }
+            match page["metadata"]["continue"].as_str().filter(|t| !t.is_empty()) {
+                Some(token) => params = params.continue_token(token),
+                None => break,
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The kubelet: completes every Job as it appears until `expected` ClusterOperations are Succeeded or
+/// `limit` passed; returns how many Succeeded.
+async fn play_kubelet(
+    api: &testkit::ApiServer,
+    expected: usize,
+    limit: std::time::Duration,
+) -> anyhow::Result<usize> {
+    use futures::StreamExt;
+    use k8s_openapi::api::batch::v1::Job;
+    use kok::api::{ClusterOperation, Phase};
+    use kube::runtime::watcher;
+    let jobs: kube::Api<Job> = kube::Api::namespaced(api.client(), NS);
+    let ops: kube::Api<ClusterOperation> = kube::Api::namespaced(api.client(), NS);
+    let mut jobs = watcher(jobs, watcher::Config::default()).boxed();
+    let mut ops = watcher(ops, watcher::Config::default()).boxed();
+    let mut done = std::collections::BTreeSet::new();
+    let mut succeeded = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while succeeded.len() < expected {
+        tokio::select! {
+            event = jobs.next() => {
+                let job = match event {
+                    Some(Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job))) => job,
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e.into()),
+                    None => break,
+                };
+                let Some(name) = job.metadata.name.clone() else { continue };
+                if done.insert(name.clone()) {
+                    api.complete_job(NS, &name).await?;
+                }
+            }
+            event = ops.next() => {
+                let op = match event {
+                    Some(Ok(watcher::Event::Apply(op) | watcher::Event::InitApply(op))) => op,
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e.into()),
+                    None => break,
+                };
+                if op.status.as_ref().map(|s| s.phase) == Some(Phase::Succeeded) {
+                    succeeded.insert(op.metadata.name.unwrap_or_default());
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    Ok(succeeded.len())
 }
 
 /// kok's ConfigMaps at one moment, as the API server returned them.
@@ -190,7 +312,11 @@ fn inventory_ini(hosts: &[(String, String)]) -> String {
 }
 
 /// Writes the fleet into the work clone and pushes it; returns the commit.
-fn generate(remote: &Remote, clusters: usize, sample: &[(String, String)]) -> String {
+fn generate(remote: &Remote, clusters: usize, ops: usize, sample: &[(String, String)]) -> String {
+    let mut operations = String::from("- id: deploy\n  action: cluster.yml\n");
+    for j in 1..ops {
+        operations.push_str(&format!("- id: op{j:02}\n  action: cluster.yml\n"));
+    }
     for i in 0..clusters {
         let dir = format!("clusters/{}", cluster_name(i));
         let (inventory, text) = inventory_file(i);
@@ -200,10 +326,7 @@ fn generate(remote: &Remote, clusters: usize, sample: &[(String, String)]) -> St
                 &format!("{dir}/cluster.yml"),
                 &format!("sshAuthSecret: {SSH_SECRET}\n"),
             )
-            .write(
-                &format!("{dir}/operations.yml"),
-                "- id: deploy\n  action: cluster.yml\n",
-            );
+            .write(&format!("{dir}/operations.yml"), &operations);
         for (path, text) in sample {
             remote.write(&format!("{dir}/group_vars/{path}"), text);
         }
@@ -239,18 +362,19 @@ async fn reconciled(meta: &mut Meta, kok: &mut Kok, sha: &str, since: Instant, c
     }
 }
 
-pub async fn run(cfg: &Config, clusters: usize) -> anyhow::Result<KubesprayRun> {
+pub async fn run(cfg: &Config, clusters: usize, ops: usize) -> anyhow::Result<KubesprayRun> {
     let sample = sample()?;
     let edit = edited(&sample)?;
     let mut run = KubesprayRun {
         clusters,
+        operations: ops,
         sample_files: sample.len(),
         sample_bytes: sample.iter().map(|(_, text)| text.len()).sum(),
         ..KubesprayRun::default()
     };
     let remote = Remote::new();
     let generated = Instant::now();
-    let fleet = generate(&remote, clusters, &sample);
+    let fleet = generate(&remote, clusters, ops, &sample);
     eprintln!(
         "[kubespray {clusters}] fleet generated and pushed in {:.1} s ({} files, {} bytes of group_vars/ each)",
         generated.elapsed().as_secs_f64(),
@@ -269,7 +393,7 @@ pub async fn run(cfg: &Config, clusters: usize) -> anyhow::Result<KubesprayRun> 
         repo: remote.bare(),
         cache: remote.scratch("cache"),
         log: remote.scratch("logs").join("kok.log"),
-        args: Vec::new(),
+        args: vec!["--max-concurrent-jobs".into(), "64".into()],
         env: vec![("KOK_LOG".into(), "info".into())],
     });
     let mut meta = Meta::Service(api);
@@ -291,6 +415,37 @@ pub async fn run(cfg: &Config, clusters: usize) -> anyhow::Result<KubesprayRun> 
         run.reconciled_secs, first.config_maps, first.bytes
     );
     run.first = Some(first);
+
+    // The history: the ssh Secret appears, kok runs every operation (the bench completes each Job as it
+    // appears), and the fleet's objects are counted once every run Succeeded and kok settled.
+    if let Meta::Service(api) = &meta {
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(client.clone(), NS);
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": SSH_SECRET},
+            "type": "kubernetes.io/ssh-auth",
+            "stringData": {"ssh-privatekey": "not a key"},
+        }))?;
+        secrets.create(&Default::default(), &secret).await?;
+        let began = Instant::now();
+        let expected = clusters * ops;
+        run.history_succeeded = play_kubelet(api, expected, cfg.timeout).await?;
+        if run.history_succeeded == expected {
+            run.history_secs = Some(secs(began.elapsed()));
+        } else {
+            run.problems.push(format!(
+                "{} of {expected} operations Succeeded within {} s",
+                run.history_succeeded,
+                cfg.timeout.as_secs()
+            ));
+        }
+        settle(&meta, kok.pid(), cfg.timeout).await;
+        run.etcd = Some(etcd_footprint(&client).await?);
+        eprintln!(
+            "[kubespray {clusters}x{ops}] history of {} runs in {:?} s",
+            run.history_succeeded, run.history_secs
+        );
+    }
 
     for i in 0..clusters {
         remote.write(
@@ -395,6 +550,56 @@ pub fn report(runs: &[KubesprayRun]) -> String {
          the LIST's envelope not; \"files\" are the values of data and binaryData, \"beside the file\" all the \
          rest; the edit's figure is the total's growth. MB and KB are 10⁶ and 10³ bytes.\n",
     );
+    for r in runs {
+        let Some(etcd) = &r.etcd else { continue };
+        let n = r.clusters.max(1) as f64;
+        out.push_str(&format!(
+            "\nEvery object in kok's namespace, {} clusters × {} finished runs (history {}):\n\n\
+             | kind | objects | bytes | without managedFields | per cluster | per cluster without managedFields |\n\
+             |---|---|---|---|---|---|\n",
+            r.clusters,
+            r.operations,
+            fmt_opt(r.history_secs, " s"),
+        ));
+        let mut total = KindBytes::default();
+        for (kind, k) in etcd {
+            if k.objects == 0 {
+                continue;
+            }
+            total.objects += k.objects;
+            total.bytes += k.bytes;
+            total.without_managed_fields += k.without_managed_fields;
+            out.push_str(&format!(
+                "| {kind} | {} | {} | {} | {} | {} |\n",
+                k.objects,
+                mb(k.bytes as f64),
+                mb(k.without_managed_fields as f64),
+                kb(k.bytes as f64 / n),
+                kb(k.without_managed_fields as f64 / n),
+            ));
+        }
+        out.push_str(&format!(
+            "| total | {} | {} | {} | {} | {} |\n",
+            total.objects,
+            mb(total.bytes as f64),
+            mb(total.without_managed_fields as f64),
+            kb(total.bytes as f64 / n),
+            kb(total.without_managed_fields as f64 / n),
+        ));
+        let share = total.bytes as f64 / ETCD_QUOTA * 100.0;
+        out.push_str(&format!(
+            "\n{} clusters × {} runs: {} of etcd's 2 GiB default quota ({share:.2} %); target for 10,000 × 20: ≤ 512 MiB \
+             (25 %){}\n",
+            r.clusters,
+            r.operations,
+            mb(total.bytes as f64),
+            if r.clusters == 10_000 && r.operations >= 20 {
+                format!(" {}", mark(Some(total.bytes as f64 <= ETCD_TARGET)))
+            } else {
+                String::new()
+            }
+        ));
+    }
     out.push_str("\nkubespray-layout targets:\n");
     for r in runs {
         let n = r.clusters as f64;

@@ -43,6 +43,10 @@ pub const LABEL_CONTENT: &str = "kok.dev/content";
 /// Label set to `"true"` on a ConfigMap while it is its Cluster's current input, and on a ClusterOperation
 /// while it is an entry of its cluster's operations.yml.
 pub const LABEL_CURRENT: &str = "kok.dev/current";
+/// Label set to `"true"` on a ConfigMap shared by the whole fleet: one file's content (of group_vars/,
+/// host_vars/ or the repository), named by its hash alone, kept while any Cluster or ClusterOperation names
+/// it. It carries no `kok.dev/cluster` label and no owner references (see `materialize::shared`).
+pub const LABEL_SHARED: &str = "kok.dev/shared";
 /// Annotation with the source revision in Flux's format: `<branch>@sha1:<sha>`.
 pub const ANNOTATION_REVISION: &str = "kok.dev/revision";
 /// Annotation with the cluster directory path inside the repository.
@@ -687,7 +691,9 @@ pub struct ClusterOperationSpec {
     pub ssh_auth_ref: Option<SecretRef>,
     /// Commit, revision and path this run came from.
     pub source: OperationSource,
-    /// Sort key of this run in its cluster's queue: commit order, then file order.
+    /// Sort key of this run in its cluster's queue: commit order, then file order. kok sets it when it
+    /// creates the run; `kok render` leaves it out, and a run without one queues first, by name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub queue_position: String,
     /// Cron expression from operations.yml; the operation runs again at each firing.
     #[serde(default, skip_serializing_if = "Option::is_none")]

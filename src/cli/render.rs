@@ -49,7 +49,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(commit) => commit,
         None => head_commit(&args.dir).unwrap_or_else(|| ZERO_SHA.to_string()),
     };
-    let ctx = RenderContext::new(args.namespace, args.ref_name, commit);
+    let mut ctx = RenderContext::new(args.namespace, args.ref_name, commit);
+    // The position is the service's to give (the pass's time orders it): a rendered one would differ from
+    // it, and the immutable spec of a live run refuses any change.
+    ctx.queue_base = String::new();
     let mut yaml = to_yaml_stream(&render_all(&parsed.clusters, &ctx))?;
     let rollouts: Vec<_> = parsed.rollouts.iter().map(|r| render_rollout(r, &ctx)).collect();
     yaml.push_str(&rollouts_yaml(&rollouts)?);

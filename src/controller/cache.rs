@@ -435,3 +435,80 @@ mod run_pods_tests {
         );
     }
 }
+
+/// The data of pinned ConfigMaps, by name, read once: their names are content-addressed and their data
+/// immutable, so an entry is never stale. Verification and health read a pinned inventory from here; the
+/// files a fleet shares (one ConfigMap each) are read once for the whole fleet. Holds at most
+/// [`PinnedData::MAX_BYTES`] of data; past it, the entries read longest ago go.
+#[derive(Debug, Default)]
+pub struct PinnedData(Mutex<PinnedEntries>);
+
+#[derive(Debug, Default)]
+struct PinnedEntries {
+    by_name: HashMap<Box<str>, (u64, Arc<k8s_openapi::api::core::v1::ConfigMap>)>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl PinnedData {
+    /// How much data the cache keeps (8 MiB).
+    pub const MAX_BYTES: usize = 8 << 20;
+
+    /// The cached ConfigMap `name` (its data only).
+    pub fn get(&self, name: &str) -> Option<Arc<k8s_openapi::api::core::v1::ConfigMap>> {
+        let mut entries = self.0.lock().ok()?;
+        entries.clock += 1;
+        let now = entries.clock;
+        let (used, cm) = entries.by_name.get_mut(name)?;
+        *used = now;
+        Some(cm.clone())
+    }
+
+    /// Keeps the data of `cm`, read from the API server, under `name`.
+    pub fn keep(
+        &self,
+        name: &str,
+        cm: &k8s_openapi::api::core::v1::ConfigMap,
+    ) -> Arc<k8s_openapi::api::core::v1::ConfigMap> {
+        let kept = Arc::new(k8s_openapi::api::core::v1::ConfigMap {
+            data: cm.data.clone(),
+            binary_data: cm.binary_data.clone(),
+            ..Default::default()
+        });
+        let size = data_size(&kept);
+        let Ok(mut entries) = self.0.lock() else {
+            return kept;
+        };
+        entries.clock += 1;
+        let now = entries.clock;
+        if let Some((_, old)) = entries.by_name.insert(Box::from(name), (now, kept.clone())) {
+            entries.bytes -= data_size(&old);
+        }
+        entries.bytes += size;
+        while entries.bytes > Self::MAX_BYTES && entries.by_name.len() > 1 {
+            let Some(oldest) = entries
+                .by_name
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(n, _)| n.clone())
+            else {
+                break;
+            };
+            if let Some((_, gone)) = entries.by_name.remove(&oldest) {
+                entries.bytes -= data_size(&gone);
+            }
+        }
+        kept
+    }
+}
+
+fn data_size(cm: &k8s_openapi::api::core::v1::ConfigMap) -> usize {
+    let text: usize = cm.data.iter().flatten().map(|(k, v)| k.len() + v.len()).sum();
+    let binary: usize = cm
+        .binary_data
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.0.len())
+        .sum();
+    text + binary
+}

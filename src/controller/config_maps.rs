@@ -16,7 +16,8 @@ use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
 use super::cache::{LabelIndex, Listed, Words};
-use crate::api::{LABEL_CLUSTER, LABEL_CURRENT};
+use crate::api::{LABEL_CLUSTER, LABEL_CURRENT, LABEL_SHARED};
+use crate::materialize::shared::SharedConfigMap;
 
 /// What the cache keeps of one ConfigMap.
 #[derive(Debug, PartialEq)]
@@ -27,6 +28,8 @@ struct Record {
     /// The `kok.dev/current` label.
     current: Option<Box<str>>,
     owners: Box<[Owner]>,
+    /// Shared by the fleet (`kok.dev/shared`): its creation time, seconds since the epoch, for the sweep.
+    shared: Option<Option<i64>>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -79,6 +82,9 @@ impl Records {
             cluster: label(LABEL_CLUSTER),
             current: label(LABEL_CURRENT),
             owners,
+            shared: label(LABEL_SHARED)
+                .filter(|v| &**v == "true")
+                .map(|_| meta.creation_timestamp.as_ref().map(|t| t.0.as_second())),
         }
     }
 }
@@ -143,6 +149,24 @@ impl ConfigMapCache {
             .resource_version
             .as_deref()
             .map(str::to_string)
+    }
+
+    /// The ConfigMaps the fleet shares, as the sweep sees them.
+    pub fn shared(&self) -> Vec<SharedConfigMap> {
+        let Ok(records) = self.records.lock() else {
+            return Vec::new();
+        };
+        records
+            .by_name
+            .iter()
+            .filter_map(|(name, r)| {
+                Some(SharedConfigMap {
+                    name: name.to_string(),
+                    resource_version: r.resource_version.as_deref().map(str::to_string),
+                    created: r.shared?,
+                })
+            })
+            .collect()
     }
 
     /// The ConfigMaps labelled with `cluster`, by name, as apply reads them: name, namespace,

@@ -36,6 +36,7 @@ use super::op_cache::OpCache;
 use crate::api::watched::{operation_event, WatchedOperation};
 use crate::api::{managed_selector, Cluster, ClusterOperation, FleetRollout};
 use crate::materialize::apply::{Live, Written};
+use crate::materialize::shared;
 
 /// How long the pass waits for the watches to show a cluster's last writes before listing it.
 pub const CATCH_UP: Duration = Duration::from_secs(2);
@@ -92,6 +93,8 @@ pub struct LiveCache {
     cluster_aside: SetAside,
     /// Every ConfigMap kok manages, as kok's own records.
     config_maps: ConfigMapCache,
+    /// When the last sweep of shared ConfigMaps ran.
+    last_sweep: Mutex<Option<std::time::Instant>>,
     /// The plans of open pull requests' heads (kept by `pulls`, read by the web view).
     pub plans: PlanIndex,
     /// Per cluster, what the pass's last writes left behind and the watches may not show yet.
@@ -147,6 +150,7 @@ pub fn caches(namespace: &str) -> Feeds {
             clusters,
             rollouts,
             config_maps: ConfigMapCache::default(),
+            last_sweep: Mutex::default(),
             plans: PlanIndex::default(),
             cluster_aside: SetAside::default(),
             expected: Mutex::new(HashMap::new()),
@@ -402,6 +406,40 @@ impl LiveCache {
             config_maps,
             operations,
         }
+    }
+
+    /// Deletes the shared ConfigMaps no Cluster or ClusterOperation in the caches names (see
+    /// [`crate::materialize::shared`]), at most once every [`shared::SWEEP_EVERY`]; returns how many.
+    pub async fn sweep_shared(
+        &self,
+        client: &Client,
+    ) -> Result<usize, crate::materialize::apply::ApplyError> {
+        {
+            let Ok(mut last) = self.last_sweep.lock() else {
+                return Ok(0);
+            };
+            if last.is_some_and(|t| t.elapsed() < shared::SWEEP_EVERY) {
+                return Ok(0);
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let all = self.config_maps.shared();
+        if all.is_empty() {
+            return Ok(0);
+        }
+        let mut named = std::collections::HashSet::new();
+        self.operations.add_named(&mut named);
+        for c in self.clusters.state() {
+            shared::add_named(&mut named, &c.spec);
+        }
+        let now = jiff::Timestamp::now().as_second();
+        let doomed = shared::decide_sweep(&all, &named, now, shared::SHARED_GRACE);
+        shared::delete_shared(client, &self.namespace, &doomed).await
+    }
+
+    /// True when the ConfigMap `name` is in the cache (kok's own, any cluster's or shared).
+    pub fn has_config_map(&self, name: &str) -> bool {
+        self.config_maps.resource_version(name).is_some()
     }
 
     /// Names of the Clusters kok manages, as the watch shows them (it selects kok's own).

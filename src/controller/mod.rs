@@ -175,6 +175,8 @@ pub struct Context {
     pub clusters: Store<Cluster>,
     /// The verifications of workload clusters under way.
     pub verifications: verify::Verifications,
+    /// The data of the pinned ConfigMaps verification and health read, each read once.
+    pub pinned: cache::PinnedData,
     /// The rollouts' `FleetRollout` objects.
     pub rollouts: Store<FleetRollout>,
     /// The rollouts whose status to look at: a run's change or the object's triggers them.
@@ -274,6 +276,7 @@ fn new_context(
         queue: Arc::new(WorkQueue::default()),
         clusters: live.clusters.clone(),
         verifications: verify::Verifications::default(),
+        pinned: cache::PinnedData::default(),
         rollouts: live.rollouts.clone(),
         rollout_queue: Arc::new(WorkQueue::default()),
     })

@@ -495,6 +495,30 @@ impl OpCache {
         self.listed.wait().await;
     }
 
+    /// Adds to `named` the shared ConfigMaps some operation pins (its group_vars/host_vars and repository
+    /// files); the file lists operations share are read once.
+    pub fn add_named(&self, named: &mut std::collections::HashSet<String>) {
+        let Ok(ops) = self.ops.lock() else {
+            return;
+        };
+        let mut lists: std::collections::HashSet<&Arc<str>> = std::collections::HashSet::new();
+        for record in ops.by_name.values() {
+            if let Some(files) = &record.spec.files {
+                lists.insert(files);
+            }
+            for f in record.spec.rest.iter().flat_map(|r| &r.repository_files) {
+                if !named.contains(&f.config_map) {
+                    named.insert(f.config_map.clone());
+                }
+            }
+        }
+        for list in lists {
+            for f in decode_files(list) {
+                named.insert(f.config_map);
+            }
+        }
+    }
+
     /// How many operations the cache holds.
     pub fn len(&self) -> usize {
         self.ops.lock().map(|o| o.by_name.len()).unwrap_or_default()

@@ -7,7 +7,8 @@
 //! pass decides. So a cluster that never answers holds no reconcile slot while it is tried and retried,
 //! and other clusters' operations go on. Nor does the operation hold a `--max-concurrent-jobs` slot while
 //! it is verified (its Job is done); it keeps its own cluster's later operations waiting. What the cluster should be (the pinned inventory and vars) is
-//! read once per verification ([`Verifications`]).
+//! read once per verification ([`Verifications`]), each pinned ConfigMap from the API server only the first
+//! time any verification or health check needs it ([`super::cache::PinnedData`]).
 //!
 //! An attempt that passes first ends the operation at once (Succeeded, no write in between). One that
 //! fails records `status.verification` (state `Verifying`, `startedAt`, each check's result), and the
@@ -335,8 +336,15 @@ pub(super) async fn expected(
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let mut config_maps = BTreeMap::new();
     for name in pinned.inventory_config_maps() {
-        let cm = api.get(name).await.map_err(|e| (name.to_string(), e))?;
-        config_maps.insert(name.to_string(), cm);
+        // Content-addressed and immutable: once read, a ConfigMap's data is known for good.
+        let cm = match ctx.pinned.get(name) {
+            Some(cm) => cm,
+            None => {
+                let cm = api.get(name).await.map_err(|e| (name.to_string(), e))?;
+                ctx.pinned.keep(name, &cm)
+            }
+        };
+        config_maps.insert(name.to_string(), ConfigMap::clone(&cm));
     }
     // A pinned inventory passed validation; should it not read, the inventory check names every node.
     Ok(inventory_dir(pinned, &config_maps)

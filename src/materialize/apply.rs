@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -155,6 +155,10 @@ fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+fn is_invalid(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 422)
+}
+
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
@@ -191,6 +195,75 @@ pub struct Live {
     pub config_maps: BTreeMap<String, ConfigMap>,
     /// The cluster's ClusterOperations, by name.
     pub operations: BTreeMap<String, ClusterOperation>,
+}
+
+impl Live {
+    /// Adds to [`Live::config_maps`] the ConfigMaps the fleet shares that `desired` pins and that exist
+    /// according to `exists` (a watch cache's view). One missing is created (a server-side apply, so one that
+    /// existed after all is left as it is).
+    pub fn see_shared(&mut self, desired: &DesiredCluster, exists: impl Fn(&str) -> bool) {
+        for cm in desired
+            .config_maps
+            .iter()
+            .filter(|cm| super::render::is_shared(cm))
+        {
+            let name = cm.name_any();
+            if exists(&name) {
+                self.config_maps.insert(name, shared_stub(cm));
+            }
+        }
+    }
+
+    fn shared(&self) -> impl Iterator<Item = (&String, &ConfigMap)> {
+        self.config_maps
+            .iter()
+            .filter(|(_, cm)| super::render::is_shared(cm))
+    }
+}
+
+/// What a cluster's view holds of a shared ConfigMap: its name and labels.
+fn shared_stub(cm: &ConfigMap) -> ConfigMap {
+    ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: cm.metadata.name.clone(),
+            labels: cm.metadata.labels.clone(),
+            ..Default::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+/// Adds to `live` the ConfigMaps the fleet shares that `desired` pins and that exist, reading the metadata
+/// of each.
+pub async fn read_shared(
+    client: &Client,
+    namespace: &str,
+    desired: &DesiredCluster,
+    live: &mut Live,
+) -> Result<(), ApplyError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    for cm in desired
+        .config_maps
+        .iter()
+        .filter(|cm| super::render::is_shared(cm))
+    {
+        let name = cm.name_any();
+        match api.get_metadata_opt(&name).await {
+            Ok(Some(_)) => {
+                live.config_maps.insert(name, shared_stub(cm));
+            }
+            Ok(None) => {}
+            Err(source) => {
+                return Err(ApplyError::List {
+                    kind: "ConfigMap",
+                    cluster: desired.name.clone(),
+                    namespace: namespace.to_string(),
+                    source: Box::new(source),
+                })
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads the live objects of `cluster` (three lists, no write).
@@ -293,6 +366,15 @@ impl Apis {
             namespace,
             source: Box::new(source),
         }
+    }
+}
+
+/// Parameters of kok's merge patches (labels, owners, a cancel): kok's field manager, so `managedFields`
+/// names kok for every field it writes.
+fn kok_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
     }
 }
 
@@ -544,6 +626,16 @@ fn decide_config_maps(
 ) {
     for cm in &desired.config_maps {
         let name = cm.name_any();
+        // Shared by the fleet: created once, never owned (see super::shared for who keeps it).
+        if super::render::is_shared(cm) {
+            if !live.config_maps.contains_key(&name) {
+                writes.push(Write::CreateConfigMap {
+                    name,
+                    owners: Vec::new(),
+                });
+            }
+            continue;
+        }
         let mut wanted = vec![cluster_owner.clone()];
         for (owner, op) in op_owners {
             if op.spec.pins(&name) {
@@ -592,7 +684,7 @@ fn release_config_maps(
     let current: BTreeSet<String> = desired.config_maps.iter().map(|c| c.name_any()).collect();
     let pinned = pinned_config_maps(live);
     for (name, cm) in &live.config_maps {
-        if current.contains(name) || !has_label(cm, LABEL_CURRENT) {
+        if current.contains(name) || !has_label(cm, LABEL_CURRENT) || super::render::is_shared(cm) {
             continue;
         }
         let owners: Vec<OwnerReference> = cm
@@ -657,7 +749,11 @@ pub fn decide_removal(live: &Live, cluster: &str, now: Timestamp) -> Vec<Write> 
     }
     let cluster_uid = live.cluster.as_ref().and_then(uid_of);
     let pinned = pinned_config_maps(live);
-    for (name, cm) in &live.config_maps {
+    for (name, cm) in live
+        .config_maps
+        .iter()
+        .filter(|(_, cm)| !super::render::is_shared(cm))
+    {
         let used = cm
             .owner_references()
             .iter()
@@ -730,7 +826,11 @@ pub async fn apply_cluster_from(
     let apis = Apis::new(client, namespace);
     let live = match live {
         Some(live) => live,
-        None => apis.live(&desired.name).await?,
+        None => {
+            let mut live = apis.live(&desired.name).await?;
+            read_shared(client, namespace, desired, &mut live).await?;
+            live
+        }
     };
     let kept;
     let desired = match (&live.cluster, keep_revision) {
@@ -770,7 +870,10 @@ async fn with_retries<'d>(
             Err(e) if attempt < CONFLICT_RETRIES && e.is_conflict() => {
                 attempt += 1;
                 debug!(%cluster, error = %e, "live objects changed meanwhile; reading them again");
+                let shared: Vec<(String, ConfigMap)> =
+                    live.shared().map(|(n, cm)| (n.clone(), cm.clone())).collect();
                 live = apis.live(cluster).await?;
+                live.config_maps.extend(shared);
             }
             Err(e) => return Err(e),
         }
@@ -834,7 +937,7 @@ impl Writer<'_> {
                 let op = self
                     .apis
                     .operations
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch(name, &kok_params(), &Patch::Merge(&patch))
                     .await
                     .map_err(self.apis.op_err(name))?;
                 self.applied.written.push(Written::of("ClusterOperation", &op));
@@ -916,9 +1019,15 @@ impl Writer<'_> {
             .get_or_insert_with(BTreeMap::new)
             .insert(LABEL_CURRENT.into(), "true".into());
         obj.status = None;
-        let created = match apis.operations.create(&PostParams::default(), &obj).await {
+        // Server-side apply creates it with kok's field manager. It exists when the view was stale: then the
+        // API server keeps it as it is (same fields) or refuses the edit of its immutable spec (another
+        // pre-flight, say), and the run found is the one that stays.
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let created = match apis.operations.patch(name, &pp, &Patch::Apply(&obj)).await {
             Ok(o) => o,
-            Err(e) if is_conflict(&e) => apis.operations.get(name).await.map_err(apis.op_err(name))?,
+            Err(e) if is_conflict(&e) || is_invalid(&e) => {
+                apis.operations.get(name).await.map_err(apis.op_err(name))?
+            }
             Err(e) => return Err(apis.op_err(name)(e)),
         };
         let uid = apis.uid(&created, "ClusterOperation")?;
@@ -956,7 +1065,7 @@ impl Writer<'_> {
         let apis = self.apis;
         match apis
             .operations
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_status(name, &kok_params(), &Patch::Merge(patch))
             .await
         {
             Ok(op) => {
@@ -985,20 +1094,24 @@ impl Writer<'_> {
         else {
             return Ok(false);
         };
-        let mut obj = cm.clone();
-        obj.metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(LABEL_CURRENT.into(), "true".into());
-        obj.metadata.owner_references = Some(
-            owners
-                .iter()
-                .filter_map(|o| resolve_owner(o, &self.made))
-                .collect(),
-        );
-        match apis.config_maps.create(&PostParams::default(), &obj).await {
+        // Compressed here, when it is created, not when its cluster is rendered.
+        let mut obj = super::render::written_config_map(cm).into_owned();
+        if !super::render::is_shared(cm) {
+            obj.metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(LABEL_CURRENT.into(), "true".into());
+            obj.metadata.owner_references = Some(
+                owners
+                    .iter()
+                    .filter_map(|o| resolve_owner(o, &self.made))
+                    .collect(),
+            );
+        }
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        match apis.config_maps.patch(name, &pp, &Patch::Apply(&obj)).await {
             Ok(cm) => self.applied.written.push(Written::of("ConfigMap", &cm)),
-            // Created concurrently: the next apply adds whatever owner is missing.
+            // Changed concurrently: the next apply adds whatever owner is missing.
             Err(e) if is_conflict(&e) => {}
             Err(e) => return Err(apis.cm_err(name)(e)),
         }
@@ -1027,7 +1140,7 @@ impl Writer<'_> {
         let cm = self
             .apis
             .config_maps
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &kok_params(), &Patch::Merge(&patch))
             .await
             .map_err(self.apis.cm_err(name))?;
         self.applied.written.push(Written::of("ConfigMap", &cm));
@@ -1095,7 +1208,7 @@ async fn set_current_label(apis: &Apis, name: &str, current: bool) -> Result<Clu
     };
     let patch = json!({"metadata": {"labels": {LABEL_CURRENT: value}}});
     apis.operations
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(name, &kok_params(), &Patch::Merge(&patch))
         .await
         .map_err(apis.op_err(name))
 }

@@ -7,6 +7,7 @@
 //! - [`rollout`]: a validated rollout file into its `FleetRollout`, and each cluster's run of it.
 //! - [`pinned`]: a pinned inventory directory read back from its ConfigMaps.
 //! - [`fleet`]: which `FleetRollout` objects to write or delete, and the writes.
+//! - [`shared`]: the ConfigMaps the whole fleet shares (one file's content each), and their sweep.
 //! - [`preflight`]: a rendered cluster's pre-flight against its live objects, pinned into new operations.
 
 pub mod apply;
@@ -17,6 +18,7 @@ pub mod pinned;
 pub mod preflight;
 pub mod render;
 pub mod rollout;
+pub mod shared;
 pub mod state;
 
 pub use hash::{canonical_json, content_hash, sha256_hex, sha8};

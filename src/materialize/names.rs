@@ -74,11 +74,17 @@ pub fn config_map_name(cluster: &str, kind: ContentKind, content: &str) -> Strin
     name_with_suffix(&format!("{cluster}-{kind}"), &sha8(content.as_bytes()))
 }
 
-/// Name of the immutable ConfigMap holding one pinned file of `bytes` (not necessarily text):
-/// `<cluster>-file-<sha8>`, the name [`config_map_name`] gives the same bytes as text.
-pub fn file_config_map_name(cluster: &str, bytes: &[u8]) -> String {
-    name_with_suffix(&format!("{cluster}-{}", ContentKind::File), &sha8(bytes))
+/// Name of the immutable ConfigMap the whole fleet shares for one pinned file of `bytes` (not necessarily
+/// text): `kok-file-<sha20>`, the first 20 hex characters (80 bits) of sha256(bytes), so that the distinct
+/// files of a fleet (thousands) never share a name by chance.
+pub fn file_config_map_name(bytes: &[u8]) -> String {
+    let mut hex = sha256_hex(bytes);
+    hex.truncate(SHARED_HASH_LEN);
+    format!("kok-{}-{hex}", ContentKind::File)
 }
+
+/// Length of the hex prefix in the names of shared ConfigMaps.
+const SHARED_HASH_LEN: usize = 20;
 
 /// Name of the immutable ConfigMap holding the inventory file `file`: [`config_map_name`] for hosts.yml;
 /// for another name (`inventory.ini`) the hash covers the name too, since it is the data key.

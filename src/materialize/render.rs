@@ -15,8 +15,8 @@ use super::rollout::RolloutOperation;
 use crate::api::{
     common_labels, ActionType, Cluster, ClusterOperation, ClusterOperationSpec, ClusterSource, ClusterSpec,
     ConfigMapRef, OperationPreflight, OperationSource, PinnedFile, SecretRef, ANNOTATION_CONTENT_HASH,
-    ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH, DEFAULT_IMAGE, DEFAULT_NAMESPACE, FILE_GZIP_KEY, HOSTS_KEY,
-    LABEL_CONTENT, LABEL_OPERATION,
+    ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH, DEFAULT_IMAGE, DEFAULT_NAMESPACE, FILE_GZIP_KEY, FILE_KEY,
+    HOSTS_KEY, LABEL_CONTENT, LABEL_MANAGED_BY, LABEL_OPERATION, LABEL_SHARED, MANAGED_BY,
 };
 use crate::layout::{playbooks, ClusterDir, Operation};
 
@@ -46,7 +46,9 @@ pub struct RenderContext {
     pub attribution: BTreeMap<(String, String), Attribution>,
     /// Leading part of every `queuePosition` rendered with this context. Positions compare as
     /// strings, so callers that render successive ranges must use fixed-width, increasing values
-    /// (e.g. a zero-padded counter); `kok render` uses `"0"`.
+    /// (e.g. a zero-padded counter; the service uses the pass's time). Empty: no position is rendered
+    /// (`kok render`, whose output applied onto a namespace kok manages must leave the position kok gave
+    /// each run alone).
     pub queue_base: String,
 }
 
@@ -120,7 +122,7 @@ impl DesiredCluster {
     pub fn objects(&self) -> Result<Vec<serde_json::Value>, RenderError> {
         let mut out = Vec::with_capacity(self.config_maps.len() + 1 + self.operations.len());
         for cm in &self.config_maps {
-            out.push(to_json(cm, &self.name)?);
+            out.push(to_json(&*written_config_map(cm), &self.name)?);
         }
         out.push(to_json(&self.cluster, &self.name)?);
         for op in &self.operations {
@@ -210,11 +212,11 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
     let mut vars_files = Vec::with_capacity(cluster.inventory_dir.vars_files.len());
     let mut pinned_files = BTreeSet::new();
     for (path, text) in &cluster.inventory_dir.vars_files {
-        let name = config_map_name(&cluster.name, ContentKind::File, text);
+        let name = file_config_map_name(text.as_bytes());
         let gzip = text.len() > GZIP_ABOVE;
         if pinned_files.insert(name.clone()) {
             let data = if gzip {
-                FileData::Gzip(super::pinned::gzip(text.as_bytes()))
+                FileData::Gzip(text.as_bytes())
             } else {
                 FileData::Text(ContentKind::File.data_key(), text)
             };
@@ -233,11 +235,11 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
         });
     }
     for (path, bytes) in &cluster.repository_files {
-        let pinned = repository_file(cluster, path, bytes);
+        let pinned = repository_file(path, bytes);
         if pinned_files.insert(pinned.config_map.clone()) {
             let data = match std::str::from_utf8(bytes) {
                 Ok(text) if !pinned.gzip => FileData::Text(ContentKind::File.data_key(), text),
-                _ => FileData::Gzip(super::pinned::gzip(bytes)),
+                _ => FileData::Gzip(bytes),
             };
             config_maps.push(config_map(
                 cluster,
@@ -292,10 +294,10 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
 
 /// The pin of the repository file `path` holding `bytes`: in the content-addressed ConfigMap of its bytes,
 /// gzip-compressed when over [`GZIP_ABOVE`] or not UTF-8 text (a ConfigMap's `data` holds text only).
-fn repository_file(cluster: &ClusterDir, path: &str, bytes: &[u8]) -> PinnedFile {
+fn repository_file(path: &str, bytes: &[u8]) -> PinnedFile {
     PinnedFile {
         path: path.to_string(),
-        config_map: file_config_map_name(&cluster.name, bytes),
+        config_map: file_config_map_name(bytes),
         gzip: bytes.len() > GZIP_ABOVE || std::str::from_utf8(bytes).is_err(),
     }
 }
@@ -310,7 +312,7 @@ pub fn repository_files(cluster: &ClusterDir, op: &Operation) -> Vec<PinnedFile>
         .repository_files
         .iter()
         .filter(|(path, _)| steps.iter().any(|step| playbooks::needs(step, path)))
-        .map(|(path, bytes)| repository_file(cluster, path, bytes))
+        .map(|(path, bytes)| repository_file(path, bytes))
         .collect()
 }
 
@@ -322,11 +324,40 @@ fn secret_ref(name: &Option<String>) -> Option<SecretRef> {
     name.as_ref().map(|name| SecretRef { name: name.clone() })
 }
 
-/// What a content-addressed ConfigMap holds: a file as text under a key, or gzip-compressed bytes under
-/// [`FILE_GZIP_KEY`] in binaryData.
+/// What a content-addressed ConfigMap holds: a file as text under a key, or bytes to pin gzip-compressed
+/// under [`FILE_GZIP_KEY`] in binaryData.
 enum FileData<'a> {
     Text(&'a str, &'a str),
-    Gzip(Vec<u8>),
+    Gzip(&'a [u8]),
+}
+
+/// True for a ConfigMap the whole fleet shares ([`LABEL_SHARED`]).
+pub fn is_shared(cm: &ConfigMap) -> bool {
+    cm.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SHARED))
+        .is_some_and(|v| v == "true")
+}
+
+/// A desired ConfigMap as it is written: a file rendering leaves uncompressed (its bytes under [`FILE_KEY`]
+/// in binaryData) gzip-compressed under [`FILE_GZIP_KEY`]. Rendering never compresses: a file is
+/// compressed when its ConfigMap is created (or printed), not at every pass that renders its cluster.
+pub fn written_config_map(cm: &ConfigMap) -> std::borrow::Cow<'_, ConfigMap> {
+    let raw = cm.binary_data.as_ref().and_then(|d| d.get(FILE_KEY));
+    let Some(raw) = raw else {
+        return std::borrow::Cow::Borrowed(cm);
+    };
+    let mut out = ConfigMap {
+        metadata: cm.metadata.clone(),
+        immutable: cm.immutable,
+        ..ConfigMap::default()
+    };
+    out.binary_data = Some(BTreeMap::from([(
+        FILE_GZIP_KEY.to_string(),
+        k8s_openapi::ByteString(super::pinned::gzip(&raw.0)),
+    )]));
+    std::borrow::Cow::Owned(out)
 }
 
 fn config_map(
@@ -336,23 +367,46 @@ fn config_map(
     data: FileData<'_>,
     revision: &str,
 ) -> ConfigMap {
-    let mut labels = common_labels(&cluster.name);
-    labels.insert(LABEL_CONTENT.to_string(), kind.as_str().to_string());
-    let mut cm = ConfigMap {
-        metadata: metadata(name, cluster, ctx, labels, revision),
-        immutable: Some(true),
-        ..ConfigMap::default()
+    let shared = kind == ContentKind::File;
+    let mut cm = if shared {
+        // One file's content for the whole fleet: no cluster, revision or path of its own, and its name is
+        // its content's address (no content hash beside it).
+        let labels = BTreeMap::from([
+            (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+            (LABEL_CONTENT.to_string(), kind.as_str().to_string()),
+            (LABEL_SHARED.to_string(), "true".to_string()),
+        ]);
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(ctx.namespace.clone()),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            immutable: Some(true),
+            ..ConfigMap::default()
+        }
+    } else {
+        let mut labels = common_labels(&cluster.name);
+        labels.insert(LABEL_CONTENT.to_string(), kind.as_str().to_string());
+        ConfigMap {
+            metadata: metadata(name, cluster, ctx, labels, revision),
+            immutable: Some(true),
+            ..ConfigMap::default()
+        }
     };
     match data {
         FileData::Text(key, text) => cm.data = Some(BTreeMap::from([(key.to_string(), text.to_string())])),
         FileData::Gzip(bytes) => {
             cm.binary_data = Some(BTreeMap::from([(
-                FILE_GZIP_KEY.to_string(),
-                k8s_openapi::ByteString(bytes),
+                FILE_KEY.to_string(),
+                k8s_openapi::ByteString(bytes.to_vec()),
             )]))
         }
     }
-    stamp(&mut cm);
+    if !shared {
+        stamp(&mut cm);
+    }
     cm
 }
 
@@ -442,8 +496,12 @@ fn limits_hosts(op: &Operation) -> bool {
         .any(|args| crate::layout::limits_hosts(args))
 }
 
-/// `<queue_base>.<commit_index:06>.<file_index:04>`: sorts by commit order, then file order.
+/// `<queue_base>.<commit_index:06>.<file_index:04>`: sorts by commit order, then file order; empty (no
+/// position) when `queue_base` is.
 pub fn queue_position(queue_base: &str, commit_index: usize, file_index: usize) -> String {
+    if queue_base.is_empty() {
+        return String::new();
+    }
     format!("{queue_base}.{commit_index:06}.{file_index:04}")
 }
 
@@ -498,9 +556,14 @@ pub(super) fn stamp<K: kube::Resource + Serialize>(obj: &mut K) {
 /// same bytes.
 pub fn to_yaml_stream(clusters: &[DesiredCluster]) -> Result<String, RenderError> {
     let mut out = String::new();
+    let mut shared = BTreeSet::new();
     for desired in clusters {
         for cm in &desired.config_maps {
-            push_document(&mut out, cm, &desired.name)?;
+            // A ConfigMap the fleet shares is printed once, with the first cluster that pins it.
+            if is_shared(cm) && !shared.insert(cm.metadata.name.clone()) {
+                continue;
+            }
+            push_document(&mut out, &*written_config_map(cm), &desired.name)?;
         }
         push_document(&mut out, &desired.cluster, &desired.name)?;
         for op in &desired.operations {
@@ -669,8 +732,12 @@ mod tests {
             .iter()
             .map(|f| (f.path.as_str(), f.config_map.as_str(), f.gzip))
             .collect();
-        let small = config_map_name("prod-bj", ContentKind::File, "a: 1\n");
-        let large = config_map_name("prod-bj", ContentKind::File, &big);
+        let small = file_config_map_name(b"a: 1\n");
+        let large = file_config_map_name(big.as_bytes());
+        assert!(
+            small.starts_with("kok-file-"),
+            "shared by the fleet: no cluster in the name: {small}"
+        );
         assert_eq!(
             files,
             [
@@ -679,9 +746,25 @@ mod tests {
                 ("host_vars/node1.yml", small.as_str(), false),
             ]
         );
-        let by_name = |n: &str| desired.config_maps.iter().find(|c| c.name_any() == n).unwrap();
+        let by_name = |n: &str| {
+            let cm = desired.config_maps.iter().find(|c| c.name_any() == n).unwrap();
+            written_config_map(cm).into_owned()
+        };
         assert_eq!(by_name(&small).data.as_ref().unwrap()["file"], "a: 1\n");
-        let packed = &by_name(&large).binary_data.as_ref().unwrap()["file.gz"].0;
+        for name in [&small, &large] {
+            let labels = by_name(name).metadata.labels.unwrap();
+            assert_eq!(labels[LABEL_SHARED], "true");
+            assert!(!labels.contains_key(LABEL_CLUSTER), "{labels:?}");
+        }
+        // Rendering does not compress; the ConfigMap as written (created, or printed) is.
+        let raw = &desired
+            .config_maps
+            .iter()
+            .find(|c| c.name_any() == large)
+            .unwrap();
+        assert_eq!(raw.binary_data.as_ref().unwrap()["file"].0, big.as_bytes());
+        let written = by_name(&large);
+        let packed = &written.binary_data.as_ref().unwrap()["file.gz"].0;
         assert!(packed.len() < big.len() / 10, "{} bytes", packed.len());
         assert_eq!(
             super::super::pinned::gunzip_text(packed).as_deref(),
@@ -694,7 +777,12 @@ mod tests {
         }
         // Read back from the ConfigMaps, the directory is what was rendered.
         let cms = desired
-            .config_maps
+            .objects()
+            .unwrap()
+            .into_iter()
+            .filter(|o| o["kind"] == "ConfigMap")
+            .map(|o| serde_json::from_value::<ConfigMap>(o).unwrap())
+            .collect::<Vec<_>>()
             .iter()
             .map(|c| (c.name_any(), c.clone()))
             .collect();
@@ -978,6 +1066,7 @@ mod tests {
             format!("main@sha1:{}", "a".repeat(40))
         );
         assert_eq!(queue_position("0", 1, 12), "0.000001.0012");
+        assert_eq!(queue_position("", 1, 12), "", "no base, no position");
         assert!(queue_position("0", 0, 10) > queue_position("0", 0, 9));
     }
 

@@ -88,7 +88,9 @@ async fn an_edited_operation_makes_a_new_run_and_an_unedited_one_never_does() {
     assert_eq!(op_name(&d1, "install"), op_name(&d2, "install"));
     assert_ne!(op_name(&d1, "scale"), op_name(&d2, "scale"));
     assert_eq!(names.len(), 3, "install once, scale twice: {names:?}");
-    assert_eq!(server.requests().count("create", "clusteroperations"), 1);
+    // Created by server-side apply (a patch), with the old run's cancel and label patches: three in all.
+    assert_eq!(server.requests().count("patch", "clusteroperations"), 3);
+    assert_eq!(server.requests().count("create", "clusteroperations"), 0);
     // Cluster, new run, new hosts ConfigMap, owners of vars and of the old hosts, cancel + unlabel the old run.
     assert_eq!(stats.writes, 7, "{stats:?}");
     assert_eq!(
@@ -269,7 +271,7 @@ async fn an_apply_failing_on_injected_errors_is_retried_without_duplicates() {
         .await
         .expect_err("the injected 409 surfaces");
     assert!(err.to_string().contains("Cluster prod"), "{err}");
-    server.inject_fault(testkit::Fault::on("create", "configmaps", 500, 1));
+    server.inject_fault(testkit::Fault::on("patch", "configmaps", 500, 1));
     let err = apply_cluster(&client, NS, &desired)
         .await
         .expect_err("the injected 500 surfaces");
@@ -385,4 +387,104 @@ async fn a_queued_run_keeps_the_group_vars_file_of_its_commit_also_when_its_clus
         .await
         .unwrap();
     assert!(clusters.items.is_empty(), "the Cluster is gone");
+}
+
+/// The shared ConfigMaps' names, as the API server lists them.
+async fn shared_names(client: &kube::Client) -> BTreeSet<String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    api.list(&ListParams::default().labels(&kok::materialize::shared::shared_selector()))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect()
+}
+
+#[tokio::test]
+async fn two_clusters_with_identical_group_vars_share_their_config_maps_and_a_queued_run_keeps_them() {
+    use kok::materialize::shared::sweep_listing;
+    use std::time::Duration;
+    let server = server().await;
+    let client = server.client();
+    let dir = |name: &str, kube_version: &str| {
+        let mut d = kubespray_dir(kube_version, vec![entry("install", "cluster.yml", &[])]);
+        d.name = name.into();
+        d.path = format!("clusters/{name}");
+        d
+    };
+    let a = render(&dir("a", "v1.31.4"), 1, &[]);
+    let b = render(&dir("b", "v1.31.4"), 1, &[]);
+    apply_cluster(&client, NS, &a).await.unwrap();
+    server.requests().reset();
+    apply_cluster(&client, NS, &b).await.unwrap();
+    let a_install = op(&client, &op_name(&a, "install")).await.unwrap();
+    let b_install = op(&client, &op_name(&b, "install")).await.unwrap();
+    assert_eq!(
+        a_install.spec.vars_files, b_install.spec.vars_files,
+        "the same ConfigMaps"
+    );
+    let shared = shared_names(&client).await;
+    assert_eq!(shared.len(), 2, "one per file for both clusters: {shared:?}");
+    let managed_fields = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get(shared.first().unwrap())
+        .await
+        .unwrap()
+        .metadata
+        .managed_fields
+        .unwrap_or_default();
+    assert!(
+        managed_fields
+            .iter()
+            .all(|m| m.manager.as_deref() == Some("kok") && m.operation.as_deref() == Some("Apply")),
+        "written by kok's server-side apply: {managed_fields:?}"
+    );
+
+    // b edits its k8s-cluster.yml: a new shared ConfigMap; a's queued run and b's keep theirs.
+    let b2 = render(&dir("b", "v1.32.0"), 2, &[("install", 1)]);
+    apply_cluster(&client, NS, &b2).await.unwrap();
+    assert_eq!(shared_names(&client).await.len(), 3);
+    // Then b goes; its unstarted run is canceled and stays as the record, naming its inputs.
+    remove_cluster(&client, NS, "b").await.unwrap();
+    let swept = sweep_listing(&client, NS, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        swept, 1,
+        "only b's edited file, which nothing names any more, goes"
+    );
+    let kept = shared_names(&client).await;
+    for pin in &a_install.spec.vars_files {
+        assert!(
+            kept.contains(&pin.config_map),
+            "{} is a queued run's input",
+            pin.config_map
+        );
+    }
+    // a's queued run reads back exactly the directory it was created from.
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| (c.name_any(), c))
+        .collect();
+    let a_install = op(&client, &op_name(&a, "install")).await.unwrap();
+    let inputs = kok::materialize::pinned::inventory_dir(&a_install.spec, &cms).unwrap();
+    assert_eq!(inputs, dir("a", "v1.31.4").inventory_dir);
+
+    // A young ConfigMap nothing names is kept (a pass creates it before the runs that pin it).
+    remove_cluster(&client, NS, "a").await.unwrap();
+    let ops = Api::<ClusterOperation>::namespaced(client.clone(), NS);
+    for name in [op_name(&a, "install"), op_name(&b, "install")] {
+        ops.delete(&name, &Default::default()).await.unwrap();
+    }
+    assert_eq!(
+        sweep_listing(&client, NS, Duration::from_secs(600))
+            .await
+            .unwrap(),
+        0
+    );
+    // Once no run names them (the history limit took the runs), they go.
+    assert_eq!(sweep_listing(&client, NS, Duration::ZERO).await.unwrap(), 2);
+    assert!(shared_names(&client).await.is_empty());
 }

@@ -12,22 +12,7 @@ fn repo() -> PathBuf {
 }
 
 async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::from(tools::command("kubectl"));
-    cmd.arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .current_dir(repo());
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("kubectl starts");
-    if let Some(mut pipe) = child.stdin.take() {
-        if let Some(text) = stdin {
-            pipe.write_all(text.as_bytes()).await.unwrap();
-        }
-    }
-    child.wait_with_output().await.unwrap()
+    tools::kubectl(kubeconfig, args, stdin).await
 }
 
 fn ok(out: &Output, what: &str) -> String {

@@ -161,6 +161,10 @@ fn namespace_and_ref_come_from_flags_or_their_env_twins() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for doc in documents(&String::from_utf8(out.stdout).unwrap()) {
         assert_eq!(doc["metadata"]["namespace"].as_str(), Some("ops"));
+        if doc["metadata"]["labels"]["kok.dev/shared"].as_str() == Some("true") {
+            // One file's content for the whole fleet: no revision of its own.
+            continue;
+        }
         let revision = doc["metadata"]["annotations"]["kok.dev/revision"]
             .as_str()
             .unwrap();
@@ -344,4 +348,61 @@ fn a_rollout_file_renders_as_a_fleet_rollout_with_its_waves_after_the_clusters()
         .find(|d| d["kind"] == "Cluster" && d["metadata"]["name"] == "prod-bj-1")
         .unwrap();
     assert_eq!(cluster["metadata"]["labels"]["region"], "bj");
+}
+
+/// kok's apply writes the example as the service would (operations queued at a pass's time), then
+/// `kok render`'s output goes onto the same namespace with `kubectl apply --server-side`: every object is
+/// accepted (no ClusterOperation refused by its immutable spec, no conflict with kok's fields) and every
+/// run keeps the queue position kok gave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_output_applies_server_side_onto_a_namespace_kok_manages() {
+    if !crate::common::tools::kubectl_or_skip(
+        "render_output_applies_server_side_onto_a_namespace_kok_manages",
+    ) {
+        return;
+    }
+    let server = crate::controller_support::server().await;
+    let client = server.client();
+    let ns = crate::controller_support::NS;
+    let parsed = kok::layout::parse_repo(&kok::layout::DiskTree::new(root().join(EXAMPLE)), "clusters");
+    let mut ctx = kok::materialize::RenderContext::new(ns, "main", COMMIT);
+    ctx.queue_base = kok::reconcile::queue_base(jiff::Timestamp::now());
+    for desired in kok::materialize::render_all(&parsed.clusters, &ctx) {
+        kok::materialize::apply::apply_cluster(&client, ns, &desired)
+            .await
+            .unwrap();
+    }
+    let ops: kube::Api<ClusterOperation> = kube::Api::namespaced(client.clone(), ns);
+    let positions = |list: Vec<ClusterOperation>| -> Vec<(String, String)> {
+        list.into_iter()
+            .map(|o| (o.metadata.name.unwrap(), o.spec.queue_position))
+            .collect()
+    };
+    let before = positions(ops.list(&Default::default()).await.unwrap().items);
+    assert!(
+        before.iter().all(|(_, p)| p.starts_with(&ctx.queue_base)),
+        "{before:?}"
+    );
+
+    let out = kok(&["render", EXAMPLE, "--commit", COMMIT, "--namespace", ns], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rendered = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !rendered.contains("queuePosition"),
+        "the position is the service's to give"
+    );
+    let applied = crate::common::tools::kubectl(
+        server.kubeconfig_path(),
+        &["apply", "--server-side", "--field-manager=gitops", "-f", "-"],
+        Some(&rendered),
+    )
+    .await;
+    assert!(
+        applied.status.success(),
+        "kubectl apply --server-side refused render's output:\n{}{}",
+        String::from_utf8_lossy(&applied.stdout),
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    let after = positions(ops.list(&Default::default()).await.unwrap().items);
+    assert_eq!(after, before, "every run keeps its place in the queue");
 }

@@ -58,6 +58,26 @@ pub fn command(program: &str) -> Command {
     cmd
 }
 
+/// Runs kubectl with `--kubeconfig kubeconfig` and `args` in the workspace root, `stdin` piped in.
+pub async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::from(command("kubectl"));
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .current_dir(workspace_root());
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl starts");
+    if let Some(mut pipe) = child.stdin.take() {
+        if let Some(text) = stdin {
+            pipe.write_all(text.as_bytes()).await.unwrap();
+        }
+    }
+    child.wait_with_output().await.unwrap()
+}
+
 /// The first `major.minor` pair after `marker` in `text` (a trailing `+` or patch level is ignored).
 fn version_after(text: &str, marker: &str) -> Option<(u32, u32)> {
     let rest = &text[text.find(marker)? + marker.len()..];

@@ -1,0 +1,179 @@
+//! The ConfigMaps the whole fleet shares, and who keeps them: one file's content, stored once however many
+//! clusters and runs pin it, deleted only when nothing names it.
+//!
+//! A file of group_vars/, host_vars/ or the repository is pinned in ConfigMap `kok-file-<sha20>` (its name
+//! is its content's address: the first 80 bits of sha256), labelled `kok.dev/shared: "true"` and
+//! `kok.dev/content: file`, with no `kok.dev/cluster` label. A kubespray fleet made from one sample shares
+//! most of its 86 KB of variables word for word, so 10,000 clusters keep one copy, not 10,000.
+//!
+//! Owner references cannot keep such an object: every Cluster and every run of every cluster pins it, and
+//! 200,000 owner references would not fit in one object (etcd takes at most 1.5 MiB). So kok collects them
+//! itself, mark and sweep: a shared ConfigMap is deleted when no Cluster and no ClusterOperation names it
+//! (in `spec.varsFiles` or `spec.repositoryFiles`) and it is older than [`SHARED_GRACE`] (a pass creates a
+//! ConfigMap before the runs that pin it, and the watches show those a moment later), guarded by the
+//! resourceVersion it was decided at. A queued run keeps its inputs whatever happens to the clusters that
+//! shared them: it names them until it is deleted itself (by the history limit, or with its namespace).
+//! The service sweeps after a pass, at most once every [`SWEEP_EVERY`], from its watch caches; without
+//! caches, [`sweep_listing`] lists.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Preconditions};
+use kube::Client;
+use tracing::info;
+
+use super::apply::ApplyError;
+use crate::api::{Cluster, ClusterOperation, PinnedInventory, LABEL_MANAGED_BY, LABEL_SHARED, MANAGED_BY};
+
+/// How old an unnamed shared ConfigMap must be before it is deleted (10 minutes).
+pub const SHARED_GRACE: Duration = Duration::from_secs(600);
+/// How often the service looks for shared ConfigMaps nothing names (at most, after a pass).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
+
+/// Selector of the ConfigMaps the fleet shares.
+pub fn shared_selector() -> String {
+    format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_SHARED}=true")
+}
+
+/// One shared ConfigMap as the sweep sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedConfigMap {
+    /// Its name.
+    pub name: String,
+    /// Its resourceVersion.
+    pub resource_version: Option<String>,
+    /// When it was created, in seconds since the epoch.
+    pub created: Option<i64>,
+}
+
+/// The shared ConfigMaps to delete: those `named` lacks, created at least `grace` before `now` (seconds
+/// since the epoch); one without a creation time is kept.
+pub fn decide_sweep<'a>(
+    shared: impl IntoIterator<Item = &'a SharedConfigMap>,
+    named: &HashSet<String>,
+    now: i64,
+    grace: Duration,
+) -> Vec<&'a SharedConfigMap> {
+    let grace = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
+    shared
+        .into_iter()
+        .filter(|cm| !named.contains(&cm.name))
+        .filter(|cm| cm.created.is_some_and(|t| now.saturating_sub(t) >= grace))
+        .collect()
+}
+
+/// Adds the shared ConfigMaps `pinned` names to `named`.
+pub fn add_named(named: &mut HashSet<String>, pinned: &dyn PinnedInventory) {
+    for f in pinned.vars_files().iter().chain(pinned.repository_files()) {
+        if !named.contains(&f.config_map) {
+            named.insert(f.config_map.clone());
+        }
+    }
+}
+
+/// Deletes `doomed`, each guarded by its resourceVersion (one that changed or went meanwhile stays, or is
+/// gone already); returns how many were deleted.
+pub async fn delete_shared(
+    client: &Client,
+    namespace: &str,
+    doomed: &[&SharedConfigMap],
+) -> Result<usize, ApplyError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let mut deleted = 0;
+    for cm in doomed {
+        let params = DeleteParams::background().preconditions(Preconditions {
+            resource_version: cm.resource_version.clone(),
+            uid: None,
+        });
+        match api.delete(&cm.name, &params).await {
+            Ok(_) => deleted += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(source) => {
+                return Err(ApplyError::Delete {
+                    kind: "ConfigMap",
+                    name: cm.name.clone(),
+                    namespace: namespace.to_string(),
+                    source: Box::new(source),
+                })
+            }
+        }
+    }
+    if deleted > 0 {
+        info!(deleted, "shared ConfigMaps nothing names deleted");
+    }
+    Ok(deleted)
+}
+
+/// One sweep from lists (the Clusters, the ClusterOperations, and the shared ConfigMaps' metadata), for
+/// callers without watch caches; returns how many ConfigMaps were deleted.
+pub async fn sweep_listing(client: &Client, namespace: &str, grace: Duration) -> Result<usize, ApplyError> {
+    let err = |kind: &'static str| {
+        move |source| ApplyError::List {
+            kind,
+            cluster: "*".to_string(),
+            namespace: namespace.to_string(),
+            source: Box::new(source),
+        }
+    };
+    let all = ListParams::default();
+    let clusters = Api::<Cluster>::namespaced(client.clone(), namespace)
+        .list(&all)
+        .await
+        .map_err(err("Cluster"))?;
+    let ops = Api::<ClusterOperation>::namespaced(client.clone(), namespace)
+        .list(&all)
+        .await
+        .map_err(err("ClusterOperation"))?;
+    let shared = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .list_metadata(&ListParams::default().labels(&shared_selector()))
+        .await
+        .map_err(err("ConfigMap"))?;
+    let mut named = HashSet::new();
+    for c in &clusters.items {
+        add_named(&mut named, &c.spec);
+    }
+    for op in &ops.items {
+        add_named(&mut named, &op.spec);
+    }
+    let shared: Vec<SharedConfigMap> = shared
+        .items
+        .into_iter()
+        .map(|m| SharedConfigMap {
+            name: m.metadata.name.unwrap_or_default(),
+            resource_version: m.metadata.resource_version,
+            created: m.metadata.creation_timestamp.map(|t| t.0.as_second()),
+        })
+        .collect();
+    let doomed = decide_sweep(&shared, &named, jiff::Timestamp::now().as_second(), grace);
+    delete_shared(client, namespace, &doomed).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(name: &str, created: Option<i64>) -> SharedConfigMap {
+        SharedConfigMap {
+            name: name.into(),
+            resource_version: Some("1".into()),
+            created,
+        }
+    }
+
+    #[test]
+    fn only_an_old_enough_config_map_nothing_names_is_swept() {
+        let all = [
+            cm("named", Some(0)),
+            cm("old", Some(0)),
+            cm("young", Some(1000)),
+            cm("ageless", None),
+        ];
+        let named = HashSet::from(["named".to_string()]);
+        let doomed = decide_sweep(&all, &named, 1200, Duration::from_secs(600));
+        let names: Vec<&str> = doomed.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["old"]);
+        assert!(decide_sweep(&all, &named, 1200, Duration::from_secs(1201)).is_empty());
+    }
+}
