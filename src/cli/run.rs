@@ -64,6 +64,10 @@ pub struct Args {
     /// `serviceAccount` names it fails without a Job, since its run would get kok's rights.
     #[arg(long, value_name = "NAME", env = "KOK_OWN_SERVICE_ACCOUNT")]
     pub own_service_account: Option<String>,
+    /// How long a succeeded run's Job (and its pod, with its log) stays after it completed; kok then deletes
+    /// it (0: as soon as the outcome is recorded). A failed run's Job stays until its run leaves the history.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, env = "KOK_KEEP_SUCCEEDED_JOBS")]
+    pub keep_succeeded_jobs: Duration,
     /// Commit status sinks, comma separated.
     #[arg(
         long,
@@ -281,6 +285,7 @@ impl Args {
         controller.max_concurrent_jobs = self.max_concurrent_jobs.max(1);
         controller.own_service_account = self.own_service_account.clone().filter(|n| !n.is_empty());
         controller.health_interval = self.health_interval;
+        controller.keep_succeeded_jobs = Some(self.keep_succeeded_jobs);
         controller.status_url = self.status_url_for("operations/{operation}");
         controller.rollout_url = self.web_page("rollouts/{rollout}");
         let leader = self.leader_elect.then(|| {

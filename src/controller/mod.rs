@@ -34,6 +34,7 @@ pub mod op_cache;
 pub mod operation;
 pub mod queue;
 pub mod restore;
+pub mod retention;
 pub mod rollout;
 pub mod runner;
 pub mod schedule;
@@ -91,6 +92,9 @@ pub struct ControllerConfig {
     pub metrics: crate::metrics::Metrics,
     /// kok's own ServiceAccount (`--own-service-account`): no operation's Job runs as it.
     pub own_service_account: Option<String>,
+    /// How long a succeeded run's Job is kept after it completed (`--keep-succeeded-jobs`); `None`: always
+    /// ([`retention`]).
+    pub keep_succeeded_jobs: Option<Duration>,
 }
 
 impl ControllerConfig {
@@ -109,6 +113,7 @@ impl ControllerConfig {
             clock: window::Clock::system(),
             metrics: crate::metrics::Metrics::new(),
             own_service_account: None,
+            keep_succeeded_jobs: Some(retention::KEEP_SUCCEEDED_JOBS),
         }
     }
 }
@@ -240,6 +245,7 @@ pub async fn run(
         stopped(),
     );
     let health_checks = health::run(ctx.clone(), stopped());
+    let job_retention = once(listed.wait(), stopped(), retention::run(ctx.clone(), stopped()));
     let scheduler = schedule::run_scheduler(client, ns.clone(), live.operations.clone(), stopped());
     futures::join!(
         once(listed.wait(), stopped(), op_loop),
@@ -250,6 +256,7 @@ pub async fn run(
         until(stopped(), watches),
         cm_cache,
         health_checks,
+        job_retention,
         until(stopped(), stores_listed)
     );
 }

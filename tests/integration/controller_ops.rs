@@ -944,3 +944,48 @@ async fn the_examples_repository_playbook_gets_a_job_that_mounts_its_pinned_file
     wait_phase(&client, &name, Phase::Succeeded).await;
     ctl.stop().await;
 }
+
+#[tokio::test]
+async fn a_succeeded_runs_job_goes_after_the_time_kept_and_a_failed_runs_job_stays() {
+    let server = server().await;
+    let client = server.client();
+    let dir = cluster_dir(
+        "prod",
+        HOSTS,
+        vec![entry("ok", "ok.yml", &[]), entry("bad", "bad.yml", &[])],
+        None,
+    );
+    let d = render(&dir, 1, &[]);
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let mut cfg = config(4);
+    cfg.keep_succeeded_jobs = Some(std::time::Duration::from_secs(2));
+    let ctl = start(&client, cfg);
+    let (ok, bad) = (op_name(&d, "ok"), op_name(&d, "bad"));
+    wait_phase(&client, &ok, Phase::Running).await;
+    server.complete_job(NS, &job_name(&ok)).await.unwrap();
+    wait_phase(&client, &ok, Phase::Succeeded).await;
+    // Kept for the time set: still there at once.
+    assert!(jobs(&client).await.contains(&job_name(&ok)));
+    wait_phase(&client, &bad, Phase::Running).await;
+    server
+        .fail_job(
+            NS,
+            &job_name(&bad),
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+        )
+        .await
+        .unwrap();
+    wait_phase(&client, &bad, Phase::Failed).await;
+    wait_for("the succeeded run's Job to be deleted", || async {
+        (!jobs(&client).await.contains(&job_name(&ok))).then_some(())
+    })
+    .await;
+    // The run keeps its record; the failed run keeps its Job (and its log) a while longer.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(jobs(&client).await, vec![job_name(&bad)]);
+    let done = op(&client, &ok).await.unwrap().status.unwrap();
+    assert_eq!(done.phase, Phase::Succeeded);
+    assert_eq!(done.job_ref.as_deref(), Some(job_name(&ok).as_str()));
+    ctl.stop().await;
+}
