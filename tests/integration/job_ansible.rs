@@ -570,7 +570,8 @@ fn a_repository_playbook_runs_from_the_files_its_job_pins_whatever_the_working_d
         "the render pins the repository's playbook"
     );
 
-    // The kubelet's part: the Job's volumes laid out from the rendered ConfigMaps, as the local runner does.
+    // The kubelet's part: the Job's volumes laid out from the rendered ConfigMaps as they are written (a
+    // file compressed when its ConfigMap is created), as the local runner does.
     let job = build_job(hello, &JobConfig::default());
     let pod = job.spec.unwrap().template.spec.unwrap();
     let container = &pod.containers[0];
@@ -578,7 +579,10 @@ fn a_repository_playbook_runs_from_the_files_its_job_pins_whatever_the_working_d
         config_maps: desired
             .config_maps
             .iter()
-            .map(|cm| (cm.metadata.name.clone().unwrap(), cm.clone()))
+            .map(|cm| {
+                let written = kok::materialize::render::written_config_map(cm).into_owned();
+                (cm.metadata.name.clone().unwrap(), written)
+            })
             .collect(),
         secrets: Default::default(),
     };
