@@ -516,14 +516,51 @@ mod tests {
     }
 
     #[test]
-    fn the_fleet_page_of_a_thousand_clusters_stays_under_500_kb() {
-        let view = view::Snapshot::sample_fleet(1000);
-        let html = render(
-            "fleet.html",
-            pages::fleet(&view, Filter::default(), jiff::Timestamp::now()),
+    fn the_fleet_page_shows_500_rows_a_page_with_links_between_pages_and_stays_small_at_ten_thousand() {
+        let now = jiff::Timestamp::now();
+        let view = view::Snapshot::sample_fleet(10_000);
+        let first = pages::fleet(&view, Filter::default(), now);
+        assert_eq!(
+            (first.page, first.pages, first.matching, first.first_row),
+            (1, 20, 10_000, 1)
         );
-        assert_eq!(html.matches("<tr class=").count(), 1000);
-        assert!(html.len() <= 500_000, "{} bytes", html.len());
+        assert!(first.previous.is_none());
+        let html = render("fleet.html", first);
+        assert_eq!(html.matches("<tr class=").count(), pages::FLEET_PAGE_ROWS);
+        assert!(html.len() <= 300_000, "{} bytes", html.len());
+        assert!(
+            html.contains("1–500 of 10000 of 10000 clusters (page 1 of 20)"),
+            "{html}"
+        );
+        assert!(html.contains(r#"<a rel="next" href="/?page=2">"#), "{html}");
+        // The last page, asked past the end, and a filter the links keep.
+        let filter = |page: &str, name: Option<&str>| Filter {
+            page: Some(page.to_string()),
+            name: name.map(str::to_string),
+            ..Filter::default()
+        };
+        let last = pages::fleet(&view, filter("99", None), now);
+        assert_eq!((last.page, last.first_row, last.rows.len()), (20, 9_501, 500));
+        assert!(last.next.is_none());
+        // Every cluster is on exactly one page, trouble first across pages; the links keep the filter.
+        let view = view::Snapshot::sample_fleet(1_200);
+        let mut seen = std::collections::BTreeSet::new();
+        let mut trouble = Vec::new();
+        for p in 1..=3 {
+            for row in pages::fleet(&view, filter(&p.to_string(), None), now).rows {
+                trouble.push(row.trouble());
+                assert!(seen.insert(row.name));
+            }
+        }
+        assert_eq!(seen.len(), 1_200);
+        assert!(trouble.is_sorted());
+        let some = pages::fleet(&view, filter("x", Some("prod-region-0")), now);
+        assert_eq!((some.page, some.pages, some.matching), (1, 2, 1_000));
+        let html = render("fleet.html", some);
+        assert!(
+            html.contains(r#"href="/?name=prod-region-0&amp;page=2""#),
+            "{html}"
+        );
     }
 
     #[test]

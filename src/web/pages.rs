@@ -201,9 +201,44 @@ pub struct Filter {
     pub health: Option<String>,
     /// `key=value` (or just `key`) of the cluster's labels.
     pub label: Option<String>,
+    /// Which page of [`FLEET_PAGE_ROWS`] rows, from 1 (a word that is not a number is page 1).
+    pub page: Option<String>,
 }
 
+/// Rows on one fleet page: 500 rows are about 250 KB of HTML, so a page stays small at any fleet size.
+pub const FLEET_PAGE_ROWS: usize = 500;
+
 impl Filter {
+    /// The page asked for, from 1.
+    fn page_number(&self) -> usize {
+        self.page
+            .as_deref()
+            .and_then(|p| p.trim().parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// The query of page `page` under this filter: the filter's words that are set, and `page`.
+    fn query(&self, page: usize) -> BTreeMap<&'static str, String> {
+        let set = [
+            ("name", &self.name),
+            ("state", &self.state),
+            ("health", &self.health),
+            ("label", &self.label),
+        ];
+        let mut query: BTreeMap<&'static str, String> = set
+            .into_iter()
+            .filter_map(|(k, v)| {
+                Some((
+                    k,
+                    v.as_deref().map(str::trim).filter(|v| !v.is_empty())?.to_string(),
+                ))
+            })
+            .collect();
+        query.insert("page", page.to_string());
+        query
+    }
+
     fn keeps(&self, row: &ClusterRow) -> bool {
         let given = |v: &Option<String>| {
             v.as_deref()
@@ -296,7 +331,7 @@ impl ClusterRow {
     }
 
     /// How troubled, for the fleet's order: a failure first, then an unhealthy cluster, then by state.
-    fn trouble(&self) -> (u8, State, HealthWord) {
+    pub fn trouble(&self) -> (u8, State, HealthWord) {
         let rank = match (self.state, self.health.word) {
             (State::Failed, _) => 0,
             (_, HealthWord::Unhealthy) => 1,
@@ -328,8 +363,18 @@ pub struct FleetPage {
     pub health: Vec<Count>,
     /// Every cluster.
     pub total: usize,
-    /// The rows the filter keeps, trouble first.
+    /// The rows of this page of those the filter keeps, trouble first.
     pub rows: Vec<ClusterRow>,
+    /// How many rows the filter keeps, on every page.
+    pub matching: usize,
+    /// The first row of this page, from 1 (0 when no row matches).
+    pub first_row: usize,
+    /// This page, from 1, and how many there are.
+    pub page: usize,
+    pub pages: usize,
+    /// The queries of the page before and after this one, when there are such pages.
+    pub previous: Option<BTreeMap<&'static str, String>>,
+    pub next: Option<BTreeMap<&'static str, String>>,
     /// The filter.
     pub filter: Filter,
     /// The rollouts, by name.
@@ -526,6 +571,12 @@ pub fn fleet(view: &dyn View, filter: Filter, now: Timestamp) -> FleetPage {
     let health = shares(&HealthWord::ALL, HealthWord::as_str, |r| r.health.word, &rows);
     let total = rows.len();
     rows.retain(|r| filter.keeps(r));
+    let matching = rows.len();
+    let pages = matching.div_ceil(FLEET_PAGE_ROWS).max(1);
+    let page = filter.page_number().min(pages);
+    let start = (page - 1) * FLEET_PAGE_ROWS;
+    rows.truncate(start + FLEET_PAGE_ROWS);
+    rows.drain(..start);
     for row in &mut rows {
         if let Some(last) = row.last.as_mut() {
             shorten(&mut last.outcome, OUTCOME_CHARS);
@@ -539,7 +590,13 @@ pub fn fleet(view: &dyn View, filter: Filter, now: Timestamp) -> FleetPage {
         counts,
         health,
         total,
+        first_row: if rows.is_empty() { 0 } else { start + 1 },
         rows,
+        matching,
+        page,
+        pages,
+        previous: (page > 1).then(|| filter.query(page - 1)),
+        next: (page < pages).then(|| filter.query(page + 1)),
         filter,
         rollouts: rollout_rows(view),
     }
