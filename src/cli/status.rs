@@ -1,6 +1,7 @@
 //! `kok status`: the fleet as a table for the terminal (or JSON): each cluster's version, nodes, health,
 //! what its queue does and its last outcome; `--watch` redraws it from watches as things change.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use super::OutputFormat;
-use crate::api::{Cluster, ClusterOperation, NodeCounts, DEFAULT_NAMESPACE};
+use crate::api::{Cluster, ClusterOperation, NodeCounts, DEFAULT_NAMESPACE, LABEL_CLUSTER};
 use crate::health::conditions::HEALTHY;
 use crate::web::pages::{cluster_row, CertificateDays, OpLine, State};
 
@@ -83,13 +84,19 @@ pub fn rows(
     only: Option<&str>,
     now: Timestamp,
 ) -> Vec<StatusRow> {
+    let mut by_cluster: HashMap<&str, Vec<ClusterOperation>> = HashMap::new();
+    for op in ops {
+        by_cluster
+            .entry(op.spec.cluster.as_str())
+            .or_default()
+            .push(op.clone());
+    }
     let mut rows: Vec<StatusRow> = clusters
         .iter()
         .filter(|c| only.is_none_or(|o| c.name_any() == o))
         .map(|c| {
             let name = c.name_any();
-            let mine: Vec<ClusterOperation> =
-                ops.iter().filter(|op| op.spec.cluster == name).cloned().collect();
+            let mine = by_cluster.remove(name.as_str()).unwrap_or_default();
             let row = cluster_row(&name, Some(c), &mine, now);
             let status = c.status.clone().unwrap_or_default();
             let healthy = status.conditions.iter().find(|c| c.type_ == HEALTHY);
@@ -229,18 +236,62 @@ async fn meta_cluster(args: &Args) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("connecting to the meta-cluster")
 }
 
+/// Objects per page of `kok status`'s lists.
+const PAGE: u32 = 500;
+
+/// Every object `params` selects, read page by page (a fleet's runs do not fit one response), each made
+/// small by `slim` as it arrives.
+async fn list_paged<K>(api: &Api<K>, params: ListParams, slim: impl Fn(&mut K)) -> kube::Result<Vec<K>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.limit(PAGE);
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        out.extend(page.items.into_iter().map(|mut item| {
+            slim(&mut item);
+            item
+        }));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// What `kok status` does not show of a run: its pinned files, hooks and field managers.
+fn slim_operation(op: &mut ClusterOperation) {
+    op.metadata.managed_fields = None;
+    op.spec.vars_files = Vec::new();
+    op.spec.repository_files = Vec::new();
+    op.spec.pre_hooks = Vec::new();
+    op.spec.post_hooks = Vec::new();
+}
+
 /// Lists once and prints.
 async fn once(client: &kube::Client, args: &Args) -> anyhow::Result<ExitCode> {
-    let clusters = Api::<Cluster>::namespaced(client.clone(), &args.namespace)
-        .list(&ListParams::default())
-        .await
-        .with_context(|| format!("listing the Clusters of namespace {}", args.namespace))?
-        .items;
-    let ops = Api::<ClusterOperation>::namespaced(client.clone(), &args.namespace)
-        .list(&ListParams::default())
-        .await
-        .with_context(|| format!("listing the ClusterOperations of namespace {}", args.namespace))?
-        .items;
+    let clusters = list_paged(
+        &Api::<Cluster>::namespaced(client.clone(), &args.namespace),
+        ListParams::default(),
+        |c: &mut Cluster| {
+            c.metadata.managed_fields = None;
+            c.spec.vars_files = Vec::new();
+        },
+    )
+    .await
+    .with_context(|| format!("listing the Clusters of namespace {}", args.namespace))?;
+    let only_one = match &args.cluster {
+        Some(name) => ListParams::default().labels(&format!("{LABEL_CLUSTER}={name}")),
+        None => ListParams::default(),
+    };
+    let ops = list_paged(
+        &Api::<ClusterOperation>::namespaced(client.clone(), &args.namespace),
+        only_one,
+        slim_operation,
+    )
+    .await
+    .with_context(|| format!("listing the ClusterOperations of namespace {}", args.namespace))?;
     if let Some(name) = &args.cluster {
         if !clusters.iter().any(|c| &c.name_any() == name) {
             anyhow::bail!("no Cluster {name} in namespace {}", args.namespace);
