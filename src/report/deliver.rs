@@ -72,9 +72,9 @@ pub const SYNC_HISTORY: usize = 50;
 /// [`Sink::max_in_flight`]; the notes sink writes the deliveries in flight together in one batch, so
 /// this bounds how many statuses one notes commit takes when a fleet-size commit reports at once).
 /// A batch rewrites the whole note of its commit, and a commit that brings in 200,000 operations has a
-/// note of tens of megabytes: batches of 256 delivered about 70 statuses a second there, batches of 4,096
-/// let the API server's status patches set the pace. Each delivery in flight holds its status, about a
-/// kilobyte.
+/// note of tens of megabytes, and in batches of 256 kok delivered about 70 statuses a second there; in
+/// batches of 4,096, about 280 on a machine half as fast (docs/performance.md). Each delivery in flight
+/// holds its status, about a kilobyte.
 pub const MAX_IN_FLIGHT: usize = 4096;
 /// Most writes of `status.reported` / `status.reportAttempts` running at once. Each holds a connection
 /// to the API server, and the client keeps an idle connection open for 90 s with its buffers: with all
