@@ -529,6 +529,59 @@ fn forge_contexts(server: &forge::ForgeServer, sha: &str, operations: usize) -> 
     (contexts.len(), summary, requests.len())
 }
 
+/// Plays the Job controller and the kubelet for the benchmark: completes every Job once as it appears
+/// (`job(job, false)` before, `job(job, true)` after) until `expected` ClusterOperations are Succeeded
+/// (`succeeded(op)` once each) or `limit` passed; returns how many Succeeded.
+async fn play_kubelet(
+    api: &testkit::ApiServer,
+    expected: usize,
+    limit: Duration,
+    mut job: impl FnMut(&k8s_openapi::api::batch::v1::Job, bool),
+    mut succeeded: impl FnMut(&kok::api::ClusterOperation),
+) -> anyhow::Result<usize> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> = kube::Api::namespaced(api.client(), NS);
+    let ops: kube::Api<kok::api::ClusterOperation> = kube::Api::namespaced(api.client(), NS);
+    let mut jobs = watcher(jobs, watcher::Config::default()).boxed();
+    let mut ops = watcher(ops, watcher::Config::default()).boxed();
+    let mut done = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while seen.len() < expected {
+        tokio::select! {
+            event = jobs.next() => {
+                let j = match event {
+                    Some(Ok(watcher::Event::Apply(j) | watcher::Event::InitApply(j))) => j,
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e.into()),
+                    None => break,
+                };
+                let Some(name) = j.metadata.name.clone() else { continue };
+                if done.insert(name.clone()) {
+                    job(&j, false);
+                    api.complete_job(NS, &name).await?;
+                    job(&j, true);
+                }
+            }
+            event = ops.next() => {
+                let op = match event {
+                    Some(Ok(watcher::Event::Apply(op) | watcher::Event::InitApply(op))) => op,
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e.into()),
+                    None => break,
+                };
+                let phase = op.status.as_ref().map(|s| s.phase);
+                if phase == Some(kok::api::Phase::Succeeded) && seen.insert(op.metadata.name.clone().unwrap_or_default()) {
+                    succeeded(&op);
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    Ok(seen.len())
+}
+
 fn secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }

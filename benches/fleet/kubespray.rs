@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::e2e::{Kok, KokOptions, Remote, NS};
-use super::{cluster_name, fmt_opt, mark, secs, settle, Config, Meta, POLL, SSH_SECRET};
+use super::{cluster_name, fmt_opt, mark, play_kubelet, secs, settle, Config, Meta, POLL, SSH_SECRET};
 use kok::api::{managed_selector, LABEL_CONTENT};
 
 /// ConfigMaps per page of the measuring LIST.
@@ -153,55 +153,6 @@ async fn etcd_footprint(client: &kube::Client) -> anyhow::Result<BTreeMap<String
         }
     }
     Ok(out)
-}
-
-/// The kubelet: completes every Job as it appears until `expected` ClusterOperations are Succeeded or
-/// `limit` passed; returns how many Succeeded.
-async fn play_kubelet(
-    api: &testkit::ApiServer,
-    expected: usize,
-    limit: std::time::Duration,
-) -> anyhow::Result<usize> {
-    use futures::StreamExt;
-    use k8s_openapi::api::batch::v1::Job;
-    use kok::api::{ClusterOperation, Phase};
-    use kube::runtime::watcher;
-    let jobs: kube::Api<Job> = kube::Api::namespaced(api.client(), NS);
-    let ops: kube::Api<ClusterOperation> = kube::Api::namespaced(api.client(), NS);
-    let mut jobs = watcher(jobs, watcher::Config::default()).boxed();
-    let mut ops = watcher(ops, watcher::Config::default()).boxed();
-    let mut done = std::collections::BTreeSet::new();
-    let mut succeeded = std::collections::BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + limit;
-    while succeeded.len() < expected {
-        tokio::select! {
-            event = jobs.next() => {
-                let job = match event {
-                    Some(Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job))) => job,
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(e.into()),
-                    None => break,
-                };
-                let Some(name) = job.metadata.name.clone() else { continue };
-                if done.insert(name.clone()) {
-                    api.complete_job(NS, &name).await?;
-                }
-            }
-            event = ops.next() => {
-                let op = match event {
-                    Some(Ok(watcher::Event::Apply(op) | watcher::Event::InitApply(op))) => op,
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(e.into()),
-                    None => break,
-                };
-                if op.status.as_ref().map(|s| s.phase) == Some(Phase::Succeeded) {
-                    succeeded.insert(op.metadata.name.unwrap_or_default());
-                }
-            }
-            () = tokio::time::sleep_until(deadline) => break,
-        }
-    }
-    Ok(succeeded.len())
 }
 
 /// kok's ConfigMaps at one moment, as the API server returned them.
@@ -446,7 +397,7 @@ pub async fn run(cfg: &Config, clusters: usize, ops: usize) -> anyhow::Result<Ku
         secrets.create(&Default::default(), &secret).await?;
         let began = Instant::now();
         let expected = clusters * ops;
-        run.history_succeeded = play_kubelet(api, expected, cfg.timeout).await?;
+        run.history_succeeded = play_kubelet(api, expected, cfg.timeout, |_, _| {}, |_| {}).await?;
         if run.history_succeeded == expected {
             run.history_secs = Some(secs(began.elapsed()));
         } else {

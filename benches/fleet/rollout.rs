@@ -10,18 +10,17 @@
 //! at most one status per update), kok's API requests while the rollout ran, and kok's peak RSS beside
 //! the service mode's target for the size (issue 10's, plus 8 MiB).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use kube::runtime::watcher;
 use serde::Serialize;
 
 use super::e2e::{Kok, KokOptions, Remote, NS};
-use super::{fmt_opt, mark, peak_rss_mib, secs, write_cluster, Config, Counts, Meta, FORGE_BUDGET, POLL};
-use kok::api::{ClusterOperation, Phase, LABEL_CLUSTER};
-use kube::ResourceExt;
+use super::{
+    fmt_opt, mark, peak_rss_mib, play_kubelet, secs, write_cluster, Config, Counts, Meta, FORGE_BUDGET, POLL,
+};
+use kok::api::{ClusterOperation, LABEL_CLUSTER};
 
 /// The rollout's name (and its status context's tail).
 const ROLLOUT: &str = "bench";
@@ -115,61 +114,41 @@ fn ring_of(cluster: &str, clusters: usize) -> usize {
     )
 }
 
-/// The kubelet: completes every Job as it appears until `expected` ClusterOperations are seen
-/// Succeeded or `limit` passed; returns what each wave did.
-async fn play_kubelet(
+/// The benchmark's kubelet over the rollout: what each wave did, until `expected` ClusterOperations are
+/// seen Succeeded or `limit` passed.
+async fn play_waves(
     api: &testkit::ApiServer,
     clusters: usize,
     expected: usize,
     limit: Duration,
 ) -> anyhow::Result<Vec<WaveSeen>> {
-    let jobs: kube::Api<Job> = kube::Api::namespaced(api.client(), NS);
-    let ops: kube::Api<ClusterOperation> = kube::Api::namespaced(api.client(), NS);
-    let mut jobs = watcher(jobs, watcher::Config::default()).boxed();
-    let mut ops = watcher(ops, watcher::Config::default()).boxed();
-    let mut waves: Vec<WaveSeen> = (0..WAVES).map(|_| WaveSeen::default()).collect();
-    let mut done: BTreeSet<String> = BTreeSet::new();
-    let mut succeeded: BTreeSet<String> = BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + limit;
-    while succeeded.len() < expected {
-        tokio::select! {
-            event = jobs.next() => {
-                let job = match event {
-                    Some(Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job))) => job,
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(e.into()),
-                    None => break,
-                };
-                let Some(name) = job.metadata.name.clone() else { continue };
-                if !done.insert(name.clone()) {
-                    continue;
-                }
-                let cluster = job.metadata.labels.as_ref().and_then(|l| l.get(LABEL_CLUSTER));
-                let wave = &mut waves[ring_of(cluster.map_or("", String::as_str), clusters) - 1];
+    let waves: Vec<WaveSeen> = (0..WAVES).map(|_| WaveSeen::default()).collect();
+    let waves = std::cell::RefCell::new(waves);
+    let wave_of = |cluster: &str| ring_of(cluster, clusters) - 1;
+    play_kubelet(
+        api,
+        expected,
+        limit,
+        |job: &Job, completed| {
+            let cluster = job.metadata.labels.as_ref().and_then(|l| l.get(LABEL_CLUSTER));
+            let mut waves = waves.borrow_mut();
+            let wave = &mut waves[wave_of(cluster.map_or("", String::as_str))];
+            if completed {
+                wave.running -= 1;
+                wave.last_success = Some(Instant::now());
+            } else {
                 wave.first_job.get_or_insert_with(Instant::now);
                 wave.jobs += 1;
                 wave.running += 1;
                 wave.max_running = wave.max_running.max(wave.running);
-                api.complete_job(NS, &name).await?;
-                wave.running -= 1;
-                wave.last_success = Some(Instant::now());
             }
-            event = ops.next() => {
-                let op = match event {
-                    Some(Ok(watcher::Event::Apply(op) | watcher::Event::InitApply(op))) => op,
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(e.into()),
-                    None => break,
-                };
-                let phase = op.status.as_ref().map(|s| s.phase);
-                if phase == Some(Phase::Succeeded) && succeeded.insert(op.name_any()) {
-                    waves[ring_of(&op.spec.cluster, clusters) - 1].last_succeeded = Some(Instant::now());
-                }
-            }
-            () = tokio::time::sleep_until(deadline) => break,
-        }
-    }
-    Ok(waves)
+        },
+        |op: &ClusterOperation| {
+            waves.borrow_mut()[wave_of(&op.spec.cluster)].last_succeeded = Some(Instant::now());
+        },
+    )
+    .await?;
+    Ok(waves.into_inner())
 }
 
 /// `kok/rollout/bench` statuses on `sha` in order, and how many distinct updates they carry
@@ -247,7 +226,7 @@ pub async fn run(cfg: &Config, clusters: usize) -> anyhow::Result<RolloutRun> {
     remote.write(&format!("rollouts/{ROLLOUT}.yml"), &rollout_yml());
     let pushed = Instant::now();
     let sha = remote.push("rollout: bench");
-    let waves = play_kubelet(&api, clusters, clusters, cfg.timeout).await?;
+    let waves = play_waves(&api, clusters, clusters, cfg.timeout).await?;
     let last = waves.iter().filter_map(|w| w.last_success).max();
     run.rollout_secs = last.map(|t| secs(t.duration_since(pushed)));
     run.rollout_requests = Some(Counts::of(&api.requests()).since(&before).0);
