@@ -139,6 +139,9 @@ async fn etcd_footprint(client: &kube::Client) -> anyhow::Result<BTreeMap<String
             };
             let mut page: Value = serde_json::from_str(&body)?;
             for item in page["items"].as_array_mut().into_iter().flatten() {
+                if entry.objects == 0 {
+                    keep_sample(kind, item);
+                }
                 entry.objects += 1;
                 entry.bytes += item.to_string().len();
                 if let Some(meta) = item["metadata"].as_object_mut() {
@@ -153,6 +156,19 @@ async fn etcd_footprint(client: &kube::Client) -> anyhow::Result<BTreeMap<String
         }
     }
     Ok(out)
+}
+
+/// With `KOK_FLEET_SAMPLE_DIR` set, the first object of `kind` as the API server returned it, written
+/// there as `<kind>.json` (to read where an object's bytes go).
+fn keep_sample(kind: &str, item: &Value) {
+    let Some(dir) = std::env::var_os("KOK_FLEET_SAMPLE_DIR") else {
+        return;
+    };
+    let path = Path::new(&dir).join(format!("{kind}.json"));
+    let text = serde_json::to_string_pretty(item).unwrap_or_default();
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text)) {
+        eprintln!("[etcd bytes] writing {}: {e}", path.display());
+    }
 }
 
 /// kok's ConfigMaps at one moment, as the API server returned them.

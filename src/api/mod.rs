@@ -162,6 +162,15 @@ pub struct PinnedFile {
 
 /// The ConfigMap data key holding a pinned group_vars/host_vars file as it is.
 pub const FILE_KEY: &str = "file";
+/// The data key of a file list ConfigMap (`varsFilesRef`): the pinned files as a JSON array of
+/// [`PinnedFile`].
+pub const FILES_KEY: &str = "files.json";
+
+/// The pinned files a file list ConfigMap holds (under [`FILES_KEY`]); `None` when it holds no such list.
+pub fn file_list(cm: &k8s_openapi::api::core::v1::ConfigMap) -> Option<Vec<PinnedFile>> {
+    let text = cm.data.as_ref()?.get(FILES_KEY)?;
+    serde_json::from_str(text).ok()
+}
 /// The ConfigMap binaryData key holding a pinned file gzip-compressed.
 pub const FILE_GZIP_KEY: &str = "file.gz";
 /// The inventory file of a cluster directory when the spec names none.
@@ -176,8 +185,11 @@ pub trait PinnedInventory: Sync {
     fn hosts_ref(&self) -> &ConfigMapRef;
     /// The ConfigMap holding vars.yml, when the directory has one.
     fn vars_ref(&self) -> Option<&ConfigMapRef>;
-    /// The pinned group_vars/ and host_vars/ files.
+    /// The pinned group_vars/ and host_vars/ files the spec lists itself (empty when it names them through
+    /// [`PinnedInventory::vars_files_ref`]).
     fn vars_files(&self) -> &[PinnedFile];
+    /// The shared ConfigMap listing the pinned group_vars/ and host_vars/ files ([`FILES_KEY`]).
+    fn vars_files_ref(&self) -> Option<&ConfigMapRef>;
 
     /// The pinned files of the repository its playbooks kept in the repository need (none for a Cluster).
     fn repository_files(&self) -> &[PinnedFile] {
@@ -188,6 +200,7 @@ pub trait PinnedInventory: Sync {
     fn inventory_config_maps(&self) -> std::collections::BTreeSet<&str> {
         let mut names: std::collections::BTreeSet<&str> = [self.hosts_ref().name.as_str()].into();
         names.extend(self.vars_ref().map(|r| r.name.as_str()));
+        names.extend(self.vars_files_ref().map(|r| r.name.as_str()));
         names.extend(self.vars_files().iter().map(|f| f.config_map.as_str()));
         names
     }
@@ -203,6 +216,7 @@ pub trait PinnedInventory: Sync {
     fn pins(&self, name: &str) -> bool {
         self.hosts_ref().name == name
             || self.vars_ref().is_some_and(|r| r.name == name)
+            || self.vars_files_ref().is_some_and(|r| r.name == name)
             || self.vars_files().iter().any(|f| f.config_map == name)
             || self.repository_files().iter().any(|f| f.config_map == name)
     }
@@ -224,6 +238,9 @@ macro_rules! pinned_inventory {
             }
             fn vars_files(&self) -> &[PinnedFile] {
                 &self.vars_files
+            }
+            fn vars_files_ref(&self) -> Option<&ConfigMapRef> {
+                self.vars_files_ref.as_ref()
             }
             $(fn repository_files(&self) -> &[PinnedFile] {
                 &self.$repository
@@ -376,9 +393,15 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vars_conf_ref: Option<ConfigMapRef>,
     /// The current files of the directory's group_vars/ and host_vars/, each in a content-addressed
-    /// ConfigMap of its own, in the order ansible reads them.
+    /// ConfigMap of its own, in the order ansible reads them. kok names them through `varsFilesRef` and
+    /// leaves this empty; a Cluster written by an earlier kok may list them here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vars_files: Vec<PinnedFile>,
+    /// The shared, content-addressed ConfigMap `kok-files-<sha20>` listing the current files of
+    /// group_vars/ and host_vars/ (key `files.json`: the `varsFiles` list as JSON); absent when the
+    /// directory has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vars_files_ref: Option<ConfigMapRef>,
     /// Secret whose key `password` ansible-vault decrypts the cluster's vaulted variables with
     /// (`vaultPasswordSecret`); kok only checks that it exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -463,6 +486,7 @@ impl ClusterSpec {
             hosts_conf_ref: ConfigMapRef { name: "hosts".into() },
             vars_conf_ref: Some(ConfigMapRef { name: "vars".into() }),
             vars_files: Vec::new(),
+            vars_files_ref: None,
             vault_password_ref: None,
             ssh_auth_ref: None,
             defaults: Default::default(),
@@ -673,9 +697,15 @@ pub struct ClusterOperationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vars_conf_ref: Option<ConfigMapRef>,
     /// The files of group_vars/ and host_vars/ pinned by the commit that created this run, each in a
-    /// content-addressed ConfigMap of its own, laid out at their paths beside the inventory file.
+    /// content-addressed ConfigMap of its own, laid out at their paths beside the inventory file. kok names
+    /// them through `varsFilesRef` and leaves this empty; a run created by an earlier kok may list them here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vars_files: Vec<PinnedFile>,
+    /// The shared, content-addressed ConfigMap `kok-files-<sha20>` listing the files of group_vars/ and
+    /// host_vars/ pinned by the commit that created this run (key `files.json`: the `varsFiles` list as
+    /// JSON), so that the runs of a fleet name one object instead of every file; absent when it had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vars_files_ref: Option<ConfigMapRef>,
     /// The files of the repository that its playbooks kept in the repository need (an action or hook that is a
     /// file of the commit's tree, from the directory holding kok.yml), pinned by the commit that created this
     /// run, each in a content-addressed ConfigMap of its own: the file and the directory it is in (at the top,
@@ -995,6 +1025,37 @@ pub struct Recorded {
     pub status: CommitStatus,
 }
 
+impl CommitStatus {
+    /// The digest `status.reportedDigest` records a delivered status by: the first 16 hex characters of
+    /// the sha256 of its JSON.
+    pub fn digest(&self) -> String {
+        use sha2::Digest as _;
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        let mut hex: String = sha2::Sha256::digest(&json)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        hex.truncate(16);
+        hex
+    }
+}
+
+impl ClusterOperationStatus {
+    /// True when `status` is the one last delivered: its digest is `reportedDigest`, or an earlier kok
+    /// recorded it in full as `reported`.
+    pub fn has_reported(&self, status: &CommitStatus) -> bool {
+        self.reported_digest.as_deref() == Some(status.digest().as_str())
+            || self.reported.as_deref() == Some(status)
+    }
+
+    /// True when the desired status was delivered (there is one, and it is the one last delivered).
+    pub fn desired_is_reported(&self) -> bool {
+        self.desired_status
+            .as_deref()
+            .is_some_and(|d| self.has_reported(d))
+    }
+}
+
 /// Observed state of a ClusterOperation.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -1020,9 +1081,14 @@ pub struct ClusterOperationStatus {
     /// The commit status that should be on the source commit now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_status: Option<Box<CommitStatus>>,
-    /// The commit status last delivered to the sink; never sent twice.
+    /// The commit status last delivered to the sink, as an earlier kok recorded it (in full); kok now
+    /// records `reportedDigest` and removes this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported: Option<Box<CommitStatus>>,
+    /// The digest of the commit status last delivered to the sinks (see `desiredStatus`); a status whose
+    /// digest this is is never sent twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_digest: Option<String>,
     /// Delivery attempts of the desired status that failed so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_attempts: Option<u32>,

@@ -30,6 +30,8 @@ struct Record {
     owners: Box<[Owner]>,
     /// Shared by the fleet (`kok.dev/shared`): its creation time, seconds since the epoch, for the sweep.
     shared: Option<Option<i64>>,
+    /// A shared file list (`varsFilesRef`): the file ConfigMaps it names, for the sweep.
+    lists: Box<[Arc<str>]>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -57,7 +59,8 @@ impl Records {
         self.words.get(word)
     }
 
-    fn record(&mut self, meta: &ObjectMeta) -> Record {
+    fn record(&mut self, cm: &ConfigMap) -> Record {
+        let meta = &cm.metadata;
         let label = |key: &str| {
             meta.labels
                 .as_ref()
@@ -85,6 +88,10 @@ impl Records {
             shared: label(LABEL_SHARED)
                 .filter(|v| &**v == "true")
                 .map(|_| meta.creation_timestamp.as_ref().map(|t| t.0.as_second())),
+            lists: crate::materialize::shared::listed_names(cm)
+                .iter()
+                .map(|name| self.word(name))
+                .collect(),
         }
     }
 }
@@ -108,7 +115,7 @@ impl ConfigMapCache {
         let name = |cm: &ConfigMap| Box::<str>::from(cm.metadata.name.as_deref().unwrap_or_default());
         match event {
             watcher::Event::Apply(cm) => {
-                let record = records.record(&cm.metadata);
+                let record = records.record(cm);
                 records.by_name.insert(name(cm), record);
             }
             watcher::Event::Delete(cm) => {
@@ -116,7 +123,7 @@ impl ConfigMapCache {
             }
             watcher::Event::Init => records.listing = Some(HashMap::new()),
             watcher::Event::InitApply(cm) => {
-                let record = records.record(&cm.metadata);
+                let record = records.record(cm);
                 records.listing.get_or_insert_default().insert(name(cm), record);
             }
             watcher::Event::InitDone => {
@@ -164,6 +171,7 @@ impl ConfigMapCache {
                     name: name.to_string(),
                     resource_version: r.resource_version.as_deref().map(str::to_string),
                     created: r.shared?,
+                    lists: r.lists.iter().map(|n| n.to_string()).collect(),
                 })
             })
             .collect()

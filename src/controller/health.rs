@@ -139,13 +139,16 @@ fn answered(cluster: &Cluster) -> bool {
         .any(|c| c.type_ == crate::health::checks::REACHABLE && c.status == "True")
 }
 
-/// The names of `cluster`'s pinned ConfigMaps, as one key: the hosts and vars ConfigMaps, then its files'
-/// (a file's path is part of what it means).
+/// The names of `cluster`'s pinned ConfigMaps, as one key: the hosts and vars ConfigMaps, its file list,
+/// then the files it lists itself (a file's path is part of what it means).
 fn inputs_of(cluster: &Cluster) -> String {
     let spec = &cluster.spec;
     let mut key = format!("{}\n{}", spec.hosts_conf_ref.name, spec.inventory_file());
     key.push('\n');
     key.push_str(spec.vars_conf_ref.as_ref().map_or("", |r| r.name.as_str()));
+    key.push('\n');
+    // A file list's name is its content's address: the paths and files it names.
+    key.push_str(spec.vars_files_ref.as_ref().map_or("", |r| r.name.as_str()));
     for f in &spec.vars_files {
         key.push('\n');
         key.push_str(&f.path);

@@ -73,6 +73,8 @@ struct Spec {
     /// The pinned group_vars/host_vars files as one shared word (see [`encode_files`]): the operations of
     /// one commit of a cluster pin the same list.
     files: Option<Arc<str>>,
+    /// The shared file list ConfigMap (`varsFilesRef`).
+    files_ref: Option<Arc<str>>,
     vault: Option<Arc<str>>,
     ssh: Option<Arc<str>>,
     commit: Arc<str>,
@@ -158,6 +160,7 @@ impl Record {
             vars: s.vars_conf_ref.as_ref().map(|r| words.get(&r.name)),
             inventory_file: s.inventory_file.as_deref().map(|f| words.get(f)),
             files: (!s.vars_files.is_empty()).then(|| words.get(&encode_files(&s.vars_files))),
+            files_ref: s.vars_files_ref.as_ref().map(|r| words.get(&r.name)),
             vault: s.vault_password_ref.as_ref().map(|r| words.get(&r.name)),
             ssh: s.ssh_auth_ref.as_ref().map(|r| words.get(&r.name)),
             commit: words.get(&s.source.commit),
@@ -172,6 +175,7 @@ impl Record {
             rest.phase = Phase::default();
             rest.desired_status = None;
             rest.reported = None;
+            rest.reported_digest = None;
             let message = rest.message.take().map(|m| words.get(&m));
             Status {
                 phase: st.phase,
@@ -302,6 +306,7 @@ impl Record {
         spec.vars_conf_ref = s.vars.as_ref().map(|n| ConfigMapRef { name: n.to_string() });
         spec.inventory_file = s.inventory_file.as_ref().map(|f| f.to_string());
         spec.vars_files = s.files.as_deref().map(decode_files).unwrap_or_default();
+        spec.vars_files_ref = s.files_ref.as_ref().map(|n| ConfigMapRef { name: n.to_string() });
         spec.vault_password_ref = s.vault.as_ref().map(|n| SecretRef { name: n.to_string() });
         spec.ssh_auth_ref = s.ssh.as_ref().map(|n| SecretRef { name: n.to_string() });
         spec.source = OperationSource {
@@ -505,6 +510,11 @@ impl OpCache {
         for record in ops.by_name.values() {
             if let Some(files) = &record.spec.files {
                 lists.insert(files);
+            }
+            if let Some(list) = &record.spec.files_ref {
+                if !named.contains(&**list) {
+                    named.insert(list.to_string());
+                }
             }
             for f in record.spec.rest.iter().flat_map(|r| &r.repository_files) {
                 if !named.contains(&f.config_map) {
@@ -932,6 +942,7 @@ mod tests {
             target_url: None,
             run: None,
         };
+        status.reported_digest = Some(delivered.digest());
         status.desired_status = Some(Box::new(delivered.clone()));
         status.reported = Some(Box::new(delivered));
         cache.observe(&watcher::Event::Apply(full.clone()));
@@ -949,6 +960,7 @@ mod tests {
         let st = want.status.as_mut().unwrap();
         st.desired_status = None;
         st.reported = None;
+        st.reported_digest = None;
         assert_eq!(back, want);
         assert_eq!(cache.phase("a1"), Some(Phase::Succeeded));
         assert_eq!(cache.resource_version("a1").as_deref(), Some("7"));

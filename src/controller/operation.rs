@@ -840,7 +840,14 @@ async fn create_job(
             format!("preparing the credentials Secrets and their Role for cluster {cluster}"),
         )(e));
     }
-    let job = build_job(op, &ctx.config.job);
+    let laid_out = match super::verify::with_vars_files(ctx, op).await {
+        Ok(op) => op,
+        Err((list, e)) => {
+            release(ctx, op);
+            return Err(op_error(op, format!("reading the file list ConfigMap {list}"))(e));
+        }
+    };
+    let job = build_job(&laid_out, &ctx.config.job);
     let created = match jobs.create(&PostParams::default(), &job).await {
         Ok(j) => j,
         Err(kube::Error::Api(s)) if s.code == 409 => jobs

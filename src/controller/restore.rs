@@ -77,7 +77,7 @@ pub fn restored_status(
             "result": recorded.status.description,
             // The status is on the commit already: delivered, never sent again.
             "desiredStatus": recorded.status,
-            "reported": recorded.status,
+            "reportedDigest": recorded.status.digest(),
         }
     });
     let warning = phase != Phase::Succeeded;
@@ -122,7 +122,7 @@ fn lost(
             "duration": duration(recorded_at, Some(now)),
             "result": desired.description,
             "desiredStatus": desired,
-            "reported": recorded.status,
+            "reportedDigest": recorded.status.digest(),
         }
     });
     (patch, STATE_LOST_EVENT, true)
@@ -190,7 +190,8 @@ mod tests {
         assert_eq!(s["startTime"], "2026-11-22T00:00:00Z");
         assert_eq!(s["endTime"], "2026-11-22T00:03:12Z");
         assert_eq!(s["duration"], "3m12s");
-        assert_eq!(s["desiredStatus"], s["reported"]);
+        let status: crate::api::ClusterOperationStatus = serde_json::from_value(s.clone()).unwrap();
+        assert!(status.desired_is_reported(), "delivered already: {s}");
         assert!(s["message"].as_str().unwrap().starts_with(RESTORED_PREFIX), "{s}");
         assert_eq!((event, warning), (RESTORED_EVENT, false));
     }
@@ -212,9 +213,14 @@ mod tests {
             assert_eq!(s["phase"], "Failed");
             assert!(s["message"].as_str().unwrap().starts_with(STATE_LOST), "{s}");
             assert_eq!(s["desiredStatus"]["state"], "failure");
-            assert_ne!(
-                s["desiredStatus"], s["reported"],
-                "the failure goes to the commit"
+            let status: crate::api::ClusterOperationStatus = serde_json::from_value(s.clone()).unwrap();
+            assert!(
+                !status.desired_is_reported(),
+                "the failure goes to the commit: {s}"
+            );
+            assert!(
+                status.has_reported(&r.status),
+                "the recorded status is on the commit: {s}"
             );
             assert_eq!(event, STATE_LOST_EVENT);
         }

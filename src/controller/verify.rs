@@ -325,6 +325,46 @@ pub(super) async fn access(ctx: &Context, cluster: &str) -> Result<Access, Acces
     crate::health::access(&ctx.client, ns, cluster, named.as_deref()).await
 }
 
+/// The pinned ConfigMap `name`, from the cache or read once; on failure, its name and the error.
+pub(super) async fn pinned_config_map(
+    ctx: &Context,
+    name: &str,
+) -> Result<std::sync::Arc<ConfigMap>, (String, kube::Error)> {
+    // Content-addressed and immutable: once read, a ConfigMap's data is known for good.
+    if let Some(cm) = ctx.pinned.get(name) {
+        return Ok(cm);
+    }
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let cm = api.get(name).await.map_err(|e| (name.to_string(), e))?;
+    Ok(ctx.pinned.keep(name, &cm))
+}
+
+/// `op` with the files of its file list (`varsFilesRef`) in `varsFiles`, as the Job lays them out; `op` as
+/// it is when it lists them itself. On failure, the list's name and the error.
+pub(super) async fn with_vars_files<'a>(
+    ctx: &Context,
+    op: &'a ClusterOperation,
+) -> Result<std::borrow::Cow<'a, ClusterOperation>, (String, kube::Error)> {
+    let Some(list) = &op.spec.vars_files_ref else {
+        return Ok(std::borrow::Cow::Borrowed(op));
+    };
+    let cm = pinned_config_map(ctx, &list.name).await?;
+    let Some(files) = crate::api::file_list(&cm) else {
+        let status = kube::core::Status::failure(
+            &format!(
+                "ConfigMap {} holds no file list under {}",
+                list.name,
+                crate::api::FILES_KEY
+            ),
+            "Invalid",
+        );
+        return Err((list.name.clone(), kube::Error::Api(status.boxed())));
+    };
+    let mut op = op.clone();
+    op.spec.vars_files = files;
+    Ok(std::borrow::Cow::Owned(op))
+}
+
 /// What the cluster should be after running `action` with `args` on the inventory directory `pinned` names;
 /// on failure, the ConfigMap that could not be read.
 pub(super) async fn expected(
@@ -333,18 +373,18 @@ pub(super) async fn expected(
     action: &str,
     args: &[String],
 ) -> Result<Expected, (String, kube::Error)> {
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let mut config_maps = BTreeMap::new();
     for name in pinned.inventory_config_maps() {
-        // Content-addressed and immutable: once read, a ConfigMap's data is known for good.
-        let cm = match ctx.pinned.get(name) {
-            Some(cm) => cm,
-            None => {
-                let cm = api.get(name).await.map_err(|e| (name.to_string(), e))?;
-                ctx.pinned.keep(name, &cm)
-            }
-        };
+        let cm = pinned_config_map(ctx, name).await?;
         config_maps.insert(name.to_string(), ConfigMap::clone(&cm));
+    }
+    // The files a file list names, once the list is read.
+    let listed = crate::materialize::pinned::vars_files(pinned, &config_maps).unwrap_or_default();
+    for f in listed {
+        if !config_maps.contains_key(&f.config_map) {
+            let cm = pinned_config_map(ctx, &f.config_map).await?;
+            config_maps.insert(f.config_map, ConfigMap::clone(&cm));
+        }
     }
     // A pinned inventory passed validation; should it not read, the inventory check names every node.
     Ok(inventory_dir(pinned, &config_maps)

@@ -16,7 +16,7 @@
 use serde_json::Value;
 
 use super::hash::{canonical_json, sha256_hex, sha8};
-use crate::api::{FILE_KEY, HOSTS_KEY, VARS_KEY};
+use crate::api::{FILES_KEY, FILE_KEY, HOSTS_KEY, VARS_KEY};
 
 /// Longest name kok gives an object (a DNS-1123 label).
 pub const MAX_NAME_LEN: usize = 63;
@@ -33,6 +33,8 @@ pub enum ContentKind {
     Vars,
     /// One file of the cluster's group_vars/ or host_vars/.
     File,
+    /// The list of a directory's pinned group_vars/ and host_vars/ files (`varsFilesRef`).
+    Files,
 }
 
 impl ContentKind {
@@ -42,6 +44,7 @@ impl ContentKind {
             ContentKind::Hosts => "hosts",
             ContentKind::Vars => "vars",
             ContentKind::File => "file",
+            ContentKind::Files => "files",
         }
     }
 
@@ -52,6 +55,7 @@ impl ContentKind {
             ContentKind::Hosts => HOSTS_KEY,
             ContentKind::Vars => VARS_KEY,
             ContentKind::File => FILE_KEY,
+            ContentKind::Files => FILES_KEY,
         }
     }
 }
@@ -78,9 +82,19 @@ pub fn config_map_name(cluster: &str, kind: ContentKind, content: &str) -> Strin
 /// text): `kok-file-<sha20>`, the first 20 hex characters (80 bits) of sha256(bytes), so that the distinct
 /// files of a fleet (thousands) never share a name by chance.
 pub fn file_config_map_name(bytes: &[u8]) -> String {
+    shared_config_map_name(ContentKind::File, bytes)
+}
+
+/// Name of the immutable ConfigMap the whole fleet shares for one list of pinned files, `json` (the
+/// `varsFiles` list as JSON): `kok-files-<sha20>`, as [`file_config_map_name`] names a file.
+pub fn file_list_config_map_name(json: &str) -> String {
+    shared_config_map_name(ContentKind::Files, json.as_bytes())
+}
+
+fn shared_config_map_name(kind: ContentKind, bytes: &[u8]) -> String {
     let mut hex = sha256_hex(bytes);
     hex.truncate(SHARED_HASH_LEN);
-    format!("kok-{}-{hex}", ContentKind::File)
+    format!("kok-{kind}-{hex}")
 }
 
 /// Length of the hex prefix in the names of shared ConfigMaps.

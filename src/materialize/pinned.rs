@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::api::{PinnedInventory, FILE_GZIP_KEY, FILE_KEY, VARS_KEY};
+use crate::api::{file_list, PinnedFile, PinnedInventory, FILES_KEY, FILE_GZIP_KEY, FILE_KEY, VARS_KEY};
 use crate::layout::InventoryDir;
 
 /// Why a pinned directory could not be read back.
@@ -53,8 +53,26 @@ fn text(cm: &ConfigMap, key: &str) -> Option<String> {
     cm.data.as_ref()?.get(key).cloned()
 }
 
+/// The group_vars/ and host_vars/ files `spec` pins: those it lists itself, or those of the file list it
+/// names (`varsFilesRef`), read from `config_maps` (by name).
+pub fn vars_files(
+    spec: &dyn PinnedInventory,
+    config_maps: &BTreeMap<String, ConfigMap>,
+) -> Result<Vec<PinnedFile>, PinnedError> {
+    let Some(list) = spec.vars_files_ref() else {
+        return Ok(spec.vars_files().to_vec());
+    };
+    let cm = config_maps.get(&list.name).ok_or_else(|| PinnedError::Missing {
+        name: list.name.clone(),
+    })?;
+    file_list(cm).ok_or_else(|| PinnedError::Unreadable {
+        name: list.name.clone(),
+        key: FILES_KEY.to_string(),
+    })
+}
+
 /// The inventory directory `spec` pins, from `config_maps` (by name, holding at least every ConfigMap the
-/// spec names).
+/// spec names, and the files its file list names).
 pub fn inventory_dir(
     spec: &dyn PinnedInventory,
     config_maps: &BTreeMap<String, ConfigMap>,
@@ -75,8 +93,9 @@ pub fn inventory_dir(
         Some(r) => Some(text(get(&r.name)?, VARS_KEY).ok_or_else(|| unreadable(&r.name, VARS_KEY))?),
         None => None,
     };
-    let mut vars_files = Vec::with_capacity(spec.vars_files().len());
-    for pinned in spec.vars_files() {
+    let listed = vars_files(spec, config_maps)?;
+    let mut vars_files = Vec::with_capacity(listed.len());
+    for pinned in &listed {
         let cm = get(&pinned.config_map)?;
         let content = if pinned.gzip {
             cm.binary_data

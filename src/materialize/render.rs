@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::hash::content_hash;
 use super::names::{
-    config_map_name, file_config_map_name, hosts_config_map_name, operation_digest, operation_name,
-    revision_string, ContentKind,
+    config_map_name, file_config_map_name, file_list_config_map_name, hosts_config_map_name,
+    operation_digest, operation_name, revision_string, ContentKind,
 };
 use super::rollout::RolloutOperation;
 use crate::api::{
@@ -234,6 +234,25 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
             gzip,
         });
     }
+    // The runs of a fleet name their files through one shared list, not each file (at 27 files, 2.6 KB
+    // less in every run and every Cluster).
+    let vars_files_ref = (!vars_files.is_empty()).then(|| {
+        // A JSON array, one file a line, so that `kubectl get -o yaml` shows it as lines.
+        let lines: Vec<String> = vars_files
+            .iter()
+            .map(|f| serde_json::to_string(f).unwrap_or_default())
+            .collect();
+        let list = format!("[\n{}\n]\n", lines.join(",\n"));
+        let name = file_list_config_map_name(&list);
+        config_maps.push(config_map(
+            cluster,
+            ctx,
+            (ContentKind::Files, &name),
+            FileData::Text(ContentKind::Files.data_key(), &list),
+            &revision,
+        ));
+        ConfigMapRef { name }
+    });
     for (path, bytes) in &cluster.repository_files {
         let pinned = repository_file(path, bytes);
         if pinned_files.insert(pinned.config_map.clone()) {
@@ -255,7 +274,8 @@ pub fn render_cluster(cluster: &ClusterDir, ctx: &RenderContext) -> DesiredClust
             .then(|| cluster.inventory_dir.inventory_file.clone()),
         hosts_conf_ref: ConfigMapRef { name: hosts_name },
         vars_conf_ref,
-        vars_files,
+        vars_files: Vec::new(),
+        vars_files_ref,
         vault_password_ref: secret_ref(&cluster.settings.vault_password_secret),
         ssh_auth_ref: secret_ref(&cluster.settings.ssh_auth_secret),
         kubeconfig_secret_ref: secret_ref(&cluster.settings.kubeconfig_secret),
@@ -367,7 +387,7 @@ fn config_map(
     data: FileData<'_>,
     revision: &str,
 ) -> ConfigMap {
-    let shared = kind == ContentKind::File;
+    let shared = matches!(kind, ContentKind::File | ContentKind::Files);
     let mut cm = if shared {
         // One file's content for the whole fleet: no cluster, revision or path of its own, and its name is
         // its content's address (no content hash beside it).
@@ -451,6 +471,7 @@ pub(super) fn cluster_operation(
             hosts_conf_ref: pins.hosts_conf_ref.clone(),
             vars_conf_ref: pins.vars_conf_ref.clone(),
             vars_files: pins.vars_files.clone(),
+            vars_files_ref: pins.vars_files_ref.clone(),
             repository_files: repository_files(cluster, op),
             vault_password_ref: pins.vault_password_ref.clone(),
             ssh_auth_ref: pins.ssh_auth_ref.clone(),
@@ -713,7 +734,11 @@ mod tests {
         ];
         let desired = render_cluster(&dir, &ctx());
         let names: Vec<String> = desired.config_maps.iter().map(|c| c.name_any()).collect();
-        assert_eq!(names.len(), 3, "identical files share one ConfigMap: {names:?}");
+        assert_eq!(
+            names.len(),
+            4,
+            "identical files share one ConfigMap, and one lists them: {names:?}"
+        );
         let hosts = &desired.config_maps[0];
         assert_eq!(
             hosts.data.as_ref().unwrap()["inventory.ini"],
@@ -727,8 +752,18 @@ mod tests {
         let spec = &desired.cluster.spec;
         assert_eq!(spec.inventory_file.as_deref(), Some("inventory.ini"));
         assert_eq!(spec.vars_conf_ref, None);
-        let files: Vec<(&str, &str, bool)> = spec
-            .vars_files
+        // The spec names the files through one shared list: the varsFiles list as JSON.
+        assert!(spec.vars_files.is_empty());
+        let list_name = &spec.vars_files_ref.as_ref().expect("a file list").name;
+        assert!(list_name.starts_with("kok-files-"), "{list_name}");
+        let list = desired
+            .config_maps
+            .iter()
+            .find(|c| c.name_any() == *list_name)
+            .expect("the list is among the ConfigMaps");
+        assert_eq!(list.metadata.labels.as_ref().unwrap()[LABEL_SHARED], "true");
+        let listed = crate::api::file_list(list).expect("a readable list");
+        let files: Vec<(&str, &str, bool)> = listed
             .iter()
             .map(|f| (f.path.as_str(), f.config_map.as_str(), f.gzip))
             .collect();
@@ -772,7 +807,7 @@ mod tests {
         );
         assert_eq!(by_name(&large).immutable, Some(true));
         for op in &desired.operations {
-            assert_eq!(op.spec.vars_files, spec.vars_files);
+            assert_eq!(op.spec.vars_files_ref, spec.vars_files_ref);
             assert_eq!(op.spec.inventory_file, spec.inventory_file);
         }
         // Read back from the ConfigMaps, the directory is what was rendered.

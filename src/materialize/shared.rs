@@ -9,23 +9,26 @@
 //! Owner references cannot keep such an object: every Cluster and every run of every cluster pins it, and
 //! 200,000 owner references would not fit in one object (etcd takes at most 1.5 MiB). So kok collects them
 //! itself, mark and sweep: a shared ConfigMap is deleted when no Cluster and no ClusterOperation names it
-//! (in `spec.varsFiles` or `spec.repositoryFiles`) and it is older than [`SHARED_GRACE`] (a pass creates a
+//! (in `spec.varsFiles` or `spec.repositoryFiles`, or through the file list `spec.varsFilesRef` names,
+//! itself a shared ConfigMap `kok-files-<sha20>`) and it is older than [`SHARED_GRACE`] (a pass creates a
 //! ConfigMap before the runs that pin it, and the watches show those a moment later), guarded by the
 //! resourceVersion it was decided at. A queued run keeps its inputs whatever happens to the clusters that
 //! shared them: it names them until it is deleted itself (by the history limit, or with its namespace).
 //! The service sweeps after a pass, at most once every [`SWEEP_EVERY`], from its watch caches; without
 //! caches, [`sweep_listing`] lists.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
-use kube::Client;
+use kube::{Client, ResourceExt};
 use tracing::info;
 
 use super::apply::ApplyError;
-use crate::api::{Cluster, ClusterOperation, PinnedInventory, LABEL_MANAGED_BY, LABEL_SHARED, MANAGED_BY};
+use crate::api::{
+    Cluster, ClusterOperation, PinnedInventory, LABEL_CONTENT, LABEL_MANAGED_BY, LABEL_SHARED, MANAGED_BY,
+};
 
 /// How old an unnamed shared ConfigMap must be before it is deleted (10 minutes).
 pub const SHARED_GRACE: Duration = Duration::from_secs(600);
@@ -46,31 +49,53 @@ pub struct SharedConfigMap {
     pub resource_version: Option<String>,
     /// When it was created, in seconds since the epoch.
     pub created: Option<i64>,
+    /// For a file list (`kok-files-<sha20>`, named by `varsFilesRef`): the file ConfigMaps it names.
+    pub lists: Vec<String>,
 }
 
-/// The shared ConfigMaps to delete: those `named` lacks, created at least `grace` before `now` (seconds
-/// since the epoch); one without a creation time is kept.
+/// The shared ConfigMaps to delete: those nothing names, created at least `grace` before `now` (seconds
+/// since the epoch); one without a creation time is kept. Named are those in `named` and the files a file
+/// list that stays names (a list that goes leaves its files to the next sweep's decision).
 pub fn decide_sweep<'a>(
-    shared: impl IntoIterator<Item = &'a SharedConfigMap>,
+    shared: &'a [SharedConfigMap],
     named: &HashSet<String>,
     now: i64,
     grace: Duration,
 ) -> Vec<&'a SharedConfigMap> {
     let grace = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
-    shared
-        .into_iter()
-        .filter(|cm| !named.contains(&cm.name))
-        .filter(|cm| cm.created.is_some_and(|t| now.saturating_sub(t) >= grace))
-        .collect()
+    let unnamed = |cm: &SharedConfigMap, named: &HashSet<String>| {
+        !named.contains(&cm.name) && cm.created.is_some_and(|t| now.saturating_sub(t) >= grace)
+    };
+    let mut named = named.clone();
+    for list in shared.iter().filter(|cm| !cm.lists.is_empty()) {
+        if !unnamed(list, &named) {
+            named.extend(list.lists.iter().cloned());
+        }
+    }
+    shared.iter().filter(|cm| unnamed(cm, &named)).collect()
 }
 
 /// Adds the shared ConfigMaps `pinned` names to `named`.
 pub fn add_named(named: &mut HashSet<String>, pinned: &dyn PinnedInventory) {
+    if let Some(list) = pinned.vars_files_ref() {
+        if !named.contains(&list.name) {
+            named.insert(list.name.clone());
+        }
+    }
     for f in pinned.vars_files().iter().chain(pinned.repository_files()) {
         if !named.contains(&f.config_map) {
             named.insert(f.config_map.clone());
         }
     }
+}
+
+/// The file ConfigMaps the file list `cm` names (none when it is no list).
+pub fn listed_names(cm: &ConfigMap) -> Vec<String> {
+    crate::api::file_list(cm)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|f| f.config_map)
+        .collect()
 }
 
 /// Deletes `doomed`, each guarded by its resourceVersion (one that changed or went meanwhile stays, or is
@@ -126,10 +151,20 @@ pub async fn sweep_listing(client: &Client, namespace: &str, grace: Duration) ->
         .list(&all)
         .await
         .map_err(err("ClusterOperation"))?;
-    let shared = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let shared = cms
         .list_metadata(&ListParams::default().labels(&shared_selector()))
         .await
         .map_err(err("ConfigMap"))?;
+    let file_lists = cms
+        .list(&ListParams::default().labels(&format!("{},{LABEL_CONTENT}=files", shared_selector())))
+        .await
+        .map_err(err("ConfigMap"))?;
+    let lists: HashMap<String, Vec<String>> = file_lists
+        .items
+        .iter()
+        .map(|cm| (cm.name_any(), listed_names(cm)))
+        .collect();
     let mut named = HashSet::new();
     for c in &clusters.items {
         add_named(&mut named, &c.spec);
@@ -140,10 +175,14 @@ pub async fn sweep_listing(client: &Client, namespace: &str, grace: Duration) ->
     let shared: Vec<SharedConfigMap> = shared
         .items
         .into_iter()
-        .map(|m| SharedConfigMap {
-            name: m.metadata.name.unwrap_or_default(),
-            resource_version: m.metadata.resource_version,
-            created: m.metadata.creation_timestamp.map(|t| t.0.as_second()),
+        .map(|m| {
+            let name = m.metadata.name.unwrap_or_default();
+            SharedConfigMap {
+                lists: lists.get(&name).cloned().unwrap_or_default(),
+                name,
+                resource_version: m.metadata.resource_version,
+                created: m.metadata.creation_timestamp.map(|t| t.0.as_second()),
+            }
         })
         .collect();
     let doomed = decide_sweep(&shared, &named, jiff::Timestamp::now().as_second(), grace);
@@ -159,6 +198,7 @@ mod tests {
             name: name.into(),
             resource_version: Some("1".into()),
             created,
+            lists: Vec::new(),
         }
     }
 
@@ -175,5 +215,34 @@ mod tests {
         let names: Vec<&str> = doomed.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["old"]);
         assert!(decide_sweep(&all, &named, 1200, Duration::from_secs(1201)).is_empty());
+    }
+
+    #[test]
+    fn a_file_list_keeps_its_files_while_it_stays_and_leaves_them_to_the_next_sweep_when_it_goes() {
+        let list = |name: &str, files: &[&str]| SharedConfigMap {
+            lists: files.iter().map(|f| f.to_string()).collect(),
+            ..cm(name, Some(0))
+        };
+        let all = [
+            list("kok-files-kept", &["a", "b"]),
+            list("kok-files-gone", &["b", "c"]),
+            cm("a", Some(0)),
+            cm("b", Some(0)),
+            cm("c", Some(0)),
+            cm("d", Some(0)),
+        ];
+        let named = HashSet::from(["kok-files-kept".to_string()]);
+        let doomed = decide_sweep(&all, &named, 1200, Duration::from_secs(600));
+        let names: Vec<&str> = doomed.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["kok-files-gone", "c", "d"]);
+        // A list young enough to stay keeps its files, named or not.
+        let young = [
+            SharedConfigMap {
+                created: Some(1000),
+                ..list("kok-files-new", &["c"])
+            },
+            cm("c", Some(0)),
+        ];
+        assert!(decide_sweep(&young, &HashSet::new(), 1200, Duration::from_secs(600)).is_empty());
     }
 }

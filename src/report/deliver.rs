@@ -1,12 +1,14 @@
 //! Durable, exact delivery: a watch loop that sends each ClusterOperation's `status.desiredStatus` to
-//! the sinks until it equals `status.reported`, and the same for `kok/sync` statuses kept in a ConfigMap.
+//! the sinks until `status.reportedDigest` records it, and the same for `kok/sync` statuses kept in a
+//! ConfigMap.
 //!
 //! - The loop keeps in memory only the operations whose status is not delivered yet; when a newer
 //!   desired status arrives before an older one went out, only the newest is sent (level-based).
 //! - State lives in the API server, so a restart resumes: a ClusterOperation whose `desiredStatus`
-//!   differs from `reported` is delivered again; one whose statuses are equal is never sent again.
-//! - After a delivery, `status.reported` is set to the delivered status and `reportAttempts` removed,
-//!   with a merge patch on `/status` under the field manager [`REPORT_FIELD_MANAGER`] (so a server-side
+//!   is not the one recorded as delivered is delivered again; one that is is never sent again.
+//! - After a delivery, `status.reportedDigest` is set to the delivered status's digest (16 characters,
+//!   not a second copy of the status; an earlier kok's full `reported` copy is removed) and
+//!   `reportAttempts` removed, with a merge patch on `/status` under the field manager [`REPORT_FIELD_MANAGER`] (so a server-side
 //!   apply of the status by the controller, under another manager, leaves those fields alone).
 //! - A failed delivery increments `reportAttempts` and is retried after [`Backoff::delay`]: the
 //!   sink's Retry-After when it gave one, else exponential from 1 s up to 5 min. A refusal (4xx) is
@@ -62,7 +64,7 @@ pub use super::sinks::{Backoff, Route, Sinks, DEFAULT_MAX_CONTEXTS, SETTLE_QUIET
 use crate::api::watched::{operation_event, WatchedOperation};
 use crate::api::{ClusterOperation, CommitStatus};
 
-/// Field manager of the `status.reported` / `status.reportAttempts` patches.
+/// Field manager of the `status.reportedDigest` / `status.reportAttempts` patches.
 pub const REPORT_FIELD_MANAGER: &str = "kok-report";
 /// ConfigMap recording the desired and delivered `kok/sync` status of recent commits.
 pub const SYNC_CONFIGMAP: &str = "kok-sync-status";
@@ -76,7 +78,7 @@ pub const SYNC_HISTORY: usize = 50;
 /// batches of 4,096, about 280 on a machine half as fast (docs/performance.md). Each delivery in flight
 /// holds its status, about a kilobyte.
 pub const MAX_IN_FLIGHT: usize = 4096;
-/// Most writes of `status.reported` / `status.reportAttempts` running at once. Each holds a connection
+/// Most writes of `status.reportedDigest` / `status.reportAttempts` running at once. Each holds a connection
 /// to the API server, and the client keeps an idle connection open for 90 s with its buffers: with all
 /// [`MAX_IN_FLIGHT`] deliveries recording at once, a fleet-size commit opened about 320 connections.
 pub const RECORD_CONCURRENCY: usize = 16;
@@ -353,7 +355,12 @@ impl Reporter {
         if route == Route::Hold {
             return (name, Outcome::Held { desired: job.desired });
         }
-        let patch = serde_json::json!({ "status": { "reported": &job.desired, "reportAttempts": null } });
+        // The digest alone (an earlier kok's full `reported` copy goes): 16 characters, not the status again.
+        let patch = serde_json::json!({ "status": {
+            "reportedDigest": job.desired.digest(),
+            "reported": null,
+            "reportAttempts": null,
+        } });
         let _place = self.records.acquire().await;
         match api
             .patch_status(&name, &patch_params(), &Patch::Merge(&patch))

@@ -54,7 +54,7 @@ pub(super) struct SummaryJob {
 /// How one delivery task ended.
 #[derive(Debug)]
 pub(super) enum Outcome {
-    /// Delivered and recorded as `status.reported`.
+    /// Delivered and recorded as `status.reportedDigest`.
     Recorded { desired: CommitStatus },
     /// Delivered to the sinks without a budget; the others wait until its commit is settled.
     Held { desired: CommitStatus },
@@ -408,18 +408,18 @@ impl Queue {
         let status = op.status.as_ref();
         self.ops.entry(name.clone()).or_default();
         let desired = status.and_then(|s| s.desired_status.as_deref());
-        let reported = status.and_then(|s| s.reported.as_deref());
+        let reported = |d: &CommitStatus| status.is_some_and(|s| s.has_reported(d));
         if !op.spec.source.commit.is_empty() {
             self.count(&name, &op.spec.source.commit, desired.map(|d| d.state));
         }
         if let Some(memo) = self.recorded.get(&name) {
-            if reported == Some(memo) || desired != Some(memo) {
+            if reported(memo) || desired != Some(memo) {
                 self.recorded.remove(&name); // the watch caught up, or there is a newer desired status
             } else {
                 return; // an event older than our own record
             }
         }
-        let Some(desired) = desired.filter(|d| Some(*d) != reported) else {
+        let Some(desired) = desired.filter(|d| !reported(d)) else {
             self.pending.remove(&name);
             return;
         };
@@ -563,7 +563,10 @@ mod tests {
                 "source": {"commit": "abc", "revision": "main@sha1:abc", "path": "clusters/c"},
                 "queuePosition": "0",
             },
-            "status": {"desiredStatus": desired.map(st), "reported": reported.map(st)},
+            "status": {
+                "desiredStatus": desired.map(st),
+                "reportedDigest": reported.map(|r| st(r).digest()),
+            },
         }))
         .unwrap()
     }

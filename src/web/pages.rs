@@ -793,6 +793,12 @@ fn settings_of(cluster: &Cluster) -> Vec<Setting> {
         );
     }
     add(
+        "Variables files",
+        s.vars_files_ref
+            .as_ref()
+            .map(|r| format!("group_vars/ and host_vars/, listed in ConfigMap {}", r.name)),
+    );
+    add(
         "Vault password Secret",
         s.vault_password_ref.as_ref().map(|r| r.name.clone()),
     );

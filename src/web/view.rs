@@ -358,6 +358,7 @@ impl Snapshot {
             }),
             inventory_file: None,
             vars_files: Vec::new(),
+            vars_files_ref: None,
             vault_password_ref: None,
             ssh_auth_ref: None,
             defaults: Default::default(),

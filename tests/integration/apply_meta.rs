@@ -331,7 +331,12 @@ async fn a_queued_run_keeps_the_group_vars_file_of_its_commit_also_when_its_clus
     );
     apply_cluster(&client, NS, &d1).await.unwrap();
     let install = op(&client, &op_name(&d1, "install")).await.unwrap();
-    let pinned_then = install.spec.vars_files.clone();
+    let list_then = install
+        .spec
+        .vars_files_ref
+        .clone()
+        .expect("named through a file list");
+    let pinned_then = files_of(&client, &install.spec).await;
     assert_eq!(pinned_then.len(), 2, "{pinned_then:?}");
 
     // A later commit edits k8s-cluster.yml and adds an upgrade: the queued install keeps its pins, the
@@ -344,13 +349,13 @@ async fn a_queued_run_keeps_the_group_vars_file_of_its_commit_also_when_its_clus
     apply_cluster(&client, NS, &d2).await.unwrap();
     let install = op(&client, &op_name(&d1, "install")).await.unwrap();
     assert_eq!(
-        install.spec.vars_files, pinned_then,
+        install.spec.vars_files_ref.as_ref(),
+        Some(&list_then),
         "an operation is never updated"
     );
     let upgrade = op(&client, &op_name(&d2, "upgrade")).await.unwrap();
-    let changed: Vec<_> = upgrade
-        .spec
-        .vars_files
+    let upgrade_files = files_of(&client, &upgrade.spec).await;
+    let changed: Vec<_> = upgrade_files
         .iter()
         .zip(&pinned_then)
         .map(|(new, old)| (new.path.as_str(), new.config_map == old.config_map))
@@ -363,7 +368,8 @@ async fn a_queued_run_keeps_the_group_vars_file_of_its_commit_also_when_its_clus
         ]
     );
     let live: BTreeSet<String> = config_maps(&client).await.iter().map(|c| c.name_any()).collect();
-    for pin in pinned_then.iter().chain(&upgrade.spec.vars_files) {
+    assert!(live.contains(&list_then.name), "the install's file list is kept");
+    for pin in pinned_then.iter().chain(&upgrade_files) {
         assert!(
             live.contains(&pin.config_map),
             "{} is kept while pinned",
@@ -375,7 +381,8 @@ async fn a_queued_run_keeps_the_group_vars_file_of_its_commit_also_when_its_clus
     // names it.
     remove_cluster(&client, NS, "ks").await.unwrap();
     let live: BTreeSet<String> = config_maps(&client).await.iter().map(|c| c.name_any()).collect();
-    for pin in pinned_then.iter().chain(&upgrade.spec.vars_files) {
+    assert!(live.contains(&list_then.name), "the install's file list is kept");
+    for pin in pinned_then.iter().chain(&upgrade_files) {
         assert!(
             live.contains(&pin.config_map),
             "{} is pinned by a canceled run",
@@ -387,6 +394,16 @@ async fn a_queued_run_keeps_the_group_vars_file_of_its_commit_also_when_its_clus
         .await
         .unwrap();
     assert!(clusters.items.is_empty(), "the Cluster is gone");
+}
+
+/// The group_vars/host_vars files `spec` pins, read through its file list as the API server holds it.
+async fn files_of(client: &kube::Client, spec: &dyn kok::api::PinnedInventory) -> Vec<kok::api::PinnedFile> {
+    let list = spec.vars_files_ref().expect("a file list");
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get(&list.name)
+        .await
+        .unwrap();
+    kok::api::file_list(&cm).expect("a readable file list")
 }
 
 /// The shared ConfigMaps' names, as the API server lists them.
@@ -421,11 +438,16 @@ async fn two_clusters_with_identical_group_vars_share_their_config_maps_and_a_qu
     let a_install = op(&client, &op_name(&a, "install")).await.unwrap();
     let b_install = op(&client, &op_name(&b, "install")).await.unwrap();
     assert_eq!(
-        a_install.spec.vars_files, b_install.spec.vars_files,
-        "the same ConfigMaps"
+        a_install.spec.vars_files_ref, b_install.spec.vars_files_ref,
+        "the same file list, so the same ConfigMaps"
     );
+    assert_eq!(files_of(&client, &a_install.spec).await.len(), 2);
     let shared = shared_names(&client).await;
-    assert_eq!(shared.len(), 2, "one per file for both clusters: {shared:?}");
+    assert_eq!(
+        shared.len(),
+        3,
+        "one per file and one list for both clusters: {shared:?}"
+    );
     let managed_fields = Api::<ConfigMap>::namespaced(client.clone(), NS)
         .get(shared.first().unwrap())
         .await
@@ -440,19 +462,21 @@ async fn two_clusters_with_identical_group_vars_share_their_config_maps_and_a_qu
         "written by kok's server-side apply: {managed_fields:?}"
     );
 
-    // b edits its k8s-cluster.yml: a new shared ConfigMap; a's queued run and b's keep theirs.
+    // b edits its k8s-cluster.yml: a new shared ConfigMap and a new list; a's queued run and b's keep
+    // theirs.
     let b2 = render(&dir("b", "v1.32.0"), 2, &[("install", 1)]);
     apply_cluster(&client, NS, &b2).await.unwrap();
-    assert_eq!(shared_names(&client).await.len(), 3);
+    assert_eq!(shared_names(&client).await.len(), 5);
     // Then b goes; its unstarted run is canceled and stays as the record, naming its inputs.
     remove_cluster(&client, NS, "b").await.unwrap();
     let swept = sweep_listing(&client, NS, Duration::ZERO).await.unwrap();
     assert_eq!(
-        swept, 1,
-        "only b's edited file, which nothing names any more, goes"
+        swept, 2,
+        "only b's edited file and the list naming it, which nothing names any more, go"
     );
     let kept = shared_names(&client).await;
-    for pin in &a_install.spec.vars_files {
+    assert!(kept.contains(&a_install.spec.vars_files_ref.as_ref().unwrap().name));
+    for pin in &files_of(&client, &a_install.spec).await {
         assert!(
             kept.contains(&pin.config_map),
             "{} is a queued run's input",
@@ -484,7 +508,7 @@ async fn two_clusters_with_identical_group_vars_share_their_config_maps_and_a_qu
             .unwrap(),
         0
     );
-    // Once no run names them (the history limit took the runs), they go.
-    assert_eq!(sweep_listing(&client, NS, Duration::ZERO).await.unwrap(), 2);
+    // Once no run names them (the history limit took the runs), they go: the list, and with it its files.
+    assert_eq!(sweep_listing(&client, NS, Duration::ZERO).await.unwrap(), 3);
     assert!(shared_names(&client).await.is_empty());
 }

@@ -301,8 +301,13 @@ async fn a_kubespray_inventory_is_verified_against_the_kube_version_its_k8s_clus
         let (server, client) = meta_with_kubeconfig(&testkit::kubeconfig_yaml(&workload.url())).await;
         let dir = kubespray_layout_dir();
         let d = render(&dir, 1, &[]);
+        let listed = d
+            .config_maps
+            .iter()
+            .find_map(kok::api::file_list)
+            .expect("the files are listed");
         assert!(
-            d.cluster.spec.vars_files.iter().any(|f| f.gzip),
+            listed.iter().any(|f| f.gzip),
             "k8s-cluster.yml is pinned compressed"
         );
         apply_cluster(&client, NS, &d).await.unwrap();

@@ -121,7 +121,7 @@ impl Harness {
             for name in names {
                 let op = self.ops().get(name).await.unwrap();
                 let s = op.status.unwrap_or_default();
-                done &= s.desired_status.is_some() && s.desired_status == s.reported;
+                done &= s.desired_is_reported();
             }
             if done {
                 return;

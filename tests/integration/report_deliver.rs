@@ -92,7 +92,7 @@ impl Harness {
     async fn wait_reported(&self, name: &str, expected: &CommitStatus) -> ClusterOperation {
         for _ in 0..400 {
             let op = self.ops().get(name).await.unwrap();
-            if op.status.as_ref().and_then(|s| s.reported.as_deref()) == Some(expected) {
+            if op.status.as_ref().is_some_and(|s| s.has_reported(expected)) {
                 return op;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -133,7 +133,12 @@ async fn desired_status_is_delivered_once_and_not_again_after_a_restart() {
 
     let (_reporter, stop, task) = h.reporter(fast());
     let op = h.wait_reported("add-node7", &running).await;
-    assert_eq!(op.status.unwrap().report_attempts, None);
+    let st = op.status.unwrap();
+    assert_eq!(st.report_attempts, None);
+    // Recorded by its digest, not as a second copy of the status.
+    assert_eq!(st.reported, None);
+    assert_eq!(st.reported_digest.as_deref(), Some(running.digest().as_str()));
+    assert_eq!(running.digest().len(), 16);
     assert_eq!(h.forge.requests().len(), 1);
     assert_eq!(h.forge.requests()[0].json()["state"], "pending");
     assert_eq!(h.forge.requests()[0].json()["description"], "running: scale.yml");
@@ -252,7 +257,7 @@ async fn a_refused_status_counts_attempts_and_is_not_reported() {
     let op = h.ops().get("install").await.unwrap();
     let st = op.status.unwrap();
     assert_eq!(st.report_attempts, Some(1));
-    assert_eq!(st.reported, None);
+    assert_eq!((st.reported, st.reported_digest), (None, None));
     assert_eq!(h.metrics.status_deliveries("github", "failed"), 1);
     drop(stop);
     task.await.unwrap();
