@@ -10,13 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use git2::Oid;
 use serde::Serialize;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
-use crate::api::{
-    Cluster, ClusterOperation, FactsPlaybook, FleetRollout, Phase, PinnedInventory, LABEL_CURRENT,
-    LABEL_ROLLOUT,
-};
+use crate::api::{ClusterOperation, FactsPlaybook, FleetRollout, Phase, LABEL_CURRENT, LABEL_ROLLOUT};
 use crate::controller::live::LiveCache;
 use crate::controller::wave::RunState;
 use crate::layout::{self, Diagnostic};
@@ -477,8 +473,7 @@ fn latest_runs(operations: &[ClusterOperation]) -> BTreeMap<String, RunState> {
         .collect()
 }
 
-/// `desired` as it would stand in the meta-cluster: every object current, every ConfigMap owned by
-/// the Cluster and the operations that pin it, no operation started.
+/// `desired` as it would stand in the meta-cluster: every object current, no operation started.
 fn simulate_live(desired: &DesiredCluster) -> Live {
     let with_uid = |meta: &mut kube::api::ObjectMeta, current: bool| {
         meta.uid = Some(format!("plan-{}", meta.name.clone().unwrap_or_default()));
@@ -501,30 +496,13 @@ fn simulate_live(desired: &DesiredCluster) -> Live {
             (op.name_any(), op)
         })
         .collect();
-    let owner = |meta: &kube::api::ObjectMeta, kind: &str, api_version: &str| OwnerReference {
-        api_version: api_version.to_string(),
-        kind: kind.to_string(),
-        name: meta.name.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-        ..OwnerReference::default()
-    };
     let config_maps = desired
         .config_maps
         .iter()
         .map(|cm| {
             let mut cm = cm.clone();
             with_uid(&mut cm.metadata, true);
-            let name = cm.name_any();
-            let mut owners = vec![owner(&cluster.metadata, "Cluster", &Cluster::api_version(&()))];
-            owners.extend(operations.values().filter(|o| o.spec.pins(&name)).map(|o| {
-                owner(
-                    &o.metadata,
-                    "ClusterOperation",
-                    &ClusterOperation::api_version(&()),
-                )
-            }));
-            cm.metadata.owner_references = Some(owners);
-            (name, cm)
+            (cm.name_any(), cm)
         })
         .collect();
     Live {

@@ -154,6 +154,7 @@ pub async fn run(
         sinks,
         report::Backoff::default(),
     );
+    reporter.link_statuses_to(cfg.controller.status_url.as_deref());
     let reporter_task = tokio::spawn(reporter.clone().run(stopped()));
 
     let lost = async {

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::e2e::{Kok, KokOptions, Remote, NS};
 use super::{cluster_name, fmt_opt, mark, play_kubelet, secs, settle, Config, Meta, POLL, SSH_SECRET};
-use kok::api::{managed_selector, LABEL_CONTENT};
+use kok::api::{managed_selector, LABEL_CONTENT, LABEL_SHARED};
 
 /// ConfigMaps per page of the measuring LIST.
 const PAGE: u32 = 500;
@@ -122,13 +122,16 @@ const ETCD_QUOTA: f64 = 2.0 * 1024.0 * 1024.0 * 1024.0;
 /// Target: 10,000 clusters × 20 finished runs within a quarter of it (512 MiB).
 const ETCD_TARGET: f64 = ETCD_QUOTA / 4.0;
 
-/// Every object of every kind in [`KINDS`] in kok's namespace, listed page by page.
+/// The row of the ConfigMaps the whole fleet shares (`kok.dev/shared`).
+const SHARED_ROW: &str = "ConfigMap (shared)";
+
+/// Every object of every kind in [`KINDS`] in kok's namespace, listed page by page; shared ConfigMaps in
+/// [`SHARED_ROW`].
 async fn etcd_footprint(client: &kube::Client) -> anyhow::Result<BTreeMap<String, KindBytes>> {
     let mut out = BTreeMap::new();
     for (path, kind) in KINDS {
         let request = kube::core::Request::new(path.replace("{ns}", NS));
         let mut params = ListParams::default().limit(PAGE);
-        let entry: &mut KindBytes = out.entry(kind.to_string()).or_default();
         loop {
             let body = match client.request_text(request.list(&params)?).await {
                 Ok(body) => body,
@@ -139,8 +142,15 @@ async fn etcd_footprint(client: &kube::Client) -> anyhow::Result<BTreeMap<String
             };
             let mut page: Value = serde_json::from_str(&body)?;
             for item in page["items"].as_array_mut().into_iter().flatten() {
+                // The fleet's shared ConfigMaps are one set for all clusters: a row of their own.
+                let row = if item["metadata"]["labels"][LABEL_SHARED] == "true" {
+                    SHARED_ROW
+                } else {
+                    kind
+                };
+                let entry: &mut KindBytes = out.entry(row.to_string()).or_default();
                 if entry.objects == 0 {
-                    keep_sample(kind, item);
+                    keep_sample(row, item);
                 }
                 entry.objects += 1;
                 entry.bytes += item.to_string().len();
@@ -577,7 +587,9 @@ pub fn report(runs: &[KubesprayRun]) -> String {
             .map(|(_, k)| k.bytes)
             .sum();
         let kept = total.bytes - expiring;
-        let projected = kept as f64 / n * TARGET_CLUSTERS;
+        // Per cluster, but the shared ConfigMaps once for the fleet.
+        let shared = etcd.get(SHARED_ROW).map_or(0, |k| k.bytes);
+        let projected = (kept - shared) as f64 / n * TARGET_CLUSTERS + shared as f64;
         out.push_str(&format!(
             "\n{} clusters × {} runs (kok run with --keep-succeeded-jobs {}): {} of etcd's 2 GiB default quota \
              ({share:.2} %); {} without Events, which the API server drops after its --event-ttl (1 h by default) \
@@ -592,7 +604,10 @@ pub fn report(runs: &[KubesprayRun]) -> String {
         let (figure, what) = if r.clusters == TARGET_CLUSTERS as usize {
             (kept as f64, "measured")
         } else {
-            (projected, "projected from the bytes per cluster")
+            (
+                projected,
+                "projected from the bytes per cluster, the shared ConfigMaps once",
+            )
         };
         out.push_str(&format!(
             "10,000 clusters × {} runs without Events ({what}): {} ({:.1} % of the quota); target ≤ 512 MiB (25 %) \

@@ -29,6 +29,15 @@ pub const VERSION: &str = "v1alpha1";
 pub const API_VERSION: &str = "kok.dev/v1alpha1";
 /// Field manager used for every server-side apply.
 pub const FIELD_MANAGER: &str = "kok";
+/// Parameters of kok's merge patches (labels, owners, a cancel, every status write of the controller and
+/// the reporter): kok's field manager, so `managedFields` names kok for every field it writes, and the
+/// status writes of one object share one entry.
+pub fn kok_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..kube::api::PatchParams::default()
+    }
+}
 /// Namespace used when `--namespace` is not given.
 pub const DEFAULT_NAMESPACE: &str = "kok-system";
 
@@ -51,7 +60,8 @@ pub const LABEL_SHARED: &str = "kok.dev/shared";
 pub const ANNOTATION_REVISION: &str = "kok.dev/revision";
 /// Annotation with the cluster directory path inside the repository.
 pub const ANNOTATION_SOURCE_PATH: &str = "kok.dev/source-path";
-/// Annotation with the sha256 of the rendered object; equal hash, no write.
+/// Annotation with the sha256 of the rendered object (its first 128 bits, 32 hex characters); equal hash,
+/// no write.
 pub const ANNOTATION_CONTENT_HASH: &str = "kok.dev/content-hash";
 /// Annotation on a scheduled ClusterOperation: the last cron firing (RFC 3339) a run was created for.
 pub const ANNOTATION_LAST_FIRED: &str = "kok.dev/last-fired";
@@ -1047,13 +1057,6 @@ impl ClusterOperationStatus {
         self.reported_digest.as_deref() == Some(status.digest().as_str())
             || self.reported.as_deref() == Some(status)
     }
-
-    /// True when the desired status was delivered (there is one, and it is the one last delivered).
-    pub fn desired_is_reported(&self) -> bool {
-        self.desired_status
-            .as_deref()
-            .is_some_and(|d| self.has_reported(d))
-    }
 }
 
 /// Observed state of a ClusterOperation.
@@ -1078,15 +1081,17 @@ pub struct ClusterOperationStatus {
     /// Why the operation is in its phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// The commit status that should be on the source commit now.
+    /// The commit status that should be on the source commit now, when it is not the one this status
+    /// implies: a run restored from the record in git, or canceled. Otherwise kok stores none and the
+    /// reporter computes it from the phase, message, times, summary and verification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_status: Option<Box<CommitStatus>>,
     /// The commit status last delivered to the sink, as an earlier kok recorded it (in full); kok now
     /// records `reportedDigest` and removes this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported: Option<Box<CommitStatus>>,
-    /// The digest of the commit status last delivered to the sinks (see `desiredStatus`); a status whose
-    /// digest this is is never sent twice.
+    /// The digest of the commit status last delivered to the sinks; a status whose digest this is is
+    /// never sent twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_digest: Option<String>,
     /// Delivery attempts of the desired status that failed so far.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch};
 use kube::ResourceExt;
 use serde_json::json;
 use tracing::{info, instrument, warn};
@@ -201,7 +201,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     if cluster.status.as_ref() != Some(&status) {
         let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), ns);
         let patch = json!({"status": status});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch_status(&name, &crate::api::kok_params(), &Patch::Merge(&patch))
             .await
             .map_err(cluster_error(&cluster, "writing status".into()))?;
     }

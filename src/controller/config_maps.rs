@@ -16,7 +16,7 @@ use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
 use super::cache::{LabelIndex, Listed, Words};
-use crate::api::{LABEL_CLUSTER, LABEL_CURRENT, LABEL_SHARED};
+use crate::api::{LABEL_CLUSTER, LABEL_CURRENT};
 use crate::materialize::shared::SharedConfigMap;
 
 /// What the cache keeps of one ConfigMap.
@@ -28,8 +28,9 @@ struct Record {
     /// The `kok.dev/current` label.
     current: Option<Box<str>>,
     owners: Box<[Owner]>,
-    /// Shared by the fleet (`kok.dev/shared`): its creation time, seconds since the epoch, for the sweep.
-    shared: Option<Option<i64>>,
+    /// Kept only while named (shared by the fleet, or a cluster's input without owners, see
+    /// `materialize::shared`): its creation time, seconds since the epoch, for the sweep.
+    collectable: Option<Option<i64>>,
     /// A shared file list (`varsFilesRef`): the file ConfigMaps it names, for the sweep.
     lists: Box<[Arc<str>]>,
 }
@@ -85,9 +86,8 @@ impl Records {
             cluster: label(LABEL_CLUSTER),
             current: label(LABEL_CURRENT),
             owners,
-            shared: label(LABEL_SHARED)
-                .filter(|v| &**v == "true")
-                .map(|_| meta.creation_timestamp.as_ref().map(|t| t.0.as_second())),
+            collectable: crate::materialize::shared::is_collectable(meta)
+                .then(|| meta.creation_timestamp.as_ref().map(|t| t.0.as_second())),
             lists: crate::materialize::shared::listed_names(cm)
                 .iter()
                 .map(|name| self.word(name))
@@ -158,8 +158,8 @@ impl ConfigMapCache {
             .map(str::to_string)
     }
 
-    /// The ConfigMaps the fleet shares, as the sweep sees them.
-    pub fn shared(&self) -> Vec<SharedConfigMap> {
+    /// The ConfigMaps kept only while named, as the sweep sees them.
+    pub fn collectable(&self) -> Vec<SharedConfigMap> {
         let Ok(records) = self.records.lock() else {
             return Vec::new();
         };
@@ -170,7 +170,7 @@ impl ConfigMapCache {
                 Some(SharedConfigMap {
                     name: name.to_string(),
                     resource_version: r.resource_version.as_deref().map(str::to_string),
-                    created: r.shared?,
+                    created: r.collectable?,
                     lists: r.lists.iter().map(|n| n.to_string()).collect(),
                 })
             })
@@ -334,6 +334,47 @@ mod tests {
             cache.records.lock().unwrap().words.len(),
             0,
             "no owner left, no word kept"
+        );
+    }
+
+    #[test]
+    fn the_sweep_sees_ownerless_inputs_and_shared_lists_with_their_files_and_nothing_else() {
+        let cache = ConfigMapCache::default();
+        cache.observe(&watcher::Event::Apply(cm("a-hosts-1", "a", "1", &[])));
+        cache.observe(&watcher::Event::Apply(cm(
+            "a-hosts-0",
+            "a",
+            "2",
+            &[("ClusterOperation", "r")],
+        )));
+        let mut state = cm("kok-state", "a", "3", &[]);
+        state.metadata.labels.as_mut().unwrap().remove("kok.dev/content");
+        cache.observe(&watcher::Event::Apply(state));
+        let mut list = cm("kok-files-1", "a", "4", &[]);
+        let labels = list.metadata.labels.as_mut().unwrap();
+        labels.remove(LABEL_CLUSTER);
+        labels.insert(crate::api::LABEL_SHARED.into(), "true".into());
+        list.data = Some(
+            [(
+                crate::api::FILES_KEY.to_string(),
+                r#"[{"path":"group_vars/all.yml","configMap":"kok-file-1"}]"#.to_string(),
+            )]
+            .into(),
+        );
+        cache.observe(&watcher::Event::Apply(list));
+        let mut seen: Vec<(String, Vec<String>)> = cache
+            .collectable()
+            .into_iter()
+            .map(|c| (c.name, c.lists))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                ("a-hosts-1".to_string(), vec![]),
+                ("kok-files-1".to_string(), vec!["kok-file-1".to_string()]),
+            ],
+            "an earlier kok's owned inventory is the garbage collector's, kok-state is no input"
         );
     }
 

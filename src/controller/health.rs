@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -221,7 +221,7 @@ async fn check(ctx: &Context, expectations: &Expectations, cluster: &Cluster) ->
             }
         });
         match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(&name, &crate::api::kok_params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {

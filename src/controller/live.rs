@@ -423,7 +423,7 @@ impl LiveCache {
             }
             *last = Some(std::time::Instant::now());
         }
-        let all = self.config_maps.shared();
+        let all = self.config_maps.collectable();
         if all.is_empty() {
             return Ok(0);
         }

@@ -500,8 +500,8 @@ impl OpCache {
         self.listed.wait().await;
     }
 
-    /// Adds to `named` the shared ConfigMaps some operation pins (its group_vars/host_vars and repository
-    /// files); the file lists operations share are read once.
+    /// Adds to `named` the ConfigMaps some operation pins (its inventory, vars.yml, file list,
+    /// group_vars/host_vars and repository files); the file lists operations share are read once.
     pub fn add_named(&self, named: &mut std::collections::HashSet<String>) {
         let Ok(ops) = self.ops.lock() else {
             return;
@@ -511,9 +511,13 @@ impl OpCache {
             if let Some(files) = &record.spec.files {
                 lists.insert(files);
             }
-            if let Some(list) = &record.spec.files_ref {
-                if !named.contains(&**list) {
-                    named.insert(list.to_string());
+            let s = &record.spec;
+            for name in [Some(&s.hosts), s.vars.as_ref(), s.files_ref.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                if !named.contains(&**name) {
+                    named.insert(name.to_string());
                 }
             }
             for f in record.spec.rest.iter().flat_map(|r| &r.repository_files) {

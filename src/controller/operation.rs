@@ -18,7 +18,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -145,7 +145,9 @@ pub fn next_status(op: &ClusterOperation, t: &Transition) -> ClusterOperationSta
     s
 }
 
-/// The status merge patch of a transition: only the fields kok's controller owns, never `reported`.
+/// The status merge patch of a transition: only the fields kok's controller owns, never the reporter's.
+/// The commit status is not stored: the reporter computes it from these fields
+/// ([`crate::report::status::desired_status`]); one stored earlier is removed.
 pub fn status_patch(
     op: &ClusterOperation,
     t: &Transition,
@@ -170,7 +172,7 @@ pub fn status_patch(
             "kubeconfig": s.kubeconfig,
             "verification": s.verification,
             "result": result,
-            "desiredStatus": desired,
+            "desiredStatus": null,
         }
     })
 }
@@ -198,7 +200,7 @@ pub(super) async fn transition(
     let mut patch = status_patch(op, &t, ctx.config.status_url.as_deref(), ns);
     patch["metadata"] = json!({"resourceVersion": op.resource_version()});
     let result = patch["status"]["result"].as_str().map(str::to_string);
-    api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch_status(&op.name_any(), &crate::api::kok_params(), &Patch::Merge(&patch))
         .await
         .map_err(op_error(op, format!("recording phase {}", t.phase)))?;
     info!(operation = %op.name_any(), cluster = %op.spec.cluster, phase = %t.phase, message = t.message.as_deref().unwrap_or(""), "transition");
@@ -459,7 +461,7 @@ async fn restore(
     let ns = ctx.config.namespace.as_str();
     let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), ns);
     patch["metadata"] = json!({"resourceVersion": op.resource_version()});
-    api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch_status(&op.name_any(), &crate::api::kok_params(), &Patch::Merge(&patch))
         .await
         .map_err(op_error(op, "restoring the recorded outcome".to_string()))?;
     let phase = patch["status"]["phase"].as_str().unwrap_or_default().to_string();
@@ -574,7 +576,7 @@ async fn acknowledge_removal(ctx: &Context, op: &ClusterOperation) -> Result<(),
     let api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let patch =
         json!({"metadata": {"resourceVersion": op.resource_version()}, "status": {"holdReleased": note}});
-    api.patch_status(&op.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch_status(&op.name_any(), &crate::api::kok_params(), &Patch::Merge(&patch))
         .await
         .map_err(op_error(op, "recording that its hold was released".to_string()))?;
     info!(operation = %op.name_any(), cluster = %op.spec.cluster, "hold released: entry removed");

@@ -191,7 +191,8 @@ mod tests {
         assert_eq!(s["endTime"], "2026-11-22T00:03:12Z");
         assert_eq!(s["duration"], "3m12s");
         let status: crate::api::ClusterOperationStatus = serde_json::from_value(s.clone()).unwrap();
-        assert!(status.desired_is_reported(), "delivered already: {s}");
+        let desired = status.desired_status.as_deref().expect("the recorded status");
+        assert!(status.has_reported(desired), "delivered already: {s}");
         assert!(s["message"].as_str().unwrap().starts_with(RESTORED_PREFIX), "{s}");
         assert_eq!((event, warning), (RESTORED_EVENT, false));
     }
@@ -215,7 +216,7 @@ mod tests {
             assert_eq!(s["desiredStatus"]["state"], "failure");
             let status: crate::api::ClusterOperationStatus = serde_json::from_value(s.clone()).unwrap();
             assert!(
-                !status.desired_is_reported(),
+                !status.has_reported(status.desired_status.as_deref().unwrap()),
                 "the failure goes to the commit: {s}"
             );
             assert!(

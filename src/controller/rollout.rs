@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use serde_json::json;
@@ -224,7 +224,7 @@ pub async fn reconcile_status(ctx: Arc<Context>, name: Arc<str>) -> Action {
         s.remove("reported");
     }
     match api
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(&name, &crate::api::kok_params(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 use jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PostParams};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
@@ -185,7 +185,7 @@ pub async fn fire(
         Err(e) => return Err(err(e)),
     }
     let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_LAST_FIRED: firing.to_string()}}});
-    api.patch(&base.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch(&base.name_any(), &crate::api::kok_params(), &Patch::Merge(&patch))
         .await
         .map_err(err)?;
     Ok(run_name)

@@ -381,9 +381,9 @@ pub(super) async fn expected(
     // The files a file list names, once the list is read.
     let listed = crate::materialize::pinned::vars_files(pinned, &config_maps).unwrap_or_default();
     for f in listed {
-        if !config_maps.contains_key(&f.config_map) {
-            let cm = pinned_config_map(ctx, &f.config_map).await?;
-            config_maps.insert(f.config_map, ConfigMap::clone(&cm));
+        if let std::collections::btree_map::Entry::Vacant(slot) = config_maps.entry(f.config_map) {
+            let cm = pinned_config_map(ctx, slot.key()).await?;
+            slot.insert(ConfigMap::clone(&cm));
         }
     }
     // A pinned inventory passed validation; should it not read, the inventory check names every node.

@@ -139,16 +139,6 @@ pub enum ApplyError {
         #[source]
         source: Box<kube::Error>,
     },
-    /// An object read back from the API server had no uid.
-    #[error("{kind} {name} in namespace {namespace} has no uid; is the API server a real one?")]
-    NoUid {
-        /// Kind of the object.
-        kind: &'static str,
-        /// Its name.
-        name: String,
-        /// Namespace.
-        namespace: String,
-    },
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
@@ -342,14 +332,6 @@ impl Apis {
         })
     }
 
-    fn uid<K: Resource>(&self, obj: &K, kind: &'static str) -> Result<String, ApplyError> {
-        obj.meta().uid.clone().ok_or_else(|| ApplyError::NoUid {
-            kind,
-            name: obj.meta().name.clone().unwrap_or_default(),
-            namespace: self.namespace.clone(),
-        })
-    }
-
     fn cm_err(&self, name: &str) -> impl FnOnce(kube::Error) -> ApplyError {
         let (name, namespace) = (name.to_string(), self.namespace.clone());
         move |source| ApplyError::WriteConfigMap {
@@ -367,38 +349,6 @@ impl Apis {
             source: Box::new(source),
         }
     }
-}
-
-/// Parameters of kok's merge patches (labels, owners, a cancel): kok's field manager, so `managedFields`
-/// names kok for every field it writes.
-fn kok_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PatchParams::default()
-    }
-}
-
-/// A non-controller owner reference, as ConfigMaps carry for the objects that use them.
-fn usage_ref<K: Resource<DynamicType = ()>>(obj: &K, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: K::api_version(&()).to_string(),
-        kind: K::kind(&()).to_string(),
-        name: obj.meta().name.clone().unwrap_or_default(),
-        uid: uid.to_string(),
-        ..OwnerReference::default()
-    }
-}
-
-/// Who uses a ConfigMap: an object that exists (its owner reference), or one an earlier write of the
-/// same apply creates (resolved to its uid once created).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Owner {
-    /// An owner reference as it is, or as known from a live object.
-    Known(OwnerReference),
-    /// The Cluster, created by an earlier write.
-    NewCluster(String),
-    /// A ClusterOperation, created by an earlier write.
-    NewOperation(String),
 }
 
 /// One write request apply makes, decided from the live and the desired objects: `kok plan` prints
@@ -444,12 +394,10 @@ pub enum Write {
         /// The operation, for the Canceled Event.
         reference: k8s_openapi::api::core::v1::ObjectReference,
     },
-    /// Create a ConfigMap, labelled current, with its users as owners.
+    /// Create a ConfigMap (a cluster's labelled current), without owners.
     CreateConfigMap {
         /// Its name.
         name: String,
-        /// Its users.
-        owners: Vec<Owner>,
     },
     /// Set a ConfigMap's owners and current label, guarded by its resourceVersion.
     PatchConfigMap {
@@ -457,8 +405,8 @@ pub enum Write {
         name: String,
         /// The resourceVersion it was decided at.
         resource_version: Option<String>,
-        /// Its owners after the patch.
-        owners: Vec<Owner>,
+        /// Its owners after the patch (an earlier kok made the runs that pin it its owners).
+        owners: Vec<OwnerReference>,
         /// Whether it stays current.
         current: bool,
     },
@@ -520,7 +468,7 @@ impl Write {
             Write::LabelOperation { current: false, .. } => "no longer an entry of operations.yml",
             Write::CancelOperation { .. } => "canceled: removed before it started",
             Write::CreateConfigMap { .. } => "created",
-            Write::PatchConfigMap { current: true, .. } => "gains users",
+            Write::PatchConfigMap { current: true, .. } => "current again",
             Write::PatchConfigMap { current: false, .. } => "no longer current, kept for its users",
             Write::DeleteConfigMap { .. } | Write::DeleteCluster { .. } => "deleted",
         }
@@ -546,16 +494,11 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
         });
     }
     let cluster_uid = live.cluster.as_ref().and_then(uid_of);
-    let cluster_owner = match (&live.cluster, &cluster_uid) {
-        (Some(c), Some(uid)) => Owner::Known(usage_ref(c, uid)),
-        _ => Owner::NewCluster(desired.name.clone()),
-    };
     let runs = resolve_runs(live.operations.values(), desired);
-    let op_owners = decide_operations(live, desired, &runs, &mut writes);
-    decide_config_maps(live, desired, &cluster_owner, &op_owners, &mut writes);
+    let desired_ops = decide_operations(live, desired, &runs, &mut writes);
+    decide_config_maps(live, desired, &mut writes);
     release_config_maps(live, desired, cluster_uid.as_ref(), &mut writes);
     // Operations that left operations.yml, or their rollout; runs of a broken rollout file stay.
-    let desired_ops: BTreeSet<String> = op_owners.iter().map(|(_, o)| o.name_any()).collect();
     for (name, op) in &live.operations {
         let kept = rollout_of(op).is_some_and(|r| desired.kept_rollouts.contains(&r.name));
         if desired_ops.contains(name) || kept || !has_label(op, LABEL_CURRENT) {
@@ -568,15 +511,14 @@ pub fn decide_cluster(live: &Live, desired: &DesiredCluster, now: Timestamp) -> 
 
 /// Operations (the entries of operations.yml, then the cluster's `runs` of rollouts): created once,
 /// never updated in spec; an existing one labelled current again when it lost the label, and a run of a
-/// rollout labelled with its wave when that changed. Returns each desired operation with its owner
-/// reference (known or to be created).
-fn decide_operations<'d>(
+/// rollout labelled with its wave when that changed. Returns the names of the desired operations.
+fn decide_operations(
     live: &Live,
-    desired: &'d DesiredCluster,
-    runs: &'d [ClusterOperation],
+    desired: &DesiredCluster,
+    runs: &[ClusterOperation],
     writes: &mut Vec<Write>,
-) -> Vec<(Owner, &'d ClusterOperation)> {
-    let mut op_owners = Vec::new();
+) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
     for (op, is_run) in desired
         .operations
         .iter()
@@ -598,77 +540,38 @@ fn decide_operations<'d>(
                         wave: wave.to_string(),
                     });
                 }
-                let owner = match uid_of(existing) {
-                    Some(uid) => Owner::Known(usage_ref(existing, &uid)),
-                    None => Owner::NewOperation(name),
-                };
-                op_owners.push((owner, op));
             }
             None => {
                 writes.push(Write::CreateOperation {
                     name: name.clone(),
                     body: is_run.then(|| Box::new(op.clone())),
                 });
-                op_owners.push((Owner::NewOperation(name), op));
             }
         }
+        names.insert(name);
     }
-    op_owners
+    names
 }
 
-/// Current ConfigMaps: created once with their users as owners; missing owners added.
-fn decide_config_maps(
-    live: &Live,
-    desired: &DesiredCluster,
-    cluster_owner: &Owner,
-    op_owners: &[(Owner, &ClusterOperation)],
-    writes: &mut Vec<Write>,
-) {
+/// Current ConfigMaps: created once, without owners (kok deletes one nothing names, see
+/// [`super::shared`]: an owner reference per run that pins it would be 20 references and their
+/// managedFields in every inventory of a cluster with 20 runs kept); one that lost the current label gets
+/// it back, its owners as they are (an earlier kok's).
+fn decide_config_maps(live: &Live, desired: &DesiredCluster, writes: &mut Vec<Write>) {
     for cm in &desired.config_maps {
         let name = cm.name_any();
-        // Shared by the fleet: created once, never owned (see super::shared for who keeps it).
-        if super::render::is_shared(cm) {
-            if !live.config_maps.contains_key(&name) {
-                writes.push(Write::CreateConfigMap {
-                    name,
-                    owners: Vec::new(),
-                });
-            }
-            continue;
-        }
-        let mut wanted = vec![cluster_owner.clone()];
-        for (owner, op) in op_owners {
-            if op.spec.pins(&name) {
-                wanted.push(owner.clone());
-            }
-        }
         let Some(existing) = live.config_maps.get(&name) else {
-            writes.push(Write::CreateConfigMap { name, owners: wanted });
+            writes.push(Write::CreateConfigMap { name });
             continue;
         };
-        let have: BTreeSet<&str> = existing
-            .owner_references()
-            .iter()
-            .map(|r| r.uid.as_str())
-            .collect();
-        let missing: Vec<Owner> = wanted
-            .into_iter()
-            .filter(|o| !matches!(o, Owner::Known(r) if have.contains(r.uid.as_str())))
-            .collect();
-        if missing.is_empty() && has_label(existing, LABEL_CURRENT) {
+        // Shared by the fleet: created once, never labelled current.
+        if super::render::is_shared(cm) || has_label(existing, LABEL_CURRENT) {
             continue;
         }
-        let mut owners: Vec<Owner> = existing
-            .owner_references()
-            .iter()
-            .cloned()
-            .map(Owner::Known)
-            .collect();
-        owners.extend(missing);
         writes.push(Write::PatchConfigMap {
             name,
             resource_version: existing.resource_version(),
-            owners,
+            owners: existing.owner_references().to_vec(),
             current: true,
         });
     }
@@ -702,7 +605,7 @@ fn release_config_maps(
             writes.push(Write::PatchConfigMap {
                 name: name.clone(),
                 resource_version: cm.resource_version(),
-                owners: owners.into_iter().map(Owner::Known).collect(),
+                owners,
                 current: false,
             });
         }
@@ -880,18 +783,6 @@ async fn with_retries<'d>(
     }
 }
 
-/// Resolves an owner to its reference; owners created by an earlier write are looked up by name.
-fn resolve_owner(
-    owner: &Owner,
-    made: &BTreeMap<(&'static str, String), OwnerReference>,
-) -> Option<OwnerReference> {
-    match owner {
-        Owner::Known(r) => Some(r.clone()),
-        Owner::NewCluster(name) => made.get(&("Cluster", name.clone())).cloned(),
-        Owner::NewOperation(name) => made.get(&("ClusterOperation", name.clone())).cloned(),
-    }
-}
-
 /// Makes `writes` in order, counting them and noting what they left behind in `applied`. `desired`
 /// holds the bodies of the objects created or applied.
 async fn make_writes(
@@ -904,7 +795,6 @@ async fn make_writes(
         apis,
         desired,
         applied,
-        made: BTreeMap::new(),
         gone: BTreeSet::new(),
     };
     for write in writes {
@@ -915,13 +805,11 @@ async fn make_writes(
     Ok(())
 }
 
-/// The state of one run of [`make_writes`]: the objects created so far (their owner references, for the
-/// ConfigMaps that name them) and the operations found gone.
+/// The state of one run of [`make_writes`]: the operations found gone.
 struct Writer<'a> {
     apis: &'a Apis,
     desired: Option<&'a DesiredCluster>,
     applied: &'a mut Applied,
-    made: BTreeMap<(&'static str, String), OwnerReference>,
     gone: BTreeSet<String>,
 }
 
@@ -937,7 +825,7 @@ impl Writer<'_> {
                 let op = self
                     .apis
                     .operations
-                    .patch(name, &kok_params(), &Patch::Merge(&patch))
+                    .patch(name, &crate::api::kok_params(), &Patch::Merge(&patch))
                     .await
                     .map_err(self.apis.op_err(name))?;
                 self.applied.written.push(Written::of("ClusterOperation", &op));
@@ -949,7 +837,7 @@ impl Writer<'_> {
                 patch,
                 reference,
             } => self.cancel_operation(name, patch, reference).await,
-            Write::CreateConfigMap { name, owners } => self.create_config_map(name, owners).await,
+            Write::CreateConfigMap { name } => self.create_config_map(name).await,
             Write::PatchConfigMap {
                 name,
                 resource_version,
@@ -987,9 +875,6 @@ impl Writer<'_> {
                 namespace: self.apis.namespace.clone(),
                 source: Box::new(source),
             })?;
-        let uid = self.apis.uid(&applied, "Cluster")?;
-        self.made
-            .insert(("Cluster", name.to_string()), usage_ref(&applied, &uid));
         self.applied.written.push(Written::of("Cluster", &applied));
         if exists {
             self.applied.stats.updated += 1;
@@ -1030,9 +915,6 @@ impl Writer<'_> {
             }
             Err(e) => return Err(apis.op_err(name)(e)),
         };
-        let uid = apis.uid(&created, "ClusterOperation")?;
-        self.made
-            .insert(("ClusterOperation", name.to_string()), usage_ref(&created, &uid));
         self.applied
             .written
             .push(Written::of("ClusterOperation", &created));
@@ -1065,7 +947,7 @@ impl Writer<'_> {
         let apis = self.apis;
         match apis
             .operations
-            .patch_status(name, &kok_params(), &Patch::Merge(patch))
+            .patch_status(name, &crate::api::kok_params(), &Patch::Merge(patch))
             .await
         {
             Ok(op) => {
@@ -1086,7 +968,7 @@ impl Writer<'_> {
         }
     }
 
-    async fn create_config_map(&mut self, name: &str, owners: &[Owner]) -> Result<bool, ApplyError> {
+    async fn create_config_map(&mut self, name: &str) -> Result<bool, ApplyError> {
         let apis = self.apis;
         let Some(cm) = self
             .desired
@@ -1101,17 +983,11 @@ impl Writer<'_> {
                 .labels
                 .get_or_insert_with(BTreeMap::new)
                 .insert(LABEL_CURRENT.into(), "true".into());
-            obj.metadata.owner_references = Some(
-                owners
-                    .iter()
-                    .filter_map(|o| resolve_owner(o, &self.made))
-                    .collect(),
-            );
         }
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         match apis.config_maps.patch(name, &pp, &Patch::Apply(&obj)).await {
             Ok(cm) => self.applied.written.push(Written::of("ConfigMap", &cm)),
-            // Changed concurrently: the next apply adds whatever owner is missing.
+            // Created concurrently: the next apply labels it current if it is not.
             Err(e) if is_conflict(&e) => {}
             Err(e) => return Err(apis.cm_err(name)(e)),
         }
@@ -1123,13 +999,9 @@ impl Writer<'_> {
         &mut self,
         name: &str,
         resource_version: &Option<String>,
-        owners: &[Owner],
+        owners: &[OwnerReference],
         current: bool,
     ) -> Result<bool, ApplyError> {
-        let owners: Vec<OwnerReference> = owners
-            .iter()
-            .filter_map(|o| resolve_owner(o, &self.made))
-            .collect();
         let patch = json!({
             "metadata": {
                 "resourceVersion": resource_version,
@@ -1140,7 +1012,7 @@ impl Writer<'_> {
         let cm = self
             .apis
             .config_maps
-            .patch(name, &kok_params(), &Patch::Merge(&patch))
+            .patch(name, &crate::api::kok_params(), &Patch::Merge(&patch))
             .await
             .map_err(self.apis.cm_err(name))?;
         self.applied.written.push(Written::of("ConfigMap", &cm));
@@ -1195,7 +1067,7 @@ impl ApplyError {
             | ApplyError::WriteOperation { source, .. }
             | ApplyError::WriteRollout { source, .. }
             | ApplyError::Delete { source, .. } => is_conflict(source),
-            ApplyError::List { .. } | ApplyError::NoUid { .. } => false,
+            ApplyError::List { .. } => false,
         }
     }
 }
@@ -1208,7 +1080,7 @@ async fn set_current_label(apis: &Apis, name: &str, current: bool) -> Result<Clu
     };
     let patch = json!({"metadata": {"labels": {LABEL_CURRENT: value}}});
     apis.operations
-        .patch(name, &kok_params(), &Patch::Merge(&patch))
+        .patch(name, &crate::api::kok_params(), &Patch::Merge(&patch))
         .await
         .map_err(apis.op_err(name))
 }

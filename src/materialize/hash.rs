@@ -78,7 +78,7 @@ fn write_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
-/// sha256 (hex) of the canonical JSON of an object, ignoring its own
+/// sha256 (hex, its first [`CONTENT_HASH_LEN`] characters) of the canonical JSON of an object, ignoring its own
 /// `metadata.annotations["kok.dev/content-hash"]` so the hash can be stored on the object it
 /// describes. The apply layer compares it with the live object's annotation to skip unchanged writes.
 ///
@@ -107,8 +107,14 @@ pub fn content_hash<T: Serialize + ?Sized>(obj: &T) -> Result<String, serde_json
             }
         }
     }
-    Ok(sha256_hex(canonical_json(&value).as_bytes()))
+    let mut hex = sha256_hex(canonical_json(&value).as_bytes());
+    // 128 bits tell a change as surely as 256 and take 32 bytes less on every object kok keeps.
+    hex.truncate(CONTENT_HASH_LEN);
+    Ok(hex)
 }
+
+/// Hex characters of a content hash: the first 128 bits of the sha256.
+pub const CONTENT_HASH_LEN: usize = 32;
 
 #[cfg(test)]
 mod tests {

@@ -843,7 +843,7 @@ mod tests {
                     .as_str()
                     .unwrap()
                     .len(),
-                64
+                super::super::hash::CONTENT_HASH_LEN
             );
         }
     }

@@ -16,6 +16,12 @@
 //! shared them: it names them until it is deleted itself (by the history limit, or with its namespace).
 //! The service sweeps after a pass, at most once every [`SWEEP_EVERY`], from its watch caches; without
 //! caches, [`sweep_listing`] lists.
+//!
+//! A cluster's own inputs (its inventory, its vars.yml) are kept the same way: created without owner
+//! references (one per run that pins them would be 20 references, and their managedFields, in every
+//! inventory of a cluster with 20 runs kept), deleted by the pass that stops using them when no run
+//! pins them, and otherwise by the sweep once nothing names them. Those an earlier kok created with
+//! owner references are left to the garbage collector.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -75,11 +81,25 @@ pub fn decide_sweep<'a>(
     shared.iter().filter(|cm| unnamed(cm, &named)).collect()
 }
 
-/// Adds the shared ConfigMaps `pinned` names to `named`.
+/// True for a ConfigMap kept only while a Cluster or ClusterOperation names it: one the fleet shares, or
+/// a cluster's inventory or vars.yml without owner references (an earlier kok made the runs pinning it
+/// its owners; the garbage collector deletes those once the runs are gone).
+pub fn is_collectable(meta: &kube::api::ObjectMeta) -> bool {
+    let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key));
+    label(LABEL_SHARED).is_some_and(|v| v == "true")
+        || (label(LABEL_CONTENT).is_some() && meta.owner_references.as_ref().is_none_or(Vec::is_empty))
+}
+
+/// Adds the ConfigMaps `pinned` names to `named`.
 pub fn add_named(named: &mut HashSet<String>, pinned: &dyn PinnedInventory) {
-    if let Some(list) = pinned.vars_files_ref() {
-        if !named.contains(&list.name) {
-            named.insert(list.name.clone());
+    let refs = [
+        Some(pinned.hosts_ref()),
+        pinned.vars_ref(),
+        pinned.vars_files_ref(),
+    ];
+    for r in refs.into_iter().flatten() {
+        if !named.contains(&r.name) {
+            named.insert(r.name.clone());
         }
     }
     for f in pinned.vars_files().iter().chain(pinned.repository_files()) {
@@ -131,7 +151,7 @@ pub async fn delete_shared(
     Ok(deleted)
 }
 
-/// One sweep from lists (the Clusters, the ClusterOperations, and the shared ConfigMaps' metadata), for
+/// One sweep from lists (the Clusters, the ClusterOperations, and the collectable ConfigMaps' metadata), for
 /// callers without watch caches; returns how many ConfigMaps were deleted.
 pub async fn sweep_listing(client: &Client, namespace: &str, grace: Duration) -> Result<usize, ApplyError> {
     let err = |kind: &'static str| {
@@ -152,8 +172,9 @@ pub async fn sweep_listing(client: &Client, namespace: &str, grace: Duration) ->
         .await
         .map_err(err("ClusterOperation"))?;
     let cms = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-    let shared = cms
-        .list_metadata(&ListParams::default().labels(&shared_selector()))
+    let inputs = format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CONTENT}");
+    let collectable = cms
+        .list_metadata(&ListParams::default().labels(&inputs))
         .await
         .map_err(err("ConfigMap"))?;
     let file_lists = cms
@@ -172,9 +193,10 @@ pub async fn sweep_listing(client: &Client, namespace: &str, grace: Duration) ->
     for op in &ops.items {
         add_named(&mut named, &op.spec);
     }
-    let shared: Vec<SharedConfigMap> = shared
+    let shared: Vec<SharedConfigMap> = collectable
         .items
         .into_iter()
+        .filter(|m| is_collectable(&m.metadata))
         .map(|m| {
             let name = m.metadata.name.unwrap_or_default();
             SharedConfigMap {

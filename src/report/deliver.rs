@@ -8,8 +8,9 @@
 //!   is not the one recorded as delivered is delivered again; one that is is never sent again.
 //! - After a delivery, `status.reportedDigest` is set to the delivered status's digest (16 characters,
 //!   not a second copy of the status; an earlier kok's full `reported` copy is removed) and
-//!   `reportAttempts` removed, with a merge patch on `/status` under the field manager [`REPORT_FIELD_MANAGER`] (so a server-side
-//!   apply of the status by the controller, under another manager, leaves those fields alone).
+//!   `reportAttempts` removed, with a merge patch on `/status` under kok's field manager (the controller's
+//!   status writes are merge patches too, so the two share one `managedFields` entry and neither drops
+//!   the other's fields).
 //! - A failed delivery increments `reportAttempts` and is retried after [`Backoff::delay`]: the
 //!   sink's Retry-After when it gave one, else exponential from 1 s up to 5 min. A refusal (4xx) is
 //!   retried at the longest delay, since only a configuration change can fix it.
@@ -64,8 +65,6 @@ pub use super::sinks::{Backoff, Route, Sinks, DEFAULT_MAX_CONTEXTS, SETTLE_QUIET
 use crate::api::watched::{operation_event, WatchedOperation};
 use crate::api::{ClusterOperation, CommitStatus};
 
-/// Field manager of the `status.reportedDigest` / `status.reportAttempts` patches.
-pub const REPORT_FIELD_MANAGER: &str = "kok-report";
 /// ConfigMap recording the desired and delivered `kok/sync` status of recent commits.
 pub const SYNC_CONFIGMAP: &str = "kok-sync-status";
 /// How many commits the sync ConfigMap keeps.
@@ -144,6 +143,8 @@ pub struct Reporter {
     pub(super) namespace: String,
     pub(super) sinks: Arc<Sinks>,
     pub(super) backoff: Backoff,
+    /// `--status-url`: the commit statuses of runs link there (see [`crate::report::status::desired_status`]).
+    pub(super) status_url: std::sync::OnceLock<String>,
     /// Per ClusterOperation (or `sync/<commit>`): the status being retried and when it may be tried again.
     not_before: Mutex<HashMap<String, (CommitStatus, Instant)>>,
     sync_wake: Notify,
@@ -169,11 +170,20 @@ impl Reporter {
             namespace: namespace.into(),
             sinks: Arc::new(sinks),
             backoff,
+            status_url: std::sync::OnceLock::new(),
             not_before: Mutex::default(),
             sync_wake: Notify::new(),
             settle_wake: Notify::new(),
             records: Semaphore::new(RECORD_CONCURRENCY),
         })
+    }
+
+    /// Makes the commit statuses of runs link to `status_url` (`--status-url`), as the controller's
+    /// do; set before [`Reporter::run`].
+    pub fn link_statuses_to(&self, status_url: Option<&str>) {
+        if let Some(url) = status_url {
+            let _ = self.status_url.set(url.to_string());
+        }
     }
 
     /// Runs the delivery loops (operations, rollouts, `kok/sync`) until `shutdown` completes.
@@ -208,6 +218,8 @@ impl Reporter {
         tokio::pin!(events);
         tokio::pin!(shutdown);
         let mut queue = Queue::new(self.sinks.settle_quiet);
+        queue.status_url = self.status_url.get().cloned();
+        queue.namespace = self.namespace.clone();
         let budget = self.sinks.budget();
         let interval = SUMMARY_INTERVAL;
         let mut in_flight: JoinSet<Done> = JoinSet::new();
@@ -451,7 +463,7 @@ impl Reporter {
                 match api
                     .create(
                         &PostParams {
-                            field_manager: Some(REPORT_FIELD_MANAGER.into()),
+                            field_manager: Some(crate::api::FIELD_MANAGER.into()),
                             ..Default::default()
                         },
                         &cm,
@@ -622,11 +634,10 @@ impl Reporter {
     }
 }
 
+/// Parameters of the reporter's patches: kok's field manager, the controller's, so that the status
+/// writes of a run share one `managedFields` entry.
 pub(super) fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(REPORT_FIELD_MANAGER.to_string()),
-        ..Default::default()
-    }
+    crate::api::kok_params()
 }
 
 async fn wait_true(mut rx: tokio::sync::watch::Receiver<bool>) {

@@ -88,6 +88,9 @@ pub(super) struct Queue {
     pub(super) settle_quiet: Duration,
     /// Per operation: older statuses the budgeted sinks have not had because they were held.
     pub(super) backlog: HashMap<String, Vec<CommitStatus>>,
+    /// What a run's commit status is computed with: `--status-url` and the namespace.
+    pub(super) status_url: Option<String>,
+    pub(super) namespace: String,
 }
 
 /// What the loop keeps of every operation.
@@ -407,7 +410,8 @@ impl Queue {
         let name = op.name_any();
         let status = op.status.as_ref();
         self.ops.entry(name.clone()).or_default();
-        let desired = status.and_then(|s| s.desired_status.as_deref());
+        let desired = crate::report::status::desired_status(op, self.status_url.as_deref(), &self.namespace);
+        let desired = desired.as_ref();
         let reported = |d: &CommitStatus| status.is_some_and(|s| s.has_reported(d));
         if !op.spec.source.commit.is_empty() {
             self.count(&name, &op.spec.source.commit, desired.map(|d| d.state));
@@ -555,6 +559,12 @@ mod tests {
             target_url: None,
             run: None,
         };
+        let status = (desired.is_some() || reported.is_some()).then(|| {
+            serde_json::json!({
+                "desiredStatus": desired.map(st),
+                "reportedDigest": reported.map(|r| st(r).digest()),
+            })
+        });
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": "ns"},
             "spec": {
@@ -563,10 +573,7 @@ mod tests {
                 "source": {"commit": "abc", "revision": "main@sha1:abc", "path": "clusters/c"},
                 "queuePosition": "0",
             },
-            "status": {
-                "desiredStatus": desired.map(st),
-                "reportedDigest": reported.map(|r| st(r).digest()),
-            },
+            "status": status,
         }))
         .unwrap()
     }

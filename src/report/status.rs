@@ -117,6 +117,35 @@ pub fn operation_status(
     }
 }
 
+/// The commit status `op` should show now, computed from its status as the controller left it: kok
+/// stores only the digest of the one delivered (`status.reportedDigest`), not the status itself (a
+/// second copy of the run's summary and times in every run kept). A status stored in `desiredStatus` (a
+/// restored or canceled run, or one an earlier kok wrote) is that one; none before the controller
+/// wrote a status.
+pub fn desired_status(
+    op: &ClusterOperation,
+    url_template: Option<&str>,
+    namespace: &str,
+) -> Option<CommitStatus> {
+    let status = op.status.as_ref()?;
+    if let Some(stored) = &status.desired_status {
+        return Some(CommitStatus::clone(stored));
+    }
+    Some(operation_status(
+        op,
+        status.phase,
+        status.message.as_deref(),
+        url_template,
+        namespace,
+    ))
+}
+
+/// True when `op` should show a commit status and it is the one last delivered.
+pub fn desired_is_reported(op: &ClusterOperation, url_template: Option<&str>, namespace: &str) -> bool {
+    let desired = desired_status(op, url_template, namespace);
+    desired.is_some_and(|d| op.status.as_ref().is_some_and(|s| s.has_reported(&d)))
+}
+
 /// The `kok/sync` status of a reconciled commit.
 ///
 /// Without error diagnostics it is success, `materialized N clusters`; otherwise it is error and the

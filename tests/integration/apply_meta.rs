@@ -91,8 +91,9 @@ async fn an_edited_operation_makes_a_new_run_and_an_unedited_one_never_does() {
     // Created by server-side apply (a patch), with the old run's cancel and label patches: three in all.
     assert_eq!(server.requests().count("patch", "clusteroperations"), 3);
     assert_eq!(server.requests().count("create", "clusteroperations"), 0);
-    // Cluster, new run, new hosts ConfigMap, owners of vars and of the old hosts, cancel + unlabel the old run.
-    assert_eq!(stats.writes, 7, "{stats:?}");
+    // Cluster, new run, new hosts ConfigMap, the old hosts no longer current (the install pins it), cancel
+    // + unlabel the old run; no owner to add to vars.
+    assert_eq!(stats.writes, 6, "{stats:?}");
     assert_eq!(
         stats.canceled, 1,
         "the edited-away run had not started: {stats:?}"
@@ -140,7 +141,9 @@ async fn a_removed_pending_operation_is_canceled_with_a_failure_status() {
 }
 
 #[tokio::test]
-async fn config_maps_are_created_once_owned_by_their_users_and_released_when_replaced() {
+async fn config_maps_are_created_once_without_owners_kept_while_pinned_and_swept_once_nothing_names_them() {
+    use kok::materialize::shared::sweep_listing;
+    use std::time::Duration;
     let server = server().await;
     let client = server.client();
     let v1 = cluster_dir("prod", HOSTS, vec![], None);
@@ -149,12 +152,12 @@ async fn config_maps_are_created_once_owned_by_their_users_and_released_when_rep
     let cms = config_maps(&client).await;
     assert_eq!(cms.len(), 2);
     assert!(cms.iter().all(|c| c.immutable == Some(true)));
-    assert!(cms
-        .iter()
-        .all(|c| c.owner_references().iter().any(|r| r.kind == "Cluster")));
+    // No owner references: one per run that pins an inventory would be 20 in every inventory of a
+    // cluster with 20 runs kept; kok deletes what nothing names.
+    assert!(cms.iter().all(|c| c.owner_references().is_empty()), "{cms:?}");
 
-    // hosts.yml changes with a new operation: the new hosts ConfigMap is owned by the Cluster and the
-    // operation; the old one, unused, is deleted; vars stays and gains the operation as an owner.
+    // hosts.yml changes with a new operation: the new hosts ConfigMap is created; the old one, which no
+    // run pins, is deleted; vars stays.
     let v2 = cluster_dir("prod", HOSTS2, vec![entry("scale", "scale.yml", &[])], None);
     let d2 = render(&v2, 2, &[]);
     server.requests().reset();
@@ -167,18 +170,9 @@ async fn config_maps_are_created_once_owned_by_their_users_and_released_when_rep
     let names: BTreeSet<String> = cms.iter().map(|c| c.name_any()).collect();
     let wanted: BTreeSet<String> = d2.config_maps.iter().map(|c| c.name_any()).collect();
     assert_eq!(names, wanted);
-    for cm in &cms {
-        let kinds: BTreeSet<&str> = cm.owner_references().iter().map(|r| r.kind.as_str()).collect();
-        assert_eq!(
-            kinds,
-            BTreeSet::from(["Cluster", "ClusterOperation"]),
-            "{}",
-            cm.name_any()
-        );
-    }
+    assert!(cms.iter().all(|c| c.owner_references().is_empty()), "{cms:?}");
 
-    // A third hosts.yml: the second one is still pinned by the operation, so it stays, without the
-    // Cluster as owner.
+    // A third hosts.yml: the second one is still pinned by the operation, so it stays, no longer current.
     let v3 = cluster_dir(
         "prod",
         "all:\n  hosts:\n    node9: {}\n",
@@ -188,15 +182,24 @@ async fn config_maps_are_created_once_owned_by_their_users_and_released_when_rep
     apply_cluster(&client, NS, &render(&v3, 3, &[("scale", 2)]))
         .await
         .unwrap();
-    let pinned = &d2.config_maps[0].name_any();
+    let pinned = d2.config_maps[0].name_any();
     let cm = config_maps(&client)
         .await
         .into_iter()
-        .find(|c| c.name_any() == *pinned)
+        .find(|c| c.name_any() == pinned)
         .expect("pinned stays");
-    let kinds: Vec<&str> = cm.owner_references().iter().map(|r| r.kind.as_str()).collect();
-    assert_eq!(kinds, ["ClusterOperation"]);
     assert!(!cm.labels().contains_key(LABEL_CURRENT));
+    // The sweep keeps it while the run names it, and deletes it once the run is gone (the history limit
+    // took it); the Cluster's current inputs stay.
+    assert_eq!(sweep_listing(&client, NS, Duration::ZERO).await.unwrap(), 0);
+    Api::<ClusterOperation>::namespaced(client.clone(), NS)
+        .delete(&op_name(&d2, "scale"), &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(sweep_listing(&client, NS, Duration::ZERO).await.unwrap(), 1);
+    let left: BTreeSet<String> = config_maps(&client).await.iter().map(|c| c.name_any()).collect();
+    assert!(!left.contains(&pinned), "{left:?}");
+    assert_eq!(left.len(), 2, "the current inventory and vars.yml: {left:?}");
 }
 
 #[tokio::test]
@@ -508,7 +511,9 @@ async fn two_clusters_with_identical_group_vars_share_their_config_maps_and_a_qu
             .unwrap(),
         0
     );
-    // Once no run names them (the history limit took the runs), they go: the list, and with it its files.
-    assert_eq!(sweep_listing(&client, NS, Duration::ZERO).await.unwrap(), 3);
+    // Once no run names them (the history limit took the runs), they go: the list, and with it its files,
+    // and each cluster's inventory.
+    assert_eq!(sweep_listing(&client, NS, Duration::ZERO).await.unwrap(), 5);
+    assert!(config_maps(&client).await.is_empty());
     assert!(shared_names(&client).await.is_empty());
 }

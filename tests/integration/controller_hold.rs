@@ -84,10 +84,8 @@ async fn running_first(ops: Vec<Operation>) -> (testkit::ApiServer, kube::Client
 }
 
 fn description(op: &ClusterOperation) -> String {
-    op.status
-        .as_ref()
-        .and_then(|s| s.desired_status.as_ref())
-        .map(|d| d.description.clone())
+    kok::report::status::desired_status(op, None, NS)
+        .map(|d| d.description)
         .unwrap_or_default()
 }
 
@@ -132,7 +130,7 @@ async fn a_failed_task_is_named_in_the_status_event_and_commit_status() {
     assert_eq!(description(&done), want);
     let status = done.status.clone().unwrap();
     assert_eq!(status.result.as_deref(), Some(want));
-    assert_eq!(status.desired_status.unwrap().state, StatusState::Failure);
+    assert_eq!(desired(&done).state, StatusState::Failure);
     let failure = status.failure.expect("failure stored");
     assert_eq!(failure.host.as_deref(), Some("node2"));
     assert_eq!(status.summary.expect("summary stored").total.failed, 1);

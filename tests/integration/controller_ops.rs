@@ -44,13 +44,17 @@ async fn a_completed_job_marks_the_operation_succeeded_with_times_status_and_eve
     let status = running.status.clone().unwrap();
     assert_eq!(status.job_ref.as_deref(), Some(job_name(&name).as_str()));
     assert!(status.start_time.is_some());
-    assert_eq!(status.desired_status.unwrap().state, StatusState::Running);
+    assert_eq!(desired(&running).state, StatusState::Running);
+    assert_eq!(
+        status.desired_status, None,
+        "computed by the reporter, not stored"
+    );
 
     server.complete_job(NS, &job_name(&name)).await.unwrap();
     let done = wait_phase(&client, &name, Phase::Succeeded).await;
+    assert_eq!(desired(&done).state, StatusState::Success);
     let status = done.status.unwrap();
     assert!(status.end_time.is_some() && status.duration.is_some());
-    assert_eq!(status.desired_status.unwrap().state, StatusState::Success);
     let reasons = wait_for("two events", || async {
         Some(events_for(&client, &name).await).filter(|r| r.len() >= 2)
     })
@@ -88,12 +92,12 @@ async fn a_job_past_its_deadline_marks_the_operation_failed_with_the_reason() {
         .await
         .unwrap();
     let failed = wait_phase(&client, &name, Phase::Failed).await;
-    let status = failed.status.unwrap();
+    let status = failed.status.clone().unwrap();
     assert_eq!(
         status.message.as_deref(),
         Some("DeadlineExceeded: the Job exceeded its deadline of 12h0m (activeDeadlineSeconds 43200)")
     );
-    let desired = status.desired_status.unwrap();
+    let desired = desired(&failed);
     assert_eq!(desired.state, StatusState::Failure);
     assert!(
         desired.description.contains("DeadlineExceeded"),
@@ -748,7 +752,7 @@ async fn a_run_whose_pod_cannot_start_fails_after_its_start_timeout_with_the_rea
     let begun = std::time::Instant::now();
     for ((cluster, _, says), name) in cases.iter().zip(&names) {
         let failed = wait_phase(&client, name, Phase::Failed).await;
-        let status = failed.status.unwrap();
+        let status = failed.status.clone().unwrap();
         let message = status.message.unwrap_or_default();
         assert!(message.starts_with("StartFailed: "), "{cluster}: {message}");
         assert!(
@@ -758,7 +762,7 @@ async fn a_run_whose_pod_cannot_start_fails_after_its_start_timeout_with_the_rea
         for part in says {
             assert!(message.contains(part), "{cluster}: {message} does not say {part}");
         }
-        let desired = status.desired_status.unwrap();
+        let desired = desired(&failed);
         assert_eq!(desired.state, StatusState::Failure, "{cluster}");
         assert!(
             desired

@@ -161,8 +161,7 @@ async fn run_and_succeed_first(
 
 /// The description of the commit status `op` should have now.
 fn description(op: &ClusterOperation) -> String {
-    let status = op.status.as_ref().unwrap();
-    status.desired_status.as_ref().unwrap().description.clone()
+    desired(op).description
 }
 
 /// Runs `install` against a workload cluster prepared by the test, and returns the operation once it ended.
@@ -228,8 +227,8 @@ async fn a_node_not_ready_fails_the_operation_once_the_verify_timeout_passed() {
         "1/2 nodes not Ready: node2 (KubeletNotReady)",
     )
     .await;
+    assert_eq!(desired(&done).state, StatusState::Failure);
     let status = done.status.unwrap();
-    assert_eq!(status.desired_status.unwrap().state, StatusState::Failure);
     let v = status.verification.unwrap();
     assert_eq!(v.state, VerificationState::Failed);
     assert!(v.started_at.is_some());
@@ -369,7 +368,7 @@ async fn a_node_that_joins_while_kok_retries_and_restarts_turns_the_verification
             "playbook succeeded, verifying the cluster: node2 is in hosts.yml but not a node of the cluster"
         )
     );
-    assert_eq!(status.desired_status.unwrap().state, StatusState::Running);
+    assert_eq!(desired(&verifying).state, StatusState::Running);
     let started = status.verification.unwrap().started_at;
 
     // kok stops while it verifies; the next one resumes from the status.

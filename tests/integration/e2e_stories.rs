@@ -329,8 +329,9 @@ async fn kok_killed_while_a_job_runs_picks_it_up_on_restart_without_a_second_job
     api.start_job(NS, &job).await.unwrap();
     // Wait until the running status is delivered and recorded, then kill kok without warning.
     wait_for("the running status delivered", Some(&kok), || async {
-        let status = objects.operation("prod-bj", "install").await?.status?;
-        (status.phase == Phase::Running && status.desired_is_reported()).then_some(())
+        let op = objects.operation("prod-bj", "install").await?;
+        let running = op.status.as_ref()?.phase == Phase::Running;
+        (running && kok::report::status::desired_is_reported(&op, None, NS)).then_some(())
     })
     .await;
     kok.kill();
@@ -390,10 +391,10 @@ async fn a_status_the_forge_refuses_with_500_is_retried_and_delivered_once() {
         "the running and kok/sync statuses delivered",
         Some(&kok),
         || async {
-            let status = objects.operation("prod-bj", "install").await?.status?;
+            let op = objects.operation("prod-bj", "install").await?;
             let sync = posted_for(&forge.requests(), &first, "kok/sync");
-            (status.phase == Phase::Running
-                && status.desired_is_reported()
+            (op.status.as_ref()?.phase == Phase::Running
+                && kok::report::status::desired_is_reported(&op, None, NS)
                 && sync.iter().any(|p| p.state == "success"))
             .then_some(())
         },
@@ -423,10 +424,10 @@ async fn a_status_the_forge_refuses_with_500_is_retried_and_delivered_once() {
         "nothing else was sent again"
     );
     let reported = wait_for("success recorded as reported", Some(&kok), || async {
-        let status = objects.operation("prod-bj", "install").await?.status?;
-        let desired = status.desired_status.as_deref()?;
-        (desired.state == kok::api::StatusState::Success && status.has_reported(desired))
-            .then(|| desired.clone())
+        let op = objects.operation("prod-bj", "install").await?;
+        let desired = kok::report::status::desired_status(&op, None, NS)?;
+        (desired.state == kok::api::StatusState::Success && op.status?.has_reported(&desired))
+            .then_some(desired)
     })
     .await;
     assert_eq!(reported.description, successes[1].description);

@@ -120,8 +120,7 @@ impl Harness {
             let mut done = true;
             for name in names {
                 let op = self.ops().get(name).await.unwrap();
-                let s = op.status.unwrap_or_default();
-                done &= s.desired_is_reported();
+                done &= kok::report::status::desired_is_reported(&op, None, NS);
             }
             if done {
                 return;

@@ -40,7 +40,7 @@ use tokio::sync::Notify;
 
 pub use event::Notification;
 
-use super::deliver::{patch_params, REPORT_FIELD_MANAGER};
+use super::deliver::patch_params;
 use super::sink::{parse_retry_after, DeliveryError, Sink};
 use super::sinks::Backoff;
 use crate::api::{Cluster, CommitStatus};
@@ -275,7 +275,7 @@ impl Notifier {
         ]));
         cm.data = Some(values);
         let post = PostParams {
-            field_manager: Some(REPORT_FIELD_MANAGER.into()),
+            field_manager: Some(crate::api::FIELD_MANAGER.into()),
             ..Default::default()
         };
         match api.create(&post, &cm).await {

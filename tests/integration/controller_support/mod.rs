@@ -169,6 +169,11 @@ where
 }
 
 /// The operation named `name`, if it exists.
+/// The commit status `op` should show now, as the reporter computes it (no `--status-url`).
+pub fn desired(op: &ClusterOperation) -> kok::api::CommitStatus {
+    kok::report::status::desired_status(op, None, NS).expect("a commit status is desired")
+}
+
 pub async fn op(client: &Client, name: &str) -> Option<ClusterOperation> {
     Api::<ClusterOperation>::namespaced(client.clone(), NS)
         .get_opt(name)
