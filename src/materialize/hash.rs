@@ -84,17 +84,10 @@ fn write_string(s: &str, out: &mut String) {
 ///
 /// Fails only when `obj` does not serialize to JSON (e.g. a map with non-string keys).
 ///
-/// A ClusterOperation's hash leaves out what kok decides when it creates the run, not the repository: its
-/// `queuePosition` (the pass's time) and its pre-flight findings. So `kok render`'s output carries the hash
-/// of the live run, and applying it onto a namespace kok manages changes nothing.
+/// Only objects kok updates carry one (Clusters, FleetRollouts): a run is created once and never updated,
+/// and a ConfigMap's name is its content's address.
 pub fn content_hash<T: Serialize + ?Sized>(obj: &T) -> Result<String, serde_json::Error> {
     let mut value = serde_json::to_value(obj)?;
-    if value.get("kind").and_then(Value::as_str) == Some("ClusterOperation") {
-        if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.remove("queuePosition");
-            spec.remove("preflight");
-        }
-    }
     if let Some(annotations) = value
         .get_mut("metadata")
         .and_then(|m| m.get_mut("annotations"))
@@ -159,22 +152,6 @@ mod tests {
         let other = json!({"metadata": {"name": "a", "annotations": {"other": "x"}}, "data": {"k": "v"}});
         assert_eq!(content_hash(&bare).unwrap(), content_hash(&stamped).unwrap());
         assert_ne!(content_hash(&bare).unwrap(), content_hash(&other).unwrap());
-    }
-
-    #[test]
-    fn an_operation_s_hash_leaves_out_its_queue_position_and_pre_flight() {
-        let op = |position: &str, preflight: Value| json!({"kind": "ClusterOperation", "spec": {"id": "a", "queuePosition": position, "preflight": preflight}});
-        let a = content_hash(&op("1.000000.0000", json!({"findings": []}))).unwrap();
-        assert_eq!(
-            a,
-            content_hash(&json!({"kind": "ClusterOperation", "spec": {"id": "a"}})).unwrap()
-        );
-        assert_eq!(
-            a,
-            content_hash(&op("2.000001.0003", json!({"findings": [1]}))).unwrap()
-        );
-        let cm = |position: &str| json!({"kind": "ConfigMap", "spec": {"queuePosition": position}});
-        assert_ne!(content_hash(&cm("1")).unwrap(), content_hash(&cm("2")).unwrap());
     }
 
     #[test]

@@ -424,9 +424,7 @@ fn config_map(
             )]))
         }
     }
-    if !shared {
-        stamp(&mut cm);
-    }
+    // No content hash: its name is its content's address.
     cm
 }
 
@@ -498,8 +496,9 @@ pub(super) fn cluster_operation(
     );
     let mut labels = common_labels(&cluster.name);
     labels.insert(LABEL_OPERATION.to_string(), op.id.clone());
+    // No content hash: a run is created once and never updated, so nothing compares one (at 10,000
+    // clusters × 20 runs kept, 17 MB of etcd nobody would read).
     obj.metadata = metadata(&name, cluster, ctx, labels, &revision);
-    stamp(&mut obj);
     obj
 }
 
@@ -826,7 +825,7 @@ mod tests {
     }
 
     #[test]
-    fn every_object_carries_labels_revision_path_hash_and_namespace() {
+    fn every_object_carries_labels_revision_path_and_namespace_and_the_cluster_its_hash() {
         let desired = render_cluster(&cluster(), &ctx());
         for obj in desired.objects().unwrap() {
             let meta = &obj["metadata"];
@@ -838,13 +837,14 @@ mod tests {
                 format!("main@sha1:{SHA}")
             );
             assert_eq!(meta["annotations"][ANNOTATION_SOURCE_PATH], "clusters/prod-bj");
-            assert_eq!(
-                meta["annotations"][ANNOTATION_CONTENT_HASH]
-                    .as_str()
-                    .unwrap()
-                    .len(),
-                super::super::hash::CONTENT_HASH_LEN
-            );
+            // Only what kok updates carries a content hash: runs are created once, and a ConfigMap's
+            // name is its content's address.
+            let hash = meta["annotations"][ANNOTATION_CONTENT_HASH].as_str();
+            if obj["kind"] == "Cluster" {
+                assert_eq!(hash.map(str::len), Some(super::super::hash::CONTENT_HASH_LEN));
+            } else {
+                assert_eq!(hash, None, "{}", obj["kind"]);
+            }
         }
     }
 

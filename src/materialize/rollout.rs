@@ -27,8 +27,8 @@ use super::render::{cluster_operation, push_document, queue_position, stamp, Des
 use super::render::{RenderContext, RenderError};
 use crate::api::{
     ClusterOperation, FleetRollout, FleetRolloutSpec, OperationRollout, Phase, RolloutSource, RolloutWave,
-    ANNOTATION_CONTENT_HASH, ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH, LABEL_CURRENT, LABEL_MANAGED_BY,
-    LABEL_ROLLOUT, LABEL_WAVE, MANAGED_BY,
+    ANNOTATION_REVISION, ANNOTATION_SOURCE_PATH, LABEL_CURRENT, LABEL_MANAGED_BY, LABEL_ROLLOUT, LABEL_WAVE,
+    MANAGED_BY,
 };
 use crate::layout::rollouts::{MaxParallel, Rollout};
 use crate::layout::{ClusterDir, Operation};
@@ -76,10 +76,6 @@ impl RolloutOperation {
             r.rerun = rerun;
         }
         op.metadata.name = Some(operation_name(&op.spec.cluster, &op.spec.id, &op.spec.digest));
-        if let Some(a) = op.metadata.annotations.as_mut() {
-            a.remove(ANNOTATION_CONTENT_HASH);
-        }
-        stamp(&mut op);
         op
     }
 
@@ -158,8 +154,6 @@ fn rollout_operation(
     labels.insert(LABEL_WAVE.to_string(), wave.to_string());
     let annotations = op.metadata.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(ANNOTATION_REVISION.to_string(), ctx.revision());
-    annotations.remove(ANNOTATION_CONTENT_HASH);
-    stamp(&mut op);
     RolloutOperation {
         rollout: rollout.name.clone(),
         rerun: rollout.rerun,
