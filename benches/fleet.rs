@@ -12,7 +12,8 @@
 //! `KOK_FLEET_MODES` (default `service,local`), `KOK_FLEET_IDLE_SECS` (default 30),
 //! `KOK_FLEET_TIMEOUT_SECS` (longest wait of each phase, default 300), `KOK_FLEET_RESYNC_SECS`
 //! (`--resync-interval` of the restarted kok, default 20), `KOK_FLEET_JSON` (default
-//! `<target dir>/fleet.json`). Mode `health` (not in the default modes) measures the periodic health
+//! `<target dir>/fleet.json`), `KOK_FLEET_SAMPLE_DIR` (mode `kubespray`: write there the first object of
+//! each kind the byte count lists, as `<kind>.json`, to read where its bytes go). Mode `health` (not in the default modes) measures the periodic health
 //! checks instead (see [`health`]); `KOK_FLEET_HEALTH_INTERVAL_SECS` (default 30) is its kok's
 //! `--health-interval`. Mode `rollout` (not in the default modes either) runs a rollout over the fleet's
 //! clusters in four waves (see [`rollout`]; the operations count of a size is not used). Mode

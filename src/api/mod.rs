@@ -1041,12 +1041,7 @@ impl CommitStatus {
     pub fn digest(&self) -> String {
         use sha2::Digest as _;
         let json = serde_json::to_vec(self).unwrap_or_default();
-        let mut hex: String = sha2::Sha256::digest(&json)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        hex.truncate(16);
-        hex
+        hex::encode(&sha2::Sha256::digest(&json)[..8])
     }
 }
 

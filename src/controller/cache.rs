@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod};
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -436,6 +436,46 @@ mod run_pods_tests {
     }
 }
 
+/// The pinned ConfigMap `name`, from the cache or read once; on failure, its name and the error.
+pub(super) async fn pinned_config_map(
+    ctx: &super::Context,
+    name: &str,
+) -> Result<Arc<ConfigMap>, (String, kube::Error)> {
+    // Content-addressed and immutable: once read, a ConfigMap's data is known for good.
+    if let Some(cm) = ctx.pinned.get(name) {
+        return Ok(cm);
+    }
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let cm = api.get(name).await.map_err(|e| (name.to_string(), e))?;
+    Ok(ctx.pinned.keep(name, &cm))
+}
+
+/// `op` with the files of its file list (`varsFilesRef`) in `varsFiles`, as the Job lays them out; `op` as
+/// it is when it lists them itself. On failure, the list's name and the error.
+pub(super) async fn with_vars_files<'a>(
+    ctx: &super::Context,
+    op: &'a crate::api::ClusterOperation,
+) -> Result<std::borrow::Cow<'a, crate::api::ClusterOperation>, (String, kube::Error)> {
+    let Some(list) = &op.spec.vars_files_ref else {
+        return Ok(std::borrow::Cow::Borrowed(op));
+    };
+    let cm = pinned_config_map(ctx, &list.name).await?;
+    let Some(files) = crate::api::file_list(&cm) else {
+        let status = kube::core::Status::failure(
+            &format!(
+                "ConfigMap {} holds no file list under {}",
+                list.name,
+                crate::api::FILES_KEY
+            ),
+            "Invalid",
+        );
+        return Err((list.name.clone(), kube::Error::Api(status.boxed())));
+    };
+    let mut op = op.clone();
+    op.spec.vars_files = files;
+    Ok(std::borrow::Cow::Owned(op))
+}
+
 /// The data of pinned ConfigMaps, by name, read once: their names are content-addressed and their data
 /// immutable, so an entry is never stale. Verification and health read a pinned inventory from here; the
 /// files a fleet shares (one ConfigMap each) are read once for the whole fleet. Holds at most
@@ -445,7 +485,7 @@ pub struct PinnedData(Mutex<PinnedEntries>);
 
 #[derive(Debug, Default)]
 struct PinnedEntries {
-    by_name: HashMap<Box<str>, (u64, Arc<k8s_openapi::api::core::v1::ConfigMap>)>,
+    by_name: HashMap<Box<str>, (u64, Arc<ConfigMap>)>,
     bytes: usize,
     clock: u64,
 }
@@ -455,7 +495,7 @@ impl PinnedData {
     pub const MAX_BYTES: usize = 8 << 20;
 
     /// The cached ConfigMap `name` (its data only).
-    pub fn get(&self, name: &str) -> Option<Arc<k8s_openapi::api::core::v1::ConfigMap>> {
+    pub fn get(&self, name: &str) -> Option<Arc<ConfigMap>> {
         let mut entries = self.0.lock().ok()?;
         entries.clock += 1;
         let now = entries.clock;
@@ -465,12 +505,8 @@ impl PinnedData {
     }
 
     /// Keeps the data of `cm`, read from the API server, under `name`.
-    pub fn keep(
-        &self,
-        name: &str,
-        cm: &k8s_openapi::api::core::v1::ConfigMap,
-    ) -> Arc<k8s_openapi::api::core::v1::ConfigMap> {
-        let kept = Arc::new(k8s_openapi::api::core::v1::ConfigMap {
+    pub fn keep(&self, name: &str, cm: &ConfigMap) -> Arc<ConfigMap> {
+        let kept = Arc::new(ConfigMap {
             data: cm.data.clone(),
             binary_data: cm.binary_data.clone(),
             ..Default::default()
@@ -502,7 +538,7 @@ impl PinnedData {
     }
 }
 
-fn data_size(cm: &k8s_openapi::api::core::v1::ConfigMap) -> usize {
+fn data_size(cm: &ConfigMap) -> usize {
     let text: usize = cm.data.iter().flatten().map(|(k, v)| k.len() + v.len()).sum();
     let binary: usize = cm
         .binary_data

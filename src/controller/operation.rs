@@ -842,7 +842,7 @@ async fn create_job(
             format!("preparing the credentials Secrets and their Role for cluster {cluster}"),
         )(e));
     }
-    let laid_out = match super::verify::with_vars_files(ctx, op).await {
+    let laid_out = match super::cache::with_vars_files(ctx, op).await {
         Ok(op) => op,
         Err((list, e)) => {
             release(ctx, op);

@@ -8,7 +8,7 @@
 //! and other clusters' operations go on. Nor does the operation hold a `--max-concurrent-jobs` slot while
 //! it is verified (its Job is done); it keeps its own cluster's later operations waiting. What the cluster should be (the pinned inventory and vars) is
 //! read once per verification ([`Verifications`]), each pinned ConfigMap from the API server only the first
-//! time any verification or health check needs it ([`super::cache::PinnedData`]).
+//! time any verification, health check or Job needs it ([`super::cache::PinnedData`]).
 //!
 //! An attempt that passes first ends the operation at once (Succeeded, no write in between). One that
 //! fails records `status.verification` (state `Verifying`, `startedAt`, each check's result), and the
@@ -27,7 +27,6 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use tokio::time::Instant;
@@ -325,46 +324,6 @@ pub(super) async fn access(ctx: &Context, cluster: &str) -> Result<Access, Acces
     crate::health::access(&ctx.client, ns, cluster, named.as_deref()).await
 }
 
-/// The pinned ConfigMap `name`, from the cache or read once; on failure, its name and the error.
-pub(super) async fn pinned_config_map(
-    ctx: &Context,
-    name: &str,
-) -> Result<std::sync::Arc<ConfigMap>, (String, kube::Error)> {
-    // Content-addressed and immutable: once read, a ConfigMap's data is known for good.
-    if let Some(cm) = ctx.pinned.get(name) {
-        return Ok(cm);
-    }
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let cm = api.get(name).await.map_err(|e| (name.to_string(), e))?;
-    Ok(ctx.pinned.keep(name, &cm))
-}
-
-/// `op` with the files of its file list (`varsFilesRef`) in `varsFiles`, as the Job lays them out; `op` as
-/// it is when it lists them itself. On failure, the list's name and the error.
-pub(super) async fn with_vars_files<'a>(
-    ctx: &Context,
-    op: &'a ClusterOperation,
-) -> Result<std::borrow::Cow<'a, ClusterOperation>, (String, kube::Error)> {
-    let Some(list) = &op.spec.vars_files_ref else {
-        return Ok(std::borrow::Cow::Borrowed(op));
-    };
-    let cm = pinned_config_map(ctx, &list.name).await?;
-    let Some(files) = crate::api::file_list(&cm) else {
-        let status = kube::core::Status::failure(
-            &format!(
-                "ConfigMap {} holds no file list under {}",
-                list.name,
-                crate::api::FILES_KEY
-            ),
-            "Invalid",
-        );
-        return Err((list.name.clone(), kube::Error::Api(status.boxed())));
-    };
-    let mut op = op.clone();
-    op.spec.vars_files = files;
-    Ok(std::borrow::Cow::Owned(op))
-}
-
 /// What the cluster should be after running `action` with `args` on the inventory directory `pinned` names;
 /// on failure, the ConfigMap that could not be read.
 pub(super) async fn expected(
@@ -375,14 +334,14 @@ pub(super) async fn expected(
 ) -> Result<Expected, (String, kube::Error)> {
     let mut config_maps = BTreeMap::new();
     for name in pinned.inventory_config_maps() {
-        let cm = pinned_config_map(ctx, name).await?;
+        let cm = super::cache::pinned_config_map(ctx, name).await?;
         config_maps.insert(name.to_string(), ConfigMap::clone(&cm));
     }
     // The files a file list names, once the list is read.
     let listed = crate::materialize::pinned::vars_files(pinned, &config_maps).unwrap_or_default();
     for f in listed {
         if let std::collections::btree_map::Entry::Vacant(slot) = config_maps.entry(f.config_map) {
-            let cm = pinned_config_map(ctx, slot.key()).await?;
+            let cm = super::cache::pinned_config_map(ctx, slot.key()).await?;
             slot.insert(ConfigMap::clone(&cm));
         }
     }

@@ -595,6 +595,35 @@ mod tests {
     }
 
     #[test]
+    fn a_status_computed_from_the_run_is_queued_until_its_digest_is_recorded_and_an_earlier_kok_s_record_counts(
+    ) {
+        let mut q = Queue::default();
+        // No stored desiredStatus: the status is computed from the run's phase and message.
+        let mut running = op("r", None, None);
+        running.status = Some(crate::api::ClusterOperationStatus {
+            phase: crate::api::Phase::Running,
+            ..Default::default()
+        });
+        q.observe(watcher::Event::Apply(running.clone()));
+        let computed = q.pending["r"].desired.clone();
+        assert_eq!(computed.state, crate::api::StatusState::Running);
+        assert_eq!(computed.description, "running: a.yml");
+        running.status.as_mut().unwrap().reported_digest = Some(computed.digest());
+        q.observe(watcher::Event::Apply(running));
+        assert!(q.pending.is_empty(), "delivered: never sent again");
+
+        // An earlier kok stored the status and its delivery in full: delivered too.
+        let mut old = op("old", Some("done"), None);
+        let st = old.status.as_mut().unwrap();
+        st.reported = st.desired_status.clone();
+        q.observe(watcher::Event::Apply(old));
+        assert!(
+            q.pending.is_empty(),
+            "an earlier kok's full record counts as delivered"
+        );
+    }
+
+    #[test]
     fn queue_retries_failures_later_and_forgets_objects_gone_after_a_relist() {
         let mut q = Queue::default();
         q.observe(watcher::Event::Apply(op("a", Some("queued"), None)));
