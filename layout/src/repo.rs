@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use super::ansible::{read_inventory_dir, InventorySource};
+use super::ansible::{read_parsed_inventory_dir, InventorySource};
 use super::diag::{error_count, join, parse_yaml, read_text, FileDiags};
 use super::names::{dns1123_label_problem, hint};
 use super::operations::parse_operations;
 use super::playbooks::read_repository_files;
 use super::rollouts::{parse_rollouts, Fleet};
 use super::settings::{merge_settings, parse_settings};
+use super::yaml::Node;
 use super::{ClusterDir, Diagnostic, Entry, EntryKind, InventoryDir, Parsed, Settings, TreeReader};
 use crate::spec::VARS_INVENTORY_PATH;
 
@@ -235,9 +236,9 @@ fn parse_cluster(
         return;
     };
     let inventory_file = inventory_file_of(&read.entries, &dir, cluster, out);
-    let vars_usable = check_vars_yml(&read, &dir, cluster, out);
+    let vars_doc = check_vars_yml(&read, &dir, cluster, out);
     let inventory =
-        inventory_file.and_then(|file| cluster_inventory(&read, file, vars_usable, &dir, cluster, out));
+        inventory_file.and_then(|file| cluster_inventory(&read, file, vars_doc, &dir, cluster, out));
     check_cluster_size(&read, &dir, cluster, out);
     let inventory_only = inventory.as_ref().map(|(inventory, _)| inventory);
     let operations = parsed_file(&read, OPERATIONS_YML, &dir, cluster, out, |text, d| {
@@ -286,12 +287,12 @@ fn parse_cluster(
     }
 }
 
-/// The inventory of the cluster in `dir` from its inventory `file`, with vars.yml when `vars_usable`
-/// and its group_vars/ and host_vars/; `None` when it has errors (reported into `out`).
+/// The inventory of the cluster in `dir` from its inventory `file`, with vars.yml when validation gave its
+/// document `vars_doc`, and its group_vars/ and host_vars/; `None` when it has errors (reported into `out`).
 fn cluster_inventory(
     read: &ClusterFiles,
     file: &str,
-    vars_usable: bool,
+    vars_doc: Option<Node>,
     dir: &str,
     cluster: Option<&str>,
     out: &mut Vec<Diagnostic>,
@@ -299,7 +300,7 @@ fn cluster_inventory(
     let text = read.files.get(file)?;
     // A broken vars.yml is reported above; with group_vars/all beside it (refused above), ansible
     // would pass over it: said once.
-    let vars_yml = read.files.get(VARS_YML).filter(|_| vars_usable);
+    let vars_yml = read.files.get(VARS_YML).zip(vars_doc);
     resolve_cluster_inventory(dir, cluster, file, text, vars_yml, &read.vars_files, out)
 }
 
@@ -355,22 +356,22 @@ fn check_cluster_dir(reader: &dyn TreeReader, dir: &str, name: &str, out: &mut V
     }
 }
 
-/// Checks the cluster's vars.yml, and that group_vars/ holds no variables of `all` beside it; whether
-/// vars.yml is one the inventory may read (valid, and not refused for group_vars/all).
-fn check_vars_yml(read: &ClusterFiles, dir: &str, cluster: Option<&str>, out: &mut Vec<Diagnostic>) -> bool {
-    let Some(text) = read.files.get(VARS_YML) else {
-        return true;
-    };
-    let mut d = FileDiags::new(join(dir, VARS_YML), cluster, out);
-    let start = d.error_count();
-    check_vars(text, &mut d);
-    let vars_ok = d.error_count() == start;
+/// Checks the cluster's vars.yml, and that group_vars/ holds no variables of `all` beside it; vars.yml's
+/// document when it is one the inventory may read (valid, and not refused for group_vars/all).
+fn check_vars_yml(
+    read: &ClusterFiles,
+    dir: &str,
+    cluster: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<Node> {
+    let text = read.files.get(VARS_YML)?;
+    let doc = check_vars(text, &mut FileDiags::new(join(dir, VARS_YML), cluster, out));
     let Some((path, _)) = read
         .vars_files
         .iter()
         .find(|(path, _)| is_group_vars_of_all(path))
     else {
-        return vars_ok;
+        return doc;
     };
     // A directory is named as one: `group_vars/all/`.
     let all = match path.match_indices('/').nth(1) {
@@ -385,7 +386,7 @@ fn check_vars_yml(read: &ClusterFiles, dir: &str, cluster: Option<&str>, out: &m
              variables into {all} and delete vars.yml, or the other way round)"
         ),
     );
-    false
+    None
 }
 
 /// Reports a cluster directory whose files hold more than [`MAX_INVENTORY_BYTES`], what kok pins for one
@@ -462,18 +463,22 @@ fn inventory_file_of(
 
 /// Reads the cluster's inventory directory as ansible does (the inventory file, vars.yml as
 /// `group_vars/all.yml`, group_vars/ and host_vars/), reporting its problems; its inventory when it has none.
+/// `vars_yml` is vars.yml's text and the document validation parsed, read from that document.
 fn resolve_cluster_inventory(
     dir: &str,
     cluster: Option<&str>,
     file: &str,
     text: &str,
-    vars_yml: Option<&String>,
+    vars_yml: Option<(&String, Node)>,
     vars_files: &[(String, String)],
     out: &mut Vec<Diagnostic>,
 ) -> Option<(super::Inventory, super::KubesprayView)> {
     let mut files = Vec::with_capacity(vars_files.len() + 1);
-    if let Some(vars) = vars_yml {
+    let mut parsed = BTreeMap::new();
+    let has_vars_yml = vars_yml.is_some();
+    if let Some((vars, doc)) = vars_yml {
         files.push((VARS_INVENTORY_PATH.to_string(), vars.clone()));
+        parsed.insert(VARS_INVENTORY_PATH, doc);
     }
     files.extend(vars_files.iter().cloned());
     let source = InventorySource {
@@ -484,16 +489,16 @@ fn resolve_cluster_inventory(
         files: &files,
     };
     let mut found = Vec::new();
-    let resolved = read_inventory_dir(&source, &mut found);
+    let resolved = read_parsed_inventory_dir(&source, parsed, &mut found);
     // vars.yml is read as group_vars/all.yml (which cannot be there beside it): its problems are vars.yml's.
     let as_all = join(dir, VARS_INVENTORY_PATH);
     for mut d in found {
-        if vars_yml.is_some() && d.path == as_all {
+        if has_vars_yml && d.path == as_all {
             d.path = join(dir, VARS_YML);
         }
         out.push(d);
     }
-    resolved.map(|r| super::inventory_dir::inventory_and_view(&r, vars_yml.is_some()))
+    resolved.map(|r| super::inventory_dir::inventory_and_view(&r, has_vars_yml))
 }
 
 /// True for the files of group_vars/ that hold the group variables of `all` (`group_vars/all.yml`,
@@ -731,28 +736,32 @@ fn read_vars_dir(
     }
 }
 
-/// vars.yml must be a YAML mapping, the group variables of `all` (an empty file is refused: write `{}`).
-fn check_vars(text: &str, d: &mut FileDiags<'_>) {
-    match parse_yaml(text, d) {
-        Err(()) => {}
-        Ok(None) => d.error_at(
+/// vars.yml must be a YAML mapping, the group variables of `all` (an empty file is refused: write `{}`);
+/// its document when it has no errors.
+fn check_vars(text: &str, d: &mut FileDiags<'_>) -> Option<Node> {
+    let start = d.error_count();
+    let root = parse_yaml(text, d).ok()?;
+    match &root {
+        None => d.error_at(
             1,
             1,
             "vars.yml is empty: write `{}` when the cluster has no variables",
         ),
-        Ok(Some(root)) if root.is_null() => d.error(
-            &root,
+        Some(root) if root.is_null() => d.error(
+            root,
             "vars.yml is empty: write `{}` when the cluster has no variables",
         ),
-        Ok(Some(root)) if root.as_map().is_none() => d.error(
-            &root,
+        Some(root) if root.as_map().is_none() => d.error(
+            root,
             format!(
                 "vars.yml must be a mapping of variable names to values, not {}",
                 root.type_name()
             ),
         ),
-        Ok(Some(_)) => {}
+        Some(_) => {}
     }
+    // The duplicate keys parse_yaml reported are errors too.
+    root.filter(|_| d.error_count() == start)
 }
 
 #[cfg(test)]
@@ -1195,6 +1204,46 @@ mod tests {
                 messages(&parsed)[0].contains(want),
                 "{text:?}: {:?}",
                 messages(&parsed)
+            );
+        }
+    }
+
+    #[test]
+    fn vars_yml_and_hosts_yml_are_parsed_once_per_pass_into_the_inventory_their_text_gives() {
+        let tree = Mem::default()
+            .file("clusters/a/hosts.yml", "all:\n  hosts:\n    n1:\n")
+            .file("clusters/a/vars.yml", "# kubespray's\nkube_version: v1.31.4\n")
+            .file("clusters/b/hosts.yml", "all:\n  hosts:\n    n1:\n")
+            // Read as JSON first, its lines taken from the document validation parsed.
+            .file(
+                "clusters/b/vars.yml",
+                "{\"x\": 1,\n \"kube_version\": \"v1.30.0\"}\n",
+            );
+        crate::yaml::PARSES.with(|n| n.set(0));
+        let parsed = parse_repo(&tree, "clusters");
+        assert_eq!(
+            crate::yaml::PARSES.with(|n| n.get()),
+            4,
+            "each cluster's hosts.yml and vars.yml, once each"
+        );
+        assert_eq!(messages(&parsed), Vec::<String>::new());
+        let version = |i: usize| {
+            parsed.clusters[i].kubespray_view().vars["kube_version"]
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(version(0).origin.to_string(), "vars.yml:2");
+        assert_eq!(version(1).origin.to_string(), "vars.yml:2");
+        assert_eq!(
+            version(1).value,
+            crate::Known::Value(serde_json::json!("v1.30.0"))
+        );
+        for cluster in &parsed.clusters {
+            // What the pinned files give when read again from their text.
+            assert_eq!(cluster.kubespray, cluster.inventory_dir.kubespray_view());
+            assert_eq!(
+                Some(&cluster.inventory),
+                cluster.inventory_dir.inventory().as_ref()
             );
         }
     }

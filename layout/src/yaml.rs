@@ -173,8 +173,16 @@ impl Node {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many times [`parse`] ran on this thread: tests pin that a pass parses each file once.
+    pub(crate) static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Parses `text` as one YAML document. Syntax errors (and a second document) are returned as `Err`.
 pub(crate) fn parse(text: &str) -> Result<Doc, Problem> {
+    #[cfg(test)]
+    PARSES.with(|n| n.set(n.get() + 1));
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
     let loaded = parser.load(&mut builder, true);

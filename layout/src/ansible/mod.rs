@@ -18,7 +18,7 @@ pub(crate) mod value;
 pub(crate) mod vars;
 pub(crate) mod yaml11;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 pub use resolve::{AnsibleInventory, GroupVar};
@@ -56,6 +56,16 @@ pub fn read_inventory_dir(
     source: &InventorySource<'_>,
     out: &mut Vec<Diagnostic>,
 ) -> Option<AnsibleInventory> {
+    read_parsed_inventory_dir(source, BTreeMap::new(), out)
+}
+
+/// [`read_inventory_dir`], with the YAML documents of some of `source.files` already parsed (by path, their
+/// duplicate keys reported): validation hands vars.yml's on, so that it is parsed once.
+pub(crate) fn read_parsed_inventory_dir(
+    source: &InventorySource<'_>,
+    parsed: BTreeMap<&str, Node>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<AnsibleInventory> {
     let errors_before = error_count(out);
     let full = |rel: &str| join(source.dir, rel);
     let mut diags = FileDiags::new(full(source.inventory_name), source.cluster, out);
@@ -71,17 +81,19 @@ pub fn read_inventory_dir(
         })
     };
     let graph = graph.filter(|_| error_count(out) == errors_before);
-    let files = read_vars_files(source, graph.as_ref(), out);
+    let files = read_vars_files(source, graph.as_ref(), parsed, out);
     let graph = graph?;
     (error_count(out) == errors_before)
         .then(|| AnsibleInventory::new(graph, source.inventory_name.to_string(), Arc::new(files)))
 }
 
 /// Reads the vars files ansible would read for the inventory's groups and hosts (and the groups kubespray's
-/// boilerplate adds), reporting their problems and the files it would pass over.
+/// boilerplate adds), reporting their problems and the files it would pass over; those in `parsed` from
+/// their document.
 fn read_vars_files(
     source: &InventorySource<'_>,
     graph: Option<&graph::Graph>,
+    mut parsed: BTreeMap<&str, Node>,
     out: &mut Vec<Diagnostic>,
 ) -> VarsFiles {
     let full = |rel: &str| join(source.dir, rel);
@@ -137,7 +149,7 @@ fn read_vars_files(
                 let path = format!("{subdir}/{rel}");
                 let text = texts.get(path.as_str()).copied().unwrap_or_default();
                 let mut diags = FileDiags::new(full(&path), source.cluster, out);
-                if let Some(file) = parse_vars_file(text, &mut diags) {
+                if let Some(file) = parse_vars_file(text, parsed.remove(path.as_str()), &mut diags) {
                     layers.push(Layer { path, file });
                 }
             }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::value::{judge, Known, Unknown, Var, VarMap};
 use super::yaml11::{key_text, typed};
-use crate::diag::{parse_yaml, FileDiags};
+use crate::diag::FileDiags;
 use crate::yaml::{self, Kind, Node};
 
 /// The extensions ansible tries after the bare name, in its order.
@@ -26,16 +26,30 @@ pub(crate) enum VarsFile {
 }
 
 /// Reads one vars file: YAML (or JSON, which ansible tries first) holding a mapping, or a whole-file
-/// vault. `None` after reporting why ansible would refuse it.
-pub(crate) fn parse_vars_file(text: &str, diags: &mut FileDiags<'_>) -> Option<VarsFile> {
+/// vault. `parsed` is the file's YAML document when the caller has already parsed it and reported its
+/// duplicate keys (validation's vars.yml), so that the text is not parsed again. `None` after reporting
+/// why ansible would refuse it.
+pub(crate) fn parse_vars_file(
+    text: &str,
+    parsed: Option<Node>,
+    diags: &mut FileDiags<'_>,
+) -> Option<VarsFile> {
     if text.starts_with(VAULT_HEADER) {
         return Some(VarsFile::Vault);
     }
+    let parse = || match parsed {
+        Some(root) => Ok(yaml::Doc {
+            root: Some(root),
+            duplicates: Vec::new(),
+        }),
+        None => yaml::parse(text),
+    };
     if let Ok(json) = serde_json::from_str::<Value>(text) {
-        return json_vars(json, text, diags).map(VarsFile::Vars);
+        let root = parse().ok().and_then(|doc| doc.root);
+        return json_vars(json, root.as_ref(), diags).map(VarsFile::Vars);
     }
     let errors = diags.error_count();
-    let root = match yaml::parse(text) {
+    let root = match parse() {
         Ok(doc) => {
             for dup in doc.duplicates {
                 // ansible warns and keeps the last value.
@@ -49,8 +63,8 @@ pub(crate) fn parse_vars_file(text: &str, diags: &mut FileDiags<'_>) -> Option<V
             }
             doc.root
         }
-        Err(_) => {
-            parse_yaml(text, diags).ok()?;
+        Err(problem) => {
+            diags.error_at(problem.line, problem.col, problem.message);
             return None;
         }
     };
@@ -115,8 +129,8 @@ fn is_falsy(node: &Node) -> bool {
     }
 }
 
-/// A JSON vars file: an object (lines taken from the same text read as YAML, when it reads).
-fn json_vars(json: Value, text: &str, diags: &mut FileDiags<'_>) -> Option<VarMap> {
+/// A JSON vars file: an object (lines taken from `root`, the same text read as YAML, when it reads).
+fn json_vars(json: Value, root: Option<&Node>, diags: &mut FileDiags<'_>) -> Option<VarMap> {
     let object = match json {
         Value::Object(object) => object,
         Value::Null | Value::Bool(false) => return Some(VarMap::new()),
@@ -137,10 +151,8 @@ fn json_vars(json: Value, text: &str, diags: &mut FileDiags<'_>) -> Option<VarMa
             return None;
         }
     };
-    let lines: BTreeMap<String, usize> = yaml::parse(text)
-        .ok()
-        .and_then(|doc| doc.root)
-        .and_then(|root| match root.kind {
+    let lines: BTreeMap<String, usize> = root
+        .and_then(|root| match &root.kind {
             Kind::Map(entries) => Some(entries.iter().map(|(k, _)| (key_text(k), k.line)).collect()),
             _ => None,
         })
@@ -281,7 +293,11 @@ mod tests {
 
     fn read(text: &str) -> (Option<VarsFile>, Vec<Diagnostic>) {
         let mut out = Vec::new();
-        let file = parse_vars_file(text, &mut FileDiags::new("group_vars/all.yml", None, &mut out));
+        let file = parse_vars_file(
+            text,
+            None,
+            &mut FileDiags::new("group_vars/all.yml", None, &mut out),
+        );
         (file, out)
     }
 
