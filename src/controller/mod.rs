@@ -431,6 +431,11 @@ fn watch_clusters(
     let cluster_queue = cluster_queue.clone();
     live::cluster_events(client, live.clone(), writer).for_each(move |event| {
         match event {
+            // A new Cluster's first status waits as a change of its operations does: the pass creates
+            // them right after it, and one write then counts them all.
+            Ok(watcher::Event::Apply(c)) if c.status.is_none() => {
+                cluster_queue.trigger_after(&c.name_any(), CLUSTER_SETTLE)
+            }
             Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => {
                 cluster_queue.trigger(&c.name_any())
             }
@@ -606,8 +611,8 @@ fn wake_known_cluster(live: &live::LiveCache, queue: &WorkQueue, cluster: &str) 
 
 /// How long a Cluster's reconcile waits after a change of one of its operations, so that the changes of
 /// a burst (a commit's new operations, each written, queued and reported in turn) make one status
-/// write instead of one each. A change of the Cluster itself, or a Secret it names, reconciles it at
-/// once.
+/// write instead of one each; so does a new Cluster's first status. A change of a Cluster with a status,
+/// or of a Secret it names, reconciles it at once.
 const CLUSTER_SETTLE: Duration = Duration::from_secs(1);
 
 /// Most reconciles of one controller running at once. Each holds an API request; without a bound a

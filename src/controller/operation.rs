@@ -884,11 +884,11 @@ async fn wait(ctx: &Context, op: &ClusterOperation, message: String) -> Result<(
     {
         return Ok(());
     }
-    let first = phase(op) != Phase::Queued;
+    // No Event: every new run waits first, and at fleet size an Event each doubled a first pass's writes;
+    // the status says why it waits, and the Events mark the transitions that start and end it.
     let t = Transition {
         phase: Phase::Queued,
         message: Some(message),
-        event: first.then_some(("Queued", false)),
         ..Transition::default()
     };
     transition(ctx, op, t).await

@@ -145,7 +145,9 @@ async fn a_person_follows_the_fleet_to_a_running_operation_and_watches_its_log_g
     browser.screenshot(&shots.join("operation-running.png")).await;
     std::fs::write(repo.marks().join("g.gate1"), "").unwrap();
     // ansible writes the next task's header after the message, maybe in a later chunk: wait for it.
-    let text = browser.wait_for_text(&log, "TASK [Wait for the second gate]").await;
+    let text = browser
+        .wait_for_text(&log, "TASK [Wait for the second gate]")
+        .await;
     assert!(text.contains("past the first gate"), "{text}");
 
     // When the run ends the page shows its per-host table.
