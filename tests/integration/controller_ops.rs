@@ -174,6 +174,43 @@ async fn two_operations_of_one_cluster_run_in_order_and_two_clusters_in_parallel
     wait_phase(&client, &second, Phase::Running).await;
     assert_eq!(phase(&client, &first).await, Some(Phase::Succeeded));
     assert_eq!(jobs(&client).await.len(), 3);
+    // Waiting is in the status, not an Event: the Events mark the start (and the end).
+    let reasons = wait_for("the second operation's Started Event", || async {
+        Some(events_for(&client, &second).await).filter(|r| !r.is_empty())
+    })
+    .await;
+    assert_eq!(reasons, ["Started"]);
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn a_new_clusters_first_status_counts_the_operations_its_pass_created() {
+    let server = server().await;
+    let client = server.client();
+    let ctl = start(&client, config(4));
+    let ids = ["one", "two", "three", "four", "five"];
+    let entries = ids.iter().map(|id| entry(id, "one.yml", &[])).collect();
+    let d = render(&cluster_dir("fresh", HOSTS, entries, None), 1, &[]);
+    apply_cluster(&client, NS, &d).await.unwrap();
+    let clusters = Api::<Cluster>::namespaced(client.clone(), NS);
+    let first = wait_for("the new Cluster's first status", || async {
+        clusters.get("fresh").await.ok()?.status
+    })
+    .await;
+    let counts = first.operations.unwrap_or_default();
+    assert_eq!(
+        counts.pending + counts.running,
+        ids.len() as u32,
+        "the first status written already counts every operation: {counts:?}"
+    );
+    // One write for the burst (two when the runs' own transitions land after the settle time), not one
+    // for the bare Cluster and more as its runs appear and queue (three here before).
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let writes = server.requests().count("patch", "clusters/status");
+    assert!(
+        writes <= 2,
+        "{writes} status writes for a new Cluster and its runs"
+    );
     ctl.stop().await;
 }
 
