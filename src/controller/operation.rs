@@ -884,8 +884,8 @@ async fn wait(ctx: &Context, op: &ClusterOperation, message: String) -> Result<(
     {
         return Ok(());
     }
-    // No Event: every new run waits first, and at fleet size an Event each doubled a first pass's writes;
-    // the status says why it waits, and the Events mark the transitions that start and end it.
+    // No Event: every new run waits first, so an Event each was one more write for every run a pass
+    // creates; the status says why it waits, and the Events mark the transitions that start and end it.
     let t = Transition {
         phase: Phase::Queued,
         message: Some(message),
