@@ -523,6 +523,29 @@ pub struct OperationSummary {
     pub summary: String,
 }
 
+/// One operation of a Cluster as `kok status` shows it: the running or next one, or the last finished.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationLine {
+    /// Name of the ClusterOperation.
+    pub name: String,
+    /// Operation id from operations.yml.
+    pub id: String,
+    /// Its phase.
+    pub phase: Phase,
+    /// Commit it came from.
+    pub commit: String,
+    /// Why it waits, or what its run did (at most 255 characters).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub outcome: String,
+    /// When its Job started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+}
+
 /// Observed state of a Cluster.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -546,6 +569,13 @@ pub struct ClusterStatus {
     /// Number of operations per phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operations: Option<OperationCounts>,
+    /// The running operation, else the next one to run with why it waits: what `kok status` shows of the
+    /// queue without reading every run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_operation: Option<OperationLine>,
+    /// The operation that finished last, with what its run did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_finished: Option<OperationLine>,
     /// Secret with the cluster's admin kubeconfig (key `value`), once a run left `artifacts/admin.conf`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_ref: Option<SecretRef>,

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::OutputFormat;
 use crate::api::{Cluster, ClusterOperation, NodeCounts, DEFAULT_NAMESPACE, LABEL_CLUSTER};
 use crate::health::conditions::HEALTHY;
-use crate::web::pages::{cluster_row, CertificateDays, OpLine, State};
+use crate::web::pages::{cluster_row, cluster_row_from_status, CertificateDays, OpLine, State};
 
 /// How long `--watch` gathers events before it redraws, so that a burst of changes redraws once.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -77,7 +77,21 @@ pub struct StatusRow {
     pub last: Option<OpLine>,
 }
 
-/// The rows of `clusters` (only `only`, when given) with their `ops`, by name, at `now`.
+/// Whether `cluster`'s status says what its queue does: it names the running or next operation or the
+/// last finished one, or counts no operation. A Cluster not yet reconciled (or written by a kok before
+/// `currentOperation` and `lastFinished`) does not, and its row is made from its runs.
+pub fn queue_in_status(cluster: &Cluster) -> bool {
+    cluster.status.as_ref().is_some_and(|s| {
+        s.current_operation.is_some()
+            || s.last_finished.is_some()
+            || s.operations
+                .as_ref()
+                .is_some_and(|n| n.pending + n.running + n.succeeded + n.failed == 0)
+    })
+}
+
+/// The rows of `clusters` (only `only`, when given) at `now`: from what each Cluster's status says of its
+/// queue, or, for a Cluster whose status does not ([`queue_in_status`]), from its runs among `ops`.
 pub fn rows(
     clusters: &[Cluster],
     ops: &[ClusterOperation],
@@ -96,8 +110,12 @@ pub fn rows(
         .filter(|c| only.is_none_or(|o| c.name_any() == o))
         .map(|c| {
             let name = c.name_any();
-            let mine = by_cluster.remove(name.as_str()).unwrap_or_default();
-            let row = cluster_row(&name, Some(c), &mine, now);
+            let row = if queue_in_status(c) {
+                cluster_row_from_status(c, now)
+            } else {
+                let mine = by_cluster.remove(name.as_str()).unwrap_or_default();
+                cluster_row(&name, Some(c), &mine, now)
+            };
             let status = c.status.clone().unwrap_or_default();
             let healthy = status.conditions.iter().find(|c| c.type_ == HEALTHY);
             StatusRow {
@@ -269,7 +287,13 @@ fn slim_operation(op: &mut ClusterOperation) {
     op.spec.post_hooks = Vec::new();
 }
 
-/// Lists once and prints.
+/// At most this many Clusters whose status does not say what their queue does have their runs listed one
+/// cluster at a time; more, and every run is listed once.
+const LISTS_PER_CLUSTER: usize = 20;
+
+/// Lists once and prints: the Clusters, and the runs only of those whose status does not say what their
+/// queue does (none once the controller has reconciled them), so a fleet of any history reads one object
+/// per cluster.
 async fn once(client: &kube::Client, args: &Args) -> anyhow::Result<ExitCode> {
     let clusters = list_paged(
         &Api::<Cluster>::namespaced(client.clone(), &args.namespace),
@@ -281,20 +305,32 @@ async fn once(client: &kube::Client, args: &Args) -> anyhow::Result<ExitCode> {
     )
     .await
     .with_context(|| format!("listing the Clusters of namespace {}", args.namespace))?;
-    let only_one = match &args.cluster {
-        Some(name) => ListParams::default().labels(&format!("{LABEL_CLUSTER}={name}")),
-        None => ListParams::default(),
-    };
-    let ops = list_paged(
-        &Api::<ClusterOperation>::namespaced(client.clone(), &args.namespace),
-        only_one,
-        slim_operation,
-    )
-    .await
-    .with_context(|| format!("listing the ClusterOperations of namespace {}", args.namespace))?;
     if let Some(name) = &args.cluster {
         if !clusters.iter().any(|c| &c.name_any() == name) {
             anyhow::bail!("no Cluster {name} in namespace {}", args.namespace);
+        }
+    }
+    let unknown: Vec<String> = clusters
+        .iter()
+        .filter(|c| args.cluster.as_ref().is_none_or(|name| &c.name_any() == name))
+        .filter(|c| !queue_in_status(c))
+        .map(|c| c.name_any())
+        .collect();
+    let ops_api = Api::<ClusterOperation>::namespaced(client.clone(), &args.namespace);
+    let listing = || format!("listing the ClusterOperations of namespace {}", args.namespace);
+    let mut ops = Vec::new();
+    if unknown.len() > LISTS_PER_CLUSTER {
+        ops = list_paged(&ops_api, ListParams::default(), slim_operation)
+            .await
+            .with_context(listing)?;
+    } else {
+        for name in &unknown {
+            let mine = ListParams::default().labels(&format!("{LABEL_CLUSTER}={name}"));
+            ops.extend(
+                list_paged(&ops_api, mine, slim_operation)
+                    .await
+                    .with_context(listing)?,
+            );
         }
     }
     let text = render(
@@ -309,73 +345,43 @@ async fn once(client: &kube::Client, args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What a watch event tells `--watch`: which stream, and whether its initial list is complete.
-type Seen = Result<(usize, bool), String>;
-
-fn seen<K>(stream: usize, event: Result<watcher::Event<K>, watcher::Error>) -> Seen {
-    match event {
-        Ok(e) => Ok((stream, matches!(e, watcher::Event::InitDone))),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Marks in `listed` the stream whose initial list `event` completes; warns of a failed watch.
-fn note(listed: &mut [bool; 2], event: Seen) {
-    match event {
-        Ok((stream, done)) => listed[stream] |= done,
-        Err(why) => eprintln!("warning: watching the meta-cluster: {why}"),
-    }
-}
-
-/// Watches Clusters and ClusterOperations and prints the rendering each time it changes.
+/// Watches the Clusters and prints the rendering each time it changes: each row from what its Cluster's
+/// status says of the queue (a Cluster not yet reconciled shows its queue once it is, within a second).
 async fn watch(client: &kube::Client, args: &Args) -> anyhow::Result<ExitCode> {
-    let (clusters, clusters_writer) = reflector::store::<Cluster>();
-    let (ops, ops_writer) = reflector::store::<ClusterOperation>();
-    let config = watcher::Config::default();
-    let cluster_events = reflector(
-        clusters_writer,
+    let (clusters, writer) = reflector::store::<Cluster>();
+    let events = reflector(
+        writer,
         watcher(
             Api::<Cluster>::namespaced(client.clone(), &args.namespace),
-            config.clone(),
+            watcher::Config::default(),
         ),
     )
-    .default_backoff()
-    .map(|e| seen(0, e));
-    let op_events = reflector(
-        ops_writer,
-        watcher(
-            Api::<ClusterOperation>::namespaced(client.clone(), &args.namespace),
-            config,
-        ),
-    )
-    .default_backoff()
-    .map(|e| seen(1, e));
-    let mut events = std::pin::pin!(futures::stream::select(cluster_events, op_events));
+    .default_backoff();
+    let mut events = std::pin::pin!(events);
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let mut listed = [false, false];
+    let mut listed = false;
     let mut shown = String::new();
     let mut tick = tokio::time::interval(TICK);
     loop {
         tokio::select! {
             event = events.next() => {
                 let Some(event) = event else { return Ok(ExitCode::SUCCESS) };
-                note(&mut listed, event);
+                listed |= seen(event);
                 // Gather the rest of a burst before drawing.
                 tokio::time::sleep(SETTLE).await;
                 while let Some(Some(event)) = events.next().now_or_never() {
-                    note(&mut listed, event);
+                    listed |= seen(event);
                 }
             }
             _ = tick.tick() => {}
         }
-        if listed != [true, true] {
+        if !listed {
             continue;
         }
         let clusters: Vec<Cluster> = clusters.state().iter().map(|c| (**c).clone()).collect();
-        let ops: Vec<ClusterOperation> = ops.state().iter().map(|o| (**o).clone()).collect();
         let text = render(
             &clusters,
-            &ops,
+            &[],
             args.cluster.as_deref(),
             args.output,
             true,
@@ -384,6 +390,17 @@ async fn watch(client: &kube::Client, args: &Args) -> anyhow::Result<ExitCode> {
         if text != shown {
             draw(&text, terminal)?;
             shown = text;
+        }
+    }
+}
+
+/// Whether a watch event completes the initial list; warns of a failed watch.
+fn seen<K>(event: Result<watcher::Event<K>, watcher::Error>) -> bool {
+    match event {
+        Ok(e) => matches!(e, watcher::Event::InitDone),
+        Err(e) => {
+            eprintln!("warning: watching the meta-cluster: {e}");
+            false
         }
     }
 }
@@ -559,6 +576,34 @@ mod tests {
             certificates["certificate"], "the API server's certificate \"kube-apiserver\"",
             "{json}"
         );
+    }
+
+    #[test]
+    fn the_rows_from_the_clusters_status_alone_are_the_rows_from_their_runs() {
+        let (clusters, ops) = fleet();
+        let reconciled: Vec<Cluster> = clusters
+            .iter()
+            .map(|c| {
+                let mine: Vec<&ClusterOperation> =
+                    ops.iter().filter(|o| o.spec.cluster == c.name_any()).collect();
+                let mut status = crate::controller::cluster::cluster_status(c, &mine, Ok("NoSecret"));
+                crate::controller::health::carry(&mut status, c.status.as_ref());
+                let mut c = c.clone();
+                c.status = Some(status);
+                c
+            })
+            .collect();
+        assert!(reconciled.iter().all(queue_in_status));
+        assert!(!clusters.iter().any(queue_in_status), "no status says it yet");
+        for format in [OutputFormat::Text, OutputFormat::Json] {
+            assert_eq!(
+                render(&reconciled, &[], None, format, false, now()),
+                render(&clusters, &ops, None, format, false, now()),
+            );
+        }
+        // A Cluster whose status says nothing of its queue takes its row from the runs.
+        let text = render(&clusters, &ops, Some("prod"), OutputFormat::Text, false, now());
+        assert!(text.contains("running upgrade for 10m"), "{text}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The Cluster reconciler: conditions, last operation, counts per phase, and the history limit.
+//! The Cluster reconciler: conditions, last operation, counts per phase, the running or next operation
+//! and the last finished one (what `kok status` reads), and the history limit.
 //!
 //! Conditions:
 //! - `Ready`: False with `SecretNotFound`, `SecretWrongType` or `SecretKeyMissing` when the ssh Secret
@@ -19,13 +20,14 @@ use kube::ResourceExt;
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
-use super::queue::{history_to_delete, phase, queue_order};
+use super::queue::{history_to_delete, last_finished, operation_line, phase, queue_order, running_or_next};
 use super::secret::check_cached;
 use super::{Action, Context, ControllerError};
 use crate::api::{
     Cluster, ClusterOperation, ClusterStatus, OperationCounts, OperationSummary, Phase, SecretRef,
     CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED, DEFAULT_HISTORY_LIMIT,
 };
+use crate::report::status::{cut, MAX_STORED_DESCRIPTION};
 
 fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
     Condition {
@@ -57,7 +59,6 @@ pub fn cluster_status(
         }
     }
     let start = |o: &ClusterOperation| o.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
-    let end = |o: &ClusterOperation| o.status.as_ref().and_then(|s| s.end_time.as_ref()).map(|t| t.0);
     let last = ops
         .iter()
         .filter(|o| start(o).is_some())
@@ -74,10 +75,13 @@ pub fn cluster_status(
         summary: format!("{}: {}", o.spec.id, phase(o)),
     });
     let active = counts.pending + counts.running;
-    let last_finished = ops
-        .iter()
-        .filter(|o| phase(o).is_terminal())
-        .max_by(|a, b| end(a).cmp(&end(b)).then_with(|| queue_order(a, b)));
+    let last_finished = last_finished(ops.iter().copied());
+    // What `kok status` shows of the queue, so that it reads Clusters and not every run.
+    let line = |o: &ClusterOperation| {
+        let mut line = operation_line(o);
+        line.outcome = cut(&line.outcome, MAX_STORED_DESCRIPTION);
+        line
+    };
 
     let ready = match &secret {
         Ok(reason) => condition(
@@ -143,6 +147,8 @@ pub fn cluster_status(
         observed_generation: generation,
         last_operation,
         operations: Some(counts),
+        current_operation: running_or_next(ops.iter().copied()).map(line),
+        last_finished: last_finished.map(line),
         kubeconfig_ref: kubeconfig_ref(cluster, ops),
         ..ClusterStatus::default()
     }
@@ -166,6 +172,20 @@ pub fn keep_transition_times(new: &mut ClusterStatus, old: Option<&ClusterStatus
             _ => Time(now),
         };
     }
+}
+
+/// The merge patch that makes `old` into `new`: `new` with a `null` for each field `old` has and `new` leaves
+/// out (a merge patch keeps a field it does not name), such as the queue's lines once it is empty.
+fn status_patch(new: &ClusterStatus, old: Option<&ClusterStatus>) -> serde_json::Value {
+    let mut patch = json!(new);
+    if let (Some(fields), Some(serde_json::Value::Object(before))) =
+        (patch.as_object_mut(), old.map(|o| json!(o)))
+    {
+        for key in before.keys() {
+            fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
 }
 
 fn cluster_error(cluster: &Cluster, action: String) -> impl FnOnce(kube::Error) -> ControllerError {
@@ -200,7 +220,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     keep_transition_times(&mut status, cluster.status.as_ref(), Timestamp::now());
     if cluster.status.as_ref() != Some(&status) {
         let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), ns);
-        let patch = json!({"status": status});
+        let patch = json!({"status": status_patch(&status, cluster.status.as_ref())});
         api.patch_status(&name, &crate::api::kok_params(), &Patch::Merge(&patch))
             .await
             .map_err(cluster_error(&cluster, "writing status".into()))?;

@@ -6,6 +6,8 @@
 //! operations of the clusters with a failed run for their holds), so the gauges cannot drift from what
 //! the controller decides on, and a cluster that is gone has no series.
 
+use std::collections::HashSet;
+
 use kube::ResourceExt;
 
 use super::live::LiveCache;
@@ -19,11 +21,9 @@ impl FleetView for LiveCache {
         let now = jiff::Timestamp::now();
         let mut queues = self.operations.queue_gauges();
         let mut clusters: Vec<ClusterGauges> = Vec::new();
-        let mut names: Vec<String> = Vec::new();
         for cluster in self.clusters.state() {
-            let name = cluster.name_any();
             let mut gauges = ClusterGauges {
-                name: name.clone(),
+                name: cluster.name_any(),
                 ..ClusterGauges::default()
             };
             if let Some(status) = &cluster.status {
@@ -40,18 +40,19 @@ impl FleetView for LiveCache {
                     .map(|c| c.not_after.0.as_second())
                     .min();
             }
-            names.push(name);
             clusters.push(gauges);
         }
         // Operations of a cluster whose Cluster object is not cached (yet, or any more) still count.
-        for name in queues.keys() {
-            if !names.contains(name) {
-                clusters.push(ClusterGauges {
-                    name: name.clone(),
-                    ..ClusterGauges::default()
-                });
-            }
-        }
+        let cached: HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+        let uncached: Vec<ClusterGauges> = queues
+            .keys()
+            .filter(|name| !cached.contains(name.as_str()))
+            .map(|name| ClusterGauges {
+                name: name.clone(),
+                ..ClusterGauges::default()
+            })
+            .collect();
+        clusters.extend(uncached);
         for gauges in &mut clusters {
             let Some(queue) = queues.remove(&gauges.name) else {
                 continue;

@@ -662,7 +662,13 @@ impl OpCache {
         }
         let mut by_cluster: BTreeMap<String, QueueGauges> = BTreeMap::new();
         for (name, record) in &ops.by_name {
-            let gauges = by_cluster.entry(record.spec.cluster.to_string()).or_default();
+            let cluster: &str = &record.spec.cluster;
+            if !by_cluster.contains_key(cluster) {
+                by_cluster.insert(cluster.to_string(), QueueGauges::default());
+            }
+            let Some(gauges) = by_cluster.get_mut(cluster) else {
+                continue;
+            };
             let phase = record.phase();
             if let Some(n) = gauges.phases.iter_mut().find(|(p, _)| *p == phase) {
                 n.1 += 1;

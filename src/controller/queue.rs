@@ -13,11 +13,64 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 
-use crate::api::{ClusterOperation, OnFailure, Phase, HELD_PREFIX, LABEL_CURRENT};
+use crate::api::{ClusterOperation, OnFailure, OperationLine, Phase, HELD_PREFIX, LABEL_CURRENT};
+use crate::report::status::{failure_words, summary_words};
 
 /// The phase recorded on a ClusterOperation (Pending when it has no status yet).
 pub fn phase(op: &ClusterOperation) -> Phase {
     op.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+/// The running operation among `ops` (a cluster's), else the first waiting one in queue order.
+pub fn running_or_next<'a>(
+    ops: impl IntoIterator<Item = &'a ClusterOperation>,
+) -> Option<&'a ClusterOperation> {
+    let mut next: Option<&ClusterOperation> = None;
+    for op in ops {
+        match phase(op) {
+            Phase::Running => return Some(op),
+            Phase::Pending | Phase::Queued if next.is_none_or(|n| queue_order(op, n) == Ordering::Less) => {
+                next = Some(op)
+            }
+            _ => {}
+        }
+    }
+    next
+}
+
+/// The operation among `ops` (a cluster's) that finished last: by end time, then queue order.
+pub fn last_finished<'a>(
+    ops: impl IntoIterator<Item = &'a ClusterOperation>,
+) -> Option<&'a ClusterOperation> {
+    let end = |o: &ClusterOperation| o.status.as_ref().and_then(|s| s.end_time.as_ref()).map(|t| t.0);
+    ops.into_iter()
+        .filter(|op| phase(op).is_terminal())
+        .max_by(|a, b| end(a).cmp(&end(b)).then_with(|| queue_order(a, b)))
+}
+
+/// `op` in a line: its id, phase, commit, times, and why it waits or what its run did (a failure's first
+/// words, a success's task summary, else the status message).
+pub fn operation_line(op: &ClusterOperation) -> OperationLine {
+    let status = op.status.as_ref();
+    let p = phase(op);
+    let outcome = match (p, status) {
+        (Phase::Failed, Some(s)) if s.failure.is_some() => {
+            s.failure.as_deref().map(failure_words).unwrap_or_default()
+        }
+        (Phase::Succeeded, Some(s)) if s.summary.is_some() => {
+            s.summary.as_deref().map(summary_words).unwrap_or_default()
+        }
+        _ => status.and_then(|s| s.message.clone()).unwrap_or_default(),
+    };
+    OperationLine {
+        name: op.name_any(),
+        id: op.spec.id.clone(),
+        phase: p,
+        commit: op.spec.source.commit.clone(),
+        outcome,
+        start_time: status.and_then(|s| s.start_time.clone()),
+        end_time: status.and_then(|s| s.end_time.clone()),
+    }
 }
 
 /// Queue order of a cluster's operations: `queuePosition` (commit order, then file order), then name.

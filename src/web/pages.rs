@@ -9,15 +9,17 @@ use serde::Serialize;
 use super::rollouts::{parts, rollout_rows, Part, RolloutRow};
 use super::view::{CommitMeta, View};
 use crate::api::{
-    Cluster, ClusterOperation, ClusterStatus, NodeCounts, Phase, StatusState, CONDITION_RECONCILING,
-    CONDITION_STALLED,
+    Cluster, ClusterOperation, ClusterStatus, NodeCounts, OperationLine, Phase, StatusState,
+    CONDITION_RECONCILING, CONDITION_STALLED,
 };
-use crate::controller::queue::{format_duration, phase, queue_order, Wait};
+use crate::controller::queue::{
+    format_duration, last_finished, operation_line, phase, queue_order, running_or_next, Wait,
+};
 use crate::controller::window::maintenance_wait;
 use crate::health::certificates;
 use crate::health::conditions::{HEALTHY, HEALTH_CONDITIONS};
 use crate::plan::PLAN_CONTEXT;
-use crate::report::status::{failure_words, operation_context, operation_status, summary_words};
+use crate::report::status::{failure_words, operation_context, operation_status};
 
 /// A cluster's state on the fleet page, most troubled first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -390,34 +392,27 @@ fn end_of(op: &ClusterOperation) -> Option<Timestamp> {
 }
 
 fn op_line(op: &ClusterOperation, now: Timestamp) -> OpLine {
-    let status = op.status.as_ref();
-    let p = phase(op);
-    let message = status.and_then(|s| s.message.clone()).unwrap_or_default();
-    let outcome = match (p, status) {
-        (Phase::Failed, Some(s)) if s.failure.is_some() => {
-            s.failure.as_deref().map(failure_words).unwrap_or_default()
-        }
-        (Phase::Succeeded, Some(s)) if s.summary.is_some() => {
-            s.summary.as_deref().map(summary_words).unwrap_or_default()
-        }
-        _ => message,
-    };
-    let seconds = match (start_of(op), end_of(op)) {
+    line_of(operation_line(op), now)
+}
+
+/// `line` (a run, or what a Cluster's status says of one) as a list shows it at `now`.
+fn line_of(line: OperationLine, now: Timestamp) -> OpLine {
+    let start = line.start_time.as_ref().map(|t| t.0);
+    let seconds = match (start, line.end_time.as_ref().map(|t| t.0)) {
         (Some(start), Some(end)) => Some(end.as_second() - start.as_second()),
-        (Some(start), None) if p == Phase::Running => Some(now.as_second() - start.as_second()),
+        (Some(start), None) if line.phase == Phase::Running => Some(now.as_second() - start.as_second()),
         _ => None,
     };
-    let commit = op.spec.source.commit.clone();
     OpLine {
-        name: op.name_any(),
-        id: op.spec.id.clone(),
-        phase: p.as_str().to_string(),
-        short: commit.chars().take(8).collect(),
-        commit,
+        name: line.name,
+        id: line.id,
+        phase: line.phase.as_str().to_string(),
+        short: line.commit.chars().take(8).collect(),
+        commit: line.commit,
         meta: None,
-        outcome,
-        start: start_of(op).map(|t| t.to_string()),
-        start_second: start_of(op).map(|t| t.as_second()),
+        outcome: line.outcome,
+        start: start.map(|t| t.to_string()),
+        start_second: start.map(|t| t.as_second()),
         duration: seconds.map(format_duration),
         seconds,
     }
@@ -438,12 +433,6 @@ fn stalled(cluster: &Cluster) -> Option<String> {
         .map(|c| c.message.clone())
 }
 
-fn last_finished(ops: &[ClusterOperation]) -> Option<&ClusterOperation> {
-    ops.iter()
-        .filter(|op| phase(op).is_terminal())
-        .max_by(|a, b| end_of(a).cmp(&end_of(b)).then_with(|| queue_order(a, b)))
-}
-
 /// The waiting operations of a cluster, in queue order.
 fn waiting(ops: &[ClusterOperation]) -> Vec<&ClusterOperation> {
     let mut waiting: Vec<_> = ops
@@ -461,44 +450,61 @@ pub fn cluster_row(
     ops: &[ClusterOperation],
     now: Timestamp,
 ) -> ClusterRow {
-    let running = ops.iter().find(|op| phase(op) == Phase::Running);
-    let next = waiting(ops).into_iter().next();
-    let last = last_finished(ops);
+    let current = running_or_next(ops).map(operation_line);
+    let last = last_finished(ops).map(operation_line);
+    row_of(name, cluster, current, last, now)
+}
+
+/// The row of `cluster` from what its status says of its queue (`currentOperation`, `lastFinished`),
+/// without its runs: what the controller wrote at its last reconcile, at most a second behind the runs.
+pub fn cluster_row_from_status(cluster: &Cluster, now: Timestamp) -> ClusterRow {
+    let status = cluster.status.as_ref();
+    let current = status.and_then(|s| s.current_operation.clone());
+    let last = status.and_then(|s| s.last_finished.clone());
+    row_of(&cluster.name_any(), Some(cluster), current, last, now)
+}
+
+/// The row of cluster `name` with its running or next operation and the one that finished last.
+fn row_of(
+    name: &str,
+    cluster: Option<&Cluster>,
+    current: Option<OperationLine>,
+    last: Option<OperationLine>,
+    now: Timestamp,
+) -> ClusterRow {
+    let running = current.as_ref().filter(|op| op.phase == Phase::Running);
     let problem = cluster.and_then(stalled);
-    let state =
-        if problem.is_some() || (running.is_none() && last.is_some_and(|op| phase(op) == Phase::Failed)) {
-            State::Failed
-        } else if running.is_some() {
-            State::Running
-        } else if next.is_some() {
-            State::Waiting
-        } else if last.is_some() {
-            State::Succeeded
-        } else {
-            State::Idle
-        };
-    let current = running.or(next).map(|op| op_line(op, now));
-    let activity = match (&problem, running, next) {
-        (Some(problem), _, _) => format!("refused: {problem}"),
-        (None, Some(op), _) => format!("running {}", op.spec.id),
-        (None, None, Some(op)) => {
-            let why = op
-                .status
-                .as_ref()
-                .and_then(|s| s.message.as_deref())
-                .unwrap_or("not considered yet");
-            format!("next: {}, {why}", op.spec.id)
-        }
-        (None, None, None) => "nothing to run".to_string(),
+    let state = if problem.is_some()
+        || (running.is_none() && last.as_ref().is_some_and(|op| op.phase == Phase::Failed))
+    {
+        State::Failed
+    } else if running.is_some() {
+        State::Running
+    } else if current.is_some() {
+        State::Waiting
+    } else if last.is_some() {
+        State::Succeeded
+    } else {
+        State::Idle
     };
+    let activity = match (&problem, &current) {
+        (Some(problem), _) => format!("refused: {problem}"),
+        (None, Some(op)) if op.phase == Phase::Running => format!("running {}", op.id),
+        (None, Some(op)) if op.outcome.is_empty() => format!("next: {}, not considered yet", op.id),
+        (None, Some(op)) => format!("next: {}, {}", op.id, op.outcome),
+        (None, None) => "nothing to run".to_string(),
+    };
+    let running_since = running
+        .and_then(|op| op.start_time.as_ref())
+        .map(|t| t.0.as_second());
     ClusterRow {
         name: name.to_string(),
         state,
         health: health(cluster, now),
         activity,
-        running_since: running.and_then(start_of).map(|t| t.as_second()),
-        current,
-        last: last.map(|op| op_line(op, now)),
+        running_since,
+        current: current.map(|op| line_of(op, now)),
+        last: last.map(|op| line_of(op, now)),
         labels: cluster
             .and_then(|c| c.metadata.labels.clone())
             .unwrap_or_default(),

@@ -71,6 +71,14 @@ async fn a_completed_job_marks_the_operation_succeeded_with_times_status_and_eve
     .await;
     let ready = cluster.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.status, "True");
+    // What `kok status` reads instead of the runs: nothing running or next, and the run that finished.
+    assert_eq!(cluster.current_operation, None);
+    let last = cluster.last_finished.expect("the last finished run");
+    assert_eq!((last.name.as_str(), last.id.as_str()), (name.as_str(), "install"));
+    assert_eq!(last.phase, Phase::Succeeded);
+    assert_eq!(last.commit, d.operations[0].spec.source.commit);
+    assert_eq!(last.start_time, status.start_time);
+    assert_eq!(last.end_time, status.end_time);
     ctl.stop().await;
 }
 
@@ -354,8 +362,13 @@ async fn a_missing_secret_gives_no_job_and_a_clear_condition_until_it_exists() {
             .get("prod")
             .await
             .ok()?;
-        let last = c.status?.last_operation?;
-        (last.phase == Phase::Queued).then_some(())
+        let status = c.status?;
+        (status.last_operation?.phase == Phase::Queued).then_some(())?;
+        // The queued run is what `kok status` shows next, with why it waits.
+        let next = status.current_operation?;
+        assert_eq!((next.name.as_str(), next.phase), (name.as_str(), Phase::Queued));
+        assert!(next.outcome.starts_with("waiting for its Secret"), "{next:?}");
+        Some(())
     })
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;

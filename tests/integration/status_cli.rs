@@ -1,6 +1,7 @@
 //! `kok status` run as the real binary against testkit as the meta-cluster: the table and the JSON, the
-//! meta-cluster found through `--kubeconfig` and through local mode's `--state-dir`, and `--watch`
-//! printing again when an operation changes.
+//! meta-cluster found through `--kubeconfig` and through local mode's `--state-dir`, the same table read
+//! from the Clusters alone once their status says what their queues do, and `--watch` printing again when
+//! a Cluster's queue changes.
 
 use crate::common::kok as kok_process;
 use crate::controller_support;
@@ -10,12 +11,14 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
 
 use controller_support::*;
-use kok::api::{Cluster, ClusterOperation};
+use kok::api::{Cluster, ClusterOperation, LABEL_CLUSTER};
+use kok::controller::cluster::cluster_status;
+use kok::controller::health::carry;
 use kok::materialize::apply::apply_cluster;
 use kok_process::kok;
 
@@ -72,6 +75,28 @@ async fn fleet() -> (testkit::ApiServer, Client, tempfile::TempDir, String, Stri
     )
     .unwrap();
     (meta, client, state, install, scale)
+}
+
+/// Writes onto Cluster `name` the status the Cluster reconciler makes from its runs now (its health kept).
+async fn reconcile_status(client: &Client, name: &str) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
+    let cluster = clusters.get(name).await.unwrap();
+    let ops = Api::<ClusterOperation>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={name}")))
+        .await
+        .unwrap()
+        .items;
+    let ops: Vec<&ClusterOperation> = ops.iter().collect();
+    let mut status = cluster_status(&cluster, &ops, Ok("NoSecret"));
+    carry(&mut status, cluster.status.as_ref());
+    clusters
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": status })),
+        )
+        .await
+        .unwrap();
 }
 
 async fn set_status(client: &Client, op: &str, status: Value) {
@@ -144,6 +169,46 @@ async fn the_table_shows_each_cluster_with_its_health_and_queue() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_each_cluster_is_reconciled_the_table_is_read_from_the_clusters_alone() {
+    let (meta, client, state, _, _) = fleet().await;
+    let log = meta.requests();
+    let from_runs = status(state.path(), &["--output", "json"]);
+    assert!(
+        log.count("list", "clusteroperations") > 0,
+        "no Cluster says what its queue does yet, so the runs are read"
+    );
+    for cluster in ["prod", "dev"] {
+        reconcile_status(&client, cluster).await;
+    }
+    log.reset();
+    let from_clusters = status(state.path(), &["--output", "json"]);
+    assert_eq!(log.count("list", "clusteroperations"), 0, "{:?}", log.snapshot());
+    assert_eq!(log.count("list", "clusters"), 1, "{:?}", log.snapshot());
+    let (a, b): (Value, Value) = (
+        serde_json::from_str(&from_runs).unwrap(),
+        serde_json::from_str(&from_clusters).unwrap(),
+    );
+    assert_eq!(a, b, "the same rows from the runs and from the Clusters");
+    assert_eq!(b[1]["current"]["id"], "scale", "{b}");
+    assert_eq!(
+        b[1]["current"]["outcome"], "waiting for the maintenance window",
+        "{b}"
+    );
+    assert_eq!(b[1]["last"]["id"], "install", "{b}");
+    assert_eq!(b[1]["last"]["seconds"], 180, "{b}");
+    // The runs are gone and the table still says what the Clusters say.
+    Api::<ClusterOperation>::namespaced(client.clone(), NS)
+        .delete_collection(&Default::default(), &ListParams::default())
+        .await
+        .unwrap();
+    let text = status(state.path(), &[]);
+    assert!(
+        text.contains("next: scale, waiting for the maintenance window"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_has_one_object_per_cluster() {
     let (_meta, _client, state, _, _) = fleet().await;
     let rows: Value = serde_json::from_str(&status(state.path(), &["--output", "json"])).unwrap();
@@ -161,8 +226,9 @@ async fn json_has_one_object_per_cluster() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_prints_again_when_an_operation_changes() {
+async fn watch_prints_again_when_a_clusters_queue_changes() {
     let (_meta, client, state, _, scale) = fleet().await;
+    reconcile_status(&client, "prod").await;
     let mut child = Killed(
         Command::new(env!("CARGO_BIN_EXE_kok"))
             .args(["status", "--watch", "--namespace", NS, "--state-dir"])
@@ -198,6 +264,7 @@ async fn watch_prints_again_when_an_operation_changes() {
         "startTime": jiff::Timestamp::now().to_string()}),
     )
     .await;
+    reconcile_status(&client, "prod").await;
     let update = wait_line("running scale for");
     assert!(update.starts_with("prod "), "{update}");
     drop(child);
