@@ -108,13 +108,24 @@ impl Remote {
 
     /// Commits everything and pushes it to the remote's `branch`; returns the commit's sha.
     pub fn push_to(&self, branch: &str, message: &str) -> String {
+        let sha = self.commit(message);
+        self.push_head(branch);
+        sha
+    }
+
+    /// Commits everything in the work clone, without pushing; returns the commit's sha.
+    pub fn commit(&self, message: &str) -> String {
         git(&self.work(), &["add", "-A"]);
         git(&self.work(), &["commit", "-q", "--allow-empty", "-m", message]);
+        git(&self.work(), &["rev-parse", "HEAD"])
+    }
+
+    /// Pushes the work clone's `HEAD` to the remote's `branch`.
+    pub fn push_head(&self, branch: &str) {
         git(
             &self.work(),
             &["push", "-q", "origin", &format!("HEAD:refs/heads/{branch}")],
         );
-        git(&self.work(), &["rev-parse", "HEAD"])
     }
 
     /// The `refs/notes/kok` note of `sha` in the bare remote ("" when there is none).
