@@ -2,7 +2,7 @@
 //! desired status of each, its failed attempts, when it may go again, and what was held for the forges),
 //! and each commit's operations by state, for the forges' budget and the commit's `kok/summary`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,9 @@ pub(super) struct Queue {
     pub(super) pending: HashMap<String, Pending>,
     /// Names with a delivery task running.
     pub(super) busy: HashSet<String>,
+    /// The pending operations that may be taken (neither held nor busy), by `not_before`: what
+    /// [`Queue::take_due`] and [`Queue::next_due`] read, so neither walks every pending operation.
+    due: BTreeSet<(Instant, String)>,
     /// Statuses this loop recorded as reported that the watch has not shown back yet: an older event
     /// of the same object must not queue them again.
     pub(super) recorded: HashMap<String, CommitStatus>,
@@ -223,7 +226,7 @@ impl Queue {
 
     /// Drops an operation that no longer exists.
     pub(super) fn forget(&mut self, name: &str) {
-        self.pending.remove(name);
+        self.remove_pending(name);
         self.backlog.remove(name);
         self.recorded.remove(name);
         let Some(tracked) = self.ops.remove(name) else {
@@ -337,10 +340,13 @@ impl Queue {
         if settled.is_empty() {
             return;
         }
-        for p in self.pending.values_mut() {
+        for (name, p) in self.pending.iter_mut() {
             if p.held && settled.iter().any(|c: &Arc<str>| **c == *p.commit) {
                 p.held = false;
                 p.not_before = now;
+                if !self.busy.contains(name) {
+                    self.due.insert((now, name.clone()));
+                }
             }
         }
     }
@@ -424,13 +430,13 @@ impl Queue {
             }
         }
         let Some(desired) = desired.filter(|d| !reported(d)) else {
-            self.pending.remove(&name);
+            self.remove_pending(&name);
             return;
         };
         let commit = &op.spec.source.commit;
         if commit.is_empty() {
             tracing::warn!(operation = %name, "ClusterOperation has no spec.source.commit; its commit status cannot be delivered");
-            self.pending.remove(&name);
+            self.remove_pending(&name);
             return;
         }
         let attempts = status.and_then(|s| s.report_attempts).unwrap_or(0);
@@ -447,48 +453,42 @@ impl Queue {
                     not_before: Instant::now(),
                 };
                 // A held status that is superseded still goes to the budgeted sinks, before this one.
-                if let Some(old) = self.pending.insert(name.clone(), pending) {
+                if let Some(old) = self.remove_pending(&name) {
                     if old.held {
-                        self.backlog.entry(name).or_default().push(old.desired);
+                        self.backlog.entry(name.clone()).or_default().push(old.desired);
                     }
                 }
+                self.pending.insert(name.clone(), pending);
+                self.index(&name);
             }
         }
     }
 
-    /// Up to `limit` due operations not already being delivered, marked busy.
+    /// Up to `limit` due operations not already being delivered, the earliest first, marked busy.
     pub(super) fn take_due(&mut self, now: Instant, limit: usize) -> Vec<(String, Pending)> {
-        if limit == 0 {
-            return Vec::new();
-        }
-        // Only the `limit` earliest are copied out: thousands may be due while few slots are free.
-        let mut due: Vec<(Instant, &String)> = self
-            .pending
-            .iter()
-            .filter(|(name, p)| p.not_before <= now && !p.held && !self.busy.contains(*name))
-            .map(|(name, p)| (p.not_before, name))
-            .collect();
-        if due.len() > limit {
-            due.select_nth_unstable(limit - 1);
-            due.truncate(limit);
-        }
-        due.sort();
-        let taken: Vec<(String, Pending)> = due
-            .into_iter()
-            .filter_map(|(_, name)| Some((name.clone(), self.pending.get(name)?.clone())))
-            .collect();
-        for (name, _) in &taken {
-            self.busy.insert(name.clone());
+        let mut taken = Vec::new();
+        while taken.len() < limit {
+            let Some((at, _)) = self.due.first() else { break };
+            if *at > now {
+                break;
+            }
+            let Some((_, name)) = self.due.pop_first() else {
+                break;
+            };
+            if let Some(p) = self.pending.get(&name) {
+                taken.push((name.clone(), p.clone()));
+                self.busy.insert(name);
+            }
         }
         taken
     }
 
     /// When the earliest waiting operation becomes due.
     pub(super) fn next_due(&self) -> Option<Instant> {
-        self.pending
-            .iter()
-            .filter(|(name, p)| !p.held && !self.busy.contains(*name))
-            .map(|(_, p)| p.not_before)
+        self.due
+            .first()
+            .map(|(at, _)| *at)
+            .into_iter()
             .chain(
                 self.commits
                     .values()
@@ -498,8 +498,41 @@ impl Queue {
             .min()
     }
 
+    /// Takes `name` out of the pending operations (and out of [`Queue::due`]).
+    fn remove_pending(&mut self, name: &str) -> Option<Pending> {
+        let p = self.pending.remove(name)?;
+        self.due.remove(&(p.not_before, name.to_string()));
+        Some(p)
+    }
+
+    /// Puts pending `name` in [`Queue::due`] when it may be taken: not held, not busy.
+    fn index(&mut self, name: &str) {
+        if let Some(p) = self.pending.get(name) {
+            if !p.held && !self.busy.contains(name) {
+                self.due.insert((p.not_before, name.to_string()));
+            }
+        }
+    }
+
+    /// Delays pending `name` until `at` (tests).
+    #[cfg(test)]
+    pub(super) fn delay(&mut self, name: &str, at: Instant) {
+        if let Some(mut p) = self.remove_pending(name) {
+            p.not_before = at;
+            self.pending.insert(name.to_string(), p);
+            self.index(name);
+        }
+    }
+
     pub(super) fn finish(&mut self, name: &str, outcome: Outcome, now: Instant) {
         self.busy.remove(name);
+        self.take_outcome(name, outcome, now);
+        // Not in `due` while it was busy: it goes back with its new time, unless held or done.
+        self.index(name);
+    }
+
+    /// What `outcome` changes of pending `name`.
+    fn take_outcome(&mut self, name: &str, outcome: Outcome, now: Instant) {
         let Some(p) = self.pending.get_mut(name) else {
             return;
         };
@@ -666,7 +699,7 @@ mod tests {
         let now = Instant::now();
         for (i, name) in ["e", "b", "d", "a", "c"].iter().enumerate() {
             q.observe(watcher::Event::Apply(op(name, Some("queued"), None)));
-            q.pending.get_mut(*name).unwrap().not_before = now - Duration::from_secs(10 - i as u64);
+            q.delay(name, now - Duration::from_secs(10 - i as u64));
         }
         assert!(q.take_due(now, 0).is_empty(), "no free slot");
         let names = |due: Vec<(String, Pending)>| due.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
@@ -676,6 +709,79 @@ mod tests {
             ["d", "a", "c"],
             "the busy ones are not taken again"
         );
+    }
+
+    /// `q.due` is exactly its pending operations that are neither held nor busy, at their times.
+    fn assert_due_is_what_may_be_taken(q: &Queue, when: &str) {
+        let want: BTreeSet<(Instant, String)> = q
+            .pending
+            .iter()
+            .filter(|(name, p)| !p.held && !q.busy.contains(*name))
+            .map(|(name, p)| (p.not_before, name.clone()))
+            .collect();
+        assert_eq!(q.due, want, "{when}");
+    }
+
+    #[test]
+    fn the_due_index_follows_every_change_of_the_pending_operations() {
+        let mut q = Queue::new(Duration::from_secs(3600));
+        let now = Instant::now();
+        for name in ["a", "b", "c", "d", "e"] {
+            q.observe(watcher::Event::Apply(op_in(
+                name,
+                crate::api::StatusState::Pending,
+            )));
+        }
+        assert_due_is_what_may_be_taken(&q, "five new");
+        let taken = q.take_due(now + Duration::from_secs(1), 3);
+        assert_eq!(taken.len(), 3);
+        assert_due_is_what_may_be_taken(&q, "three busy");
+        // A newer status of a busy one, one delivered, one held, one failed, one gone.
+        let (a, b, c) = (&taken[0], &taken[1], &taken[2]);
+        q.observe(watcher::Event::Apply(op_in(
+            &a.0,
+            crate::api::StatusState::Running,
+        )));
+        assert_due_is_what_may_be_taken(&q, "a busy one's newer status");
+        q.finish(
+            &a.0,
+            Outcome::Recorded {
+                desired: a.1.desired.clone(),
+            },
+            now,
+        );
+        q.finish(
+            &b.0,
+            Outcome::Held {
+                desired: b.1.desired.clone(),
+            },
+            now,
+        );
+        let retry = Outcome::Failed {
+            desired: c.1.desired.clone(),
+            attempts: 1,
+            delay: Duration::from_secs(60),
+        };
+        q.finish(&c.0, retry, now);
+        assert_due_is_what_may_be_taken(&q, "finished three ways");
+        assert!(q.pending[&b.0].held, "{:?}", q.pending[&b.0]);
+        assert_eq!(q.next_due(), q.due.first().map(|(at, _)| *at));
+        q.forget("d");
+        q.observe(watcher::Event::Delete(op_in(
+            "e",
+            crate::api::StatusState::Pending,
+        )));
+        assert_due_is_what_may_be_taken(&q, "two gone");
+        q.settle(true, now);
+        assert_due_is_what_may_be_taken(&q, "the held one goes once its commit settles");
+        assert!(q.due.iter().any(|(_, name)| *name == b.0));
+        let later = q.take_due(now + Duration::from_secs(61), 8);
+        assert!(
+            later.iter().any(|(name, _)| *name == c.0),
+            "the failed one after its delay"
+        );
+        assert!(q.due.is_empty());
+        assert_due_is_what_may_be_taken(&q, "all busy");
     }
 
     fn op_in(name: &str, state: crate::api::StatusState) -> ClusterOperation {
