@@ -417,8 +417,8 @@ impl LocalWatcher {
 }
 
 /// Watches the refs of the local repository at `repo` (bare or with a `.git` directory): `refs/`
-/// recursively, plus `packed-refs` and `HEAD`. A burst of changes sends [`Reason::LocalChange`] at
-/// its first change and again once it has been quiet for [`SETTLE`].
+/// recursively, plus `packed-refs` and `HEAD`, but not their `.lock` files. A burst of changes sends
+/// [`Reason::LocalChange`] at its first change and again once it has been quiet for [`SETTLE`].
 pub fn watch_local(repo: &Path, sender: TriggerSender) -> Result<LocalWatcher, WatchError> {
     use notify::Watcher;
     let git_dir = if repo.join(".git").is_dir() {
@@ -447,11 +447,12 @@ pub fn watch_local(repo: &Path, sender: TriggerSender) -> Result<LocalWatcher, W
             return;
         }
         let relevant = event.paths.iter().any(|p| {
-            p.starts_with(&refs_for_filter)
-                || matches!(
-                    p.file_name().and_then(|n| n.to_str()),
-                    Some("packed-refs" | "HEAD")
-                )
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            // git writes `<ref>.lock` and renames it over the ref: the lock's own events come before
+            // the ref moved, and a poll they asked for would read the old commit, leaving the new
+            // one to the poll after the burst settles. The rename is the change.
+            !name.ends_with(".lock")
+                && (p.starts_with(&refs_for_filter) || matches!(name, "packed-refs" | "HEAD"))
         });
         if relevant {
             let _ = seen.send(());

@@ -446,6 +446,21 @@ async fn a_burst_of_ref_changes_asks_for_a_poll_again_once_it_settles() {
     assert!(quiet.is_err(), "then nothing until the next change: {quiet:?}");
 }
 
+#[tokio::test]
+async fn a_ref_moves_when_its_lock_is_renamed_over_it_not_when_the_lock_is_written() {
+    // git updates a ref by writing `<ref>.lock` and renaming it over the ref. A poll at the lock's
+    // creation reads the old commit: the watch waits for the rename.
+    let (repo, mut rx, _watcher) = watched_repository();
+    let heads = repo.path().join(".git/refs/heads");
+    let lock = heads.join("next.lock");
+    std::fs::write(&lock, "0000000000000000000000000000000000000000\n").unwrap();
+    let early = tokio::time::timeout(trigger::SETTLE * 5, rx.recv()).await;
+    assert!(early.is_err(), "writing the lock asked for a poll: {early:?}");
+    std::fs::rename(&lock, heads.join("next")).unwrap();
+    let moved = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+    assert_eq!(moved.ok().flatten(), Some(trigger::Reason::LocalChange));
+}
+
 #[test]
 fn watching_a_directory_without_refs_is_refused() {
     let dir = tempfile::tempdir().unwrap();
