@@ -1080,7 +1080,7 @@ fn push_notes(repo: &Path, target: &PushTarget, pushed: Option<Oid>) -> Result<O
         return Ok(None);
     }
     if let Some(path) = local_remote_path(&repository, &target.remote) {
-        return update_local_remote(repo, &repository, &path, local);
+        return update_local_remote(&repository, &path, local);
     }
     let mut remote = find_remote(&repository, &target.remote)?;
     let refused = std::cell::RefCell::new(None::<String>);
@@ -1118,16 +1118,13 @@ fn local_remote_path(repository: &Repository, remote: &str) -> Option<PathBuf> {
 }
 
 /// Moves the notes ref of a repository on this machine to `local`. libgit2 cannot push to a non-bare
-/// local repository (a work tree such as `--repo .`), so the remote repository fetches the ref from the
-/// repository holding the notes instead. Like a push, this is refused unless it fast-forwards, so a
-/// second writer's notes are joined rather than overwritten; the fetch itself is forced only because
-/// kok owns `refs/notes/kok` and has just checked that the update continues the remote's notes.
-fn update_local_remote(
-    repo: &Path,
-    repository: &Repository,
-    path: &Path,
-    local: Oid,
-) -> Result<Option<Oid>, String> {
+/// local repository (a work tree such as `--repo .`), and a fetch or push packs every new object, the
+/// note blob included (tens of MB on a commit with 100,000 contexts), in memory once to pack it and once
+/// more to index the pack. So the objects the remote lacks are copied into its object database one at a
+/// time, as streams where both sides can (loose objects, as kok writes them), and then the ref moves.
+/// Like a push, this is refused unless it fast-forwards, so a second writer's notes are joined rather
+/// than overwritten; the ref moves only from the value checked, so a writer in between is refused too.
+fn update_local_remote(repository: &Repository, path: &Path, local: Oid) -> Result<Option<Oid>, String> {
     let target = Repository::open(path).map_err(|e| e.message().to_string())?;
     if let Ok(theirs) = target.refname_to_id(NOTES_REF) {
         if theirs == local {
@@ -1140,17 +1137,81 @@ fn update_local_remote(
             ));
         }
     }
-    let source = repo
-        .canonicalize()
-        .map_err(|e| format!("resolving {}: {e}", repo.display()))?;
-    let mut remote = target
-        .remote_anonymous(&source.to_string_lossy())
-        .map_err(|e| e.message().to_string())?;
-    let refspec = format!("+{NOTES_REF}:{NOTES_REF}");
-    remote
-        .fetch(&[refspec.as_str()], None, None)
-        .map_err(|e| e.message().to_string())?;
+    let message = |e: git2::Error| format!("copying the notes into {}: {}", path.display(), e.message());
+    copy_missing_objects(repository, &target, local).map_err(message)?;
+    let log = "kok: notes";
+    let moved = match target.refname_to_id(NOTES_REF) {
+        Ok(theirs) => target.reference_matching(NOTES_REF, local, true, theirs, log),
+        Err(_) => target.reference(NOTES_REF, local, false, log),
+    };
+    moved.map_err(|e| {
+        format!(
+            "{NOTES_REF} refused: the notes of {} moved while they were updated: {}",
+            path.display(),
+            e.message()
+        )
+    })?;
     Ok(Some(local))
+}
+
+/// Writes into `target` every object reachable from the commit `tip` of `source` that `target` lacks,
+/// an object's links before the object itself (a copy cut short leaves objects nothing names, never a
+/// commit or tree missing what it names). What `target` has is taken to be whole, as git keeps it: the
+/// walk stops there.
+fn copy_missing_objects(source: &Repository, target: &Repository, tip: Oid) -> Result<(), git2::Error> {
+    let (from, into) = (source.odb()?, target.odb()?);
+    let mut seen = std::collections::HashSet::new();
+    let mut walk = vec![tip];
+    let mut missing = Vec::new();
+    while let Some(id) = walk.pop() {
+        if !seen.insert(id) || into.exists(id) {
+            continue;
+        }
+        missing.push(id);
+        let (_, kind) = from.read_header(id)?;
+        match kind {
+            git2::ObjectType::Commit => {
+                let commit = source.find_commit(id)?;
+                walk.push(commit.tree_id());
+                walk.extend(commit.parent_ids());
+            }
+            git2::ObjectType::Tree => {
+                let tree = source.find_tree(id)?;
+                walk.extend(
+                    tree.iter()
+                        .filter(|entry| entry.kind() != Some(git2::ObjectType::Commit))
+                        .map(|entry| entry.id()),
+                );
+            }
+            _ => {}
+        }
+    }
+    for &id in missing.iter().rev() {
+        copy_object(&from, &into, id)?;
+    }
+    Ok(())
+}
+
+/// Copies one object from `from` into `into`, as a stream where `from` can read it so (a loose object):
+/// a note blob is never held whole.
+fn copy_object(from: &git2::Odb<'_>, into: &git2::Odb<'_>, id: Oid) -> Result<(), git2::Error> {
+    use std::io::Write;
+    let io_err = |e: std::io::Error| git2::Error::from_str(&format!("copying object {id}: {e}"));
+    let (size, kind) = from.read_header(id)?;
+    let mut writer = into.writer(size, kind)?;
+    match from.reader(id) {
+        Ok((mut reader, _, _)) => {
+            std::io::copy(&mut reader, &mut writer).map_err(io_err)?;
+        }
+        Err(_) => writer.write_all(from.read(id)?.data()).map_err(io_err)?,
+    }
+    let written = writer.finalize()?;
+    if written != id {
+        return Err(git2::Error::from_str(&format!(
+            "copying object {id}: it was written as {written}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

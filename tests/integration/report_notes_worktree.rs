@@ -73,6 +73,14 @@ async fn notes_reach_a_work_tree_remote_given_as_a_plain_path_and_show_in_its_gi
         "",
         "the work tree is untouched"
     );
+    // The notes' objects were copied one by one, not fetched as a pack: git finds every object each
+    // notes commit names, and none damaged.
+    git(&work, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert_eq!(
+        git(&work, &["rev-list", "--count", NOTES_REF]),
+        "2",
+        "both notes commits are there"
+    );
 }
 
 #[tokio::test]
