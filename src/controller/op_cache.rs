@@ -367,7 +367,12 @@ impl Ops {
         match self.by_name.get_mut(name) {
             Some(kept) => *kept = record,
             None => {
-                self.by_name.insert(Arc::from(name), record);
+                // The name the cluster index holds (it saw the event first), not a copy of its own.
+                let name = self
+                    .by_cluster
+                    .known_name(name)
+                    .unwrap_or_else(|| Arc::from(name));
+                self.by_name.insert(name, record);
             }
         }
         lets_go
