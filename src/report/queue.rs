@@ -71,7 +71,10 @@ pub(super) enum Outcome {
 /// The operations with undelivered statuses, fed by watch events and delivery outcomes.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
-    pub(super) pending: HashMap<String, Pending>,
+    /// Boxed: a fleet's first pass can have every operation pending at once (200,000 at 10,000 × 20),
+    /// and a table of the whole statuses is allocated twice as it grows (the new one beside the old)
+    /// and stays that size once they are delivered.
+    pub(super) pending: HashMap<String, Box<Pending>>,
     /// Names with a delivery task running.
     pub(super) busy: HashSet<String>,
     /// The pending operations that may be taken (neither held nor busy), by `not_before`: what
@@ -79,7 +82,7 @@ pub(super) struct Queue {
     due: BTreeSet<(Instant, String)>,
     /// Statuses this loop recorded as reported that the watch has not shown back yet: an older event
     /// of the same object must not queue them again.
-    pub(super) recorded: HashMap<String, CommitStatus>,
+    pub(super) recorded: HashMap<String, Box<CommitStatus>>,
     /// Names seen since the watch (re)started listing; the others are dropped when the list is done.
     pub(super) relisting: Option<HashSet<String>>,
     /// Every operation: its phase, and what [`Queue::commits`] counts of it.
@@ -228,7 +231,7 @@ impl Queue {
     pub(super) fn forget(&mut self, name: &str) {
         self.remove_pending(name);
         self.backlog.remove(name);
-        self.recorded.remove(name);
+        self.remove_recorded(name);
         let Some(tracked) = self.ops.remove(name) else {
             return;
         };
@@ -423,8 +426,8 @@ impl Queue {
             self.count(&name, &op.spec.source.commit, desired.map(|d| d.state));
         }
         if let Some(memo) = self.recorded.get(&name) {
-            if reported(memo) || desired != Some(memo) {
-                self.recorded.remove(&name); // the watch caught up, or there is a newer desired status
+            if reported(memo) || desired != Some(&**memo) {
+                self.remove_recorded(&name); // the watch caught up, or there is a newer desired status
             } else {
                 return; // an event older than our own record
             }
@@ -443,7 +446,7 @@ impl Queue {
         match self.pending.get_mut(&name) {
             Some(p) if p.desired == *desired => p.attempts = p.attempts.max(attempts),
             _ => {
-                let pending = Pending {
+                let pending = Box::new(Pending {
                     commit: commit.clone(),
                     desired: desired.clone(),
                     attempts,
@@ -451,7 +454,7 @@ impl Queue {
                     held: false,
                     backlog: Vec::new(),
                     not_before: Instant::now(),
-                };
+                });
                 // A held status that is superseded still goes to the budgeted sinks, before this one.
                 if let Some(old) = self.remove_pending(&name) {
                     if old.held {
@@ -476,7 +479,7 @@ impl Queue {
                 break;
             };
             if let Some(p) = self.pending.get(&name) {
-                taken.push((name.clone(), p.clone()));
+                taken.push((name.clone(), Pending::clone(p)));
                 self.busy.insert(name);
             }
         }
@@ -499,10 +502,17 @@ impl Queue {
     }
 
     /// Takes `name` out of the pending operations (and out of [`Queue::due`]).
-    fn remove_pending(&mut self, name: &str) -> Option<Pending> {
+    fn remove_pending(&mut self, name: &str) -> Option<Box<Pending>> {
         let p = self.pending.remove(name)?;
         self.due.remove(&(p.not_before, name.to_string()));
+        shrink_when_sparse(&mut self.pending);
         Some(p)
+    }
+
+    /// Drops the record of `name`'s status this loop wrote.
+    fn remove_recorded(&mut self, name: &str) {
+        self.recorded.remove(name);
+        shrink_when_sparse(&mut self.recorded);
     }
 
     /// Puts pending `name` in [`Queue::due`] when it may be taken: not held, not busy.
@@ -539,8 +549,8 @@ impl Queue {
         match outcome {
             Outcome::Recorded { desired } => {
                 if p.desired == desired {
-                    self.pending.remove(name);
-                    self.recorded.insert(name.to_string(), desired);
+                    self.remove_pending(name);
+                    self.recorded.insert(name.to_string(), Box::new(desired));
                 }
             }
             Outcome::Held { desired } => {
@@ -569,6 +579,15 @@ impl Queue {
                 }
             }
         }
+    }
+}
+
+/// Gives back most of `map`'s table once it holds under a quarter of what it has room for: a first
+/// pass's statuses leave a table sized for all of them at once.
+fn shrink_when_sparse<V>(map: &mut HashMap<String, V>) {
+    const SMALLEST: usize = 1024;
+    if map.capacity() > SMALLEST && map.len() < map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
     }
 }
 
@@ -609,6 +628,26 @@ mod tests {
             "status": status,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_tables_of_a_burst_of_statuses_are_given_back_once_they_are_delivered() {
+        let mut q = Queue::new(SETTLE_QUIET);
+        let names: Vec<String> = (0..5000).map(|i| format!("op-{i}")).collect();
+        for name in &names {
+            q.apply(&op(name, Some("waiting"), None));
+        }
+        assert_eq!(q.pending.len(), 5000);
+        let burst = q.pending.capacity();
+        for name in &names {
+            q.apply(&op(name, Some("waiting"), Some("waiting")));
+        }
+        assert!(q.pending.is_empty());
+        assert!(
+            q.pending.capacity() <= 2048 && q.pending.capacity() < burst / 2,
+            "the table still has room for {} statuses after a burst of 5,000 (room for {burst})",
+            q.pending.capacity()
+        );
     }
 
     #[test]
