@@ -34,8 +34,8 @@
 //! re-created cache (an emptyDir after a restart) continues the remote's notes instead of forking
 //! them. The local note is the record: a push that still fails is logged once per distinct failure,
 //! does not fail the delivery, and is tried again after the next write. A remote on this machine (a
-//! plain path or `file://`, possibly a work tree) fetches the ref from the cache instead of receiving
-//! a push, with the same fast-forward rule.
+//! plain path or `file://`, possibly a work tree) does not receive a push: the objects it lacks are
+//! copied into it one by one and its ref moved, with the same fast-forward rule.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
