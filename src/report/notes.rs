@@ -1155,39 +1155,39 @@ fn update_local_remote(repository: &Repository, path: &Path, local: Oid) -> Resu
 }
 
 /// Writes into `target` every object reachable from the commit `tip` of `source` that `target` lacks,
-/// an object's links before the object itself (a copy cut short leaves objects nothing names, never a
-/// commit or tree missing what it names). What `target` has is taken to be whole, as git keeps it: the
-/// walk stops there.
+/// each after every object it names (a copy cut short leaves objects nothing names, never a commit or
+/// tree missing what it names, so the next copy, which stops at what `target` has, finds it whole).
 fn copy_missing_objects(source: &Repository, target: &Repository, tip: Oid) -> Result<(), git2::Error> {
     let (from, into) = (source.odb()?, target.odb()?);
     let mut seen = std::collections::HashSet::new();
-    let mut walk = vec![tip];
-    let mut missing = Vec::new();
-    while let Some(id) = walk.pop() {
+    // Depth first; `true` once the object's links are on the stack above it: it is written when it
+    // comes back, after them.
+    let mut walk = vec![(tip, false)];
+    while let Some((id, linked)) = walk.pop() {
+        if linked {
+            copy_object(&from, &into, id)?;
+            continue;
+        }
         if !seen.insert(id) || into.exists(id) {
             continue;
         }
-        missing.push(id);
-        let (_, kind) = from.read_header(id)?;
-        match kind {
+        walk.push((id, true));
+        match from.read_header(id)?.1 {
             git2::ObjectType::Commit => {
                 let commit = source.find_commit(id)?;
-                walk.push(commit.tree_id());
-                walk.extend(commit.parent_ids());
+                walk.push((commit.tree_id(), false));
+                walk.extend(commit.parent_ids().map(|p| (p, false)));
             }
             git2::ObjectType::Tree => {
                 let tree = source.find_tree(id)?;
                 walk.extend(
                     tree.iter()
                         .filter(|entry| entry.kind() != Some(git2::ObjectType::Commit))
-                        .map(|entry| entry.id()),
+                        .map(|entry| (entry.id(), false)),
                 );
             }
             _ => {}
         }
-    }
-    for &id in missing.iter().rev() {
-        copy_object(&from, &into, id)?;
     }
     Ok(())
 }
