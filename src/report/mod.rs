@@ -28,7 +28,9 @@ pub mod status;
 
 pub use deliver::{Backoff, Reporter, Route, Sinks};
 pub use forge::{Forge, ForgeSink};
-pub use notes::{read_all_notes, read_notes, CommitNotes, NoteEntry, NotesSink};
+pub use notes::{
+    note_fingerprints, read_all_notes, read_notes, status_fingerprint, CommitNotes, NoteEntry, NotesSink,
+};
 pub use sink::{DeliveryError, Sink, Token};
 pub use status::{
     operation_status, refused_status, summary_status, sync_status, Tally, SUMMARY_CONTEXT, SYNC_CONTEXT,

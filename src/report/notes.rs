@@ -37,7 +37,7 @@
 //! plain path or `file://`, possibly a work tree) does not receive a push: the objects it lacks are
 //! copied into it one by one and its ref moved, with the same fast-forward rule.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -344,6 +344,26 @@ impl NotesSink {
     /// rebuilt meta-cluster: the remote holds what earlier runs of kok recorded). A remote that cannot
     /// be read is logged and the local notes answer.
     pub async fn read_joined(&self, commit: &str) -> Result<Vec<NoteEntry>, NotesError> {
+        self.join_once().await?;
+        let (repo, commit) = (self.repo.clone(), commit.to_string());
+        tokio::task::spawn_blocking(move || read_notes(&repo, &commit))
+            .await
+            .map_err(|e| NotesError::Join(e.to_string()))?
+    }
+
+    /// The fingerprints of the entries of the note on `commit` ([`status_fingerprint`]), after joining
+    /// the remote's notes once as [`NotesSink::read_joined`] does. The note is read as a stream and only
+    /// its fingerprints are kept: 8 bytes a context instead of the entries.
+    pub async fn fingerprints(&self, commit: &str) -> Result<HashSet<u64>, NotesError> {
+        self.join_once().await?;
+        let (repo, commit) = (self.repo.clone(), commit.to_string());
+        tokio::task::spawn_blocking(move || note_fingerprints(&repo, &commit))
+            .await
+            .map_err(|e| NotesError::Join(e.to_string()))?
+    }
+
+    /// Joins the remote's notes into the local ones, the first time only.
+    async fn join_once(&self) -> Result<(), NotesError> {
         let repo = self.repo.clone();
         if let Some(target) = &self.push {
             let mut state = self.state.lock().await;
@@ -362,10 +382,7 @@ impl NotesSink {
                 }
             }
         }
-        let commit = commit.to_string();
-        tokio::task::spawn_blocking(move || read_notes(&repo, &commit))
-            .await
-            .map_err(|e| NotesError::Join(e.to_string()))?
+        Ok(())
     }
 
     fn remote_name(&self) -> &str {
@@ -391,6 +408,18 @@ impl Sink for NotesSink {
         async move {
             let entries = self.read_joined(commit).await.map_err(|e| e.to_string())?;
             Ok(entries.into_iter().map(NoteEntry::recorded).collect())
+        }
+        .boxed()
+    }
+
+    fn fingerprint(&self, status: &CommitStatus) -> Option<u64> {
+        Some(status_fingerprint(status))
+    }
+
+    fn holding<'a>(&'a self, commit: &'a str) -> BoxFuture<'a, Result<Option<HashSet<u64>>, String>> {
+        async move {
+            let held = self.fingerprints(commit).await.map_err(|e| e.to_string())?;
+            Ok(Some(held))
         }
         .boxed()
     }
@@ -437,6 +466,62 @@ pub fn read_notes(repo: &Path, commit: &str) -> Result<Vec<NoteEntry>, NotesErro
             source,
         }),
     }
+}
+
+/// The fingerprints of the entries of the note on `commit` (empty when it has none), read as a stream.
+pub fn note_fingerprints(repo: &Path, commit: &str) -> Result<HashSet<u64>, NotesError> {
+    let repository = open(repo)?;
+    let oid = parse_commit(commit)?;
+    let read_err = |source| NotesError::Read {
+        path: repo.to_path_buf(),
+        source,
+    };
+    let mut held = HashSet::new();
+    let mut take = |text: &str| {
+        held.extend(
+            pieces(text)
+                .filter_map(|p| p.entry())
+                .map(|e| entry_fingerprint(&e)),
+        );
+        Ok(())
+    };
+    match note_place(&repository, oid).map_err(read_err)? {
+        NotePlace::Top(None) => {}
+        NotePlace::Top(Some(blob)) => read_note_parts(&repository, blob, &mut take).map_err(read_err)?,
+        NotePlace::FannedOut => {
+            let text = note_text(&repository, oid).map_err(read_err)?;
+            let _ = take(&text);
+        }
+    }
+    Ok(held)
+}
+
+/// What tells two lines of a context apart, as [`edit_note`] compares them: the context, state, url,
+/// description and record, not the time.
+fn entry_fingerprint(entry: &NoteEntry) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same entry gives the same fingerprint in every process.
+    #[allow(deprecated)]
+    let mut hasher = std::hash::SipHasher::new();
+    entry.context.hash(&mut hasher);
+    state_word(entry.state).hash(&mut hasher);
+    entry.target_url.hash(&mut hasher);
+    entry.description.hash(&mut hasher);
+    entry
+        .run
+        .as_ref()
+        .and_then(|r| serde_json::to_string(r).ok())
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The fingerprint of the line `status` is written as, as it reads back from the note (see
+/// [`note_fingerprints`]).
+pub fn status_fingerprint(status: &CommitStatus) -> u64 {
+    let entry = entry_of(status, jiff::Timestamp::UNIX_EPOCH);
+    let line = render_line(&entry);
+    let read = pieces(&line).next().and_then(|p| p.entry());
+    entry_fingerprint(read.as_ref().unwrap_or(&entry))
 }
 
 /// Every commit with a kok note and its entries, sorted by commit sha.
@@ -1369,6 +1454,64 @@ mod tests {
             .unwrap();
         drop(tree);
         (dir, repository, commit, signature)
+    }
+
+    #[test]
+    fn a_status_is_held_by_a_note_exactly_when_its_line_is_there() {
+        let (dir, _repository, commit, _) = annotated_repository();
+        let run = RunRecord {
+            operation: None,
+            summary: Some(crate::api::RunSummary {
+                host_count: 3,
+                ..Default::default()
+            }),
+            failure: None,
+        };
+        let status =
+            |context: &str, description: &str, url: Option<&str>, run: Option<RunRecord>| CommitStatus {
+                context: context.into(),
+                state: StatusState::Success,
+                description: description.into(),
+                target_url: url.map(str::to_string),
+                run,
+            };
+        // What the line changes of a status: control characters, a trailing space, a space in a url,
+        // an empty url; and a record on a continuation line.
+        let written = [
+            status("kok/c/a", "line one\nline two \t", Some("https://logs/a b"), None),
+            status("kok/c/b", "succeeded: 3 hosts", Some(""), Some(run.clone())),
+            status("kok/c/c", "", None, None),
+        ];
+        let entries: Vec<(Oid, CommitStatus)> = written.iter().map(|s| (commit, s.clone())).collect();
+        write_notes(dir.path(), &entries, jiff::Timestamp::now()).expect("notes written");
+
+        let held = note_fingerprints(dir.path(), &commit.to_string()).expect("note read");
+        assert_eq!(held.len(), 3);
+        for s in &written {
+            assert!(
+                held.contains(&status_fingerprint(s)),
+                "{s:?} reads back from its line"
+            );
+        }
+        let not_held = [
+            CommitStatus {
+                state: StatusState::Failure,
+                ..written[0].clone()
+            },
+            status("kok/c/b", "succeeded: 3 hosts", None, None),
+            status("kok/c/c", "queued", None, None),
+            status("kok/c/d", "", None, None),
+        ];
+        for s in &not_held {
+            assert!(
+                !held.contains(&status_fingerprint(s)),
+                "{s:?} is not the line of its context"
+            );
+        }
+        let other = Oid::from_str("0123456789012345678901234567890123456789").unwrap();
+        assert!(note_fingerprints(dir.path(), &other.to_string())
+            .unwrap()
+            .is_empty());
     }
 
     fn numbered(i: usize, state: StatusState) -> NoteEntry {

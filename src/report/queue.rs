@@ -3,6 +3,7 @@
 //! and each commit's operations by state, for the forges' budget and the commit's `kok/summary`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,9 @@ pub(super) struct SummaryJob {
 pub(super) enum Outcome {
     /// Delivered and recorded as `status.reportedDigest`.
     Recorded { desired: CommitStatus },
+    /// Delivered to sinks that keep their own record of it (git notes): not recorded on the object
+    /// ([`Queue::noted`]).
+    Noted { desired: CommitStatus },
     /// Delivered to the sinks without a budget; the others wait until its commit is settled.
     Held { desired: CommitStatus },
     /// Delivered, but recording it failed: only the record is retried.
@@ -104,6 +108,9 @@ pub(super) struct Queue {
 pub(super) struct Tracked {
     /// Its commit and the state of its desired status, as counted in [`Queue::commits`].
     pub(super) counted: Option<(Arc<str>, Option<StatusState>)>,
+    /// The status its sinks hold by their own record, not recorded on the object ([`Queue::noted`]), by
+    /// its [`status_key`].
+    noted: Option<NonZeroU64>,
 }
 
 /// What the loop knows of one commit's operations.
@@ -418,10 +425,12 @@ impl Queue {
     pub(super) fn apply(&mut self, op: &ClusterOperation) {
         let name = op.name_any();
         let status = op.status.as_ref();
-        self.ops.entry(name.clone()).or_default();
+        let noted = self.ops.entry(name.clone()).or_default().noted;
         let desired = crate::report::status::desired_status(op, self.status_url.as_deref(), &self.namespace);
         let desired = desired.as_ref();
-        let reported = |d: &CommitStatus| status.is_some_and(|s| s.has_reported(d));
+        let reported = |d: &CommitStatus| {
+            status.is_some_and(|s| s.has_reported(d)) || noted.is_some_and(|n| n == status_key(d))
+        };
         if !op.spec.source.commit.is_empty() {
             self.count(&name, &op.spec.source.commit, desired.map(|d| d.state));
         }
@@ -465,6 +474,27 @@ impl Queue {
                 self.index(&name);
             }
         }
+    }
+
+    /// Takes `name`'s pending status `desired` as delivered to sinks that keep their own record of it
+    /// (git notes): it is not recorded on the object but remembered here, by its key, and after a
+    /// restart read back from the sinks while the watch lists ([`super::deliver::Reporter`]).
+    pub(super) fn noted(&mut self, name: &str, desired: &CommitStatus) {
+        if self.pending.get(name).is_some_and(|p| p.desired == *desired) {
+            self.remove_pending(name);
+            self.backlog.remove(name);
+        }
+        if let Some(tracked) = self.ops.get_mut(name) {
+            tracked.noted = Some(status_key(desired));
+        }
+    }
+
+    /// True when `commit` has more operations than `budget`: its operations' statuses go to the sinks
+    /// without a budget only (unless failed).
+    pub(super) fn above_budget(&self, commit: &str, budget: usize) -> bool {
+        self.commits
+            .get(commit)
+            .is_some_and(|ops| ops.tally.total() > budget)
     }
 
     /// Up to `limit` due operations not already being delivered, the earliest first, marked busy.
@@ -553,6 +583,7 @@ impl Queue {
                     self.recorded.insert(name.to_string(), Box::new(desired));
                 }
             }
+            Outcome::Noted { desired } => self.noted(name, &desired),
             Outcome::Held { desired } => {
                 if p.desired != desired {
                     self.backlog.entry(name.to_string()).or_default().push(desired);
@@ -580,6 +611,12 @@ impl Queue {
             }
         }
     }
+}
+
+/// A status's key in [`Tracked::noted`]: its digest ([`CommitStatus::digest`]) as a number.
+fn status_key(status: &CommitStatus) -> NonZeroU64 {
+    let digest = u64::from_str_radix(&status.digest(), 16).unwrap_or_default();
+    NonZeroU64::new(digest).unwrap_or(NonZeroU64::MIN)
 }
 
 /// Gives back most of `map`'s table once it holds under a quarter of what it has room for: a first

@@ -1,5 +1,6 @@
 //! The `Sink` trait every commit-status destination implements, its errors, and the redacting token.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -47,6 +48,20 @@ pub trait Sink: Send + Sync {
     /// no record holds nothing.
     fn read_back<'a>(&'a self, _commit: &'a str) -> BoxFuture<'a, Result<Vec<Recorded>, String>> {
         futures::future::ready(Ok(Vec::new())).boxed()
+    }
+
+    /// The fingerprint [`Sink::holding`] gives `status` once this sink took it; `None` for a sink that
+    /// cannot tell exactly which statuses it holds. A status only such sinks take (an operation of a
+    /// commit above the budget, with git notes alone) is not recorded on its operation: the sink's own
+    /// record is read back instead after a restart.
+    fn fingerprint(&self, _status: &CommitStatus) -> Option<u64> {
+        None
+    }
+
+    /// The fingerprints of the statuses this sink holds on `commit` (see [`Sink::fingerprint`]); `None`
+    /// when it cannot tell.
+    fn holding<'a>(&'a self, _commit: &'a str) -> BoxFuture<'a, Result<Option<HashSet<u64>>, String>> {
+        futures::future::ready(Ok(None)).boxed()
     }
 }
 

@@ -183,6 +183,34 @@ impl Sinks {
         }
     }
 
+    /// The fingerprint of `status` in each sink `route` goes to, in order, when each of them can tell
+    /// exactly which statuses it holds ([`Sink::fingerprint`]); `None` when one cannot (a forge, a
+    /// notification). A status whose sinks can tell is not recorded on its operation.
+    pub(super) fn fingerprints(&self, route: Route, status: &CommitStatus) -> Option<Vec<u64>> {
+        self.sinks
+            .iter()
+            .filter(|sink| route.includes(sink.as_ref()))
+            .map(|sink| sink.fingerprint(status))
+            .collect()
+    }
+
+    /// What each sink `route` goes to holds on `commit` ([`Sink::holding`]), in the order of
+    /// [`Sinks::fingerprints`]; `None` when one of them cannot tell.
+    pub(super) async fn holding(
+        &self,
+        route: Route,
+        commit: &str,
+    ) -> Result<Option<Vec<HashSet<u64>>>, String> {
+        let mut held = Vec::new();
+        for sink in self.sinks.iter().filter(|sink| route.includes(sink.as_ref())) {
+            match sink.holding(commit).await? {
+                Some(set) => held.push(set),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(held))
+    }
+
     /// Delivers `status` on `commit` to every sink that has not taken it yet. On failure returns the
     /// error that allows the earliest retry (a retryable one before a refusal).
     pub async fn deliver(&self, commit: &str, status: &CommitStatus) -> Result<(), DeliveryError> {

@@ -14,7 +14,10 @@ use forge::{ForgeServer, Reply};
 use git::git;
 use kok::api::{ClusterOperation, CommitStatus, StatusState};
 use kok::metrics::Metrics;
-use kok::report::{read_notes, Backoff, Forge, ForgeSink, NotesSink, Reporter, Sink, Sinks, Token};
+use kok::report::{
+    note_fingerprints, read_notes, status_fingerprint, Backoff, Forge, ForgeSink, NotesSink, Reporter, Sink,
+    Sinks, Token,
+};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 use operation::{operation, NS};
@@ -75,11 +78,7 @@ impl Harness {
     }
 
     fn start_reporter(&self, sinks: Sinks) -> (Arc<Reporter>, oneshot::Sender<()>) {
-        let backoff = Backoff {
-            initial: Duration::from_millis(10),
-            max: Duration::from_millis(200),
-        };
-        let reporter = Reporter::new(self.api.client(), NS, sinks, backoff);
+        let reporter = Reporter::new(self.api.client(), NS, sinks, fast());
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(reporter.clone().run(async move {
             let _ = rx.await;
@@ -129,6 +128,26 @@ impl Harness {
         }
         panic!("not every operation of {names:?} reported its status");
     }
+
+    /// Waits (bounded) until every named operation of a commit above the budget has its desired status
+    /// delivered: recorded on the operation, or, when only the notes take it, in the note of the commit.
+    async fn wait_all_delivered(&self, names: &[&str]) {
+        for _ in 0..800 {
+            let held = note_fingerprints(&self.cache, &self.sha).unwrap();
+            let mut done = true;
+            for name in names {
+                let op = self.ops().get(name).await.unwrap();
+                let desired = op.status.as_ref().and_then(|s| s.desired_status.as_deref());
+                done &= kok::report::status::desired_is_reported(&op, None, NS)
+                    || desired.is_some_and(|d| held.contains(&status_fingerprint(d)));
+            }
+            if done {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("not every operation of {names:?} reported its status");
+    }
 }
 
 /// Waits (bounded) until `check` holds.
@@ -170,15 +189,15 @@ async fn a_commit_above_the_budget_shows_one_summary_and_its_failures_while_the_
     }
     let sinks = Sinks::new(vec![h.notes(), github(&server)], h.metrics.clone()).with_max_contexts(3);
     let _stop = h.reporter(sinks);
-    h.wait_all_reported(&names).await;
+    h.wait_all_delivered(&names).await;
     for name in ["op1", "op2", "op3"] {
         h.set(name, StatusState::Success).await;
     }
     h.set("op4", StatusState::Failure).await;
     h.set("op5", StatusState::Running).await;
-    h.wait_all_reported(&names).await;
+    h.wait_all_delivered(&names).await;
     h.set("op5", StatusState::Success).await;
-    h.wait_all_reported(&names).await;
+    h.wait_all_delivered(&names).await;
 
     let sha = h.sha.clone();
     eventually("the final summary on the forge", || {
@@ -229,6 +248,93 @@ async fn a_commit_above_the_budget_shows_one_summary_and_its_failures_while_the_
         notes, expected,
         "the notes hold every operation's context, and no summary"
     );
+}
+
+#[tokio::test]
+async fn statuses_only_the_notes_take_are_recorded_in_the_notes_alone_and_not_sent_again_after_a_restart() {
+    let h = Harness::start().await;
+    let server = ForgeServer::start().await;
+    let names = ["op1", "op2", "op3", "op4", "op5"];
+    for name in names {
+        h.create(name, Some(StatusState::Pending)).await;
+    }
+    let sinks = |metrics: &Metrics| {
+        Sinks::new(vec![h.notes(), github(&server)], metrics.clone()).with_max_contexts(3)
+    };
+    let (first, stop) = oneshot::channel::<()>();
+    let task = tokio::spawn(
+        Reporter::new(h.api.client(), NS, sinks(&h.metrics), fast()).run(async move {
+            let _ = stop.await;
+        }),
+    );
+    eventually("every queued status in the notes", || h.note_states().len() == 5).await;
+    h.set("op4", StatusState::Failure).await;
+    h.wait_all_delivered(&names).await;
+    for name in names {
+        let st = h.ops().get(name).await.unwrap().status.unwrap();
+        let desired = st.desired_status.as_deref().unwrap();
+        if name == "op4" {
+            assert_eq!(
+                st.reported_digest.as_deref(),
+                Some(desired.digest().as_str()),
+                "a failure goes to the forge too, and is recorded on its operation"
+            );
+        } else {
+            assert_eq!(
+                st.reported_digest, None,
+                "{name}: the notes alone took it, and are its record"
+            );
+        }
+    }
+    let versions = |ops: Vec<ClusterOperation>| -> Vec<Option<String>> {
+        ops.into_iter().map(|op| op.metadata.resource_version).collect()
+    };
+    let list = || async { h.ops().list(&Default::default()).await.unwrap().items };
+    let before = versions(list().await);
+    drop(first);
+    task.await.unwrap();
+
+    // A restarted reporter lists the operations, reads the note back and sends nothing again.
+    let metrics = Metrics::new();
+    let forge_before = server.statuses().len();
+    let (_reporter, _stop) = {
+        let (tx, rx) = oneshot::channel::<()>();
+        let reporter = Reporter::new(h.api.client(), NS, sinks(&metrics), fast());
+        tokio::spawn(reporter.clone().run(async move {
+            let _ = rx.await;
+        }));
+        (reporter, tx)
+    };
+    eventually("the restarted reporter's summary", || {
+        server.statuses().len() > forge_before
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        metrics.status_deliveries("git-notes", "delivered"),
+        0,
+        "the note held every status; none was sent to it again"
+    );
+    assert_eq!(
+        versions(list().await),
+        before,
+        "no operation was written after the restart"
+    );
+
+    // A status that changes after the restart goes to the notes as before.
+    h.set("op2", StatusState::Success).await;
+    eventually("op2's success in the notes", || {
+        h.note_states().get("kok/prod-bj/op2") == Some(&StatusState::Success)
+    })
+    .await;
+    assert_eq!(metrics.status_deliveries("git-notes", "delivered"), 1);
+}
+
+fn fast() -> Backoff {
+    Backoff {
+        initial: Duration::from_millis(10),
+        max: Duration::from_millis(200),
+    }
 }
 
 #[tokio::test]
@@ -382,7 +488,7 @@ async fn a_commit_growing_past_the_budget_shows_no_operation_context_once_its_pa
             == Some(&("success".to_string(), "3/3 succeeded".to_string()))
     })
     .await;
-    h.wait_all_reported(&names).await;
+    h.wait_all_delivered(&names).await;
     let shown = newest(&server, &sha);
     assert_eq!(
         shown.keys().map(String::as_str).collect::<Vec<_>>(),
