@@ -69,12 +69,14 @@ use tokio::task::JoinSet;
 
 use super::queue::{sleep_until, Done, Outcome, Pending, Queue, SummaryJob};
 use super::sink::DeliveryError;
+use super::sinks::Holding;
 pub use super::sinks::{Backoff, Route, Sinks, DEFAULT_MAX_CONTEXTS, SETTLE_QUIET, SUMMARY_INTERVAL};
 use crate::api::watched::{operation_event, WatchedOperation};
 use crate::api::{ClusterOperation, CommitStatus, StatusState};
 
-/// Per commit, what each sink of its route holds ([`Sinks::holding`]), read while the watch lists.
-type Held = HashMap<String, Option<Vec<std::collections::HashSet<u64>>>>;
+/// Per commit, what the sinks of its route hold ([`Sinks::holding`]), read while the watch lists;
+/// `None` when it could not be read.
+type Held = HashMap<String, Option<Holding>>;
 
 /// ConfigMap recording the desired and delivered `kok/sync` status of recent commits.
 pub const SYNC_CONFIGMAP: &str = "kok-sync-status";
@@ -354,7 +356,7 @@ impl Reporter {
         let (commit, desired) = (p.commit.clone(), p.desired.clone());
         if !held.contains_key(&commit) {
             let holding = match self.sinks.holding(route, &commit).await {
-                Ok(holding) => holding,
+                Ok(holding) => Some(holding),
                 Err(err) => {
                     tracing::warn!(commit = %commit, error = %crate::redact::scrub(&err), "could not read back the commit statuses the notes hold; they are delivered again");
                     None
@@ -362,10 +364,13 @@ impl Reporter {
             };
             held.insert(commit.clone(), holding);
         }
-        let Some(Some(sets)) = held.get(&commit) else {
+        let Some(Some(holding)) = held.get(&commit) else {
             return;
         };
-        if prints.len() == sets.len() && prints.iter().zip(sets).all(|(print, set)| set.contains(print)) {
+        if prints
+            .iter()
+            .all(|(sink, print)| holding.get(sink).is_some_and(|set| set.contains(print)))
+        {
             queue.noted(name, &desired);
         }
     }

@@ -50,10 +50,16 @@ pub trait Sink: Send + Sync {
         futures::future::ready(Ok(Vec::new())).boxed()
     }
 
+    /// False for a status this sink does nothing with (a notification sink and a queued run): it takes
+    /// it without a trace, and needs no record of it.
+    fn takes(&self, _status: &CommitStatus) -> bool {
+        true
+    }
+
     /// The fingerprint [`Sink::holding`] gives `status` once this sink took it; `None` for a sink that
-    /// cannot tell exactly which statuses it holds. A status only such sinks take (an operation of a
-    /// commit above the budget, with git notes alone) is not recorded on its operation: the sink's own
-    /// record is read back instead after a restart.
+    /// cannot tell exactly which statuses it holds. A status that only sinks which can tell take (git
+    /// notes: an operation of a commit above the budget, or no forge) is not recorded on its operation:
+    /// their own record is read back instead after a restart.
     fn fingerprint(&self, _status: &CommitStatus) -> Option<u64> {
         None
     }

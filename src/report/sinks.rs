@@ -58,6 +58,9 @@ pub const SETTLE_QUIET: Duration = Duration::from_secs(2);
 /// at once).
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
 
+/// What sinks hold on a commit, by sink index: the fingerprints of its statuses ([`Sinks::holding`]).
+pub(super) type Holding = HashMap<usize, HashSet<u64>>;
+
 /// Which of the sinks a status goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -183,32 +186,30 @@ impl Sinks {
         }
     }
 
-    /// The fingerprint of `status` in each sink `route` goes to, in order, when each of them can tell
-    /// exactly which statuses it holds ([`Sink::fingerprint`]); `None` when one cannot (a forge, a
-    /// notification). A status whose sinks can tell is not recorded on its operation.
-    pub(super) fn fingerprints(&self, route: Route, status: &CommitStatus) -> Option<Vec<u64>> {
+    /// The fingerprint of `status` in each sink of `route` that takes it ([`Sink::takes`]), by the
+    /// sink's index, when each of them can tell exactly which statuses it holds ([`Sink::fingerprint`]);
+    /// `None` when one cannot (a forge; a notification sink for a finished run). A status whose sinks
+    /// can tell is not recorded on its operation.
+    pub(super) fn fingerprints(&self, route: Route, status: &CommitStatus) -> Option<Vec<(usize, u64)>> {
         self.sinks
             .iter()
-            .filter(|sink| route.includes(sink.as_ref()))
-            .map(|sink| sink.fingerprint(status))
+            .enumerate()
+            .filter(|(_, sink)| route.includes(sink.as_ref()) && sink.takes(status))
+            .map(|(index, sink)| sink.fingerprint(status).map(|print| (index, print)))
             .collect()
     }
 
-    /// What each sink `route` goes to holds on `commit` ([`Sink::holding`]), in the order of
-    /// [`Sinks::fingerprints`]; `None` when one of them cannot tell.
-    pub(super) async fn holding(
-        &self,
-        route: Route,
-        commit: &str,
-    ) -> Result<Option<Vec<HashSet<u64>>>, String> {
-        let mut held = Vec::new();
-        for sink in self.sinks.iter().filter(|sink| route.includes(sink.as_ref())) {
-            match sink.holding(commit).await? {
-                Some(set) => held.push(set),
-                None => return Ok(None),
+    /// What the sinks of `route` that can tell hold on `commit` ([`Sink::holding`]), by sink index.
+    pub(super) async fn holding(&self, route: Route, commit: &str) -> Result<Holding, String> {
+        let mut held = Holding::new();
+        for (index, sink) in self.sinks.iter().enumerate() {
+            if route.includes(sink.as_ref()) {
+                if let Some(set) = sink.holding(commit).await? {
+                    held.insert(index, set);
+                }
             }
         }
-        Ok(Some(held))
+        Ok(held)
     }
 
     /// Delivers `status` on `commit` to every sink that has not taken it yet. On failure returns the

@@ -644,6 +644,12 @@ impl Sink for NotifySink {
         SINK_NAME
     }
 
+    /// Only the statuses that make a notification (a finished or held run, a refused commit, a
+    /// rollout's end): a queued or running run's goes nowhere.
+    fn takes(&self, status: &CommitStatus) -> bool {
+        event::from_status("", status, "").is_some()
+    }
+
     fn deliver<'a>(
         &'a self,
         commit: &'a str,
