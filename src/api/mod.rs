@@ -1116,7 +1116,9 @@ pub struct ClusterOperationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported: Option<Box<CommitStatus>>,
     /// The digest of the commit status last delivered to the sinks; a status whose digest this is is
-    /// never sent twice.
+    /// never sent twice. Not written for a status only the git notes take (a queued or running run
+    /// without a forge, or of a commit above `--status-max-contexts`): the note on the commit is its
+    /// record, read back after a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_digest: Option<String>,
     /// Delivery attempts of the desired status that failed so far.
