@@ -1326,16 +1326,21 @@ mod tests {
         assert_eq!(parse_line(&render_line(&bare)), Some(bare));
     }
 
-    #[test]
-    fn a_run_record_rides_on_a_continuation_line_and_is_replaced_with_its_entry() {
-        let run = RunRecord {
+    /// A run record: a summary of three hosts.
+    fn three_hosts() -> RunRecord {
+        RunRecord {
             operation: None,
             summary: Some(crate::api::RunSummary {
                 host_count: 3,
                 ..Default::default()
             }),
             failure: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_run_record_rides_on_a_continuation_line_and_is_replaced_with_its_entry() {
+        let run = three_hosts();
         let entry = NoteEntry {
             context: "kok/prod-bj/install".into(),
             state: StatusState::Success,
@@ -1459,14 +1464,7 @@ mod tests {
     #[test]
     fn a_status_is_held_by_a_note_exactly_when_its_line_is_there() {
         let (dir, _repository, commit, _) = annotated_repository();
-        let run = RunRecord {
-            operation: None,
-            summary: Some(crate::api::RunSummary {
-                host_count: 3,
-                ..Default::default()
-            }),
-            failure: None,
-        };
+        let run = three_hosts();
         let status =
             |context: &str, description: &str, url: Option<&str>, run: Option<RunRecord>| CommitStatus {
                 context: context.into(),
