@@ -72,7 +72,7 @@ use super::sink::DeliveryError;
 use super::sinks::Holding;
 pub use super::sinks::{Backoff, Route, Sinks, DEFAULT_MAX_CONTEXTS, SETTLE_QUIET, SUMMARY_INTERVAL};
 use crate::api::watched::{operation_event, WatchedOperation};
-use crate::api::{ClusterOperation, CommitStatus, StatusState};
+use crate::api::{ClusterOperation, CommitStatus};
 
 /// Per commit, what the sinks of its route hold ([`Sinks::holding`]), read while the watch lists;
 /// `None` when it could not be read.
@@ -336,20 +336,12 @@ impl Reporter {
     /// listed on it; the ones listed before are checked when the list is done.
     async fn check_held(&self, queue: &mut Queue, name: &str, held: &mut Held) {
         let budget = self.sinks.budget();
-        let Some(p) = queue.pending.get(name) else {
+        let Some(p) = queue.pending.get(name).filter(|p| p.attempts == 0) else {
             return;
         };
-        let failed = matches!(p.desired.state, StatusState::Failure | StatusState::Error);
-        let route = if budget == usize::MAX {
-            Route::All
-        } else if queue.above_budget(&p.commit, budget) && !failed {
-            Route::Unbudgeted
-        } else {
+        let Some(route) = queue.sure_route(p, budget) else {
             return;
         };
-        if p.attempts > 0 {
-            return;
-        }
         let Some(prints) = self.sinks.fingerprints(route, &p.desired) else {
             return;
         };

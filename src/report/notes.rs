@@ -344,20 +344,25 @@ impl NotesSink {
     /// rebuilt meta-cluster: the remote holds what earlier runs of kok recorded). A remote that cannot
     /// be read is logged and the local notes answer.
     pub async fn read_joined(&self, commit: &str) -> Result<Vec<NoteEntry>, NotesError> {
-        self.join_once().await?;
-        let (repo, commit) = (self.repo.clone(), commit.to_string());
-        tokio::task::spawn_blocking(move || read_notes(&repo, &commit))
-            .await
-            .map_err(|e| NotesError::Join(e.to_string()))?
+        self.read_after_join(commit, read_notes).await
     }
 
     /// The fingerprints of the entries of the note on `commit` ([`status_fingerprint`]), after joining
     /// the remote's notes once as [`NotesSink::read_joined`] does. The note is read as a stream and only
     /// its fingerprints are kept: 8 bytes a context instead of the entries.
     pub async fn fingerprints(&self, commit: &str) -> Result<HashSet<u64>, NotesError> {
+        self.read_after_join(commit, note_fingerprints).await
+    }
+
+    /// `read` of the note on `commit`, on a blocking thread, once the remote's notes are joined.
+    async fn read_after_join<T: Send + 'static>(
+        &self,
+        commit: &str,
+        read: fn(&Path, &str) -> Result<T, NotesError>,
+    ) -> Result<T, NotesError> {
         self.join_once().await?;
         let (repo, commit) = (self.repo.clone(), commit.to_string());
-        tokio::task::spawn_blocking(move || note_fingerprints(&repo, &commit))
+        tokio::task::spawn_blocking(move || read(&repo, &commit))
             .await
             .map_err(|e| NotesError::Join(e.to_string()))?
     }

@@ -489,12 +489,21 @@ impl Queue {
         }
     }
 
-    /// True when `commit` has more operations than `budget`: its operations' statuses go to the sinks
-    /// without a budget only (unless failed).
-    pub(super) fn above_budget(&self, commit: &str, budget: usize) -> bool {
-        self.commits
-            .get(commit)
-            .is_some_and(|ops| ops.tally.total() > budget)
+    /// The route `job` will take by [`Queue::route`]'s rules, when it is sure while the operations are
+    /// still being counted: every sink when no sink has a budget, the sinks without one when its
+    /// commit already counts more operations than `budget` and it did not fail; `None` otherwise (the
+    /// commit may still be within the budget, or the forges get it). A restarted loop has shown no
+    /// context one by one yet, so [`CommitOps::shown`] does not matter here.
+    pub(super) fn sure_route(&self, job: &Pending, budget: usize) -> Option<Route> {
+        if budget == usize::MAX {
+            return Some(Route::All);
+        }
+        let failed = matches!(job.desired.state, StatusState::Failure | StatusState::Error);
+        let above = self
+            .commits
+            .get(job.commit.as_str())
+            .is_some_and(|ops| ops.tally.total() > budget);
+        (above && !failed).then_some(Route::Unbudgeted)
     }
 
     /// Up to `limit` due operations not already being delivered, the earliest first, marked busy.

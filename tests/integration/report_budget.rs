@@ -78,12 +78,21 @@ impl Harness {
     }
 
     fn start_reporter(&self, sinks: Sinks) -> (Arc<Reporter>, oneshot::Sender<()>) {
+        let (reporter, tx, _) = self.spawn_reporter(sinks);
+        (reporter, tx)
+    }
+
+    /// Starts a reporter over `sinks`; dropping the sender stops it, and the task ends once it did.
+    fn spawn_reporter(
+        &self,
+        sinks: Sinks,
+    ) -> (Arc<Reporter>, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
         let reporter = Reporter::new(self.api.client(), NS, sinks, fast());
         let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(reporter.clone().run(async move {
+        let task = tokio::spawn(reporter.clone().run(async move {
             let _ = rx.await;
         }));
-        (reporter, tx)
+        (reporter, tx, task)
     }
 
     async fn create(&self, name: &str, desired: Option<StatusState>) {
@@ -266,12 +275,7 @@ async fn statuses_only_the_notes_take_are_recorded_in_the_notes_alone_and_not_se
             .with_max_contexts(3)
             .with_sink(notifier.sink())
     };
-    let (first, stop) = oneshot::channel::<()>();
-    let task = tokio::spawn(
-        Reporter::new(h.api.client(), NS, sinks(&h.metrics), fast()).run(async move {
-            let _ = stop.await;
-        }),
-    );
+    let (_, first, task) = h.spawn_reporter(sinks(&h.metrics));
     eventually("every queued status in the notes", || h.note_states().len() == 5).await;
     h.set("op4", StatusState::Failure).await;
     h.wait_all_delivered(&names).await;
@@ -302,14 +306,7 @@ async fn statuses_only_the_notes_take_are_recorded_in_the_notes_alone_and_not_se
     // A restarted reporter lists the operations, reads the note back and sends nothing again.
     let metrics = Metrics::new();
     let forge_before = server.statuses().len();
-    let (_reporter, _stop) = {
-        let (tx, rx) = oneshot::channel::<()>();
-        let reporter = Reporter::new(h.api.client(), NS, sinks(&metrics), fast());
-        tokio::spawn(reporter.clone().run(async move {
-            let _ = rx.await;
-        }));
-        (reporter, tx)
-    };
+    let (_reporter, _stop) = h.start_reporter(sinks(&metrics));
     eventually("the restarted reporter's summary", || {
         server.statuses().len() > forge_before
     })
