@@ -5,6 +5,7 @@
 //! operations of its own cluster (through the index) instead of scanning every operation kok manages.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod};
@@ -45,39 +46,67 @@ impl Listed {
     }
 }
 
-/// Strings held once for every record that uses them. Words no record uses any more are dropped once
+/// Values held once for every record that uses them. Values no record uses any more are dropped once
 /// the set has doubled since the last sweep.
-#[derive(Debug, Default)]
-pub(super) struct Words {
-    set: HashSet<Arc<str>>,
+#[derive(Debug)]
+pub(super) struct Shared<T: ?Sized> {
+    set: HashSet<Arc<T>>,
     after_sweep: usize,
 }
 
-impl Words {
-    /// The one copy of `word`.
-    pub(super) fn get(&mut self, word: &str) -> Arc<str> {
-        if let Some(known) = self.set.get(word) {
-            return known.clone();
+impl<T: ?Sized> Default for Shared<T> {
+    fn default() -> Self {
+        Shared {
+            set: HashSet::new(),
+            after_sweep: 0,
         }
-        let word: Arc<str> = Arc::from(word);
-        self.set.insert(word.clone());
+    }
+}
+
+/// Strings held once for every record that uses them.
+pub(super) type Words = Shared<str>;
+
+impl<T: ?Sized + Eq + Hash> Shared<T> {
+    /// Holds `value`, new to the set.
+    fn keep(&mut self, value: Arc<T>) -> Arc<T> {
+        self.set.insert(value.clone());
         if self.set.len() > 2 * self.after_sweep.max(512) {
             self.sweep();
         }
-        word
+        value
     }
 
-    /// How many words it holds.
+    /// How many values it holds.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.set.len()
     }
 
-    /// Drops the words no record uses any more.
+    /// Drops the values no record uses any more.
     pub(super) fn sweep(&mut self) {
         self.set.retain(|w| Arc::strong_count(w) > 1);
         self.set.shrink_to_fit();
         self.after_sweep = self.set.len();
+    }
+}
+
+impl Words {
+    /// The one copy of `word`.
+    pub(super) fn get(&mut self, word: &str) -> Arc<str> {
+        match self.set.get(word) {
+            Some(known) => known.clone(),
+            None => self.keep(Arc::from(word)),
+        }
+    }
+}
+
+impl<T: Eq + Hash> Shared<T> {
+    /// The one copy of `value`.
+    pub(super) fn share(&mut self, value: T) -> Arc<T> {
+        match self.set.get(&value) {
+            Some(known) => known.clone(),
+            None => self.keep(Arc::new(value)),
+        }
     }
 }
 

@@ -216,6 +216,17 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         },
     };
     let mut status = cluster_status(&cluster, &ops, secret);
+    let limit = cluster
+        .spec
+        .defaults
+        .history_limit
+        .unwrap_or(DEFAULT_HISTORY_LIMIT);
+    let to_delete = history_to_delete(&ops, limit);
+    // Not held across the writes below: in a fleet's first pass every Cluster's reconcile waits on the
+    // API server at once, and its operations' copies would add up to the whole fleet's (about 12 KiB a
+    // cluster of 20, 120 MiB at 10,000 clusters).
+    drop(ops);
+    drop(all);
     super::health::carry(&mut status, cluster.status.as_ref());
     keep_transition_times(&mut status, cluster.status.as_ref(), Timestamp::now());
     if cluster.status.as_ref() != Some(&status) {
@@ -226,13 +237,8 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             .map_err(cluster_error(&cluster, "writing status".into()))?;
     }
 
-    let limit = cluster
-        .spec
-        .defaults
-        .history_limit
-        .unwrap_or(DEFAULT_HISTORY_LIMIT);
     let ops_api: Api<ClusterOperation> = Api::namespaced(ctx.client.clone(), ns);
-    for old in history_to_delete(&ops, limit) {
+    for old in to_delete {
         match ops_api.delete(&old, &DeleteParams::background()).await {
             Ok(_) => {
                 info!(cluster = %name, operation = %old, limit, "operation deleted by the history limit")

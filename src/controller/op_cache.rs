@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
-use super::cache::{ByCluster, Listed, Words};
+use super::cache::{ByCluster, Listed, Shared, Words};
 use super::wave::RunState;
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
@@ -39,39 +39,111 @@ use crate::api::{
 enum Meta {
     /// What kok reads of an operation without a schedule.
     Slim {
-        uid: Option<Box<str>>,
-        resource_version: Option<Box<str>>,
-        creation_timestamp: Option<Time>,
-        /// The `kok.dev/cluster`, `kok.dev/current` and `kok.dev/wave` labels (`kok.dev/rollout` is
-        /// `spec.rollout`'s name).
-        cluster_label: Option<Arc<str>>,
-        current: Option<Arc<str>>,
-        wave: Option<Arc<str>>,
-        /// The `kok.dev/content-hash` annotation.
-        hash: Option<Box<str>>,
-        /// The `kok.dev/recorded` annotation, while the operation has not taken its recorded outcome.
-        recorded: Option<Box<str>>,
+        /// The uid, resourceVersion and creation time as numbers, when all three have the forms an API
+        /// server gives them ([`Stamp::of`]); else they are kept as text in `marks`.
+        stamp: Option<Stamp>,
+        /// What few runs have, boxed apart: a rollout's labels, the annotations, and the uid,
+        /// resourceVersion and creation time when they are not a stamp.
+        marks: Option<Box<Marks>>,
     },
     /// An operation with a schedule: all of it but `managedFields`.
     Whole(Box<ObjectMeta>),
 }
 
-/// The spec, its common fields as shared words; `rest` holds the rarely set ones, the others empty.
-#[derive(Debug)]
-struct Spec {
+/// A uid, resourceVersion and creation time as numbers: 32 bytes in the record instead of two strings of
+/// their own and a time. Only values that read back as the same text are kept so.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Stamp {
+    /// A UUID in its lower-case hyphenated form.
+    uid: [u8; 16],
+    resource_version: u64,
+    /// Whole seconds since the epoch.
+    created: i64,
+}
+
+impl Stamp {
+    /// The stamp of `m`, when its uid is a lower-case hyphenated UUID, its resourceVersion a decimal number
+    /// without leading zeros and its creation time a whole second.
+    fn of(m: &ObjectMeta) -> Option<Stamp> {
+        let uid = parse_uuid(m.uid.as_deref()?)?;
+        let text = m.resource_version.as_deref()?;
+        let resource_version: u64 = text.parse().ok()?;
+        let created = m.creation_timestamp.as_ref()?.0;
+        let stamp = Stamp {
+            uid,
+            resource_version,
+            created: created.as_second(),
+        };
+        (resource_version.to_string() == text && created.subsec_nanosecond() == 0).then_some(stamp)
+    }
+
+    fn uid(&self) -> String {
+        let hex: String = self.uid.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        )
+    }
+
+    fn created(&self) -> Option<Time> {
+        jiff::Timestamp::from_second(self.created).ok().map(Time)
+    }
+}
+
+/// The 16 bytes of `text` when it is a UUID written as [`Stamp::uid`] writes it.
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let groups: Vec<&str> = text.split('-').collect();
+    let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+    if lengths != [8, 4, 4, 4, 12] {
+        return None;
+    }
+    let hex: String = groups.concat();
+    if !hex
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    let mut uid = [0u8; 16];
+    for (i, byte) in uid.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(uid)
+}
+
+/// The metadata few runs have.
+#[derive(Debug, Default, PartialEq)]
+struct Marks {
+    /// The uid, resourceVersion and creation time, when they are not a [`Stamp`].
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    creation_timestamp: Option<Time>,
+    /// The `kok.dev/current` and `kok.dev/wave` labels (`kok.dev/rollout` is `spec.rollout`'s name).
+    current: Option<Arc<str>>,
+    wave: Option<Arc<str>>,
+    /// The `kok.dev/content-hash` annotation.
+    hash: Option<Box<str>>,
+    /// The `kok.dev/recorded` annotation, while the operation has not taken its recorded outcome.
+    recorded: Option<Box<str>>,
+}
+
+/// Where an operation comes from and what it is given: the same for every operation of one commit of a
+/// cluster, so held once for all of them ([`Shared`]).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Origin {
     cluster: Arc<str>,
-    id: Arc<str>,
-    digest: Arc<str>,
-    action: Arc<str>,
-    action_type: ActionType,
-    extra_args: Box<[Arc<str>]>,
+    /// The `kok.dev/cluster` label (of a slim record: a whole one keeps its labels).
+    cluster_label: Option<Arc<str>>,
     image: Arc<str>,
     hosts: Arc<str>,
     vars: Option<Arc<str>>,
     /// The pinned inventory's file name, when not hosts.yml.
     inventory_file: Option<Arc<str>>,
-    /// The pinned group_vars/host_vars files as one shared word (see [`encode_files`]): the operations of
-    /// one commit of a cluster pin the same list.
+    /// The pinned group_vars/host_vars files as one word (see [`encode_files`]).
     files: Option<Arc<str>>,
     /// The shared file list ConfigMap (`varsFilesRef`).
     files_ref: Option<Arc<str>>,
@@ -80,6 +152,18 @@ struct Spec {
     commit: Arc<str>,
     revision: Arc<str>,
     path: Arc<str>,
+}
+
+/// The spec: its origin and the operation's own common fields as shared words; `rest` holds the rarely
+/// set ones, the others empty.
+#[derive(Debug)]
+struct Spec {
+    origin: Arc<Origin>,
+    id: Arc<str>,
+    digest: Arc<str>,
+    action: Arc<str>,
+    action_type: ActionType,
+    extra_args: Box<[Arc<str>]>,
     queue_position: Arc<str>,
     on_failure: OnFailure,
     rest: Option<Box<ClusterOperationSpec>>,
@@ -102,31 +186,40 @@ struct Record {
 }
 
 impl Record {
-    fn new(op: &ClusterOperation, words: &mut Words) -> Record {
+    fn new(op: &ClusterOperation, words: &mut Words, origins: &mut Shared<Origin>) -> Record {
         let m = &op.metadata;
-        let meta = if op.spec.schedule.is_some() {
+        let label = |key: &str| m.labels.as_ref().and_then(|l| l.get(key));
+        let (meta, cluster_label) = if op.spec.schedule.is_some() {
             let mut whole = m.clone();
             whole.managed_fields = None;
-            Meta::Whole(Box::new(whole))
+            (Meta::Whole(Box::new(whole)), None)
         } else {
-            let label = |key: &str| m.labels.as_ref().and_then(|l| l.get(key));
             let annotation = |key: &str| {
                 m.annotations
                     .as_ref()
                     .and_then(|a| a.get(key))
                     .map(|v| Box::from(v.as_str()))
             };
-            Meta::Slim {
-                uid: m.uid.as_deref().map(Box::from),
-                resource_version: m.resource_version.as_deref().map(Box::from),
-                creation_timestamp: m.creation_timestamp.clone(),
-                cluster_label: label(LABEL_CLUSTER).map(|v| words.get(v)),
+            let stamp = Stamp::of(m);
+            let marks = Marks {
+                uid: m.uid.as_deref().filter(|_| stamp.is_none()).map(Box::from),
+                resource_version: m
+                    .resource_version
+                    .as_deref()
+                    .filter(|_| stamp.is_none())
+                    .map(Box::from),
+                creation_timestamp: m.creation_timestamp.clone().filter(|_| stamp.is_none()),
                 current: label(LABEL_CURRENT).map(|v| words.get(v)),
                 wave: label(LABEL_WAVE).map(|v| words.get(v)),
                 hash: annotation(ANNOTATION_CONTENT_HASH),
                 recorded: annotation(ANNOTATION_RECORDED)
                     .filter(|_| !op.status.as_ref().is_some_and(|s| s.phase.is_terminal())),
-            }
+            };
+            let marks = (marks != Marks::default()).then(|| Box::new(marks));
+            (
+                Meta::Slim { stamp, marks },
+                label(LABEL_CLUSTER).map(|v| words.get(v)),
+            )
         };
         let s = &op.spec;
         let rest = ClusterOperationSpec {
@@ -148,13 +241,9 @@ impl Record {
             repository_files: s.repository_files.clone(),
             ..ClusterOperationSpec::default()
         };
-        let spec = Spec {
+        let origin = Origin {
             cluster: words.get(&s.cluster),
-            id: words.get(&s.id),
-            digest: words.get(&s.digest),
-            action: words.get(&s.action),
-            action_type: s.action_type,
-            extra_args: s.extra_args.iter().map(|a| words.get(a)).collect(),
+            cluster_label,
             image: words.get(&s.image),
             hosts: words.get(&s.hosts_conf_ref.name),
             vars: s.vars_conf_ref.as_ref().map(|r| words.get(&r.name)),
@@ -166,6 +255,14 @@ impl Record {
             commit: words.get(&s.source.commit),
             revision: words.get(&s.source.revision),
             path: words.get(&s.source.path),
+        };
+        let spec = Spec {
+            origin: origins.share(origin),
+            id: words.get(&s.id),
+            digest: words.get(&s.digest),
+            action: words.get(&s.action),
+            action_type: s.action_type,
+            extra_args: s.extra_args.iter().map(|a| words.get(a)).collect(),
             queue_position: words.get(&s.queue_position),
             on_failure: s.on_failure,
             rest: (rest != ClusterOperationSpec::default()).then(|| Box::new(rest)),
@@ -204,7 +301,7 @@ impl Record {
     /// The rollout this is a current run of, when it is one.
     fn rollout(&self) -> Option<&str> {
         let current = match &self.meta {
-            Meta::Slim { current, .. } => current.as_deref(),
+            Meta::Slim { marks, .. } => marks.as_ref().and_then(|m| m.current.as_deref()),
             Meta::Whole(m) => m
                 .labels
                 .as_ref()
@@ -238,10 +335,24 @@ impl Record {
         }
     }
 
-    fn resource_version(&self) -> Option<&str> {
+    fn resource_version(&self) -> Option<String> {
         match &self.meta {
-            Meta::Slim { resource_version, .. } => resource_version.as_deref(),
-            Meta::Whole(m) => m.resource_version.as_deref(),
+            Meta::Slim {
+                stamp: Some(stamp), ..
+            } => Some(stamp.resource_version.to_string()),
+            Meta::Slim { marks, .. } => marks.as_ref()?.resource_version.as_deref().map(str::to_string),
+            Meta::Whole(m) => m.resource_version.clone(),
+        }
+    }
+
+    /// `metadata.creationTimestamp`, when set.
+    fn created(&self) -> Option<Time> {
+        match &self.meta {
+            Meta::Slim {
+                stamp: Some(stamp), ..
+            } => stamp.created(),
+            Meta::Slim { marks, .. } => marks.as_ref()?.creation_timestamp.clone(),
+            Meta::Whole(m) => m.creation_timestamp.clone(),
         }
     }
 
@@ -249,70 +360,70 @@ impl Record {
     fn operation(&self, name: &str, namespace: &str) -> ClusterOperation {
         let metadata = match &self.meta {
             Meta::Whole(m) => (**m).clone(),
-            Meta::Slim {
-                uid,
-                resource_version,
-                creation_timestamp,
-                cluster_label,
-                current,
-                wave,
-                hash,
-                recorded,
-            } => {
+            Meta::Slim { stamp, marks } => {
+                let none = Marks::default();
+                let marks = marks.as_deref().unwrap_or(&none);
                 let rollout = self.spec.rest.as_ref().and_then(|r| r.rollout.as_ref());
                 let rollout = rollout.map(|r| r.name.as_str());
-                let labels: std::collections::BTreeMap<String, String> = [
-                    (LABEL_CLUSTER, cluster_label.as_deref()),
-                    (LABEL_CURRENT, current.as_deref()),
+                let pairs = |pairs: [(&str, Option<&str>); 4]| -> BTreeMap<String, String> {
+                    pairs
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k.to_string(), v?.to_string())))
+                        .collect()
+                };
+                let labels = pairs([
+                    (LABEL_CLUSTER, self.spec.origin.cluster_label.as_deref()),
+                    (LABEL_CURRENT, marks.current.as_deref()),
                     (LABEL_ROLLOUT, rollout),
-                    (LABEL_WAVE, wave.as_deref()),
-                ]
-                .into_iter()
-                .filter_map(|(k, v)| Some((k.to_string(), v?.to_string())))
-                .collect();
+                    (LABEL_WAVE, marks.wave.as_deref()),
+                ]);
+                let annotations = pairs([
+                    (ANNOTATION_CONTENT_HASH, marks.hash.as_deref()),
+                    (ANNOTATION_RECORDED, marks.recorded.as_deref()),
+                    ("", None),
+                    ("", None),
+                ]);
                 ObjectMeta {
                     name: Some(name.to_string()),
                     namespace: Some(namespace.to_string()),
-                    uid: uid.as_deref().map(str::to_string),
-                    resource_version: resource_version.as_deref().map(str::to_string),
-                    creation_timestamp: creation_timestamp.clone(),
-                    labels: (!labels.is_empty()).then_some(labels),
-                    annotations: {
-                        let annotations: BTreeMap<String, String> = [
-                            (ANNOTATION_CONTENT_HASH, hash.as_deref()),
-                            (ANNOTATION_RECORDED, recorded.as_deref()),
-                        ]
-                        .into_iter()
-                        .filter_map(|(k, v)| Some((k.to_string(), v?.to_string())))
-                        .collect();
-                        (!annotations.is_empty()).then_some(annotations)
+                    uid: match stamp {
+                        Some(stamp) => Some(stamp.uid()),
+                        None => marks.uid.as_deref().map(str::to_string),
                     },
+                    resource_version: self.resource_version(),
+                    creation_timestamp: self.created(),
+                    labels: (!labels.is_empty()).then_some(labels),
+                    annotations: (!annotations.is_empty()).then_some(annotations),
                     ..ObjectMeta::default()
                 }
             }
         };
         let s = &self.spec;
         let mut spec = s.rest.as_deref().cloned().unwrap_or_default();
-        spec.cluster = s.cluster.to_string();
+        let origin = &s.origin;
+        spec.cluster = origin.cluster.to_string();
         spec.id = s.id.to_string();
         spec.digest = s.digest.to_string();
         spec.action = s.action.to_string();
         spec.action_type = s.action_type;
         spec.extra_args = s.extra_args.iter().map(|a| a.to_string()).collect();
-        spec.image = s.image.to_string();
+        spec.image = origin.image.to_string();
         spec.hosts_conf_ref = ConfigMapRef {
-            name: s.hosts.to_string(),
+            name: origin.hosts.to_string(),
         };
-        spec.vars_conf_ref = s.vars.as_ref().map(|n| ConfigMapRef { name: n.to_string() });
-        spec.inventory_file = s.inventory_file.as_ref().map(|f| f.to_string());
-        spec.vars_files = s.files.as_deref().map(decode_files).unwrap_or_default();
-        spec.vars_files_ref = s.files_ref.as_ref().map(|n| ConfigMapRef { name: n.to_string() });
-        spec.vault_password_ref = s.vault.as_ref().map(|n| SecretRef { name: n.to_string() });
-        spec.ssh_auth_ref = s.ssh.as_ref().map(|n| SecretRef { name: n.to_string() });
+        spec.vars_conf_ref = origin.vars.as_ref().map(|n| ConfigMapRef { name: n.to_string() });
+        spec.inventory_file = origin.inventory_file.as_ref().map(|f| f.to_string());
+        spec.vars_files = origin.files.as_deref().map(decode_files).unwrap_or_default();
+        spec.vars_files_ref = origin
+            .files_ref
+            .as_ref()
+            .map(|n| ConfigMapRef { name: n.to_string() });
+        spec.vault_password_ref = origin.vault.as_ref().map(|n| SecretRef { name: n.to_string() });
+        spec.ssh_auth_ref = origin.ssh.as_ref().map(|n| SecretRef { name: n.to_string() });
         spec.source = OperationSource {
-            commit: s.commit.to_string(),
-            revision: s.revision.to_string(),
-            path: s.path.to_string(),
+            commit: origin.commit.to_string(),
+            revision: origin.revision.to_string(),
+            path: origin.path.to_string(),
         };
         spec.queue_position = s.queue_position.to_string();
         spec.on_failure = s.on_failure;
@@ -340,6 +451,7 @@ struct Ops {
     running: BTreeSet<String>,
     /// Each rollout's current runs, by cluster.
     rollouts: HashMap<Arc<str>, RunsByCluster>,
+    origins: Shared<Origin>,
     words: Words,
 }
 
@@ -348,7 +460,7 @@ impl Ops {
     /// [`OpCache::observe`]).
     fn upsert(&mut self, op: &ClusterOperation) -> bool {
         let name = op.metadata.name.as_deref().unwrap_or_default();
-        let record = Box::new(Record::new(op, &mut self.words));
+        let record = Box::new(Record::new(op, &mut self.words, &mut self.origins));
         let lets_go = self.by_name.get(name).is_some_and(|old| {
             (!old.phase().is_terminal() && record.phase().is_terminal())
                 || (!old.hold_released() && record.hold_released())
@@ -360,7 +472,7 @@ impl Ops {
         }
         self.unindex(name);
         if let Some(rollout) = record.rollout() {
-            let (rollout, cluster) = (self.words.get(rollout), record.spec.cluster.clone());
+            let (rollout, cluster) = (self.words.get(rollout), record.spec.origin.cluster.clone());
             let runs = self.rollouts.entry(rollout).or_default();
             runs.entry(cluster).or_default().insert(Arc::from(name));
         }
@@ -395,10 +507,10 @@ impl Ops {
         let Some(runs) = self.rollouts.get_mut(rollout) else {
             return;
         };
-        if let Some(names) = runs.get_mut(&*old.spec.cluster) {
+        if let Some(names) = runs.get_mut(&*old.spec.origin.cluster) {
             names.remove(name);
             if names.is_empty() {
-                runs.remove(&*old.spec.cluster);
+                runs.remove(&*old.spec.origin.cluster);
             }
         }
         if runs.is_empty() {
@@ -487,6 +599,8 @@ impl OpCache {
             }
             watcher::Event::Delete(_) | watcher::Event::Init => {}
             watcher::Event::InitDone => {
+                // Origins first: the words only the dropped ones held are dropped with them.
+                ops.origins.sweep();
                 ops.words.sweep();
                 ops.by_name.shrink_to_fit();
             }
@@ -513,10 +627,10 @@ impl OpCache {
         };
         let mut lists: std::collections::HashSet<&Arc<str>> = std::collections::HashSet::new();
         for record in ops.by_name.values() {
-            if let Some(files) = &record.spec.files {
+            let s = &record.spec.origin;
+            if let Some(files) = &s.files {
                 lists.insert(files);
             }
-            let s = &record.spec;
             for name in [Some(&s.hosts), s.vars.as_ref(), s.files_ref.as_ref()]
                 .into_iter()
                 .flatten()
@@ -562,7 +676,7 @@ impl OpCache {
     /// The resourceVersion of `name`, when cached.
     pub fn resource_version(&self, name: &str) -> Option<String> {
         let ops = self.ops.lock().ok()?;
-        ops.by_name.get(name)?.resource_version().map(str::to_string)
+        ops.by_name.get(name)?.resource_version()
     }
 
     /// Names of the operations of `cluster`, sorted.
@@ -639,7 +753,8 @@ impl OpCache {
         ops.by_name
             .iter()
             .filter(|(_, r)| {
-                (r.spec.ssh.as_deref() == Some(secret) || r.spec.vault.as_deref() == Some(secret))
+                (r.spec.origin.ssh.as_deref() == Some(secret)
+                    || r.spec.origin.vault.as_deref() == Some(secret))
                     && !r.phase().is_terminal()
             })
             .map(|(n, _)| n.to_string())
@@ -657,7 +772,7 @@ impl OpCache {
         let mut succeeded: HashMap<(&str, &str), (&str, &str)> = HashMap::new();
         for (name, record) in &ops.by_name {
             if record.phase() == Phase::Succeeded {
-                let key = (&*record.spec.cluster, &*record.spec.id);
+                let key = (&*record.spec.origin.cluster, &*record.spec.id);
                 let at = (&*record.spec.queue_position, &**name);
                 let latest = succeeded.entry(key).or_insert(at);
                 if at > *latest {
@@ -667,7 +782,7 @@ impl OpCache {
         }
         let mut by_cluster: BTreeMap<String, QueueGauges> = BTreeMap::new();
         for (name, record) in &ops.by_name {
-            let cluster: &str = &record.spec.cluster;
+            let cluster: &str = &record.spec.origin.cluster;
             if !by_cluster.contains_key(cluster) {
                 by_cluster.insert(cluster.to_string(), QueueGauges::default());
             }
@@ -686,20 +801,14 @@ impl OpCache {
                 _ => false,
             };
             if stopped && record.spec.on_failure == OnFailure::Hold {
-                let key = (&*record.spec.cluster, &*record.spec.id);
+                let key = (&*record.spec.origin.cluster, &*record.spec.id);
                 let at = (&*record.spec.queue_position, &**name);
                 gauges.any_failed |= succeeded.get(&key).is_none_or(|later| *later < at);
             }
             if !matches!(phase, Phase::Pending | Phase::Queued) {
                 continue;
             }
-            let created = match &record.meta {
-                Meta::Slim {
-                    creation_timestamp, ..
-                } => creation_timestamp.as_ref(),
-                Meta::Whole(m) => m.creation_timestamp.as_ref(),
-            };
-            let Some(created) = created.map(|t| t.0) else {
+            let Some(created) = record.created().map(|t| t.0) else {
                 continue;
             };
             if gauges.oldest.as_ref().is_none_or(|o| created < o.created) {
@@ -997,7 +1106,7 @@ mod tests {
             cache.observe(&watcher::Event::Apply(op(&format!("a{i}"), "a", Phase::Queued)));
         }
         let ops = cache.ops.lock().unwrap();
-        let images: Vec<&Arc<str>> = ops.by_name.values().map(|r| &r.spec.image).collect();
+        let images: Vec<&Arc<str>> = ops.by_name.values().map(|r| &r.spec.origin.image).collect();
         assert!(Arc::ptr_eq(images[0], images[1]) && Arc::ptr_eq(images[1], images[2]));
         let messages: Vec<&Arc<str>> = ops
             .by_name
@@ -1011,6 +1120,97 @@ mod tests {
                 .values()
                 .all(|r| r.status.as_ref().unwrap().rest.is_none()),
             "a waiting operation keeps nothing apart"
+        );
+    }
+
+    #[test]
+    fn a_commits_operations_share_one_origin_and_an_api_servers_stamp_is_kept_as_numbers() {
+        let cache = OpCache::new("kok");
+        let at =
+            |second: i64, nanosecond: i32| Time(jiff::Timestamp::new(second, nanosecond).expect("a time"));
+        let stamped = |name: &str, uid: &str, rv: &str, created: Time| {
+            let mut o = op(name, "a", Phase::Queued);
+            o.metadata.uid = Some(uid.into());
+            o.metadata.resource_version = Some(rv.into());
+            o.metadata.creation_timestamp = Some(created);
+            o
+        };
+        let ops = [
+            stamped(
+                "a0",
+                "0f8e2c4a-9b1d-4e3f-a5c7-d9e1f3a5b7c9",
+                "1234567",
+                at(1_790_000_000, 0),
+            ),
+            // What an API server would not write stays text: upper case, braces, a leading zero, a
+            // fraction of a second.
+            stamped(
+                "a1",
+                "0F8E2C4A-9B1D-4E3F-A5C7-D9E1F3A5B7C9",
+                "7",
+                at(1_790_000_000, 0),
+            ),
+            stamped(
+                "a2",
+                "0f8e2c4a9b1d4e3fa5c7d9e1f3a5b7c9",
+                "7",
+                at(1_790_000_000, 0),
+            ),
+            stamped(
+                "a3",
+                "0f8e2c4a-9b1d-4e3f-a5c7-d9e1f3a5b7c9",
+                "07",
+                at(1_790_000_000, 0),
+            ),
+            stamped(
+                "a4",
+                "0f8e2c4a-9b1d-4e3f-a5c7-d9e1f3a5b7c9",
+                "8",
+                at(1_790_000_000, 5),
+            ),
+            stamped("a5", "0f8e2c4a-9b1d-4e3f-a5c7-d9e1f3a5b7cg", "9", at(-5, 0)),
+        ];
+        for o in &ops {
+            cache.observe(&watcher::Event::Apply(o.clone()));
+        }
+        for o in &ops {
+            let name = o.metadata.name.as_deref().unwrap();
+            let back = cache.get(name).expect("cached").metadata;
+            assert_eq!(back.uid, o.metadata.uid, "{name}");
+            assert_eq!(back.resource_version, o.metadata.resource_version, "{name}");
+            assert_eq!(back.creation_timestamp, o.metadata.creation_timestamp, "{name}");
+        }
+        let held = cache.ops.lock().unwrap();
+        let stamps: Vec<bool> = ops
+            .iter()
+            .map(|o| {
+                let record = &held.by_name[o.metadata.name.as_deref().unwrap()];
+                matches!(record.meta, Meta::Slim { stamp: Some(_), .. })
+            })
+            .collect();
+        assert_eq!(stamps, [true, false, false, false, false, false]);
+        let slim = &held.by_name["a0"];
+        assert!(
+            matches!(slim.meta, Meta::Slim { marks: None, .. }),
+            "a run without a rollout or annotations keeps no marks"
+        );
+        // One origin for the commit's operations: the cluster, image, Secret and source held once.
+        let origins: Vec<&Arc<Origin>> = held.by_name.values().map(|r| &r.spec.origin).collect();
+        assert!(origins.iter().all(|o| Arc::ptr_eq(o, origins[0])));
+        drop(held);
+
+        // Another commit of the cluster is another origin; the first stays while a run names it.
+        let mut next = op("a6", "a", Phase::Queued);
+        next.spec.source.commit = "c2".into();
+        cache.observe(&watcher::Event::Apply(next));
+        let held = cache.ops.lock().unwrap();
+        assert!(!Arc::ptr_eq(
+            &held.by_name["a6"].spec.origin,
+            &held.by_name["a0"].spec.origin
+        ));
+        assert_eq!(
+            held.by_name["a6"].spec.origin.image,
+            held.by_name["a0"].spec.origin.image
         );
     }
 
