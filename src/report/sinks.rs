@@ -291,6 +291,10 @@ impl Sinks {
         status: &CommitStatus,
     ) -> Result<(), DeliveryError> {
         let sink = &self.sinks[index];
+        if !sink.takes(status) {
+            // Nothing to deliver: neither counted nor logged as a delivery.
+            return Ok(());
+        }
         let paused = |wait: Duration| {
             self.metrics.status_delivery(sink.name(), "paused");
             tracing::debug!(sink = sink.name(), %commit, context = %status.context, "commit status waits for the sink's rate limit");
@@ -399,5 +403,65 @@ mod tests {
             reason: "r".into(),
         };
         assert_eq!(b.delay(1, &refused), Duration::from_secs(300));
+    }
+
+    /// Takes only finished runs, as the notifications do, and counts what it is given.
+    struct Finished(std::sync::atomic::AtomicUsize);
+
+    impl Sink for Finished {
+        fn name(&self) -> &str {
+            "finished"
+        }
+
+        fn takes(&self, status: &CommitStatus) -> bool {
+            status.state != crate::api::StatusState::Pending
+        }
+
+        fn deliver<'a>(
+            &'a self,
+            _commit: &'a str,
+            _status: &'a CommitStatus,
+        ) -> futures::future::BoxFuture<'a, Result<(), DeliveryError>> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_status_a_sink_does_not_take_is_neither_given_to_it_nor_counted_as_delivered() {
+        let sink = Arc::new(Finished(Default::default()));
+        let metrics = Metrics::new();
+        let sinks = Sinks::new(vec![sink.clone()], metrics.clone());
+        let status = |state| CommitStatus {
+            context: "kok/a/install".into(),
+            state,
+            description: "d".into(),
+            target_url: None,
+            run: None,
+        };
+        let delivered = |m: &Metrics| {
+            m.render()
+                .lines()
+                .any(|l| l == "kok_status_deliveries_total{sink=\"finished\",result=\"delivered\"} 1")
+        };
+        sinks
+            .deliver("c1", &status(crate::api::StatusState::Pending))
+            .await
+            .expect("taken");
+        sinks
+            .deliver_once("c1", &status(crate::api::StatusState::Pending), Route::All)
+            .await;
+        assert_eq!(sink.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(
+            !metrics.render().contains("sink=\"finished\""),
+            "{}",
+            metrics.render()
+        );
+        sinks
+            .deliver("c1", &status(crate::api::StatusState::Success))
+            .await
+            .expect("taken");
+        assert_eq!(sink.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(delivered(&metrics), "{}", metrics.render());
     }
 }
