@@ -6,7 +6,9 @@
 //! is an allocation of its own, and a reflector store keys it by a copy of its name, namespace, uid and
 //! resourceVersion. Most of those strings are the same across a fleet (the image, the Secret, the commit
 //! and revision, a wait message) or across a cluster's operations (its name, ConfigMaps and path). A
-//! record holds each such string once for the whole cache, keeps the fields that are rarely set (hooks,
+//! record holds each such string once for the whole cache, and the ones every operation of one commit of a
+//! cluster has as one shared origin; it keeps its uid, resourceVersion and creation time as numbers
+//! (a stamp), keeps the fields that are rarely set (hooks,
 //! a facts playbook, resources, a schedule; a finished run's times and report) boxed apart, and turns back into the
 //! object the decisions read ([`OpCache::get`]): the cached object of before, with the cluster and
 //! current labels and the content hash put back.
