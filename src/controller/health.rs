@@ -86,33 +86,15 @@ async fn round(ctx: &Context, expectations: &Expectations) {
     }
     drop(inputs);
     clusters.sort_by_key(|c| round_key(c));
-    let places = tokio::sync::Semaphore::new(HEALTH_CONCURRENCY);
     let limit = ctx.config.health_timeout + RECORD_MARGIN;
-    futures::stream::iter(clusters)
-        .for_each_concurrent(None, |cluster| {
-            let places = &places;
-            async move {
-                let mut place = places.acquire().await.ok();
-                let checked = tokio::time::timeout(limit, check(ctx, expectations, &cluster));
-                tokio::pin!(checked);
-                let result = tokio::select! {
-                    result = &mut checked => result,
-                    () = tokio::time::sleep(SLOW_CHECK) => {
-                        place.take();
-                        checked.await
-                    }
-                };
-                drop(place);
-                match result {
-                    Ok(Ok(())) => {}
-                    Ok(Err(why)) => {
-                        warn!(cluster = %cluster.name_any(), error = %why, "health check not recorded")
-                    }
-                    Err(_) => warn!(cluster = %cluster.name_any(), "health check timed out"),
-                }
-            }
-        })
-        .await;
+    in_places(clusters, HEALTH_CONCURRENCY, SLOW_CHECK, |cluster| async move {
+        match tokio::time::timeout(limit, check(ctx, expectations, &cluster)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => warn!(cluster = %cluster.name_any(), error = %why, "health check not recorded"),
+            Err(_) => warn!(cluster = %cluster.name_any(), "health check timed out"),
+        }
+    })
+    .await;
     let took = started.elapsed();
     ctx.config.metrics.observe_health_round(took);
     info!(
@@ -120,6 +102,37 @@ async fn round(ctx: &Context, expectations: &Expectations) {
         took_ms = took.as_millis() as u64,
         "health round finished"
     );
+}
+
+/// Runs `work` on each of `items` in order, at most `places` at once; one still running after `slow`
+/// gives its place to the next item and runs on (the semaphore is fair, so the order holds). An item's
+/// work is made only once it has a place: a round over 10,000 clusters held a waiting check of about
+/// 13 KB for each of them, 127 MB for the length of the round, where it now holds a few dozen.
+async fn in_places<T, F, Fut>(items: Vec<T>, places: usize, slow: Duration, work: F)
+where
+    F: Fn(T) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let places = tokio::sync::Semaphore::new(places);
+    let work = &work;
+    futures::stream::iter(items)
+        .then(|item| {
+            let places = &places;
+            async move { (places.acquire().await.ok(), item) }
+        })
+        .for_each_concurrent(None, |(mut place, item)| async move {
+            let done = work(item);
+            tokio::pin!(done);
+            tokio::select! {
+                () = &mut done => {}
+                () = tokio::time::sleep(slow) => {
+                    place.take();
+                    done.await
+                }
+            }
+            drop(place);
+        })
+        .await;
 }
 
 /// Where a cluster goes in a round: those that answered last time first, then by name.
@@ -354,5 +367,40 @@ mod tests {
         clusters.sort_by_key(round_key);
         let order: Vec<String> = clusters.iter().map(|c| c.name_any()).collect();
         assert_eq!(order, ["c-up", "e-up", "a-silent", "b-new", "d-unknown"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rounds_work_is_made_only_once_it_has_a_place_and_a_slow_one_gives_its_place_up() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let made = AtomicUsize::new(0);
+        let finished = AtomicUsize::new(0);
+        let most_unfinished = AtomicUsize::new(0);
+        let order = Mutex::new(Vec::new());
+        let started = tokio::time::Instant::now();
+        in_places((0..100).collect(), 4, SLOW_CHECK, |item: u32| {
+            let unfinished = made.fetch_add(1, Ordering::SeqCst) + 1 - finished.load(Ordering::SeqCst);
+            most_unfinished.fetch_max(unfinished, Ordering::SeqCst);
+            order.lock().unwrap().push(item);
+            let (finished, took) = (&finished, if item == 0 { 60 } else { 1 });
+            async move {
+                tokio::time::sleep(Duration::from_secs(took)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .await;
+        assert_eq!(made.load(Ordering::SeqCst), 100);
+        assert_eq!(
+            *order.lock().unwrap(),
+            (0..100).collect::<Vec<_>>(),
+            "the order holds"
+        );
+        // Four places and one item that runs 60 s: it holds its place for SLOW_CHECK, then four at a
+        // time go on beside it. Made eagerly, all 100 would have been unfinished at once.
+        assert_eq!(most_unfinished.load(Ordering::SeqCst), 5);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(60),
+            "the slow one did not hold up the rest"
+        );
     }
 }
