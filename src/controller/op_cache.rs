@@ -44,8 +44,13 @@ enum Meta {
         /// The uid, resourceVersion and creation time as numbers, when all three have the forms an API
         /// server gives them ([`Stamp::of`]); else they are kept as text in `marks`.
         stamp: Option<Stamp>,
-        /// What few runs have, boxed apart: a rollout's labels, the annotations, and the uid,
-        /// resourceVersion and creation time when they are not a stamp.
+        /// The `kok.dev/content-hash` annotation as its 16 bytes, when it is the 32 lower-case hex
+        /// characters kok writes ([`parse_hash`]); else it is kept as text in `marks`.
+        hash: Option<[u8; 16]>,
+        /// The `kok.dev/current` label: nearly every run has it, so it is kept here and not in `marks`.
+        current: Option<Arc<str>>,
+        /// What few runs have, boxed apart: a rollout's wave label, the recorded outcome, and the uid,
+        /// resourceVersion, creation time and content hash when they do not have the forms above.
         marks: Option<Box<Marks>>,
     },
     /// An operation with a schedule: all of it but `managedFields`.
@@ -80,7 +85,7 @@ impl Stamp {
     }
 
     fn uid(&self) -> String {
-        let hex: String = self.uid.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex(&self.uid);
         format!(
             "{}-{}-{}-{}-{}",
             &hex[0..8],
@@ -96,6 +101,27 @@ impl Stamp {
     }
 }
 
+/// The 16 bytes of `text` when it is 32 lower-case hex characters (as [`hex`] writes them).
+fn parse_hash(text: &str) -> Option<[u8; 16]> {
+    if text.len() != 32
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    let mut hash = [0u8; 16];
+    for (i, byte) in hash.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(hash)
+}
+
+/// `bytes` as lower-case hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The 16 bytes of `text` when it is a UUID written as [`Stamp::uid`] writes it.
 fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     let groups: Vec<&str> = text.split('-').collect();
@@ -103,18 +129,7 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     if lengths != [8, 4, 4, 4, 12] {
         return None;
     }
-    let hex: String = groups.concat();
-    if !hex
-        .bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
-        return None;
-    }
-    let mut uid = [0u8; 16];
-    for (i, byte) in uid.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(uid)
+    parse_hash(&groups.concat())
 }
 
 /// The metadata few runs have.
@@ -124,10 +139,9 @@ struct Marks {
     uid: Option<Box<str>>,
     resource_version: Option<Box<str>>,
     creation_timestamp: Option<Time>,
-    /// The `kok.dev/current` and `kok.dev/wave` labels (`kok.dev/rollout` is `spec.rollout`'s name).
-    current: Option<Arc<str>>,
+    /// The `kok.dev/wave` label (`kok.dev/rollout` is `spec.rollout`'s name).
     wave: Option<Arc<str>>,
-    /// The `kok.dev/content-hash` annotation.
+    /// The `kok.dev/content-hash` annotation, when it is not 16 bytes in hex.
     hash: Option<Box<str>>,
     /// The `kok.dev/recorded` annotation, while the operation has not taken its recorded outcome.
     recorded: Option<Box<str>>,
@@ -203,6 +217,8 @@ impl Record {
                     .map(|v| Box::from(v.as_str()))
             };
             let stamp = Stamp::of(m);
+            let text_hash = annotation(ANNOTATION_CONTENT_HASH);
+            let hash = text_hash.as_deref().and_then(parse_hash);
             let marks = Marks {
                 uid: m.uid.as_deref().filter(|_| stamp.is_none()).map(Box::from),
                 resource_version: m
@@ -211,15 +227,19 @@ impl Record {
                     .filter(|_| stamp.is_none())
                     .map(Box::from),
                 creation_timestamp: m.creation_timestamp.clone().filter(|_| stamp.is_none()),
-                current: label(LABEL_CURRENT).map(|v| words.get(v)),
                 wave: label(LABEL_WAVE).map(|v| words.get(v)),
-                hash: annotation(ANNOTATION_CONTENT_HASH),
+                hash: text_hash.filter(|_| hash.is_none()),
                 recorded: annotation(ANNOTATION_RECORDED)
                     .filter(|_| !op.status.as_ref().is_some_and(|s| s.phase.is_terminal())),
             };
             let marks = (marks != Marks::default()).then(|| Box::new(marks));
             (
-                Meta::Slim { stamp, marks },
+                Meta::Slim {
+                    stamp,
+                    hash,
+                    current: label(LABEL_CURRENT).map(|v| words.get(v)),
+                    marks,
+                },
                 label(LABEL_CLUSTER).map(|v| words.get(v)),
             )
         };
@@ -303,7 +323,7 @@ impl Record {
     /// The rollout this is a current run of, when it is one.
     fn rollout(&self) -> Option<&str> {
         let current = match &self.meta {
-            Meta::Slim { marks, .. } => marks.as_ref().and_then(|m| m.current.as_deref()),
+            Meta::Slim { current, .. } => current.as_deref(),
             Meta::Whole(m) => m
                 .labels
                 .as_ref()
@@ -362,9 +382,17 @@ impl Record {
     fn operation(&self, name: &str, namespace: &str) -> ClusterOperation {
         let metadata = match &self.meta {
             Meta::Whole(m) => (**m).clone(),
-            Meta::Slim { stamp, marks } => {
+            Meta::Slim {
+                stamp,
+                hash,
+                current,
+                marks,
+            } => {
                 let none = Marks::default();
                 let marks = marks.as_deref().unwrap_or(&none);
+                let hash_text = hash
+                    .map(|h| hex(&h))
+                    .or_else(|| marks.hash.as_deref().map(str::to_string));
                 let rollout = self.spec.rest.as_ref().and_then(|r| r.rollout.as_ref());
                 let rollout = rollout.map(|r| r.name.as_str());
                 let pairs = |pairs: [(&str, Option<&str>); 4]| -> BTreeMap<String, String> {
@@ -375,12 +403,12 @@ impl Record {
                 };
                 let labels = pairs([
                     (LABEL_CLUSTER, self.spec.origin.cluster_label.as_deref()),
-                    (LABEL_CURRENT, marks.current.as_deref()),
+                    (LABEL_CURRENT, current.as_deref()),
                     (LABEL_ROLLOUT, rollout),
                     (LABEL_WAVE, marks.wave.as_deref()),
                 ]);
                 let annotations = pairs([
-                    (ANNOTATION_CONTENT_HASH, marks.hash.as_deref()),
+                    (ANNOTATION_CONTENT_HASH, hash_text.as_deref()),
                     (ANNOTATION_RECORDED, marks.recorded.as_deref()),
                     ("", None),
                     ("", None),
@@ -1214,6 +1242,51 @@ mod tests {
             held.by_name["a6"].spec.origin.image,
             held.by_name["a0"].spec.origin.image
         );
+        drop(held);
+
+        // kok's own content hash is kept as its bytes and the current label beside it, so a run needs
+        // no marks; a hash of another form stays text. Both read back as they were.
+        let hashed = |name: &str, hash: &str| {
+            let mut o = stamped(
+                name,
+                "0f8e2c4a-9b1d-4e3f-a5c7-d9e1f3a5b7c9",
+                "8",
+                at(1_790_000_000, 0),
+            );
+            let pair = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+            o.metadata.labels = Some(pair(LABEL_CURRENT, "true"));
+            o.metadata.annotations = Some(pair(ANNOTATION_CONTENT_HASH, hash));
+            o
+        };
+        let own = hashed("a7", "0123456789abcdef0123456789abcdef");
+        let other = hashed("a8", "0123456789ABCDEF0123456789ABCDEF");
+        for o in [&own, &other] {
+            cache.observe(&watcher::Event::Apply(o.clone()));
+            let back = cache
+                .get(o.metadata.name.as_deref().unwrap())
+                .expect("cached")
+                .metadata;
+            assert_eq!(back.annotations, o.metadata.annotations);
+            assert_eq!(back.labels, o.metadata.labels);
+        }
+        let held = cache.ops.lock().unwrap();
+        assert!(matches!(
+            held.by_name["a7"].meta,
+            Meta::Slim {
+                hash: Some(_),
+                current: Some(_),
+                marks: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            held.by_name["a8"].meta,
+            Meta::Slim {
+                hash: None,
+                marks: Some(_),
+                ..
+            }
+        ));
     }
 
     #[test]
