@@ -122,13 +122,6 @@ pub(super) struct ByCluster {
 }
 
 impl ByCluster {
-    /// The one copy of `name` the index holds, when it has the object.
-    pub(super) fn known_name(&self, name: &str) -> Option<Arc<str>> {
-        self.cluster_of
-            .get_key_value(name)
-            .map(|(known, _)| known.clone())
-    }
-
     fn upsert(&mut self, name: &str, cluster: &str) {
         let name: Arc<str> = match self.cluster_of.get_key_value(name) {
             Some((known, old)) if &**old == cluster => known.clone(),

@@ -21,14 +21,14 @@
 //! record an operation was restored from, once it took it: [`super::restore`]). An
 //! operation with a schedule keeps its whole metadata: the scheduler copies it into its runs.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
-use super::cache::{ByCluster, Listed, Shared, Words};
+use super::cache::{Listed, Shared, Words};
 use super::wave::RunState;
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
@@ -477,7 +477,11 @@ type RunsByCluster = BTreeMap<Arc<str>, BTreeSet<Arc<str>>>;
 #[derive(Debug, Default)]
 struct Ops {
     by_name: HashMap<Arc<str>, Box<Record>>,
-    by_cluster: ByCluster,
+    /// Per cluster (its origin's word), the names of its operations, sorted: the keys of `by_name`, so
+    /// the index holds no string of its own, and a record says which cluster's list its name is in.
+    by_cluster: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Names seen since the watch restarted (a relist), to drop the ones that are gone at its end.
+    relisting: Option<HashSet<Arc<str>>>,
     running: BTreeSet<String>,
     /// Each rollout's current runs, by cluster.
     rollouts: HashMap<Arc<str>, RunsByCluster>,
@@ -501,29 +505,61 @@ impl Ops {
             self.running.remove(name);
         }
         self.unindex(name);
-        if let Some(rollout) = record.rollout() {
-            let (rollout, cluster) = (self.words.get(rollout), record.spec.origin.cluster.clone());
-            let runs = self.rollouts.entry(rollout).or_default();
-            runs.entry(cluster).or_default().insert(Arc::from(name));
-        }
-        match self.by_name.get_mut(name) {
-            Some(kept) => *kept = record,
-            None => {
-                // The name the cluster index holds (it saw the event first), not a copy of its own.
-                let name = self
-                    .by_cluster
-                    .known_name(name)
-                    .unwrap_or_else(|| Arc::from(name));
-                self.by_name.insert(name, record);
+        let cluster = record.spec.origin.cluster.clone();
+        // The name is held once: the key of `by_name`, shared by the indexes.
+        let (name, listed) = match self.by_name.get_key_value(name) {
+            Some((known, old)) if old.spec.origin.cluster == cluster => (known.clone(), true),
+            Some((known, old)) => {
+                let (known, old) = (known.clone(), old.spec.origin.cluster.clone());
+                self.forget_in(&old, &known);
+                (known, false)
+            }
+            None => (Arc::from(name), false),
+        };
+        if !listed {
+            let names = self.by_cluster.entry(cluster.clone()).or_default();
+            if let Err(at) = names.binary_search(&name) {
+                names.insert(at, name.clone());
             }
         }
+        if let Some(rollout) = record.rollout() {
+            let rollout = self.words.get(rollout);
+            let runs = self.rollouts.entry(rollout).or_default();
+            runs.entry(cluster).or_default().insert(name.clone());
+        }
+        if let Some(seen) = self.relisting.as_mut() {
+            seen.insert(name.clone());
+        }
+        self.by_name.insert(name, record);
         lets_go
     }
 
     fn remove(&mut self, name: &str) {
         self.unindex(name);
-        self.by_name.remove(name);
+        if let Some((name, old)) = self.by_name.remove_entry(name) {
+            self.forget_in(&old.spec.origin.cluster, &name);
+        }
         self.running.remove(name);
+    }
+
+    /// Drops `name` from `cluster`'s list, and the list when it is left empty.
+    fn forget_in(&mut self, cluster: &str, name: &str) {
+        if let Some(names) = self.by_cluster.get_mut(cluster) {
+            if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+                names.remove(at);
+            }
+            if names.is_empty() {
+                self.by_cluster.remove(cluster);
+            }
+        }
+    }
+
+    /// The names of `cluster`'s operations, sorted.
+    fn names_in(&self, cluster: &str) -> Vec<String> {
+        self.by_cluster
+            .get(cluster)
+            .map(|names| names.iter().map(|n| n.to_string()).collect())
+            .unwrap_or_default()
     }
 
     /// Drops `name` from the per-rollout index, as the record it replaces had it.
@@ -620,26 +656,32 @@ impl OpCache {
             return false;
         };
         let ops = &mut *ops;
-        let gone = ops.by_cluster.observe(event, |op| Some(op.spec.cluster.as_str()));
         let mut lets_go = false;
         match event {
             watcher::Event::Apply(op) => lets_go = ops.upsert(op),
             watcher::Event::InitApply(op) => {
                 ops.upsert(op);
             }
-            watcher::Event::Delete(_) | watcher::Event::Init => {}
+            watcher::Event::Delete(op) => ops.remove(op.metadata.name.as_deref().unwrap_or_default()),
+            watcher::Event::Init => ops.relisting = Some(HashSet::new()),
             watcher::Event::InitDone => {
+                if let Some(seen) = ops.relisting.take() {
+                    let gone: Vec<Arc<str>> = ops
+                        .by_name
+                        .keys()
+                        .filter(|n| !seen.contains(*n))
+                        .cloned()
+                        .collect();
+                    for name in gone {
+                        ops.remove(&name);
+                    }
+                }
                 // Origins first: the words only the dropped ones held are dropped with them.
                 ops.origins.sweep();
                 ops.words.sweep();
                 ops.by_name.shrink_to_fit();
+                self.listed.set();
             }
-        }
-        for name in gone {
-            ops.remove(&name);
-        }
-        if matches!(event, watcher::Event::InitDone) {
-            self.listed.set();
         }
         lets_go
     }
@@ -711,10 +753,7 @@ impl OpCache {
 
     /// Names of the operations of `cluster`, sorted.
     pub fn names_in(&self, cluster: &str) -> Vec<String> {
-        self.ops
-            .lock()
-            .map(|o| o.by_cluster.names_in(cluster))
-            .unwrap_or_default()
+        self.ops.lock().map(|o| o.names_in(cluster)).unwrap_or_default()
     }
 
     /// The operations of `cluster`, by name.
@@ -722,8 +761,7 @@ impl OpCache {
         let Ok(ops) = self.ops.lock() else {
             return Vec::new();
         };
-        ops.by_cluster
-            .names_in(cluster)
+        ops.names_in(cluster)
             .into_iter()
             .filter_map(|name| {
                 let op = ops.by_name.get(name.as_str())?.operation(&name, &self.namespace);
@@ -742,8 +780,7 @@ impl OpCache {
         let Ok(ops) = self.ops.lock() else {
             return Vec::new();
         };
-        ops.by_cluster
-            .names_in(cluster)
+        ops.names_in(cluster)
             .into_iter()
             .filter(|n| {
                 ops.by_name
@@ -1318,6 +1355,31 @@ mod tests {
         assert!(cache.get("b1").is_none());
         assert_eq!(cache.len(), 1);
         assert!(cache.listed.is_set());
+    }
+
+    #[test]
+    fn the_cluster_index_holds_the_records_own_names_and_follows_a_move() {
+        let cache = OpCache::new("kok");
+        cache.observe(&watcher::Event::Apply(op("a1", "a", Phase::Queued)));
+        cache.observe(&watcher::Event::Apply(op("a2", "a", Phase::Queued)));
+        cache.observe(&watcher::Event::Apply(op("a1", "a", Phase::Running)));
+        {
+            let held = cache.ops.lock().unwrap();
+            let (key, _) = held.by_name.get_key_value("a1").unwrap();
+            assert!(Arc::ptr_eq(key, &held.by_cluster["a"][0]), "one copy of the name");
+            assert!(Arc::ptr_eq(
+                held.by_cluster.keys().next().unwrap(),
+                &held.by_name["a1"].spec.origin.cluster
+            ));
+        }
+        // An object that names another cluster moves to its list; an emptied list goes.
+        cache.observe(&watcher::Event::Apply(op("a2", "b", Phase::Queued)));
+        assert_eq!(cache.names_in("a"), ["a1"]);
+        assert_eq!(cache.names_in("b"), ["a2"]);
+        cache.observe(&watcher::Event::Delete(op("a1", "a", Phase::Running)));
+        assert!(cache.names_in("a").is_empty());
+        assert!(cache.running().is_empty());
+        assert_eq!(cache.ops.lock().unwrap().by_cluster.len(), 1);
     }
 
     #[test]
