@@ -47,8 +47,9 @@ enum Meta {
         /// The `kok.dev/content-hash` annotation as its 16 bytes, when it is the 32 lower-case hex
         /// characters kok writes ([`parse_hash`]); else it is kept as text in `marks`.
         hash: Option<[u8; 16]>,
-        /// The `kok.dev/current` label: nearly every run has it, so it is kept here and not in `marks`.
-        current: Option<Arc<str>>,
+        /// Whether the `kok.dev/current` label is `true`: nearly every run has it, so it is kept here and
+        /// not in `marks` (a label of another value is).
+        current: bool,
         /// What few runs have, boxed apart: a rollout's wave label, the recorded outcome, and the uid,
         /// resourceVersion, creation time and content hash when they do not have the forms above.
         marks: Option<Box<Marks>>,
@@ -139,7 +140,9 @@ struct Marks {
     uid: Option<Box<str>>,
     resource_version: Option<Box<str>>,
     creation_timestamp: Option<Time>,
-    /// The `kok.dev/wave` label (`kok.dev/rollout` is `spec.rollout`'s name).
+    /// The `kok.dev/current` label when it is not `true`, and the `kok.dev/wave` label
+    /// (`kok.dev/rollout` is `spec.rollout`'s name).
+    current: Option<Arc<str>>,
     wave: Option<Arc<str>>,
     /// The `kok.dev/content-hash` annotation, when it is not 16 bytes in hex.
     hash: Option<Box<str>>,
@@ -219,7 +222,9 @@ impl Record {
             let stamp = Stamp::of(m);
             let text_hash = annotation(ANNOTATION_CONTENT_HASH);
             let hash = text_hash.as_deref().and_then(parse_hash);
+            let current = label(LABEL_CURRENT);
             let marks = Marks {
+                current: current.filter(|v| *v != "true").map(|v| words.get(v)),
                 uid: m.uid.as_deref().filter(|_| stamp.is_none()).map(Box::from),
                 resource_version: m
                     .resource_version
@@ -237,7 +242,7 @@ impl Record {
                 Meta::Slim {
                     stamp,
                     hash,
-                    current: label(LABEL_CURRENT).map(|v| words.get(v)),
+                    current: current.is_some_and(|v| v == "true"),
                     marks,
                 },
                 label(LABEL_CLUSTER).map(|v| words.get(v)),
@@ -323,7 +328,8 @@ impl Record {
     /// The rollout this is a current run of, when it is one.
     fn rollout(&self) -> Option<&str> {
         let current = match &self.meta {
-            Meta::Slim { current, .. } => current.as_deref(),
+            Meta::Slim { current: true, .. } => Some("true"),
+            Meta::Slim { marks, .. } => marks.as_ref().and_then(|m| m.current.as_deref()),
             Meta::Whole(m) => m
                 .labels
                 .as_ref()
@@ -403,7 +409,10 @@ impl Record {
                 };
                 let labels = pairs([
                     (LABEL_CLUSTER, self.spec.origin.cluster_label.as_deref()),
-                    (LABEL_CURRENT, current.as_deref()),
+                    (
+                        LABEL_CURRENT,
+                        current.then_some("true").or(marks.current.as_deref()),
+                    ),
                     (LABEL_ROLLOUT, rollout),
                     (LABEL_WAVE, marks.wave.as_deref()),
                 ]);
@@ -1281,9 +1290,10 @@ mod tests {
         );
         drop(held);
 
-        // kok's own content hash is kept as its bytes and the current label beside it, so a run needs
-        // no marks; a hash of another form stays text. Both read back as they were.
-        let hashed = |name: &str, hash: &str| {
+        // kok's own content hash is kept as its bytes and a current label of `true` as a flag beside
+        // it, so a run needs no marks; a hash of another form and another label value stay text. All
+        // read back as they were.
+        let hashed = |name: &str, hash: &str, current: &str| {
             let mut o = stamped(
                 name,
                 "0f8e2c4a-9b1d-4e3f-a5c7-d9e1f3a5b7c9",
@@ -1291,12 +1301,12 @@ mod tests {
                 at(1_790_000_000, 0),
             );
             let pair = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
-            o.metadata.labels = Some(pair(LABEL_CURRENT, "true"));
+            o.metadata.labels = Some(pair(LABEL_CURRENT, current));
             o.metadata.annotations = Some(pair(ANNOTATION_CONTENT_HASH, hash));
             o
         };
-        let own = hashed("a7", "0123456789abcdef0123456789abcdef");
-        let other = hashed("a8", "0123456789ABCDEF0123456789ABCDEF");
+        let own = hashed("a7", "0123456789abcdef0123456789abcdef", "true");
+        let other = hashed("a8", "0123456789ABCDEF0123456789ABCDEF", "false");
         for o in [&own, &other] {
             cache.observe(&watcher::Event::Apply(o.clone()));
             let back = cache
@@ -1311,7 +1321,7 @@ mod tests {
             held.by_name["a7"].meta,
             Meta::Slim {
                 hash: Some(_),
-                current: Some(_),
+                current: true,
                 marks: None,
                 ..
             }

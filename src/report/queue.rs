@@ -90,7 +90,7 @@ pub(super) struct Queue {
     /// Names seen since the watch (re)started listing; the others are dropped when the list is done.
     pub(super) relisting: Option<HashSet<String>>,
     /// Every operation: its phase, and what [`Queue::commits`] counts of it.
-    pub(super) ops: HashMap<String, Tracked>,
+    pub(super) ops: HashMap<Box<str>, Tracked>,
     /// Per commit: its operations by state, and its `kok/summary` bookkeeping. The key is the one copy
     /// of the commit the operations' entries share.
     pub(super) commits: HashMap<Arc<str>, CommitOps>,
@@ -214,9 +214,10 @@ impl Queue {
                     let gone: Vec<String> = self
                         .ops
                         .keys()
-                        .chain(self.pending.keys())
+                        .map(|name| &**name)
+                        .chain(self.pending.keys().map(String::as_str))
                         .filter(|name| !seen.contains(*name))
-                        .cloned()
+                        .map(str::to_string)
                         .collect();
                     for name in gone {
                         self.forget(&name);
@@ -287,7 +288,7 @@ impl Queue {
         if !ops.settled {
             ops.last_new = Instant::now();
         }
-        self.ops.entry(name.to_string()).or_default().counted = Some((key, state));
+        self.ops.entry(name.into()).or_default().counted = Some((key, state));
     }
 
     /// Takes `name` out of `commit`'s counts (its state changes, or its commit does).
@@ -425,7 +426,7 @@ impl Queue {
     pub(super) fn apply(&mut self, op: &ClusterOperation) {
         let name = op.name_any();
         let status = op.status.as_ref();
-        let noted = self.ops.entry(name.clone()).or_default().noted;
+        let noted = self.ops.entry(name.as_str().into()).or_default().noted;
         let desired = crate::report::status::desired_status(op, self.status_url.as_deref(), &self.namespace);
         let desired = desired.as_ref();
         let reported = |d: &CommitStatus| {
