@@ -7,7 +7,8 @@
 //! resourceVersion. Most of those strings are the same across a fleet (the image, the Secret, the commit
 //! and revision, a wait message) or across a cluster's operations (its name, ConfigMaps and path). A
 //! record holds each such string once for the whole cache, and the ones every operation of one commit of a
-//! cluster has as one shared origin; it keeps its uid, resourceVersion and creation time as numbers
+//! cluster has as one shared origin, and the fields of its `operations.yml` entry (the same in every
+//! cluster that has the entry word for word) as one shared entry; it keeps its uid, resourceVersion and creation time as numbers
 //! (a stamp), keeps the fields that are rarely set (hooks,
 //! a facts playbook, resources, a schedule; a finished run's times and report) boxed apart, and turns back into the
 //! object the decisions read ([`OpCache::get`]): the cached object of before, with the cluster and
@@ -173,11 +174,19 @@ struct Origin {
     path: Arc<str>,
 }
 
-/// The spec: its origin and the operation's own common fields as shared words; `rest` holds the rarely
-/// set ones, the others empty.
+/// The spec: its origin, its entry, and `rest` for the rarely set fields, the others empty.
 #[derive(Debug)]
 struct Spec {
     origin: Arc<Origin>,
+    entry: Arc<Entry>,
+    rest: Option<Box<ClusterOperationSpec>>,
+}
+
+/// Which entry of `operations.yml` an operation runs, and where it queues: the same for the runs of one
+/// entry of one commit in every cluster that has it word for word (a fleet made from one template
+/// upgrades all its clusters with the same entry), so held once for all of them ([`Shared`]).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Entry {
     id: Arc<str>,
     digest: Arc<str>,
     action: Arc<str>,
@@ -185,7 +194,6 @@ struct Spec {
     extra_args: Box<[Arc<str>]>,
     queue_position: Arc<str>,
     on_failure: OnFailure,
-    rest: Option<Box<ClusterOperationSpec>>,
 }
 
 /// The status: phase and message, and the rest (a run's Job, times, report) boxed when set.
@@ -205,7 +213,12 @@ struct Record {
 }
 
 impl Record {
-    fn new(op: &ClusterOperation, words: &mut Words, origins: &mut Shared<Origin>) -> Record {
+    fn new(
+        op: &ClusterOperation,
+        words: &mut Words,
+        origins: &mut Shared<Origin>,
+        entries: &mut Shared<Entry>,
+    ) -> Record {
         let m = &op.metadata;
         let label = |key: &str| m.labels.as_ref().and_then(|l| l.get(key));
         let (meta, cluster_label) = if op.spec.schedule.is_some() {
@@ -283,8 +296,7 @@ impl Record {
             revision: words.get(&s.source.revision),
             path: words.get(&s.source.path),
         };
-        let spec = Spec {
-            origin: origins.share(origin),
+        let entry = Entry {
             id: words.get(&s.id),
             digest: words.get(&s.digest),
             action: words.get(&s.action),
@@ -292,6 +304,10 @@ impl Record {
             extra_args: s.extra_args.iter().map(|a| words.get(a)).collect(),
             queue_position: words.get(&s.queue_position),
             on_failure: s.on_failure,
+        };
+        let spec = Spec {
+            origin: origins.share(origin),
+            entry: entries.share(entry),
             rest: (rest != ClusterOperationSpec::default()).then(|| Box::new(rest)),
         };
         let status = op.status.as_ref().map(|st| {
@@ -441,11 +457,12 @@ impl Record {
         let mut spec = s.rest.as_deref().cloned().unwrap_or_default();
         let origin = &s.origin;
         spec.cluster = origin.cluster.to_string();
-        spec.id = s.id.to_string();
-        spec.digest = s.digest.to_string();
-        spec.action = s.action.to_string();
-        spec.action_type = s.action_type;
-        spec.extra_args = s.extra_args.iter().map(|a| a.to_string()).collect();
+        let entry = &s.entry;
+        spec.id = entry.id.to_string();
+        spec.digest = entry.digest.to_string();
+        spec.action = entry.action.to_string();
+        spec.action_type = entry.action_type;
+        spec.extra_args = entry.extra_args.iter().map(|a| a.to_string()).collect();
         spec.image = origin.image.to_string();
         spec.hosts_conf_ref = ConfigMapRef {
             name: origin.hosts.to_string(),
@@ -464,8 +481,8 @@ impl Record {
             revision: origin.revision.to_string(),
             path: origin.path.to_string(),
         };
-        spec.queue_position = s.queue_position.to_string();
-        spec.on_failure = s.on_failure;
+        spec.queue_position = entry.queue_position.to_string();
+        spec.on_failure = entry.on_failure;
         let status = self.status.as_ref().map(|st| {
             let mut status = st.rest.as_deref().cloned().unwrap_or_default();
             status.phase = st.phase;
@@ -495,6 +512,7 @@ struct Ops {
     /// Each rollout's current runs, by cluster.
     rollouts: HashMap<Arc<str>, RunsByCluster>,
     origins: Shared<Origin>,
+    entries: Shared<Entry>,
     words: Words,
 }
 
@@ -503,7 +521,12 @@ impl Ops {
     /// [`OpCache::observe`]).
     fn upsert(&mut self, op: &ClusterOperation) -> bool {
         let name = op.metadata.name.as_deref().unwrap_or_default();
-        let record = Box::new(Record::new(op, &mut self.words, &mut self.origins));
+        let record = Box::new(Record::new(
+            op,
+            &mut self.words,
+            &mut self.origins,
+            &mut self.entries,
+        ));
         let lets_go = self.by_name.get(name).is_some_and(|old| {
             (!old.phase().is_terminal() && record.phase().is_terminal())
                 || (!old.hold_released() && record.hold_released())
@@ -685,8 +708,9 @@ impl OpCache {
                         ops.remove(&name);
                     }
                 }
-                // Origins first: the words only the dropped ones held are dropped with them.
+                // Origins and entries first: the words only the dropped ones held are dropped with them.
                 ops.origins.sweep();
+                ops.entries.sweep();
                 ops.words.sweep();
                 ops.by_name.shrink_to_fit();
                 self.listed.set();
@@ -848,8 +872,8 @@ impl OpCache {
         let mut succeeded: HashMap<(&str, &str), (&str, &str)> = HashMap::new();
         for (name, record) in &ops.by_name {
             if record.phase() == Phase::Succeeded {
-                let key = (&*record.spec.origin.cluster, &*record.spec.id);
-                let at = (&*record.spec.queue_position, &**name);
+                let key = (&*record.spec.origin.cluster, &*record.spec.entry.id);
+                let at = (&*record.spec.entry.queue_position, &**name);
                 let latest = succeeded.entry(key).or_insert(at);
                 if at > *latest {
                     *latest = at;
@@ -876,9 +900,9 @@ impl OpCache {
                 Phase::Canceled => record.job_ref().is_some(),
                 _ => false,
             };
-            if stopped && record.spec.on_failure == OnFailure::Hold {
-                let key = (&*record.spec.origin.cluster, &*record.spec.id);
-                let at = (&*record.spec.queue_position, &**name);
+            if stopped && record.spec.entry.on_failure == OnFailure::Hold {
+                let key = (&*record.spec.origin.cluster, &*record.spec.entry.id);
+                let at = (&*record.spec.entry.queue_position, &**name);
                 gauges.any_failed |= succeeded.get(&key).is_none_or(|later| *later < at);
             }
             if !matches!(phase, Phase::Pending | Phase::Queued) {
@@ -889,7 +913,7 @@ impl OpCache {
             };
             if gauges.oldest.as_ref().is_none_or(|o| created < o.created) {
                 gauges.oldest = Some(OldestWaiting {
-                    id: record.spec.id.to_string(),
+                    id: record.spec.entry.id.to_string(),
                     created,
                     phase,
                     message: record
@@ -1334,6 +1358,14 @@ mod tests {
                 ..
             }
         ));
+        drop(held);
+
+        // The same entry of operations.yml in another cluster is held once for both.
+        cache.observe(&watcher::Event::Apply(op("b0", "b", Phase::Queued)));
+        let held = cache.ops.lock().unwrap();
+        let (a0, b0) = (&held.by_name["a0"].spec, &held.by_name["b0"].spec);
+        assert!(Arc::ptr_eq(&a0.entry, &b0.entry));
+        assert!(!Arc::ptr_eq(&a0.origin, &b0.origin));
     }
 
     #[test]
