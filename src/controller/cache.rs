@@ -110,12 +110,35 @@ impl<T: Eq + Hash> Shared<T> {
     }
 }
 
+/// Names by cluster, each cluster's sorted: the index [`ByCluster`] and the operation cache keep.
+pub(super) type NamesByCluster = HashMap<Arc<str>, Vec<Arc<str>>>;
+
+/// Adds `name` to `cluster`'s list (once).
+pub(super) fn list_in(lists: &mut NamesByCluster, cluster: Arc<str>, name: Arc<str>) {
+    let names = lists.entry(cluster).or_default();
+    if let Err(at) = names.binary_search(&name) {
+        names.insert(at, name);
+    }
+}
+
+/// Drops `name` from `cluster`'s list, and the list when it is left empty.
+pub(super) fn unlist_in(lists: &mut NamesByCluster, cluster: &str, name: &str) {
+    if let Some(names) = lists.get_mut(cluster) {
+        if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+            names.remove(at);
+        }
+        if names.is_empty() {
+            lists.remove(cluster);
+        }
+    }
+}
+
 /// Names of objects by the cluster they belong to, following one watch (relists included). Each name
 /// and cluster is held once, shared by both directions.
 #[derive(Debug, Default)]
 pub(super) struct ByCluster {
     /// Per cluster, the names of its objects, sorted.
-    by_cluster: HashMap<Arc<str>, Vec<Arc<str>>>,
+    by_cluster: NamesByCluster,
     cluster_of: HashMap<Arc<str>, Arc<str>>,
     /// Names seen since the watch restarted (a relist), to drop the ones that are gone at its end.
     relisting: Option<HashSet<Arc<str>>>,
@@ -137,24 +160,14 @@ impl ByCluster {
             None => Arc::from(cluster),
         };
         self.cluster_of.insert(name.clone(), cluster.clone());
-        let names = self.by_cluster.entry(cluster).or_default();
-        if let Err(at) = names.binary_search(&name) {
-            names.insert(at, name.clone());
-        }
+        list_in(&mut self.by_cluster, cluster, name.clone());
         if let Some(seen) = self.relisting.as_mut() {
             seen.insert(name);
         }
     }
 
     fn forget_in(&mut self, cluster: &str, name: &str) {
-        if let Some(names) = self.by_cluster.get_mut(cluster) {
-            if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
-                names.remove(at);
-            }
-            if names.is_empty() {
-                self.by_cluster.remove(cluster);
-            }
-        }
+        unlist_in(&mut self.by_cluster, cluster, name);
     }
 
     fn remove(&mut self, name: &str) {

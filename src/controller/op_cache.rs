@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher;
 
-use super::cache::{Listed, Shared, Words};
+use super::cache::{list_in, unlist_in, Listed, NamesByCluster, Shared, Words};
 use super::wave::RunState;
 use crate::api::{
     ActionType, ClusterOperation, ClusterOperationSpec, ClusterOperationStatus, ConfigMapRef, OnFailure,
@@ -505,7 +505,7 @@ struct Ops {
     by_name: HashMap<Arc<str>, Box<Record>>,
     /// Per cluster (its origin's word), the names of its operations, sorted: the keys of `by_name`, so
     /// the index holds no string of its own, and a record says which cluster's list its name is in.
-    by_cluster: HashMap<Arc<str>, Vec<Arc<str>>>,
+    by_cluster: NamesByCluster,
     /// Names seen since the watch restarted (a relist), to drop the ones that are gone at its end.
     relisting: Option<HashSet<Arc<str>>>,
     running: BTreeSet<String>,
@@ -549,10 +549,7 @@ impl Ops {
             None => (Arc::from(name), false),
         };
         if !listed {
-            let names = self.by_cluster.entry(cluster.clone()).or_default();
-            if let Err(at) = names.binary_search(&name) {
-                names.insert(at, name.clone());
-            }
+            list_in(&mut self.by_cluster, cluster.clone(), name.clone());
         }
         if let Some(rollout) = record.rollout() {
             let rollout = self.words.get(rollout);
@@ -574,16 +571,8 @@ impl Ops {
         self.running.remove(name);
     }
 
-    /// Drops `name` from `cluster`'s list, and the list when it is left empty.
     fn forget_in(&mut self, cluster: &str, name: &str) {
-        if let Some(names) = self.by_cluster.get_mut(cluster) {
-            if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
-                names.remove(at);
-            }
-            if names.is_empty() {
-                self.by_cluster.remove(cluster);
-            }
-        }
+        unlist_in(&mut self.by_cluster, cluster, name);
     }
 
     /// The names of `cluster`'s operations, sorted.
