@@ -288,7 +288,7 @@ impl Queue {
         if !ops.settled {
             ops.last_new = Instant::now();
         }
-        self.ops.entry(name.into()).or_default().counted = Some((key, state));
+        self.tracked(name).counted = Some((key, state));
     }
 
     /// Takes `name` out of `commit`'s counts (its state changes, or its commit does).
@@ -423,10 +423,19 @@ impl Queue {
         }
     }
 
+    /// `name`'s entry in [`Queue::ops`], made when new: a known name allocates no key (every watch event
+    /// of a fleet-size commit comes here).
+    fn tracked(&mut self, name: &str) -> &mut Tracked {
+        if !self.ops.contains_key(name) {
+            self.ops.insert(name.into(), Tracked::default());
+        }
+        self.ops.get_mut(name).expect("inserted above")
+    }
+
     pub(super) fn apply(&mut self, op: &ClusterOperation) {
         let name = op.name_any();
         let status = op.status.as_ref();
-        let noted = self.ops.entry(name.as_str().into()).or_default().noted;
+        let noted = self.tracked(&name).noted;
         let desired = crate::report::status::desired_status(op, self.status_url.as_deref(), &self.namespace);
         let desired = desired.as_ref();
         let reported = |d: &CommitStatus| {
