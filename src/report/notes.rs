@@ -587,22 +587,43 @@ pub fn render_line(entry: &NoteEntry) -> String {
 }
 
 fn parse_line(line: &str) -> Option<NoteEntry> {
+    let fields = line_fields(line)?;
+    Some(NoteEntry {
+        context: fields.context.to_string(),
+        state: fields.state,
+        time: fields.time.to_string(),
+        target_url: (fields.url != "-").then(|| fields.url.to_string()),
+        description: fields.description.to_string(),
+        run: None,
+    })
+}
+
+/// The fields of an entry line, borrowed from it.
+struct LineFields<'l> {
+    context: &'l str,
+    state: StatusState,
+    time: &'l str,
+    url: &'l str,
+    description: &'l str,
+}
+
+/// The fields of an entry line; `None` for any other line.
+fn line_fields(line: &str) -> Option<LineFields<'_>> {
     let (context, rest) = line.split_once(": ")?;
     if !context.starts_with(super::status::CONTEXT_PREFIX) || context.contains(' ') {
         return None;
     }
     let mut parts = rest.splitn(4, ' ');
     let state = parse_state(parts.next()?)?;
-    let time = parts.next()?.to_string();
+    let time = parts.next()?;
     let url = parts.next()?;
-    let description = parts.next().unwrap_or_default().to_string();
-    Some(NoteEntry {
-        context: context.to_string(),
+    let description = parts.next().unwrap_or_default();
+    Some(LineFields {
+        context,
         state,
         time,
-        target_url: (url != "-").then(|| url.to_string()),
+        url,
         description,
-        run: None,
     })
 }
 
@@ -801,10 +822,9 @@ fn rewrite_note(
         edit.write_appended(out)
             .map_err(|e| git2::Error::from_str(&format!("writing the note of {annotated}: {e}")))
     };
-    let mut size = Count::default();
-    write(&mut size)?;
+    // The size comes from the scan, so the note is read twice, not three times.
     let odb = repository.odb()?;
-    let mut writer = odb.writer(size.0, git2::ObjectType::Blob)?;
+    let mut writer = odb.writer(edit.size, git2::ObjectType::Blob)?;
     {
         let mut buffered = std::io::BufWriter::new(&mut writer);
         write(&mut buffered)?;
@@ -845,6 +865,11 @@ impl Piece<'_> {
         Some(entry)
     }
 
+    /// Bytes [`Piece::write_to`] writes.
+    fn written_len(&self) -> usize {
+        self.line.len() + 1 + self.run.map_or(0, |run| run.len() + 1)
+    }
+
     fn write_to(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
         writeln!(out, "{}", self.line)?;
         if let Some(run) = self.run {
@@ -870,8 +895,7 @@ fn pieces(text: &str) -> impl Iterator<Item = Piece<'_>> {
 
 /// The context of an entry line; `None` for any other line.
 fn entry_context(line: &str) -> Option<&str> {
-    let (context, _) = line.split_once(": ")?;
-    parse_line(line).map(|_| context)
+    line_fields(line).map(|fields| fields.context)
 }
 
 /// Applies a batch of entries (in order) to a note: each replaces its context's first line, later lines
@@ -884,13 +908,13 @@ fn edit_note(text: &str, batch: &[NoteEntry]) -> (Option<String>, Vec<bool>) {
     scan.read(text);
     let (edit, set) = scan.finish();
     let Some(edit) = edit else { return (None, set) };
-    let mut out =
-        Vec::with_capacity(text.len() + edit.lines.iter().flatten().map(|l| l.len() + 1).sum::<usize>());
+    let mut out = Vec::with_capacity(edit.size);
     let mut placed = edit.unplaced();
     // Writing to memory does not fail, and the text and lines are UTF-8.
     let _ = edit
         .write_part(text, &mut placed, &mut out)
         .and_then(|()| edit.write_appended(&mut out));
+    debug_assert_eq!(out.len(), edit.size, "the scan's size of the edited note");
     let out = String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
     (Some(out), set)
 }
@@ -902,6 +926,10 @@ struct Scan<'b> {
     slots: HashMap<&'b str, usize>,
     current: Vec<Option<NoteEntry>>,
     found: Vec<bool>,
+    /// Bytes the note's pieces take as [`NoteEdit::write_part`] writes them unchanged: all of them,
+    /// and per context of the batch its own.
+    written: usize,
+    slot_bytes: Vec<usize>,
 }
 
 impl<'b> Scan<'b> {
@@ -915,19 +943,25 @@ impl<'b> Scan<'b> {
             });
         }
         let found = vec![false; current.len()];
+        let slot_bytes = vec![0; current.len()];
         Scan {
             batch,
             slots,
             current,
             found,
+            written: 0,
+            slot_bytes,
         }
     }
 
     fn read(&mut self, part: &str) {
         for piece in pieces(part) {
+            let len = piece.written_len();
+            self.written += len;
             let Some(&slot) = piece.context.and_then(|c| self.slots.get(c)) else {
                 continue;
             };
+            self.slot_bytes[slot] += len;
             if !self.found[slot] {
                 self.found[slot] = true;
                 self.current[slot] = piece.entry();
@@ -942,6 +976,8 @@ impl<'b> Scan<'b> {
             slots,
             mut current,
             found,
+            written,
+            slot_bytes,
         } = self;
         // The batch in order: the line each context ends with, in the order contexts first changed.
         let mut lines: Vec<Option<String>> = vec![None; current.len()];
@@ -970,11 +1006,18 @@ impl<'b> Scan<'b> {
         if lines.iter().all(Option::is_none) {
             return (None, set);
         }
+        // A changed context's pieces become its one new line; the rest is written as it was.
+        let size = lines
+            .iter()
+            .zip(&slot_bytes)
+            .filter_map(|(line, &old)| line.as_ref().map(|line| (line.len() + 1, old)))
+            .fold(written, |size, (new, old)| size - old + new);
         (
             Some(NoteEdit {
                 slots,
                 lines,
                 appended,
+                size,
             }),
             set,
         )
@@ -987,6 +1030,8 @@ struct NoteEdit<'b> {
     slots: HashMap<&'b str, usize>,
     lines: Vec<Option<String>>,
     appended: Vec<usize>,
+    /// Bytes of the edited note.
+    size: usize,
 }
 
 impl NoteEdit<'_> {
@@ -1065,21 +1110,6 @@ fn read_note_parts(
         part.push_str(&line);
     }
     f(&part).map_err(io_err)
-}
-
-/// Counts what is written through it.
-#[derive(Default)]
-struct Count(usize);
-
-impl std::io::Write for Count {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Every note under `notes_ref`: annotated commit and its entries.
@@ -1255,7 +1285,9 @@ fn copy_missing_objects(source: &Repository, target: &Repository, tip: Oid) -> R
     let mut walk = vec![(tip, false)];
     while let Some((id, linked)) = walk.pop() {
         if linked {
-            copy_object(&from, &into, id)?;
+            if !(link_loose_object(source, target, id) && into.exists(id)) {
+                copy_object(&from, &into, id)?;
+            }
             continue;
         }
         if !seen.insert(id) || into.exists(id) {
@@ -1280,6 +1312,33 @@ fn copy_missing_objects(source: &Repository, target: &Repository, tip: Oid) -> R
         }
     }
     Ok(())
+}
+
+/// Puts the loose object `id` of `source` into `target`'s object database as it is on disk (a hard link
+/// where both are on one filesystem, else a copy renamed into place): a loose object's file is the same
+/// in every repository, so the note blob is neither inflated, hashed nor deflated again. `false` when
+/// the object is not loose in `source` or the file could not be placed (the caller copies it through
+/// the object databases).
+fn link_loose_object(source: &Repository, target: &Repository, id: Oid) -> bool {
+    let hex = id.to_string();
+    let (dir, name) = hex.split_at(2);
+    let from = source.path().join("objects").join(dir).join(name);
+    let into_dir = target.path().join("objects").join(dir);
+    if !from.is_file() || std::fs::create_dir_all(&into_dir).is_err() {
+        return false;
+    }
+    let into = into_dir.join(name);
+    match std::fs::hard_link(&from, &into) {
+        Ok(()) => return true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return true,
+        Err(_) => {}
+    }
+    let partial = into_dir.join(format!("tmp_kok_{name}_{}", std::process::id()));
+    let placed = std::fs::copy(&from, &partial).and_then(|_| std::fs::rename(&partial, &into));
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    placed.is_ok()
 }
 
 /// Copies one object from `from` into `into`, as a stream where `from` can read it so (a loose object):
@@ -1594,6 +1653,55 @@ mod tests {
             head,
             "nothing changed, nothing committed"
         );
+    }
+
+    #[test]
+    fn the_edited_notes_size_comes_from_the_scan_whatever_the_text_holds() {
+        let line = |i, state| render_line(&numbered(i, state));
+        let pending = StatusState::Pending;
+        // Each text with something a plain count of its lines would get wrong: a missing last newline,
+        // CRLF line ends, a run line after a foreign line, a context twice (its record with the first),
+        // an empty note.
+        let texts = [
+            format!("{}\n{}", line(1, pending), line(2, pending)),
+            format!("{}\r\n{}\r\n", line(1, pending), line(2, pending)),
+            format!("foreign\n{RUN_LINE_PREFIX}{{}}\n{}\n", line(1, pending)),
+            format!(
+                "{}\n{RUN_LINE_PREFIX}{{\"summary\":null}}\n{}\n{}\n",
+                line(1, pending),
+                line(2, pending),
+                line(1, StatusState::Running)
+            ),
+            String::new(),
+        ];
+        let batch = [
+            numbered(1, StatusState::Success),
+            numbered(3, pending),
+            numbered(1, StatusState::Failure),
+        ];
+        for text in &texts {
+            let (_dir, repository, commit, signature) = annotated_repository();
+            if !text.is_empty() {
+                repository
+                    .note(&signature, &signature, Some(NOTES_REF), commit, text, false)
+                    .unwrap();
+            }
+            // A size that is not the written text's makes the object database refuse the blob.
+            let set = rewrite_note(&repository, &signature, commit, &batch)
+                .unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(set, vec![true, true, true], "{text:?}");
+            let written = note_text(&repository, commit).unwrap();
+            assert_eq!(Some(written.clone()), edit_note(text, &batch).0, "{text:?}");
+            assert_eq!(
+                parse_note(&written)
+                    .iter()
+                    .map(|e| e.context.as_str())
+                    .filter(|c| c.ends_with("01/op"))
+                    .count(),
+                1,
+                "{text:?}"
+            );
+        }
     }
 
     #[test]

@@ -81,6 +81,20 @@ async fn notes_reach_a_work_tree_remote_given_as_a_plain_path_and_show_in_its_gi
         "2",
         "both notes commits are there"
     );
+    // The note's blob is the cache's loose file itself (one filesystem: a hard link), not inflated,
+    // hashed and deflated a second time.
+    let blob = git(&cache, &["rev-parse", &format!("{NOTES_REF}:{sha}")]);
+    let loose = |objects: &Path| objects.join(&blob[..2]).join(&blob[2..]);
+    let ours =
+        std::fs::metadata(loose(&cache.join("objects"))).expect("the note's blob is loose in the cache");
+    let theirs =
+        std::fs::metadata(loose(&work.join(".git/objects"))).expect("the note's blob is loose in the remote");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (ours.dev(), ours.ino()),
+        (theirs.dev(), theirs.ino()),
+        "the remote's note blob is the cache's file"
+    );
 }
 
 #[tokio::test]
