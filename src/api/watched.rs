@@ -171,3 +171,48 @@ mod tests {
         assert_eq!(WatchedOperation::api_version(&()), "kok.dev/v1alpha1");
     }
 }
+
+/// What kok keeps of the object an API server answers a write with: its name and resourceVersion.
+/// The answer is the whole object with its managed fields (a tree per writer); a write that needs
+/// only these reads them and skips the rest unread ([`write_answered`]).
+#[derive(Debug, Default, Deserialize)]
+pub struct Written {
+    /// The object's metadata, these two fields of it.
+    #[serde(default)]
+    pub metadata: WrittenMeta,
+}
+
+/// The name and resourceVersion of a written object.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WrittenMeta {
+    /// `metadata.name`.
+    pub name: Option<String>,
+    /// `metadata.resourceVersion` after the write.
+    pub resource_version: Option<String>,
+}
+
+/// Patches `name` (its `status` subresource when `status`) through `api`'s URL and decodes the answer
+/// as `T`: [`Written`] for the name and resourceVersion, [`serde::de::IgnoredAny`] for nothing.
+/// Errors are the API server's, as `Api::patch` and `Api::patch_status` give them.
+pub async fn patch_answered<K, P, T>(
+    client: &kube::Client,
+    api: &kube::Api<K>,
+    name: &str,
+    status: bool,
+    params: &kube::api::PatchParams,
+    patch: &kube::api::Patch<P>,
+) -> kube::Result<T>
+where
+    K: Resource,
+    P: serde::Serialize,
+    T: serde::de::DeserializeOwned,
+{
+    let url = kube::core::Request::new(api.resource_url());
+    let request = match status {
+        true => url.patch_subresource("status", name, params, patch),
+        false => url.patch(name, params, patch),
+    }
+    .map_err(kube::Error::BuildRequest)?;
+    client.request::<T>(request).await
+}

@@ -155,10 +155,13 @@ pub fn status_patch(
     namespace: &str,
 ) -> serde_json::Value {
     let s = next_status(op, t);
-    let mut after = op.clone();
-    after.status = Some(s.clone());
-    let desired = operation_status(&after, t.phase, t.message.as_deref(), url, namespace);
-    let result = t.phase.is_terminal().then(|| desired.description.clone());
+    // A finished run's result is the description of its commit status; a run not finished has none,
+    // and its copy is not made.
+    let result = t.phase.is_terminal().then(|| {
+        let mut after = op.clone();
+        after.status = Some(s.clone());
+        operation_status(&after, t.phase, t.message.as_deref(), url, namespace).description
+    });
     json!({
         "status": {
             "phase": s.phase,
@@ -200,9 +203,17 @@ pub(super) async fn transition(
     let mut patch = status_patch(op, &t, ctx.config.status_url.as_deref(), ns);
     patch["metadata"] = json!({"resourceVersion": op.resource_version()});
     let result = patch["status"]["result"].as_str().map(str::to_string);
-    api.patch_status(&op.name_any(), &crate::api::kok_params(), &Patch::Merge(&patch))
-        .await
-        .map_err(op_error(op, format!("recording phase {}", t.phase)))?;
+    // The answer (the whole run with its managed fields) is not read: the watch brings the run back.
+    let _: serde::de::IgnoredAny = crate::api::watched::patch_answered(
+        &ctx.client,
+        &api,
+        &op.name_any(),
+        true,
+        &crate::api::kok_params(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(op_error(op, format!("recording phase {}", t.phase)))?;
     info!(operation = %op.name_any(), cluster = %op.spec.cluster, phase = %t.phase, message = t.message.as_deref().unwrap_or(""), "transition");
     observe_run(ctx, op, &t);
     if let Some((reason, warning)) = t.event {

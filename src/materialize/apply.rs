@@ -32,6 +32,7 @@ use tracing::{debug, info, warn};
 
 use super::rollout::{resolve_runs, rollout_of, wave_of};
 use super::DesiredCluster;
+use crate::api::watched::patch_answered;
 use crate::api::{
     run_context, Cluster, ClusterOperation, CommitStatus, OperationRecord, Phase, PinnedInventory, RunRecord,
     StatusState, ANNOTATION_CONTENT_HASH, FIELD_MANAGER, LABEL_CLUSTER, LABEL_CURRENT, LABEL_MANAGED_BY,
@@ -908,16 +909,25 @@ impl Writer<'_> {
         // API server keeps it as it is (same fields) or refuses the edit of its immutable spec (another
         // pre-flight, say), and the run found is the one that stays.
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let created = match apis.operations.patch(name, &pp, &Patch::Apply(&obj)).await {
-            Ok(o) => o,
+        // Of the answer only the name and resourceVersion are read (not the run's managed fields).
+        let answered = patch_answered(
+            &apis.client,
+            &apis.operations,
+            name,
+            false,
+            &pp,
+            &Patch::Apply(&obj),
+        )
+        .await;
+        let created = match answered {
+            Ok(answer) => Written::answered("ClusterOperation", name, answer),
             Err(e) if is_conflict(&e) || is_invalid(&e) => {
-                apis.operations.get(name).await.map_err(apis.op_err(name))?
+                let found = apis.operations.get(name).await.map_err(apis.op_err(name))?;
+                Written::of("ClusterOperation", &found)
             }
             Err(e) => return Err(apis.op_err(name)(e)),
         };
-        self.applied
-            .written
-            .push(Written::of("ClusterOperation", &created));
+        self.applied.written.push(created);
         self.applied.stats.created += 1;
         info!(operation = %name, "operation created");
         Ok(true)
@@ -1046,6 +1056,15 @@ impl Written {
             kind,
             name: obj.meta().name.clone().unwrap_or_default(),
             resource_version: obj.meta().resource_version.clone(),
+        }
+    }
+
+    /// The object as an API server answered its write; `name` when the answer has none.
+    fn answered(kind: &'static str, name: &str, answer: crate::api::watched::Written) -> Self {
+        Written {
+            kind,
+            name: answer.metadata.name.unwrap_or_else(|| name.to_string()),
+            resource_version: answer.metadata.resource_version,
         }
     }
 
