@@ -22,10 +22,11 @@
 //!
 //! Writes are batched: statuses that arrive while a write is in progress wait for it, then go into the
 //! next notes commit together (each note rewritten once per batch, one commit and one push per batch),
-//! so delivering N statuses costs far fewer than N commits. After a batch, the next one waits as long
-//! as the last took to write, so a stream of statuses on a commit with thousands of contexts (a note
-//! of megabytes) spends at most half its time rewriting the note. A delivery returns once its batch
-//! is written.
+//! so delivering N statuses costs far fewer than N commits. After a batch, the next one waits
+//! [`GATHER_PER_WRITE`] times as long as the last took to write, so a stream of statuses on a commit
+//! with thousands of contexts (a note of megabytes) spends at most a quarter of its time rewriting the
+//! note, and the cores it shares with a fleet's pass go to the pass. A delivery returns once its
+//! batch is written.
 //!
 //! Pushing: after a write, `refs/notes/kok:refs/notes/kok` is pushed (never forced) to the configured
 //! remote. Before the first push, and again when a push is refused, the remote's notes are fetched and
@@ -180,11 +181,15 @@ struct PushState {
     last_batch: Option<(tokio::time::Instant, std::time::Duration)>,
 }
 
+/// How many times as long as the last batch took to write the next one gathers statuses.
+pub const GATHER_PER_WRITE: u32 = 3;
+
 impl PushState {
     /// When the next batch may be written: a batch rewrites whole notes, so under a steady stream of
-    /// statuses writing takes at most half the time and the rest gathers the next batch.
+    /// statuses writing takes at most a quarter of the time and the rest gathers the next batch.
     fn next_batch_at(&self) -> Option<tokio::time::Instant> {
-        self.last_batch.map(|(ended, took)| ended + took)
+        self.last_batch
+            .map(|(ended, took)| ended + took * GATHER_PER_WRITE)
     }
 }
 
@@ -1741,6 +1746,18 @@ mod tests {
         assert!(
             tree.get_name(&hex).is_none(),
             "no second copy of the note at the top of the tree"
+        );
+    }
+
+    #[test]
+    fn the_next_batch_gathers_three_times_as_long_as_the_last_took_to_write() {
+        let mut state = PushState::default();
+        assert_eq!(state.next_batch_at(), None, "the first batch does not wait");
+        let ended = tokio::time::Instant::now();
+        state.last_batch = Some((ended, std::time::Duration::from_millis(400)));
+        assert_eq!(
+            state.next_batch_at(),
+            Some(ended + std::time::Duration::from_millis(1200))
         );
     }
 
