@@ -25,8 +25,9 @@
 //! so delivering N statuses costs far fewer than N commits. After a batch, the next one waits
 //! [`GATHER_PER_WRITE`] times as long as the last took to write, so a stream of statuses on a commit
 //! with thousands of contexts (a note of megabytes) spends at most a quarter of its time rewriting the
-//! note, and the cores it shares with a fleet's pass go to the pass. A delivery returns once its
-//! batch is written.
+//! note, and the cores it shares with a fleet's pass go to the pass. A batch no status has joined for
+//! [`QUIET`] is written at once: the stream has ended, and its last statuses do not wait out a
+//! gathering meant for a stream. A delivery returns once its batch is written.
 //!
 //! Pushing: after a write, `refs/notes/kok:refs/notes/kok` is pushed (never forced) to the configured
 //! remote. Before the first push, and again when a push is refused, the remote's notes are fetched and
@@ -184,6 +185,9 @@ struct PushState {
 /// How many times as long as the last batch took to write the next one gathers statuses.
 pub const GATHER_PER_WRITE: u32 = 3;
 
+/// A gathering batch that no status joined for this long is written without waiting longer.
+pub const QUIET: std::time::Duration = std::time::Duration::from_millis(250);
+
 impl PushState {
     /// When the next batch may be written: a batch rewrites whole notes, so under a steady stream of
     /// statuses writing takes at most a quarter of the time and the rest gathers the next batch.
@@ -252,7 +256,7 @@ impl NotesSink {
             Err(oneshot::error::TryRecvError::Empty) => {}
         }
         if let Some(at) = state.next_batch_at() {
-            tokio::time::sleep_until(at).await;
+            self.gather_until(at).await;
         }
         let (entries, senders): (Vec<(Oid, CommitStatus)>, Vec<_>) = std::mem::take(&mut *self.lock_queue())
             .into_iter()
@@ -277,6 +281,23 @@ impl NotesSink {
             }
         }
         result.await.unwrap_or_else(|_| Err(abandoned()))
+    }
+
+    /// Lets statuses join the next batch until `until`, or until none has joined for [`QUIET`].
+    async fn gather_until(&self, until: tokio::time::Instant) {
+        let mut queued = self.lock_queue().len();
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return;
+            }
+            tokio::time::sleep_until(until.min(now + QUIET)).await;
+            let now_queued = self.lock_queue().len();
+            if now_queued == queued {
+                return;
+            }
+            queued = now_queued;
+        }
     }
 
     fn lock_queue(&self) -> std::sync::MutexGuard<'_, Vec<Queued>> {
@@ -1759,6 +1780,70 @@ mod tests {
             state.next_batch_at(),
             Some(ended + std::time::Duration::from_millis(1200))
         );
+    }
+
+    /// A status for the queue of `sink`, its result dropped.
+    fn queue_one(sink: &NotesSink) {
+        let (done, _) = oneshot::channel();
+        sink.lock_queue().push(Queued {
+            commit: Oid::zero(),
+            status: CommitStatus {
+                context: "kok/c/op".into(),
+                state: StatusState::Pending,
+                description: String::new(),
+                target_url: None,
+                run: None,
+            },
+            done,
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_gathers_while_statuses_join_it_and_goes_once_they_stop() {
+        let sink = Arc::new(NotesSink::new("/nonexistent"));
+        let start = tokio::time::Instant::now();
+        let until = start + std::time::Duration::from_secs(30);
+
+        // Nothing joins: the batch goes after the quiet time, not after 30 s.
+        queue_one(&sink);
+        sink.gather_until(until).await;
+        assert_eq!(start.elapsed(), QUIET);
+
+        // A status every 100 ms for 10 s: the batch gathers for all of them, then goes once they stop.
+        let start = tokio::time::Instant::now();
+        let feeder = {
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    queue_one(&sink);
+                }
+            })
+        };
+        sink.gather_until(until).await;
+        feeder.await.unwrap();
+        let waited = start.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_secs(10)
+                && waited <= std::time::Duration::from_secs(10) + 2 * QUIET,
+            "gathered {waited:?}"
+        );
+        assert_eq!(sink.lock_queue().len(), 101);
+
+        // A steady stream past the deadline: the batch goes at the deadline.
+        let start = tokio::time::Instant::now();
+        let feeder = {
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    queue_one(&sink);
+                }
+            })
+        };
+        sink.gather_until(start + std::time::Duration::from_secs(2)).await;
+        assert_eq!(start.elapsed(), std::time::Duration::from_secs(2));
+        feeder.abort();
     }
 
     #[test]
