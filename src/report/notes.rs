@@ -1786,7 +1786,7 @@ mod tests {
     fn queue_one(sink: &NotesSink) {
         let (done, _) = oneshot::channel();
         sink.lock_queue().push(Queued {
-            commit: Oid::zero(),
+            commit: Oid::ZERO_SHA1,
             status: CommitStatus {
                 context: "kok/c/op".into(),
                 state: StatusState::Pending,
