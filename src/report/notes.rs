@@ -1801,6 +1801,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_batch_gathers_while_statuses_join_it_and_goes_once_they_stop() {
         let sink = Arc::new(NotesSink::new("/nonexistent"));
+        // A status every 100 ms, 100 of them.
+        let feed = |sink: &Arc<NotesSink>| {
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    queue_one(&sink);
+                }
+            })
+        };
         let start = tokio::time::Instant::now();
         let until = start + std::time::Duration::from_secs(30);
 
@@ -1811,15 +1821,7 @@ mod tests {
 
         // A status every 100 ms for 10 s: the batch gathers for all of them, then goes once they stop.
         let start = tokio::time::Instant::now();
-        let feeder = {
-            let sink = sink.clone();
-            tokio::spawn(async move {
-                for _ in 0..100 {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    queue_one(&sink);
-                }
-            })
-        };
+        let feeder = feed(&sink);
         sink.gather_until(until).await;
         feeder.await.unwrap();
         let waited = start.elapsed();
@@ -1832,15 +1834,7 @@ mod tests {
 
         // A steady stream past the deadline: the batch goes at the deadline.
         let start = tokio::time::Instant::now();
-        let feeder = {
-            let sink = sink.clone();
-            tokio::spawn(async move {
-                for _ in 0..100 {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    queue_one(&sink);
-                }
-            })
-        };
+        let feeder = feed(&sink);
         sink.gather_until(start + std::time::Duration::from_secs(2)).await;
         assert_eq!(start.elapsed(), std::time::Duration::from_secs(2));
         feeder.abort();
