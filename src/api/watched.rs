@@ -4,6 +4,9 @@
 //! writer of the object (kok's pass, the controller, the reporter). Nothing in kok reads them, and
 //! decoding them builds a JSON tree per event, so the two watches of operations skip them while they
 //! decode, as an unknown field, instead of building them and dropping them after.
+//!
+//! The answers to kok's busiest writes (a run's apply, the controller's status transitions) are read
+//! the same way: [`patch_answered`] decodes only the name and resourceVersion ([`Written`]), or nothing.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -174,7 +177,7 @@ mod tests {
 
 /// What kok keeps of the object an API server answers a write with: its name and resourceVersion.
 /// The answer is the whole object with its managed fields (a tree per writer); a write that needs
-/// only these reads them and skips the rest unread ([`write_answered`]).
+/// only these reads them and skips the rest unread ([`patch_answered`]).
 #[derive(Debug, Default, Deserialize)]
 pub struct Written {
     /// The object's metadata, these two fields of it.
