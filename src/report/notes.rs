@@ -841,21 +841,18 @@ fn rewrite_note(
     })?;
     let (edit, set) = scan.finish();
     let Some(edit) = edit else { return Ok(set) };
-    // The object database takes a blob as a stream once it knows its size.
-    let write = |out: &mut dyn std::io::Write| -> Result<(), git2::Error> {
-        let mut placed = edit.unplaced();
-        parts(&mut |part| edit.write_part(part, &mut placed, out))?;
-        edit.write_appended(out)
-            .map_err(|e| git2::Error::from_str(&format!("writing the note of {annotated}: {e}")))
-    };
-    // The size comes from the scan, so the note is read twice, not three times.
+    // The object database takes a blob as a stream once it knows its size, which the scan counted:
+    // the note is read twice, not three times.
+    let write_err =
+        |e: std::io::Error| git2::Error::from_str(&format!("writing the note of {annotated}: {e}"));
     let odb = repository.odb()?;
     let mut writer = odb.writer(edit.size, git2::ObjectType::Blob)?;
     {
         let mut buffered = std::io::BufWriter::new(&mut writer);
-        write(&mut buffered)?;
-        std::io::Write::flush(&mut buffered)
-            .map_err(|e| git2::Error::from_str(&format!("writing the note of {annotated}: {e}")))?;
+        let mut placed = edit.unplaced();
+        parts(&mut |part| edit.write_part(part, &mut placed, &mut buffered))?;
+        edit.write_appended(&mut buffered).map_err(write_err)?;
+        std::io::Write::flush(&mut buffered).map_err(write_err)?;
     }
     let written = writer.finalize()?;
     let parent = match repository.find_reference(NOTES_REF) {
