@@ -43,6 +43,36 @@ pub struct PassConfig {
     /// Where the record of what ran is read back, so an entry whose ClusterOperation is gone is restored
     /// rather than run again; `None`: nothing is read back.
     pub records: Option<Arc<RecordBook>>,
+    /// Says when kok has begun to stop: a pass then starts no more clusters (see [`pass`]).
+    pub stopping: Stopping,
+}
+
+/// Whether kok has begun to stop, for a pass in flight; never, by default.
+#[derive(Clone, Debug, Default)]
+pub struct Stopping(Option<tokio::sync::watch::Receiver<bool>>);
+
+impl Stopping {
+    /// Stopping once `stop` holds true.
+    pub fn on(stop: tokio::sync::watch::Receiver<bool>) -> Stopping {
+        Stopping(Some(stop))
+    }
+
+    /// True once kok has begun to stop.
+    pub fn begun(&self) -> bool {
+        self.0.as_ref().is_some_and(|stop| *stop.borrow())
+    }
+
+    /// Waits until kok begins to stop (forever when it never does).
+    pub async fn wait(&self) {
+        let Some(stop) = &self.0 else {
+            return std::future::pending().await;
+        };
+        let mut stop = stop.clone();
+        // A sender gone without saying true leaves the flag as it was: not stopping.
+        if stop.wait_for(|stopping| *stopping).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// How long a pass waits for the watch caches' first list before it lists each cluster itself.
@@ -148,6 +178,9 @@ pub enum PassError {
     /// The record of what ran could not be read.
     #[error(transparent)]
     Record(#[from] RecordError),
+    /// kok began to stop: the pass ended after the clusters it had started, and did not record the commit.
+    #[error("kok is stopping; the commit is reconciled again at the next start")]
+    Stopped,
 }
 
 /// The source shared between passes; git2 work runs on the blocking pool under this lock.
@@ -228,7 +261,12 @@ pub async fn pass(
         full_resync: read.changes.full_resync,
         ..PassOutcome::default()
     };
-    let live = ready_caches(cfg).await;
+    // Stopping ends the wait for the caches' first lists, which a stopping controller never makes.
+    let live = tokio::select! {
+        biased;
+        () = cfg.stopping.wait() => return Err(PassError::Stopped),
+        live = ready_caches(cfg) => live,
+    };
     let (rollouts, rollout_writes) = read_rollouts(client, source, cfg, old, new, &read, &base_ctx).await?;
     outcome.writes += rollout_writes;
     let mut read = read;
@@ -250,7 +288,15 @@ pub async fn pass(
         broken: rollouts.as_ref().map(|r| &r.broken),
         times: &times,
     };
-    outcome.writes += applying.apply_all(clusters).await?;
+    // Once kok begins to stop, the clusters being applied finish and no more start; the commit is not
+    // recorded, so the next start reconciles it again (what was applied then writes nothing).
+    outcome.writes += applying
+        .apply_all(clusters.take_until(cfg.stopping.wait()))
+        .await?;
+    if cfg.stopping.begun() {
+        metrics.objects_written(outcome.writes as u64);
+        return Err(PassError::Stopped);
+    }
     outcome.add_found(found, rollouts.as_ref());
     let removing = Instant::now();
     remove_gone(client, &cfg.namespace, live, &read, &mut outcome).await?;

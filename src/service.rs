@@ -15,7 +15,7 @@ use crate::controller::{self, ControllerConfig};
 use crate::leader::{self, LeaderConfig};
 use crate::materialize::state;
 use crate::pulls::{PullConfig, PullIo, PullRequests};
-use crate::reconcile::{self, PassConfig, PassError, SharedSource};
+use crate::reconcile::{self, PassConfig, PassError, SharedSource, Stopping};
 use crate::report::comments::PlanComments;
 use crate::report::notify::Notifier;
 use crate::report::{self, Reporter};
@@ -164,7 +164,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        r = poll_loop(&client, &cfg, &source, (&reporter, &notifier), (trigger_tx.clone(), triggers), &readiness, live, stopped()) => r,
+        r = poll_loop(&client, &cfg, &source, (&reporter, &notifier), (trigger_tx.clone(), triggers), &readiness, live, Stopping::on(stop_rx.clone())) => r,
         _ = lost => Err(ServiceError::LeadershipLost),
     };
     // Whatever ended the loop, stop the controller and the reporter too.
@@ -306,7 +306,7 @@ async fn poll_loop(
     (again, mut triggers): (TriggerSender, TriggerReceiver),
     readiness: &Readiness,
     live: Arc<controller::live::LiveCache>,
-    stopped: impl std::future::Future<Output = ()>,
+    stopping: Stopping,
 ) -> Result<(), ServiceError> {
     let pass_cfg = PassConfig {
         namespace: cfg.namespace.clone(),
@@ -315,6 +315,7 @@ async fn poll_loop(
         live: Some(live),
         trees: cfg.trees.clone(),
         records: Some(Arc::new(record_book(reporter))),
+        stopping: stopping.clone(),
     };
     let saved = state::load_state(client, &cfg.namespace)
         .await
@@ -348,19 +349,25 @@ async fn poll_loop(
         comments: cfg.pr_comments.clone(),
     });
     let mut pulls = PullRequests::new();
-    tokio::pin!(stopped);
-    // The first round runs at once; later ones wait for the interval or a trigger.
+    // The first round runs at once (unless kok is already stopping); later ones wait for the interval or
+    // a trigger.
     let mut first = true;
     loop {
         if !first {
             tokio::select! {
-                _ = &mut stopped => return Ok(()),
+                () = stopping.wait() => return Ok(()),
                 _ = round.interval.tick() => {}
                 _ = triggers.recv() => {}
             }
         }
         first = false;
+        if stopping.begun() {
+            return Ok(());
+        }
         round.reconcile(client, cfg, source, reporter, readiness).await;
+        if stopping.begun() {
+            return Ok(());
+        }
         if let Some(pull_cfg) = &pull_cfg {
             let events = triggers.take_pull_events();
             let heads = match reconcile::with_source(source, |s| Ok(s.polled_pull_requests().to_vec())).await
@@ -477,6 +484,9 @@ impl LoopState {
                 self.refused_tip = None;
                 readiness.remote_reachable();
                 readiness.mark_reconciled();
+            }
+            Err(PassError::Stopped) => {
+                info!(%commit, "kok is stopping: the pass ended after the clusters it had started; the next start reconciles the commit again");
             }
             Err(e) => {
                 self.interval.failure();

@@ -56,6 +56,7 @@ mod plan_output;
 mod plan_preflight;
 mod plan_revisions;
 mod reconcile_rollout;
+mod reconcile_stop;
 mod redact_echo;
 mod render;
 mod report_budget;

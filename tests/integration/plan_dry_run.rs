@@ -153,6 +153,7 @@ impl Service {
             live: Some(self.live.clone()),
             trees: Default::default(),
             records: None,
+            stopping: Default::default(),
         };
         self.caches_caught_up().await;
         let log = self.server.requests();

@@ -84,6 +84,7 @@ impl Service {
             live: None,
             trees: Default::default(),
             records: None,
+            stopping: Default::default(),
         };
         let client = self.server.client();
         let outcome = pass(

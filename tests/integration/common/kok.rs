@@ -15,10 +15,9 @@ use kube::api::{Api, ListParams};
 pub const WAIT: Duration = Duration::from_secs(60);
 /// Time between two looks while waiting.
 const POLL: Duration = Duration::from_millis(200);
-/// Longest wait for kok to exit after SIGTERM before it is killed. kok finishes the pass in flight, and
-/// a pass that starts as kok starts waits up to 10 s for the watch caches' first lists (which a stopping
-/// controller never makes), then the controller and the reporter get a 10 s grace: a SIGTERM right
-/// after start may take a little over 20 s, so the wait leaves room above that.
+/// Longest wait for kok to exit after SIGTERM before it is killed. A pass in flight stops after the
+/// clusters it started, but a controller stopped before its watches' first lists gets a 10 s grace, and a
+/// busy machine adds to that: the wait leaves room above it.
 const STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// Runs `kok args...` with `KOK_CACHE_DIR=cache`; returns (success, stdout, stderr).
