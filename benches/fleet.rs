@@ -443,7 +443,9 @@ fn kok_status(kubeconfig: &std::path::Path) -> anyhow::Result<(f64, usize)> {
     Ok((median(&mut times).unwrap_or_default(), bytes))
 }
 
-async fn scrape(http: &reqwest::Client, kok: &Kok) -> (Option<usize>, Option<f64>) {
+/// [`SCRAPES`] scrapes of `/metrics` as Prometheus makes them (OpenMetrics, gzip): the text's bytes, the
+/// bytes that travelled, and the median time, request to last byte.
+async fn scrape(http: &reqwest::Client, kok: &Kok) -> (Option<usize>, Option<usize>, Option<f64>) {
     let mut times = Vec::new();
     let mut bytes = None;
     for _ in 0..SCRAPES {
@@ -454,6 +456,7 @@ async fn scrape(http: &reqwest::Client, kok: &Kok) -> (Option<usize>, Option<f64
                 "accept",
                 "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
             )
+            .header("accept-encoding", "gzip")
             .send()
             .await;
         let Ok(body) = (match response {
@@ -463,10 +466,25 @@ async fn scrape(http: &reqwest::Client, kok: &Kok) -> (Option<usize>, Option<f64
             continue;
         };
         times.push(started.elapsed().as_secs_f64() * 1000.0);
-        bytes = Some(body.len());
+        let mut text = Vec::new();
+        let read = std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut text);
+        bytes = Some((read.map_or(body.len(), |_| text.len()), body.len()));
     }
     let ms = median(&mut times).map(|m| (m * 10.0).round() / 10.0);
-    (bytes, ms)
+    (bytes.map(|b| b.0), bytes.map(|b| b.1), ms)
+}
+
+/// The size of a fleet's `/metrics`: the text (what the target counts) and what travelled gzipped.
+fn metrics_size(r: &Run) -> String {
+    match (r.metrics_bytes, r.metrics_gzip_bytes) {
+        (Some(text), Some(gzip)) => format!(
+            "{:.0} KB ({:.0} KB gzip)",
+            text as f64 / 1000.0,
+            gzip as f64 / 1000.0
+        ),
+        (Some(text), None) => format!("{:.0} KB", text as f64 / 1000.0),
+        _ => "—".into(),
+    }
 }
 
 /// One value of kok's /metrics (the first series of that name).
@@ -650,6 +668,8 @@ struct Run {
     web: Option<web::KokWebRun>,
     /// `/metrics` of the fleet at rest (OpenMetrics, as Prometheus asks for it): its size in bytes.
     metrics_bytes: Option<usize>,
+    /// The same, gzip-compressed as it travels to Prometheus.
+    metrics_gzip_bytes: Option<usize>,
     /// The median time of [`SCRAPES`] scrapes of it, request to last byte, in milliseconds.
     metrics_ms: Option<f64>,
     /// `kok status` of the fleet at rest (service mode): the median of [`STATUS_RUNS`] runs of the
@@ -841,12 +861,13 @@ impl Bench<'_> {
         );
 
         // Scraped as Prometheus scrapes it, after the idle window (the scrapes are not counted in it).
-        let (bytes, ms) = scrape(&self.http, &kok).await;
+        let (bytes, gzipped, ms) = scrape(&self.http, &kok).await;
         run.metrics_bytes = bytes;
+        run.metrics_gzip_bytes = gzipped;
         run.metrics_ms = ms;
         eprintln!(
-            "[{} {}] /metrics {:?} bytes in {:?} ms (median of {SCRAPES})",
-            run.fleet, run.mode, bytes, ms
+            "[{} {}] /metrics {:?} bytes ({:?} gzip) in {:?} ms (median of {SCRAPES})",
+            run.fleet, run.mode, bytes, gzipped, ms
         );
 
         if mode == Mode::Service {
@@ -1151,9 +1172,7 @@ fn verdicts(runs: &[Run]) -> Vec<Verdict> {
         if fleet == (1000, 10) {
             add(
                 "/metrics ≤ 1 MB".into(),
-                r.metrics_bytes
-                    .map(|b| format!("{:.0} KB", b as f64 / 1000.0))
-                    .unwrap_or_else(|| "—".into()),
+                metrics_size(r),
                 r.metrics_bytes.map(|b| b <= 1_000_000),
             );
             add(
@@ -1190,13 +1209,7 @@ fn verdicts(runs: &[Run]) -> Vec<Verdict> {
         if service && r.clusters >= 10_000 {
             add(
                 "/metrics at 10,000 clusters ≤ 2 MB and ≤ 1 s".into(),
-                format!(
-                    "{}, {}",
-                    r.metrics_bytes
-                        .map(|b| format!("{:.0} KB", b as f64 / 1000.0))
-                        .unwrap_or_else(|| "—".into()),
-                    fmt_opt(r.metrics_ms, " ms")
-                ),
+                format!("{}, {}", metrics_size(r), fmt_opt(r.metrics_ms, " ms")),
                 Some(
                     r.metrics_bytes.is_some_and(|b| b <= 2_000_000)
                         && r.metrics_ms.is_some_and(|ms| ms <= 1000.0),

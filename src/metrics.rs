@@ -4,8 +4,9 @@
 //! Names follow Prometheus' naming guide: counters end in `_total`, durations are histograms in
 //! seconds, times are Unix seconds in `_timestamp_seconds` gauges. Cardinality is bounded and said on
 //! each metric: at most one series per cluster (and condition, phase or node state), per rollout wave,
-//! per sink or receiver, per action; never one per operation or commit. At 1,000 clusters `/metrics` is
-//! about 12,000 series and 0.9 MB when every cluster has all its gauges (health checks, a wait and a
+//! per sink or receiver, per action; never one per operation or commit. Whole values are written as
+//! integers. At 1,000 clusters `/metrics` is about 14,000 series and 1.05 MB of text (0.08 MB as the
+//! server gzips it for Prometheus) when every cluster has all its gauges (health checks, a wait and a
 //! hold), 0.16 MB without health checks; it renders in a few milliseconds (the fleet benchmark measures
 //! both against ≤ 1 MB and ≤ 100 ms).
 //!
@@ -598,9 +599,20 @@ where
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, value) in samples {
         let family = metric.encode_family(&labels)?;
-        ConstGauge::new(value).encode(family)?;
+        // Counts, conditions, seconds and timestamps are whole: `1` rather than `1.0` takes a sixth less
+        // of a condition's sample at fleet size.
+        match whole(value) {
+            Some(n) => ConstGauge::new(n).encode(family)?,
+            None => ConstGauge::new(value).encode(family)?,
+        }
     }
     Ok(())
+}
+
+/// `value` as an integer when it is one that a float holds exactly.
+fn whole(value: f64) -> Option<i64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    (value.fract() == 0.0 && value.abs() <= EXACT).then_some(value as i64)
 }
 
 /// `True` → 1, `False` → 0, anything else → -1.
@@ -795,7 +807,7 @@ mod tests {
                 oldest_waiting: Some(Waiting {
                     operation: "upgrade".into(),
                     reason: "held",
-                    seconds: 90.0,
+                    seconds: 90.5,
                 }),
                 held_by: vec![Held {
                     operation: "install".into(),
@@ -822,19 +834,21 @@ mod tests {
         m.watch_fleet(Arc::new(Fixed(fleet())));
         let text = m.render();
         for line in [
-            "kok_operations{cluster=\"prod\",phase=\"Queued\"} 2.0\n",
-            "kok_queue_oldest_waiting_seconds{cluster=\"prod\",operation=\"upgrade\",reason=\"held\"} 90.0\n",
-            "kok_cluster_held{cluster=\"prod\",operation=\"install\",commit=\"0123456789ab\"} 1.0\n",
-            "kok_cluster_condition{cluster=\"prod\",condition=\"NodesReady\"} 0.0\n",
-            "kok_cluster_condition{cluster=\"prod\",condition=\"VersionMatches\"} -1.0\n",
-            "kok_cluster_nodes{cluster=\"prod\",state=\"not_ready\"} 1.0\n",
-            "kok_cluster_certificate_expiry_timestamp_seconds{cluster=\"prod\"} 1775000000.0\n",
-            "kok_rollout_phase{rollout=\"upgrade\",phase=\"Halted\"} 1.0\n",
-            "kok_rollout_wave_clusters{rollout=\"upgrade\",wave=\"canary\",state=\"failed\"} 1.0\n",
+            "kok_operations{cluster=\"prod\",phase=\"Queued\"} 2\n",
+            "kok_queue_oldest_waiting_seconds{cluster=\"prod\",operation=\"upgrade\",reason=\"held\"} 90.5\n",
+            "kok_cluster_held{cluster=\"prod\",operation=\"install\",commit=\"0123456789ab\"} 1\n",
+            "kok_cluster_condition{cluster=\"prod\",condition=\"NodesReady\"} 0\n",
+            "kok_cluster_condition{cluster=\"prod\",condition=\"VersionMatches\"} -1\n",
+            "kok_cluster_nodes{cluster=\"prod\",state=\"not_ready\"} 1\n",
+            "kok_cluster_certificate_expiry_timestamp_seconds{cluster=\"prod\"} 1775000000\n",
+            "kok_rollout_phase{rollout=\"upgrade\",phase=\"Halted\"} 1\n",
+            "kok_rollout_wave_clusters{rollout=\"upgrade\",wave=\"canary\",state=\"failed\"} 1\n",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+        // Whole values are written as integers, others as floats.
+        assert!(!text.contains("} 1.0\n"), "{text}");
     }
 
     #[test]

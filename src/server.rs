@@ -4,7 +4,8 @@
 //! - `GET /readyz`: 503 until the first reconcile completed, and while the git remote has been
 //!   unreachable for longer than [`Readiness`]'s threshold; 200 otherwise. The body says why.
 //! - `GET /metrics`: the [`Metrics`] registry, in OpenMetrics text when the scraper accepts it (Prometheus
-//!   does), else in the Prometheus text format.
+//!   does), else in the Prometheus text format; gzip-compressed when `Accept-Encoding` takes gzip (Prometheus
+//!   asks for it).
 //! - `GET /`, `/clusters/...` and the rest of the web view, when [`ServerState::web`] holds its routes.
 //! - `POST /hooks/github|gitlab|gitea|generic`: verified with [`crate::source::trigger::verify`]
 //!   against the webhook secret, then a "poll now" is sent on the trigger channel; a pull-request event
@@ -210,7 +211,45 @@ async fn readyz(State(state): State<ServerState>) -> Response {
 async fn metrics(State(state): State<ServerState>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let (body, content_type) = state.metrics.negotiate(accept);
-    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+    let vary = (header::VARY, "Accept-Encoding");
+    if accepts_gzip(&headers) {
+        if let Some(gzipped) = gzip(body.as_bytes()) {
+            let encoding = (header::CONTENT_ENCODING, "gzip");
+            return ([(header::CONTENT_TYPE, content_type), encoding, vary], gzipped).into_response();
+        }
+    }
+    ([(header::CONTENT_TYPE, content_type), vary], body).into_response()
+}
+
+/// Whether `Accept-Encoding` takes gzip (named, with a q-value above 0). Prometheus asks for it: the
+/// fleet's gauges, about 1 MB of text at 1,000 clusters with every gauge, travel as a tenth of that.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let named = parts.next().is_some_and(|name| name.eq_ignore_ascii_case("gzip"));
+            let refused = parts.any(|param| {
+                param
+                    .strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            named && !refused
+        })
+}
+
+/// `body` gzip-compressed at the fastest level (a scrape's text compresses about tenfold even so);
+/// `None` when compressing fails, and the text goes as it is.
+pub fn gzip(body: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let mut out =
+        flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 8), flate2::Compression::fast());
+    out.write_all(body).ok()?;
+    out.finish().ok()
 }
 
 async fn hook(
@@ -257,6 +296,34 @@ async fn hook(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gzip_is_taken_when_named_with_a_q_value_above_zero() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::ACCEPT_ENCODING, value.parse().unwrap());
+            accepts_gzip(&headers)
+        };
+        for yes in [
+            "gzip",
+            "deflate, gzip",
+            "GZIP;q=0.5",
+            "identity;q=1, gzip ; q=0.001",
+        ] {
+            assert!(with(yes), "{yes}");
+        }
+        for no in [
+            "identity",
+            "deflate, br",
+            "gzip;q=0",
+            "gzip; q=0.0",
+            "x-gzip2",
+            "*",
+        ] {
+            assert!(!with(no), "{no}");
+        }
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
 
     #[test]
     fn readiness_waits_for_the_first_reconcile_and_tolerates_short_outages() {

@@ -64,7 +64,7 @@ impl FleetView for LiveCache {
                     (Phase::Pending, _) | (_, None) => "pending",
                     (_, Some(message)) => wait_reason(message),
                 },
-                seconds: now.duration_since(o.created).as_secs_f64().max(0.0),
+                seconds: now.duration_since(o.created).as_secs() as f64,
             });
             if queue.any_failed {
                 let ops = self.operations.operations_in(&gauges.name);

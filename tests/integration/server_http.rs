@@ -122,6 +122,33 @@ async fn metrics_are_served_in_openmetrics_to_prometheus_and_in_text_format_to_o
         body.contains("# TYPE kok_reconcile_duration_seconds histogram"),
         "{body}"
     );
+
+    // Asked for gzip (as Prometheus asks), the same text comes compressed.
+    let r = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-encoding"], "gzip");
+    assert_eq!(r.headers()["vary"], "Accept-Encoding");
+    let gzipped = r.bytes().await.unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gzipped[..]), &mut text).unwrap();
+    assert!(
+        text.contains("kok_polls_total{result=\"unchanged\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE kok_reconcile_duration_seconds histogram"),
+        "{text}"
+    );
+    let r = s.http.get(format!("{}/metrics", s.base)).send().await.unwrap();
+    assert!(
+        r.headers().get("content-encoding").is_none(),
+        "plain unless asked"
+    );
     s.stop().await;
 }
 
