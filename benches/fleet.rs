@@ -444,7 +444,7 @@ fn kok_status(kubeconfig: &std::path::Path) -> anyhow::Result<(f64, usize)> {
 }
 
 /// [`SCRAPES`] scrapes of `/metrics` as Prometheus makes them (OpenMetrics, gzip): the text's bytes, the
-/// bytes that travelled, and the median time, request to last byte.
+/// bytes that travelled when they came gzipped, and the median time, request to last byte.
 async fn scrape(http: &reqwest::Client, kok: &Kok) -> (Option<usize>, Option<usize>, Option<f64>) {
     let mut times = Vec::new();
     let mut bytes = None;
@@ -459,19 +459,26 @@ async fn scrape(http: &reqwest::Client, kok: &Kok) -> (Option<usize>, Option<usi
             .header("accept-encoding", "gzip")
             .send()
             .await;
-        let Ok(body) = (match response {
-            Ok(r) => r.bytes().await,
+        let Ok((gzipped, body)) = (match response {
+            Ok(r) => {
+                let gzipped = r.headers().get("content-encoding").is_some_and(|e| e == "gzip");
+                r.bytes().await.map(|body| (gzipped, body))
+            }
             Err(e) => Err(e),
         }) else {
             continue;
         };
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         let mut text = Vec::new();
-        let read = std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut text);
-        bytes = Some((read.map_or(body.len(), |_| text.len()), body.len()));
+        bytes = match gzipped {
+            true => std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut text)
+                .ok()
+                .map(|_| (text.len(), Some(body.len()))),
+            false => Some((body.len(), None)),
+        };
     }
     let ms = median(&mut times).map(|m| (m * 10.0).round() / 10.0);
-    (bytes.map(|b| b.0), bytes.map(|b| b.1), ms)
+    (bytes.map(|b| b.0), bytes.and_then(|b| b.1), ms)
 }
 
 /// The size of a fleet's `/metrics`: the text (what the target counts) and what travelled gzipped.
