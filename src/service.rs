@@ -101,9 +101,13 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
+    let stopping = Stopping::on(stop_rx);
     let stopped = {
-        let rx = stop_rx.clone();
-        move || wait_true(rx.clone())
+        let stopping = stopping.clone();
+        move || {
+            let stopping = stopping.clone();
+            async move { stopping.wait().await }
+        }
     };
 
     let metrics = cfg.controller.metrics.clone();
@@ -164,7 +168,7 @@ pub async fn run(
         }
     };
     let result = tokio::select! {
-        r = poll_loop(&client, &cfg, &source, (&reporter, &notifier), (trigger_tx.clone(), triggers), &readiness, live, Stopping::on(stop_rx.clone())) => r,
+        r = poll_loop(&client, &cfg, &source, (&reporter, &notifier), (trigger_tx.clone(), triggers), &readiness, live, stopping.clone()) => r,
         _ = lost => Err(ServiceError::LeadershipLost),
     };
     // Whatever ended the loop, stop the controller and the reporter too.
@@ -242,14 +246,6 @@ async fn publish_refusal(client: &Client, namespace: &str, note: &str) {
     };
     if let Err(e) = recorder.publish(&ev, &reference).await {
         warn!(error = %e, "the CommitRefused event was not published");
-    }
-}
-
-async fn wait_true(mut rx: watch::Receiver<bool>) {
-    while !*rx.borrow() {
-        if rx.changed().await.is_err() {
-            return;
-        }
     }
 }
 
