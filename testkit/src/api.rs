@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::apply::{self, Scope};
 use crate::errors::{cause, ApiError};
@@ -386,19 +386,37 @@ fn spec_changed(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
             .any(|(k, _)| !o.contains_key(k))
 }
 
-fn without_times(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(Value::Array(entries)) = o.pointer_mut("/metadata/managedFields") {
-        for e in entries {
-            if let Some(m) = e.as_object_mut() {
-                m.remove("time");
+/// Whether an update changes nothing but times: the managers' `time` and the resourceVersion (a
+/// no-op write keeps the object as it is, resourceVersion included). Compares in place: an update
+/// is checked on every write, and copying both objects to strip the times cost more than the rest
+/// of the comparison.
+fn same_but_times(a: &Value, b: &Value) -> bool {
+    equal_except(a, b, &[], |key, a, b| match key {
+        "metadata" => equal_except(a, b, &["resourceVersion"], |key, a, b| match (key, a, b) {
+            ("managedFields", Value::Array(a), Value::Array(b)) => {
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(a, b)| {
+                        a.is_object() && b.is_object() && equal_except(a, b, &["time"], |_, a, b| a == b)
+                            || !a.is_object() && a == b
+                    })
             }
-        }
-    }
-    if let Some(m) = o["metadata"].as_object_mut() {
-        m.remove("resourceVersion");
-    }
-    o
+            _ => a == b,
+        }),
+        _ => a == b,
+    })
+}
+
+/// Whether two values are equal, fields named in `skip` aside; `field` compares the other fields of
+/// two objects. Anything but two objects is compared as it is.
+fn equal_except(a: &Value, b: &Value, skip: &[&str], field: impl Fn(&str, &Value, &Value) -> bool) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skip.contains(&k.as_str()))
+            .all(|(k, va)| b.get(k).is_some_and(|vb| field(k, va, vb)))
 }
 
 fn parse_continue(token: &str) -> Option<(u64, ObjectKey)> {
@@ -438,6 +456,11 @@ impl State {
             .get(&info.key(), &Self::ns_key(info, ns, name))
             .map(|o| served(info, &o))
             .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))
+    }
+
+    /// Whether the object exists, without reading it.
+    pub fn exists(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> bool {
+        self.store.contains(&info.key(), &Self::ns_key(info, ns, name))
     }
 
     /// Lists objects matching selectors, one page at a time.
@@ -850,7 +873,7 @@ impl State {
         }
         record_managers(info, ctx, old, &mut new, status, managed);
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
-        if without_times(&new) == without_times(old) {
+        if same_but_times(&new, old) {
             return Ok((*served(info, old)).clone());
         }
         if ctx.dry_run {
@@ -1383,5 +1406,53 @@ fn validate_kind(info: &ResourceInfo, old: Option<&Value>, new: &Value) -> Resul
         Ok(())
     } else {
         Err(ApiError::invalid("batch", "Job.batch", name, causes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::same_but_times;
+
+    fn object(rv: &str, time: &str, replicas: i64) -> serde_json::Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "a",
+                "resourceVersion": rv,
+                "managedFields": [{"manager": "kok", "operation": "Apply", "time": time}],
+            },
+            "data": {"replicas": replicas},
+        })
+    }
+
+    #[test]
+    fn an_update_that_changes_only_times_is_the_same_object() {
+        let old = object("1", "2026-01-01T00:00:00Z", 1);
+        assert!(same_but_times(&object("2", "2026-06-01T00:00:00Z", 1), &old));
+        assert!(!same_but_times(&object("1", "2026-01-01T00:00:00Z", 2), &old));
+        let mut labelled = old.clone();
+        labelled["metadata"]["labels"] = json!({"a": "b"});
+        assert!(!same_but_times(&labelled, &old));
+        let mut other_manager = old.clone();
+        other_manager["metadata"]["managedFields"][0]["manager"] = json!("kubectl");
+        assert!(!same_but_times(&other_manager, &old));
+        let mut two_managers = old.clone();
+        two_managers["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"manager": "kubectl", "operation": "Update"}));
+        assert!(!same_but_times(&two_managers, &old));
+        let mut no_rv = old.clone();
+        no_rv["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        assert!(same_but_times(&no_rv, &old));
+        let mut extra = old.clone();
+        extra["spec"] = json!({});
+        assert!(!same_but_times(&extra, &old) && !same_but_times(&old, &extra));
     }
 }

@@ -209,7 +209,7 @@ fn authenticate(
         let exists = state
             .registry
             .get("", "v1", "serviceaccounts")
-            .is_some_and(|info| state.get(&info, Some(namespace), name).is_ok());
+            .is_some_and(|info| state.exists(&info, Some(namespace), name));
         if !exists {
             return Err(format!(
                 "[invalid bearer token, serviceaccounts \"{name}\" not found]"

@@ -317,7 +317,7 @@ impl ApiServer {
             .get("", "v1", "namespaces")
             .context("namespaces are built in")?;
         for ns in ["default", "kube-system", "kok-system"] {
-            if state.get(&ns_info, None, ns).is_ok() {
+            if state.exists(&ns_info, None, ns) {
                 continue;
             }
             state
@@ -657,7 +657,7 @@ impl ApiServer {
                 .registry
                 .get("", "v1", "serviceaccounts")
                 .context("ServiceAccounts are built in")?;
-            if state.get(&info, Some(namespace), name).is_err() {
+            if !state.exists(&info, Some(namespace), name) {
                 let ctx = WriteCtx {
                     namespace: Some(namespace.into()),
                     manager: "testkit".into(),

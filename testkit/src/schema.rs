@@ -4,7 +4,7 @@
 //! CEL rules. Errors carry the real server's wording (see `tests/integration/realapi.rs`).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{json, Map, Value};
 
@@ -446,6 +446,26 @@ fn has_rules(schema: &Value) -> bool {
     }
 }
 
+/// A CEL expression compiled once per process, as the API server compiles a CRD's rules once when it
+/// is stored rather than on each request (None: it does not compile).
+fn program(expression: &str) -> Option<Arc<cel::Program>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<Arc<cel::Program>>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(program) = cache.get(expression) {
+        return program.clone();
+    }
+    let program = cel::Program::compile(expression).ok().map(Arc::new);
+    cache.insert(expression.to_string(), program.clone());
+    program
+}
+
+/// CEL's standard environment, built once: building it registers every standard function and type.
+fn stdlib() -> Arc<cel::Env> {
+    static ENV: OnceLock<Arc<cel::Env>> = OnceLock::new();
+    ENV.get_or_init(|| Arc::new(cel::Env::stdlib())).clone()
+}
+
 fn cel_value(v: &Value) -> Option<cel::Value> {
     cel::to_value(v).ok()
 }
@@ -454,7 +474,7 @@ fn cel_value(v: &Value) -> Option<cel::Value> {
 /// of one line, as the apiserver does; None otherwise (the static `message` applies).
 fn message_expression(rule: &Value, ctx: &cel::Context) -> Option<String> {
     let expression = rule["messageExpression"].as_str()?;
-    let program = cel::Program::compile(expression).ok()?;
+    let program = program(expression)?;
     match program.execute(ctx) {
         Ok(cel::Value::String(s)) if !s.trim().is_empty() && !s.contains('\n') => Some(s.to_string()),
         _ => None,
@@ -474,7 +494,7 @@ fn rules(schema: &Value, new: &Value, old: Option<&Value>, path: &str, out: &mut
         if transition && old.is_none() {
             continue;
         }
-        let Ok(program) = cel::Program::compile(text) else {
+        let Some(program) = program(text) else {
             out.push(cause(
                 "FieldValueInvalid",
                 path,
@@ -482,7 +502,7 @@ fn rules(schema: &Value, new: &Value, old: Option<&Value>, path: &str, out: &mut
             ));
             continue;
         };
-        let mut ctx = cel::Context::default();
+        let mut ctx = cel::Context::with_env(stdlib());
         if let Some(v) = cel_value(new) {
             ctx.add_variable_from_value("self", v);
         }

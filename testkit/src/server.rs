@@ -943,7 +943,7 @@ impl<'a> ResourceCall<'a> {
             ));
         }
         let (info, ctx, name) = (&self.info, &self.ctx, &self.name);
-        let existed = state.get(info, self.namespace, name).is_ok();
+        let existed = state.exists(info, self.namespace, name);
         let r = state.patch(info, ctx, name, kind, body, self.status, truthy(self.q, "force"));
         drop(state);
         self.written(if existed { 200 } else { 201 }, r)
@@ -956,7 +956,7 @@ impl<'a> ResourceCall<'a> {
             Err(e) => return error_response(&e),
         };
         let r = state.delete(&self.info, &self.ctx, &self.name, &opts);
-        let pending = state.get(&self.info, self.namespace, &self.name).is_ok() && !self.ctx.dry_run;
+        let pending = state.exists(&self.info, self.namespace, &self.name) && !self.ctx.dry_run;
         drop(state);
         self.written(if pending { 202 } else { 200 }, r)
     }
