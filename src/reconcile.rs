@@ -75,8 +75,13 @@ impl Stopping {
     }
 }
 
-/// How long a pass waits for the watch caches' first list before it lists each cluster itself.
+/// How long a pass of a few clusters waits for the watch caches' first list before it lists each
+/// cluster itself; a longer wait is logged at this interval.
 const CACHES_READY: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a pass of more than [`FEW_CLUSTERS`] clusters waits for the watch caches' first list.
+const FLEET_CACHES_READY: std::time::Duration = std::time::Duration::from_secs(600);
+/// The most clusters a pass lists one by one rather than wait longer for the watch caches.
+const FEW_CLUSTERS: usize = 100;
 
 /// Most clusters applied or removed at once.
 pub const CONCURRENT_CLUSTERS: usize = 16;
@@ -265,7 +270,7 @@ pub async fn pass(
     let live = tokio::select! {
         biased;
         () = cfg.stopping.wait() => return Err(PassError::Stopped),
-        live = ready_caches(cfg) => live,
+        live = ready_caches(cfg, read.names.len()) => live,
     };
     let (rollouts, rollout_writes) = read_rollouts(client, source, cfg, old, new, &read, &base_ctx).await?;
     outcome.writes += rollout_writes;
@@ -359,15 +364,40 @@ fn reconciled(metrics: &Metrics, started: Instant, outcome: &PassOutcome) {
     );
 }
 
-/// The watch caches, once they have listed; `None` (each cluster's objects are listed) without them.
-async fn ready_caches(cfg: &PassConfig) -> Option<&LiveCache> {
-    match cfg.live.as_deref() {
-        Some(l) if l.ready(CACHES_READY).await => Some(l),
-        Some(_) => {
-            warn!("the watch caches have not listed yet; this pass lists each cluster's objects");
-            None
+/// How long a pass of `clusters` clusters waits for the watch caches' first list before it lists each
+/// cluster's objects itself. A few LISTs cost less than a wait; a fleet's cost far more than the
+/// caches' own list (at 10,000 clusters, 10,000 LISTs, each of which the API server answers by
+/// filtering every run), so a pass over a fleet, such as the first resync of a restarted kok, waits.
+fn caches_wait(clusters: usize) -> std::time::Duration {
+    if clusters <= FEW_CLUSTERS {
+        CACHES_READY
+    } else {
+        FLEET_CACHES_READY
+    }
+}
+
+/// The watch caches, once they have listed; `None` (each cluster's objects are listed) without them
+/// within [`caches_wait`] of a pass of `clusters` clusters.
+async fn ready_caches(cfg: &PassConfig, clusters: usize) -> Option<&LiveCache> {
+    let live = cfg.live.as_deref()?;
+    let within = caches_wait(clusters);
+    let started = Instant::now();
+    loop {
+        if live.ready(CACHES_READY).await {
+            return Some(live);
         }
-        None => None,
+        if started.elapsed() >= within {
+            warn!(
+                clusters,
+                "the watch caches have not listed yet; this pass lists each cluster's objects"
+            );
+            return None;
+        }
+        info!(
+            clusters,
+            waited_secs = started.elapsed().as_secs(),
+            "waiting for the watch caches' first list: listing each of this pass's clusters would cost more"
+        );
     }
 }
 
@@ -709,6 +739,21 @@ pub fn short_ref(reference: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_over_a_fleet_waits_for_the_watch_caches_rather_than_list_each_cluster() {
+        assert_eq!(caches_wait(0), CACHES_READY);
+        assert_eq!(
+            caches_wait(1),
+            CACHES_READY,
+            "a one-cluster change lists its cluster after 10 s"
+        );
+        assert_eq!(caches_wait(FEW_CLUSTERS), CACHES_READY);
+        assert_eq!(caches_wait(FEW_CLUSTERS + 1), FLEET_CACHES_READY);
+        assert_eq!(caches_wait(10_000), FLEET_CACHES_READY);
+        // 200,000 runs list in well under a minute; a fleet's pass waits that out many times over.
+        assert!(FLEET_CACHES_READY >= CACHES_READY * 60);
+    }
 
     #[test]
     fn short_ref_drops_heads_and_tags_prefixes() {
