@@ -3,6 +3,10 @@
 
 use clap::Parser;
 
+/// mimalloc, with the settings `kok run` starts itself with (`cli::malloc`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = kok::cli::Cli::parse();
     kok::cli::main(cli)

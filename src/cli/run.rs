@@ -314,9 +314,7 @@ impl Args {
 
 /// Runs `kok run` until SIGTERM or SIGINT.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if !args.local {
-        super::malloc::tune();
-    }
+    super::malloc::tune(args.local);
     // libgit2 would keep every small tree a pass reads (one per cluster directory) in its object cache
     // for as long as kok runs; a pass keeps the trees it reads itself (`source::tree::Trees`).
     git2::opts::enable_caching(false);

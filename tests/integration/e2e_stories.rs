@@ -433,10 +433,11 @@ async fn a_status_the_forge_refuses_with_500_is_retried_and_delivered_once() {
     assert_eq!(reported.description, successes[1].description);
 }
 
-/// `GLIBC_TUNABLES` of a `kok run` started with `env` added, read once it works: as
-/// `/proc/<pid>/environ` shows it (its pid is the one started: kok starts itself again in place, and
-/// that start is the one that works) and as kok logs it. glibc keeps only some tunables in the former.
-async fn tunables_of_a_working_kok(env: &[(&str, &str)]) -> (Option<String>, String) {
+/// `GLIBC_TUNABLES` and `MIMALLOC_PURGE_DELAY` of a `kok run` started with `env` added, read once it
+/// works: as `/proc/<pid>/environ` shows them (its pid is the one started: kok starts itself again in
+/// place, and that start is the one that works), and the line where kok logs its settings. glibc keeps
+/// only some tunables in the former.
+async fn tunables_of_a_working_kok(env: &[(&str, &str)]) -> (Option<String>, Option<String>, String) {
     let api = meta_cluster().await;
     let objects = &Objects::new(&api);
     let (remote, _) = one_cluster_remote();
@@ -458,21 +459,27 @@ async fn tunables_of_a_working_kok(env: &[(&str, &str)]) -> (Option<String>, Str
         .find(|line| line.contains("malloc settings"))
         .unwrap_or_else(|| panic!("kok logs its malloc settings; its log:\n{}", kok.log()))
         .to_string();
-    (kok_process::glibc_tunables(kok.pid()), logged)
+    let environ = |name| kok_process::environ_var(kok.pid(), name);
+    (environ("GLIBC_TUNABLES"), environ("MIMALLOC_PURGE_DELAY"), logged)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kok_run_sets_its_malloc_tunables_in_its_own_process_unless_the_environment_chose() {
-    let (environ, logged) = tunables_of_a_working_kok(&[]).await;
+    let (environ, purge_delay, logged) = tunables_of_a_working_kok(&[]).await;
     assert_eq!(environ.as_deref(), Some("glibc.malloc.arena_max=1"));
+    assert_eq!(purge_delay.as_deref(), Some("0"));
     assert!(
         logged.contains(
             "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=131072:glibc.malloc.tcache_count=0"
-        ),
+        ) && logged.contains("MIMALLOC_ALLOW_THP=0"),
         "{logged}"
     );
-    let (environ, logged) =
-        tunables_of_a_working_kok(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=3")]).await;
+    let (environ, purge_delay, logged) = tunables_of_a_working_kok(&[
+        ("GLIBC_TUNABLES", "glibc.malloc.arena_max=3"),
+        ("MIMALLOC_PURGE_DELAY", "1000"),
+    ])
+    .await;
+    assert_eq!(purge_delay.as_deref(), Some("1000"), "an operator's own purge delay stays");
     assert_eq!(
         environ.as_deref(),
         Some("glibc.malloc.arena_max=3"),

@@ -178,13 +178,22 @@ async fn a_restart_on_the_same_state_dir_keeps_finished_operations_and_runs_none
     let sha = f.commit_operations(&["first"]);
     let mut kok = start(&f, "kok-1");
     let client = kok.client_of(&f.state()).await;
-    // Local mode keeps glibc's malloc defaults (its embedded server runs slower with one arena):
-    // it neither starts itself again with kok's tunables nor logs them.
+    // Local mode takes mimalloc's settings but keeps glibc's malloc defaults (its embedded server
+    // runs slower with one arena).
     assert_eq!(
-        kok_process::glibc_tunables(kok.pid()),
+        kok_process::environ_var(kok.pid(), "GLIBC_TUNABLES"),
         std::env::var("GLIBC_TUNABLES").ok()
     );
-    assert!(!kok.log().contains("malloc settings"), "{}", kok.log());
+    assert_eq!(
+        kok_process::environ_var(kok.pid(), "MIMALLOC_PURGE_DELAY").as_deref(),
+        Some("0")
+    );
+    let logged = kok.log();
+    let logged = logged
+        .lines()
+        .find(|line| line.contains("malloc settings"))
+        .unwrap_or_else(|| panic!("kok logs its malloc settings; its log:\n{logged}"));
+    assert!(logged.contains("MIMALLOC_ALLOW_THP=0"), "{logged}");
     let before = succeeded(&mut kok, &client, "first").await;
     delivered(&mut kok, &f, &sha, "kok/local/first: success").await;
     let jobs_before = jobs(&client).await;

@@ -52,13 +52,14 @@ pub fn plan(repo: &Path, extra: &[&str], cache: &Path) -> (i32, String) {
     (code, stdout)
 }
 
-/// `GLIBC_TUNABLES` in the environment of process `pid`, as `/proc/<pid>/environ` shows it.
-pub fn glibc_tunables(pid: u32) -> Option<String> {
+/// Variable `name` in the environment of process `pid`, as `/proc/<pid>/environ` shows it.
+pub fn environ_var(pid: u32, name: &str) -> Option<String> {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("read the process environment");
+    let prefix = format!("{name}=");
     environ
         .split(|b| *b == 0)
         .filter_map(|var| std::str::from_utf8(var).ok())
-        .find_map(|var| var.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
+        .find_map(|var| var.strip_prefix(prefix.as_str()).map(str::to_string))
 }
 
 /// `kok run --local` as a child process. Dropping it stops kok with SIGTERM (so it ends the ansible
