@@ -479,7 +479,11 @@ async fn kok_run_sets_its_malloc_tunables_in_its_own_process_unless_the_environm
         ("MIMALLOC_PURGE_DELAY", "1000"),
     ])
     .await;
-    assert_eq!(purge_delay.as_deref(), Some("1000"), "an operator's own purge delay stays");
+    assert_eq!(
+        purge_delay.as_deref(),
+        Some("1000"),
+        "an operator's own purge delay stays"
+    );
     assert_eq!(
         environ.as_deref(),
         Some("glibc.malloc.arena_max=3"),
