@@ -2,14 +2,14 @@
 //!
 //! kok's own allocations go to mimalloc (the `kok` binary's global allocator): at 10,000 × 20 a first
 //! pass spent a third of its CPU in glibc's malloc and free, and with mimalloc kok needed about a
-//! quarter less CPU for the same pass, with a lower peak (`cargo bench --bench fleet`, paired runs in
+//! sixth less CPU for the same pass (against the benchmark process's, paired), with a lower peak (`cargo bench --bench fleet`, paired runs in
 //! docs/performance.md). It runs with two settings:
 //!
 //! - **No transparent huge pages** (`MIMALLOC_ALLOW_THP=0`). mimalloc asks the kernel for huge pages
 //!   in its arenas, and a 2 MiB page is resident as soon as one byte of it is touched: the service's
 //!   peak at 1,000 × 10 was 128 to 138 MiB with them, 88 MiB without.
 //! - **Freed memory returned at once** (`MIMALLOC_PURGE_DELAY=0`, not after a second): a pass frees
-//!   its parses and request bodies in bursts, and the peak at 1,000 × 10 fell to 60 to 62 MiB (55 MiB
+//!   its parses and request bodies in bursts, and the peak at 1,000 × 10 fell to 60 to 63.4 MiB (55 MiB
 //!   with glibc's malloc; ≤ 64 MiB is the target) without a slower reconcile.
 //!
 //! glibc's malloc still serves the C libraries (libgit2, libssh2, OpenSSL, and SQLite in local mode).
