@@ -320,7 +320,9 @@ impl Sinks {
         match &result {
             Ok(()) => {
                 self.metrics.status_delivery(sink.name(), "delivered");
-                tracing::info!(sink = sink.name(), %commit, context = %status.context, state = ?status.state, "commit status delivered");
+                // One line per status would be a third of a fleet's log (200,000 lines for 10,000
+                // clusters × 20 runs) and says nothing the sink and the metrics do not: debug.
+                tracing::debug!(sink = sink.name(), %commit, context = %status.context, state = ?status.state, "commit status delivered");
             }
             Err(err) => {
                 let result = if err.is_retryable() { "retry" } else { "failed" };

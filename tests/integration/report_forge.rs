@@ -237,12 +237,12 @@ impl std::io::Write for Captured {
     }
 }
 
-#[tokio::test]
-async fn the_token_never_appears_in_delivery_logs() {
+/// What a forge sink logs, at `level`, for a status GitHub refuses once (401) and then takes.
+async fn delivery_logs(level: tracing::Level) -> String {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
+        .with_max_level(level)
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
@@ -259,12 +259,28 @@ async fn the_token_never_appears_in_delivery_logs() {
     let s = status(StatusState::Pending, "queued");
     assert!(sinks.deliver(SHA, &s).await.is_err());
     sinks.deliver(SHA, &s).await.unwrap();
+    assert!(!format!("{sinks:?}").contains(SECRET));
+    let logs = captured.0.lock().unwrap().clone();
+    String::from_utf8(logs).unwrap()
+}
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+#[tokio::test]
+async fn the_token_never_appears_in_delivery_logs() {
+    let logs = delivery_logs(tracing::Level::DEBUG).await;
     assert!(logs.contains("commit status not delivered"), "{logs}");
     assert!(logs.contains("commit status delivered"), "{logs}");
     assert!(!logs.contains(SECRET), "token leaked in logs:\n{logs}");
-    assert!(!format!("{sinks:?}").contains(SECRET));
+}
+
+/// kok's default level is info: a refused status is logged, a delivered one only at debug (a fleet's
+/// first pass delivers hundreds of thousands; the sink and `kok_status_deliveries_total` show them).
+#[tokio::test]
+async fn at_info_a_refused_status_is_logged_and_a_delivered_one_is_not() {
+    let logs = delivery_logs(tracing::Level::INFO).await;
+    assert!(logs.contains("WARN"), "{logs}");
+    assert!(logs.contains("commit status not delivered"), "{logs}");
+    assert!(!logs.contains("commit status delivered"), "{logs}");
+    assert!(!logs.contains(SECRET), "token leaked in logs:\n{logs}");
 }
 
 #[tokio::test]
