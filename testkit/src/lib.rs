@@ -157,6 +157,44 @@ impl Fault {
     }
 }
 
+/// A delay to inject: the next `count` requests matching every given filter are held back `duration`
+/// before they are served (as a busy API server answers a large list late), in the order they came.
+///
+/// The filters read as [`Fault`]'s. As on the real API server, a `?watch=true` request is verb `watch`,
+/// not `list`: a delay of `list` holds back a watcher's initial list, and never its watch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delay {
+    /// Kubernetes verb (get, list, watch, create, update, patch, delete, deletecollection), or any.
+    pub verb: Option<String>,
+    /// Plural resource (or `plural/status`), or any.
+    pub resource: Option<String>,
+    /// Object name, or any.
+    pub name: Option<String>,
+    /// How long each matching request is held back.
+    pub duration: Duration,
+    /// How many requests are held back.
+    pub count: usize,
+}
+
+impl Delay {
+    /// The next `count` requests with `verb` on `resource` are held back `duration` each.
+    pub fn on(verb: &str, resource: &str, duration: Duration, count: usize) -> Delay {
+        Delay {
+            verb: Some(verb.into()),
+            resource: Some(resource.into()),
+            name: None,
+            duration,
+            count,
+        }
+    }
+
+    /// Restricts the delay to one object name.
+    pub fn named(mut self, name: &str) -> Delay {
+        self.name = Some(name.into());
+        self
+    }
+}
+
 /// Server options beyond the defaults.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -333,6 +371,7 @@ impl ApiServer {
             state: Mutex::new(state),
             log: RequestLog::default(),
             faults: Mutex::new(Vec::new()),
+            delays: Mutex::new(Vec::new()),
             latency: Mutex::new(Duration::ZERO),
             cut,
             shutdown,
@@ -604,6 +643,16 @@ impl ApiServer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(fault);
+    }
+
+    /// The next matching requests are held back the delay's duration (or until the server stops), then
+    /// served; one request meets at most one delay.
+    pub fn inject_delay(&self, delay: Delay) {
+        self.shared
+            .delays
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(delay);
     }
 
     /// Adds this latency to every resource request (zero removes it).

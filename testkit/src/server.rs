@@ -1,4 +1,5 @@
-//! HTTP layer: routes Kubernetes API paths to the API semantics, counts requests, injects faults.
+//! HTTP layer: routes Kubernetes API paths to the API semantics, counts requests, injects faults and
+//! delays.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,7 +24,7 @@ use crate::schema::FieldValidation;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::table::{self, Include, TableRequest};
 use crate::watch::{self as watches, Signals, WatchRequest};
-use crate::{Fault, RequestLog};
+use crate::{Delay, Fault, RequestLog};
 
 /// Everything the handlers share.
 #[derive(Debug)]
@@ -38,6 +39,8 @@ pub struct Shared {
     pub log: RequestLog,
     /// Pending injected faults.
     pub faults: Mutex<Vec<Fault>>,
+    /// Pending injected delays.
+    pub delays: Mutex<Vec<Delay>>,
     /// Added latency per resource request.
     pub latency: Mutex<Duration>,
     /// Bumped to cut every watch.
@@ -360,6 +363,13 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    if let Some(held) = take_delay(&shared, verb, &rp.resource, &logged, rp.name.as_deref()) {
+        let mut stopping = shared.shutdown.subscribe();
+        tokio::select! {
+            () = tokio::time::sleep(held) => {}
+            _ = stopping.wait_for(|stop| *stop) => {}
+        }
+    }
     if let Some(refusal) = refusal(&shared, verb, &rp, &logged) {
         return negotiated(wire, false, refusal).await;
     }
@@ -667,13 +677,25 @@ async fn negotiated(wire: Wire, watch: bool, response: Response) -> Response {
     }
 }
 
+/// Whether an injected fault's or delay's filters (`None`: any) take a request with `verb` on `resource`
+/// (`logged`: with its subresource) naming `name`.
+fn selects(
+    (want_verb, want_resource, want_name): (Option<&str>, Option<&str>, Option<&str>),
+    verb: &str,
+    resource: &str,
+    logged: &str,
+    name: Option<&str>,
+) -> bool {
+    want_verb.is_none_or(|v| v == verb)
+        && want_resource.is_none_or(|r| r == resource || r == logged)
+        && want_name.is_none_or(|n| Some(n) == name)
+}
+
 fn take_fault(shared: &Shared, verb: &str, resource: &str, logged: &str, name: Option<&str>) -> Option<u16> {
     let mut faults = shared.faults.lock().unwrap_or_else(|p| p.into_inner());
     let pos = faults.iter().position(|f| {
-        f.count > 0
-            && f.verb.as_deref().is_none_or(|v| v == verb)
-            && f.resource.as_deref().is_none_or(|r| r == resource || r == logged)
-            && f.name.as_deref().is_none_or(|n| Some(n) == name)
+        let filters = (f.verb.as_deref(), f.resource.as_deref(), f.name.as_deref());
+        f.count > 0 && selects(filters, verb, resource, logged, name)
     })?;
     let f = &mut faults[pos];
     f.count -= 1;
@@ -682,6 +704,28 @@ fn take_fault(shared: &Shared, verb: &str, resource: &str, logged: &str, name: O
         faults.remove(pos);
     }
     Some(code)
+}
+
+/// How long the first pending delay that takes this request holds it back (counting it against the delay).
+fn take_delay(
+    shared: &Shared,
+    verb: &str,
+    resource: &str,
+    logged: &str,
+    name: Option<&str>,
+) -> Option<Duration> {
+    let mut delays = shared.delays.lock().unwrap_or_else(|p| p.into_inner());
+    let pos = delays.iter().position(|d| {
+        let filters = (d.verb.as_deref(), d.resource.as_deref(), d.name.as_deref());
+        d.count > 0 && selects(filters, verb, resource, logged, name)
+    })?;
+    let d = &mut delays[pos];
+    d.count -= 1;
+    let held = d.duration;
+    if d.count == 0 {
+        delays.remove(pos);
+    }
+    Some(held)
 }
 
 /// Serves `verb` on the resource path `rp`: finds the resource, reads the query, and runs the verb on

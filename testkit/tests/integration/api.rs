@@ -3,15 +3,15 @@
 
 use crate::common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{cm, status_of, Widget, WidgetSpec, WidgetStatus};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchParams};
 use kube::{CustomResourceExt, Resource, ResourceExt};
 use serde_json::json;
-use testkit::{ApiServer, Fault};
+use testkit::{ApiServer, Delay, Fault};
 
 async fn widgets(server: &ApiServer) -> Api<Widget> {
     server.install_crds(&[Widget::crd()]).await.unwrap();
@@ -659,6 +659,46 @@ async fn faults_fail_the_next_matching_requests_with_a_status() {
     assert!(api.get("a").await.is_ok(), "the fault is limited to name b");
     assert_eq!(status_of(api.get("b").await).code, 500);
     server.set_latency(Duration::from_millis(5));
+    assert!(api.get("a").await.is_ok());
+}
+
+#[tokio::test]
+async fn delays_hold_back_the_next_matching_requests_and_no_others() {
+    const HELD: Duration = Duration::from_secs(1);
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    api.create(&PostParams::default(), &cm("a", "k", "v"))
+        .await
+        .unwrap();
+    server.inject_delay(Delay::on("list", "configmaps", HELD, 1));
+    // A watch is verb `watch` and a get verb `get`, as on the real server: neither takes the list's delay.
+    let _watch = api.watch(&WatchParams::default(), "0").await.unwrap();
+    api.get("a").await.unwrap();
+    let listing = Instant::now();
+    let listed = api.list(&ListParams::default()).await.unwrap();
+    assert!(
+        listing.elapsed() >= HELD,
+        "the list was held back: answered after {:?}",
+        listing.elapsed()
+    );
+    assert_eq!(listed.items.len(), 1, "and then served");
+
+    // One request per count, and only the named object: while a get of `a` is held back, the next list
+    // and a get of `b` are answered.
+    server.inject_delay(Delay::on("get", "configmaps", HELD, 1).named("a"));
+    let getting = Instant::now();
+    let held = tokio::spawn({
+        let api = api.clone();
+        async move { api.get("a").await }
+    });
+    while server.requests().count("get", "configmaps") < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(status_of(api.get("b").await).code, 404);
+    assert!(!held.is_finished(), "the get of a is still held back");
+    assert_eq!(held.await.unwrap().unwrap().name_any(), "a");
+    assert!(getting.elapsed() >= HELD);
     assert!(api.get("a").await.is_ok());
 }
 
