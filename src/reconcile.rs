@@ -77,11 +77,11 @@ impl Stopping {
 
 /// How long a pass of a few clusters waits for the watch caches' first list before it lists each
 /// cluster itself; a longer wait is logged at this interval.
-const CACHES_READY: std::time::Duration = std::time::Duration::from_secs(10);
+pub const CACHES_READY: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long a pass of more than [`FEW_CLUSTERS`] clusters waits for the watch caches' first list.
 const FLEET_CACHES_READY: std::time::Duration = std::time::Duration::from_secs(600);
 /// The most clusters a pass lists one by one rather than wait longer for the watch caches.
-const FEW_CLUSTERS: usize = 100;
+pub const FEW_CLUSTERS: usize = 100;
 
 /// Most clusters applied or removed at once.
 pub const CONCURRENT_CLUSTERS: usize = 16;

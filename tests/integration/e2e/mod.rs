@@ -269,6 +269,29 @@ impl Kok {
         assert!(status.success(), "sending SIGTERM to kok failed");
     }
 
+    /// Sends SIGTERM and waits up to [`WAIT`] for kok to exit; panics with its log when it does not,
+    /// or exits with a failure.
+    pub async fn stop(&mut self) {
+        self.terminate();
+        let deadline = Instant::now() + WAIT;
+        let status = loop {
+            if let Some(status) = self.try_wait() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kok still runs {WAIT:?} after SIGTERM; its log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(
+            status.success(),
+            "kok exited with {status}; its log:\n{}",
+            self.log()
+        );
+    }
+
     /// The exit status, if kok has exited.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().expect("try_wait")
