@@ -363,7 +363,8 @@ pub async fn handle(AxumState(shared): AxumState<Arc<Shared>>, req: Request) -> 
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    if let Some(held) = take_delay(&shared, verb, &rp.resource, &logged, rp.name.as_deref()) {
+    let delay = take(&shared.delays, verb, &rp.resource, &logged, rp.name.as_deref());
+    if let Some(held) = delay.map(|d| d.duration) {
         let mut stopping = shared.shutdown.subscribe();
         tokio::select! {
             () = tokio::time::sleep(held) => {}
@@ -481,7 +482,7 @@ fn logged_name(rp: &ResourcePath) -> String {
 /// The error a request gets before it is served: a fault the test injected for it, or the store's
 /// refusal to write while it cannot persist.
 fn refusal(shared: &Shared, verb: &str, rp: &ResourcePath, logged: &str) -> Option<Response> {
-    if let Some(code) = take_fault(shared, verb, &rp.resource, logged, rp.name.as_deref()) {
+    if let Some(code) = take(&shared.faults, verb, &rp.resource, logged, rp.name.as_deref()).map(|f| f.code) {
         let mut e = ApiError::new(
             code,
             format!("testkit injected fault: {verb} {logged} failed with {code}"),
@@ -677,55 +678,68 @@ async fn negotiated(wire: Wire, watch: bool, response: Response) -> Response {
     }
 }
 
-/// Whether an injected fault's or delay's filters (`None`: any) take a request with `verb` on `resource`
-/// (`logged`: with its subresource) naming `name`.
-fn selects(
-    (want_verb, want_resource, want_name): (Option<&str>, Option<&str>, Option<&str>),
+/// An injected fault or delay, waiting for the requests it takes.
+trait Injected: Clone {
+    /// Its verb, resource and object name filters (`None`: any).
+    fn filters(&self) -> (Option<&str>, Option<&str>, Option<&str>);
+    /// How many more requests it takes.
+    fn count(&mut self) -> &mut usize;
+}
+
+impl Injected for Fault {
+    fn filters(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
+        (
+            self.verb.as_deref(),
+            self.resource.as_deref(),
+            self.name.as_deref(),
+        )
+    }
+
+    fn count(&mut self) -> &mut usize {
+        &mut self.count
+    }
+}
+
+impl Injected for Delay {
+    fn filters(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
+        (
+            self.verb.as_deref(),
+            self.resource.as_deref(),
+            self.name.as_deref(),
+        )
+    }
+
+    fn count(&mut self) -> &mut usize {
+        &mut self.count
+    }
+}
+
+/// The first of `pending` that takes a request with `verb` on `resource` (`logged`: with its
+/// subresource) naming `name`, counted against it; one that has taken its last request is dropped.
+fn take<T: Injected>(
+    pending: &Mutex<Vec<T>>,
     verb: &str,
     resource: &str,
     logged: &str,
     name: Option<&str>,
-) -> bool {
-    want_verb.is_none_or(|v| v == verb)
-        && want_resource.is_none_or(|r| r == resource || r == logged)
-        && want_name.is_none_or(|n| Some(n) == name)
-}
-
-fn take_fault(shared: &Shared, verb: &str, resource: &str, logged: &str, name: Option<&str>) -> Option<u16> {
-    let mut faults = shared.faults.lock().unwrap_or_else(|p| p.into_inner());
-    let pos = faults.iter().position(|f| {
-        let filters = (f.verb.as_deref(), f.resource.as_deref(), f.name.as_deref());
-        f.count > 0 && selects(filters, verb, resource, logged, name)
+) -> Option<T> {
+    let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
+    let pos = pending.iter_mut().position(|injected| {
+        if *injected.count() == 0 {
+            return false;
+        }
+        let (want_verb, want_resource, want_name) = injected.filters();
+        want_verb.is_none_or(|v| v == verb)
+            && want_resource.is_none_or(|r| r == resource || r == logged)
+            && want_name.is_none_or(|n| Some(n) == name)
     })?;
-    let f = &mut faults[pos];
-    f.count -= 1;
-    let code = f.code;
-    if f.count == 0 {
-        faults.remove(pos);
+    let taken = &mut pending[pos];
+    *taken.count() -= 1;
+    let out = taken.clone();
+    if *taken.count() == 0 {
+        pending.remove(pos);
     }
-    Some(code)
-}
-
-/// How long the first pending delay that takes this request holds it back (counting it against the delay).
-fn take_delay(
-    shared: &Shared,
-    verb: &str,
-    resource: &str,
-    logged: &str,
-    name: Option<&str>,
-) -> Option<Duration> {
-    let mut delays = shared.delays.lock().unwrap_or_else(|p| p.into_inner());
-    let pos = delays.iter().position(|d| {
-        let filters = (d.verb.as_deref(), d.resource.as_deref(), d.name.as_deref());
-        d.count > 0 && selects(filters, verb, resource, logged, name)
-    })?;
-    let d = &mut delays[pos];
-    d.count -= 1;
-    let held = d.duration;
-    if d.count == 0 {
-        delays.remove(pos);
-    }
-    Some(held)
+    Some(out)
 }
 
 /// Serves `verb` on the resource path `rp`: finds the resource, reads the query, and runs the verb on
