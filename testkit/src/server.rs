@@ -686,33 +686,22 @@ trait Injected: Clone {
     fn count(&mut self) -> &mut usize;
 }
 
-impl Injected for Fault {
-    fn filters(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
-        (
-            self.verb.as_deref(),
-            self.resource.as_deref(),
-            self.name.as_deref(),
-        )
-    }
+/// Fault and Delay share their filters and count.
+macro_rules! injected {
+    ($($kind:ty),*) => {$(
+        impl Injected for $kind {
+            fn filters(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
+                (self.verb.as_deref(), self.resource.as_deref(), self.name.as_deref())
+            }
 
-    fn count(&mut self) -> &mut usize {
-        &mut self.count
-    }
+            fn count(&mut self) -> &mut usize {
+                &mut self.count
+            }
+        }
+    )*};
 }
 
-impl Injected for Delay {
-    fn filters(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
-        (
-            self.verb.as_deref(),
-            self.resource.as_deref(),
-            self.name.as_deref(),
-        )
-    }
-
-    fn count(&mut self) -> &mut usize {
-        &mut self.count
-    }
-}
+injected!(Fault, Delay);
 
 /// The first of `pending` that takes a request with `verb` on `resource` (`logged`: with its
 /// subresource) naming `name`, counted against it; one that has taken its last request is dropped.
