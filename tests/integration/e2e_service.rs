@@ -102,22 +102,7 @@ async fn sigterm_stops_kok_promptly_with_exit_code_zero() {
     .await;
     kok.assert_running();
 
-    kok.terminate();
-    let mut exited = None;
-    for _ in 0..200 {
-        exited = kok.try_wait();
-        if exited.is_some() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let status =
-        exited.unwrap_or_else(|| panic!("kok still runs 20s after SIGTERM; its log:\n{}", kok.log()));
-    assert!(
-        status.success(),
-        "kok exited with {status}; its log:\n{}",
-        kok.log()
-    );
+    kok.stop().await;
     assert!(
         kok.log().contains("stopped"),
         "kok logs that it stopped:\n{}",
