@@ -65,7 +65,7 @@ impl FleetView for EveryGauge {
                 conditions: vec![("Reachable".into(), "True".into())],
                 nodes: Some((3, 3)),
                 certificate_expiry: Some(1_800_000_000),
-                phases: vec![(Phase::Failed, 1)],
+                phases: vec![(Phase::Queued, 1), (Phase::Failed, 1)],
                 oldest_waiting: Some(Waiting {
                     operation: "scale".into(),
                     reason: "held",
