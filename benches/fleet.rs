@@ -1214,16 +1214,22 @@ fn verdicts(runs: &[Run]) -> Vec<Verdict> {
             );
         }
         if service && r.clusters >= 10_000 {
+            // The targets are set at 10,000 clusters; a larger fleet's figures show how the cost grows.
+            let at_target = r.clusters == 10_000;
+            let target = |set: &str, what: &str| match at_target {
+                true => set.to_string(),
+                false => format!("{what} (no target above 10,000 clusters)"),
+            };
             add(
-                "/metrics at 10,000 clusters ≤ 2 MB and ≤ 1 s".into(),
+                target("/metrics at 10,000 clusters ≤ 2 MB and ≤ 1 s", "/metrics"),
                 format!("{}, {}", metrics_size(r), fmt_opt(r.metrics_ms, " ms")),
-                Some(
+                at_target.then(|| {
                     r.metrics_bytes.is_some_and(|b| b <= 2_000_000)
-                        && r.metrics_ms.is_some_and(|ms| ms <= 1000.0),
-                ),
+                        && r.metrics_ms.is_some_and(|ms| ms <= 1000.0)
+                }),
             );
             add(
-                "kok status at 10,000 clusters ≤ 5 s".into(),
+                target("kok status at 10,000 clusters ≤ 5 s", "kok status"),
                 format!(
                     "{}, {}",
                     fmt_opt(r.status_ms, " ms"),
@@ -1231,7 +1237,7 @@ fn verdicts(runs: &[Run]) -> Vec<Verdict> {
                         .map(|b| format!("{:.0} KB", b as f64 / 1000.0))
                         .unwrap_or_else(|| "—".into())
                 ),
-                Some(r.status_ms.is_some_and(|ms| ms <= 5000.0)),
+                at_target.then(|| r.status_ms.is_some_and(|ms| ms <= 5000.0)),
             );
         }
         if service && fleet == (1000, 10) {
